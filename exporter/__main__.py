@@ -1,0 +1,5 @@
+"""Allows ``python -m exporter``."""
+
+from exporter.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""``fluidity-exporter demo``: the metric core on the simulated engine, no GPU and no network.
+
+Runs one workload through the built-in engine model on a virtual clock twice, with vLLM's whole-prompt
+prefills and with chunked prefills (Sarathi-Serve), profiles the prefill deadline model the way Etalon
+does, and prints a side-by-side report: conventional metrics barely tell the two apart, the
+fluidity-index and the fluid token rate do (the Etalon paper's section 5.2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable
+
+import numpy as np
+
+from exporter.cli import Command
+from exporter.sim.engine import Emission, Engine, SimRequest, run_virtual
+from exporter.sim.presets import PRESETS, Preset
+from exporter.stats.batch import IntervalBatch
+from exporter.stats.distribution import percentile
+from exporter.stats.fluidity import evaluate, fluid_token_rate
+from exporter.stats.latency import decode_rate_from_tbt, decode_rate_from_tpot, latency_batch
+from exporter.stats.prefill import PrefillModel, fit_prefill_model
+from exporter.stats.slo import DECODE_TIERS
+
+PROFILE_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
+SCHEDULING_SLACK_S = 0.25  # time a prompt may wait in the queue before its first token is late
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """A seeded open-loop workload: Poisson arrivals, lognormal prompt and output lengths."""
+
+    requests: int
+    rate: float
+    seed: int
+
+    def arrivals(self) -> list[tuple[float, SimRequest]]:
+        rng = np.random.default_rng(self.seed)
+        times = np.cumsum(rng.exponential(1.0 / self.rate, self.requests))
+        prompts = np.clip(rng.lognormal(np.log(1500), 0.9, self.requests), 64, 7000).astype(int)
+        outputs = np.clip(rng.lognormal(np.log(200), 0.7, self.requests), 16, 1000).astype(int)
+        return [
+            (float(at), SimRequest(int(p), int(o), "length", float(at), seed=i))
+            for i, (at, p, o) in enumerate(zip(times, prompts, outputs, strict=True))
+        ]
+
+
+def simulate(preset: Preset, chunked: bool, workload: Workload) -> IntervalBatch:
+    """Per-token intervals of every request served by the engine model on a virtual clock."""
+    arrivals = workload.arrivals()  # fresh requests: the engine keeps its state on them
+    engine = Engine(dataclasses.replace(preset.engine, chunked_prefill=chunked), preset.cost)
+    emitted: dict[SimRequest, list[tuple[float, int]]] = defaultdict(list)
+    run_virtual(engine, arrivals, lambda at, e: emitted[e.request].append((at, e.tokens)))
+    return IntervalBatch.from_sequences(_intervals(request, emitted[request]) for _, request in arrivals)
+
+
+def _intervals(request: SimRequest, chunks: list[tuple[float, int]]) -> list[float]:
+    intervals, previous = [], request.arrival
+    for at, tokens in chunks:
+        intervals.append(at - previous)
+        intervals.extend([0.0] * (tokens - 1))  # a chunk of k tokens: its gap, then k-1 zero gaps
+        previous = at
+    return intervals
+
+
+def profile_prefill(preset: Preset) -> PrefillModel:
+    """Etalon's prefill profiling: each prompt length alone on the engine, TTFT against length."""
+    ttfts = []
+    for length in PROFILE_LENGTHS:
+        request = SimRequest(length, 1, "length", 0.0)
+        first: list[float] = []
+        on_emission: Callable[[float, Emission], None] = lambda at, _: first.append(at)  # noqa: E731
+        run_virtual(Engine(preset.engine, preset.cost), [(0.0, request)], on_emission)
+        ttfts.append(first[0])
+    return fit_prefill_model(PROFILE_LENGTHS, ttfts)
+
+
+def report(batch: IntervalBatch, prompts: np.ndarray, model: PrefillModel) -> dict[str, str]:
+    """The figures of one run, formatted for the table."""
+    latency = latency_batch(batch)
+    prefill_deadlines = model.deadline(prompts.astype(np.float64), SCHEDULING_SLACK_S)
+    rows = {
+        "TTFT p50 / p99 (s)": _pair(latency.ttft, 50, 99, "{:.3f}"),
+        "TBT p50 / p99 (ms)": _pair(latency.tbt * 1e3, 50, 99, "{:.1f}"),
+        "TPOT p50 / p99 (ms)": _pair(latency.tpot * 1e3, 50, 99, "{:.1f}"),
+        "longest stall p99 (s)": f"{percentile(latency.max_tbt, 99):.3f}",
+    }
+    for tier, deadline in DECODE_TIERS.items():
+        result = evaluate(batch, prefill_deadlines, deadline)
+        share = float(np.mean(result.fluidity >= 0.9)) * 100
+        rows[f"fluidity {tier} ({deadline * 1e3:.0f} ms): level / >=0.9"] = (
+            f"{result.service_level:.3f} / {share:.0f}%"
+        )
+    rows["fluid token rate (tok/s)"] = f"{fluid_token_rate(batch):.1f}"
+    rows["TPOT-based rate p50 (tok/s)"] = f"{decode_rate_from_tpot(latency.tpot, 50):.1f}"
+    rows["TBT-based rate p99 (tok/s)"] = f"{decode_rate_from_tbt(latency.tbt, 99):.1f}"
+    return rows
+
+
+def _pair(values: np.ndarray, low: float, high: float, fmt: str) -> str:
+    return f"{fmt.format(percentile(values, low))} / {fmt.format(percentile(values, high))}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of the demo command."""
+    parser.add_argument("--preset", default="llama-3.1-8b-h100", choices=sorted(PRESETS))
+    parser.add_argument("--requests", type=int, default=400, help="requests in the workload (default 400)")
+    parser.add_argument("--rate", type=float, default=10.0, help="Poisson arrival rate, req/s (default 10)")
+    parser.add_argument("--seed", type=int, default=1)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Simulate, compute and print the comparison table."""
+    if args.requests < 1 or args.rate <= 0:
+        raise SystemExit("demo: --requests must be >= 1 and --rate > 0")
+    preset = PRESETS[args.preset]
+    workload = Workload(args.requests, args.rate, args.seed)
+    prompts = np.array([request.prompt_len for _, request in workload.arrivals()])
+    model = profile_prefill(preset)
+    columns = {
+        name: report(simulate(preset, chunked, workload), prompts, model)
+        for name, chunked in (("whole prefills", False), ("chunked prefills", True))
+    }
+    print(f"{preset.description}: {args.requests} requests at {args.rate} req/s (Poisson, seed {args.seed})")
+    print(f"prefill deadline: profiled TTFT(P) + {SCHEDULING_SLACK_S} s; e.g. Dp(4096) = "
+          f"{model.deadline(4096.0, SCHEDULING_SLACK_S):.3f} s\n")
+    names = list(columns)
+    width = max(len(row) for row in columns[names[0]])
+    print(f"{'':{width}}  {names[0]:>22}  {names[1]:>22}")
+    for row in columns[names[0]]:
+        print(f"{row:{width}}  {columns[names[0]][row]:>22}  {columns[names[1]][row]:>22}")
+    return 0
+
+
+DEMO_COMMAND = Command(
+    "show Etalon's metrics on the simulated engine, with and without chunked prefill", add_arguments, run
+)

@@ -1,0 +1,116 @@
+"""One response in flight: turns token deliveries into bytes on the socket and into metrics.
+
+The engine runner and the script player both drive a ``TokenStream``: ``prepare`` builds the bytes of
+the next delivery ahead of its due time (off the critical path), ``deliver`` writes them straight to the
+transport from the emitter's callback and records metrics and lateness. Non-streaming requests use the
+same object and only accumulate token ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from exporter.sim import tokenizer
+from exporter.sim.emitter import LatenessRecorder
+from exporter.sim.metrics import SimStats
+from exporter.sim.protocol import DONE, ChunkBuilder, ParsedRequest
+
+
+@dataclass
+class Delivery:
+    """Prebuilt bytes for one chunk and what they mean."""
+
+    frame: bytes
+    tokens: int
+    finished: bool
+    finish_reason: str | None
+
+
+class TokenStream:
+    """Writes one request's chunks and records its metrics."""
+
+    def __init__(
+        self,
+        req: ParsedRequest,
+        seed: int,
+        arrival: float,
+        stats: SimStats,
+        *,
+        transport: asyncio.Transport | None = None,
+        builder: ChunkBuilder | None = None,
+        recorder: LatenessRecorder | None = None,
+    ) -> None:
+        self.req = req
+        self.seed = seed
+        self.arrival = arrival
+        self.stats = stats
+        self.transport = transport
+        self.builder = builder
+        self.recorder = recorder
+        self.token_ids: list[int] = []
+        self.prepared = 0
+        self.sent = 0
+        self.last_token_at: float | None = None
+        self.queue_time = 0.0
+        self.finish_reason: str | None = None
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    @property
+    def closed(self) -> bool:
+        """The client has gone away (only a streaming response can tell)."""
+        return self.transport is not None and self.transport.is_closing()
+
+    def prepare(self, tokens: int, finished: bool, finish_reason: str | None) -> Delivery:
+        """Build the next delivery of ``tokens`` tokens (the last one when ``finished``)."""
+        start = self.prepared
+        ids = [tokenizer.generated_token_id(self.seed, start + i) for i in range(tokens)]
+        self.prepared += tokens
+        self.token_ids.extend(ids)
+        reason = finish_reason if finished else None
+        frame = b"" if self.builder is None else self._frame(ids, start == 0, reason)
+        return Delivery(frame, tokens, finished, reason)
+
+    def _frame(self, ids: list[int], first: bool, reason: str | None) -> bytes:
+        assert self.builder is not None
+        events = [self.builder.role()] if first and self.req.chat else []
+        events.append(self.builder.content(ids, first, self.prepared, reason))
+        if reason is not None:
+            if self.req.include_usage:
+                events.append(self.builder.usage_chunk(self.prepared))
+            events.append(DONE)
+        return self.builder.frame(events)
+
+    def deliver(self, delivery: Delivery, intended: float) -> None:
+        """Write ``delivery`` now (its due time was ``intended``) and account for it."""
+        if self.done.done():
+            return
+        if self.transport is not None:
+            self.transport.write(delivery.frame)
+        now = time.monotonic()
+        if self.recorder is not None and self.transport is not None:
+            self.recorder.record(intended, now)
+        self._account(delivery, now)
+
+    def _account(self, delivery: Delivery, now: float) -> None:
+        stats = self.stats
+        if self.sent == 0:
+            stats.ttft.observe(now - self.arrival)
+            stats.prompt_tokens += len(self.req.prompt_ids)
+        elif self.last_token_at is not None:
+            stats.itl.observe(now - self.last_token_at)
+        self.sent += delivery.tokens
+        self.last_token_at = now
+        stats.generation_tokens += delivery.tokens
+        if delivery.finished:
+            self.finish_reason = delivery.finish_reason
+            stats.success[delivery.finish_reason or "stop"] += 1
+            stats.e2e.observe(now - self.arrival)
+            stats.queue.observe(self.queue_time)
+            self.done.set_result(None)
+
+    def abort(self) -> None:
+        """End the stream early (client gone, or server stopping)."""
+        if not self.done.done():
+            self.done.set_result(None)

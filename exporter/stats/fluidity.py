@@ -1,0 +1,277 @@
+"""Etalon's fluidity-index and fluid token generation rate, exact and vectorised.
+
+The fluidity-index (Agrawal et al., "Etalon: Holistic Performance Evaluation Framework for LLM
+Inference Systems") gives every output token a deadline: the prefill deadline ``Dp`` for the first
+token, the decode deadline ``Dd`` for each later one. With ``slack = 0``, for each token with interval
+``t`` and deadline ``D``:
+
+* on time when ``t <= D + slack``: ``slack += D - t`` (early tokens bank slack for later ones), one
+  deadline met;
+* otherwise late: ``floor((t - slack - D) / Dd) + 1`` deadlines missed (a stall is penalised for every
+  deadline it spans, counted in units of ``Dd`` for the first token too), each added to the missed and
+  the total count, and ``slack = 0`` (deadlines restart after the stall).
+
+``fluidity = 1 - missed / total``; a request with no deadlines has fluidity 1.0. The ``"tokens"``
+variant is the simpler one in Etalon's documentation: the fraction of tokens on time, slack reset on a
+miss. Options: skip the first token (decode-only fluidity) and cap the banked slack (a client-side
+playback buffer; unbounded by default, which is Etalon's behaviour).
+
+Exactness. Every result here equals, bit for bit, what a literal per-token loop over Python floats
+gives (the tests keep that loop as the reference). The vectorised sweep therefore performs the very
+same float operations in the same order as the loop, but over one token *position* of every request at
+a time (see ``ColumnLayout``): a closed-form Lindley recursion with cumulative sums would round
+differently and flip decisions that sit exactly on a deadline.
+
+Counts are float64 internally: exact up to 2**53 missed deadlines per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from exporter.stats.accounting import (
+    VARIANTS,
+    Deadline,
+    FluidityBatch,
+    FluidityOptions,
+    RequestFluidity,
+    Variant,
+)
+from exporter.stats.batch import ColumnLayout, FloatArray, IntervalBatch
+from exporter.stats.deadline_points import evaluate_by_points
+from exporter.stats.deadline_sweep import DeadlineSweep
+
+__all__ = [
+    "VARIANTS",
+    "FluidityBatch",
+    "FluidityOptions",
+    "MissRateCurve",
+    "RequestFluidity",
+    "Variant",
+    "deadline_miss_curve",
+    "deadline_misses",
+    "evaluate",
+    "fluid_token_rate",
+    "fluidity_index",
+    "min_decode_deadline",
+    "min_decode_deadlines",
+    "request_fluidity",
+]
+
+DEFAULT_TARGET_FLUIDITY = 0.9
+DEFAULT_PERCENTILE = 99.0
+
+
+@dataclass(frozen=True, eq=False)
+class MissRateCurve:
+    """Token-weighted deadline-miss rate at each decode deadline (the Etalon paper's Figure 5d)."""
+
+    decode_deadlines: FloatArray
+    miss_rate: FloatArray
+
+
+def evaluate(
+    batch: IntervalBatch,
+    prefill_deadline: Deadline,
+    decode_deadline: Deadline,
+    options: FluidityOptions | None = None,
+) -> FluidityBatch:
+    """Deadline accounting of every request in ``batch`` in one vectorised sweep."""
+    options = options or FluidityOptions()
+    dp = _per_request(_checked(prefill_deadline, "prefill deadline", allow_zero=True), len(batch))
+    dd = _per_request(_checked(decode_deadline, "decode deadline", allow_zero=False), len(batch))
+    return evaluate_by_points(batch, dp, dd, options)
+
+
+def request_fluidity(
+    intervals: ArrayLike,
+    prefill_deadline: float,
+    decode_deadline: float,
+    *,
+    ignore_first_token: bool = False,
+    slack_cap: float | None = None,
+    variant: Variant = "deadlines",
+) -> RequestFluidity:
+    """Deadline accounting and stall statistics of one request."""
+    options = FluidityOptions(ignore_first_token, slack_cap, variant)
+    return evaluate(IntervalBatch.single(intervals), prefill_deadline, decode_deadline, options).request(0)
+
+
+def deadline_misses(
+    intervals: ArrayLike,
+    prefill_deadline: float,
+    decode_deadline: float,
+    *,
+    ignore_first_token: bool = False,
+    slack_cap: float | None = None,
+    variant: Variant = "deadlines",
+) -> tuple[int, int]:
+    """``(missed, total)`` deadlines of one request."""
+    result = request_fluidity(
+        intervals,
+        prefill_deadline,
+        decode_deadline,
+        ignore_first_token=ignore_first_token,
+        slack_cap=slack_cap,
+        variant=variant,
+    )
+    return result.missed, result.total
+
+
+def fluidity_index(
+    intervals: ArrayLike,
+    prefill_deadline: float,
+    decode_deadline: float,
+    *,
+    ignore_first_token: bool = False,
+    slack_cap: float | None = None,
+    variant: Variant = "deadlines",
+) -> float:
+    """The fluidity-index of one request: ``1 - missed / total`` (1.0 with no deadlines)."""
+    return request_fluidity(
+        intervals,
+        prefill_deadline,
+        decode_deadline,
+        ignore_first_token=ignore_first_token,
+        slack_cap=slack_cap,
+        variant=variant,
+    ).fluidity
+
+
+def deadline_miss_curve(
+    batch: IntervalBatch,
+    decode_deadlines: Sequence[float] | FloatArray,
+    *,
+    prefill_deadline: float | None = None,
+    options: FluidityOptions | None = None,
+) -> MissRateCurve:
+    """Token-weighted miss rate at each decode deadline; decode-only when ``prefill_deadline`` is None."""
+    options = options or FluidityOptions()
+    if prefill_deadline is None:
+        options = FluidityOptions(True, options.slack_cap, options.variant)
+    deadlines = np.asarray(decode_deadlines, dtype=np.float64).reshape(-1)
+    rates = np.empty(len(deadlines))
+    for k, dd in enumerate(deadlines):
+        result = evaluate(batch, prefill_deadline or 0.0, float(dd), options)
+        rates[k] = 1.0 - result.service_level
+    return MissRateCurve(deadlines, rates)
+
+
+def min_decode_deadlines(
+    batch: IntervalBatch,
+    target_fluidity: float = DEFAULT_TARGET_FLUIDITY,
+    *,
+    slack_cap: float | None = None,
+    variant: Variant = "deadlines",
+) -> FloatArray:
+    """Per request, the smallest ``Dd`` at which its decode-only fluidity reaches ``target_fluidity``.
+
+    Fluidity never falls as ``Dd`` grows, and every decode token is on time once ``Dd`` reaches the
+    request's longest decode gap, so the answer lies in ``(0, longest gap]``. It is found by bisection
+    on the bit patterns of positive floats (ordered like the floats themselves), which ends on two
+    adjacent floats: the result passes and the float just below it fails, i.e. machine precision, not a
+    grid. All requests are bisected together, one vectorised sweep per step (at most 63 steps).
+    A request with fewer than two tokens, or whose decode gaps are all zero, meets any positive
+    deadline: its result is 0.0.
+    """
+    _check_target_fluidity(target_fluidity)
+    options = FluidityOptions(ignore_first_token=True, slack_cap=slack_cap, variant=variant)
+    layout = batch.columns
+    sweep = DeadlineSweep(layout, options, with_stall_stats=False)
+    high = _longest_decode_gap_by_rank(layout).view(np.int64)
+    low = np.zeros_like(high)  # bit pattern of 0.0: fails by convention (no deadline is 0)
+    searching = high > 0
+    while True:
+        open_rows = searching & (high - low > 1)
+        if not open_rows.any():
+            break
+        middle = low + (high - low) // 2
+        deadlines = np.where(open_rows, middle.view(np.float64), 1.0)
+        passes = sweep.run(deadlines, deadlines).fluidity >= target_fluidity
+        high = np.where(open_rows & passes, middle, high)
+        low = np.where(open_rows & ~passes, middle, low)
+    # Ending on the smallest positive float means every positive deadline passes: report 0.0.
+    by_rank = np.where(searching & (high > 1), high.view(np.float64), 0.0)
+    result = np.empty_like(by_rank)
+    result[layout.rank_to_request] = by_rank
+    return result
+
+
+def min_decode_deadline(
+    intervals: ArrayLike,
+    target_fluidity: float = DEFAULT_TARGET_FLUIDITY,
+    *,
+    slack_cap: float | None = None,
+    variant: Variant = "deadlines",
+) -> float:
+    """The smallest ``Dd`` at which one request's decode-only fluidity reaches ``target_fluidity``."""
+    batch = IntervalBatch.single(intervals)
+    return float(min_decode_deadlines(batch, target_fluidity, slack_cap=slack_cap, variant=variant)[0])
+
+
+def fluid_token_rate(
+    requests: IntervalBatch | Iterable[ArrayLike],
+    target_fluidity: float = DEFAULT_TARGET_FLUIDITY,
+    percentile: float = DEFAULT_PERCENTILE,
+    *,
+    slack_cap: float | None = None,
+    variant: Variant = "deadlines",
+) -> float:
+    """Fluid token generation rate: the highest playback rate (tokens/s) at which ``percentile``% of
+    requests reach decode-only fluidity ``>= target_fluidity``.
+
+    That is ``1 / v`` where ``v`` is the smallest per-request minimum deadline such that at least
+    ``percentile``% of requests have a minimum ``<= v`` (nearest rank, so the promise holds exactly at
+    the reported rate). Requests with fewer than two tokens carry no decode deadline and are left out.
+    Returns ``inf`` when every considered request meets any positive deadline.
+    """
+    if not 0.0 < percentile <= 100.0:
+        raise ValueError(f"percentile must be in (0, 100], got {percentile!r}")
+    batch = requests if isinstance(requests, IntervalBatch) else IntervalBatch.from_sequences(requests)
+    minima = min_decode_deadlines(batch, target_fluidity, slack_cap=slack_cap, variant=variant)
+    minima = minima[batch.lengths >= 2]
+    if len(minima) == 0:
+        raise ValueError("the fluid token rate needs at least one request with two or more tokens")
+    deadline = float(np.sort(minima)[_nearest_rank(len(minima), percentile) - 1])
+    return 1.0 / deadline if deadline > 0 else float("inf")
+
+
+def _nearest_rank(count: int, percentile: float) -> int:
+    """The 1-based rank of the nearest-rank percentile; the tolerance keeps 99% of 100 at rank 99."""
+    return max(1, min(count, int(np.ceil(percentile * count / 100.0 - 1e-9))))
+
+
+def _check_target_fluidity(target: float) -> None:
+    if not 0.0 < target <= 1.0:
+        raise ValueError(f"target fluidity must be in (0, 1], got {target!r}")
+
+
+def _checked(value: Deadline, name: str, *, allow_zero: bool) -> FloatArray:
+    values = np.asarray(value, dtype=np.float64)
+    valid = np.isfinite(values) & ((values >= 0) if allow_zero else (values > 0))
+    if not np.all(valid):
+        bad = values if values.ndim == 0 else values[~valid][0]
+        bound = "finite number >= 0" if allow_zero else "finite number > 0"
+        raise ValueError(f"{name} must be a {bound} seconds, got {float(bad)!r}")
+    return values
+
+
+def _per_request(values: FloatArray, requests: int) -> FloatArray:
+    if values.ndim == 0:
+        return np.full(requests, float(values))
+    if values.shape != (requests,):
+        raise ValueError(f"a per-request deadline needs {requests} values, got {values.size}")
+    return values
+
+
+def _longest_decode_gap_by_rank(layout: ColumnLayout) -> FloatArray:
+    longest = np.zeros(len(layout.rank_to_request), dtype=np.float64)
+    for position in range(1, layout.positions):
+        column = layout.column(position)
+        head = longest[: len(column)]
+        np.maximum(head, column, out=head)
+    return longest

@@ -1,0 +1,1 @@
+"""Tests of the pure metric library, exporter.stats."""
