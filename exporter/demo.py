@@ -11,12 +11,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections import defaultdict
-from collections.abc import Callable
 
 import numpy as np
 
 from exporter.cli import Command
-from exporter.sim.engine import Emission, Engine, SimRequest, run_virtual
+from exporter.sim.engine import Engine, SimRequest, run_virtual
 from exporter.sim.presets import PRESETS, Preset
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.distribution import percentile
@@ -68,14 +67,15 @@ def _intervals(request: SimRequest, chunks: list[tuple[float, int]]) -> list[flo
 
 def profile_prefill(preset: Preset) -> PrefillModel:
     """Etalon's prefill profiling: each prompt length alone on the engine, TTFT against length."""
-    ttfts = []
-    for length in PROFILE_LENGTHS:
-        request = SimRequest(length, 1, "length", 0.0)
-        first: list[float] = []
-        on_emission: Callable[[float, Emission], None] = lambda at, _: first.append(at)  # noqa: E731
-        run_virtual(Engine(preset.engine, preset.cost), [(0.0, request)], on_emission)
-        ttfts.append(first[0])
+    ttfts = [_isolated_ttft(preset, length) for length in PROFILE_LENGTHS]
     return fit_prefill_model(PROFILE_LENGTHS, ttfts)
+
+
+def _isolated_ttft(preset: Preset, prompt_tokens: int) -> float:
+    first: list[float] = []
+    request = SimRequest(prompt_tokens, 1, "length", 0.0)
+    run_virtual(Engine(preset.engine, preset.cost), [(0.0, request)], lambda at, _: first.append(at))
+    return first[0]
 
 
 def report(batch: IntervalBatch, prompts: np.ndarray, model: PrefillModel) -> dict[str, str]:
@@ -125,8 +125,10 @@ def run(args: argparse.Namespace) -> int:
         for name, chunked in (("whole prefills", False), ("chunked prefills", True))
     }
     print(f"{preset.description}: {args.requests} requests at {args.rate} req/s (Poisson, seed {args.seed})")
-    print(f"prefill deadline: profiled TTFT(P) + {SCHEDULING_SLACK_S} s; e.g. Dp(4096) = "
-          f"{model.deadline(4096.0, SCHEDULING_SLACK_S):.3f} s\n")
+    print(
+        f"prefill deadline: profiled TTFT(P) + {SCHEDULING_SLACK_S} s; e.g. Dp(4096) = "
+        f"{model.deadline(4096.0, SCHEDULING_SLACK_S):.3f} s\n"
+    )
     names = list(columns)
     width = max(len(row) for row in columns[names[0]])
     print(f"{'':{width}}  {names[0]:>22}  {names[1]:>22}")

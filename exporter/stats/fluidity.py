@@ -16,11 +16,11 @@ variant is the simpler one in Etalon's documentation: the fraction of tokens on 
 miss. Options: skip the first token (decode-only fluidity) and cap the banked slack (a client-side
 playback buffer; unbounded by default, which is Etalon's behaviour).
 
-Exactness. Every result here equals, bit for bit, what a literal per-token loop over Python floats
-gives (the tests keep that loop as the reference). The vectorised sweep therefore performs the very
-same float operations in the same order as the loop, but over one token *position* of every request at
-a time (see ``ColumnLayout``): a closed-form Lindley recursion with cumulative sums would round
-differently and flip decisions that sit exactly on a deadline.
+Exactness. Every result here equals, bit for bit, what the literal per-token loop over Python floats
+gives (``deadline_loop``; the tests keep their own copy as the reference). Two vectorised engines do
+the work: ``evaluate`` looks one by one only at the tokens that can be late (``deadline_points``) and
+hands a request to the loop when rounding could decide it; the minimum-deadline bisection sweeps token
+positions across all requests, replaying the loop's float operations (``deadline_sweep``).
 
 Counts are float64 internally: exact up to 2**53 missed deadlines per request.
 """
@@ -44,6 +44,7 @@ from exporter.stats.accounting import (
 from exporter.stats.batch import ColumnLayout, FloatArray, IntervalBatch
 from exporter.stats.deadline_points import evaluate_by_points
 from exporter.stats.deadline_sweep import DeadlineSweep
+from exporter.stats.distribution import nearest_rank
 
 __all__ = [
     "VARIANTS",
@@ -236,13 +237,8 @@ def fluid_token_rate(
     minima = minima[batch.lengths >= 2]
     if len(minima) == 0:
         raise ValueError("the fluid token rate needs at least one request with two or more tokens")
-    deadline = float(np.sort(minima)[_nearest_rank(len(minima), percentile) - 1])
+    deadline = nearest_rank(minima, percentile / 100.0)
     return 1.0 / deadline if deadline > 0 else float("inf")
-
-
-def _nearest_rank(count: int, percentile: float) -> int:
-    """The 1-based rank of the nearest-rank percentile; the tolerance keeps 99% of 100 at rank 99."""
-    return max(1, min(count, int(np.ceil(percentile * count / 100.0 - 1e-9))))
 
 
 def _check_target_fluidity(target: float) -> None:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .batch import FloatArray, IntArray, IntervalBatch
-from .distribution import percentile as percentile_of
+from exporter.stats.batch import FloatArray, IntArray, IntervalBatch
+from exporter.stats.distribution import percentile as percentile_of
 
 BoolArray = NDArray[np.bool_]
 

@@ -26,7 +26,7 @@ from typing import Any, Final, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .distribution import percentile
+from exporter.stats.distribution import percentile
 
 FloatArray = NDArray[np.float64]
 

@@ -23,7 +23,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from .distribution import nearest_rank, without_nan
+from exporter.stats.distribution import nearest_rank, without_nan
 
 
 class SloMetric(StrEnum):
