@@ -1,0 +1,1 @@
+"""Reports of a one-shot evaluation: the figures (pure), the files a person reads, and the plots."""

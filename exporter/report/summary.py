@@ -1,0 +1,308 @@
+"""From recorded probe results to the figures of a report: pure functions, no I/O.
+
+``measure`` turns the completed requests into the arrays ``exporter.stats`` works on (intervals, prompt
+lengths, measured end-to-end times); ``summarize`` computes every figure of ``summary.json``;
+``request_record`` gives one line of ``requests.jsonl``. Only completed streams (``ok``, and
+``truncated`` ones that did stream tokens) enter the latency and fluidity figures; every request,
+failed or not, counts in the outcomes and in goodput's total.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, cast
+
+import numpy as np
+
+from exporter.probe.result import Outcome, ProbeResult, intervals, ttft
+from exporter.stats.accounting import FluidityBatch
+from exporter.stats.batch import FloatArray, IntervalBatch
+from exporter.stats.distribution import describe, percentile
+from exporter.stats.fluidity import evaluate, fluid_token_rate
+from exporter.stats.latency import LatencyBatch, latency_batch
+from exporter.stats.prefill import PrefillModel
+from exporter.stats.slo import DECODE_TIERS, Goodput, GoodputBounds, Slo, SloMetric, evaluate_slos, goodput
+
+COMPLETED = (Outcome.OK, Outcome.TRUNCATED)
+DEFAULT_PREFILL_DEADLINE_S = 1.0
+
+
+@dataclass(frozen=True)
+class DeadlinePolicy:
+    """How each request's deadlines are set: ``Dp`` from a profiled model (plus slack) or a constant."""
+
+    prefill_deadline: float = DEFAULT_PREFILL_DEADLINE_S
+    prefill_model: PrefillModel | None = None
+    scheduling_slack: float = 0.0
+    decode_tiers: Mapping[str, float] = field(default_factory=lambda: dict(DECODE_TIERS))
+    target_fluidity: float = 0.9
+    percentile: float = 99.0
+
+    def prefill_deadlines(self, prompt_tokens: FloatArray) -> FloatArray:
+        """``Dp`` per request; without a model, the constant (the prompt length is then unused)."""
+        if self.prefill_model is None:
+            return np.full(len(prompt_tokens), self.prefill_deadline)
+        return np.asarray(self.prefill_model.deadline(prompt_tokens, self.scheduling_slack), dtype=np.float64)
+
+    def describe(self) -> dict[str, Any]:
+        """The policy as plain data, for the report."""
+        prefill: dict[str, Any] = (
+            {"kind": "constant", "seconds": self.prefill_deadline}
+            if self.prefill_model is None
+            else {
+                "kind": "model",
+                "model": self.prefill_model.to_dict(),
+                "scheduling_slack": self.scheduling_slack,
+            }
+        )
+        return {
+            "prefill": prefill,
+            "decode_tiers": dict(self.decode_tiers),
+            "target_fluidity": self.target_fluidity,
+            "percentile": self.percentile,
+        }
+
+
+@dataclass(frozen=True)
+class EvaluationSpec:
+    """What a report evaluates besides the standard figures."""
+
+    deadlines: DeadlinePolicy = field(default_factory=DeadlinePolicy)
+    slos: tuple[Slo, ...] = ()
+    goodput: GoodputBounds | None = None
+    from_scheduled: bool = False  # charge the client's send lateness to the request (open-loop honesty)
+
+
+@dataclass(frozen=True, eq=False)
+class Measured:
+    """The completed requests as arrays: intervals, latency metrics, and fluidity per decode tier."""
+
+    results: tuple[ProbeResult, ...]
+    batch: IntervalBatch
+    latency: LatencyBatch
+    prompt_tokens: FloatArray
+    prefill_deadlines: FloatArray
+    tiers: dict[str, FluidityBatch]
+
+
+def completed(results: Sequence[ProbeResult]) -> list[ProbeResult]:
+    """Requests whose stream completed with at least one token."""
+    return [r for r in results if r.outcome in COMPLETED and r.token_times]
+
+
+def measure(results: Sequence[ProbeResult], spec: EvaluationSpec) -> Measured:
+    """Intervals, latency and fluidity of the completed requests."""
+    done = tuple(completed(results))
+    batch = IntervalBatch.from_sequences(intervals(r, from_scheduled=spec.from_scheduled) for r in done)
+    e2e = np.array([_e2e(r, spec.from_scheduled) for r in done], dtype=np.float64)
+    prompts = np.array([_prompt_tokens(r) for r in done], dtype=np.float64)
+    prefill = spec.deadlines.prefill_deadlines(np.nan_to_num(prompts))
+    tiers = {name: evaluate(batch, prefill, dd) for name, dd in spec.deadlines.decode_tiers.items()}
+    return Measured(done, batch, latency_batch(batch, e2e=e2e), prompts, prefill, tiers)
+
+
+def _e2e(result: ProbeResult, from_scheduled: bool) -> float:
+    start = result.scheduled_at if from_scheduled and result.scheduled_at is not None else result.sent_at
+    if start is None or result.finished_at is None:
+        return math.nan  # latency_batch then falls back to the sum of the intervals
+    return max(result.finished_at - start, 0.0)
+
+
+def _prompt_tokens(result: ProbeResult) -> float:
+    known = result.prompt_tokens_reported or result.prompt_tokens_intended
+    return float(known) if known is not None else math.nan
+
+
+def summarize(
+    results: Sequence[ProbeResult],
+    measured: Measured,
+    spec: EvaluationSpec,
+    duration_s: float,
+    health_checks: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """Every figure of ``summary.json`` (plain JSON-ready data; NaN becomes None).
+
+    ``measured`` is ``measure(results, spec)``, passed in because the report files need it too.
+    """
+    summary: dict[str, Any] = {
+        "requests": _request_counts(results, measured),
+        "duration_s": duration_s,
+        "throughput": _throughput(measured, duration_s),
+        "latency": _latency(measured),
+        "fluidity": _fluidity(measured, spec.deadlines),
+        "rates": _rates(measured, spec.deadlines),
+        "goodput": _goodput(results, measured, spec, duration_s),
+        "slos": _slos(measured, spec),
+        "health_checks": [dict(check) for check in health_checks],
+    }
+    unreliable = sum(r.unreliable for r in results)
+    summary["reliable"] = unreliable == 0 and all(check.get("passed", True) for check in health_checks)
+    return cast(dict[str, Any], _json_safe(summary))
+
+
+def _request_counts(results: Sequence[ProbeResult], measured: Measured) -> dict[str, Any]:
+    return {
+        "total": len(results),
+        "completed": len(measured.results),
+        "by_outcome": dict(Counter(r.outcome.value for r in results)),
+        "http_status": dict(Counter(str(r.http_status) for r in results if (r.http_status or 0) >= 400)),
+        "token_sources": dict(Counter(r.token_source.value for r in measured.results)),
+        "unreliable": sum(r.unreliable for r in results),
+        "retried": sum(r.retries for r in results),
+    }
+
+
+def _throughput(measured: Measured, duration_s: float) -> dict[str, float]:
+    tokens = float(measured.batch.token_count)
+    return {
+        "completed_requests_per_s": len(measured.results) / duration_s if duration_s > 0 else math.nan,
+        "output_tokens_per_s": tokens / duration_s if duration_s > 0 else math.nan,
+    }
+
+
+def _latency(measured: Measured) -> dict[str, Any]:
+    latency = measured.latency
+    first_any = [ttft(r, include_reasoning=True) for r in measured.results]
+    return {
+        "ttft": describe(latency.ttft).to_dict(),
+        "ttft_including_reasoning": describe([math.nan if v is None else v for v in first_any]).to_dict(),
+        "tbt": describe(latency.tbt).to_dict(),
+        "tpot": describe(latency.tpot).to_dict(),
+        "e2e": describe(latency.e2e).to_dict(),
+        "normalized_latency": describe(latency.normalized_latency).to_dict(),
+        "output_tokens_per_s": describe(latency.output_tokens_per_s).to_dict(),
+        "longest_gap": describe(latency.max_tbt).to_dict(),
+        "output_tokens": describe(latency.tokens.astype(np.float64)).to_dict(),
+    }
+
+
+def _fluidity(measured: Measured, policy: DeadlinePolicy) -> dict[str, Any]:
+    tiers = {}
+    for name, result in measured.tiers.items():
+        fluidity = result.fluidity
+        tiers[name] = {
+            "decode_deadline_s": policy.decode_tiers[name],
+            "service_level": result.service_level,
+            "fluidity": describe(fluidity).to_dict(),
+            "share_at_or_above_target": _share_at_least(fluidity, policy.target_fluidity),
+            "requests_with_stalls": int(np.count_nonzero(result.late_events)),
+            "longest_stall_s": float(result.longest_stall.max()) if len(result) else None,
+            "first_miss_fraction": describe(result.first_miss_fraction).to_dict(),
+        }
+    return {"deadlines": policy.describe(), "tiers": tiers}
+
+
+def _share_at_least(values: FloatArray, target: float) -> float | None:
+    return float(np.mean(values >= target)) if len(values) else None
+
+
+def _rates(measured: Measured, policy: DeadlinePolicy) -> dict[str, float | None]:
+    """The fluid token rate beside the TPOT- and TBT-based rates the paper compares it with."""
+    usable = measured.batch.lengths >= 2
+    target, share = policy.target_fluidity, policy.percentile
+    fluid = fluid_token_rate(measured.batch, target, share) if usable.any() else math.nan
+    mean_tpot = float(np.nanmean(measured.latency.tpot)) if usable.any() else math.nan
+    p99_tbt = percentile(measured.latency.tbt, 99) if len(measured.latency.tbt) else math.nan
+    return {
+        "fluid_token_rate": fluid,
+        "tpot_based_rate": 1.0 / mean_tpot if mean_tpot > 0 else math.nan,
+        "tbt_based_rate": 1.0 / p99_tbt if p99_tbt > 0 else math.nan,
+    }
+
+
+def metric_values(measured: Measured, tier: str | None) -> dict[SloMetric, FloatArray]:
+    """Per-request values by SLO metric; fluidity at ``tier`` (the first tier when None)."""
+    latency = measured.latency
+    name = tier or next(iter(measured.tiers), None)
+    fluidity = measured.tiers[name].fluidity if name else np.zeros(0)
+    return {
+        SloMetric.TTFT: latency.ttft,
+        SloMetric.TBT: latency.max_tbt,
+        SloMetric.TPOT: latency.tpot,
+        SloMetric.E2E: latency.e2e,
+        SloMetric.NORMALIZED_LATENCY: latency.normalized_latency,
+        SloMetric.FLUIDITY: fluidity,
+    }
+
+
+def _slos(measured: Measured, spec: EvaluationSpec) -> list[dict[str, Any]]:
+    values = metric_values(measured, _slo_tier(spec.deadlines))
+    # A per-request SLO on TBT means on every gap: check TBT SLOs against the pooled gaps.
+    values[SloMetric.TBT] = measured.latency.tbt
+    results = evaluate_slos(spec.slos, values)
+    return [
+        {
+            "slo": str(r.slo),
+            "observed": r.observed,
+            "threshold": r.threshold,
+            "met": r.met,
+            "samples": r.sample_count,
+        }
+        for r in results
+    ]
+
+
+def _slo_tier(policy: DeadlinePolicy) -> str | None:
+    return "medium" if "medium" in policy.decode_tiers else next(iter(policy.decode_tiers), None)
+
+
+def _goodput(
+    results: Sequence[ProbeResult], measured: Measured, spec: EvaluationSpec, duration_s: float
+) -> dict[str, Any] | None:
+    if spec.goodput is None:
+        return None
+    values = metric_values(measured, _slo_tier(spec.deadlines))
+    good: Goodput = goodput(spec.goodput, values, duration_s)
+    # Failed requests are never good, but they count in the total.
+    total = len(results)
+    return {
+        "bounds": asdict(spec.goodput),
+        "good": good.good,
+        "total": total,
+        "ratio": good.good / total if total else math.nan,
+        "rate_per_s": good.rate_per_s,
+    }
+
+
+def request_record(result: ProbeResult, spec: EvaluationSpec) -> dict[str, Any]:
+    """One line of ``requests.jsonl``: what happened, raw timings and the derived intervals."""
+    values = intervals(result, from_scheduled=spec.from_scheduled)
+    record: dict[str, Any] = {
+        "outcome": result.outcome.value,
+        "partial": result.outcome not in COMPLETED and bool(result.token_times),
+        "http_status": result.http_status,
+        "error": result.error,
+        "api": result.api,
+        "prompt_tokens_intended": result.prompt_tokens_intended,
+        "prompt_tokens_reported": result.prompt_tokens_reported,
+        "max_tokens": result.max_tokens,
+        "output_tokens": result.output_tokens,
+        "completion_tokens_reported": result.completion_tokens_reported,
+        "token_source": result.token_source.value,
+        "finish_reason": result.finish_reason,
+        "scheduled_at": result.scheduled_at,
+        "sent_at": result.sent_at,
+        "send_overhead_s": result.send_overhead_s,
+        "ttft_s": values[0] if values else None,
+        "e2e_s": _e2e(result, spec.from_scheduled),
+        "retries": result.retries,
+        "unreliable": result.unreliable,
+        "intervals": values,
+    }
+    return cast(dict[str, Any], _json_safe(record))
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN and infinities become None; numpy scalars become Python numbers."""
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

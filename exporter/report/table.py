@@ -1,0 +1,115 @@
+"""The summary a person reads at the end of ``fluidity-exporter bench``: plain-text tables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+LATENCY_ROWS = (
+    ("TTFT (s)", "ttft", 1.0, "{:.3f}"),
+    ("TBT (ms)", "tbt", 1e3, "{:.1f}"),
+    ("TPOT (ms)", "tpot", 1e3, "{:.1f}"),
+    ("E2E (s)", "e2e", 1.0, "{:.2f}"),
+    ("normalized latency (ms/token)", "normalized_latency", 1e3, "{:.1f}"),
+    ("longest gap per request (s)", "longest_gap", 1.0, "{:.3f}"),
+    ("output tokens per request", "output_tokens", 1.0, "{:.0f}"),
+)
+STATS = ("p50", "p90", "p99", "mean", "max")
+
+
+def render_summary(summary: Mapping[str, Any]) -> str:
+    """Every section of the summary as aligned text."""
+    parts = [
+        _requests(summary),
+        _latency(summary["latency"]),
+        _fluidity(summary["fluidity"]),
+        _rates(summary["rates"]),
+    ]
+    if summary.get("goodput"):
+        parts.append(_goodput(summary["goodput"]))
+    if summary.get("slos"):
+        parts.append(_slos(summary["slos"]))
+    if summary.get("health_checks"):
+        parts.append(_health(summary["health_checks"]))
+    verdict = "reliable" if summary.get("reliable") else "NOT reliable: see the flagged checks and requests"
+    parts.append(f"measurement: {verdict}")
+    return "\n\n".join(parts)
+
+
+def _number(value: Any, fmt: str, scale: float = 1.0) -> str:
+    return "-" if value is None else fmt.format(value * scale)
+
+
+def _requests(summary: Mapping[str, Any]) -> str:
+    requests = summary["requests"]
+    outcomes = ", ".join(f"{name} {count}" for name, count in sorted(requests["by_outcome"].items()))
+    sources = ", ".join(f"{name} {count}" for name, count in sorted(requests["token_sources"].items()))
+    throughput = summary["throughput"]
+    return "\n".join(
+        [
+            f"requests: {requests['total']} sent, {requests['completed']} completed ({outcomes})",
+            f"token counts from: {sources or '-'}; retried on a fresh connection: {requests['retried']}; "
+            f"unreliable timings: {requests['unreliable']}",
+            f"duration {summary['duration_s']:.1f} s; "
+            f"{_number(throughput['completed_requests_per_s'], '{:.2f}')} req/s, "
+            f"{_number(throughput['output_tokens_per_s'], '{:.0f}')} output tok/s",
+        ]
+    )
+
+
+def _latency(latency: Mapping[str, Any]) -> str:
+    width = max(len(label) for label, *_ in LATENCY_ROWS)
+    lines = [f"{'':{width}}  " + "".join(f"{name:>10}" for name in STATS)]
+    for label, key, scale, fmt in LATENCY_ROWS:
+        row = latency[key]
+        lines.append(f"{label:{width}}  " + "".join(f"{_number(row[s], fmt, scale):>10}" for s in STATS))
+    return "\n".join(lines)
+
+
+def _fluidity(fluidity: Mapping[str, Any]) -> str:
+    deadlines = fluidity["deadlines"]
+    prefill = deadlines["prefill"]
+    dp = f"{prefill['seconds']} s" if prefill["kind"] == "constant" else "profiled model + slack"
+    target = deadlines["target_fluidity"]
+    lines = [f"fluidity-index (prefill deadline {dp}; target {target})"]
+    lines.append(f"{'tier':10}{'Dd (ms)':>9}{'level':>8}{'min':>8}{'p50':>8}{f'>={target}':>9}{'stalled':>9}")
+    for name, tier in fluidity["tiers"].items():
+        dist = tier["fluidity"]
+        share = tier["share_at_or_above_target"]
+        lines.append(
+            f"{name:10}{tier['decode_deadline_s'] * 1e3:>9.0f}{_number(tier['service_level'], '{:.3f}'):>8}"
+            f"{_number(dist['min'], '{:.3f}'):>8}{_number(dist['p50'], '{:.3f}'):>8}"
+            f"{_number(share, '{:.0%}'):>9}{tier['requests_with_stalls']:>9}"
+        )
+    return "\n".join(lines)
+
+
+def _rates(rates: Mapping[str, Any]) -> str:
+    return (
+        f"fluid token rate {_number(rates['fluid_token_rate'], '{:.1f}')} tok/s  "
+        f"(TPOT-based {_number(rates['tpot_based_rate'], '{:.1f}')}, "
+        f"TBT-based {_number(rates['tbt_based_rate'], '{:.1f}')})"
+    )
+
+
+def _goodput(goodput: Mapping[str, Any]) -> str:
+    return (
+        f"goodput: {goodput['good']} of {goodput['total']} requests met every bound "
+        f"({_number(goodput['ratio'], '{:.1%}')}, {_number(goodput['rate_per_s'], '{:.2f}')} req/s)"
+    )
+
+
+def _slos(slos: list[Mapping[str, Any]]) -> str:
+    lines = ["SLOs:"]
+    for slo in slos:
+        mark = "met " if slo["met"] else "MISSED"
+        lines.append(f"  {mark:6} {slo['slo']:24} observed {_number(slo['observed'], '{:.4g}')}")
+    return "\n".join(lines)
+
+
+def _health(checks: list[Mapping[str, Any]]) -> str:
+    lines = ["health of the load itself:"]
+    for check in checks:
+        mark = "ok  " if check.get("passed") else "FAIL"
+        lines.append(f"  {mark} {check.get('name', '?')}: {check.get('message', '')}")
+    return "\n".join(lines)

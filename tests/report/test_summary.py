@@ -1,0 +1,173 @@
+"""The report's figures are exporter.stats applied to the recorded stamps, and files hold them all."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals
+from exporter.report.files import write_outputs
+from exporter.report.plots import write_plots
+from exporter.report.summary import DeadlinePolicy, EvaluationSpec, measure, request_record, summarize
+from exporter.report.table import render_summary
+from exporter.stats.batch import IntervalBatch
+from exporter.stats.fluidity import evaluate, fluid_token_rate
+from exporter.stats.prefill import fit_prefill_model
+from exporter.stats.slo import GoodputBounds, parse_slo
+
+
+def streamed(
+    ttft: float, gaps: list[float], counts: list[int] | None = None, sent: float = 50.0
+) -> ProbeResult:
+    times = list(np.cumsum([sent + ttft, *gaps]))
+    counts = counts or [1] * len(times)
+    return ProbeResult(
+        api="completions",
+        scheduled_at=sent - 0.001,
+        sent_at=sent,
+        token_times=times,
+        token_counts=counts,
+        finished_at=times[-1] + 0.001,
+        token_source=TokenSource.TOKEN_IDS,
+        prompt_tokens_reported=512,
+        max_tokens=sum(counts),
+    )
+
+
+RESULTS = [
+    streamed(0.2, [0.02] * 30),
+    streamed(0.3, [0.02] * 10 + [0.93] + [0.02] * 10),
+    streamed(0.25, [0.045, 0.0, 0.04] * 5, counts=[1, 2, 1] * 5 + [1]),
+    ProbeResult(
+        api="completions", outcome=Outcome.HTTP_STATUS, http_status=503, error="503 Service Unavailable"
+    ),
+    ProbeResult(
+        api="completions",
+        outcome=Outcome.STREAM_ABORTED,
+        sent_at=10.0,
+        token_times=[10.1, 10.2],
+        token_counts=[1, 1],
+        finished_at=10.3,
+    ),
+]
+SPEC = EvaluationSpec(
+    deadlines=DeadlinePolicy(prefill_deadline=0.5),
+    slos=(parse_slo("ttft:p99<=0.28"), parse_slo("fluidity:p99>=0.9")),
+    goodput=GoodputBounds(ttft=0.28),
+)
+
+
+def test_fluidity_and_rates_equal_the_metric_core_on_the_same_intervals() -> None:
+    measured = measure(RESULTS, SPEC)
+    summary = summarize(RESULTS, measured, SPEC, duration_s=10.0)
+    expected_intervals = [
+        [0.2] + [0.02] * 30,
+        [0.3] + [0.02] * 10 + [0.93] + [0.02] * 10,
+        [0.25] + [0.045, 0.0, 0.0, 0.04] * 5,
+    ]
+    assert [len(measured.batch.request(i)) for i in range(3)] == [31, 22, 21]
+    for i, expected in enumerate(expected_intervals):
+        assert measured.batch.request(i) == pytest.approx(expected, abs=1e-9)
+    # The report must be the metric core applied to the intervals the stamps give (what requests.jsonl holds).
+    batch = IntervalBatch.from_sequences(intervals(r) for r in RESULTS[:3])
+    medium = evaluate(batch, 0.5, 0.05)
+    assert summary["fluidity"]["tiers"]["medium"]["service_level"] == medium.service_level
+    assert (
+        medium.service_level
+        == evaluate(IntervalBatch.from_sequences(expected_intervals), 0.5, 0.05).service_level
+    )
+    assert summary["fluidity"]["tiers"]["medium"]["requests_with_stalls"] == 1
+    assert summary["rates"]["fluid_token_rate"] == fluid_token_rate(batch)
+    assert summary["rates"]["tpot_based_rate"] > summary["rates"]["fluid_token_rate"]
+
+
+def test_outcomes_goodput_and_slos_count_every_request() -> None:
+    summary = summarize(RESULTS, measure(RESULTS, SPEC), SPEC, duration_s=10.0)
+    assert summary["requests"]["total"] == 5
+    assert summary["requests"]["completed"] == 3
+    assert summary["requests"]["by_outcome"] == {"ok": 3, "http_status": 1, "stream_aborted": 1}
+    assert summary["requests"]["http_status"] == {"503": 1}
+    assert (
+        summary["goodput"]["good"] == 2 and summary["goodput"]["total"] == 5
+    )  # ttft 0.3 fails, failures count
+    slos = {s["slo"]: s for s in summary["slos"]}
+    assert slos["ttft:p99<=0.28"]["met"] is False and slos["ttft:p99<=0.28"]["observed"] == pytest.approx(0.3)
+    assert slos["fluidity:p99>=0.9"]["samples"] == 3
+    json.dumps(summary, allow_nan=False)  # strict JSON: no NaN anywhere
+
+
+def test_prefill_model_sets_per_request_deadlines() -> None:
+    model = fit_prefill_model([128, 512, 2048], [0.05, 0.1, 0.4])
+    spec = EvaluationSpec(deadlines=DeadlinePolicy(prefill_model=model, scheduling_slack=0.1))
+    measured = measure(RESULTS, spec)
+    assert measured.prefill_deadlines == pytest.approx([model.deadline(512.0, 0.1)] * 3)
+    described = spec.deadlines.describe()["prefill"]
+    assert described["kind"] == "model" and described["scheduling_slack"] == 0.1
+
+
+def test_partial_streams_are_recorded_as_such() -> None:
+    record = request_record(RESULTS[4], SPEC)
+    assert record["outcome"] == "stream_aborted" and record["partial"] is True
+    assert record["intervals"] == pytest.approx([0.1, 0.1])
+    failed = request_record(RESULTS[3], SPEC)
+    assert failed["partial"] is False and failed["intervals"] == [] and failed["http_status"] == 503
+
+
+def test_output_directory_holds_every_file(tmp_path: Path) -> None:
+    measured = measure(RESULTS, SPEC)
+    summary = summarize(RESULTS, measured, SPEC, duration_s=10.0)
+    written = write_outputs(tmp_path, RESULTS, measured, summary, SPEC)
+    names = {p.name for p in written}
+    assert {
+        "requests.jsonl",
+        "summary.json",
+        "ttft.csv",
+        "tbt.csv",
+        "tpot.csv",
+        "fluidity_medium.csv",
+    } <= names
+    lines = (tmp_path / "requests.jsonl").read_text().splitlines()
+    assert len(lines) == 5 and json.loads(lines[1])["intervals"][11] == pytest.approx(0.93)
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    with (tmp_path / "tbt.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 30 + 21 + 20
+    with (tmp_path / "deadline_miss_rate.csv").open() as f:
+        curve = [float(row["miss_rate"]) for row in csv.DictReader(f)]
+    assert curve == sorted(curve, reverse=True) and curve[-1] == 0.0
+
+
+def test_plots_are_written(tmp_path: Path) -> None:
+    paths = write_plots(tmp_path, measure(RESULTS, SPEC))
+    assert len(paths) == 5
+    for path in paths:
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table_names_every_section() -> None:
+    summary = summarize(RESULTS, measure(RESULTS, SPEC), SPEC, duration_s=10.0)
+    text = render_summary(summary)
+    for needle in (
+        "requests: 5 sent, 3 completed",
+        "TTFT (s)",
+        "medium",
+        "fluid token rate",
+        "goodput",
+        "MISSED",
+    ):
+        assert needle in text
+    assert "nan" not in text.lower()
+
+
+def test_no_completed_request_still_gives_a_report() -> None:
+    failed = [RESULTS[3]]
+    summary = summarize(failed, measure(failed, SPEC), SPEC, duration_s=1.0)
+    assert summary["requests"]["completed"] == 0
+    assert summary["rates"]["fluid_token_rate"] is None
+    assert math.isnan(float("nan"))  # the JSON form has no NaN, the table renders dashes
+    assert "-" in render_summary(summary)
