@@ -13,8 +13,9 @@ Embedding::
     await server.stop()
 
 Standard request fields honoured: ``model``, ``prompt`` (string, one-element list, or token ids) /
-``messages``, ``max_tokens`` (``max_completion_tokens``), ``min_tokens``, ``ignore_eos``, ``temperature``,
-``seed`` (the generated text), ``stream``, ``stream_options.include_usage``,
+``messages``, ``max_tokens`` (``max_completion_tokens``), ``min_tokens``, ``ignore_eos``,
+``temperature`` (validated; the output does not depend on it), ``seed`` (the generated text),
+``stream``, ``stream_options.include_usage``,
 ``stream_options.continuous_usage_stats`` (needs ``include_usage``, as in vLLM), ``return_token_ids``.
 
 Request extension fields (all optional, under ``"sim"``):

@@ -16,8 +16,8 @@ import yaml
 
 from exporter.sim.costmodel import CostModel
 from exporter.sim.engine import EngineParams
-from exporter.sim.faults import FAULT_MODES
 from exporter.sim.presets import PRESETS
+from exporter.sim.protocol import FAULT_MODES
 
 
 class ConfigError(ValueError):

@@ -32,21 +32,10 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from exporter.sim.protocol import FaultSpec, error_body
+from exporter.sim.protocol import FAULT_MODES, FaultSpec, error_body
 
-FAULT_MODES = (
-    "http_500",
-    "http_503",
-    "http_429",
-    "reset",
-    "malformed_sse",
-    "invalid_utf8",
-    "hang_before_headers",
-    "stall",
-    "slow_drip",
-    "wrong_content_type",
-    "oversized_line",
-)
+__all__ = ["FAULT_MODES", "http_error", "normal_pieces", "run_fault"]
+
 _HTTP_FAULTS = {
     "http_500": (500, "server_error", "simulated internal server error"),
     "http_503": (503, "service_unavailable", "simulated overload: service unavailable"),

@@ -15,6 +15,20 @@ from typing import Any
 from exporter.sim import tokenizer
 
 FAULT_PARAMS = ("mode", "at", "duration", "size", "interval")
+# What each mode does is in ``faults.py``; the names live here so that config parsing needs no aiohttp.
+FAULT_MODES = (
+    "http_500",
+    "http_503",
+    "http_429",
+    "reset",
+    "malformed_sse",
+    "invalid_utf8",
+    "hang_before_headers",
+    "stall",
+    "slow_drip",
+    "wrong_content_type",
+    "oversized_line",
+)
 
 
 class RequestError(Exception):
@@ -325,6 +339,9 @@ class ChunkBuilder:
         self._close = (
             '"},"logprobs":null,"finish_reason":' if req.chat else '","logprobs":null,"finish_reason":'
         )
+        # Generated text and the escaped model name are ASCII, so the fast path can encode as ASCII.
+        self._data_open = "data: " + self._open
+        self._plain_close = self._close + ("null}]}" if req.chat else 'null,"stop_reason":null}]}') + "\n\n"
 
     def _tail(self, finish_reason: str | None, ids: Sequence[int], first: bool, sent: int) -> str:
         parts = ["null" if finish_reason is None else f'"{finish_reason}"']
@@ -348,10 +365,28 @@ class ChunkBuilder:
         delta = '"delta":{"role":"assistant","content":""}'
         return self._head + f',"choices":[{{"index":0,{delta},"logprobs":null,"finish_reason":null}}]{tail}}}'
 
-    def content(self, ids: Sequence[int], first: bool, sent_after: int, finish_reason: str | None) -> str:
-        """One content chunk carrying ``ids``; ``sent_after`` counts completion tokens including them."""
-        text = "".join(tokenizer.token_text(t) for t in ids)
+    def content(
+        self,
+        ids: Sequence[int],
+        first: bool,
+        sent_after: int,
+        finish_reason: str | None,
+        text: str | None = None,
+    ) -> str:
+        """One content chunk of ``ids`` (``text`` if known); ``sent_after`` counts tokens sent with it."""
+        if text is None:
+            text = "".join(tokenizer.token_text(t) for t in ids)
         return self._open + text + self._close + self._tail(finish_reason, ids, first, sent_after)
+
+    @property
+    def plain(self) -> bool:
+        """Whether middle chunks carry nothing but text (no token ids, no usage): the fast path applies."""
+        return not self.req.return_token_ids and not self.req.continuous_usage
+
+    def plain_frame(self, text: str) -> bytes:
+        """The bytes of a middle chunk of ``text`` when ``plain``: one concatenation and one encode."""
+        payload = (self._data_open + text + self._plain_close).encode("ascii")
+        return b"%x\r\n%s\r\n" % (len(payload), payload) if self.http_chunked else payload
 
     def usage_chunk(self, completion_tokens: int) -> str:
         """The final usage-only chunk (``stream_options.include_usage``)."""

@@ -8,6 +8,7 @@ of bursting out a backlog of iterations.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -15,6 +16,7 @@ from exporter.sim.emitter import Emitter
 from exporter.sim.engine import Emission, Engine, Phase, SimRequest
 from exporter.sim.streams import Delivery, TokenStream
 
+log = logging.getLogger(__name__)
 REBASE_S = 0.05
 
 
@@ -52,7 +54,14 @@ class EngineRunner:
             return
         self.stepping = True
         # The iteration is applied now and its bytes prebuilt, so the callback at its end only writes.
-        deliveries = [self._prepare(e) for e in self.engine.complete(batch)]
+        deliveries = []
+        for emission in self.engine.complete(batch):
+            try:
+                deliveries.append(self._prepare(emission))
+            except Exception:
+                # A bug must not stall every other stream: log it, drop this request, keep stepping.
+                log.exception("preparing a delivery failed; aborting the request")
+                self.abort(emission.request)
         end = batch.end
         self.emitter.call_at(end, lambda: self._finish(end, deliveries))
 
@@ -65,15 +74,18 @@ class EngineRunner:
         return request, stream, delivery
 
     def _finish(self, end: float, deliveries: list[tuple[SimRequest, TokenStream, Delivery]]) -> None:
-        for request, stream, delivery in deliveries:
-            if stream.closed:
-                self.abort(request)
-                continue
-            stream.deliver(delivery, end)
-            if delivery.finished:
-                self.streams.pop(request, None)
-        now = self.clock()
-        self._start(end if now - end < REBASE_S else now)
+        try:
+            for request, stream, delivery in deliveries:
+                if stream.closed:
+                    self.abort(request)
+                    continue
+                stream.deliver(delivery, end)
+                if delivery.finished:
+                    self.streams.pop(request, None)
+        finally:
+            # Even after a failed write the engine keeps stepping; the emitter logs and counts the error.
+            now = self.clock()
+            self._start(end if now - end < REBASE_S else now)
 
     def close(self) -> None:
         """Abort everything in flight."""

@@ -21,8 +21,8 @@ import logging
 import random
 import statistics
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 from aiohttp.http import HttpVersion11
@@ -135,7 +135,7 @@ class SimServer:
         app.cleanup_ctx.append(self._lifecycle)
         return app
 
-    async def _lifecycle(self, _app: web.Application) -> Any:
+    async def _lifecycle(self, _app: web.Application) -> AsyncIterator[None]:
         self._emitter = Emitter(asyncio.get_running_loop())
         self._runner = EngineRunner(self.engine, self._emitter)
         yield
@@ -153,9 +153,7 @@ class SimServer:
         await self._app_runner.setup()
         site = web.TCPSite(self._app_runner, host or config.host, config.port if port is None else port)
         await site.start()
-        server = site._server
-        assert isinstance(server, asyncio.Server) and server.sockets
-        bound = server.sockets[0].getsockname()
+        bound = self._app_runner.addresses[0]
         self.address = (str(bound[0]), int(bound[1]))
         return self.address
 
@@ -277,8 +275,15 @@ class SimServer:
         transport = job.request.transport
         assert isinstance(transport, asyncio.Transport)
         builder = ChunkBuilder(req, job.request_id, int(time.time()), http_chunked=chunked)
-        stream = TokenStream(req, job.seed, job.arrival, self.stats, transport=transport, builder=builder)
-        stream.recorder = self.recorder
+        stream = TokenStream(
+            req,
+            job.seed,
+            job.arrival,
+            self.stats,
+            transport=transport,
+            builder=builder,
+            recorder=self.recorder,
+        )
         return resp, stream
 
     async def _finish(

@@ -65,22 +65,27 @@ class TokenStream:
     def prepare(self, tokens: int, finished: bool, finish_reason: str | None) -> Delivery:
         """Build the next delivery of ``tokens`` tokens (the last one when ``finished``)."""
         start = self.prepared
-        ids = [tokenizer.generated_token_id(self.seed, start + i) for i in range(tokens)]
+        ids, text = tokenizer.generated_text(self.seed, start, tokens)
         self.prepared += tokens
-        self.token_ids.extend(ids)
         reason = finish_reason if finished else None
-        frame = b"" if self.builder is None else self._frame(ids, start == 0, reason)
-        return Delivery(frame, tokens, finished, reason)
+        builder = self.builder
+        if builder is None:
+            self.token_ids.extend(ids)
+            return Delivery(b"", tokens, finished, reason)
+        if builder.plain and start > 0 and reason is None:
+            return Delivery(builder.plain_frame(text), tokens, finished, reason)
+        return Delivery(self._frame(builder, ids, text, start == 0, reason), tokens, finished, reason)
 
-    def _frame(self, ids: list[int], first: bool, reason: str | None) -> bytes:
-        assert self.builder is not None
-        events = [self.builder.role()] if first and self.req.chat else []
-        events.append(self.builder.content(ids, first, self.prepared, reason))
+    def _frame(
+        self, builder: ChunkBuilder, ids: list[int], text: str, first: bool, reason: str | None
+    ) -> bytes:
+        events = [builder.role()] if first and self.req.chat else []
+        events.append(builder.content(ids, first, self.prepared, reason, text))
         if reason is not None:
             if self.req.include_usage:
-                events.append(self.builder.usage_chunk(self.prepared))
+                events.append(builder.usage_chunk(self.prepared))
             events.append(DONE)
-        return self.builder.frame(events)
+        return builder.frame(events)
 
     def deliver(self, delivery: Delivery, intended: float) -> None:
         """Write ``delivery`` now (its due time was ``intended``) and account for it."""
@@ -111,6 +116,7 @@ class TokenStream:
             self.done.set_result(None)
 
     def abort(self) -> None:
-        """End the stream early (client gone, or server stopping)."""
+        """End the stream early (client gone, or server stopping); vLLM counts it as an abort."""
         if not self.done.done():
+            self.stats.success["abort"] += 1
             self.done.set_result(None)

@@ -78,6 +78,10 @@ def _piece_text(token_id: int) -> str:
     return (" " if spaced else "") + "".join(reversed(chars))
 
 
+# Every generated token's text, precomputed once (17,576 short strings): the streaming hot path looks up.
+_GEN_TEXT = [_piece_text.__wrapped__(_GEN_BASE + i) for i in range(_GEN_COUNT)]
+
+
 def decode(ids: Iterable[int]) -> str:
     """Text of token ids; invalid UTF-8 from byte tokens is replaced, as real detokenizers do."""
     out = bytearray()
@@ -102,6 +106,12 @@ def _mix(seed: int, index: int) -> int:
 def generated_token_id(seed: int, index: int) -> int:
     """The ``index``-th output token of a request with ``seed``: always a ``" xyz"`` piece."""
     return _GEN_BASE + _mix(seed, index) % _GEN_COUNT
+
+
+def generated_text(seed: int, start: int, count: int) -> tuple[list[int], str]:
+    """Ids and text of output tokens ``start .. start+count-1`` of a request with ``seed`` (the hot path)."""
+    ids = [_GEN_BASE + _mix(seed, index) % _GEN_COUNT for index in range(start, start + count)]
+    return ids, "".join([_GEN_TEXT[token_id - _GEN_BASE] for token_id in ids])
 
 
 def token_text(token_id: int) -> str:

@@ -10,10 +10,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from sim_helpers import completion_body
 
 from exporter.sim import SimServer
 from exporter.sim.faults import FAULT_MODES
+from tests.sim.sim_helpers import completion_body
 
 
 def faulted(fault: Any, **fields: Any) -> dict[str, Any]:

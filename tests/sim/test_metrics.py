@@ -7,10 +7,10 @@ from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
-from sim_helpers import completion_body, stream
 
 from exporter.sim import SimServer, tokenizer
 from exporter.sim.metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
+from tests.sim.sim_helpers import completion_body, stream
 
 LABELS = {"model_name": "sim-tiny", "engine": "0"}
 

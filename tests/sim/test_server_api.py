@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import aiohttp
 import pytest
-from sim_helpers import completion_body, stream
 
 from exporter.sim import SimServer, tokenizer
+from tests.sim.sim_helpers import completion_body, stream
 
 COMPLETION_CHUNK_KEYS = {"id", "object", "created", "model", "choices"}
 
@@ -180,3 +181,43 @@ async def test_full_queue_gives_429(start_sim: Any, session: aiohttp.ClientSessi
     assert resp.status == 429 and data["error"]["code"] == "queue_full"
     for task in (running, queued):
         (await task).release()
+
+
+async def test_client_disconnect_aborts_the_request_and_frees_the_engine(sim: SimServer) -> None:
+    assert sim.address is not None
+    reader, writer = await asyncio.open_connection(*sim.address)
+    body = json.dumps(completion_body(max_tokens=2000)).encode()
+    writer.write(
+        b"POST /v1/completions HTTP/1.1\r\nHost: sim\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    assert b"data: " in await reader.readuntil(b"\n\n")
+    writer.close()
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if not sim.engine.running:
+            break
+    assert not sim.engine.running and sim.engine.kv_usage == 0
+    assert sim.stats.success["abort"] == 1
+
+
+async def test_http_1_0_client_gets_an_unchunked_stream(sim: SimServer) -> None:
+    assert sim.address is not None
+    reader, writer = await asyncio.open_connection(*sim.address)
+    body = json.dumps(completion_body(max_tokens=3)).encode()
+    writer.write(b"POST /v1/completions HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    response = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    head, _, payload = response.partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding" not in head
+    events = [e for e in payload.split(b"\n\n") if e]
+    assert all(e.startswith(b"data: ") for e in events) and events[-1] == b"data: [DONE]"
+    assert len(events) == 4
+
+
+async def test_speculative_decoding_sends_several_tokens_per_chunk(
+    start_sim: Any, session: aiohttp.ClientSession
+) -> None:
+    server = await start_sim(spec_k=3, spec_acceptance=0.9)
+    chunks = (await stream(session, server.url + "/v1/completions", completion_body(max_tokens=40))).chunks
+    sizes = [len(c["choices"][0]["text"]) // 4 for c in chunks]
+    assert sum(sizes) == 40 and max(sizes) == 4 and len(sizes) < 30

@@ -11,9 +11,9 @@ import statistics
 from typing import Any
 
 import aiohttp
-from sim_helpers import completion_body, gaps, stream
 
 from exporter.sim import SimServer, tokenizer
+from tests.sim.sim_helpers import completion_body, gaps, stream
 
 
 async def test_scripted_ttft_gaps_and_stall_arrive_as_stated(

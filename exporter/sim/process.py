@@ -1,0 +1,77 @@
+"""The simulator in a child process: a target on its own core for one-shot evaluations and benchmarks.
+
+A client measuring a server that shares its event loop (and, on a small machine, its core) would time
+its own work as the server's. ``SimProcess`` starts ``python -m exporter sim`` on a free loopback port,
+waits for the line that says where it listens, and stops it on exit.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+from types import TracebackType
+
+LISTENING = re.compile(r"on (http://\S+)")
+START_TIMEOUT_S = 30.0
+
+
+class SimProcess:
+    """``with SimProcess(["--preset", "tiny"]) as sim: sim.url``; extra arguments go to ``sim``."""
+
+    def __init__(self, arguments: Sequence[str] = (), host: str = "127.0.0.1") -> None:
+        self.arguments = [*arguments, "--host", host, "--port", "0"]
+        self.process: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def __enter__(self) -> SimProcess:
+        command = [sys.executable, "-m", "exporter", "sim", *self.arguments]
+        # stderr goes to a file, not a pipe: a pipe nobody drains would block a chatty child.
+        self.errors = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=self.errors, text=True, start_new_session=True
+        )
+        self.url = self._wait_for_address(self.process)
+        return self
+
+    def _wait_for_address(self, process: subprocess.Popen[str]) -> str:
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=_drain, args=(process, lines), daemon=True).start()
+        try:
+            match = LISTENING.search(lines.get(timeout=START_TIMEOUT_S))
+        except queue.Empty:
+            match = None
+        if match is None:
+            self._stop()
+            self.errors.seek(0)
+            reason = self.errors.read().strip() or "no address printed"
+            raise RuntimeError(f"the simulator did not start: {reason}")
+        return match.group(1)
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._stop()
+        self.errors.close()
+
+    def _stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _drain(process: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
+    """Hand every stdout line to ``lines`` until the child exits, so its pipe never fills."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.put(line)
+    lines.put("")
