@@ -5,3 +5,28 @@ the machine); what those stamps mean (TTFT, intervals, fluidity) is computed by 
 recorded ``ProbeResult``. Target failures never raise: every request ends as a result with an
 ``Outcome`` and whatever partial timings it got.
 """
+
+from exporter.probe.client import ProbeClient, TargetError
+from exporter.probe.result import Outcome, ProbeResult, TokenSource, e2e, intervals, ttft
+from exporter.probe.target import APIS, Api, RequestSpec, Secret, TargetSettings, Timeouts
+from exporter.probe.workers import WorkerStats, run_plan, run_plan_in_workers
+
+__all__ = [
+    "APIS",
+    "Api",
+    "Outcome",
+    "ProbeClient",
+    "ProbeResult",
+    "RequestSpec",
+    "Secret",
+    "TargetError",
+    "TargetSettings",
+    "Timeouts",
+    "TokenSource",
+    "WorkerStats",
+    "e2e",
+    "intervals",
+    "run_plan",
+    "run_plan_in_workers",
+    "ttft",
+]

@@ -54,6 +54,7 @@ class ProbeResult:
     reasoning_times: list[float] = field(default_factory=list)  # events carrying reasoning content only
     finished_at: float | None = None  # stream ended ([DONE], finish, or failure)
     token_source: TokenSource = TokenSource.CHUNKS
+    token_adjustment: int = 0  # tokens added (+) / removed (-) to match the final usage (see probe.tokens)
     prompt_tokens_intended: int | None = None
     prompt_tokens_reported: int | None = None  # the server's usage.prompt_tokens
     completion_tokens_reported: int | None = None  # the server's usage.completion_tokens
@@ -63,6 +64,8 @@ class ProbeResult:
     retries: int = 0  # resent once on a fresh connection after a stale keep-alive failure
     multi_event_reads: int = 0  # socket reads that carried more than one event: a saturated client
     loop_lag_s: float = 0.0  # the largest event-loop lag seen while this request was in flight
+    loop_lag_share: float = 0.0  # share of lag samples meanwhile over probe.saturation.LAG_LIMIT_S
+    cpu_share: float | None = None  # process CPU time / wall time while in flight (1.0: core never idle)
     unreliable: bool = False  # the client itself was saturated: timings may be wrong
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -10,7 +10,7 @@ left over, which means the stream was cut).
 UTF-8 is decoded one *complete line* at a time: line endings are ASCII bytes that never occur inside a
 multi-byte UTF-8 sequence, so buffering the bytes of an unfinished line is an incremental decoder that
 handles a code point split across reads, and it decodes each line once instead of once per read.
-Invalid UTF-8 raises ``SseInvalidUtf8``; a line longer than the bound raises ``SseLineTooLong`` (a
+Invalid UTF-8 raises ``SseInvalidUtf8Error``; a line longer than the bound raises ``SseLineTooLongError`` (a
 server that never ends its line must not eat the client's memory).
 """
 
@@ -29,17 +29,18 @@ class SseError(ValueError):
     """The byte stream is not a valid event stream."""
 
 
-class SseLineTooLong(SseError):
+class SseLineTooLongError(SseError):
     """A line exceeded the decoder's bound."""
 
 
-class SseInvalidUtf8(SseError):
+class SseInvalidUtf8Error(SseError):
     """A line was not valid UTF-8."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SseEvent:
-    """One dispatched event: its ``data`` (lines joined with ``"\\n"``) and its ``event`` type, if any."""
+    """One dispatched event: its ``data`` (lines joined with ``"\\n"``) and its ``event`` type, if any.
+    (Not frozen: a frozen dataclass's ``__init__`` costs three times as much, and this is the hot path.)"""
 
     data: str
     event: str | None = None
@@ -70,7 +71,8 @@ class SseDecoder:
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         """Decode one read; returns the events it completed (raises ``SseError`` on bad input)."""
-        chunk = self._trim_start(chunk)
+        if self._skip_lf or not self._started:
+            chunk = self._trim_start(chunk)
         if not chunk:
             return []
         buffer = self._buffer + chunk if self._buffer else chunk
@@ -81,56 +83,54 @@ class SseDecoder:
             lines = buffer.split(b"\n")
         self._buffer = lines.pop()
         if len(self._buffer) > self._max_line:
-            raise SseLineTooLong(f"SSE line longer than {self._max_line} bytes without an end")
+            raise SseLineTooLongError(f"SSE line longer than {self._max_line} bytes without an end")
         events: list[SseEvent] = []
-        for line in lines:
-            self._line(line, events)
+        try:
+            self._lines(lines, events)
+        except UnicodeDecodeError as exc:
+            raise SseInvalidUtf8Error(f"invalid UTF-8 in an SSE line at byte {exc.start}") from None
         return events
+
+    def _lines(self, lines: list[bytes], events: list[SseEvent]) -> None:
+        # The hot path (one "data: {...}" line, then a blank line) stays inline: no call per line.
+        limit, data = self._max_line, self._data
+        for raw in lines:
+            if len(raw) > limit:
+                raise SseLineTooLongError(f"SSE line of {len(raw)} bytes, longer than {limit}")
+            if raw[:6] == b"data: ":
+                data.append(raw[6:].decode("utf-8"))
+            elif not raw:
+                if data:
+                    events.append(SseEvent("\n".join(data), self._event))
+                    self._data = data = []
+                self._event = None
+            else:
+                self._field(raw)
 
     def _trim_start(self, chunk: bytes) -> bytes:
         if self._skip_lf and chunk:
             self._skip_lf = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
-        if not self._started and chunk:
-            # A byte-order mark may open the stream; it is not part of the first field name.
-            if len(chunk) < len(_BOM) and _BOM.startswith(chunk) and not self._buffer:
-                self._buffer = chunk
-                return b""
-            self._started = True
-            if self._buffer.startswith(_BOM[:1]) or chunk.startswith(_BOM):
-                joined = self._buffer + chunk
-                self._buffer = b""
-                return joined.removeprefix(_BOM)
-        return chunk
+        if self._started or not chunk:
+            return chunk
+        # Until the stream's first three bytes are known, ``_buffer`` holds a possible byte-order mark,
+        # which is not part of the first field name.
+        head = self._buffer + chunk
+        if len(head) < len(_BOM) and _BOM.startswith(head):
+            self._buffer = head
+            return b""
+        self._started = True
+        self._buffer = b""
+        return head.removeprefix(_BOM)
 
-    def _line(self, raw: bytes, events: list[SseEvent]) -> None:
-        if not raw:
-            if self._data:
-                events.append(SseEvent("\n".join(self._data), self._event))
-                self._data = []
-            self._event = None
-            return
-        if len(raw) > self._max_line:
-            raise SseLineTooLong(f"SSE line of {len(raw)} bytes, longer than {self._max_line}")
-        if raw.startswith(b"data:"):
-            # The hot path: no need to split the field name.
-            value = raw[6:] if raw[5:6] == b" " else raw[5:]
-            self._data.append(_decode(value))
-            return
+    def _field(self, raw: bytes) -> None:
         if raw[:1] == b":":
-            return
+            return  # a comment: keep-alive pings
         name, colon, value = raw.partition(b":")
         if colon and value[:1] == b" ":
             value = value[1:]
-        if name == b"data":  # "data" with no colon: an empty data line
-            self._data.append("")
+        if name == b"data":  # "data:x" without the space, or "data" alone: an empty data line
+            self._data.append(value.decode("utf-8"))
         elif name == b"event":
-            self._event = _decode(value)
-
-
-def _decode(value: bytes) -> str:
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SseInvalidUtf8(f"invalid UTF-8 in an SSE line at byte {exc.start}") from exc
+            self._event = value.decode("utf-8")

@@ -87,6 +87,7 @@ class TargetSettings:
     request_token_ids: bool = True  # ask for return_token_ids (vLLM); harmless where unknown
     request_continuous_usage: bool = True  # stream_options.continuous_usage_stats
     tokenizer_file: str | None = None  # a tokenizer.json for counting chunk tokens locally
+    max_line_bytes: int = 4 * 1024 * 1024  # longest SSE line accepted (vLLM's first chunk lists prompt ids)
 
 
 @dataclass(frozen=True)
@@ -98,3 +99,4 @@ class RequestSpec:
     prompt_tokens: int | None = None  # the intended prompt length in tokens, when known
     messages: tuple[tuple[str, str], ...] | None = None  # (role, content) pairs for chat; else prompt
     request_id: str | None = None
+    extra_body: tuple[tuple[str, Any], ...] = ()  # merged over TargetSettings.extra_body for this request

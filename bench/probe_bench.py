@@ -1,0 +1,330 @@
+"""Accuracy benchmark of the probe client: inter-token gap error against a known schedule.
+
+The simulator runs in a child process (``fluidity-exporter sim``, pinned to CPU 0 when there are two or
+more CPUs, the clients get the others) and serves scripted streams: every chunk ``GAP_S`` (20 ms) after
+the previous one, one token per chunk, phases spread evenly over one gap. The ground truth is the script
+itself: each measured gap's error is ``measured - GAP_S``. The simulator's own write lateness (read from
+its ``/debug/lateness``) is printed next to it, because it is part of every client's error.
+
+Three clients, at 10 (the floor), 100, 500 and 1000 concurrent streams:
+
+* ``baseline``: a minimal vLLM ``bench serve``-style client written here: aiohttp, ``iter_any``, split on
+  blank lines, ``json.loads``, one ``perf_counter`` per chunk, one process;
+* ``probe``: ``ProbeClient`` in one process (``run_plan``);
+* ``workers``: ``ProbeClient`` spread over worker processes (``run_plan_in_workers``).
+
+Per run: median measured gap, p50 and p99 of ``|error|``, the share of gaps read as < 1 ms (chunks read
+together), the share of requests our saturation detection flagged unreliable, client CPU per chunk
+(``time.process_time`` of the client process, or the sum over the workers) and chunks per CPU-second (=
+chunks/s one core parses). Usage: ``python bench/probe_bench.py [--quick] [--tokens N] [--workers N]``;
+the default run takes about 2 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from exporter.probe import ProbeClient, ProbeResult, RequestSpec, TargetSettings, Timeouts, intervals
+from exporter.probe.workers import WorkerStats, run_plan, run_plan_in_workers
+
+ENTRY = (
+    "import sys; from exporter.cli import build_parser; from exporter.sim.cli import SIM_COMMAND; "
+    "args = build_parser({'sim': SIM_COMMAND}).parse_args(sys.argv[1:]); sys.exit(SIM_COMMAND.run(args))"
+)
+MODEL = "sim-bench"
+CONFIG = f"preset: tiny\nmodel: {MODEL}\nrecord_lateness: true\nmax_waiting: 8192\n"
+GAP_S = 0.020
+# Streams start after every connection is up, so the connection burst does not overlap the measurement.
+FIRST_TOKEN_S = 1.0
+LOADS = (10, 100, 500, 1000)
+CLIENTS = ("baseline", "probe", "workers")
+P50_GOAL_S = 0.0001
+FLOOR_FACTOR_GOAL = 1.5
+
+
+@dataclass
+class Run:
+    """One client at one load: every measured gap, and what the run cost."""
+
+    client: str
+    streams: int
+    gaps: list[float] = field(default_factory=list)
+    chunks: int = 0
+    cpu_s: float = 0.0
+    failed: int = 0
+    flagged: int | None = None  # requests marked unreliable (None: the client cannot tell)
+    multi_reads: int | None = None
+    server: dict[str, float] = field(default_factory=dict)
+
+    def errors(self) -> list[float]:
+        return sorted(abs(g - GAP_S) for g in self.gaps)
+
+
+# -- the server ------------------------------------------------------------------------------------
+
+
+def start_server(workdir: Path) -> tuple[subprocess.Popen[str], str]:
+    config = workdir / "sim.yaml"
+    config.write_text(CONFIG)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ENTRY, "sim", "--port", "0", "--config", str(config)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    match = re.search(r"http://[\d.]+:\d+", line)
+    if not match:
+        proc.kill()
+        raise SystemExit(f"server did not start: {line!r}")
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) > 1:
+        os.sched_setaffinity(proc.pid, {cpus[0]})
+        os.sched_setaffinity(0, set(cpus[1:]))  # spawned workers inherit this
+    return proc, match.group(0)
+
+
+async def server_lateness(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    async with session.get(url + "/debug/lateness") as resp:
+        return dict(await resp.json())
+
+
+# -- the workload ----------------------------------------------------------------------------------
+
+
+def sim_script(index: int, streams: int) -> dict[str, Any]:
+    return {"script": {"ttft": FIRST_TOKEN_S + GAP_S * index / streams, "gaps": GAP_S}}
+
+
+def plan(streams: int, tokens: int) -> list[tuple[float, RequestSpec]]:
+    return [
+        (0.0, RequestSpec(prompt="x", max_tokens=tokens, extra_body=(("sim", sim_script(i, streams)),)))
+        for i in range(streams)
+    ]
+
+
+def settings(url: str) -> TargetSettings:
+    # The same plain stream the baseline asks for: no token ids, no per-chunk usage.
+    return TargetSettings(
+        base_url=url,
+        api="completions",
+        model=MODEL,
+        ignore_eos=False,
+        send_min_tokens=False,
+        request_token_ids=False,
+        request_continuous_usage=False,
+        timeouts=Timeouts(connect=10.0, ttft=30.0, idle=10.0, total=120.0),
+    )
+
+
+# -- the baseline: how vLLM's `bench serve` reads a stream -------------------------------------------
+
+
+async def baseline_request(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> list[float]:
+    """vLLM ``bench serve``-style: perf_counter per parsed chunk, inter-token latencies as their gaps."""
+    itl: list[float] = []
+    most_recent = time.perf_counter()
+    first = True
+    buffer = ""
+    async with session.post(url + "/v1/completions", json=body) as response:
+        if response.status != 200:
+            raise RuntimeError(f"baseline: HTTP {response.status}")
+        async for chunk_bytes in response.content.iter_any():
+            buffer += chunk_bytes.decode("utf-8")
+            *messages, buffer = buffer.split("\n\n")
+            for message in messages:
+                data = message.strip().removeprefix("data: ")
+                if not data or data == "[DONE]":
+                    continue
+                choices = json.loads(data).get("choices")
+                if choices and choices[0].get("text"):
+                    timestamp = time.perf_counter()
+                    if not first:
+                        itl.append(timestamp - most_recent)
+                    first = False
+                    most_recent = timestamp
+    return itl
+
+
+async def run_baseline(url: str, streams: int, tokens: int) -> Run:
+    run = Run("baseline", streams)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=300)
+    ) as session:
+        bodies = [
+            {
+                "model": MODEL,
+                "prompt": "x",
+                "max_tokens": tokens,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "sim": sim_script(i, streams),
+            }
+            for i in range(streams)
+        ]
+        cpu = time.process_time()
+        outcomes = await asyncio.gather(
+            *(baseline_request(session, url, b) for b in bodies), return_exceptions=True
+        )
+        run.cpu_s = time.process_time() - cpu
+    for itl in outcomes:
+        if isinstance(itl, BaseException):
+            run.failed += 1
+            continue
+        run.gaps.extend(itl)
+        run.chunks += len(itl) + 1
+    return run
+
+
+# -- our client --------------------------------------------------------------------------------------
+
+
+def collect(run: Run, results: list[ProbeResult]) -> Run:
+    run.flagged = sum(r.unreliable for r in results)
+    run.multi_reads = sum(r.multi_event_reads for r in results)
+    for result in results:
+        if not result.ok:
+            run.failed += 1
+        run.gaps.extend(intervals(result)[1:])
+        run.chunks += len(result.token_times)
+    return run
+
+
+async def run_probe(url: str, streams: int, tokens: int) -> Run:
+    async with ProbeClient(settings(url)) as client:
+        cpu = time.process_time()
+        results = await run_plan(client, plan(streams, tokens))
+        cpu = time.process_time() - cpu
+    run = collect(Run("probe", streams), results)
+    run.cpu_s = cpu
+    return run
+
+
+async def run_workers(url: str, streams: int, tokens: int, workers: int) -> Run:
+    stats: list[WorkerStats] = []
+    results = await asyncio.to_thread(
+        run_plan_in_workers, settings(url), plan(streams, tokens), workers, stats=stats
+    )
+    run = collect(Run(f"workers x{workers}", streams), results)
+    run.cpu_s = sum(s.cpu_s for s in stats)  # from the common start: worker start-up excluded
+    return run
+
+
+async def measure(url: str, client: str, streams: int, tokens: int, workers: int) -> Run:
+    async with aiohttp.ClientSession() as session:
+        await server_lateness(session, url)  # reset the server's record
+        if client == "baseline":
+            run = await run_baseline(url, streams, tokens)
+        elif client == "probe":
+            run = await run_probe(url, streams, tokens)
+        else:
+            run = await run_workers(url, streams, tokens, workers)
+        run.server = await server_lateness(session, url)
+    return run
+
+
+# -- the report --------------------------------------------------------------------------------------
+
+
+def pct(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q / 100 * len(sorted_values)))]
+
+
+def row(run: Run) -> str:
+    errors = run.errors()
+    median_gap = statistics.median(run.gaps) if run.gaps else float("nan")
+    below_1ms = sum(g < 0.001 for g in run.gaps) / max(len(run.gaps), 1)
+    flagged = "   n/a" if run.flagged is None else f"{run.flagged / run.streams:6.0%}"
+    cpu_us = run.cpu_s / max(run.chunks, 1) * 1e6
+    per_core = run.chunks / run.cpu_s if run.cpu_s > 0 else float("nan")
+    server = f"{run.server.get('p50', 0) * 1e3:5.2f}/{run.server.get('p99', 0) * 1e3:5.2f}"
+    return (
+        f"{run.streams:6d}  {run.client:12s} {len(run.gaps):7d} {median_gap * 1e3:8.3f} "
+        f"{pct(errors, 50) * 1e3:8.3f} {pct(errors, 99) * 1e3:8.3f} {below_1ms:7.1%} {flagged} "
+        f"{cpu_us:7.1f} {per_core:9,.0f} {run.failed:5d}   {server}"
+    )
+
+
+HEADER = (
+    "streams  client         gaps  med ITL   p50|e|   p99|e|   <1 ms  flagged  us/chk  chunks/cpu-s  fail"
+    "   server late p50/p99 ms\n"
+    "                                  (ms)     (ms)     (ms)                                      "
+)
+
+
+def verdicts(runs: dict[tuple[str, int], Run], loads: tuple[int, ...]) -> list[str]:
+    lines = []
+    for client in sorted({c for c, _ in runs}, key=lambda c: list(runs).index((c, loads[0]))):
+        floor = pct(runs[client, loads[0]].errors(), 99)
+        for streams in loads:
+            run = runs[client, streams]
+            p50, p99 = pct(run.errors(), 50), pct(run.errors(), 99)
+            notes = [f"p50 {'<=' if p50 <= P50_GOAL_S else '>'} 0.1 ms"]
+            ratio = p99 / floor if floor > 0 else float("nan")
+            notes.append(f"p99 = {ratio:.2f}x floor")
+            if run.flagged is not None:
+                notes.append(f"{run.flagged}/{run.streams} flagged unreliable")
+            lines.append(f"  {client:12s} {streams:5d}: " + "; ".join(notes))
+    return lines
+
+
+async def main_async(url: str, loads: tuple[int, ...], tokens: int, workers: int) -> None:
+    runs: dict[tuple[str, int], Run] = {}
+    await measure(url, "probe", 10, 5, workers)  # warm-up: imports, first connections
+    print(HEADER)
+    for streams in loads:
+        for client in CLIENTS:
+            run = await measure(url, client, streams, tokens, workers)
+            runs[run.client, streams] = run
+            print(row(run), flush=True)
+    print(
+        "\ngoals (p50 |error| <= 0.1 ms; p99 at 100 streams <= 1.5x the 10-stream floor; beyond: or flagged)"
+    )
+    print("\n".join(verdicts(runs, loads)))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer tokens and loads 10, 100, 500")
+    parser.add_argument("--tokens", type=int, help="tokens per stream (default 100; quick 40)")
+    parser.add_argument("--workers", type=int, help="worker processes for the workers client")
+    args = parser.parse_args()
+    tokens = args.tokens or (40 if args.quick else 100)
+    loads = LOADS[:3] if args.quick else LOADS
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url = start_server(Path(tmp))
+        cpus = len(os.sched_getaffinity(0))
+        workers = args.workers or max(2, min(8, cpus))
+        try:
+            load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+            print(
+                f"simulator pid {proc.pid} at {url} on its own CPU; clients on {cpus} CPU(s); "
+                f"{tokens} tokens per stream, {GAP_S * 1e3:.0f} ms scripted gaps; {workers} workers; "
+                f"load average before: {load}"
+            )
+            asyncio.run(main_async(url, loads, tokens, workers))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

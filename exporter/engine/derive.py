@@ -1,0 +1,260 @@
+"""Figures over a window of engine snapshots, as pure functions: rates, histogram deltas, quantiles.
+
+Counters and histograms are cumulative since the engine started, so a window's figures are differences
+between snapshots. A counter that goes down was reset (the engine restarted); as in Prometheus'
+``increase()``, its new value is then the increase since the reset. Differences are taken between
+*consecutive* snapshots and added up, so a restart in the middle of a window loses only what happened
+between the last scrape before it and the restart, not the whole window.
+
+``histogram_quantile`` is Prometheus' own (``promql/quantile.go``, ``bucketQuantile``): find the bucket
+holding the rank ``q * count``, then interpolate linearly inside it, the first bucket starting at 0; a
+rank in the +Inf bucket answers the highest finite bound. Its answer is only as fine as the buckets:
+with vLLM's TTFT buckets a value between 0.1 s and 0.25 s can be off by up to 150 ms.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from exporter.engine.families import SIGNAL_TYPES, Signal, SignalType
+from exporter.engine.snapshot import EngineSnapshot, HistogramData
+from exporter.stats.distribution import percentile
+
+DEFAULT_QUANTILES: tuple[float, ...] = (0.5, 0.9, 0.99)
+
+Buckets = Sequence[tuple[float, float]]
+
+
+def counter_increase(values: Sequence[float]) -> tuple[float, int]:
+    """Total increase over successive readings of a counter, and how many resets it went through."""
+    increase, resets = 0.0, 0
+    for previous, current in itertools.pairwise(values):
+        if current < previous:
+            increase += current
+            resets += 1
+        else:
+            increase += current - previous
+    return increase, resets
+
+
+def histogram_delta(old: HistogramData, new: HistogramData) -> tuple[HistogramData, bool]:
+    """Observations between two readings, and whether the histogram was reset (then ``new`` itself).
+
+    A reset shows as a lower count, any bucket going down, or different bucket bounds (a restart with
+    another configuration).
+    """
+    same_bounds = [b for b, _ in old.buckets] == [b for b, _ in new.buckets]
+    went_down = new.count < old.count or any(
+        n < o for (_, o), (_, n) in zip(old.buckets, new.buckets, strict=False)
+    )
+    if not same_bounds or went_down:
+        return new, True
+    buckets = tuple((bound, n - o) for (bound, o), (_, n) in zip(old.buckets, new.buckets, strict=True))
+    return HistogramData(buckets, new.sum - old.sum, new.count - old.count), False
+
+
+def add_histograms(a: HistogramData, b: HistogramData) -> HistogramData:
+    """Sum of two histograms with the same bounds."""
+    if [bound for bound, _ in a.buckets] != [bound for bound, _ in b.buckets]:
+        raise ValueError("cannot add histograms with different bucket bounds")
+    buckets = tuple((bound, x + y) for (bound, x), (_, y) in zip(a.buckets, b.buckets, strict=True))
+    return HistogramData(buckets, a.sum + b.sum, a.count + b.count)
+
+
+def histogram_increase(readings: Sequence[HistogramData]) -> tuple[HistogramData, int]:
+    """Observations over successive readings, and the number of resets.
+
+    Deltas of consecutive readings are added up; when the bounds change (a restart with other buckets)
+    the older deltas cannot be added to the newer ones, so the result starts again from that reset.
+    """
+    if not readings:
+        raise ValueError("histogram_increase needs at least one reading")
+    total = _empty_like(readings[0])
+    resets = 0
+    for old, new in itertools.pairwise(readings):
+        delta, reset = histogram_delta(old, new)
+        resets += reset
+        same = [b for b, _ in delta.buckets] == [b for b, _ in total.buckets]
+        total = add_histograms(total, delta) if same else delta
+    return total, resets
+
+
+def _empty_like(histogram: HistogramData) -> HistogramData:
+    return HistogramData(tuple((bound, 0.0) for bound, _ in histogram.buckets), 0.0, 0.0)
+
+
+def histogram_quantile(q: float, buckets: Buckets) -> float | None:
+    """Prometheus' ``histogram_quantile`` over cumulative ``(upper bound, count)`` buckets.
+
+    None where Prometheus answers NaN: no observations, fewer than two buckets, or no +Inf bucket.
+    """
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile must be within [0, 1], got {q}")
+    ordered = _monotonic(sorted(buckets))
+    if len(ordered) < 2 or ordered[-1][0] != math.inf or ordered[-1][1] == 0:
+        return None
+    rank = q * ordered[-1][1]
+    # The first finite bucket whose cumulative count reaches the rank (sort.Search in Prometheus).
+    index = bisect.bisect_left([count for _, count in ordered[:-1]], rank)
+    if index == len(ordered) - 1:
+        return ordered[-2][0]
+    if index == 0 and ordered[0][0] <= 0:
+        return ordered[0][0]
+    return _interpolate(ordered, index, rank)
+
+
+def _interpolate(ordered: Buckets, index: int, rank: float) -> float | None:
+    start, below = (ordered[index - 1][0], ordered[index - 1][1]) if index > 0 else (0.0, 0.0)
+    end, count = ordered[index]
+    in_bucket = count - below
+    if in_bucket == 0:
+        return None  # only q == 0 over an empty first bucket gets here: 0/0, NaN in Prometheus
+    return start + (end - start) * ((rank - below) / in_bucket)
+
+
+def _monotonic(buckets: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Counts forced non-decreasing, as Prometheus does for buckets scraped at slightly different times."""
+    out: list[tuple[float, float]] = []
+    highest = 0.0
+    for bound, count in buckets:
+        highest = max(highest, count)
+        out.append((bound, highest))
+    return out
+
+
+@dataclass(frozen=True)
+class WindowFigures:
+    """What happened at the engine between the first and last snapshot of a window."""
+
+    kind: str
+    start: float
+    end: float
+    increases: Mapping[Signal, float] = field(default_factory=dict)
+    histograms: Mapping[Signal, HistogramData] = field(default_factory=dict)
+    gauges_latest: Mapping[Signal, float] = field(default_factory=dict)
+    gauges_max: Mapping[Signal, float] = field(default_factory=dict)
+    resets: int = 0
+
+    @property
+    def span_s(self) -> float:
+        """Seconds between the first and the last snapshot."""
+        return self.end - self.start
+
+    def rate(self, signal: Signal) -> float | None:
+        """Per-second increase of a counter signal over the window."""
+        increase = self.increases.get(signal)
+        if increase is None or self.span_s <= 0:
+            return None
+        return increase / self.span_s
+
+    def quantile(self, signal: Signal, q: float) -> float | None:
+        """The ``q`` quantile of a histogram signal's observations made within the window."""
+        histogram = self.histograms.get(signal)
+        return None if histogram is None else histogram_quantile(q, histogram.buckets)
+
+    def mean(self, signal: Signal) -> float | None:
+        """Exact mean of a histogram signal's observations in the window (from sum and count)."""
+        histogram = self.histograms.get(signal)
+        if histogram is None or histogram.count <= 0:
+            return None
+        return histogram.sum / histogram.count
+
+
+def derive(snapshots: Sequence[EngineSnapshot]) -> WindowFigures:
+    """Window figures from snapshots of one engine, oldest first (two or more)."""
+    _check_window(snapshots)
+    increases: dict[Signal, float] = {}
+    histograms: dict[Signal, HistogramData] = {}
+    latest: dict[Signal, float] = {}
+    highest: dict[Signal, float] = {}
+    resets = 0
+    for signal, kind in SIGNAL_TYPES.items():
+        if kind is SignalType.COUNTER:
+            resets += _derive_counter(snapshots, signal, increases)
+        elif kind is SignalType.HISTOGRAM:
+            resets += _derive_histogram(snapshots, signal, histograms)
+        else:
+            _derive_gauge(snapshots, signal, latest, highest)
+    first, last = snapshots[0], snapshots[-1]
+    return WindowFigures(last.kind, first.at, last.at, increases, histograms, latest, highest, resets)
+
+
+def _check_window(snapshots: Sequence[EngineSnapshot]) -> None:
+    if len(snapshots) < 2:
+        raise ValueError(f"a window needs at least two snapshots, got {len(snapshots)}")
+    if any(b.at < a.at for a, b in itertools.pairwise(snapshots)):
+        raise ValueError("snapshots must be in time order, oldest first")
+    kinds = sorted({snapshot.kind for snapshot in snapshots})
+    if len(kinds) > 1:
+        raise ValueError(f"snapshots of one window come from different engines: {', '.join(kinds)}")
+
+
+def _derive_counter(snapshots: Sequence[EngineSnapshot], signal: Signal, out: dict[Signal, float]) -> int:
+    values = [v for v in (s.values.get(signal) for s in snapshots) if v is not None]
+    if len(values) < 2:
+        return 0
+    out[signal], resets = counter_increase(values)
+    return resets
+
+
+def _derive_histogram(
+    snapshots: Sequence[EngineSnapshot], signal: Signal, out: dict[Signal, HistogramData]
+) -> int:
+    readings = [h for h in (s.histograms.get(signal) for s in snapshots) if h is not None]
+    if len(readings) < 2:
+        return 0
+    out[signal], resets = histogram_increase(readings)
+    return resets
+
+
+def _derive_gauge(
+    snapshots: Sequence[EngineSnapshot],
+    signal: Signal,
+    latest: dict[Signal, float],
+    highest: dict[Signal, float],
+) -> None:
+    values = [v for v in (s.values.get(signal) for s in snapshots) if v is not None]
+    if values:
+        latest[signal] = values[-1]
+        highest[signal] = max(values)
+
+
+def client_minus_server_ttft(
+    client_ttfts: Sequence[float], server_ttft: HistogramData, q: float = 0.5
+) -> float | None:
+    """Client-side TTFT quantile minus the engine's own TTFT quantile over the same window.
+
+    What it means: time to first token that the engine's clock does not see. That is network and TLS
+    time both ways, load balancers and gateways and their queues, the HTTP server's accept queue and
+    whatever the API front end does before the engine stamps the request's arrival (vLLM stamps it
+    when the request enters the engine's front end, so tokenization is partly inside), plus the time
+    for the first SSE chunk to be flushed and read.
+
+    Limits: a difference of two quantiles is not the quantile of per-request differences; the engine's
+    histogram covers all its traffic while the client sample is only the probe's requests, so the two
+    agree only when the probes are typical of the traffic; the server side is interpolated inside
+    buckets (see the module docstring), so the gap is no finer than the bucket width around that
+    quantile and can come out negative. Prefer ``client_minus_server_mean_ttft`` for small gaps: the
+    server's mean is exact. None when either side has no observations.
+    """
+    server = histogram_quantile(q, server_ttft.buckets)
+    client = percentile(client_ttfts, q * 100.0)
+    if server is None or math.isnan(client):
+        return None
+    return client - server
+
+
+def client_minus_server_mean_ttft(client_ttfts: Sequence[float], server_ttft: HistogramData) -> float | None:
+    """Mean client TTFT minus the engine's mean TTFT (exact, from its sum and count); None if no data.
+
+    Same meaning and population caveat as ``client_minus_server_ttft``, without the bucket resolution
+    limit on the server side.
+    """
+    client = [value for value in client_ttfts if not math.isnan(value)]
+    if not client or server_ttft.count <= 0:
+        return None
+    return math.fsum(client) / len(client) - server_ttft.sum / server_ttft.count

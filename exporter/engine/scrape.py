@@ -1,0 +1,127 @@
+"""Fetching an engine's ``/metrics`` over HTTP: network I/O only, every target failure a result.
+
+``scrape(session, url, timeout)`` GETs the page with the caller's ``aiohttp.ClientSession``, stamps the
+monotonic time the body arrived, and hands the text to the pure ``parse_exposition``. Like the probers,
+it never raises for a failure of the target: a refused connection, a non-200 status, a deadline or a
+body that is not exposition text each come back as a ``ScrapeResult`` with a ``ScrapeFailure`` reason
+and a detail line. ``CancelledError`` propagates; an explicit engine kind that does not exist is a
+configuration error of ours and raises ``UnknownEngineError`` before any I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+import aiohttp
+
+from exporter.engine.families import AUTO, EngineFamilies, families_for
+from exporter.engine.snapshot import EngineSnapshot, ExpositionError, parse_exposition
+
+# Ask for the classic text format: a prometheus_client server would otherwise answer OpenMetrics to a
+# client that accepts it, and Prometheus' own negotiation may prefer protobuf.
+ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"
+# vLLM's page is about 100 KiB with one model; this bound only stops a runaway body from filling memory.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+Clock = Callable[[], float]
+
+
+class ScrapeFailure(StrEnum):
+    """Why a scrape produced no snapshot."""
+
+    CONNECT_ERROR = "connect_error"  # no connection, or it broke before the whole body arrived
+    HTTP_STATUS = "http_status"  # an answer other than 200
+    TIMEOUT = "timeout"  # the whole exchange took longer than the deadline
+    PARSE_ERROR = "parse_error"  # not exposition text, too large, or no engine metrics in it
+
+
+@dataclass(frozen=True)
+class ScrapeResult:
+    """A snapshot, or the reason there is none; ``duration_s`` is how long the scrape took."""
+
+    snapshot: EngineSnapshot | None
+    failure: ScrapeFailure | None
+    detail: str
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        """Whether a snapshot was read."""
+        return self.snapshot is not None
+
+
+async def scrape(
+    session: aiohttp.ClientSession,
+    url: str,
+    timeout: float,
+    *,
+    kind: str | EngineFamilies = AUTO,
+    model: str | None = None,
+    clock: Clock = time.monotonic,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> ScrapeResult:
+    """GET ``url`` within ``timeout`` seconds and parse it; never raises for a target failure."""
+    if isinstance(kind, str) and kind != AUTO:
+        families_for(kind)  # a misspelt kind is our configuration error: raise before any I/O
+    started = clock()
+    try:
+        async with asyncio.timeout(timeout):
+            status, body = await _fetch(session, url, max_body_bytes)
+    except TimeoutError:
+        return _failed(ScrapeFailure.TIMEOUT, f"no complete answer within {timeout:g} s", started, clock)
+    except BodyTooLargeError as exc:
+        return _failed(ScrapeFailure.PARSE_ERROR, str(exc), started, clock)
+    except aiohttp.ClientError as exc:
+        return _failed(ScrapeFailure.CONNECT_ERROR, _describe(exc), started, clock)
+    at = clock()
+    if status != 200:
+        return _failed(ScrapeFailure.HTTP_STATUS, f"HTTP {status}", started, clock)
+    return _parse(body, at, kind, model, started)
+
+
+async def _fetch(session: aiohttp.ClientSession, url: str, limit: int) -> tuple[int, bytes]:
+    async with session.get(url, headers={"Accept": ACCEPT}) as response:
+        if response.status != 200:
+            return response.status, b""
+        return response.status, await _read_capped(response, limit)
+
+
+async def _read_capped(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError(f"body larger than {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class BodyTooLargeError(Exception):
+    """The page is over ``MAX_BODY_BYTES``; reported as a parse error because it is not usable."""
+
+
+def _parse(
+    body: bytes, at: float, kind: str | EngineFamilies, model: str | None, started: float
+) -> ScrapeResult:
+    duration = at - started
+    try:
+        text = body.decode("utf-8")
+        snapshot = parse_exposition(text, at, kind=kind, model=model)
+    except UnicodeDecodeError as exc:
+        return ScrapeResult(None, ScrapeFailure.PARSE_ERROR, f"body is not UTF-8: {exc.reason}", duration)
+    except ExpositionError as exc:
+        return ScrapeResult(None, ScrapeFailure.PARSE_ERROR, str(exc), duration)
+    return ScrapeResult(snapshot, None, "", duration)
+
+
+def _failed(reason: ScrapeFailure, detail: str, started: float, clock: Clock) -> ScrapeResult:
+    return ScrapeResult(None, reason, detail, clock() - started)
+
+
+def _describe(exc: aiohttp.ClientError) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

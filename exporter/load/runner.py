@@ -1,0 +1,309 @@
+"""The load runner: sends requests open-loop on an absolute schedule or closed-loop at fixed concurrency.
+
+It knows nothing of HTTP: it takes ``send(spec, scheduled_at) -> ProbeResult`` (the probe client's
+``send``, or a fake in tests) and only decides *when* each request goes.
+
+* Open loop (``arrivals``): request ``i`` is due at ``start + arrivals[i]``; the runner sleeps until
+  that absolute deadline (never "sleep one gap", which accumulates every wake-up's delay) and starts
+  the send as its own task, so a slow target never delays later sends. ``max_in_flight`` optionally
+  caps the requests in flight; when the cap holds a send back, its lateness shows it.
+* Closed loop (``concurrency``): N workers each send the next request as soon as their previous one
+  ends, so exactly N are in flight; ``scheduled_at`` is the moment the slot freed.
+
+Either stops after ``max_requests``, after ``duration`` seconds (no new sends after it; requests in
+flight finish under their own timeouts), or when specs (or arrivals) run out. Cancelling the run
+cancels every send in flight and re-raises. Results keep the order of the specs.
+
+``build_plan`` gives the same open-loop schedule as ``(offset, spec)`` pairs for worker processes, and
+``load_run_from_results`` computes the same ``LoadRun`` and health checks over what they return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from exporter.load.health import HealthCheck, HealthThresholds, Lateness, lateness, load_health, rates
+from exporter.probe.result import ProbeResult, intervals
+from exporter.probe.target import RequestSpec
+
+Send = Callable[[RequestSpec, float | None], Awaitable[ProbeResult]]
+WaitUntil = Callable[[float], Awaitable[None]]
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+OnResult = Callable[[ProbeResult], None]
+StopReason = Literal["requests", "duration", "exhausted"]
+Offsets = Sequence[float] | npt.NDArray[np.float64]  # absolute send offsets in seconds from the start
+
+
+@dataclass
+class LoadRun:
+    """What a load did: every result (in spec order), how it was driven, and its health checks."""
+
+    results: list[ProbeResult]
+    specs: list[RequestSpec]
+    mode: Literal["open", "closed"]
+    target_rate: float | None
+    concurrency: int | None
+    started_at: float  # clock stamp of the start of the schedule
+    finished_at: float  # clock stamp when the last request ended
+    stopped_by: StopReason
+    from_scheduled: bool = False
+    checks: list[HealthCheck] = field(default_factory=list)
+
+    @property
+    def achieved_rate(self) -> float | None:
+        """Requests sent per second over the span of the sends."""
+        return rates(self.results)[0]
+
+    @property
+    def planned_rate(self) -> float | None:
+        """Requests per second of the schedule actually used (open loop)."""
+        return rates(self.results)[1]
+
+    @property
+    def lateness(self) -> Lateness:
+        return lateness(self.results)
+
+    @property
+    def healthy(self) -> bool:
+        """No check failed (unjudged checks do not count as failures)."""
+        return all(check.passed is not False for check in self.checks)
+
+    @property
+    def failed_checks(self) -> list[HealthCheck]:
+        return [check for check in self.checks if check.passed is False]
+
+    def intervals(self) -> list[list[float]]:
+        """Per-request intervals for ``exporter.stats``; TTFT from the scheduled time when the run was
+        made with ``from_scheduled`` (charging the client's own lateness to the request)."""
+        return [intervals(r, from_scheduled=self.from_scheduled) for r in self.results]
+
+
+def deadline_waiter(clock: Clock = time.perf_counter, sleep: Sleep = asyncio.sleep) -> WaitUntil:
+    """Waits until ``clock()`` reaches an absolute deadline. It sleeps again after an early wake-up,
+    and yields once even when the deadline has passed so that the sends already started can run."""
+
+    async def wait_until(deadline: float) -> None:
+        remaining = deadline - clock()
+        if remaining <= 0:
+            await sleep(0)
+            return
+        while remaining > 0:
+            await sleep(remaining)
+            remaining = deadline - clock()
+
+    return wait_until
+
+
+def build_plan(
+    specs: Sequence[RequestSpec],
+    offsets: Offsets,
+    *,
+    max_requests: int | None = None,
+    duration: float | None = None,
+) -> list[tuple[float, RequestSpec]]:
+    """``(offset, spec)`` pairs for ``run_plan_in_workers``: as many as there are specs and offsets,
+    at most ``max_requests``, only offsets before ``duration``."""
+    count = _count(len(specs), len(offsets), max_requests)
+    plan = [(float(offsets[i]), specs[i]) for i in range(count)]
+    return [item for item in plan if duration is None or item[0] < duration]
+
+
+def _count(n_specs: int, n_offsets: int | None, max_requests: int | None) -> int:
+    count = n_specs if n_offsets is None else min(n_specs, n_offsets)
+    if max_requests is not None:
+        if max_requests < 0:
+            raise ValueError(f"max_requests must be >= 0, got {max_requests}")
+        count = min(count, max_requests)
+    return count
+
+
+@dataclass
+class _Context:
+    send: Send
+    clock: Clock
+    wait_until: WaitUntil
+    on_result: OnResult | None
+
+
+async def _send_one(
+    ctx: _Context, spec: RequestSpec, scheduled: float, slots: asyncio.Semaphore | None
+) -> ProbeResult:
+    try:
+        result = await ctx.send(spec, scheduled)
+    finally:
+        if slots is not None:
+            slots.release()
+    if result.scheduled_at is None:
+        result.scheduled_at = scheduled
+    if ctx.on_result is not None:
+        ctx.on_result(result)
+    return result
+
+
+async def _cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    # Wait for each to finish unwinding; their own errors are beside the point once we are stopping.
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _open_loop(
+    ctx: _Context,
+    specs: Sequence[RequestSpec],
+    offsets: Offsets,
+    duration: float | None,
+    max_in_flight: int | None,
+) -> tuple[list[ProbeResult], float, bool]:
+    slots = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+    tasks: list[asyncio.Task[ProbeResult]] = []
+    start = ctx.clock()
+    hit_duration = False
+    try:
+        for spec, offset in zip(specs, offsets, strict=False):
+            if duration is not None and offset >= duration:
+                hit_duration = True
+                break
+            scheduled = start + float(offset)  # a plain float, even from a numpy schedule
+            await ctx.wait_until(scheduled)
+            if slots is not None:
+                await slots.acquire()
+            tasks.append(asyncio.create_task(_send_one(ctx, spec, scheduled, slots)))
+        results = list(await asyncio.gather(*tasks))
+    except BaseException:
+        await _cancel_all(tasks)
+        raise
+    return results, start, hit_duration
+
+
+async def _closed_loop(
+    ctx: _Context, specs: Sequence[RequestSpec], concurrency: int, duration: float | None
+) -> tuple[list[ProbeResult], float, bool]:
+    results: list[ProbeResult | None] = [None] * len(specs)
+    cursor = iter(range(len(specs)))
+    start = ctx.clock()
+    expired = False
+
+    async def worker() -> None:
+        nonlocal expired
+        for index in cursor:
+            if duration is not None and ctx.clock() - start >= duration:
+                expired = True
+                return
+            # No await between the previous request's end and this send: the slot never idles.
+            results[index] = await _send_one(ctx, specs[index], ctx.clock(), None)
+
+    workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+    try:
+        await asyncio.gather(*workers)
+    except BaseException:
+        await _cancel_all(workers)
+        raise
+    return [r for r in results if r is not None], start, expired
+
+
+def _validate(arrivals: Offsets | None, concurrency: int | None, duration: float | None) -> None:
+    if (arrivals is None) == (concurrency is None):
+        raise ValueError("give exactly one of arrivals (open loop) or concurrency (closed loop)")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    if duration is not None and duration <= 0:
+        raise ValueError(f"duration must be > 0 seconds, got {duration}")
+
+
+async def run_load(
+    send: Send,
+    specs: Sequence[RequestSpec],
+    *,
+    arrivals: Offsets | None = None,
+    concurrency: int | None = None,
+    max_requests: int | None = None,
+    duration: float | None = None,
+    target_rate: float | None = None,
+    max_in_flight: int | None = None,
+    prompt_tokens_exact: bool = False,
+    from_scheduled: bool = False,
+    clock: Clock = time.perf_counter,
+    sleep: Sleep = asyncio.sleep,
+    wait_until: WaitUntil | None = None,
+    on_result: OnResult | None = None,
+    limits: HealthThresholds | None = None,
+) -> LoadRun:
+    """Send ``specs`` open-loop at ``arrivals`` (absolute offsets in seconds from the start, e.g. from
+    an ``ArrivalProcess``) or closed-loop at ``concurrency``; stop after ``max_requests``, ``duration``
+    seconds, or when specs run out. ``target_rate`` (req/s) is quoted in the rate check;
+    ``prompt_tokens_exact`` says whether the prompts were built exactly for the server's tokenizer.
+    ``clock`` must be the clock the probe stamps with (``time.perf_counter``); ``wait_until``
+    overrides the default absolute-deadline waiter built from ``clock`` and ``sleep``."""
+    _validate(arrivals, concurrency, duration)
+    count = _count(len(specs), None if arrivals is None else len(arrivals), max_requests)
+    chosen = list(specs[:count])
+    ctx = _Context(send, clock, wait_until or deadline_waiter(clock, sleep), on_result)
+    if arrivals is not None:
+        results, start, hit = await _open_loop(ctx, chosen, arrivals[:count], duration, max_in_flight)
+    else:
+        results, start, hit = await _closed_loop(ctx, chosen, concurrency or 1, duration)
+    sent = chosen[: len(results)] if arrivals is not None else _sent_specs(chosen, results)
+    stopped: StopReason = "duration" if hit else ("requests" if count == max_requests else "exhausted")
+    return load_run_from_results(
+        results,
+        sent,
+        target_rate=target_rate,
+        concurrency=concurrency,
+        prompt_tokens_exact=prompt_tokens_exact,
+        from_scheduled=from_scheduled,
+        limits=limits,
+        started_at=start,
+        finished_at=clock(),
+        stopped_by=stopped,
+    )
+
+
+def _sent_specs(chosen: Sequence[RequestSpec], results: Sequence[ProbeResult]) -> list[RequestSpec]:
+    # Closed-loop workers take specs in order, so the sent ones are a prefix of the chosen ones.
+    return list(chosen[: len(results)])
+
+
+def load_run_from_results(
+    results: Sequence[ProbeResult],
+    specs: Sequence[RequestSpec],
+    *,
+    target_rate: float | None = None,
+    concurrency: int | None = None,
+    prompt_tokens_exact: bool = False,
+    from_scheduled: bool = False,
+    limits: HealthThresholds | None = None,
+    started_at: float | None = None,
+    finished_at: float | None = None,
+    stopped_by: StopReason = "exhausted",
+) -> LoadRun:
+    """A ``LoadRun`` with health checks over results from anywhere (e.g. ``run_plan_in_workers``);
+    missing start/finish stamps are taken from the results' own stamps."""
+    starts = [r.scheduled_at for r in results if r.scheduled_at is not None]
+    ends = [r.finished_at for r in results if r.finished_at is not None]
+    checks = load_health(
+        results,
+        target_rate=target_rate,
+        concurrency=concurrency,
+        prompt_tokens_exact=prompt_tokens_exact,
+        limits=limits,
+    )
+    return LoadRun(
+        results=list(results),
+        specs=list(specs),
+        mode="open" if concurrency is None else "closed",
+        target_rate=target_rate,
+        concurrency=concurrency,
+        started_at=started_at if started_at is not None else min(starts, default=0.0),
+        finished_at=finished_at if finished_at is not None else max(ends, default=0.0),
+        stopped_by=stopped_by,
+        from_scheduled=from_scheduled,
+        checks=checks,
+    )

@@ -1,0 +1,189 @@
+"""A workload: prompt and output lengths, a prompt builder, length filters, and the requests it yields.
+
+``Workload.sample(n, rng)`` returns ``n`` ``RequestSpec``s: lengths drawn from the workload's
+``LengthSource``, kept only where ``prompt <= max_prompt_tokens`` and ``output <= max_output_tokens``
+(rejection sampling: the filters *truncate* the distribution as filtering a trace would, rather than
+clipping it), then a unique prompt of that length from the ``PromptBuilder`` and ``max_tokens`` set to
+the output length. The same seed gives the same requests.
+
+Lengths come either from two independent distributions (``IndependentLengths``, the presets) or from
+the (prompt, output) pairs of a real trace, drawn jointly so their correlation survives
+(``PairedLengths``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from exporter.load.distributions import IntArray, LengthDistribution
+from exporter.load.prompts import PromptBuilder, SimPromptBuilder
+from exporter.probe.target import APIS, Api, RequestSpec
+
+# Below this share of accepted draws the filters leave too little of the distribution to sample.
+_MIN_ACCEPTANCE = 1e-3
+
+
+@runtime_checkable
+class LengthSource(Protocol):
+    """Draws ``n`` (prompt tokens, output tokens) pairs."""
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]: ...
+
+    def describe(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class IndependentLengths:
+    """Prompt and output lengths drawn independently."""
+
+    prompt: LengthDistribution
+    output: LengthDistribution
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
+        return self.prompt.sample(n, rng), self.output.sample(n, rng)
+
+    def describe(self) -> str:
+        return f"prompt {self.prompt.describe()}, output {self.output.describe()}"
+
+
+@dataclass(frozen=True)
+class PairedLengths:
+    """(prompt, output) pairs of a trace, drawn together with replacement."""
+
+    prompts: tuple[int, ...]
+    outputs: tuple[int, ...]
+    source: str = "trace"
+
+    def __post_init__(self) -> None:
+        if not self.prompts or len(self.prompts) != len(self.outputs):
+            raise ValueError(
+                f"{self.source}: paired lengths need as many prompt as output lengths, and at least one "
+                f"(got {len(self.prompts)} and {len(self.outputs)})"
+            )
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
+        rows = rng.integers(0, len(self.prompts), size=n)
+        prompts = np.asarray(self.prompts, dtype=np.int64)
+        return prompts[rows], np.asarray(self.outputs, dtype=np.int64)[rows]
+
+    def describe(self) -> str:
+        return f"{self.source} ({len(self.prompts)} pairs)"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests of a named shape. ``api`` picks chat messages or a plain completions prompt."""
+
+    name: str
+    lengths: LengthSource
+    builder: PromptBuilder = field(default_factory=SimPromptBuilder)
+    api: Api = "chat"
+    max_prompt_tokens: int | None = None  # filter: keep prompts of at most this many tokens
+    max_output_tokens: int | None = None  # filter: keep outputs of at most this many tokens
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.api not in APIS:
+            raise ValueError(f'workload {self.name}: unknown api "{self.api}"; valid: {", ".join(APIS)}')
+        for name, value in (
+            ("max_prompt_tokens", self.max_prompt_tokens),
+            ("max_output_tokens", self.max_output_tokens),
+        ):
+            if value is not None and value < 1:
+                raise ValueError(f"workload {self.name}: {name} must be >= 1, got {value}")
+
+    @property
+    def prompt_tokens_exact(self) -> bool:
+        """Whether intended prompt lengths are exact for the target (only with the simulator's builder)."""
+        return self.builder.exact
+
+    def with_options(
+        self,
+        *,
+        builder: PromptBuilder | None = None,
+        api: Api | None = None,
+        max_prompt_tokens: int | None = None,
+        max_output_tokens: int | None = None,
+    ) -> Workload:
+        """A copy with another builder, api or filters (None keeps the current one)."""
+        return replace(
+            self,
+            builder=builder or self.builder,
+            api=api or self.api,
+            max_prompt_tokens=max_prompt_tokens or self.max_prompt_tokens,
+            max_output_tokens=max_output_tokens or self.max_output_tokens,
+        )
+
+    def _keep(self, prompts: IntArray, outputs: IntArray) -> np.ndarray:
+        keep = np.ones(len(prompts), dtype=bool)
+        if self.max_prompt_tokens is not None:
+            keep &= prompts <= self.max_prompt_tokens
+        if self.max_output_tokens is not None:
+            keep &= outputs <= self.max_output_tokens
+        return keep
+
+    def sample_lengths(self, n: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
+        """``n`` filtered (prompt, output) length pairs, without building prompts."""
+        if n < 0:
+            raise ValueError(f"workload {self.name}: cannot sample {n} requests")
+        prompts: list[IntArray] = []
+        outputs: list[IntArray] = []
+        kept = drawn = 0
+        while kept < n:
+            batch = max(2 * (n - kept), 64)
+            p, o = self.lengths.sample(batch, rng)
+            keep = self._keep(p, o)
+            prompts.append(p[keep])
+            outputs.append(o[keep])
+            kept += int(keep.sum())
+            drawn += batch
+            if kept < _MIN_ACCEPTANCE * drawn and drawn > 10_000:
+                raise ValueError(self._filter_error(kept, drawn))
+        return np.concatenate(prompts)[:n] if n else np.zeros(0, np.int64), (
+            np.concatenate(outputs)[:n] if n else np.zeros(0, np.int64)
+        )
+
+    def _filter_error(self, kept: int, drawn: int) -> str:
+        return (
+            f"workload {self.name}: the filters max_prompt_tokens={self.max_prompt_tokens}, "
+            f"max_output_tokens={self.max_output_tokens} keep only {kept} of {drawn} draws; loosen them"
+        )
+
+    def sample(self, n: int, rng: np.random.Generator) -> list[RequestSpec]:
+        """``n`` requests; prompt texts are unique within the call (and across calls with distinct rngs)."""
+        prompts, outputs = self.sample_lengths(n, rng)
+        salt = int(rng.integers(0, 2**40))
+        return [
+            self.spec(int(p), int(o), salt + i, f"{self.name}-{salt:010x}-{i}")
+            for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))
+        ]
+
+    def spec(
+        self, prompt_tokens: int, output_tokens: int, key: int, request_id: str | None = None
+    ) -> RequestSpec:
+        """One request of exactly these lengths (``key`` makes its prompt unique)."""
+        if self.api == "chat":
+            messages, intended = self.builder.chat(prompt_tokens, key)
+            return RequestSpec(messages[-1][1], output_tokens, intended, messages, request_id)
+        text, intended = self.builder.text(prompt_tokens, key)
+        return RequestSpec(text, output_tokens, intended, None, request_id)
+
+    def describe(self) -> str:
+        filters = f"prompt <= {self.max_prompt_tokens}, output <= {self.max_output_tokens}"
+        exactness = "exact" if self.prompt_tokens_exact else "approximate"
+        return (
+            f"{self.name}: {self.lengths.describe()}; filters {filters}; {exactness} prompts; api {self.api}"
+        )
+
+
+def specs_with_lengths(
+    workload: Workload, lengths: Sequence[tuple[int, int]], *, salt: int = 0
+) -> list[RequestSpec]:
+    """Requests of given (prompt, output) lengths in order (e.g. a trace replayed row by row)."""
+    return [
+        workload.spec(p, o, salt + i, f"{workload.name}-{salt:010x}-{i}") for i, (p, o) in enumerate(lengths)
+    ]

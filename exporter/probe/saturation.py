@@ -1,0 +1,104 @@
+"""The probe's honesty about itself: is the client too busy for its own timestamps to be right?
+
+A stamp is taken when the event loop gets round to a socket that became readable. When the loop is
+busy (too many streams for one core, a long GC pause, a noisy neighbour), every stamp taken after the
+busy stretch is late, and chunks that arrived apart are read together, their gaps collapsing to ~0.
+The evidence recorded on every ``ProbeResult``:
+
+* ``loop_lag_s`` and ``loop_lag_share``: the largest lateness of a periodic timer (``LagMonitor``, every
+  10 ms) while the request was in flight, and the share of those samples later than ``LAG_LIMIT_S``.
+  asyncio timers wake up to 1 ms late by themselves (epoll's millisecond timeout), so lag below ~1 ms is
+  the clock's grain, not saturation;
+* ``multi_event_reads``: socket reads that carried more than one token event of this request. On a
+  stream whose chunks the server wrote apart, that means the client read them late and their gaps
+  collapsed to zero;
+* ``cpu_share``: the process's CPU time over wall time while the request was in flight (1.0: the core
+  was never idle).
+
+**The rule** (``is_unreliable``): a request is unreliable when
+
+* more than ``LAG_SHARE`` (5%) of the lag samples during it were later than ``LAG_LIMIT_S`` (3 ms: the
+  1 ms timer grain plus 2 ms of real delay), i.e. the client was behind for a sustained part of it; or
+* the loop stalled once for more than ``STALL_LIMIT_S`` (20 ms, a whole inter-token gap of a fast
+  stream: one stamp that late is simply wrong); or
+* more than ``MULTI_READ_SHARE`` (5%) of its token reads carried several events (a few can be the
+  server's own batching; more means the client fell behind).
+
+A single short hiccup (a few ms, once) does not mark a request: it moves one stamp by less than the
+5 ms one asks of single gaps, and flagging every request in flight for it would make the flag noise.
+CPU share is recorded but not part of the rule: a busy core that still wakes on time measures correctly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+LAG_LIMIT_S = 0.003
+LAG_SHARE = 0.05
+STALL_LIMIT_S = 0.020
+MULTI_READ_SHARE = 0.05
+SAMPLE_INTERVAL_S = 0.01
+# Enough samples for a 20-minute request at 100 samples/s; older ones are dropped in halves.
+MAX_SAMPLES = 120_000
+
+
+def is_unreliable(loop_lag_s: float, loop_lag_share: float, multi_event_reads: int, token_reads: int) -> bool:
+    """The saturation rule described in the module docstring."""
+    if loop_lag_s > STALL_LIMIT_S or loop_lag_share > LAG_SHARE:
+        return True
+    return token_reads > 0 and multi_event_reads > MULTI_READ_SHARE * token_reads
+
+
+class LagMonitor:
+    """A periodic task that records how late each of its wake-ups was."""
+
+    def __init__(
+        self, interval_s: float = SAMPLE_INTERVAL_S, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lags: list[float] = []
+        self._dropped = 0  # samples discarded from the front, so marks stay valid
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start sampling on the running loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="probe-lag-monitor")
+
+    async def stop(self) -> None:
+        """Stop sampling."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        clock, interval = self._clock, self.interval_s
+        while True:
+            before = clock()
+            await asyncio.sleep(interval)
+            self._record(max(clock() - before - interval, 0.0))
+
+    def _record(self, lag: float) -> None:
+        self._lags.append(lag)
+        if len(self._lags) > MAX_SAMPLES:
+            half = len(self._lags) // 2
+            del self._lags[:half]
+            self._dropped += half
+
+    def mark(self) -> int:
+        """A position in the sample stream: pass it to ``since`` when the request ends."""
+        return self._dropped + len(self._lags)
+
+    def since(self, mark: int) -> tuple[float, float]:
+        """The largest lag sampled since ``mark`` and the share of samples later than ``LAG_LIMIT_S``
+        (0.0, 0.0 when none)."""
+        samples = self._lags[max(mark - self._dropped, 0) :]
+        if not samples:
+            return 0.0, 0.0
+        return max(samples), sum(map(LAG_LIMIT_S.__lt__, samples)) / len(samples)

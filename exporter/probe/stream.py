@@ -1,0 +1,127 @@
+"""What a stream's events mean for its ``ProbeResult``: pure bookkeeping, no I/O.
+
+The client stamps each socket read once and hands the events decoded from it to ``StreamState``, which
+sorts them into content tokens, reasoning tokens and bookkeeping chunks (role deltas, usage, ``[DONE]``),
+counts tokens per chunk (``tokens.py``) and, at the end, decides the outcome of a stream that completed:
+``OK``, ``NO_TOKENS`` or ``TRUNCATED``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from exporter.probe.openai import ApiFormat, Chunk, read_chunk
+from exporter.probe.result import Outcome, ProbeResult, TokenSource
+from exporter.probe.sse import DONE, SseEvent
+from exporter.probe.tokens import TokenCounter, reconcile
+
+_loads = json.loads
+
+
+class StreamFailureError(Exception):
+    """The stream said or did something that ends the request with ``outcome``."""
+
+    def __init__(self, outcome: Outcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+
+
+class StreamState:
+    """One response's events, as they arrive."""
+
+    __slots__ = ("counter", "done", "fmt", "has_token", "last_read", "result", "token_reads")
+
+    def __init__(self, result: ProbeResult, fmt: ApiFormat, counter: TokenCounter) -> None:
+        self.result = result
+        self.fmt = fmt
+        self.counter = counter
+        self.done = False  # [DONE] seen
+        self.has_token = False  # a content or reasoning token arrived (the TTFT clock stopped)
+        self.token_reads = 0  # reads that carried at least one token event
+        self.last_read = 0.0  # stamp of the latest read, for the idle-gap limit
+
+    def on_events(self, now: float, events: Sequence[SseEvent]) -> bool:
+        """Account for the events of one read stamped ``now``; returns True once ``[DONE]`` came."""
+        tokens = 0
+        for event in events:
+            data = event.data
+            if data == DONE:
+                self.done = True
+                self.result.finished_at = now
+                break
+            tokens += self._on_chunk(now, self._parse(data))
+        if tokens:
+            self.has_token = True
+            self.token_reads += 1
+            if tokens > 1:
+                self.result.multi_event_reads += 1
+        return self.done
+
+    def _parse(self, data: str) -> Chunk:
+        try:
+            return read_chunk(self.fmt, _loads(data))
+        except ValueError as exc:  # JSONDecodeError is a ValueError
+            raise StreamFailureError(Outcome.MALFORMED_STREAM, f"bad chunk: {exc}") from None
+
+    def _on_chunk(self, now: float, chunk: Chunk) -> int:
+        """Returns 1 when the chunk was a token event (content or reasoning), else 0."""
+        result = self.result
+        if chunk.error is not None:
+            raise StreamFailureError(Outcome.STREAM_ABORTED, f"error event in the stream: {chunk.error}")
+        if chunk.completion_tokens is not None:
+            result.completion_tokens_reported = chunk.completion_tokens
+        if chunk.prompt_tokens is not None:
+            result.prompt_tokens_reported = chunk.prompt_tokens
+        if chunk.finish_reason is not None:
+            result.finish_reason = chunk.finish_reason
+        if chunk.text:
+            result.token_times.append(now)
+            result.token_counts.append(self.counter.count(chunk))
+            return 1
+        if chunk.reasoning:
+            result.reasoning_times.append(now)
+            self.counter.count(chunk)
+            return 1
+        return 0
+
+    def finish(self, *, exact_length: bool) -> None:
+        """Settle a stream that ended normally: token source, reconciliation, and its outcome."""
+        result, counter = self.result, self.counter
+        result.token_source = counter.source or TokenSource.CHUNKS
+        if counter.fallback_chunks:
+            result.extra["token_fallback_chunks"] = counter.fallback_chunks
+        if counter.reasoning_tokens:
+            result.extra["reasoning_tokens"] = counter.reasoning_tokens
+        reported = result.completion_tokens_reported
+        if reported is not None and counter.needs_reconciling():
+            target = reported - counter.reasoning_tokens
+            result.token_counts, result.token_adjustment = reconcile(result.token_counts, target)
+        result.outcome = completed_outcome(result, exact_length=exact_length)
+        if result.outcome is Outcome.TRUNCATED:
+            result.error = (
+                f"{self.total_tokens()} of {result.max_tokens} tokens (finish {result.finish_reason})"
+            )
+
+    def total_tokens(self) -> int:
+        """Output tokens, content and reasoning: the server's figure when it gave one."""
+        reported = self.result.completion_tokens_reported
+        return reported if reported is not None else self.result.output_tokens + self.counter.reasoning_tokens
+
+
+def completed_outcome(result: ProbeResult, *, exact_length: bool) -> Outcome:
+    """``NO_TOKENS`` without a content token; ``TRUNCATED`` when exactly ``max_tokens`` were asked for
+    (``ignore_eos``/``min_tokens``) and fewer came: judged by the server's ``usage.completion_tokens``
+    when it reported one, else by ``finish_reason == "length"``, else by the counted tokens; else ``OK``."""
+    if not result.token_times:
+        return Outcome.OK if result.reasoning_times else Outcome.NO_TOKENS
+    if not exact_length or result.max_tokens is None:
+        return Outcome.OK
+    reported = result.completion_tokens_reported
+    if reported is not None:
+        return Outcome.TRUNCATED if reported < result.max_tokens else Outcome.OK
+    if result.finish_reason == "length":
+        return Outcome.OK
+    counted = result.output_tokens + int(result.extra.get("reasoning_tokens", 0))
+    return Outcome.TRUNCATED if counted < result.max_tokens else Outcome.OK

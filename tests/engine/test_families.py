@@ -1,0 +1,96 @@
+"""Tests of exporter.engine.families: the name tables, detection of the engine kind, explicit kinds."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.engine.families import (
+    ENGINES,
+    SIGNAL_TYPES,
+    VALID_KINDS,
+    Signal,
+    Source,
+    UnknownEngineError,
+    detect_kind,
+    families_for,
+    family_key,
+    resolve_families,
+)
+from exporter.engine.snapshot import index_families
+from tests.engine import fixtures
+
+
+def present(text: str) -> list[str]:
+    return [family.name for families in index_families(text).values() for family in families]
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        (fixtures.VLLM_V1, "vllm"),
+        (fixtures.VLLM_V0, "vllm"),
+        (fixtures.SGLANG, "sglang"),
+        (fixtures.SGLANG_OLD, "sglang"),
+        (fixtures.TGI, "tgi"),
+        (fixtures.LLAMACPP, "llamacpp"),
+    ],
+)
+def test_kind_is_detected_from_the_families_present(text: str, kind: str) -> None:
+    assert detect_kind(present(text)).kind == kind
+
+
+def test_detection_compares_names_with_and_without_total() -> None:
+    # The parser may hand over "vllm:prompt_tokens" (counter, _total stripped) or the full name.
+    assert detect_kind(["vllm:prompt_tokens"]).kind == "vllm"
+    assert detect_kind(["vllm:prompt_tokens_total"]).kind == "vllm"
+    assert family_key("vllm:prompt_tokens_total") == family_key("vllm:prompt_tokens")
+
+
+def test_detection_prefers_the_engine_with_more_matches() -> None:
+    assert (
+        detect_kind(["vllm:num_requests_waiting", "vllm:prompt_tokens", "sglang:token_usage"]).kind == "vllm"
+    )
+
+
+def test_a_tie_between_engines_is_an_error_naming_both() -> None:
+    with pytest.raises(UnknownEngineError, match=r"several engines equally \(sglang, vllm\)"):
+        detect_kind(["vllm:num_requests_waiting", "sglang:token_usage"])
+
+
+def test_no_engine_metrics_is_an_error_naming_the_prefixes() -> None:
+    with pytest.raises(UnknownEngineError, match=r"looked for prefixes vllm:, sglang:, tgi_, llamacpp:"):
+        detect_kind(["process_cpu_seconds_total", "python_info"])
+
+
+def test_explicit_kind_and_unknown_kind_message() -> None:
+    assert families_for("tgi").prefix == "tgi_"
+    assert resolve_families("llamacpp", []).kind == "llamacpp"
+    with pytest.raises(UnknownEngineError) as info:
+        families_for("vlm")
+    assert str(info.value) == 'unknown engine kind "vlm"; valid: auto, llamacpp, sglang, tgi, vllm'
+    assert VALID_KINDS == ("auto", "llamacpp", "sglang", "tgi", "vllm")
+
+
+def test_every_table_uses_its_prefix_and_known_signals() -> None:
+    for kind, table in ENGINES.items():
+        assert table.kind == kind
+        for signal, source in table.sources.items():
+            assert signal in SIGNAL_TYPES
+            assert all(name.startswith(table.prefix) for name in source.names), (kind, signal)
+
+
+def test_renamed_families_list_the_new_name_first() -> None:
+    vllm = ENGINES["vllm"].sources
+    assert vllm[Signal.KV_CACHE_USAGE].names == ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+    assert vllm[Signal.SERVER_ITL_SECONDS].names == (
+        "vllm:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds",
+    )
+    assert (
+        ENGINES["sglang"].sources[Signal.SERVER_ITL_SECONDS].names[0] == "sglang:inter_token_latency_seconds"
+    )
+
+
+def test_a_source_needs_a_name() -> None:
+    with pytest.raises(ValueError, match="at least one metric name"):
+        Source(())

@@ -1,0 +1,184 @@
+"""Tests of exporter.engine.scrape over real sockets: the simulator's vLLM page, and every failure."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from exporter.engine.derive import derive
+from exporter.engine.families import Signal, UnknownEngineError
+from exporter.engine.scrape import ScrapeFailure, ScrapeResult, scrape
+from exporter.sim import SimConfig, SimServer, tokenizer
+from tests.engine import fixtures
+
+ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    """One client session per test, with a timeout so that a hang fails instead of blocking."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
+        yield client
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimServer]:
+    """The ``tiny`` simulator on 127.0.0.1, a free port."""
+    server = SimServer(SimConfig(preset="tiny"))
+    await server.start("127.0.0.1", 0)
+    yield server
+    await server.stop()
+
+
+async def serve(aiohttp_server: ServerFactory, handler: Handler) -> str:
+    """A one-route server on 127.0.0.1:0; returns the /metrics URL."""
+    app = web.Application()
+    app.router.add_get("/metrics", handler)
+    server = await aiohttp_server(app)
+    return str(server.make_url("/metrics"))
+
+
+async def send(session: aiohttp.ClientSession, sim: SimServer, prompt_tokens: int, max_tokens: int) -> None:
+    body = {
+        "model": "sim-tiny",
+        "prompt": tokenizer.prompt_of_length(prompt_tokens),
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    async with session.post(sim.url + "/v1/completions", json=body) as response:
+        assert response.status == 200
+        await response.read()
+
+
+async def test_simulator_page_matches_the_traffic_sent(
+    sim: SimServer, session: aiohttp.ClientSession
+) -> None:
+    url = sim.url + "/metrics"
+    before = await scrape(session, url, timeout=5.0)
+    assert before.ok and before.snapshot is not None
+    assert before.snapshot.kind == "vllm"
+    assert before.snapshot.value(Signal.PROMPT_TOKENS_TOTAL) == 0.0
+
+    traffic = [(10, 5), (20, 6), (30, 7)]  # (prompt tokens, output tokens)
+    await asyncio.gather(*(send(session, sim, p, n) for p, n in traffic))
+    after = await scrape(session, url, timeout=5.0, model="sim-tiny")
+    assert after.failure is None and after.snapshot is not None
+    snap = after.snapshot
+    assert snap.value(Signal.PROMPT_TOKENS_TOTAL) == 60.0
+    assert snap.value(Signal.GENERATION_TOKENS_TOTAL) == 18.0
+    assert snap.value(Signal.REQUEST_SUCCESS_TOTAL) == 3.0
+    assert snap.value(Signal.RUNNING_REQUESTS) == 0.0
+    assert snap.value(Signal.QUEUE_DEPTH) == 0.0
+    assert snap.value(Signal.KV_CACHE_USAGE) is not None
+    counts = {signal: histogram.count for signal, histogram in snap.histograms.items()}
+    assert counts == {
+        Signal.SERVER_TTFT_SECONDS: 3.0,
+        Signal.SERVER_ITL_SECONDS: 4.0 + 5.0 + 6.0,  # one gap per token after the first
+        Signal.SERVER_E2E_SECONDS: 3.0,
+        Signal.SERVER_QUEUE_SECONDS: 3.0,
+    }
+    for histogram in snap.histograms.values():
+        assert histogram.buckets[-1][1] == histogram.count
+
+    figures = derive([before.snapshot, snap])
+    assert figures.increases[Signal.GENERATION_TOKENS_TOTAL] == 18.0
+    ttft_p50 = figures.quantile(Signal.SERVER_TTFT_SECONDS, 0.5)
+    assert ttft_p50 is not None and 0.0 < ttft_p50 < 10.0
+    other_model = await scrape(session, url, timeout=5.0, model="another-model")
+    assert other_model.snapshot is not None and other_model.snapshot.values == {}
+
+
+async def test_snapshot_is_stamped_with_the_injected_clock(
+    aiohttp_server: ServerFactory, session: aiohttp.ClientSession
+) -> None:
+    async def page(_: web.Request) -> web.Response:
+        return web.Response(text=fixtures.LLAMACPP)
+
+    ticks: Iterator[float] = iter([100.0, 100.25])
+    result = await scrape(session, await serve(aiohttp_server, page), 5.0, clock=lambda: next(ticks))
+    assert result.snapshot is not None
+    assert (result.snapshot.at, result.duration_s) == (100.25, 0.25)
+    assert result.snapshot.kind == "llamacpp"
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def test_connection_refused_is_connect_error(session: aiohttp.ClientSession) -> None:
+    result = await scrape(session, f"http://127.0.0.1:{closed_port()}/metrics", timeout=5.0)
+    assert (result.ok, result.failure) == (False, ScrapeFailure.CONNECT_ERROR)
+    assert "ClientConnectorError" in result.detail
+
+
+async def test_http_500_is_http_status(aiohttp_server: ServerFactory, session: aiohttp.ClientSession) -> None:
+    async def broken(_: web.Request) -> web.Response:
+        return web.Response(status=500, text="boom")
+
+    result = await scrape(session, await serve(aiohttp_server, broken), timeout=5.0)
+    assert (result.failure, result.detail) == (ScrapeFailure.HTTP_STATUS, "HTTP 500")
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b"<html><body>It works!</body></html>", "malformed exposition text"),
+        (b"\xff\xfe\x00garbage", "not UTF-8"),
+        (b"# TYPE up gauge\nup 1\n", "no known engine metrics"),
+        (fixtures.VLLM_V1.encode() * 2000, "larger than 65536 bytes"),
+    ],
+)
+async def test_unusable_body_is_parse_error(
+    aiohttp_server: ServerFactory, session: aiohttp.ClientSession, body: bytes, detail: str
+) -> None:
+    async def page(_: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="text/plain")
+
+    result = await scrape(session, await serve(aiohttp_server, page), 5.0, max_body_bytes=65536)
+    assert result.failure is ScrapeFailure.PARSE_ERROR
+    assert detail in result.detail
+
+
+async def test_stalled_server_is_timeout_and_cancellation_propagates(
+    aiohttp_server: ServerFactory, session: aiohttp.ClientSession
+) -> None:
+    release = asyncio.Event()
+
+    async def stalled(_: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(text=fixtures.LLAMACPP)
+
+    url = await serve(aiohttp_server, stalled)
+    try:
+        result = await scrape(session, url, timeout=0.2)
+        assert result.failure is ScrapeFailure.TIMEOUT
+        assert result.detail == "no complete answer within 0.2 s"
+        assert 0.15 < result.duration_s < 5.0
+
+        task = asyncio.create_task(scrape(session, url, timeout=30.0))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        release.set()
+
+
+async def test_misspelt_kind_raises_before_any_io(session: aiohttp.ClientSession) -> None:
+    with pytest.raises(UnknownEngineError, match='unknown engine kind "vlm"; valid: auto, llamacpp'):
+        await scrape(session, f"http://127.0.0.1:{closed_port()}/metrics", 1.0, kind="vlm")
+
+
+def test_scrape_result_ok_property() -> None:
+    assert not ScrapeResult(None, ScrapeFailure.TIMEOUT, "x", 1.0).ok

@@ -1,0 +1,1 @@
+"""Tests of exporter.load: distributions, arrivals, presets, prompts, trace loaders, runner, health."""

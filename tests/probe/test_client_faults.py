@@ -1,0 +1,93 @@
+"""Every simulator fault mode ends as its outcome, with partial timings, and the client carries on."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import Outcome
+from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.sim import SimServer
+from exporter.sim.faults import FAULT_MODES
+from tests.probe.helpers import fault, script, settings_for
+
+FAST = Timeouts(connect=1.0, ttft=0.3, idle=0.3, total=5.0)
+
+# mode -> (fault spec, expected outcome, HTTP status, content tokens before the failure)
+CASES: dict[str, tuple[Any, Outcome, int | None, int]] = {
+    "http_500": ("http_500", Outcome.HTTP_STATUS, 500, 0),
+    "http_503": ("http_503", Outcome.HTTP_STATUS, 503, 0),
+    "http_429": ("http_429", Outcome.RATE_LIMITED, 429, 0),
+    "reset": ({"mode": "reset", "at": 3}, Outcome.STREAM_ABORTED, 200, 3),
+    "malformed_sse": ({"mode": "malformed_sse", "at": 2}, Outcome.MALFORMED_STREAM, 200, 2),
+    "invalid_utf8": ({"mode": "invalid_utf8", "at": 2}, Outcome.MALFORMED_STREAM, 200, 2),
+    "hang_before_headers": ({"mode": "hang_before_headers", "duration": 1.0}, Outcome.TTFT_TIMEOUT, None, 0),
+    "stall": ({"mode": "stall", "at": 2, "duration": 1.0}, Outcome.IDLE_TIMEOUT, 200, 2),
+    "slow_drip": ({"mode": "slow_drip", "interval": 0.002}, Outcome.OK, 200, 6),
+    "wrong_content_type": ("wrong_content_type", Outcome.MALFORMED_STREAM, 200, 0),
+    "oversized_line": (
+        {"mode": "oversized_line", "at": 1, "size": 100_000},
+        Outcome.MALFORMED_STREAM,
+        200,
+        1,
+    ),
+}
+
+
+def test_every_simulator_fault_mode_has_a_case() -> None:
+    assert set(CASES) == set(FAULT_MODES)
+
+
+@pytest.mark.parametrize("mode", sorted(CASES))
+async def test_fault_mode_yields_its_outcome_and_the_client_carries_on(sim: SimServer, mode: str) -> None:
+    spec, outcome, status, tokens = CASES[mode]
+    settings = settings_for(sim, api="completions", timeouts=FAST, max_line_bytes=65536)
+    async with ProbeClient(settings) as client:
+        failed = await client.send(RequestSpec(prompt="hi", max_tokens=6, extra_body=fault(spec)))
+        after = await client.send(RequestSpec(prompt="hi", max_tokens=6))
+    assert failed.outcome is outcome, failed.error
+    assert failed.http_status == status
+    assert len(failed.token_times) == tokens  # partial timings are kept
+    assert failed.finished_at is not None and failed.sent_at is not None
+    assert (failed.error is None) == (outcome is Outcome.OK)
+    assert after.outcome is Outcome.OK and after.output_tokens == 6
+
+
+async def test_connection_refused_is_a_connect_error() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens once it is closed
+    settings = TargetSettings(base_url=f"http://127.0.0.1:{port}", model="m", timeouts=FAST)
+    async with ProbeClient(settings) as client:
+        result = await client.send(RequestSpec(prompt="hi", max_tokens=4))
+    assert result.outcome is Outcome.CONNECT_ERROR and result.http_status is None
+
+
+async def test_unresolvable_model_fails_the_request_not_the_caller() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with ProbeClient(TargetSettings(base_url=f"http://127.0.0.1:{port}", timeouts=FAST)) as client:
+        result = await client.send(RequestSpec(prompt="hi", max_tokens=4))
+    assert result.outcome is Outcome.CONNECT_ERROR and "/v1/models" in (result.error or "")
+
+
+async def test_total_timeout_mid_stream(sim: SimServer) -> None:
+    timeouts = Timeouts(connect=1.0, ttft=1.0, idle=1.0, total=0.3)
+    spec = RequestSpec(prompt="hi", max_tokens=100, extra_body=script(ttft=0.01, gaps=0.02))
+    async with ProbeClient(settings_for(sim, timeouts=timeouts)) as client:
+        result = await client.send(spec)
+    assert result.outcome is Outcome.TOTAL_TIMEOUT
+    assert 5 <= len(result.token_times) < 100
+
+
+@pytest.mark.parametrize(("model", "status"), [("no-such-model", 404), (None, 400)])
+async def test_client_errors_are_http_status(sim: SimServer, model: str | None, status: int) -> None:
+    extra = (("max_tokens", -1),) if model is None else ()
+    async with ProbeClient(settings_for(sim, model=model, timeouts=FAST)) as client:
+        result = await client.send(RequestSpec(prompt="hi", max_tokens=4, extra_body=extra))
+    assert result.outcome is Outcome.HTTP_STATUS and result.http_status == status
+    assert result.error is not None and result.error.startswith(f"HTTP {status}: ")

@@ -1,0 +1,178 @@
+"""The client's HTTP behaviour against tiny purpose-built servers on 127.0.0.1:0: auth, headers, secrets,
+and the stale keep-alive retry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+from aiohttp import web
+from multidict import CIMultiDictProxy
+
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import Outcome
+from exporter.probe.target import RequestSpec, Secret, TargetSettings, Timeouts
+
+KEY = "sk-test-SECRET-4f9d2c"
+FAST = Timeouts(connect=1.0, ttft=2.0, idle=2.0, total=5.0)
+ONE_TOKEN_SSE = (
+    b'data: {"choices":[{"text":" a","finish_reason":"length"}],"usage":{"completion_tokens":1}}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+@dataclass
+class Recorder:
+    """What the header-recording server saw."""
+
+    headers: list[CIMultiDictProxy[str]] = field(default_factory=list)
+    url: str = ""
+
+
+@pytest.fixture
+async def recorder() -> AsyncIterator[Recorder]:
+    """A server that records request headers; ``/echo/v1/...`` answers 401 quoting the Authorization
+    header back, as a careless proxy might."""
+    seen = Recorder()
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        seen.headers.append(request.headers)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(ONE_TOKEN_SSE)
+        return resp
+
+    async def echo(request: web.Request) -> web.Response:
+        body = {"error": {"message": f"bad key: {request.headers.get('Authorization')}"}}
+        return web.json_response(body, status=401)
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", stream)
+    app.router.add_post("/echo/v1/completions", echo)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    seen.url = f"http://{host}:{port}"
+    yield seen
+    await runner.cleanup()
+
+
+def _settings(base_url: str) -> TargetSettings:
+    return TargetSettings(
+        base_url=base_url,
+        api="completions",
+        model="m",
+        api_key=Secret(KEY),
+        headers=(("X-Probe", "fluidity"),),
+        timeouts=FAST,
+    )
+
+
+async def test_bearer_key_and_extra_headers_arrive(recorder: Recorder) -> None:
+    async with ProbeClient(_settings(recorder.url)) as client:
+        result = await client.send(RequestSpec(prompt="hi", max_tokens=1))
+    assert result.outcome is Outcome.OK
+    headers = recorder.headers[0]
+    assert headers["Authorization"] == f"Bearer {KEY}"
+    assert headers["X-Probe"] == "fluidity"
+    assert headers["Content-Type"] == "application/json"
+
+
+async def test_the_key_never_appears_in_results_reprs_errors_or_logs(
+    recorder: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    settings = _settings(recorder.url)
+    async with ProbeClient(settings) as client:
+        ok = await client.send(RequestSpec(prompt="hi", max_tokens=1))
+        client_repr = repr(client)
+    async with ProbeClient(_settings(recorder.url + "/echo")) as client:
+        failed = await client.send(RequestSpec(prompt="hi", max_tokens=1))
+    assert failed.outcome is Outcome.HTTP_STATUS and failed.http_status == 401
+    assert failed.error is not None and "bad key: Bearer ********" in failed.error
+    texts = [repr(ok), str(ok), repr(failed), str(failed), client_repr, repr(settings), caplog.text]
+    texts.append(json.dumps(failed.extra))
+    assert not [text for text in texts if KEY in text]
+
+
+@dataclass
+class KeepAliveCloser:
+    """A raw HTTP/1.1 server that answers the first request of a connection and keeps it open, but
+    closes it without a word when a second request arrives on it: exactly what a client sees when a
+    server (llama.cpp: after 5 idle seconds) closes an idle keep-alive connection as the client writes."""
+
+    connections: int = 0
+    closed_on_reuse: int = 0
+    first_requests: int = 0
+    close_every_request: bool = False
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+                await reader.readexactly(length)
+                if served or self.close_every_request:
+                    self.closed_on_reuse += 1
+                    break
+                self.first_requests += 1
+                head_out = (
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\n"
+                    f"Content-Length: {len(ONE_TOKEN_SSE)}\r\n\r\n"
+                )
+                writer.write(head_out.encode() + ONE_TOKEN_SSE)
+                await writer.drain()
+                served += 1
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            writer.close()
+
+
+async def _serve(handler: KeepAliveCloser) -> tuple[asyncio.Server, str]:
+    server = await asyncio.start_server(handler.handle, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    return server, f"http://{host}:{port}"
+
+
+async def test_stale_keep_alive_connection_is_retried_once_on_a_fresh_one() -> None:
+    closer = KeepAliveCloser()
+    server, url = await _serve(closer)
+    try:
+        async with ProbeClient(
+            TargetSettings(base_url=url, api="completions", model="m", timeouts=FAST)
+        ) as client:
+            first = await client.send(RequestSpec(prompt="hi", max_tokens=1))
+            second = await client.send(RequestSpec(prompt="hi", max_tokens=1))
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert (first.outcome, first.retries) == (Outcome.OK, 0)
+    assert (second.outcome, second.retries) == (Outcome.OK, 1), second.error
+    assert (closer.connections, closer.closed_on_reuse, closer.first_requests) == (2, 1, 2)
+
+
+async def test_a_fresh_connection_that_fails_is_not_retried() -> None:
+    closer = KeepAliveCloser(close_every_request=True)
+    server, url = await _serve(closer)
+    try:
+        async with ProbeClient(
+            TargetSettings(base_url=url, api="completions", model="m", timeouts=FAST)
+        ) as client:
+            result = await client.send(RequestSpec(prompt="hi", max_tokens=1))
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert (result.outcome, result.retries, closer.connections) == (Outcome.CONNECT_ERROR, 0, 1)

@@ -1,0 +1,129 @@
+"""The client against the real simulator over loopback: timings, token counts, outcomes.
+
+Tolerances, for a noisy 2-core VM where server and client share one event loop (and the tests must pass
+with two busy loops competing for the cores): the median gap error within 1 ms, 90% of the gaps within
+5 ms, every gap and the TTFT within 15 ms. Fluidity is compared exactly, with deadlines chosen 20 ms away
+from every decision, so no error inside the tolerance can flip one.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals, ttft
+from exporter.probe.target import RequestSpec
+from exporter.sim import SimConfig, SimServer
+from exporter.stats.fluidity import fluidity_index
+from tests.probe.helpers import script, settings_for
+
+MEDIAN_TOLERANCE_S = 0.001
+GAP_TOLERANCE_S = 0.005  # for 90% of the gaps
+WORST_TOLERANCE_S = 0.015  # for every gap, and the TTFT
+
+
+def analytic_intervals(ttft_s: float, gap_s: float, tokens: int, stalls: dict[int, float]) -> list[float]:
+    """The scripted stream's intervals, one token per chunk."""
+    return [ttft_s + stalls.get(0, 0.0)] + [gap_s + stalls.get(i, 0.0) for i in range(1, tokens)]
+
+
+async def send(server: SimServer, spec: RequestSpec, **settings: object) -> ProbeResult:
+    async with ProbeClient(settings_for(server, **settings)) as client:
+        return await client.send(spec)
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+async def test_scripted_stream_gives_the_analytic_ttft_tbt_and_fluidity(sim: SimServer, api: str) -> None:
+    stalls = {20: 0.22}
+    spec = RequestSpec(
+        prompt="hello", max_tokens=30, extra_body=script(ttft=0.05, gaps=0.02, stalls={"20": 0.22})
+    )
+    result = await send(sim, spec, api=api)
+    assert result.outcome is Outcome.OK, result.error
+    expected = analytic_intervals(0.05, 0.02, 30, stalls)
+    measured = intervals(result)
+    assert len(measured) == 30 and result.output_tokens == 30
+    # TTFT runs from our write; the simulator's clock starts when it has parsed the request: later.
+    measured_ttft = ttft(result)
+    assert measured_ttft is not None and 0.05 - 0.0005 <= measured_ttft <= 0.05 + WORST_TOLERANCE_S
+    errors = [m - e for m, e in zip(measured[1:], expected[1:], strict=True)]
+    assert abs(statistics.median(errors)) <= MEDIAN_TOLERANCE_S
+    assert sorted(abs(e) for e in errors)[int(0.9 * len(errors)) - 1] <= GAP_TOLERANCE_S
+    assert max(abs(e) for e in errors) <= WORST_TOLERANCE_S
+    # Dd = 40 ms against 20 ms gaps, a 20 ms playback buffer: the 240 ms gap of the stall misses
+    # floor((0.24 - 0.02 - 0.04) / 0.04) + 1 = 5 deadlines (4.5 before the floor: 20 ms from either
+    # boundary), counted in place of its one: 29 + 5 in all.
+    args = {"prefill_deadline": 0.2, "decode_deadline": 0.04, "slack_cap": 0.02}
+    assert fluidity_index(measured, **args) == fluidity_index(expected, **args) == pytest.approx(1 - 5 / 34)
+
+
+# Scripted chunk sizes 1, 3, 2, 4 (the last repeats, the final chunk is cut to fit 20 tokens).
+CHUNK_SIZES = [1, 3, 2, 4]
+EXPECTED_COUNTS = [1, 3, 2, 4, 4, 4, 2]
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+@pytest.mark.parametrize(
+    ("token_ids", "continuous", "source"),
+    [(True, True, TokenSource.TOKEN_IDS), (False, True, TokenSource.CONTINUOUS_USAGE)],
+)
+async def test_tokens_per_chunk_are_exact_from_ids_or_continuous_usage(
+    sim: SimServer, api: str, token_ids: bool, continuous: bool, source: TokenSource
+) -> None:
+    spec = RequestSpec(
+        prompt="hi", max_tokens=20, extra_body=script(ttft=0.01, gaps=0.01, chunk_sizes=CHUNK_SIZES)
+    )
+    result = await send(sim, spec, api=api, request_token_ids=token_ids, request_continuous_usage=continuous)
+    assert result.outcome is Outcome.OK, result.error
+    assert result.token_source is source
+    assert result.token_counts == EXPECTED_COUNTS
+    assert result.token_adjustment == 0 and result.completion_tokens_reported == 20
+    # A chunk of k tokens is its gap followed by k - 1 zero gaps.
+    starts = [sum(EXPECTED_COUNTS[:i]) for i in range(len(EXPECTED_COUNTS))]
+    gaps = intervals(result)
+    assert len(gaps) == 20 and [i for i, gap in enumerate(gaps) if gap > 0] == starts
+
+
+async def test_one_token_per_chunk_is_reconciled_with_the_final_usage(sim: SimServer) -> None:
+    spec = RequestSpec(
+        prompt="hi", max_tokens=20, extra_body=script(ttft=0.01, gaps=0.005, chunk_sizes=CHUNK_SIZES)
+    )
+    result = await send(sim, spec, request_token_ids=False, request_continuous_usage=False)
+    assert result.outcome is Outcome.OK
+    assert result.token_source is TokenSource.CHUNKS
+    assert sum(result.token_counts) == 20 and len(result.token_counts) == 7
+    assert result.token_adjustment == 20 - 7
+
+
+async def test_constant_chunk_size_is_reconciled_exactly(sim: SimServer) -> None:
+    spec = RequestSpec(prompt="hi", max_tokens=24, extra_body=script(ttft=0.01, gaps=0.005, chunk_sizes=3))
+    result = await send(sim, spec, api="chat", request_token_ids=False, request_continuous_usage=False)
+    assert result.token_source is TokenSource.CHUNKS
+    assert result.token_counts == [3] * 8
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+async def test_engine_mode_stream_and_model_resolution(sim: SimServer, api: str) -> None:
+    async with ProbeClient(settings_for(sim, api=api)) as client:
+        assert await client.resolve_model() == sim.model
+        result = await client.send(RequestSpec(prompt="hello world", max_tokens=12, prompt_tokens=2), 0.0)
+    assert result.outcome is Outcome.OK and result.output_tokens == 12
+    assert result.prompt_tokens_reported is not None and result.finish_reason == "length"
+    assert result.send_overhead_s is not None and result.send_overhead_s > 0  # scheduled at 0.0, long ago
+    assert result.sent_at is not None and result.headers_at is not None and result.finished_at is not None
+    assert result.sent_at < result.headers_at <= result.token_times[0] <= result.finished_at
+
+
+async def test_truncated_when_the_server_stops_before_max_tokens() -> None:
+    server = SimServer(SimConfig(preset="tiny", eos_rate=0.5, seed=3))
+    await server.start("127.0.0.1", 0)
+    try:
+        # We ask for exactly 40 tokens, but a per-request override drops the server-side guarantee.
+        spec = RequestSpec(prompt="hi", max_tokens=40, extra_body=(("ignore_eos", False), ("min_tokens", 0)))
+        result = await send(server, spec)
+    finally:
+        await server.stop()
+    assert result.outcome is Outcome.TRUNCATED
+    assert result.finish_reason == "stop" and result.error is not None and "of 40 tokens" in result.error

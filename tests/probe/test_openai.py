@@ -1,0 +1,178 @@
+"""Request bodies and chunk reading for both APIs, and which events count as tokens."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from exporter.probe.openai import FORMATS, Chunk, read_chunk
+from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals
+from exporter.probe.sse import SseEvent
+from exporter.probe.stream import StreamFailureError, StreamState
+from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.tokens import TokenCounter
+
+SPEC = RequestSpec(prompt="hello", max_tokens=16)
+
+
+def test_completions_body_asks_for_everything_configured() -> None:
+    settings = TargetSettings(base_url="http://x", api="completions", extra_body=(("seed", 7),))
+    body = FORMATS["completions"].build_body(settings, SPEC, "m")
+    assert body == {
+        "model": "m",
+        "prompt": "hello",
+        "max_tokens": 16,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "ignore_eos": True,
+        "min_tokens": 16,
+        "return_token_ids": True,
+        "seed": 7,
+    }
+    assert "temperature" not in body
+
+
+def test_chat_body_with_options_off_and_request_extras_winning() -> None:
+    settings = TargetSettings(
+        base_url="http://x",
+        ignore_eos=False,
+        send_min_tokens=False,
+        request_token_ids=False,
+        request_continuous_usage=False,
+        extra_body=(("seed", 1), ("top_p", 0.5)),
+    )
+    spec = RequestSpec(
+        prompt="unused",
+        max_tokens=4,
+        messages=(("system", "be brief"), ("user", "hi")),
+        extra_body=(("seed", 2),),
+    )
+    body = FORMATS["chat"].build_body(settings, spec, "m")
+    assert body["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    assert body["stream_options"] == {"include_usage": True}
+    assert {"ignore_eos", "min_tokens", "return_token_ids"}.isdisjoint(body)
+    assert (body["seed"], body["top_p"]) == (2, 0.5)
+
+
+def test_chat_body_from_a_plain_prompt() -> None:
+    body = FORMATS["chat"].build_body(TargetSettings(base_url="http://x"), SPEC, "m")
+    assert body["messages"] == [{"role": "user", "content": "hello"}]
+
+
+@pytest.mark.parametrize(
+    ("api", "obj", "expected"),
+    [
+        ("chat", {"choices": [{"delta": {"role": "assistant", "content": ""}}]}, Chunk()),
+        ("chat", {"choices": [{"delta": {"content": " abc"}, "token_ids": [5]}]}, Chunk(" abc", token_ids=1)),
+        ("chat", {"choices": [{"delta": {"reasoning_content": "hm"}}]}, Chunk(reasoning="hm")),
+        ("chat", {"choices": [{"delta": {"reasoning": "hm"}}]}, Chunk(reasoning="hm")),
+        (
+            "chat",
+            {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9}},
+            Chunk("", "", None, 9, 3),
+        ),
+        (
+            "completions",
+            {"choices": [{"text": " a", "finish_reason": "length"}]},
+            Chunk(" a", finish_reason="length"),
+        ),
+        (
+            "completions",
+            {"choices": [{"text": ""}], "usage": {"completion_tokens": 2}},
+            Chunk(completion_tokens=2),
+        ),
+        ("completions", {"error": {"message": "overloaded"}}, Chunk(error="overloaded")),
+    ],
+)
+def test_read_chunk(api: str, obj: dict[str, Any], expected: Chunk) -> None:
+    assert read_chunk(FORMATS[api], obj) == expected  # type: ignore[index]
+
+
+def test_read_chunk_rejects_a_non_object() -> None:
+    with pytest.raises(ValueError, match="JSON object"):
+        read_chunk(FORMATS["chat"], [1, 2])
+
+
+def _state(api: str = "chat") -> StreamState:
+    result = ProbeResult(api=api, sent_at=0.0, max_tokens=2)
+    return StreamState(result, FORMATS[api], TokenCounter())  # type: ignore[index]
+
+
+def _events(*objs: Any) -> list[SseEvent]:
+    return [SseEvent(o if isinstance(o, str) else json.dumps(o)) for o in objs]
+
+
+def test_inference_perf_392_only_content_events_are_tokens() -> None:
+    """inference-perf #392: role-only deltas, empty chunks, usage-only chunks and [DONE] were counted as
+    tokens, shifting TTFT earlier and adding ~0 gaps. None of them may produce a token stamp."""
+    state = _state()
+    role = {"choices": [{"delta": {"role": "assistant", "content": ""}}], "usage": {"completion_tokens": 0}}
+    state.on_events(0.010, _events(role))
+    state.on_events(0.020, _events({"choices": [{"delta": {}}]}))
+    state.on_events(
+        0.100, _events({"choices": [{"delta": {"content": " ab"}}], "usage": {"completion_tokens": 1}})
+    )
+    state.on_events(0.120, _events({"choices": [{"delta": {"content": " cd"}, "finish_reason": "length"}]}))
+    usage = {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}}
+    assert state.on_events(0.121, _events(usage, "[DONE]"))
+    state.finish(exact_length=True)
+    result = state.result
+    assert result.token_times == [0.100, 0.120]
+    assert intervals(result) == pytest.approx([0.100, 0.020])
+    assert result.outcome is Outcome.OK and result.finished_at == 0.121
+    assert (result.prompt_tokens_reported, result.completion_tokens_reported) == (4, 2)
+    assert result.multi_event_reads == 0
+
+
+def test_reasoning_is_recorded_apart() -> None:
+    state = _state()
+    state.on_events(0.05, _events({"choices": [{"delta": {"reasoning_content": "think"}}]}))
+    state.on_events(0.08, _events({"choices": [{"delta": {"content": " x"}}]}))
+    state.on_events(0.09, _events({"choices": [{"delta": {"content": " y"}}]}, "[DONE]"))
+    state.finish(exact_length=False)
+    assert state.result.reasoning_times == [0.05]
+    assert state.result.token_times == [0.08, 0.09]
+    assert state.result.extra["reasoning_tokens"] == 1
+
+
+def test_a_read_with_two_content_events_is_counted() -> None:
+    state = _state("completions")
+    state.on_events(0.1, _events({"choices": [{"text": " a"}]}, {"choices": [{"text": " b"}]}))
+    assert state.result.multi_event_reads == 1
+    assert state.result.token_times == [0.1, 0.1]
+
+
+@pytest.mark.parametrize(
+    ("data", "outcome"),
+    [('{"choices": [{"text": "', Outcome.MALFORMED_STREAM), ('{"error": "boom"}', Outcome.STREAM_ABORTED)],
+)
+def test_bad_chunks_end_the_stream(data: str, outcome: Outcome) -> None:
+    with pytest.raises(StreamFailureError) as caught:
+        _state("completions").on_events(0.1, [SseEvent(data)])
+    assert caught.value.outcome is outcome
+
+
+@pytest.mark.parametrize(
+    ("reported", "finish", "counts", "outcome"),
+    [
+        (2, "length", [1, 1], Outcome.OK),
+        (1, "stop", [1], Outcome.TRUNCATED),  # usage says fewer than asked
+        (None, "length", [1], Outcome.OK),  # by chunks a count is a lower bound: "length" decides
+        (None, "stop", [1], Outcome.TRUNCATED),
+        (None, None, [], Outcome.NO_TOKENS),
+    ],
+)
+def test_completed_outcomes(
+    reported: int | None, finish: str | None, counts: list[int], outcome: Outcome
+) -> None:
+    state = _state("completions")
+    for i in range(len(counts)):
+        state.on_events(0.1 * (i + 1), _events({"choices": [{"text": " a"}]}))
+    if reported is not None:
+        state.on_events(0.5, _events({"choices": [], "usage": {"completion_tokens": reported}}))
+    state.result.finish_reason = finish
+    state.finish(exact_length=True)
+    assert state.result.outcome is outcome
+    assert state.result.token_source is TokenSource.CHUNKS

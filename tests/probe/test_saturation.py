@@ -1,0 +1,61 @@
+"""The saturation rule, the lag monitor, and a request marked unreliable when its loop was blocked."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import Outcome
+from exporter.probe.saturation import LAG_LIMIT_S, STALL_LIMIT_S, LagMonitor, is_unreliable
+from exporter.probe.target import RequestSpec
+from exporter.sim import SimServer
+from tests.probe.helpers import script, settings_for
+
+
+@pytest.mark.parametrize(
+    ("lag", "share", "multi", "reads", "unreliable"),
+    [
+        (0.0, 0.0, 0, 100, False),
+        (0.010, 0.05, 0, 100, False),  # a short hiccup, rarely: not marked
+        (STALL_LIMIT_S * 1.01, 0.01, 0, 100, True),  # one long stall
+        (0.004, 0.06, 0, 100, True),  # behind for a sustained part of the request
+        (0.0, 0.0, 5, 100, False),  # 5% of reads: tolerated (the server's own batching)
+        (0.0, 0.0, 6, 100, True),
+        (0.0, 0.0, 0, 0, False),
+    ],
+)
+def test_rule(lag: float, share: float, multi: int, reads: int, unreliable: bool) -> None:
+    assert is_unreliable(lag, share, multi, reads) is unreliable
+
+
+async def test_monitor_sees_a_blocked_loop() -> None:
+    monitor = LagMonitor(interval_s=0.005)
+    monitor.start()
+    await asyncio.sleep(0.02)
+    mark = monitor.mark()
+    time.sleep(0.03)  # block the loop, as a saturated client does
+    await asyncio.sleep(0.02)
+    await monitor.stop()
+    worst, share = monitor.since(mark)
+    assert worst >= 0.02 and share > 0
+    assert monitor.since(monitor.mark()) == (0.0, 0.0)
+    assert LAG_LIMIT_S < 0.02
+
+
+async def test_request_during_which_the_loop_was_blocked_is_marked_unreliable(sim: SimServer) -> None:
+    spec = RequestSpec(prompt="hi", max_tokens=20, extra_body=script(ttft=0.02, gaps=0.01))
+
+    async def block_loop() -> None:
+        await asyncio.sleep(0.08)
+        time.sleep(0.05)  # five 10 ms chunks pile up in the socket meanwhile
+
+    async with ProbeClient(settings_for(sim)) as client:
+        result, _ = await asyncio.gather(client.send(spec), block_loop())
+    assert result.outcome is Outcome.OK
+    assert result.unreliable
+    assert result.loop_lag_s >= 0.03
+    assert result.multi_event_reads >= 1
+    assert result.cpu_share is not None and 0.0 < result.cpu_share <= 1.0

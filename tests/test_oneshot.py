@@ -1,0 +1,155 @@
+"""``fluidity-exporter bench`` end to end against the simulator in a child process (real sockets)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import main
+from exporter.sim.process import SimProcess
+from exporter.stats.batch import IntervalBatch
+from exporter.stats.fluidity import evaluate, fluid_token_rate
+
+SMALL = ["--prompt-tokens", "uniform:low=16,high=256", "--output-tokens", "uniform:low=8,high=48", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def sim_url() -> Iterator[str]:
+    with SimProcess(["--preset", "tiny"]) as sim:
+        yield sim.url
+
+
+def bench(tmp_path: Path, *flags: str) -> tuple[int, Path]:
+    out = tmp_path / "report"
+    return main(["bench", *flags, "--output", str(out)]), out
+
+
+def test_bench_writes_every_file_and_its_summary_is_the_metric_core(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = bench(
+        tmp_path, "--url", sim_url, "--api", "completions", "--requests", "30", "--rate", "20", *SMALL
+    )
+    assert code == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"requests.jsonl", "summary.json", "ttft.csv", "tbt.csv", "tpot.csv", "e2e.csv"} <= names
+    assert {"normalized_latency.csv", "fluidity_medium.csv", "deadline_miss_rate.csv"} <= names
+    summary = json.loads((out / "summary.json").read_text())
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(records) == 30 and summary["requests"]["by_outcome"] == {"ok": 30}
+    assert all(r["output_tokens"] == r["completion_tokens_reported"] for r in records)
+    batch = IntervalBatch.from_sequences(r["intervals"] for r in records)
+    for tier, seconds in (("strict", 0.025), ("medium", 0.05), ("relaxed", 0.1)):
+        expected = evaluate(batch, 1.0, seconds).service_level
+        assert summary["fluidity"]["tiers"][tier]["service_level"] == pytest.approx(expected, abs=1e-12)
+    assert summary["rates"]["fluid_token_rate"] == pytest.approx(fluid_token_rate(batch), rel=1e-9)
+    printed = capsys.readouterr().out
+    assert "fluid token rate" in printed and "TTFT (s)" in printed
+
+
+def test_json_closed_loop_with_slos_and_goodput(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["--url", sim_url, "--concurrency", "4", "--requests", "12", "--json", *SMALL]
+    flags += ["--slo", "ttft:p99<=5", "--slo", "fluidity:p99>=0.5", "--goodput", "ttft<=5,min_fluidity>=0.5"]
+    code, _ = bench(tmp_path, *flags)
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["requests"]["completed"] == 12
+    assert [s["met"] for s in summary["slos"]] == [True, True]
+    assert summary["goodput"]["good"] == 12
+    assert any(check["name"] == "concurrency" for check in summary["health_checks"])
+
+
+def test_failures_are_counted_not_fatal(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["--url", sim_url, "--requests", "6", "--rate", "30", "--json", *SMALL]
+    code, out = bench(tmp_path, *flags, "--extra-body", '{"sim": {"fault": "http_503"}}')
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["requests"]["by_outcome"] == {"http_status": 6}
+    assert summary["requests"]["http_status"] == {"503": 6}
+    assert summary["reliable"] is False  # the success check fails, and says so
+    assert len((out / "requests.jsonl").read_text().splitlines()) == 6
+
+
+def test_worker_processes_spread_an_open_load(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _ = bench(
+        tmp_path, "--url", sim_url, "--requests", "20", "--rate", "25", "--workers", "2", "--json", *SMALL
+    )
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["requests"]["by_outcome"] == {"ok": 20}
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--workload", "chatt"], 'unknown workload preset "chatt"; valid: '),
+        (
+            ["--prompt-tokens", "gauss:mean=3"],
+            '--prompt-tokens: unknown length distribution "gauss"; valid: ',
+        ),
+        (["--rate", "2", "--concurrency", "3"], "--rate and --concurrency exclude each other"),
+        (["--slo", "ttfb:p99<=1"], '--slo: unknown SLO metric "ttfb"'),
+        (["--goodput", "latency<=1"], '--goodput: unknown bound "latency"; valid: ttft, tpot'),
+        (
+            ["--arrival", "burst"],
+            '--arrival: unknown arrival process "burst"; valid: poisson, gamma, constant',
+        ),
+        (["--decode-tiers", "medium=fast"], '--decode-tiers: "medium=fast" needs seconds'),
+        (["--header", "nocolon"], '--header "nocolon": expected NAME:VALUE'),
+        (
+            ["--api-key-env", "FLUIDITY_TEST_UNSET_KEY"],
+            "environment variable FLUIDITY_TEST_UNSET_KEY is not set",
+        ),
+    ],
+)
+def test_bad_flags_exit_2_with_a_message(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    code, _ = bench(tmp_path, "--url", sim_url, "--requests", "1", *flags)
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_config_file_keys_are_flags_and_unknown_keys_are_named(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "bench.yaml"
+    config.write_text(f"url: {sim_url}\nrequests: 3\nrate: 30\noutput-tokens: 16\nprompt_tokens: 128\n")
+    code, _ = bench(tmp_path, "--config", str(config), "--json", "--quiet")
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["requests"]["completed"] == 3
+    config.write_text("rates: 3\n")
+    code, _ = bench(tmp_path, "--config", str(config))
+    assert code == 2
+    assert 'unknown key "rates"; valid: ' in capsys.readouterr().err
+
+
+def test_api_key_never_reaches_the_report(
+    sim_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FLUIDITY_TEST_KEY", "sk-very-secret-value")
+    code, out = bench(
+        tmp_path,
+        "--url",
+        sim_url,
+        "--requests",
+        "2",
+        "--rate",
+        "30",
+        "--api-key-env",
+        "FLUIDITY_TEST_KEY",
+        *SMALL,
+    )
+    assert code == 0
+    captured = capsys.readouterr()
+    everything = captured.out + captured.err + "".join(p.read_text() for p in out.iterdir())
+    assert "sk-very-secret-value" not in everything
