@@ -26,11 +26,17 @@ class Command:
 
 def _commands() -> dict[str, Command]:
     # Imported lazily so that `fluidity-exporter --help` stays fast.
+    from exporter.config.check import CHECK_CONFIG_COMMAND
     from exporter.demo import DEMO_COMMAND
     from exporter.oneshot import BENCH_COMMAND
     from exporter.sim.cli import SIM_COMMAND
 
-    return {"bench": BENCH_COMMAND, "demo": DEMO_COMMAND, "sim": SIM_COMMAND}
+    return {
+        "bench": BENCH_COMMAND,
+        "check-config": CHECK_CONFIG_COMMAND,
+        "demo": DEMO_COMMAND,
+        "sim": SIM_COMMAND,
+    }
 
 
 def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:

@@ -26,7 +26,7 @@ import numpy as np
 import yaml
 
 from exporter.cli import Command
-from exporter.load.arrivals import ArrivalProcess, parse_arrival_spec
+from exporter.load.arrivals import ArrivalProcess, offsets_within, parse_arrival_spec
 from exporter.load.distributions import parse_length_spec
 from exporter.load.presets import PRESET_NAMES, preset
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
@@ -256,7 +256,7 @@ def _goodput(text: str | None) -> GoodputBounds | None:
 class LoadPlan:
     """What to send and when: specs with open-loop offsets, or a closed-loop concurrency."""
 
-    specs: list[RequestSpec]
+    specs: list[RequestSpec] | Iterator[RequestSpec]
     offsets: np.ndarray | None
     concurrency: int | None
     rate: float | None
@@ -277,20 +277,24 @@ def load_plan(options: dict[str, Any], simulated: bool) -> LoadPlan:
     concurrency = options["concurrency"]
     if concurrency is not None and options["rate"] is not None:
         raise BenchError("--rate and --concurrency exclude each other: open loop or closed loop")
+    exact, described = workload.prompt_tokens_exact, workload.describe()
+    if concurrency is not None:
+        # A closed loop refills as fast as requests end: with a duration, draw specs lazily.
+        specs = _sample(workload, count, rng) if count else workload.stream(rng)
+        return LoadPlan(specs, None, concurrency, None, duration, exact, described)
+    process = _arrival(options)
+    offsets = process.offsets(count, rng) if count else offsets_within(process, duration, rng)
+    if count and duration is not None:
+        offsets = offsets[offsets < duration]
+    specs = _sample(workload, len(offsets), rng)
+    return LoadPlan(specs, offsets, None, process.rate, duration, exact, f"{described}; {process.describe()}")
+
+
+def _sample(workload: Workload, count: int, rng: np.random.Generator) -> list[RequestSpec]:
     try:
-        specs = workload.sample(count or _upper_bound(options, duration), rng)
+        return workload.sample(count, rng)
     except ValueError as exc:
         raise BenchError(str(exc)) from exc
-    if concurrency is not None:
-        return LoadPlan(
-            specs, None, concurrency, None, duration, workload.prompt_tokens_exact, workload.describe()
-        )
-    process = _arrival(options)
-    offsets = process.offsets(len(specs), rng)
-    if duration is not None:
-        offsets = offsets[offsets < duration]
-    described = f"{workload.describe()}; {process.describe()}"
-    return LoadPlan(specs, offsets, None, process.rate, duration, workload.prompt_tokens_exact, described)
 
 
 def _workload(options: dict[str, Any], simulated: bool) -> Workload:
@@ -343,13 +347,6 @@ def _arrival(options: dict[str, Any]) -> ArrivalProcess:
         return parse_arrival_spec(spec)
     except ValueError as exc:
         raise BenchError(f"--arrival/--rate: {exc}") from exc
-
-
-def _upper_bound(options: dict[str, Any], duration: float) -> int:
-    """How many specs a duration-limited load may need (closed loops refill as fast as requests end)."""
-    rate = options["rate"] or 1.0
-    per_second = rate if options["concurrency"] is None else 50.0 * options["concurrency"]
-    return int(duration * per_second * 1.5 + 100)
 
 
 def _trace_plan(
@@ -449,7 +446,7 @@ class LiveLine:
 
 async def drive(settings: TargetSettings, plan: LoadPlan, workers: int, live: LiveLine) -> LoadRun:
     """Send the plan in this process (live progress) or over worker processes (progress at the end)."""
-    if workers > 1 and plan.offsets is not None:
+    if workers > 1 and plan.offsets is not None and isinstance(plan.specs, list):
         pairs = build_plan(plan.specs, plan.offsets, duration=plan.duration)
         results = await asyncio.to_thread(run_plan_in_workers, settings, pairs, workers)
         for result in results:
@@ -518,7 +515,8 @@ def _run(options: dict[str, Any]) -> int:
                 f"target {url}{' (built-in simulator)' if simulated else ''}; {plan.description}",
                 file=sys.stderr,
             )
-        live = LiveLine(len(plan.specs) if plan.duration is None else None, spec, not quiet)
+        total = len(plan.specs) if isinstance(plan.specs, list) and plan.duration is None else None
+        live = LiveLine(total, spec, not quiet)
         load = asyncio.run(drive(settings, plan, workers, live))
         live.close()
     return report(load, spec, options)

@@ -153,3 +153,14 @@ def test_api_key_never_reaches_the_report(
     captured = capsys.readouterr()
     everything = captured.out + captured.err + "".join(p.read_text() for p in out.iterdir())
     assert "sk-very-secret-value" not in everything
+
+
+@pytest.mark.parametrize("load", [["--concurrency", "2"], ["--rate", "20"]])
+def test_duration_limited_loads(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], load: list[str]
+) -> None:
+    code, _ = bench(tmp_path, "--url", sim_url, *load, "--duration", "1.0", "--json", *SMALL)
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["requests"]["completed"] >= 4
+    assert summary["duration_s"] < 10

@@ -239,7 +239,8 @@ def load_health(
 ) -> list[HealthCheck]:
     """Every check that applies: ``send_rate`` for an open loop (no ``concurrency``), ``concurrency``
     for a closed one (its ``scheduled_at`` is when a slot freed, so its lateness is the client's own
-    overhead), then lateness, lengths, reliability and success for both. Works on results from the in-process runner and from worker processes alike."""
+    overhead), then lateness, lengths, reliability and success for both. Works on results from the
+    in-process runner and from worker processes alike."""
     limits = limits or HealthThresholds()
     first = (
         check_send_rate(results, target_rate, limits)

@@ -30,17 +30,18 @@ Sources and choices:
   p90 are 1730 and 5696 (median 1750, sigma 0.957). Output: median 415, sigma ln(834/415)/1.2816 =
   0.54; the 1K filter lowers the generated p90 to 739 (estimate of the effect: the paper's p90 of 834
   suggests a lighter tail than a log-normal).
-* ``lmsys`` (LMSys-Chat-1M): Zheng et al. 2023 report 69.5 tokens per user prompt and 214.5 per
-  response on average (per turn). Spread is an *estimate*: sigma 1.1 (prompts) and 0.85 (responses)
-  give those means with medians 40 and 150.
-* ``mooncake`` (conversation trace, Mooncake FAST 2025, kvcache-ai/Mooncake traces): average input
-  12,035 and output 343 tokens. Spread is an *estimate*: sigma 0.6 and 0.8 (medians 10,000 and 250
-  before filtering); the 16K prefill filter drops about 20% of the long prompts (the generated mean
-  is 8,861).
+* ``lmsys`` (LMSys-Chat-1M): Zheng et al. (ICLR 2024), Table 1, report about 69.5 tokens per user
+  prompt and 214.5 per response on average, per turn (as recalled; check before quoting). Spread is
+  an *estimate*: sigma 1.1 (prompts) and 0.85 (responses) give those means with medians 40 and 150.
+* ``mooncake`` (conversation trace, Mooncake FAST 2025, kvcache-ai/Mooncake traces, 12,031
+  requests over an hour): average input 12,035 and output 343 tokens (as recalled from the trace's
+  published statistics; check before quoting). Spread is an *estimate*: sigma 0.6 and 0.8 (medians
+  10,000 and 250 before filtering); the 16K prefill filter drops about 20% of the long prompts (the
+  generated mean is 8,861).
 * ``azure-code`` (Azure LLM inference trace, code; Splitwise, Patel et al., ISCA 2024): Splitwise
-  reports a median prompt of about 1,500 tokens for coding; decodes are very short: the Etalon paper's
-  suite uses ~8-token decodes (Splitwise's 2023 sample has a median near 13). Sigma 1.0 for both is an
-  *estimate*; prompts are capped at the trace's 8K context.
+  reports a median prompt of about 1,500 tokens for coding (as recalled); decodes are very short:
+  the Etalon paper's suite uses ~8-token decodes (Splitwise's 2023 sample has a median near 13).
+  Sigma 1.0 for both is an *estimate*; prompts are capped at the trace's 8K context.
 * ``arxiv-summarization``: median prefill ~7.8K and decode ~228 (Etalon's suite); spreads from
   Sarathi-Serve Table 3 (arxiv_summarization p90 12985 prefill, 371 decode, as recalled; median prefill
   7059 there). Prompt fitted so that after the 16K filter median/p90 are 7800/12987 (median 8145,

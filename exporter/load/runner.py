@@ -12,7 +12,8 @@ It knows nothing of HTTP: it takes ``send(spec, scheduled_at) -> ProbeResult`` (
 
 Either stops after ``max_requests``, after ``duration`` seconds (no new sends after it; requests in
 flight finish under their own timeouts), or when specs (or arrivals) run out. Cancelling the run
-cancels every send in flight and re-raises. Results keep the order of the specs.
+cancels every send in flight and re-raises; so does a send that raises (a bug: target failures come
+back as results), after which no further request is started. Results keep the order of the specs.
 
 ``build_plan`` gives the same open-loop schedule as ``(offset, spec)`` pairs for worker processes, and
 ``load_run_from_results`` computes the same ``LoadRun`` and health checks over what they return.
@@ -22,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Literal
 
 import numpy as np
@@ -116,8 +118,8 @@ def build_plan(
     return [item for item in plan if duration is None or item[0] < duration]
 
 
-def _count(n_specs: int, n_offsets: int | None, max_requests: int | None) -> int:
-    count = n_specs if n_offsets is None else min(n_specs, n_offsets)
+def _count(n_specs: int, n_offsets: int, max_requests: int | None) -> int:
+    count = min(n_specs, n_offsets)
     if max_requests is not None:
         if max_requests < 0:
             raise ValueError(f"max_requests must be >= 0, got {max_requests}")
@@ -157,17 +159,20 @@ async def _cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
 
 async def _open_loop(
     ctx: _Context,
-    specs: Sequence[RequestSpec],
+    specs: Iterator[RequestSpec],
     offsets: Offsets,
     duration: float | None,
     max_in_flight: int | None,
-) -> tuple[list[ProbeResult], float, bool]:
+) -> tuple[list[RequestSpec], list[ProbeResult], float, bool]:
     slots = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+    sent: list[RequestSpec] = []
     tasks: list[asyncio.Task[ProbeResult]] = []
+    crashed = asyncio.Event()  # a send raised (a bug: target failures are results): stop sending
     start = ctx.clock()
     hit_duration = False
     try:
-        for spec, offset in zip(specs, offsets, strict=False):
+        # Offsets first: when they run out, no further spec is drawn from a lazy source.
+        for offset, spec in zip(offsets, specs, strict=False):
             if duration is not None and offset >= duration:
                 hit_duration = True
                 break
@@ -175,30 +180,41 @@ async def _open_loop(
             await ctx.wait_until(scheduled)
             if slots is not None:
                 await slots.acquire()
-            tasks.append(asyncio.create_task(_send_one(ctx, spec, scheduled, slots)))
+            if crashed.is_set():
+                break
+            task = asyncio.create_task(_send_one(ctx, spec, scheduled, slots))
+            task.add_done_callback(lambda t: crashed.set() if not t.cancelled() and t.exception() else None)
+            tasks.append(task)
+            sent.append(spec)
         results = list(await asyncio.gather(*tasks))
     except BaseException:
         await _cancel_all(tasks)
         raise
-    return results, start, hit_duration
+    return sent, results, start, hit_duration
 
 
 async def _closed_loop(
-    ctx: _Context, specs: Sequence[RequestSpec], concurrency: int, duration: float | None
-) -> tuple[list[ProbeResult], float, bool]:
-    results: list[ProbeResult | None] = [None] * len(specs)
-    cursor = iter(range(len(specs)))
+    ctx: _Context, specs: Iterator[RequestSpec], concurrency: int, duration: float | None
+) -> tuple[list[RequestSpec], list[ProbeResult], float, bool]:
+    sent: list[RequestSpec] = []
+    results: list[ProbeResult | None] = []
     start = ctx.clock()
     expired = False
 
     async def worker() -> None:
         nonlocal expired
-        for index in cursor:
+        while True:
             if duration is not None and ctx.clock() - start >= duration:
                 expired = True
                 return
+            spec = next(specs, None)
+            if spec is None:
+                return
+            index = len(sent)
+            sent.append(spec)
+            results.append(None)
             # No await between the previous request's end and this send: the slot never idles.
-            results[index] = await _send_one(ctx, specs[index], ctx.clock(), None)
+            results[index] = await _send_one(ctx, spec, ctx.clock(), None)
 
     workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
     try:
@@ -206,7 +222,7 @@ async def _closed_loop(
     except BaseException:
         await _cancel_all(workers)
         raise
-    return [r for r in results if r is not None], start, expired
+    return sent, [r for r in results if r is not None], start, expired
 
 
 def _validate(arrivals: Offsets | None, concurrency: int | None, duration: float | None) -> None:
@@ -220,7 +236,7 @@ def _validate(arrivals: Offsets | None, concurrency: int | None, duration: float
 
 async def run_load(
     send: Send,
-    specs: Sequence[RequestSpec],
+    specs: Iterable[RequestSpec],
     *,
     arrivals: Offsets | None = None,
     concurrency: int | None = None,
@@ -238,20 +254,22 @@ async def run_load(
 ) -> LoadRun:
     """Send ``specs`` open-loop at ``arrivals`` (absolute offsets in seconds from the start, e.g. from
     an ``ArrivalProcess``) or closed-loop at ``concurrency``; stop after ``max_requests``, ``duration``
-    seconds, or when specs run out. ``target_rate`` (req/s) is quoted in the rate check;
+    seconds, or when specs (or arrivals) run out. ``specs`` may be a list or a lazy iterator (e.g.
+    ``Workload.stream(rng)`` for a duration-limited closed loop); only the sent ones are drawn. ``target_rate`` (req/s) is quoted in the rate check;
     ``prompt_tokens_exact`` says whether the prompts were built exactly for the server's tokenizer.
     ``clock`` must be the clock the probe stamps with (``time.perf_counter``); ``wait_until``
     overrides the default absolute-deadline waiter built from ``clock`` and ``sleep``."""
     _validate(arrivals, concurrency, duration)
-    count = _count(len(specs), None if arrivals is None else len(arrivals), max_requests)
-    chosen = list(specs[:count])
+    if max_requests is not None and max_requests < 0:
+        raise ValueError(f"max_requests must be >= 0, got {max_requests}")
+    source = iter(specs) if max_requests is None else islice(specs, max_requests)
     ctx = _Context(send, clock, wait_until or deadline_waiter(clock, sleep), on_result)
     if arrivals is not None:
-        results, start, hit = await _open_loop(ctx, chosen, arrivals[:count], duration, max_in_flight)
+        sent, results, start, hit = await _open_loop(ctx, source, arrivals, duration, max_in_flight)
     else:
-        results, start, hit = await _closed_loop(ctx, chosen, concurrency or 1, duration)
-    sent = chosen[: len(results)] if arrivals is not None else _sent_specs(chosen, results)
-    stopped: StopReason = "duration" if hit else ("requests" if count == max_requests else "exhausted")
+        sent, results, start, hit = await _closed_loop(ctx, source, concurrency or 1, duration)
+    reached = max_requests is not None and len(results) == max_requests
+    stopped: StopReason = "duration" if hit else ("requests" if reached else "exhausted")
     return load_run_from_results(
         results,
         sent,
@@ -264,11 +282,6 @@ async def run_load(
         finished_at=clock(),
         stopped_by=stopped,
     )
-
-
-def _sent_specs(chosen: Sequence[RequestSpec], results: Sequence[ProbeResult]) -> list[RequestSpec]:
-    # Closed-loop workers take specs in order, so the sent ones are a prefix of the chosen ones.
-    return list(chosen[: len(results)])
 
 
 def load_run_from_results(

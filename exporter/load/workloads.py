@@ -13,7 +13,7 @@ the (prompt, output) pairs of a real trace, drawn jointly so their correlation s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
@@ -161,6 +161,17 @@ class Workload:
             self.spec(int(p), int(o), salt + i, f"{self.name}-{salt:010x}-{i}")
             for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))
         ]
+
+    def stream(self, rng: np.random.Generator, *, batch: int = 256) -> Iterator[RequestSpec]:
+        """An endless, lazy supply of requests (for loads whose length is a duration). It draws in
+        batches, so its first ``n`` requests differ from ``sample(n, rng)`` with the same seed."""
+        salt = int(rng.integers(0, 2**40))
+        index = 0
+        while True:
+            prompts, outputs = self.sample_lengths(batch, rng)
+            for p, o in zip(prompts, outputs, strict=True):
+                yield self.spec(int(p), int(o), salt + index, f"{self.name}-{salt:010x}-{index}")
+                index += 1
 
     def spec(
         self, prompt_tokens: int, output_tokens: int, key: int, request_id: str | None = None

@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import ssl
 import time
 from collections.abc import Callable
@@ -39,15 +38,16 @@ from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.saturation import LagMonitor, is_unreliable
 from exporter.probe.sse import SseDecoder, SseError
 from exporter.probe.stream import StreamFailureError, StreamState
-from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
+from exporter.probe.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], float]
 # Hundreds of concurrent streams are the point; aiohttp's default pool of 100 would queue them unseen.
 MAX_CONNECTIONS = 4096
 ERROR_BODY_LIMIT = 4096
+DRAIN_LIMIT_S = 1.0  # after [DONE], how long to wait for the end of the HTTP body
 _STALE_ERRORS = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
@@ -89,51 +89,6 @@ def _trace_config() -> aiohttp.TraceConfig:
     return config
 
 
-class _Watchdog:
-    """Enforces the ttft, idle and total limits of one request with one timer, re-armed lazily: it
-    checks only when the earliest limit could have passed, so reads cost no timer work."""
-
-    def __init__(self, timeouts: Timeouts, clock: Clock, sent_at: float, state: StreamState) -> None:
-        self._timeouts = timeouts
-        self._clock = clock
-        self._sent_at = sent_at
-        self._state = state
-        self._scope: asyncio.Timeout | None = None
-        self._handle: asyncio.TimerHandle | None = None
-        self.expired: Outcome | None = None
-
-    def start(self, scope: asyncio.Timeout) -> None:
-        self._scope = scope
-        self._check()
-
-    def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-    def _limit(self) -> tuple[float, Outcome]:
-        t, inf = self._timeouts, math.inf
-        total = self._sent_at + t.total if t.total is not None else inf
-        if not self._state.has_token:
-            limit = self._sent_at + t.ttft if t.ttft is not None else inf
-            return (limit, Outcome.TTFT_TIMEOUT) if limit < total else (total, Outcome.TOTAL_TIMEOUT)
-        limit = self._state.last_read + t.idle if t.idle is not None else inf
-        return (limit, Outcome.IDLE_TIMEOUT) if limit < total else (total, Outcome.TOTAL_TIMEOUT)
-
-    def _check(self) -> None:
-        limit, reason = self._limit()
-        if limit == math.inf:
-            return
-        now = self._clock()
-        loop = asyncio.get_running_loop()
-        if now >= limit:
-            assert self._scope is not None
-            self.expired = reason
-            self._scope.reschedule(loop.time())
-            return
-        self._handle = loop.call_later(limit - now, self._check)
-
-
 class ProbeClient:
     """Sends streaming requests to one target; use as ``async with ProbeClient(settings) as client``."""
 
@@ -142,7 +97,7 @@ class ProbeClient:
         settings: TargetSettings,
         *,
         session: aiohttp.ClientSession | None = None,
-        clock: Clock = time.perf_counter,
+        clock: Callable[[], float] = time.perf_counter,
         monitor_lag: bool = True,
     ) -> None:
         self.settings = settings
@@ -158,6 +113,7 @@ class ProbeClient:
             load_tokenizer(settings.tokenizer_file) if settings.tokenizer_file else None
         )
         self.monitor: LagMonitor | None = LagMonitor(clock=clock) if monitor_lag else None
+        self._in_flight = 0
 
     def __repr__(self) -> str:
         return f"ProbeClient(url={self._url!r}, api={self.settings.api!r}, model={self._model!r})"
@@ -180,15 +136,13 @@ class ProbeClient:
             self._session = aiohttp.ClientSession(
                 connector=connector, timeout=timeout, trace_configs=[_trace_config()]
             )
-        if self.monitor is not None:
-            self.monitor.start()
         return self
 
     async def __aexit__(
         self, _type: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None
     ) -> None:
         if self.monitor is not None:
-            await self.monitor.stop()
+            self.monitor.stop()
         if self._owns_session and self._session is not None:
             await self._session.close()
             self._session = None
@@ -205,7 +159,9 @@ class ProbeClient:
     async def resolve_model(self) -> str:
         """The configured model, else the first model ``GET /v1/models`` lists (cached); raises
         ``TargetError`` when the target cannot say."""
-        async with self._model_lock:
+        if self._model is not None:
+            return self._model
+        async with self._model_lock:  # one GET, however many requests wait for it
             if self._model is None:
                 self._model = await self._fetch_model()
             return self._model
@@ -217,10 +173,10 @@ class ProbeClient:
             async with asyncio.timeout(limit), self.session.get(url, headers=self._headers) as resp:
                 body = await resp.read()
                 status = resp.status
+        except TimeoutError:  # before OSError, of which it is a subclass
+            raise TargetError(Outcome.TOTAL_TIMEOUT, f"GET {url}: no answer within {limit} s") from None
         except (aiohttp.ClientError, OSError) as exc:
             raise TargetError(Outcome.CONNECT_ERROR, f"GET {url}: {self._scrub(str(exc))}") from None
-        except TimeoutError:
-            raise TargetError(Outcome.TOTAL_TIMEOUT, f"GET {url}: no answer within {limit} s") from None
         if status != 200:
             raise TargetError(Outcome.HTTP_STATUS, f"GET {url}: HTTP {status}", status)
         try:
@@ -245,11 +201,26 @@ class ProbeClient:
         except TargetError as exc:
             return self._failed(result, exc.outcome, str(exc), exc.status)
         body = json.dumps(self._format.build_body(self.settings, spec, model)).encode()
-        mark = self.monitor.mark() if self.monitor is not None else 0
-        cpu_start, wall_start = time.process_time(), self._clock()
-        await self._send_with_retry(result, body)
-        self._judge(result, mark, cpu_start, wall_start)
+        self._enter_flight()
+        try:
+            mark = self.monitor.mark() if self.monitor is not None else 0
+            cpu_start, wall_start = time.process_time(), self._clock()
+            await self._send_with_retry(result, body)
+            self._judge(result, mark, cpu_start, wall_start)
+        finally:
+            self._leave_flight()
         return result
+
+    def _enter_flight(self) -> None:
+        # The lag monitor runs only while requests are in flight: an idle daemon pays nothing for it.
+        self._in_flight += 1
+        if self._in_flight == 1 and self.monitor is not None:
+            self.monitor.start()
+
+    def _leave_flight(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0 and self.monitor is not None:
+            self.monitor.stop()
 
     async def _send_with_retry(self, result: ProbeResult, body: bytes) -> None:
         try:
@@ -290,7 +261,7 @@ class ProbeClient:
         result.sent_at = sent = self._clock()
         if result.scheduled_at is not None:
             result.send_overhead_s = sent - result.scheduled_at
-        watchdog = _Watchdog(self.settings.timeouts, self._clock, sent, state)
+        watchdog = Watchdog(self.settings.timeouts, self._clock, sent, state)
         try:
             async with asyncio.timeout(None) as scope:
                 watchdog.start(scope)
@@ -366,10 +337,12 @@ class ProbeClient:
             if result.finish_reason is None or decoder.pending:
                 raise StreamFailureError(Outcome.STREAM_ABORTED, "the stream ended before [DONE]")
         else:
-            # Read the end of the HTTP body so the connection goes back to the pool for reuse.
-            with contextlib.suppress(aiohttp.ClientError):
-                while await reader.readany():
-                    pass
+            # Read the end of the HTTP body so the connection goes back to the pool for reuse; a server
+            # that never ends it costs its connection, not the request.
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with asyncio.timeout(DRAIN_LIMIT_S):
+                    while await reader.readany():
+                        pass
         state.finish(exact_length=self.settings.ignore_eos or self.settings.send_min_tokens)
 
 

@@ -67,7 +67,8 @@ def test_unknown_preset_names_the_options() -> None:
     with pytest.raises(ValueError) as caught:
         preset("chatt")
     assert str(caught.value) == (
-        'unknown workload preset "chatt"; valid: sharegpt, lmsys, mooncake, azure-code, arxiv-summarization, bwb'
+        'unknown workload preset "chatt"; '
+        "valid: sharegpt, lmsys, mooncake, azure-code, arxiv-summarization, bwb"
     )
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
 from exporter.load.arrivals import Constant, Poisson
+from exporter.load.presets import preset
 from exporter.load.runner import Send, build_plan, deadline_waiter, load_run_from_results, run_load
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec
@@ -123,6 +124,32 @@ async def test_closed_loop_stops_at_the_duration_and_max_requests() -> None:
     assert run.stopped_by == "requests" and len(run.results) == 7
 
 
+async def test_lazy_specs_for_a_duration_limited_closed_loop() -> None:
+    workload = preset("lmsys", api="completions")
+    run = await run_load(
+        fake_send(0.01), workload.stream(np.random.default_rng(0)), concurrency=3, duration=0.15
+    )
+    assert run.stopped_by == "duration"
+    assert 9 <= len(run.results) <= 60
+    assert len({s.request_id for s in run.specs}) == len(run.specs) == len(run.results)
+    assert all(r.max_tokens == s.max_tokens for r, s in zip(run.results, run.specs, strict=True))
+
+
+async def test_lazy_specs_draw_only_what_is_sent() -> None:
+    drawn = 0
+
+    def specs() -> Iterator[RequestSpec]:
+        nonlocal drawn
+        for spec in _specs(100):
+            drawn += 1
+            yield spec
+
+    run = await run_load(fake_send(0.001), specs(), arrivals=[0.0, 0.001, 0.002])
+    assert len(run.results) == 3 and drawn == 3 and run.stopped_by == "exhausted"
+    run = await run_load(fake_send(0.001), _specs(5), concurrency=2)
+    assert len(run.results) == 5 and run.stopped_by == "exhausted"
+
+
 async def test_max_requests_and_plan_for_workers() -> None:
     offsets = [0.0, 0.01, 0.02, 0.5]
     run = await run_load(fake_send(0.001), _specs(4), arrivals=offsets, max_requests=2)
@@ -189,6 +216,20 @@ async def test_a_bug_in_send_propagates_and_cancels_the_rest() -> None:
     assert cancelled == 3
 
 
+async def test_a_bug_in_send_stops_the_open_loop_from_sending_more() -> None:
+    sent: list[str] = []
+
+    async def send(spec: RequestSpec, scheduled_at: float | None) -> ProbeResult:
+        sent.append(spec.request_id or "")
+        if spec.request_id == "r1":
+            raise RuntimeError("bug in the client")
+        return await fake_send(0.001)(spec, scheduled_at)
+
+    with pytest.raises(RuntimeError, match="bug in the client"):
+        await run_load(send, _specs(50), arrivals=[0.01 * i for i in range(50)])
+    assert sent[:2] == ["r0", "r1"] and len(sent) <= 4  # stopped at once, not 0.5 s later
+
+
 async def test_health_flags_a_sender_that_blocks_the_loop() -> None:
     offsets = Constant(200.0).offsets(40, np.random.default_rng(0))
     run = await run_load(fake_send(0.001, block=0.015), _specs(40), arrivals=offsets, target_rate=200.0)
@@ -244,7 +285,8 @@ async def test_deadline_waiter_wakes_at_the_deadline_and_yields_when_late() -> N
     wait_until = deadline_waiter()
     target = time.perf_counter() + 0.03
     await wait_until(target)
-    assert 0 <= time.perf_counter() - target < 0.05  # never early; late only by the VM's scheduling
+    # Never early; late only by the VM's own scheduling.
+    assert 0 <= time.perf_counter() - target < 0.05
     ran = False
 
     async def other() -> None:
@@ -295,8 +337,9 @@ async def test_argument_errors(kwargs: dict[str, object], message: str) -> None:
 
 def test_load_run_from_worker_results() -> None:
     results = [
-        ProbeResult(api="chat", scheduled_at=10.0 + i * 0.1, sent_at=10.0 + i * 0.1 + 0.001, finished_at=11.0 + i,
-                    max_tokens=2, token_times=[10.5, 10.6], token_counts=[1, 1], outcome=Outcome.OK)
+        ProbeResult(api="chat", scheduled_at=10.0 + i * 0.1, sent_at=10.0 + i * 0.1 + 0.001,
+                    finished_at=11.0 + i, max_tokens=2, token_times=[10.5, 10.6], token_counts=[1, 1],
+                    outcome=Outcome.OK)
         for i in range(10)
     ]  # fmt: skip
     run = load_run_from_results(results, _specs(10), target_rate=10.0)

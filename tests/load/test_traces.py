@@ -80,7 +80,8 @@ def test_generic_jsonl(tmp_path: Path) -> None:
 
 def test_sharegpt(tmp_path: Path) -> None:
     data = [
-        {"id": "a", "conversations": [{"from": "human", "value": "x" * 40}, {"from": "gpt", "value": "y" * 400}]},
+        {"id": "a", "conversations": [{"from": "human", "value": "x" * 40},
+                                      {"from": "gpt", "value": "y" * 400}]},
         {"id": "b", "conversations": [{"from": "human", "value": "only a question"}]},
         {"id": "c", "conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "hi"},
                                       {"from": "gpt", "value": "hello there"}]},
@@ -99,8 +100,8 @@ def test_load_trace_dispatch_and_unknown_format(tmp_path: Path) -> None:
 
 
 BAD = [
-    ("mooncake", "m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n{"timestamp": 1, "input_length": 5}\n',
-     '{path}:2: missing field "output_length"'),
+    ("mooncake", "m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1}\n'
+     '{"timestamp": 1, "input_length": 5}\n', '{path}:2: missing field "output_length"'),
     ("mooncake", "m.jsonl", '{"timestamp": 0, "input_length": "many", "output_length": 1}\n',
      "{path}:1: field \"input_length\" must be an integer >= 0, got 'many'"),
     ("mooncake", "m.jsonl", '{"timestamp": 0, "input_length": 5.5, "output_length": 1}\n',
@@ -111,26 +112,34 @@ BAD = [
      "{path}:1: field \"timestamp\" must be a finite number, got 'noon'"),
     ("mooncake", "m.jsonl", '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": "x"}\n',
      "{path}:1: field \"hash_ids\" must be a list of integers, got 'x'"),
-    ("mooncake", "m.jsonl", '{"timestamp": 0,\n', "{path}:1: not valid JSON (Expecting property name enclosed in double quotes at column 17)"),
+    ("mooncake", "m.jsonl", '{"timestamp": 0,\n',
+     "{path}:1: not valid JSON (Expecting property name enclosed in double quotes at column 17)"),
     ("mooncake", "m.jsonl", "[1, 2]\n", "{path}:1: expected a JSON object, got list"),
     ("mooncake", "m.jsonl", "\n\n", "{path}: the trace holds no usable request"),
     ("jsonl", "g.jsonl", '{"output_tokens": 3}\n', '{path}:1: missing field "prompt" or "prompt_tokens"'),
-    ("jsonl", "g.jsonl", '{"prompt": 3, "output_tokens": 3}\n', '{path}:1: field "prompt" must be a string, got int'),
+    ("jsonl", "g.jsonl", '{"prompt": 3, "output_tokens": 3}\n',
+     '{path}:1: field "prompt" must be a string, got int'),
     ("jsonl", "g.jsonl", '{"prompt_tokens": true, "output_tokens": 3}\n',
      '{path}:1: field "prompt_tokens" must be an integer >= 0, got True'),
-    ("azure", "a.csv", "TIMESTAMP,ContextTokens\n1,2\n", '{path}:1: missing column "GeneratedTokens"; found: TIMESTAMP, ContextTokens'),
+    ("azure", "a.csv", "TIMESTAMP,ContextTokens\n1,2\n",
+     '{path}:1: missing column "GeneratedTokens"; found: TIMESTAMP, ContextTokens'),
     ("azure", "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n1,2,3\n2,x,3\n",
      "{path}:3: field \"ContextTokens\" must be an integer >= 0, got 'x'"),
-    ("azure", "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n1,2\n", '{path}:2: missing field "GeneratedTokens"'),
+    ("azure", "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n1,2\n",
+     '{path}:2: missing field "GeneratedTokens"'),
     ("azure", "a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,2,3\n",
-     "{path}:2: field \"TIMESTAMP\" must be a date-time (2023-11-16 18:15:46.68) or seconds, got 'yesterday'"),
+     "{path}:2: field \"TIMESTAMP\" must be a date-time (2023-11-16 18:15:46.68) or seconds, "
+     "got 'yesterday'"),
     ("azure", "a.csv", "", '{path}:1: missing column "TIMESTAMP"; found: nothing'),
-    ("sharegpt", "s.json", '{"conversations": []}', "{path}: expected a JSON list of conversations, got dict"),
+    ("sharegpt", "s.json", '{"conversations": []}',
+     "{path}: expected a JSON list of conversations, got dict"),
     ("sharegpt", "s.json", '[{"id": 1}]', '{path}: entry 0: missing field "conversations"'),
-    ("sharegpt", "s.json", '[{"conversations": "hi"}]', '{path}: entry 0: field "conversations" must be a list of turns, got str'),
+    ("sharegpt", "s.json", '[{"conversations": "hi"}]',
+     '{path}: entry 0: field "conversations" must be a list of turns, got str'),
     ("sharegpt", "s.json", '[{"conversations": []}, {"conversations": [{"from": "human"}]}]',
      '{path}: entry 1: field "conversations[0]" must be an object with a string "value"'),
-    ("sharegpt", "s.json", '[\n{"conversations": [}\n]', "{path}:2: not valid JSON (Expecting value at column 20)"),
+    ("sharegpt", "s.json", '[\n{"conversations": [}\n]',
+     "{path}:2: not valid JSON (Expecting value at column 20)"),
 ]  # fmt: skip
 
 

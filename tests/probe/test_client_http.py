@@ -176,3 +176,32 @@ async def test_a_fresh_connection_that_fails_is_not_retried() -> None:
         server.close()
         await server.wait_closed()
     assert (result.outcome, result.retries, closer.connections) == (Outcome.CONNECT_ERROR, 0, 1)
+
+
+async def test_a_body_that_never_ends_after_done_costs_the_connection_not_the_request() -> None:
+    release = asyncio.Event()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        writer.write(head + b"%x\r\n%s\r\n" % (len(ONE_TOKEN_SSE), ONE_TOKEN_SSE))  # no final 0-chunk
+        await writer.drain()
+        await release.wait()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    host, port = server.sockets[0].getsockname()[:2]
+    try:
+        settings = TargetSettings(
+            base_url=f"http://{host}:{port}", api="completions", model="m", timeouts=FAST
+        )
+        async with ProbeClient(settings) as client:
+            started = asyncio.get_running_loop().time()
+            result = await client.send(RequestSpec(prompt="hi", max_tokens=1))
+            elapsed = asyncio.get_running_loop().time() - started
+    finally:
+        release.set()
+        server.close()
+        await server.wait_closed()
+    assert result.outcome is Outcome.OK and result.output_tokens == 1
+    assert elapsed < 1.9  # the drain limit (1 s), not the idle (2 s) or total (5 s) limit

@@ -52,11 +52,14 @@ async def test_scripted_stream_gives_the_analytic_ttft_tbt_and_fluidity(sim: Sim
     assert abs(statistics.median(errors)) <= MEDIAN_TOLERANCE_S
     assert sorted(abs(e) for e in errors)[int(0.9 * len(errors)) - 1] <= GAP_TOLERANCE_S
     assert max(abs(e) for e in errors) <= WORST_TOLERANCE_S
+
     # Dd = 40 ms against 20 ms gaps, a 20 ms playback buffer: the 240 ms gap of the stall misses
     # floor((0.24 - 0.02 - 0.04) / 0.04) + 1 = 5 deadlines (4.5 before the floor: 20 ms from either
     # boundary), counted in place of its one: 29 + 5 in all.
-    args = {"prefill_deadline": 0.2, "decode_deadline": 0.04, "slack_cap": 0.02}
-    assert fluidity_index(measured, **args) == fluidity_index(expected, **args) == pytest.approx(1 - 5 / 34)
+    def fluidity(values: list[float]) -> float:
+        return fluidity_index(values, prefill_deadline=0.2, decode_deadline=0.04, slack_cap=0.02)
+
+    assert fluidity(measured) == fluidity(expected) == pytest.approx(1 - 5 / 34)
 
 
 # Scripted chunk sizes 1, 3, 2, 4 (the last repeats, the final chunk is cut to fit 20 tokens).

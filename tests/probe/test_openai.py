@@ -176,3 +176,31 @@ def test_completed_outcomes(
     state.finish(exact_length=True)
     assert state.result.outcome is outcome
     assert state.result.token_source is TokenSource.CHUNKS
+
+
+def test_llama_cpp_usage_in_the_final_content_chunk_without_include_usage() -> None:
+    """llama.cpp's /v1/completions puts usage in its last content chunk even when not asked to."""
+    state = _state("completions")
+    state.result.max_tokens = 3
+    state.on_events(0.1, _events({"choices": [{"text": " ab"}]}))
+    state.on_events(0.2, _events({"choices": [{"text": " cd"}]}))
+    last = {"choices": [{"text": " e", "finish_reason": "length"}], "usage": {"completion_tokens": 3}}
+    state.on_events(0.3, _events(last, "[DONE]"))
+    state.finish(exact_length=True)
+    result = state.result
+    assert result.token_source is TokenSource.CHUNKS
+    assert (result.token_counts, result.token_adjustment, result.outcome) == ([1, 1, 1], 0, Outcome.OK)
+
+
+def test_chat_role_chunk_first_with_continuous_usage() -> None:
+    """vLLM chat with continuous usage: the role chunk carries usage 0 and is no token."""
+    state = _state("chat")
+    role = {"choices": [{"delta": {"role": "assistant", "content": ""}}], "usage": {"completion_tokens": 0}}
+    first = {"choices": [{"delta": {"content": " ab cd"}}], "usage": {"completion_tokens": 2}}
+    state.on_events(0.1, _events(role, first))
+    state.on_events(
+        0.2, _events({"choices": [{"delta": {"content": " e"}}], "usage": {"completion_tokens": 3}})
+    )
+    state.finish(exact_length=False)
+    assert state.result.token_source is TokenSource.CONTINUOUS_USAGE
+    assert state.result.token_counts == [2, 1] and state.result.multi_event_reads == 0

@@ -38,7 +38,7 @@ async def test_monitor_sees_a_blocked_loop() -> None:
     mark = monitor.mark()
     time.sleep(0.03)  # block the loop, as a saturated client does
     await asyncio.sleep(0.02)
-    await monitor.stop()
+    monitor.stop()
     worst, share = monitor.since(mark)
     assert worst >= 0.02 and share > 0
     assert monitor.since(monitor.mark()) == (0.0, 0.0)

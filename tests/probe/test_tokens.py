@@ -71,7 +71,7 @@ def test_a_chunk_missing_the_chosen_field_falls_back_and_is_reconciled() -> None
 
 def test_tokenizer_file_needs_the_extra_or_names_the_file(tmp_path: object) -> None:
     try:
-        import tokenizers  # noqa: F401
+        import tokenizers  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
     except ImportError:
         with pytest.raises(ValueError, match=r"tokenizer_file /nonexistent.json: .*pip install"):
             load_tokenizer("/nonexistent.json")

@@ -1,0 +1,106 @@
+"""The exporter's configuration: YAML -> frozen, validated ``Config``; every problem reported at once.
+
+``load_config(path_or_text)`` returns a ``Config`` or raises one ``ConfigError`` whose ``problems`` list
+holds every problem of the file as ``path: message`` (``targets[1].modules[0]: unknown module "chatt";
+valid: chat-short, code``). Unknown keys are errors. ``default_config(sim_url)`` is the embedded default
+(probe the built-in simulator). ``fluidity-exporter check-config FILE`` checks a file (exit 0 or 1).
+
+Schema (every key is optional unless marked *required*; the values shown are the defaults)::
+
+    global:
+      listen_address: "0.0.0.0:9468"   # HOST:PORT; the --web.listen-address flag wins over it
+      windows: [5m, 1h]                # rolling windows of the window gauges; at least one, > 0, distinct
+      max_results_per_window: 2000     # results kept per (target, module): the memory bound
+      state_dir: null                  # folder for prefill profiles and job history
+      buckets:                         # histogram bucket overrides (upper bounds; +Inf is added):
+        ttft: [...]                    #   ttft, tbt, tpot, e2e, normalized_latency (seconds, >= 0) and
+        fluidity: [...]                #   fluidity (in [0, 1]); strictly ascending, finite
+    targets:                           # *required*, at least one
+      - name: local-vllm               # *required*, unique, [A-Za-z0-9_.-]+ (a label value)
+        url: http://127.0.0.1:8000     # *required*, http(s)://host[:port][/path], without /v1
+        api: chat                      # chat | completions
+        model: null                    # null: the first model of /v1/models
+        api_key: null                  # {env: NAME} or {file: PATH}; a literal string is refused
+        headers: {}                    # header name -> string value, sent with every request
+        extra_body: {}                 # merged into every request body (JSON data)
+        timeouts: {connect: 10s, ttft: 60s, idle: 30s, total: 10m}   # null: no limit
+        tls: {verify: true, ca_file: null}
+        engine_metrics: null           # {url: *required*, kind: auto, interval: 15s, model: null};
+                                       # kind: auto, llamacpp, sglang, tgi, vllm
+        modules: [...]                 # module names; default: every module (an empty list: none)
+        slo: default                   # a name under slos ("default" exists even when not written)
+        budget: {max_requests_per_hour: null, max_tokens_per_hour: null,     # null: no limit
+                 backoff_after_failures: 3, max_backoff: 10m}
+        simulated: false               # the target is `fluidity-exporter sim`: exact prompt lengths
+    modules:                           # name ([A-Za-z0-9_.-]+) -> module
+      chat-short:
+        workload: {prompt_tokens: "lognormal:median=512,sigma=0.5", output_tokens: 128}
+                                       # or a preset name: sharegpt, lmsys, mooncake, azure-code,
+                                       # arxiv-summarization, bwb (length specs: exporter.load.distributions)
+        max_prompt_tokens: null        # length filters (null: the preset's own, or none)
+        max_output_tokens: null
+        requests_per_run: 2
+        concurrency: 1                 # closed loop; or arrival (open loop), never both:
+        arrival: null                  # "poisson:rate=2", {kind: gamma, rate: 2, shape: 0.5}, constant
+        schedule: {interval: 30s, jitter: 0s}   # or {cron: "*/5 * * * *", jitter: ...}; jitter < interval
+    slos:                              # name -> SLO; "default" is built in (all defaults) unless defined
+      default:
+        prefill: {deadline: 1s}        # or {model_file: prefill.json, scheduling_slack: 250ms}
+        decode_tiers: {strict: 25ms, medium: 50ms, relaxed: 100ms}
+        target_fluidity: 0.9           # in (0, 1]
+        percentile: 99                 # in (0, 100]
+        objectives: []                 # e.g. ["ttft:p99<=2", "fluidity:p99>=0.9"]
+        goodput: null                  # {ttft, tpot, e2e, max_tbt, normalized_latency: durations,
+                                       #  min_fluidity: 0-1}; a request is good if it meets them all
+
+Durations are numbers of seconds or strings such as ``250ms``, ``30s``, ``5m``, ``1h``, ``1h30m``.
+String values may use ``${NAME}`` and ``${NAME:-default}`` (``$$`` is a literal ``$``); an unset variable
+without a default is a problem. A value made by expansion is read as YAML reads a scalar, so
+``${PORT:-9468}`` can fill a number. Secrets are read when the config is loaded and never printed.
+Relative paths in the file are relative to the file's folder.
+"""
+
+from exporter.config.model import (
+    BUCKET_NAMES,
+    DEFAULT_LISTEN_ADDRESS,
+    DEFAULT_SLO,
+    Buckets,
+    Budget,
+    Config,
+    EngineMetrics,
+    GlobalConfig,
+    Module,
+    ProbeSchedule,
+    SloConfig,
+    Target,
+    Tls,
+    UnknownNameError,
+    WorkloadSpec,
+    default_config,
+)
+from exporter.config.parse import ConfigError, load_config, load_config_file, parse_config
+from exporter.config.reader import parse_duration
+
+__all__ = [
+    "BUCKET_NAMES",
+    "DEFAULT_LISTEN_ADDRESS",
+    "DEFAULT_SLO",
+    "Buckets",
+    "Budget",
+    "Config",
+    "ConfigError",
+    "EngineMetrics",
+    "GlobalConfig",
+    "Module",
+    "ProbeSchedule",
+    "SloConfig",
+    "Target",
+    "Tls",
+    "UnknownNameError",
+    "WorkloadSpec",
+    "default_config",
+    "load_config",
+    "load_config_file",
+    "parse_config",
+    "parse_duration",
+]

@@ -1,0 +1,273 @@
+"""The validated configuration: frozen dataclasses, and the helpers that turn them into run-time objects.
+
+Everything here is built by ``exporter.config.parse`` (or ``default_config``) only after a whole file has
+been checked, so every value is already valid. Configs compare by value (``old == new`` tells a reload
+whether a probe job changed); a ``Secret`` compares by value too but never prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from exporter.load.arrivals import ArrivalProcess
+from exporter.load.distributions import Fixed, LengthDistribution, LogNormal
+from exporter.load.presets import preset
+from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
+from exporter.load.workloads import IndependentLengths, Workload
+from exporter.probe.target import Api, Secret, TargetSettings, Timeouts
+from exporter.report.summary import DEFAULT_PREFILL_DEADLINE_S, DeadlinePolicy, EvaluationSpec
+from exporter.stats.prefill import PrefillModel
+from exporter.stats.slo import DECODE_TIERS, GoodputBounds, Slo
+
+DEFAULT_LISTEN_ADDRESS = "0.0.0.0:9468"
+DEFAULT_SLO = "default"
+BUCKET_NAMES = ("ttft", "tbt", "tpot", "e2e", "normalized_latency", "fluidity")
+
+
+class UnknownNameError(LookupError):
+    """A target, module or SLO name that the config does not define; the message lists the valid ones."""
+
+
+@dataclass(frozen=True)
+class Buckets:
+    """Histogram bucket overrides (upper bounds; None: the exporter's own buckets)."""
+
+    ttft: tuple[float, ...] | None = None
+    tbt: tuple[float, ...] | None = None
+    tpot: tuple[float, ...] | None = None
+    e2e: tuple[float, ...] | None = None
+    normalized_latency: tuple[float, ...] | None = None
+    fluidity: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GlobalConfig:
+    """Settings of the exporter itself."""
+
+    listen_address: str = DEFAULT_LISTEN_ADDRESS
+    windows_s: tuple[float, ...] = (300.0, 3600.0)
+    max_results_per_window: int = 2000
+    state_dir: str | None = None
+    buckets: Buckets = field(default_factory=Buckets)
+
+
+@dataclass(frozen=True)
+class Tls:
+    """TLS options for an https target."""
+
+    verify: bool = True
+    ca_file: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineMetrics:
+    """Where and how often to scrape the engine's own /metrics."""
+
+    url: str
+    kind: str = "auto"
+    interval_s: float = 15.0
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits on the probe traffic sent to one target (None: no limit), and back-off while it fails."""
+
+    max_requests_per_hour: int | None = None
+    max_tokens_per_hour: int | None = None
+    backoff_after_failures: int = 3
+    max_backoff_s: float = 600.0
+
+
+@dataclass(frozen=True)
+class Target:
+    """An endpoint to probe. ``simulated``: it is our simulator, so prompts can be exact in tokens."""
+
+    name: str
+    url: str
+    api: Api = "chat"
+    model: str | None = None
+    api_key: Secret | None = None
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    extra_body: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    tls: Tls = field(default_factory=Tls)
+    engine_metrics: EngineMetrics | None = None
+    modules: tuple[str, ...] = ()
+    slo: str = DEFAULT_SLO
+    budget: Budget = field(default_factory=Budget)
+    simulated: bool = False
+
+    def settings(self) -> TargetSettings:
+        """How the probe client talks to this target."""
+        return TargetSettings(
+            base_url=self.url,
+            api=self.api,
+            model=self.model,
+            api_key=self.api_key,
+            headers=self.headers,
+            extra_body=self.extra_body,
+            timeouts=self.timeouts,
+            verify_tls=self.tls.verify,
+            ca_file=self.tls.ca_file,
+        )
+
+    def prompt_builder(self) -> PromptBuilder:
+        """Exact prompts for the simulator's tokenizer, approximate ones for any other server."""
+        return SimPromptBuilder() if self.simulated else ApproxPromptBuilder()
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """A workload preset by name, or independent prompt and output length distributions."""
+
+    preset: str | None = None
+    prompt_tokens: LengthDistribution | None = field(default_factory=lambda: LogNormal(512, 0.5))
+    output_tokens: LengthDistribution | None = field(default_factory=lambda: Fixed(128))
+
+    def __post_init__(self) -> None:
+        if self.preset is not None:  # a preset brings its own lengths
+            object.__setattr__(self, "prompt_tokens", None)
+            object.__setattr__(self, "output_tokens", None)
+        elif self.prompt_tokens is None or self.output_tokens is None:
+            raise ValueError("a workload without a preset needs prompt_tokens and output_tokens")
+
+    def describe(self) -> str:
+        if self.preset is not None or self.prompt_tokens is None or self.output_tokens is None:
+            return f"preset {self.preset}"
+        return f"prompt {self.prompt_tokens.describe()}, output {self.output_tokens.describe()}"
+
+
+@dataclass(frozen=True)
+class ProbeSchedule:
+    """Every ``interval_s`` seconds with up to ``jitter_s`` of jitter, or on a ``cron`` line."""
+
+    interval_s: float | None = 30.0
+    jitter_s: float = 0.0
+    cron: str | None = None
+
+
+@dataclass(frozen=True)
+class Module:
+    """What one probe run sends: a workload, how many requests, open loop (arrival) or closed loop."""
+
+    name: str
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    max_prompt_tokens: int | None = None
+    max_output_tokens: int | None = None
+    requests_per_run: int = 2
+    arrival: ArrivalProcess | None = None  # open loop; exactly one of arrival and concurrency is set
+    concurrency: int | None = 1  # closed loop
+    schedule: ProbeSchedule = field(default_factory=ProbeSchedule)
+
+    def workload_for(self, target: Target) -> Workload:
+        """The module's workload as sent to ``target`` (its api, its prompt builder, the filters)."""
+        builder, spec = target.prompt_builder(), self.workload
+        if spec.preset is not None:
+            return preset(
+                spec.preset,
+                builder=builder,
+                api=target.api,
+                max_prompt_tokens=self.max_prompt_tokens,
+                max_output_tokens=self.max_output_tokens,
+            )
+        assert spec.prompt_tokens is not None and spec.output_tokens is not None  # __post_init__
+        lengths = IndependentLengths(spec.prompt_tokens, spec.output_tokens)
+        return Workload(
+            self.name, lengths, builder, target.api, self.max_prompt_tokens, self.max_output_tokens
+        )
+
+
+@dataclass(frozen=True)
+class SloConfig:
+    """Deadlines (``Dp`` constant or from a profiled model, ``Dd`` tiers), objectives and goodput bounds."""
+
+    name: str = DEFAULT_SLO
+    prefill_deadline_s: float = DEFAULT_PREFILL_DEADLINE_S
+    prefill_model_file: str | None = None
+    prefill_model: PrefillModel | None = None  # read from prefill_model_file at load time
+    scheduling_slack_s: float = 0.0
+    decode_tiers: tuple[tuple[str, float], ...] = tuple(DECODE_TIERS.items())
+    target_fluidity: float = 0.9
+    percentile: float = 99.0
+    objectives: tuple[Slo, ...] = ()
+    goodput: GoodputBounds | None = None
+
+    def deadline_policy(self) -> DeadlinePolicy:
+        return DeadlinePolicy(
+            prefill_deadline=self.prefill_deadline_s,
+            prefill_model=self.prefill_model,
+            scheduling_slack=self.scheduling_slack_s,
+            decode_tiers=dict(self.decode_tiers),
+            target_fluidity=self.target_fluidity,
+            percentile=self.percentile,
+        )
+
+    def evaluation_spec(self, *, from_scheduled: bool = False) -> EvaluationSpec:
+        """Everything ``exporter.report.summary`` needs to evaluate results under this SLO."""
+        return EvaluationSpec(self.deadline_policy(), self.objectives, self.goodput, from_scheduled)
+
+
+def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole, valid configuration. ``slos`` always holds ``"default"``; ``source`` is not compared."""
+
+    global_: GlobalConfig
+    targets: tuple[Target, ...]
+    modules: Mapping[str, Module]
+    slos: Mapping[str, SloConfig]
+    source: str = field(default="<config>", compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "modules", _frozen(self.modules))
+        object.__setattr__(self, "slos", _frozen({DEFAULT_SLO: SloConfig(), **self.slos}))
+
+    def target(self, name: str) -> Target:
+        for target in self.targets:
+            if target.name == name:
+                return target
+        raise UnknownNameError(_unknown("target", name, [t.name for t in self.targets]))
+
+    def module(self, name: str) -> Module:
+        if name not in self.modules:
+            raise UnknownNameError(_unknown("module", name, list(self.modules)))
+        return self.modules[name]
+
+    def slo_for(self, target: Target | str) -> SloConfig:
+        """The SLO a target is evaluated under."""
+        chosen = self.target(target) if isinstance(target, str) else target
+        return self.slos[chosen.slo]
+
+    def probes(self) -> tuple[tuple[Target, Module], ...]:
+        """Every (target, module) pair to probe on a schedule, in config order."""
+        return tuple((t, self.modules[m]) for t in self.targets for m in t.modules)
+
+    def workload(self, target: str, module: str) -> Workload:
+        """The workload ``module`` sends to ``target``."""
+        return self.module(module).workload_for(self.target(target))
+
+
+def _unknown(kind: str, name: str, valid: list[str]) -> str:
+    return f'unknown {kind} "{name}"; valid: {", ".join(valid) or "(none)"}'
+
+
+def default_config(sim_url: str, *, listen_address: str = DEFAULT_LISTEN_ADDRESS) -> Config:
+    """The embedded default: probe the built-in simulator at ``sim_url`` with one small module."""
+    module = Module(
+        name="default",
+        workload=WorkloadSpec(prompt_tokens=LogNormal(512, 0.5), output_tokens=Fixed(128)),
+        requests_per_run=2,
+        concurrency=1,
+        schedule=ProbeSchedule(interval_s=15.0, jitter_s=3.0),
+    )
+    target = Target(name="sim", url=sim_url.rstrip("/"), modules=("default",), simulated=True)
+    return Config(
+        GlobalConfig(listen_address=listen_address), (target,), {"default": module}, {}, "<default>"
+    )

@@ -1,0 +1,162 @@
+"""The ``modules`` and ``slos`` sections: what a probe run sends and when, and how its results are judged.
+
+A module's workload is checked against its length filters at load time, so a filter that rejects every
+draw is a config problem rather than a failing job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from exporter.config.model import Module, ProbeSchedule, SloConfig, Target, WorkloadSpec
+from exporter.config.reader import Context, Section, show
+from exporter.config.values import (
+    arrival_spec,
+    check_cron,
+    check_name,
+    length_spec,
+    preset_spec,
+    read_prefill_model,
+    string_value,
+)
+from exporter.load.arrivals import ArrivalProcess
+from exporter.stats.prefill import PrefillModel
+from exporter.stats.slo import GoodputBounds, Slo, parse_slo
+
+MODULE_KEYS = (
+    "workload", "max_prompt_tokens", "max_output_tokens", "requests_per_run", "arrival", "concurrency",
+    "schedule",
+)  # fmt: skip
+SLO_KEYS = ("prefill", "decode_tiers", "target_fluidity", "percentile", "objectives", "goodput")
+GOODPUT_KEYS = ("ttft", "tpot", "e2e", "max_tbt", "normalized_latency", "min_fluidity")
+
+
+class ModuleReader:
+    """Reads one module or one SLO at a time."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def module(self, name: str, sec: Section) -> Module:
+        before = len(self.ctx.problems.items)
+        schedule = sec.section("schedule", ("interval", "jitter", "cron"))
+        arrival = self.arrival(sec)
+        module = Module(
+            name=name,
+            workload=self.workload(sec),
+            max_prompt_tokens=sec.opt_integer("max_prompt_tokens", None, minimum=1),
+            max_output_tokens=sec.opt_integer("max_output_tokens", None, minimum=1),
+            requests_per_run=sec.integer("requests_per_run", 2, minimum=1),
+            arrival=arrival,
+            concurrency=None if arrival is not None else sec.opt_integer("concurrency", 1, minimum=1) or 1,
+            schedule=self.schedule(schedule) if schedule is not None else ProbeSchedule(),
+        )
+        if len(self.ctx.problems.items) == before:
+            self.check_filters(sec, module)
+        return module
+
+    def workload(self, sec: Section) -> WorkloadSpec:
+        raw = sec.get("workload")
+        if raw is None:
+            return WorkloadSpec()
+        if isinstance(raw, str):
+            return sec.read("workload", WorkloadSpec(), preset_spec, resolve=False)
+        lengths = Section.open(raw, sec.at("workload"), self.ctx.problems, ("prompt_tokens", "output_tokens"))
+        if lengths is None:
+            return WorkloadSpec()
+        default = WorkloadSpec()
+        return WorkloadSpec(
+            prompt_tokens=lengths.read("prompt_tokens", default.prompt_tokens, length_spec),
+            output_tokens=lengths.read("output_tokens", default.output_tokens, length_spec),
+        )
+
+    def arrival(self, sec: Section) -> ArrivalProcess | None:
+        if sec.get("arrival") is None:
+            return None
+        if sec.get("concurrency") is not None:
+            self.ctx.problems.add(
+                sec.path, "give either arrival (open loop) or concurrency (closed loop), not both"
+            )
+            return None
+        return sec.read("arrival", None, arrival_spec, resolve=False)
+
+    def schedule(self, sec: Section) -> ProbeSchedule:
+        cron = sec.read("cron", None, check_cron, resolve=False)
+        if sec.has("cron") and sec.has("interval"):
+            self.ctx.problems.add(sec.path, "give either interval or cron, not both")
+        interval = None if sec.has("cron") else sec.duration("interval", 30.0)
+        jitter = sec.duration("jitter", 0.0, positive=False)
+        if interval is not None and jitter >= interval:
+            sec.fail("jitter", f"must be less than the interval ({interval:g} s), got {jitter:g} s")
+        return ProbeSchedule(interval_s=interval, jitter_s=jitter, cron=cron)
+
+    def check_filters(self, sec: Section, module: Module) -> None:
+        """A workload whose length filters reject (nearly) every draw is an error now, not at run time."""
+        try:
+            module.workload_for(Target("check", "http://check")).sample_lengths(1, np.random.default_rng(0))
+        except ValueError as exc:
+            self.ctx.problems.add(sec.path, str(exc))
+
+    def slo(self, name: str, sec: Section) -> SloConfig:
+        prefill = sec.section("prefill", ("deadline", "model_file", "scheduling_slack"))
+        model_file, model = self.prefill_model(prefill) if prefill is not None else (None, None)
+        goodput = sec.section("goodput", GOODPUT_KEYS)
+        return SloConfig(
+            name=name,
+            prefill_deadline_s=prefill.duration("deadline", 1.0) if prefill is not None else 1.0,
+            prefill_model_file=model_file,
+            prefill_model=model,
+            scheduling_slack_s=(
+                prefill.duration("scheduling_slack", 0.0, positive=False) if prefill is not None else 0.0
+            ),
+            decode_tiers=self.decode_tiers(sec),
+            target_fluidity=sec.number("target_fluidity", 0.9, 0.0, 1.0, low_open=True),
+            percentile=sec.number("percentile", 99.0, 0.0, 100.0, low_open=True),
+            objectives=self.objectives(sec),
+            goodput=self.goodput(goodput) if goodput is not None else None,
+        )
+
+    def prefill_model(self, sec: Section) -> tuple[str | None, PrefillModel | None]:
+        if sec.has("deadline") and sec.has("model_file"):
+            self.ctx.problems.add(sec.path, "give either deadline (a constant Dp) or model_file, not both")
+        if not sec.has("model_file"):
+            if sec.has("scheduling_slack"):
+                sec.fail(
+                    "scheduling_slack", "applies only with model_file (a constant deadline has no slack)"
+                )
+            return None, None
+        path = sec.read("model_file", None, lambda v: self.ctx.path(string_value(v)))
+        if path is None:
+            return None, None
+        return path, sec.read("model_file", None, lambda _: read_prefill_model(path))
+
+    def decode_tiers(self, sec: Section) -> tuple[tuple[str, float], ...]:
+        raw = sec.get("decode_tiers")
+        if raw is None and not sec.has("decode_tiers"):
+            return SloConfig().decode_tiers
+        if not isinstance(raw, Mapping) or not raw:
+            sec.fail(
+                "decode_tiers", f"must map tier names to deadlines, e.g. {{medium: 50ms}}, got {show(raw)}"
+            )
+            return ()
+        tiers = Section(raw, sec.at("decode_tiers"), self.ctx.problems, [str(k) for k in raw])
+        for name in raw:
+            self.ctx.value(tiers.at(str(name)), name, check_name)
+        return tuple((str(name), tiers.duration(str(name), 0.05)) for name in raw)
+
+    def objectives(self, sec: Section) -> tuple[Slo, ...]:
+        parsed = [
+            self.ctx.value(path, raw, lambda v: parse_slo(string_value(v)))
+            for path, raw in sec.items("objectives")
+        ]
+        return tuple(slo for slo in parsed if slo is not None)
+
+    def goodput(self, sec: Section) -> GoodputBounds:
+        bounds: dict[str, float | None] = {
+            key: sec.opt_duration(key, None, positive=False) for key in GOODPUT_KEYS if key != "min_fluidity"
+        }
+        if sec.has("min_fluidity"):
+            bounds["min_fluidity"] = sec.number("min_fluidity", 0.0, 0.0, 1.0)
+        return GoodputBounds(**bounds)

@@ -1,0 +1,224 @@
+"""YAML text -> ``Config``, or one ``ConfigError`` that lists every problem of the file with its path.
+
+The file is read in one pass: YAML (a duplicate key is a problem; PyYAML would keep the last one without
+a word), ``${ENV}`` expansion, then each section (``global`` here, ``targets`` in ``targets.py``,
+``modules`` and ``slos`` in ``modules.py``); a target's modules and SLO are checked against the names the
+file defines. Relative file paths (``api_key.file``, ``tls.ca_file``, ``slos.*.prefill.model_file``,
+``global.state_dir``) are relative to the config file's folder. Nothing is returned unless the whole file
+is valid, so a reload can swap configs only after a full successful parse.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from exporter.config.model import (
+    BUCKET_NAMES,
+    DEFAULT_LISTEN_ADDRESS,
+    DEFAULT_SLO,
+    Buckets,
+    Config,
+    GlobalConfig,
+)
+from exporter.config.modules import MODULE_KEYS, SLO_KEYS, ModuleReader
+from exporter.config.reader import Context, Problems, Section, child_path, expand_env, resolve_scalar, show
+from exporter.config.targets import TargetReader
+from exporter.config.values import bucket_bound, check_listen_address, check_name, positive_duration
+
+TOP_KEYS = ("global", "targets", "modules", "slos")
+GLOBAL_KEYS = ("listen_address", "windows", "max_results_per_window", "state_dir", "buckets")
+DEFAULT_WINDOWS_S = (300.0, 3600.0)
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config with problems; ``problems`` holds one ``path: message`` line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = list(problems)
+
+
+def parse_config(
+    text: str,
+    *,
+    base_dir: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    source: str = "<text>",
+) -> Config:
+    """The config in YAML ``text``; raises ``ConfigError`` listing every problem.
+
+    ``environ`` (default: the process environment) serves ``${NAME}`` and ``api_key: {env: NAME}``.
+    """
+    problems = Problems()
+    tree = _load_yaml(text, problems)
+    if problems:
+        raise ConfigError(problems.items)
+    env = os.environ if environ is None else environ
+    tree = expand_env(tree, env, problems)
+    ctx = Context(problems, Path(base_dir) if base_dir is not None else None, env)
+    config = _config(ctx, tree, source)
+    if problems or config is None:
+        raise ConfigError(problems.items)
+    return config
+
+
+def load_config_file(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
+    """The config in the YAML file at ``path`` (relative paths inside it are relative to its folder)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read the config file: {exc.strerror}"]) from exc
+    return parse_config(text, base_dir=Path(path).parent, environ=environ, source=str(path))
+
+
+def load_config(source: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
+    """A config from a file (a ``Path``, or a string of one line) or from YAML text (a string of several
+    lines, or a one-line ``{...}`` flow mapping)."""
+    if isinstance(source, str) and ("\n" in source or source.lstrip().startswith("{")):
+        return parse_config(source, environ=environ)
+    return load_config_file(source, environ=environ)
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, recording duplicate keys instead of keeping the last one."""
+
+    duplicates: list[str]
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            hashable = isinstance(key, str | int | float | bool)
+            if hashable and key in seen:
+                mark = key_node.start_mark
+                self.duplicates.append(
+                    f"line {mark.line + 1}, column {mark.column + 1}: duplicate key {show(key)}"
+                )
+            seen.add(key if hashable else id(key))
+        return super().construct_mapping(node, deep)
+
+
+def _load_yaml(text: str, problems: Problems) -> Any:
+    loader = _Loader(text)
+    loader.duplicates = []
+    try:
+        tree = loader.get_single_data()
+    except yaml.MarkedYAMLError as exc:
+        problems.add("yaml", _yaml_message(exc))
+        return None
+    except yaml.YAMLError as exc:
+        problems.add("yaml", str(exc))
+        return None
+    finally:
+        loader.dispose()
+    for duplicate in loader.duplicates:
+        problems.add("yaml", duplicate)
+    return tree
+
+
+def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    context = f" ({exc.context})" if exc.context else ""
+    return f"{where}{exc.problem or 'invalid YAML'}{context}"
+
+
+def _config(ctx: Context, tree: Any, source: str) -> Config | None:
+    if tree is None:
+        ctx.problems.add("", "the config is empty; it needs at least one target under targets")
+        return None
+    top = Section.open(tree, "", ctx.problems, TOP_KEYS)
+    if top is None:
+        return None
+    raw_modules, raw_slos = top.get("modules"), top.get("slos")
+    module_names = [str(k) for k in raw_modules] if isinstance(raw_modules, Mapping) else []
+    slo_names = {DEFAULT_SLO, *(str(k) for k in raw_slos)} if isinstance(raw_slos, Mapping) else {DEFAULT_SLO}
+    section = top.section("global", GLOBAL_KEYS)
+    global_ = _global(ctx, section) if section is not None else GlobalConfig()
+    targets = TargetReader(ctx, module_names, sorted(slo_names)).targets(top)
+    reader = ModuleReader(ctx)
+    modules = _named(ctx, top, "modules", MODULE_KEYS, reader.module)
+    slos = _named(ctx, top, "slos", SLO_KEYS, reader.slo)
+    if ctx.problems:
+        return None
+    return Config(global_, targets, modules, slos, source)
+
+
+def _named(
+    ctx: Context, top: Section, key: str, keys: tuple[str, ...], build: Callable[[str, Section], T]
+) -> dict[str, T]:
+    """A mapping of label-safe names to sections, each read by ``build``."""
+    raw = top.get(key)
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        top.fail(key, f"must be a mapping of names to {key}, got {show(raw)}")
+        return {}
+    built: dict[str, T] = {}
+    for name, item in raw.items():
+        path = child_path(key, str(name))
+        ctx.value(path, name, check_name)
+        sec = Section.open({} if item is None else item, path, ctx.problems, keys)
+        if sec is not None:
+            built[str(name)] = build(str(name), sec)
+    return built
+
+
+def _global(ctx: Context, sec: Section) -> GlobalConfig:
+    buckets = sec.section("buckets", BUCKET_NAMES)
+    state_dir = sec.opt_string("state_dir")
+    return GlobalConfig(
+        listen_address=sec.read(
+            "listen_address", DEFAULT_LISTEN_ADDRESS, check_listen_address, resolve=False
+        ),
+        windows_s=_windows(ctx, sec) if sec.has("windows") else DEFAULT_WINDOWS_S,
+        max_results_per_window=sec.integer("max_results_per_window", 2000, minimum=1),
+        state_dir=ctx.path(state_dir) if state_dir is not None else None,
+        buckets=_buckets(ctx, buckets) if buckets is not None else Buckets(),
+    )
+
+
+def _windows(ctx: Context, sec: Section) -> tuple[float, ...]:
+    items = sec.items("windows")
+    if not items and isinstance(sec.get("windows"), list | None):
+        sec.fail("windows", "must list at least one window, e.g. [5m, 1h]")
+    windows: list[float] = []
+    for path, raw in items:
+        seconds = ctx.value(path, raw, positive_duration)
+        if seconds is not None and seconds in windows:
+            ctx.problems.add(path, f"duplicate window {show(raw)}")
+        elif seconds is not None:
+            windows.append(seconds)
+    return tuple(windows)
+
+
+def _buckets(ctx: Context, sec: Section) -> Buckets:
+    return Buckets(**{name: _bucket_list(ctx, sec, name) for name in BUCKET_NAMES if sec.has(name)})
+
+
+def _bucket_list(ctx: Context, sec: Section, name: str) -> tuple[float, ...] | None:
+    items = sec.items(name)
+    if not items:
+        if isinstance(sec.get(name), list):
+            sec.fail(name, "must list at least one bucket bound")
+        return None
+    high = 1.0 if name == "fluidity" else math.inf
+    bounds: list[float] = []
+    for path, raw in items:
+        value = ctx.value(path, raw, lambda v: bucket_bound(resolve_scalar(v), high))
+        if value is None:
+            continue
+        if bounds and value <= bounds[-1]:
+            ctx.problems.add(
+                path, f"buckets must be strictly ascending, got {show(raw)} after {bounds[-1]:g}"
+            )
+        bounds.append(value)
+    return tuple(bounds)

@@ -1,0 +1,183 @@
+"""The ``targets`` section: endpoints, how to reach them (auth, headers, timeouts, TLS), their engine
+metrics, which modules probe them under which SLO, and their probe budget.
+
+An API key is read here, from ``{env: NAME}`` or ``{file: PATH}``; a literal key is refused, and no
+message ever holds a key's value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, cast
+
+from exporter.config.model import DEFAULT_SLO, Budget, EngineMetrics, Target, Tls
+from exporter.config.reader import Context, Section, Substituted, Unresolved, child_path, show
+from exporter.config.values import check_name, check_target_url, check_url, reference, string_value
+from exporter.engine.families import VALID_KINDS
+from exporter.probe.target import APIS, Api, Secret, Timeouts
+
+TARGET_KEYS = (
+    "name", "url", "api", "model", "api_key", "headers", "extra_body", "timeouts", "tls",
+    "engine_metrics", "modules", "slo", "budget", "simulated",
+)  # fmt: skip
+TIMEOUT_KEYS = ("connect", "ttft", "idle", "total")
+ENGINE_KEYS = ("url", "kind", "interval", "model")
+BUDGET_KEYS = ("max_requests_per_hour", "max_tokens_per_hour", "backoff_after_failures", "max_backoff")
+LITERAL_SECRET = (
+    "a literal key is not accepted (it would sit in the config file, its backups and diffs); "
+    "write {env: NAME} or {file: PATH}"
+)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+class TargetReader:
+    """Reads targets; a target's modules and SLO must be among the names the file defines."""
+
+    def __init__(self, ctx: Context, module_names: list[str], slo_names: list[str]) -> None:
+        self.ctx = ctx
+        self.module_names = module_names
+        self.slo_names = slo_names
+        self.seen: dict[str, str] = {}  # target name -> path of the target that has it
+
+    def targets(self, top: Section) -> tuple[Target, ...]:
+        raw = top.get("targets")
+        if raw is None:
+            top.fail("targets", "missing (required): list at least one target")
+            return ()
+        items = top.items("targets")
+        if not items and isinstance(raw, list):
+            top.fail("targets", "must list at least one target")
+        sections = (Section.open(item, path, self.ctx.problems, TARGET_KEYS) for path, item in items)
+        return tuple(self.target(sec) for sec in sections if sec is not None)
+
+    def target(self, sec: Section) -> Target:
+        name = sec.read("name", "", check_name, resolve=False) if sec.required("name") else ""
+        if name in self.seen:
+            sec.fail("name", f'duplicate target name "{name}" (also {self.seen[name]})')
+        elif name:
+            self.seen[name] = sec.path
+        url = sec.read("url", "", check_target_url, resolve=False) if sec.required("url") else ""
+        timeouts, tls = sec.section("timeouts", TIMEOUT_KEYS), sec.section("tls", ("verify", "ca_file"))
+        engine, budget = sec.section("engine_metrics", ENGINE_KEYS), sec.section("budget", BUDGET_KEYS)
+        return Target(
+            name=name,
+            url=url,
+            api=cast(Api, sec.choice("api", "chat", APIS)),
+            model=sec.opt_string("model"),
+            api_key=self.secret(sec),
+            headers=self.headers(sec),
+            extra_body=self.extra_body(sec),
+            timeouts=self.timeouts(timeouts) if timeouts is not None else Timeouts(),
+            tls=self.tls(tls) if tls is not None else Tls(),
+            engine_metrics=self.engine_metrics(engine) if engine is not None else None,
+            modules=self.module_refs(sec),
+            slo=self.reference(sec, "slo", DEFAULT_SLO, "slo", self.slo_names),
+            budget=self.budget(budget) if budget is not None else Budget(),
+            simulated=sec.boolean("simulated", False),
+        )
+
+    def secret(self, sec: Section) -> Secret | None:
+        raw = sec.raw.get("api_key")
+        if raw is None or isinstance(raw, Unresolved):
+            return None
+        if isinstance(raw, str):
+            hint = " (${NAME} expands to a literal too)" if isinstance(raw, Substituted) else ""
+            sec.fail("api_key", LITERAL_SECRET + hint)
+            return None
+        key = Section.open(raw, sec.at("api_key"), self.ctx.problems, ("env", "file"))
+        if key is None:
+            return None
+        if key.has("env") == key.has("file"):
+            self.ctx.problems.add(key.path, "give exactly one of env (a variable name) or file (a path)")
+            return None
+        if key.has("env"):
+            return key.read("env", None, self.secret_from_env)
+        return key.read("file", None, lambda v: Secret.from_file(self.ctx.path(string_value(v))))
+
+    def secret_from_env(self, raw: Any) -> Secret:
+        name = string_value(raw)
+        value = self.ctx.environ.get(name, "").strip()
+        if not value:
+            raise ValueError(f"environment variable {name} is not set or empty (it should hold the API key)")
+        return Secret(value)
+
+    def headers(self, sec: Section) -> tuple[tuple[str, str], ...]:
+        raw = sec.get("headers")
+        if raw is None:
+            return ()
+        if not isinstance(raw, Mapping):
+            sec.fail("headers", f"must be a mapping of header names to values, got {show(raw)}")
+            return ()
+        pairs: list[tuple[str, str]] = []
+        for name, value in raw.items():
+            path = child_path(sec.at("headers"), str(name))
+            if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+                self.ctx.problems.add(path, "not a valid HTTP header name")
+            elif not isinstance(value, str):
+                self.ctx.problems.add(path, f"must be a string (quote it), got {show(value)}")
+            else:
+                pairs.append((name, str(value)))
+        return tuple(pairs)
+
+    def extra_body(self, sec: Section) -> tuple[tuple[str, Any], ...]:
+        raw = sec.get("extra_body")
+        if raw is None:
+            return ()
+        if not isinstance(raw, Mapping):
+            sec.fail("extra_body", f"must be a mapping (merged into every request body), got {show(raw)}")
+            return ()
+        try:
+            json.dumps(raw, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            sec.fail("extra_body", f"must be JSON data: {exc}")
+            return ()
+        return tuple((str(k), v) for k, v in raw.items())
+
+    def timeouts(self, sec: Section) -> Timeouts:
+        default = Timeouts()
+        timeouts = Timeouts(**{key: sec.opt_duration(key, getattr(default, key)) for key in TIMEOUT_KEYS})
+        for key in ("connect", "ttft", "idle"):
+            value = getattr(timeouts, key)
+            if value is not None and timeouts.total is not None and value > timeouts.total:
+                sec.fail(key, f"must not exceed total ({timeouts.total:g} s), got {value:g} s")
+        return timeouts
+
+    def tls(self, sec: Section) -> Tls:
+        ca_file = sec.read(
+            "ca_file", None, lambda v: None if v is None else self.ctx.existing_file(string_value(v))
+        )
+        return Tls(verify=sec.boolean("verify", True), ca_file=ca_file)
+
+    def engine_metrics(self, sec: Section) -> EngineMetrics:
+        url = sec.read("url", "", check_url, resolve=False) if sec.required("url") else ""
+        return EngineMetrics(
+            url=url,
+            kind=sec.choice("kind", "auto", VALID_KINDS),
+            interval_s=sec.duration("interval", 15.0),
+            model=sec.opt_string("model"),
+        )
+
+    def module_refs(self, sec: Section) -> tuple[str, ...]:
+        if not sec.has("modules"):
+            return tuple(self.module_names)
+        refs: list[str] = []
+        for path, raw in sec.items("modules"):
+            name = self.ctx.value(path, raw, lambda v: reference(v, "module", self.module_names))
+            if name in refs:
+                self.ctx.problems.add(path, f'module "{name}" is listed twice')
+            elif name is not None:
+                refs.append(name)
+        return tuple(refs)
+
+    def reference(self, sec: Section, key: str, default: str, kind: str, valid: list[str]) -> str:
+        return sec.read(key, default, lambda v: reference(v, kind, valid), resolve=False)
+
+    def budget(self, sec: Section) -> Budget:
+        return Budget(
+            max_requests_per_hour=sec.opt_integer("max_requests_per_hour", None, minimum=1),
+            max_tokens_per_hour=sec.opt_integer("max_tokens_per_hour", None, minimum=1),
+            backoff_after_failures=sec.integer("backoff_after_failures", 3, minimum=1),
+            max_backoff_s=sec.duration("max_backoff", 600.0),
+        )

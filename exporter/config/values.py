@@ -1,0 +1,131 @@
+"""Checks of single config values: each returns the value it accepts or raises ``ValueError`` with a
+message that says what is wrong and what is valid (the caller adds the path).
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from exporter.config.model import WorkloadSpec
+from exporter.config.reader import parse_duration, show
+from exporter.load.arrivals import ArrivalProcess, parse_arrival_spec
+from exporter.load.distributions import LengthDistribution, parse_length_spec
+from exporter.load.presets import PRESET_NAMES
+from exporter.stats.prefill import PrefillModel, parse_json
+
+_LABEL_SAFE = re.compile(r"[A-Za-z0-9_.-]+")
+_LISTEN = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\[\]]*):(?P<port>\d{1,5})")
+
+
+def string_value(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"must be a non-empty string, got {show(value)}")
+    return str(value)
+
+
+def check_name(value: Any) -> str:
+    """A name that becomes a label value: letters, digits, ``_``, ``.`` and ``-``."""
+    if not isinstance(value, str) or not _LABEL_SAFE.fullmatch(value):
+        raise ValueError(
+            f"bad name {show(value)}; use only letters, digits, _ . - (it becomes a label value)"
+        )
+    return value
+
+
+def check_url(value: Any) -> str:
+    """An ``http(s)://host[:port][/path]`` URL without credentials, query or fragment."""
+    text = string_value(value)
+    parts = urlsplit(text)
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("must not hold credentials (user:password@); use api_key or headers")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an http(s) URL like http://host:8000, got {show(text)}")
+    try:
+        parts.port  # noqa: B018 (urlsplit checks the port only when asked)
+    except ValueError:
+        raise ValueError(f"bad port in {show(text)}") from None
+    if parts.query or parts.fragment:
+        raise ValueError(f"must not have a query or fragment, got {show(text)}")
+    return text.rstrip("/")
+
+
+def check_target_url(value: Any) -> str:
+    """A target's base URL: the exporter adds ``/v1/...`` itself."""
+    url = check_url(value)
+    if url.endswith("/v1"):
+        raise ValueError(f"leave out the trailing /v1 (requests add it), got {show(url)}")
+    return url
+
+
+def check_listen_address(value: Any) -> str:
+    text = string_value(value)
+    match = _LISTEN.fullmatch(text)
+    if match is None or int(match["port"]) > 65535:
+        raise ValueError(f"must be HOST:PORT (e.g. 0.0.0.0:9468, :9468 or [::]:9468), got {show(text)}")
+    return text
+
+
+def check_cron(value: Any) -> str:
+    """A five-field crontab line, as APScheduler's ``CronTrigger.from_crontab`` reads it."""
+    text = string_value(value)
+    cron = importlib.import_module("apscheduler.triggers.cron")
+    try:
+        cron.CronTrigger.from_crontab(text, timezone="UTC")
+    except ValueError as exc:
+        raise ValueError(f"bad cron expression {show(text)}: {exc}") from None
+    return text
+
+
+def reference(value: Any, kind: str, valid: list[str]) -> str:
+    if not isinstance(value, str) or value not in valid:
+        raise ValueError(f"unknown {kind} {show(value)}; valid: {', '.join(valid) or '(none defined)'}")
+    return value
+
+
+def preset_spec(value: Any) -> WorkloadSpec:
+    if value not in PRESET_NAMES:
+        raise ValueError(f"unknown workload preset {show(value)}; valid: {', '.join(PRESET_NAMES)}")
+    return WorkloadSpec(preset=str(value))
+
+
+def length_spec(value: Any) -> LengthDistribution:
+    if not isinstance(value, str | int | Mapping):
+        raise ValueError(f"must be a length spec like lognormal:median=128,sigma=0.5, got {show(value)}")
+    return parse_length_spec(value)
+
+
+def arrival_spec(value: Any) -> ArrivalProcess:
+    if not isinstance(value, str | Mapping):
+        raise ValueError(
+            f"must be an arrival spec like poisson:rate=2 or {{kind: poisson, rate: 2}}, got {show(value)}"
+        )
+    return parse_arrival_spec(value)
+
+
+def positive_duration(value: Any) -> float:
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"must be a duration > 0, got {show(value)}")
+    return seconds
+
+
+def bucket_bound(value: Any, high: float) -> float:
+    finite = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if not finite or not 0 <= value <= high:
+        limit = "in [0, 1]" if high == 1.0 else "finite and >= 0 (+Inf is always added)"
+        raise ValueError(f"a bucket bound must be a number {limit}, got {show(value)}")
+    return float(value)
+
+
+def read_prefill_model(path: str) -> PrefillModel:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read the prefill model file {path}: {exc.strerror}") from None
+    return parse_json(text)

@@ -1,0 +1,315 @@
+"""The Prometheus collector of probe and engine metrics, built afresh from the store on every scrape.
+
+``FluidityCollector`` is a plain prometheus_client custom collector: ``collect()`` takes a snapshot of
+the ``ResultStore`` and builds new ``*MetricFamily`` objects from it; nothing global is mutated.
+``probe_registry`` builds a fresh ``CollectorRegistry`` holding only one probe's metrics, for the
+blackbox-style ``/probe?target=&module=`` route.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Mapping, Sequence
+
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
+
+from exporter.engine.derive import (
+    DEFAULT_QUANTILES,
+    WindowFigures,
+    client_minus_server_mean_ttft,
+    client_minus_server_ttft,
+)
+from exporter.engine.families import Signal
+from exporter.exposition import names
+from exporter.exposition.buckets import DEFAULT_BUCKETS, HistogramBuckets
+from exporter.exposition.names import MetricSpec
+from exporter.exposition.store import Clock, EngineView, HistogramCounts, ResultStore, SeriesView, StoreLimits
+from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES, ProbeWindow
+from exporter.probe.result import ProbeResult
+from exporter.report.summary import DeadlinePolicy
+from exporter.stats.slo import GoodputBounds, Slo
+
+_HISTOGRAM_SPECS: Mapping[str, MetricSpec] = {
+    "ttft": names.PROBE_TTFT,
+    "tbt": names.PROBE_TBT,
+    "tpot": names.PROBE_TPOT,
+    "e2e": names.PROBE_E2E,
+    "normalized_latency": names.PROBE_NORMALIZED_LATENCY,
+}
+_ENGINE_VALUES: Mapping[Signal, MetricSpec] = {
+    Signal.QUEUE_DEPTH: names.ENGINE_QUEUE_DEPTH,
+    Signal.RUNNING_REQUESTS: names.ENGINE_RUNNING,
+    Signal.KV_CACHE_USAGE: names.ENGINE_KV_CACHE_USAGE,
+    Signal.PREEMPTIONS_TOTAL: names.ENGINE_PREEMPTIONS,
+    Signal.PROMPT_TOKENS_TOTAL: names.ENGINE_PROMPT_TOKENS,
+    Signal.GENERATION_TOKENS_TOTAL: names.ENGINE_GENERATION_TOKENS,
+    Signal.REQUEST_SUCCESS_TOTAL: names.ENGINE_REQUEST_SUCCESS,
+}
+_ENGINE_WINDOW_QUANTILES: Mapping[Signal, MetricSpec] = {
+    Signal.SERVER_TTFT_SECONDS: names.ENGINE_WINDOW_TTFT,
+    Signal.SERVER_ITL_SECONDS: names.ENGINE_WINDOW_ITL,
+    Signal.SERVER_E2E_SECONDS: names.ENGINE_WINDOW_E2E,
+    Signal.SERVER_QUEUE_SECONDS: names.ENGINE_WINDOW_QUEUE,
+}
+
+
+def new_family(spec: MetricSpec) -> Metric:
+    """An empty family of ``spec`` 's type, name, HELP and labels."""
+    labels = list(spec.labels)
+    if spec.type == "histogram":
+        return HistogramMetricFamily(spec.name, spec.help, labels=labels)
+    if spec.type == "counter":
+        return CounterMetricFamily(spec.name, spec.help, labels=labels)
+    return GaugeMetricFamily(spec.name, spec.help, labels=labels)
+
+
+class _Families:
+    """The families of one scrape, created on first use, yielded in ``names`` order."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Metric] = {}
+
+    def add(self, spec: MetricSpec, labels: Sequence[str], value: float) -> None:
+        family = self._get(spec)
+        family.add_metric(list(labels), value)  # type: ignore[attr-defined]
+
+    def histogram(self, spec: MetricSpec, labels: Sequence[str], counts: HistogramCounts) -> None:
+        family = self._get(spec)
+        assert isinstance(family, HistogramMetricFamily)
+        buckets = [(go_float(bound), float(count)) for bound, count in counts.buckets]
+        family.add_metric(list(labels), buckets, counts.sum)
+
+    def _get(self, spec: MetricSpec) -> Metric:
+        family = self._by_name.get(spec.name)
+        if family is None:
+            family = self._by_name[spec.name] = new_family(spec)
+        return family
+
+    def __iter__(self) -> Iterator[Metric]:
+        order = {spec.name: index for index, spec in enumerate(names.ALL)}
+        return iter(sorted(self._by_name.values(), key=lambda f: order[_spec_name(f)]))
+
+
+def _spec_name(family: Metric) -> str:
+    # CounterMetricFamily drops "_total" from its name; the specs keep it.
+    return family.name + "_total" if family.type == "counter" else family.name
+
+
+class FluidityCollector(Collector):
+    """Probe histograms and counters, window gauges and engine signals of every series in ``store``.
+
+    ``windows`` maps a window label (e.g. "5m") to its length in seconds; each must be at most the
+    store's ``max_age_s``. ``clock`` gives the scrape's "now" in the store's time base (unix seconds).
+    """
+
+    def __init__(
+        self,
+        store: ResultStore,
+        windows: Mapping[str, float],
+        clock: Clock = time.time,
+        *,
+        fluidity_quantiles: Sequence[float] = DEFAULT_FLUIDITY_QUANTILES,
+        lateness_quantiles: Sequence[float] = DEFAULT_LATENESS_QUANTILES,
+        engine_quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        client_ttft_quantile: float = 0.5,
+    ) -> None:
+        for label, seconds in windows.items():
+            if not 0 < seconds <= store.limits.max_age_s:
+                raise ValueError(
+                    f'window "{label}": {seconds} s must be > 0 and at most the store\'s max_age_s '
+                    f"({store.limits.max_age_s} s)"
+                )
+        _check_quantiles("fluidity_quantiles", fluidity_quantiles, allow_zero=True)
+        _check_quantiles("lateness_quantiles", lateness_quantiles, allow_zero=False)
+        _check_quantiles("engine_quantiles", engine_quantiles, allow_zero=True)
+        self.store = store
+        self.windows = dict(windows)
+        self.clock = clock
+        self.fluidity_quantiles = tuple(fluidity_quantiles)
+        self.lateness_quantiles = tuple(lateness_quantiles)
+        self.engine_quantiles = tuple(engine_quantiles)
+        self.client_ttft_quantile = client_ttft_quantile
+
+    def describe(self) -> Iterator[Metric]:
+        """Every family this collector may yield, empty (so registering never runs a full collect)."""
+        for spec in names.COLLECTED:
+            yield new_family(spec)
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.clock()
+        out = _Families()
+        engines = {view.target: view for view in self.store.engines()}
+        engine_figures = {target: self._engine_windows(view) for target, view in engines.items()}
+        for series in self.store.series(now):
+            _add_cumulative(out, series)
+            for label, seconds in self.windows.items():
+                window = self.store.window(
+                    series.target,
+                    series.module,
+                    seconds,
+                    now,
+                    fluidity_quantiles=self.fluidity_quantiles,
+                    lateness_quantiles=self.lateness_quantiles,
+                )
+                if window is not None:
+                    labels = (series.target, series.module, label)
+                    _add_window(out, labels, window)
+                    figures = engine_figures.get(series.target, {}).get(label)
+                    self._add_client_minus_server(out, labels, window, figures)
+        for view in engines.values():
+            self._add_engine(out, view, engine_figures[view.target])
+        yield from out
+
+    def _engine_windows(self, view: EngineView) -> dict[str, WindowFigures]:
+        if view.last is None or not view.last.ok:
+            return {}
+        figures = {label: view.window.figures(seconds) for label, seconds in self.windows.items()}
+        return {label: f for label, f in figures.items() if f is not None}
+
+    def _add_engine(self, out: _Families, view: EngineView, figures: Mapping[str, WindowFigures]) -> None:
+        last = view.last
+        if last is None:
+            return
+        out.add(names.ENGINE_SCRAPE_SUCCESS, (view.target,), 1.0 if last.ok else 0.0)
+        out.add(names.ENGINE_SCRAPE_DURATION, (view.target,), last.duration_s)
+        if last.snapshot is None:
+            return
+        for signal, spec in _ENGINE_VALUES.items():
+            value = last.snapshot.value(signal)
+            if value is not None:
+                out.add(spec, (view.target,), value)
+        for label, window in figures.items():
+            for signal, spec in _ENGINE_WINDOW_QUANTILES.items():
+                for q in self.engine_quantiles:
+                    value = window.quantile(signal, q)
+                    if value is not None:
+                        out.add(spec, (view.target, label, _quantile_label(q)), value)
+
+    def _add_client_minus_server(
+        self, out: _Families, labels: tuple[str, str, str], window: ProbeWindow, figures: WindowFigures | None
+    ) -> None:
+        server = figures.histograms.get(Signal.SERVER_TTFT_SECONDS) if figures is not None else None
+        if server is None or not window.client_ttfts:
+            return
+        q = self.client_ttft_quantile
+        gap = client_minus_server_ttft(window.client_ttfts, server, q)
+        if gap is not None:
+            out.add(names.WINDOW_CLIENT_MINUS_SERVER_TTFT, (*labels, _quantile_label(q)), gap)
+        mean_gap = client_minus_server_mean_ttft(window.client_ttfts, server)
+        if mean_gap is not None:
+            out.add(names.WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT, labels, mean_gap)
+
+
+def _add_cumulative(out: _Families, series: SeriesView) -> None:
+    labels = (series.target, series.module)
+    for kind, spec in _HISTOGRAM_SPECS.items():
+        out.histogram(spec, labels, series.histograms[kind])
+    for tier, counts in series.fluidity.items():
+        out.histogram(names.PROBE_FLUIDITY, (*labels, tier), counts)
+    for outcome, count in series.requests.items():
+        out.add(names.PROBE_REQUESTS, (*labels, outcome.value), count)
+    out.add(names.PROBE_OUTPUT_TOKENS, labels, series.output_tokens)
+    for tier, total in series.deadlines.items():
+        out.add(names.PROBE_DEADLINES, (*labels, tier), total)
+        out.add(names.PROBE_DEADLINES_MISSED, (*labels, tier), series.deadlines_missed[tier])
+    if series.good_requests is not None:
+        out.add(names.PROBE_GOOD_REQUESTS, labels, series.good_requests)
+    if series.last_success is not None:
+        out.add(names.PROBE_LAST_SUCCESS, labels, series.last_success)
+
+
+def _add_window(out: _Families, labels: tuple[str, str, str], window: ProbeWindow) -> None:
+    for outcome, count in window.requests.items():
+        out.add(names.WINDOW_REQUESTS, (*labels, outcome.value), count)
+    for tier, quantiles in window.fluidity.items():
+        for q, value in quantiles.items():
+            out.add(names.WINDOW_FLUIDITY, (*labels, tier, _quantile_label(q)), value)
+    for tier, level in window.service_level.items():
+        out.add(names.WINDOW_SERVICE_LEVEL, (*labels, tier), level)
+    if window.fluid_token_rate is not None:
+        out.add(names.WINDOW_FLUID_RATE, labels, window.fluid_token_rate)
+    for result in window.slos:
+        out.add(names.WINDOW_SLO_MET, (*labels, str(result.slo)), 1.0 if result.met else 0.0)
+    if window.goodput_ratio is not None:
+        out.add(names.WINDOW_GOODPUT, labels, window.goodput_ratio)
+    for q, seconds in window.lateness.items():
+        out.add(names.WINDOW_LATENESS, (*labels, _quantile_label(q)), seconds)
+
+
+def _quantile_label(q: float) -> str:
+    """The ``percentile`` label of quantile ``q``: 0.01 -> "1", 0.5 -> "50", 0.999 -> "99.9"."""
+    return f"{round(q * 100.0, 6):g}"
+
+
+def go_float(value: float) -> str:
+    """A float as Prometheus writes it in a label (``+Inf``, ``0.5``), via prometheus_client."""
+    return str(floatToGoString(value))  # type: ignore[no-untyped-call]
+
+
+def _check_quantiles(name: str, quantiles: Sequence[float], *, allow_zero: bool) -> None:
+    low = "[0" if allow_zero else "(0"
+    for q in quantiles:
+        if not (math.isfinite(q) and (q >= 0 if allow_zero else q > 0) and q <= 1):
+            raise ValueError(f"{name}: {q!r} is not a quantile in {low}, 1]")
+
+
+class _ProbeOutcome(Collector):
+    """``fluidity_probe_success`` and ``fluidity_probe_duration_seconds`` of one ``/probe`` answer."""
+
+    def __init__(self, labels: tuple[str, str], success: bool, duration_s: float | None) -> None:
+        self._labels, self._success, self._duration_s = labels, success, duration_s
+
+    def collect(self) -> Iterator[Metric]:
+        out = _Families()
+        out.add(names.PROBE_SUCCESS, self._labels, 1.0 if self._success else 0.0)
+        if self._duration_s is not None:
+            out.add(names.PROBE_DURATION, self._labels, self._duration_s)
+        yield from out
+
+
+def probe_registry(
+    results: Sequence[ProbeResult],
+    policy: DeadlinePolicy,
+    *,
+    target: str,
+    module: str,
+    goodput: GoodputBounds | None = None,
+    slos: Sequence[Slo] = (),
+    from_scheduled: bool = False,
+    duration_s: float | None = None,
+    buckets: HistogramBuckets = DEFAULT_BUCKETS,
+    fluidity_quantiles: Sequence[float] = DEFAULT_FLUIDITY_QUANTILES,
+    lateness_quantiles: Sequence[float] = DEFAULT_LATENESS_QUANTILES,
+    now: float | None = None,
+) -> CollectorRegistry:
+    """A fresh registry with only this probe's metrics (blackbox_exporter's ``/probe``).
+
+    The same families as ``/metrics`` for this (target, module), counted over this probe alone; the
+    window gauges carry ``window="probe"`` and cover exactly its requests. Added around them, as
+    blackbox_exporter does: ``fluidity_probe_success`` (1 when every request completed as asked) and,
+    when ``duration_s`` is given, ``fluidity_probe_duration_seconds``.
+    """
+    at = time.time() if now is None else now  # one instant: every row is in the one window
+    limits = StoreLimits(max_age_s=1.0, max_records=max(len(results), 1))
+    store = ResultStore(limits, buckets, clock=lambda: at)
+    store.add(target, module, results, policy, goodput, at, slos=slos, from_scheduled=from_scheduled)
+    collector = FluidityCollector(
+        store,
+        {names.PROBE_WINDOW: limits.max_age_s},
+        clock=lambda: at,
+        fluidity_quantiles=fluidity_quantiles,
+        lateness_quantiles=lateness_quantiles,
+    )
+    registry = CollectorRegistry()
+    registry.register(collector)
+    success = bool(results) and all(result.ok for result in results)
+    registry.register(_ProbeOutcome((target, module), success, duration_s))
+    return registry

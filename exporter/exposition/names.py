@@ -1,0 +1,406 @@
+"""Every metric name, label name and HELP text the exporter exposes, in one place.
+
+Conventions (Prometheus' "writing exporters" and naming guides): one namespace, ``fluidity_``; base
+units in the name (``_seconds``, ``_ratio`` for 0-1); counters end in ``_total``, with failures as a
+separate counter or an ``outcome`` label whose values are all exported from the start; no per-pod
+labels (``instance`` and ``job`` come from Prometheus' scrape). Probe families are histograms and
+counters so that many sidecars aggregate exactly in PromQL; the few pre-computed figures are gauges
+whose names start ``fluidity_window_`` (or ``fluidity_engine_window_``) so that nobody mistakes them
+for something that can be summed or averaged across sidecars.
+
+Names that differ from the first draft of issue 5, and why:
+
+* ``fluidity_window_fluid_tokens_per_second`` (was ``..._fluid_token_rate``): the unit belongs in the name.
+* the ``job`` label of the scheduler self-metrics is ``job_id``: ``job`` is the label Prometheus attaches
+  to every scraped series, and a metric's own ``job`` would be renamed ``exported_job`` on ingestion.
+* ``fluidity_exporter_engine_scrapes_total`` and ``..._scrape_errors_total`` carry ``target`` too:
+  "which engine fails to answer" is the first question when the error count rises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+NAMESPACE: Final = "fluidity"
+
+# Label names.
+TARGET: Final = "target"
+MODULE: Final = "module"
+OUTCOME: Final = "outcome"
+TIER: Final = "tier"
+WINDOW: Final = "window"
+PERCENTILE: Final = "percentile"
+SLO: Final = "slo"
+JOB_ID: Final = "job_id"
+REASON: Final = "reason"
+VERSION: Final = "version"
+PYTHON_VERSION: Final = "python_version"
+
+MetricType = Literal["counter", "gauge", "histogram", "info"]
+
+SERIES: Final = (TARGET, MODULE)
+"""The labels of every per-probe family: which endpoint, probed with which module."""
+
+# The window label of the figures ``/probe`` computes over the one probe it ran.
+PROBE_WINDOW: Final = "probe"
+
+_CACHED = "Cached from scheduled probes (not measured at scrape time)."
+_WINDOW = "Computed at scrape time over the requests of the rolling window; do not sum across sidecars."
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric family as exposed: full name (counters with ``_total``), type, HELP text, labels."""
+
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...] = ()
+
+
+# --- Per (target, module): histograms of every completed request, cumulative since start ------------
+
+PROBE_TTFT = MetricSpec(
+    "fluidity_probe_ttft_seconds",
+    "histogram",
+    f"Time to first token of completed probe requests, from the request write. {_CACHED}",
+    SERIES,
+)
+PROBE_TBT = MetricSpec(
+    "fluidity_probe_tbt_seconds",
+    "histogram",
+    "Time between tokens: every gap after the first token of completed probe requests (tokens of one "
+    f"chunk after the first count as 0 s gaps). {_CACHED}",
+    SERIES,
+)
+PROBE_TPOT = MetricSpec(
+    "fluidity_probe_tpot_seconds",
+    "histogram",
+    f"Time per output token, (E2E - TTFT) / (tokens - 1), of completed probe requests with 2+ tokens. {_CACHED}",
+    SERIES,
+)
+PROBE_E2E = MetricSpec(
+    "fluidity_probe_e2e_seconds",
+    "histogram",
+    f"End-to-end latency of completed probe requests, request write to end of stream. {_CACHED}",
+    SERIES,
+)
+PROBE_NORMALIZED_LATENCY = MetricSpec(
+    "fluidity_probe_normalized_latency_seconds",
+    "histogram",
+    f"End-to-end latency divided by output tokens, per completed probe request. {_CACHED}",
+    SERIES,
+)
+PROBE_FLUIDITY = MetricSpec(
+    "fluidity_probe_fluidity_index",
+    "histogram",
+    "Etalon fluidity-index (0-1, 1 = every token deadline met) of each completed probe request, per "
+    f"decode-deadline tier. {_CACHED}",
+    (*SERIES, TIER),
+)
+
+# --- Per (target, module): counters ------------------------------------------------------------------
+
+PROBE_REQUESTS = MetricSpec(
+    "fluidity_probe_requests_total",
+    "counter",
+    f"Probe requests by how they ended (ok, or the failure reason). {_CACHED}",
+    (*SERIES, OUTCOME),
+)
+PROBE_OUTPUT_TOKENS = MetricSpec(
+    "fluidity_probe_output_tokens_total",
+    "counter",
+    f"Output tokens received by completed probe requests. {_CACHED}",
+    SERIES,
+)
+PROBE_DEADLINES = MetricSpec(
+    "fluidity_probe_deadlines_total",
+    "counter",
+    "Token deadlines of completed probe requests per tier (a stall counts every deadline it spans); "
+    f"1 - rate(missed) / rate(this) is the service-level fluidity. {_CACHED}",
+    (*SERIES, TIER),
+)
+PROBE_DEADLINES_MISSED = MetricSpec(
+    "fluidity_probe_deadlines_missed_total",
+    "counter",
+    f"Token deadlines missed by completed probe requests per tier. {_CACHED}",
+    (*SERIES, TIER),
+)
+PROBE_GOOD_REQUESTS = MetricSpec(
+    "fluidity_probe_good_requests_total",
+    "counter",
+    "Probe requests that met every configured goodput bound (failed requests never do); divide by "
+    f"fluidity_probe_requests_total for the goodput ratio. {_CACHED}",
+    SERIES,
+)
+PROBE_LAST_SUCCESS = MetricSpec(
+    "fluidity_probe_last_success_timestamp_seconds",
+    "gauge",
+    f"Unix time when a probe run last stored at least one completed request. {_CACHED}",
+    SERIES,
+)
+
+# --- Per (target, module, window): figures over the rolling window --------------------------------
+
+WINDOW_REQUESTS = MetricSpec(
+    "fluidity_window_requests",
+    "gauge",
+    f"Probe requests in the rolling window by outcome. {_WINDOW}",
+    (*SERIES, WINDOW, OUTCOME),
+)
+WINDOW_FLUIDITY = MetricSpec(
+    "fluidity_window_fluidity_index",
+    "gauge",
+    'Percentiles of the per-request fluidity-index: percentile="1" (p1) is the value that 99% of the '
+    "window's requests reach or exceed (nearest rank), so an SLO fluidity:p99>=X holds exactly when "
+    f"it is >= X. {_WINDOW}",
+    (*SERIES, WINDOW, TIER, PERCENTILE),
+)
+WINDOW_SERVICE_LEVEL = MetricSpec(
+    "fluidity_window_service_level_ratio",
+    "gauge",
+    f"Token-weighted fluidity of the window: 1 - missed deadlines / deadlines, per tier. {_WINDOW}",
+    (*SERIES, WINDOW, TIER),
+)
+WINDOW_FLUID_RATE = MetricSpec(
+    "fluidity_window_fluid_tokens_per_second",
+    "gauge",
+    "Fluid token generation rate: the highest playback rate at which the configured percentile of "
+    f"the window's requests reach the target decode-only fluidity. {_WINDOW}",
+    (*SERIES, WINDOW),
+)
+WINDOW_SLO_MET = MetricSpec(
+    "fluidity_window_slo_met",
+    "gauge",
+    f"1 when the SLO holds over the window's completed requests, 0 when not; absent without data. {_WINDOW}",
+    (*SERIES, WINDOW, SLO),
+)
+WINDOW_GOODPUT = MetricSpec(
+    "fluidity_window_goodput_ratio",
+    "gauge",
+    f"Share of the window's probe requests (failed ones included) that met every goodput bound. {_WINDOW}",
+    (*SERIES, WINDOW),
+)
+WINDOW_LATENESS = MetricSpec(
+    "fluidity_window_probe_lateness_seconds",
+    "gauge",
+    "How late the prober itself sent requests after their scheduled time (nearest-rank percentile); "
+    f"high values mean the exporter, not the target, is slow. {_WINDOW}",
+    (*SERIES, WINDOW, PERCENTILE),
+)
+WINDOW_CLIENT_MINUS_SERVER_TTFT = MetricSpec(
+    "fluidity_window_client_minus_server_ttft_seconds",
+    "gauge",
+    "Probe TTFT percentile minus the engine's own TTFT percentile over the window: network, gateways and "
+    f"queues the engine does not see. Bucket-resolution limited, can be negative. {_WINDOW}",
+    (*SERIES, WINDOW, PERCENTILE),
+)
+WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT = MetricSpec(
+    "fluidity_window_client_minus_server_mean_ttft_seconds",
+    "gauge",
+    f"Mean probe TTFT minus the engine's exact mean TTFT over the window. {_WINDOW}",
+    (*SERIES, WINDOW),
+)
+
+# /probe only: blackbox_exporter's two figures around a single probe.
+PROBE_SUCCESS = MetricSpec(
+    "fluidity_probe_success",
+    "gauge",
+    "1 when every request of this probe completed as asked, else 0 (/probe only).",
+    SERIES,
+)
+PROBE_DURATION = MetricSpec(
+    "fluidity_probe_duration_seconds",
+    "gauge",
+    "How long this probe took, all requests included (/probe only).",
+    SERIES,
+)
+
+# --- Per target: the engine's own metrics, re-exported ----------------------------------------------
+
+ENGINE_SCRAPE_SUCCESS = MetricSpec(
+    "fluidity_engine_scrape_success",
+    "gauge",
+    "1 when the latest scrape of the engine's /metrics succeeded, else 0; the other fluidity_engine_ "
+    "series are absent while it is 0.",
+    (TARGET,),
+)
+ENGINE_SCRAPE_DURATION = MetricSpec(
+    "fluidity_engine_scrape_duration_seconds",
+    "gauge",
+    "How long the latest scrape of the engine's /metrics took.",
+    (TARGET,),
+)
+_ENGINE = "Read from the engine's own /metrics at its latest scrape."
+ENGINE_QUEUE_DEPTH = MetricSpec(
+    "fluidity_engine_queue_depth", "gauge", f"Requests waiting to be scheduled. {_ENGINE}", (TARGET,)
+)
+ENGINE_RUNNING = MetricSpec(
+    "fluidity_engine_running_requests", "gauge", f"Requests being processed. {_ENGINE}", (TARGET,)
+)
+ENGINE_KV_CACHE_USAGE = MetricSpec(
+    "fluidity_engine_kv_cache_usage_ratio", "gauge", f"KV-cache usage, 0-1. {_ENGINE}", (TARGET,)
+)
+ENGINE_PREEMPTIONS = MetricSpec(
+    "fluidity_engine_preemptions_total",
+    "counter",
+    f"Preemptions (SGLang: retractions) since the engine started. {_ENGINE}",
+    (TARGET,),
+)
+ENGINE_PROMPT_TOKENS = MetricSpec(
+    "fluidity_engine_prompt_tokens_total", "counter", f"Prompt tokens processed. {_ENGINE}", (TARGET,)
+)
+ENGINE_GENERATION_TOKENS = MetricSpec(
+    "fluidity_engine_generation_tokens_total", "counter", f"Tokens generated. {_ENGINE}", (TARGET,)
+)
+ENGINE_REQUEST_SUCCESS = MetricSpec(
+    "fluidity_engine_request_success_total",
+    "counter",
+    f"Requests the engine finished. {_ENGINE}",
+    (TARGET,),
+)
+_ENGINE_WINDOW = (
+    "Interpolated from the engine's histogram increase over the window, as histogram_quantile does; "
+    "no finer than its buckets."
+)
+ENGINE_WINDOW_TTFT = MetricSpec(
+    "fluidity_engine_window_ttft_seconds",
+    "gauge",
+    f"Server-side time to first token, percentile over the window. {_ENGINE_WINDOW}",
+    (TARGET, WINDOW, PERCENTILE),
+)
+ENGINE_WINDOW_ITL = MetricSpec(
+    "fluidity_engine_window_itl_seconds",
+    "gauge",
+    f"Server-side inter-token latency, percentile over the window. {_ENGINE_WINDOW}",
+    (TARGET, WINDOW, PERCENTILE),
+)
+ENGINE_WINDOW_E2E = MetricSpec(
+    "fluidity_engine_window_e2e_seconds",
+    "gauge",
+    f"Server-side end-to-end request latency, percentile over the window. {_ENGINE_WINDOW}",
+    (TARGET, WINDOW, PERCENTILE),
+)
+ENGINE_WINDOW_QUEUE = MetricSpec(
+    "fluidity_engine_window_queue_seconds",
+    "gauge",
+    f"Server-side time requests waited in the queue, percentile over the window. {_ENGINE_WINDOW}",
+    (TARGET, WINDOW, PERCENTILE),
+)
+
+# --- The exporter's own health (direct instrumentation) ---------------------------------------------
+
+BUILD_INFO = MetricSpec(
+    "fluidity_exporter_build_info",
+    "gauge",
+    "Always 1; the labels say which exporter build runs.",
+    (VERSION, PYTHON_VERSION),
+)
+JOB_RUNS = MetricSpec("fluidity_exporter_job_runs_total", "counter", "Scheduled job runs started.", (JOB_ID,))
+JOB_ERRORS = MetricSpec(
+    "fluidity_exporter_job_errors_total",
+    "counter",
+    "Scheduled job runs that raised (a bug of the exporter, logged with its traceback).",
+    (JOB_ID,),
+)
+JOB_MISFIRES = MetricSpec(
+    "fluidity_exporter_job_misfires_total",
+    "counter",
+    "Scheduled job runs that started later than their misfire grace time allows and were dropped.",
+    (JOB_ID,),
+)
+JOB_SKIPPED = MetricSpec(
+    "fluidity_exporter_job_skipped_total",
+    "counter",
+    "Scheduled job runs skipped because the previous run was still going (max_instances=1).",
+    (JOB_ID,),
+)
+EVENT_LOOP_LAG = MetricSpec(
+    "fluidity_exporter_event_loop_lag_seconds",
+    "histogram",
+    "How late the exporter's event loop woke up for a periodic timer; probe timings are unreliable "
+    "while it is high.",
+)
+ENGINE_SCRAPES = MetricSpec(
+    "fluidity_exporter_engine_scrapes_total",
+    "counter",
+    "Scrapes of engines' /metrics attempted.",
+    (TARGET,),
+)
+ENGINE_SCRAPE_ERRORS = MetricSpec(
+    "fluidity_exporter_engine_scrape_errors_total",
+    "counter",
+    "Scrapes of engines' /metrics that failed, by reason.",
+    (TARGET, REASON),
+)
+CONFIG_RELOAD_SUCCESSFUL = MetricSpec(
+    "fluidity_exporter_config_last_reload_successful",
+    "gauge",
+    "1 when the last configuration load or reload succeeded, else 0 (the previous one stays in force).",
+)
+CONFIG_RELOAD_TIMESTAMP = MetricSpec(
+    "fluidity_exporter_config_last_reload_success_timestamp_seconds",
+    "gauge",
+    "Unix time of the last successful configuration load or reload.",
+)
+
+PROBE_HISTOGRAMS: Final = (
+    PROBE_TTFT,
+    PROBE_TBT,
+    PROBE_TPOT,
+    PROBE_E2E,
+    PROBE_NORMALIZED_LATENCY,
+)
+COLLECTED: Final = (
+    *PROBE_HISTOGRAMS,
+    PROBE_FLUIDITY,
+    PROBE_REQUESTS,
+    PROBE_OUTPUT_TOKENS,
+    PROBE_DEADLINES,
+    PROBE_DEADLINES_MISSED,
+    PROBE_GOOD_REQUESTS,
+    PROBE_LAST_SUCCESS,
+    WINDOW_REQUESTS,
+    WINDOW_FLUIDITY,
+    WINDOW_SERVICE_LEVEL,
+    WINDOW_FLUID_RATE,
+    WINDOW_SLO_MET,
+    WINDOW_GOODPUT,
+    WINDOW_LATENESS,
+    WINDOW_CLIENT_MINUS_SERVER_TTFT,
+    WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT,
+    ENGINE_SCRAPE_SUCCESS,
+    ENGINE_SCRAPE_DURATION,
+    ENGINE_QUEUE_DEPTH,
+    ENGINE_RUNNING,
+    ENGINE_KV_CACHE_USAGE,
+    ENGINE_PREEMPTIONS,
+    ENGINE_PROMPT_TOKENS,
+    ENGINE_GENERATION_TOKENS,
+    ENGINE_REQUEST_SUCCESS,
+    ENGINE_WINDOW_TTFT,
+    ENGINE_WINDOW_ITL,
+    ENGINE_WINDOW_E2E,
+    ENGINE_WINDOW_QUEUE,
+)
+"""The families ``FluidityCollector`` builds on every scrape (``describe()`` yields them empty)."""
+
+SELF: Final = (
+    BUILD_INFO,
+    JOB_RUNS,
+    JOB_ERRORS,
+    JOB_MISFIRES,
+    JOB_SKIPPED,
+    EVENT_LOOP_LAG,
+    ENGINE_SCRAPES,
+    ENGINE_SCRAPE_ERRORS,
+    CONFIG_RELOAD_SUCCESSFUL,
+    CONFIG_RELOAD_TIMESTAMP,
+)
+"""The exporter's own health metrics (``SelfMetrics``)."""
+
+PROBE_ONLY: Final = (PROBE_SUCCESS, PROBE_DURATION)
+"""Families only a ``/probe`` answer carries."""
+
+ALL: Final = (*COLLECTED, *SELF, *PROBE_ONLY)

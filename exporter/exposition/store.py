@@ -1,0 +1,469 @@
+"""Where probe results and engine scrapes land: cumulative counters and histograms, bounded windows.
+
+Per (target, module) the store keeps
+
+* cumulative counters (requests by outcome, output tokens, deadlines and missed deadlines per tier, good
+  requests) and cumulative histogram bucket counts, updated once per ``add`` and never reset, so that
+  Prometheus' ``rate()`` and ``histogram_quantile`` see ordinary counters;
+* ``Records``: a few numbers per recent request, bounded by age (``max_age_s``, the longest window)
+  AND by count (``max_records``), from which the window gauges are computed on scrape;
+* the last ``recent_results`` results, and separately the last ``recent_failures`` failures, so that a
+  ``?debug=true`` view still shows failures after many successes (blackbox_exporter's history).
+
+Per target it keeps the engine's ``SnapshotWindow`` (bounded by its own ``max_items``) and the latest
+scrape result. Nothing grows with the daemon's uptime: the number of series is the number of
+configured (target, module) pairs, and ``retain`` drops the ones a reload removed.
+
+All the math is ``exporter.stats`` (through ``exporter.report.summary.measure``, the same path the
+one-shot report takes); the store only accumulates.
+
+Concurrency: the store is meant to be touched by one asyncio event loop only (probe jobs call ``add``,
+aiohttp's ``/metrics`` handler calls ``collect`` synchronously), so no lock is needed: nothing here
+awaits, so no call interleaves with another. Scrape-side readers only take references to immutable
+``Records`` and copies of the small counter dicts. Calling it from other threads is not supported.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from exporter.engine.scrape import ScrapeResult
+from exporter.engine.window import SnapshotWindow
+from exporter.exposition.buckets import DEFAULT_BUCKETS, HistogramBuckets
+from exporter.exposition.window import (
+    AT,
+    DEADLINES,
+    DEFAULT_FLUIDITY_QUANTILES,
+    DEFAULT_LATENESS_QUANTILES,
+    E2E,
+    FLUIDITY,
+    GOOD,
+    LATENESS,
+    MAX_TBT,
+    MIN_DECODE_DEADLINE,
+    MISSED,
+    NORMALIZED,
+    OUTCOME,
+    OUTCOME_CODE,
+    TOKENS,
+    TPOT,
+    TTFT,
+    ProbeWindow,
+    Records,
+    build_records,
+    probe_window,
+    slo_tier,
+    tier_column,
+)
+from exporter.probe.result import Outcome, ProbeResult
+from exporter.probe.result import e2e as result_e2e
+from exporter.probe.result import ttft as result_ttft
+from exporter.report.summary import DeadlinePolicy, EvaluationSpec, Measured, measure, metric_values
+from exporter.stats.batch import FloatArray, IntArray
+from exporter.stats.fluidity import min_decode_deadlines
+from exporter.stats.slo import GoodputBounds, Slo, SloMetric, goodput
+
+Clock = Callable[[], float]
+SeriesKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """Bounds on what the store keeps, per (target, module) unless said otherwise."""
+
+    max_age_s: float = 3600.0  # the longest window; rows older than this are dropped
+    # Rows kept at most. One hour of a 4-request probe every 10 s is 1440 rows; at ~150 bytes a row,
+    # 4096 rows are ~600 KB per series. A window whose rows overflow this bound is silently shorter,
+    # which fluidity_window_requests shows.
+    max_records: int = 4096
+    recent_results: int = 20
+    recent_failures: int = 50  # failures are kept longer, for the debug view
+    engine_max_items: int = 241  # engine snapshots per target: one hour scraped every 15 s
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.max_age_s) and self.max_age_s > 0):
+            raise ValueError(f"max_age_s must be finite and > 0, got {self.max_age_s!r}")
+        for name in ("max_records", "recent_results", "recent_failures"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.engine_max_items < 2:
+            raise ValueError(f"engine_max_items must be >= 2, got {self.engine_max_items!r}")
+
+
+class Histogram:
+    """Cumulative bucket counts of one histogram series (mutable; owned by the store)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self._counts: IntArray = np.zeros(len(bounds) + 1, dtype=np.int64)  # last: above every bound
+        self.sum = 0.0
+
+    def observe(self, values: FloatArray) -> None:
+        """Add observations; NaN values (the figure does not apply to that request) are skipped."""
+        values = values[~np.isnan(values)]
+        # side="left": a value equal to a bound belongs to that bound's bucket (le = "less or equal").
+        slots = np.searchsorted(np.asarray(self.bounds), values, side="left")
+        self._counts += np.bincount(slots, minlength=len(self._counts))
+        self.sum += math.fsum(values.tolist())
+
+    def snapshot(self) -> HistogramCounts:
+        """Cumulative counts per upper bound, ending at +Inf."""
+        cumulative = np.cumsum(self._counts)
+        bounds = (*self.bounds, math.inf)
+        return HistogramCounts(tuple(zip(bounds, cumulative.tolist(), strict=True)), self.sum)
+
+
+@dataclass(frozen=True)
+class HistogramCounts:
+    """A histogram at one instant: ``(upper bound, cumulative count)`` ending at +Inf, and the sum."""
+
+    buckets: tuple[tuple[float, int], ...]
+    sum: float
+
+    @property
+    def count(self) -> int:
+        return self.buckets[-1][1]
+
+
+@dataclass(frozen=True)
+class RecentResult:
+    """One request as the debug view lists it."""
+
+    at: float
+    outcome: Outcome
+    http_status: int | None
+    error: str | None
+    output_tokens: int
+    ttft_s: float | None
+    e2e_s: float | None
+    unreliable: bool
+
+
+@dataclass(frozen=True)
+class SeriesView:
+    """A (target, module) at one instant, for the collector: copies and immutable references only."""
+
+    target: str
+    module: str
+    policy: DeadlinePolicy
+    goodput: GoodputBounds | None
+    slos: tuple[Slo, ...]
+    requests: Mapping[Outcome, int]
+    output_tokens: int
+    deadlines: Mapping[str, float]
+    deadlines_missed: Mapping[str, float]
+    good_requests: int | None
+    last_success: float | None
+    histograms: Mapping[str, HistogramCounts]  # by spec name of names.PROBE_HISTOGRAMS' kind
+    fluidity: Mapping[str, HistogramCounts]  # by tier
+    records: Records
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """A target's engine state at one instant."""
+
+    target: str
+    last: ScrapeResult | None
+    window: SnapshotWindow
+
+
+# The latency histograms by kind; keys are the ``HistogramBuckets`` fields.
+LATENCY_KINDS = ("ttft", "tbt", "tpot", "e2e", "normalized_latency")
+
+
+@dataclass
+class _Series:
+    target: str
+    module: str
+    policy: DeadlinePolicy
+    goodput: GoodputBounds | None
+    slos: tuple[Slo, ...]
+    buckets: HistogramBuckets
+    limits: StoreLimits
+    requests: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
+    output_tokens: int = 0
+    deadlines: dict[str, float] = field(default_factory=dict)
+    deadlines_missed: dict[str, float] = field(default_factory=dict)
+    good_requests: int | None = None
+    last_success: float | None = None
+    histograms: dict[str, Histogram] = field(default_factory=dict)
+    fluidity: dict[str, Histogram] = field(default_factory=dict)
+    records: Records = field(init=False)
+    recent: deque[RecentResult] = field(init=False)
+    recent_failures: deque[RecentResult] = field(init=False)
+    version: int = 0  # bumped whenever the rows change, so window figures can be cached
+    window_cache: dict[float, tuple[tuple[int, int], ProbeWindow]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.records = Records.empty(tuple(self.policy.decode_tiers))
+        self.recent = deque(maxlen=self.limits.recent_results)
+        self.recent_failures = deque(maxlen=self.limits.recent_failures)
+        self.histograms = {kind: Histogram(getattr(self.buckets, kind)) for kind in LATENCY_KINDS}
+
+    def set_rows(self, records: Records) -> None:
+        self.records = records
+        self.version += 1
+        self.window_cache.clear()
+
+
+class ResultStore:
+    """Cumulative probe metrics and bounded rolling windows per (target, module); engine state per target."""
+
+    def __init__(
+        self,
+        limits: StoreLimits | None = None,
+        buckets: HistogramBuckets = DEFAULT_BUCKETS,
+        clock: Clock = time.time,
+    ) -> None:
+        self.limits = limits or StoreLimits()
+        self.buckets = buckets
+        self.clock = clock  # unix seconds: row ages and the last-success timestamp
+        self._series: dict[SeriesKey, _Series] = {}
+        self._engines: dict[str, EngineView] = {}
+
+    def add(
+        self,
+        target: str,
+        module: str,
+        results: Sequence[ProbeResult],
+        policy: DeadlinePolicy,
+        goodput: GoodputBounds | None = None,
+        now: float | None = None,
+        *,
+        slos: Sequence[Slo] = (),
+        from_scheduled: bool = False,
+    ) -> None:
+        """Store one probe run's results, judged by ``policy`` (and ``goodput``/``slos`` if given).
+
+        A run whose policy or goodput bounds differ from the series' previous ones restarts the series'
+        rows (window figures never mix requests judged by different deadlines); counters and
+        histograms carry on.
+        """
+        now = self.clock() if now is None else now
+        series = self._series_for(target, module, policy, goodput, tuple(slos))
+        measured = measure(results, EvaluationSpec(policy, tuple(slos), goodput, from_scheduled))
+        completed = {id(r) for r in measured.results}
+        failed = [r for r in results if id(r) not in completed]
+        good = _good_flags(goodput, measured, policy, len(failed))
+        _accumulate(series, measured, good, now)
+        # Rows stay in time order even if a caller's clock steps back: ``Records.since`` bisects on it.
+        stamp = max(now, float(series.records.at[-1])) if len(series.records) else now
+        rows = _rows(measured, failed, good, policy, stamp)
+        kept = series.records.since(now - self.limits.max_age_s).append(rows)
+        series.set_rows(kept.newest(self.limits.max_records))
+        for result in results:
+            _remember(series, result, now)
+
+    def add_engine_scrape(self, target: str, result: ScrapeResult) -> None:
+        """Record an engine scrape: its snapshot joins the target's window; its status is the latest."""
+        view = self._engines.get(target)
+        if view is None:
+            window = SnapshotWindow(self.limits.max_age_s, self.limits.engine_max_items)
+            view = EngineView(target, None, window)
+        if result.snapshot is not None:
+            view.window.add(result.snapshot)
+        self._engines[target] = EngineView(target, result, view.window)
+
+    def retain(self, keys: Iterable[SeriesKey], targets: Iterable[str] | None = None) -> None:
+        """Drop every series not in ``keys`` (and every engine not in ``targets``), e.g. after a reload."""
+        keep = set(keys)
+        self._series = {key: s for key, s in self._series.items() if key in keep}
+        engines = set(targets) if targets is not None else {target for target, _ in keep}
+        self._engines = {t: e for t, e in self._engines.items() if t in engines}
+
+    def series(self, now: float | None = None) -> list[SeriesView]:
+        """Every (target, module) at ``now`` (default: the clock), rows older than the longest window gone."""
+        now = self.clock() if now is None else now
+        return [self._view(s, now) for s in self._series.values()]
+
+    def engines(self) -> list[EngineView]:
+        """Every target's engine state."""
+        return list(self._engines.values())
+
+    def window(
+        self,
+        target: str,
+        module: str,
+        duration_s: float,
+        now: float | None = None,
+        *,
+        fluidity_quantiles: Sequence[float] = DEFAULT_FLUIDITY_QUANTILES,
+        lateness_quantiles: Sequence[float] = DEFAULT_LATENESS_QUANTILES,
+    ) -> ProbeWindow | None:
+        """Figures over the rows of the last ``duration_s`` seconds (None for an unknown series).
+
+        Cached until rows are added or age out of the window, so repeated scrapes cost little.
+        """
+        if not 0 < duration_s <= self.limits.max_age_s:
+            raise ValueError(f"window duration_s must be in (0, {self.limits.max_age_s}], got {duration_s!r}")
+        series = self._series.get((target, module))
+        if series is None:
+            return None
+        now = self.clock() if now is None else now
+        rows = self._current_rows(series, now).since(now - duration_s)
+        key = (series.version, len(rows))
+        cached = series.window_cache.get(duration_s)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        figures = probe_window(
+            rows,
+            series.policy,
+            series.slos,
+            series.goodput,
+            fluidity_quantiles=fluidity_quantiles,
+            lateness_quantiles=lateness_quantiles,
+        )
+        if len(series.window_cache) > 16:  # a caller asking for ever new durations must not grow it
+            series.window_cache.clear()
+        series.window_cache[duration_s] = (key, figures)
+        return figures
+
+    def recent(self, target: str, module: str) -> list[RecentResult]:
+        """The recent results of a series, newest first: the last few, plus older failures kept longer."""
+        series = self._series.get((target, module))
+        if series is None:
+            return []
+        merged = {id(r): r for r in (*series.recent_failures, *series.recent)}
+        return sorted(merged.values(), key=lambda r: r.at, reverse=True)
+
+    def _series_for(
+        self,
+        target: str,
+        module: str,
+        policy: DeadlinePolicy,
+        goodput: GoodputBounds | None,
+        slos: tuple[Slo, ...],
+    ) -> _Series:
+        series = self._series.get((target, module))
+        if series is None:
+            series = _Series(target, module, policy, goodput, slos, self.buckets, self.limits)
+            self._series[(target, module)] = series
+        elif (series.policy, series.goodput) != (policy, goodput):
+            series.policy, series.goodput = policy, goodput
+            series.set_rows(Records.empty(tuple(policy.decode_tiers)))
+        series.slos = slos
+        return series
+
+    def _current_rows(self, series: _Series, now: float) -> Records:
+        rows = series.records.since(now - self.limits.max_age_s)
+        if rows is not series.records:
+            series.set_rows(rows)
+        return rows
+
+    def _view(self, series: _Series, now: float) -> SeriesView:
+        return SeriesView(
+            target=series.target,
+            module=series.module,
+            policy=series.policy,
+            goodput=series.goodput,
+            slos=series.slos,
+            requests=dict(series.requests),
+            output_tokens=series.output_tokens,
+            deadlines=dict(series.deadlines),
+            deadlines_missed=dict(series.deadlines_missed),
+            good_requests=series.good_requests,
+            last_success=series.last_success,
+            histograms={kind: h.snapshot() for kind, h in series.histograms.items()},
+            fluidity={tier: h.snapshot() for tier, h in series.fluidity.items()},
+            records=self._current_rows(series, now),
+        )
+
+
+def _good_flags(
+    bounds: GoodputBounds | None, measured: Measured, policy: DeadlinePolicy, failures: int
+) -> FloatArray:
+    """1.0 / 0.0 per completed request then per failure (never good); NaN without bounds."""
+    completed = len(measured.results)
+    if bounds is None:
+        return np.full(completed + failures, np.nan)
+    values = metric_values(measured, slo_tier(policy))
+    flags = [_is_good(bounds, values, index) for index in range(completed)]
+    return np.array([*flags, *([0.0] * failures)], dtype=np.float64)
+
+
+def _is_good(bounds: GoodputBounds, values: Mapping[SloMetric, FloatArray], index: int) -> float:
+    one = {metric: column[index : index + 1] for metric, column in values.items()}
+    return float(goodput(bounds, one, 1.0).good)
+
+
+def _accumulate(series: _Series, measured: Measured, good: FloatArray, now: float) -> None:
+    latency = measured.latency
+    series.output_tokens += measured.batch.token_count
+    series.histograms["ttft"].observe(latency.ttft)
+    series.histograms["tbt"].observe(latency.tbt)
+    series.histograms["tpot"].observe(latency.tpot)
+    series.histograms["e2e"].observe(latency.e2e)
+    series.histograms["normalized_latency"].observe(latency.normalized_latency)
+    for tier, accounting in measured.tiers.items():
+        histogram = series.fluidity.setdefault(tier, Histogram(series.buckets.fluidity))
+        histogram.observe(accounting.fluidity)
+        series.deadlines[tier] = series.deadlines.get(tier, 0.0) + float(accounting.total.sum())
+        series.deadlines_missed[tier] = series.deadlines_missed.get(tier, 0.0) + float(
+            accounting.missed.sum()
+        )
+    if series.goodput is not None:
+        series.good_requests = (series.good_requests or 0) + int(np.nansum(good))
+    if measured.results:
+        series.last_success = now
+
+
+def _rows(
+    measured: Measured, failed: Sequence[ProbeResult], good: FloatArray, policy: DeadlinePolicy, now: float
+) -> Records:
+    done = measured.results
+    nan_failed = np.full(len(failed), np.nan)
+    latency = measured.latency
+    minima = min_decode_deadlines(measured.batch, policy.target_fluidity)
+    minima = np.where(measured.batch.lengths >= 2, minima, np.nan)  # no decode deadline below 2 tokens
+    columns: dict[str, ArrayLike] = {
+        AT: np.full(len(done) + len(failed), now),
+        OUTCOME: [OUTCOME_CODE[r.outcome] for r in (*done, *failed)],
+        TOKENS: np.concatenate([latency.tokens, np.zeros(len(failed), dtype=np.int64)]),
+        TTFT: np.concatenate([latency.ttft, nan_failed]),
+        TPOT: np.concatenate([latency.tpot, nan_failed]),
+        E2E: np.concatenate([latency.e2e, nan_failed]),
+        NORMALIZED: np.concatenate([latency.normalized_latency, nan_failed]),
+        MAX_TBT: np.concatenate([latency.max_tbt, nan_failed]),
+        MIN_DECODE_DEADLINE: np.concatenate([minima, nan_failed]),
+        LATENESS: [_lateness(r) for r in (*done, *failed)],
+        GOOD: good,
+    }
+    for tier, accounting in measured.tiers.items():
+        columns[tier_column(FLUIDITY, tier)] = np.concatenate([accounting.fluidity, nan_failed])
+        columns[tier_column(MISSED, tier)] = np.concatenate([accounting.missed, nan_failed])
+        columns[tier_column(DEADLINES, tier)] = np.concatenate([accounting.total, nan_failed])
+    return build_records(tuple(policy.decode_tiers), columns)
+
+
+def _lateness(result: ProbeResult) -> float:
+    """How late the prober sent the request after its scheduled time; NaN when unknown."""
+    if result.send_overhead_s is not None:
+        return result.send_overhead_s
+    if result.sent_at is None or result.scheduled_at is None:
+        return math.nan
+    return max(result.sent_at - result.scheduled_at, 0.0)
+
+
+def _remember(series: _Series, result: ProbeResult, now: float) -> None:
+    series.requests[result.outcome] += 1
+    entry = RecentResult(
+        at=now,
+        outcome=result.outcome,
+        http_status=result.http_status,
+        error=result.error,
+        output_tokens=result.output_tokens,
+        ttft_s=result_ttft(result),
+        e2e_s=result_e2e(result),
+        unreliable=result.unreliable,
+    )
+    series.recent.append(entry)
+    if not result.ok:
+        series.recent_failures.append(entry)

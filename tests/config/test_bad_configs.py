@@ -1,0 +1,369 @@
+"""Bad configs as a table of small YAML files, each with the exact problems it must report.
+
+Every case is parsed with a fixed environment (``KEY`` holds a secret that must never be printed), so
+the messages do not depend on the machine's variables.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.config import ConfigError, parse_config
+
+ENVIRON = {"KEY": "sk-never-print-me"}
+T = "targets:\n  - name: a\n    url: http://h:8000\n"  # a valid target to hang a case on
+
+CASES: dict[str, tuple[str, list[str]]] = {
+    "unknown-top-key": (
+        "targetz: []\n" + T,
+        ['(top level): unknown key "targetz"; valid: global, modules, slos, targets'],
+    ),
+    "unknown-global-key": (
+        "global:\n  listen: ':9468'\n" + T,
+        [
+            'global: unknown key "listen"; valid: buckets, listen_address, max_results_per_window, state_dir, windows'
+        ],
+    ),
+    "unknown-target-key": (
+        "targets:\n  - name: a\n    url: http://h:8000\n    urll: http://x\n",
+        [
+            'targets[0]: unknown key "urll"; valid: api, api_key, budget, engine_metrics, extra_body, headers, model, modules, name, simulated, slo, timeouts, tls, url'
+        ],
+    ),
+    "unknown-timeouts-key": (
+        T + "    timeouts: {ttft: 1s, read: 2s}\n",
+        ['targets[0].timeouts: unknown key "read"; valid: connect, idle, total, ttft'],
+    ),
+    "unknown-engine-metrics-key": (
+        T + "    engine_metrics: {url: http://h:8000/metrics, every: 5s}\n",
+        ['targets[0].engine_metrics: unknown key "every"; valid: interval, kind, model, url'],
+    ),
+    "unknown-budget-key": (
+        T + "    budget: {max_rps: 3}\n",
+        [
+            'targets[0].budget: unknown key "max_rps"; valid: backoff_after_failures, max_backoff, max_requests_per_hour, max_tokens_per_hour'
+        ],
+    ),
+    "unknown-module-key": (
+        T + "modules:\n  m:\n    requests: 3\n",
+        [
+            'modules.m: unknown key "requests"; valid: arrival, concurrency, max_output_tokens, max_prompt_tokens, requests_per_run, schedule, workload'
+        ],
+    ),
+    "unknown-schedule-key": (
+        T + "modules:\n  m:\n    schedule: {every: 5m}\n",
+        ['modules.m.schedule: unknown key "every"; valid: cron, interval, jitter'],
+    ),
+    "unknown-slo-key": (
+        T + "slos:\n  s:\n    deadline: 1s\n",
+        [
+            'slos.s: unknown key "deadline"; valid: decode_tiers, goodput, objectives, percentile, prefill, target_fluidity'
+        ],
+    ),
+    "unknown-prefill-and-goodput-key": (
+        T + "slos:\n  s:\n    prefill: {dp: 1s}\n    goodput: {tbt: 1s}\n",
+        [
+            'slos.s.prefill: unknown key "dp"; valid: deadline, model_file, scheduling_slack',
+            'slos.s.goodput: unknown key "tbt"; valid: e2e, max_tbt, min_fluidity, normalized_latency, tpot, ttft',
+        ],
+    ),
+    "unknown-bucket-name": (
+        T + "global:\n  buckets: {itl: [0.1]}\n",
+        ['global.buckets: unknown key "itl"; valid: e2e, fluidity, normalized_latency, tbt, tpot, ttft'],
+    ),
+    "unknown-tls-key": (
+        T + "    tls: {verify: true, ca: /x}\n",
+        ['targets[0].tls: unknown key "ca"; valid: ca_file, verify'],
+    ),
+    "unknown-api-key-key": (
+        T + "    api_key: {value: sk-live-123456}\n",
+        [
+            'targets[0].api_key: unknown key "value"; valid: env, file',
+            "targets[0].api_key: give exactly one of env (a variable name) or file (a path)",
+        ],
+    ),
+    "unknown-workload-key": (
+        T + "modules:\n  m:\n    workload: {prompt: 100, output_tokens: 10}\n",
+        ['modules.m.workload: unknown key "prompt"; valid: output_tokens, prompt_tokens'],
+    ),
+    "timeout-above-total": (
+        T + "    timeouts: {ttft: 2m, total: 1m}\n",
+        ["targets[0].timeouts.ttft: must not exceed total (60 s), got 120 s"],
+    ),
+    "missing-ca-file": (
+        T + "    tls: {ca_file: /nonexistent/ca.pem}\n",
+        ["targets[0].tls.ca_file: file not found: /nonexistent/ca.pem"],
+    ),
+    "wrong-type-integer": (
+        T + "modules:\n  m:\n    requests_per_run: four\n",
+        ['modules.m.requests_per_run: must be an integer >= 1, got "four"'],
+    ),
+    "wrong-type-list": (
+        "global:\n  windows: 5m\n" + T,
+        ['global.windows: must be a list, got "5m"'],
+    ),
+    "wrong-type-targets": (
+        "targets: {a: 1}\n",
+        ["targets: must be a list, got a mapping"],
+    ),
+    "wrong-type-bool": (
+        T + "    tls: {verify: 'yes'}\n",
+        ['targets[0].tls.verify: must be true or false, got "yes"'],
+    ),
+    "wrong-type-section": (
+        T + "    timeouts: 30s\n",
+        ['targets[0].timeouts: must be a mapping, got "30s"'],
+    ),
+    "bad-duration-unit": (
+        T + "modules:\n  m:\n    schedule: {interval: 5x}\n",
+        [
+            'modules.m.schedule.interval: bad duration "5x"; use seconds (a number) or a number with a unit: ms, s, m, h, d (e.g. 250ms, 30s, 5m, 1h)'
+        ],
+    ),
+    "bad-duration-negative": (
+        T + "    timeouts: {ttft: -1}\n",
+        ["targets[0].timeouts.ttft: bad duration -1; a duration is finite and >= 0"],
+    ),
+    "bad-duration-zero-window": (
+        "global:\n  windows: [0s, 1h, 1h]\n" + T,
+        ['global.windows[0]: must be a duration > 0, got "0s"', 'global.windows[2]: duplicate window "1h"'],
+    ),
+    "duplicate-target-names": (
+        T + "  - name: a\n    url: http://h:8001\n",
+        ['targets[1].name: duplicate target name "a" (also targets[0])'],
+    ),
+    "unknown-module-reference": (
+        T + "    modules: [chat-short, chatt]\nmodules:\n  chat-short: {}\n  code: {}\n",
+        ['targets[0].modules[1]: unknown module "chatt"; valid: chat-short, code'],
+    ),
+    "unknown-slo-reference": (
+        T + "    slo: strictt\nslos:\n  strict: {}\n",
+        ['targets[0].slo: unknown slo "strictt"; valid: default, strict'],
+    ),
+    "label-unsafe-names": (
+        "targets:\n  - name: my target\n    url: http://h:8000\nmodules:\n  chat short: {}\nslos:\n  'a/b': {}\n",
+        [
+            'targets[0].name: bad name "my target"; use only letters, digits, _ . - (it becomes a label value)',
+            'modules.chat short: bad name "chat short"; use only letters, digits, _ . - (it becomes a label value)',
+            'slos.a/b: bad name "a/b"; use only letters, digits, _ . - (it becomes a label value)',
+        ],
+    ),
+    "literal-api-key": (
+        T + "    api_key: sk-live-123456\n",
+        [
+            "targets[0].api_key: a literal key is not accepted (it would sit in the config file, its backups and diffs); write {env: NAME} or {file: PATH}"
+        ],
+    ),
+    "literal-api-key-from-env": (
+        T + "    api_key: ${KEY}\n",
+        [
+            "targets[0].api_key: a literal key is not accepted (it would sit in the config file, its backups and diffs); write {env: NAME} or {file: PATH} (${NAME} expands to a literal too)"
+        ],
+    ),
+    "missing-env-secret": (
+        T + "    api_key: {env: NO_SUCH_KEY_VAR}\n",
+        [
+            "targets[0].api_key.env: environment variable NO_SUCH_KEY_VAR is not set or empty (it should hold the API key)"
+        ],
+    ),
+    "missing-secret-file": (
+        T + "    api_key: {file: /nonexistent/key}\n",
+        ["targets[0].api_key.file: cannot read the API key file /nonexistent/key: No such file or directory"],
+    ),
+    "secret-both-env-and-file": (
+        T + "    api_key: {env: A, file: B}\n",
+        ["targets[0].api_key: give exactly one of env (a variable name) or file (a path)"],
+    ),
+    "missing-env-expansion": (
+        "targets:\n  - name: a\n    url: ${NO_SUCH_URL_VAR}\n",
+        [
+            "targets[0].url: environment variable NO_SUCH_URL_VAR is not set (write ${NO_SUCH_URL_VAR:-default} to give a default)"
+        ],
+    ),
+    "bad-cron": (
+        T + "modules:\n  m:\n    schedule: {cron: '*/5 * * *'}\n",
+        [
+            'modules.m.schedule.cron: bad cron expression "*/5 * * *": Wrong number of fields; got 4, expected 5'
+        ],
+    ),
+    "bad-cron-value": (
+        T + "modules:\n  m:\n    schedule: {cron: '61 * * * *'}\n",
+        [
+            "modules.m.schedule.cron: bad cron expression \"61 * * * *\": Error validating expression '61': the last value (61) is higher than the maximum value (59)"
+        ],
+    ),
+    "cron-and-interval": (
+        T + "modules:\n  m:\n    schedule: {cron: '* * * * *', interval: 30s}\n",
+        ["modules.m.schedule: give either interval or cron, not both"],
+    ),
+    "jitter-not-below-interval": (
+        T + "modules:\n  m:\n    schedule: {interval: 30s, jitter: 30s}\n",
+        ["modules.m.schedule.jitter: must be less than the interval (30 s), got 30 s"],
+    ),
+    "arrival-and-concurrency": (
+        T + "modules:\n  m:\n    arrival: poisson:rate=2\n    concurrency: 2\n",
+        ["modules.m: give either arrival (open loop) or concurrency (closed loop), not both"],
+    ),
+    "unknown-arrival": (
+        T + "modules:\n  chat-short:\n    arrival: burst:rate=2\n",
+        ['modules.chat-short.arrival: unknown arrival process "burst"; valid: constant, gamma, poisson'],
+    ),
+    "bad-arrival-rate": (
+        T + "modules:\n  m:\n    arrival: {kind: poisson, rate: 0}\n",
+        ['modules.m.arrival: poisson: field "rate" must be a number > 0 (requests per second), got 0.0'],
+    ),
+    "buckets-unsorted": (
+        T + "global:\n  buckets: {ttft: [0.1, 1, 0.5]}\n",
+        ["global.buckets.ttft[2]: buckets must be strictly ascending, got 0.5 after 1"],
+    ),
+    "buckets-negative-and-inf": (
+        T + "global:\n  buckets: {tbt: [-0.01, 0.1, .inf]}\n",
+        [
+            "global.buckets.tbt[0]: a bucket bound must be a number finite and >= 0 (+Inf is always added), got -0.01",
+            "global.buckets.tbt[2]: a bucket bound must be a number finite and >= 0 (+Inf is always added), got inf",
+        ],
+    ),
+    "buckets-fluidity-above-one": (
+        T + "global:\n  buckets: {fluidity: [0.9, 1.5]}\n",
+        ["global.buckets.fluidity[1]: a bucket bound must be a number in [0, 1], got 1.5"],
+    ),
+    "bad-length-spec": (
+        T + "modules:\n  m:\n    workload: {prompt_tokens: 'lognorm:median=5', output_tokens: 'fixed:-3'}\n",
+        [
+            'modules.m.workload.prompt_tokens: unknown length distribution "lognorm"; valid: empirical, fixed, lognormal, normal, uniform, zipf',
+            'modules.m.workload.output_tokens: fixed: field "value" must be an integer >= 0, got -3',
+        ],
+    ),
+    "unknown-preset": (
+        T + "modules:\n  m:\n    workload: sharegtp\n",
+        [
+            'modules.m.workload: unknown workload preset "sharegtp"; valid: sharegpt, lmsys, mooncake, azure-code, arxiv-summarization, bwb'
+        ],
+    ),
+    "filters-reject-everything": (
+        T
+        + "modules:\n  m:\n    workload: {prompt_tokens: 'fixed:1000', output_tokens: 10}\n    max_prompt_tokens: 10\n",
+        [
+            "modules.m: workload m: the filters max_prompt_tokens=10, max_output_tokens=None keep only 0 of 10048 draws; loosen them"
+        ],
+    ),
+    "bad-url-scheme": (
+        "targets:\n  - name: a\n    url: ftp://h:8000\n",
+        ['targets[0].url: must be an http(s) URL like http://host:8000, got "ftp://h:8000"'],
+    ),
+    "bad-url-no-host": (
+        "targets:\n  - name: a\n    url: http://\n",
+        ['targets[0].url: must be an http(s) URL like http://host:8000, got "http://"'],
+    ),
+    "bad-url-v1": (
+        "targets:\n  - name: a\n    url: http://h:8000/v1\n",
+        ['targets[0].url: leave out the trailing /v1 (requests add it), got "http://h:8000/v1"'],
+    ),
+    "bad-url-port": (
+        "targets:\n  - name: a\n    url: http://h:99999\n",
+        ['targets[0].url: bad port in "http://h:99999"'],
+    ),
+    "url-with-credentials": (
+        "targets:\n  - name: a\n    url: http://user:hunter2@h:8000\n",
+        ["targets[0].url: must not hold credentials (user:password@); use api_key or headers"],
+    ),
+    "missing-name-and-url": (
+        "targets:\n  - api: chat\n",
+        ["targets[0].name: missing (required)", "targets[0].url: missing (required)"],
+    ),
+    "unknown-api-and-engine-kind": (
+        T + "    api: responses\n    engine_metrics: {url: http://h:8000/metrics, kind: ollama}\n",
+        [
+            'targets[0].api: unknown value "responses"; valid: chat, completions',
+            'targets[0].engine_metrics.kind: unknown value "ollama"; valid: auto, llamacpp, sglang, tgi, vllm',
+        ],
+    ),
+    "headers-and-extra-body": (
+        T + "    headers: {X-Id: 5, 'bad header': x}\n    extra_body: [1]\n",
+        [
+            "targets[0].headers.X-Id: must be a string (quote it), got 5",
+            "targets[0].headers.bad header: not a valid HTTP header name",
+            "targets[0].extra_body: must be a mapping (merged into every request body), got a list",
+        ],
+    ),
+    "bad-listen-address": (
+        "global:\n  listen_address: localhost\n" + T,
+        ['global.listen_address: must be HOST:PORT (e.g. 0.0.0.0:9468, :9468 or [::]:9468), got "localhost"'],
+    ),
+    "bad-objectives": (
+        T + "slos:\n  s:\n    objectives: ['ttft:p99<2', 'itl:p99<=1']\n",
+        [
+            'slos.s.objectives[0]: SLO "ttft:p99<2" needs a bound written pNN<=threshold or pNN>=threshold',
+            'slos.s.objectives[1]: unknown SLO metric "itl"; valid: e2e, fluidity, normalized_latency, tbt, tpot, ttft',
+        ],
+    ),
+    "prefill-deadline-and-model": (
+        T + "slos:\n  s:\n    prefill: {deadline: 1s, model_file: /nonexistent.json}\n",
+        [
+            "slos.s.prefill: give either deadline (a constant Dp) or model_file, not both",
+            "slos.s.prefill.model_file: cannot read the prefill model file /nonexistent.json: No such file or directory",
+        ],
+    ),
+    "slack-without-model": (
+        T + "slos:\n  s:\n    prefill: {deadline: 1s, scheduling_slack: 100ms}\n",
+        ["slos.s.prefill.scheduling_slack: applies only with model_file (a constant deadline has no slack)"],
+    ),
+    "slo-numbers-out-of-range": (
+        T + "slos:\n  s:\n    target_fluidity: 1.5\n    percentile: 0\n    decode_tiers: {fast: 0}\n",
+        [
+            "slos.s.decode_tiers.fast: must be a duration > 0, got 0",
+            "slos.s.target_fluidity: must be a number in (0, 1], got 1.5",
+            "slos.s.percentile: must be a number in (0, 100], got 0",
+        ],
+    ),
+    "duplicate-yaml-key": (
+        "targets:\n  - name: a\n    url: http://h:8000\n    name: b\n",
+        ['yaml: line 4, column 5: duplicate key "name"'],
+    ),
+    "yaml-syntax-error": (
+        "targets: [\n",
+        [
+            "yaml: line 2, column 1: expected the node content, but found '<stream end>' (while parsing a flow node)"
+        ],
+    ),
+    "empty-file": (
+        "",
+        ["(top level): the config is empty; it needs at least one target under targets"],
+    ),
+    "not-a-mapping": (
+        "- a\n",
+        ["(top level): must be a mapping, got a list"],
+    ),
+    "no-targets": (
+        "targets: []\n",
+        ["targets: must list at least one target"],
+    ),
+    "bad-env-reference": (
+        "targets:\n  - name: a\n    url: http://h:${PORT\n",
+        ['targets[0].url: bad variable reference "${PORT"; write ${NAME} or ${NAME:-default}'],
+    ),
+    "duplicate-module-reference": (
+        T + "    modules: [m, m]\nmodules:\n  m: {}\n",
+        ['targets[0].modules[1]: module "m" is listed twice'],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_config_reports_exactly(name: str) -> None:
+    text, expected = CASES[name]
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, environ=ENVIRON)
+    assert caught.value.problems == expected
+    assert str(caught.value) == "\n".join(expected)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_config_never_prints_secrets(name: str) -> None:
+    text, _ = CASES[name]
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, environ=ENVIRON)
+    message = str(caught.value)
+    assert "sk-never-print-me" not in message
+    assert "sk-live-123456" not in message
+    assert "hunter2" not in message

@@ -1,0 +1,62 @@
+"""``fluidity-exporter check-config``, and every config file checked into ``deploy/config/``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import main
+from exporter.config import load_config
+
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = sorted((REPO / "deploy" / "config").glob("*.y*ml"))
+
+
+def test_configs_are_shipped() -> None:
+    names = {path.name for path in SHIPPED}
+    assert {"example.yaml", "minimal.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_every_shipped_config_is_valid(path: Path) -> None:
+    config = load_config(path, environ={})
+    assert config.targets
+    assert main(["check-config", str(path)]) == 0
+
+
+def test_check_config_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "good.yaml"
+    path.write_text(
+        "targets:\n  - {name: a, url: 'http://h:1'}\nmodules:\n  m: {}\n  n: {}\n", encoding="utf-8"
+    )
+    assert main(["check-config", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path}: OK (1 targets, 2 modules)\n"
+
+
+def test_check_config_prints_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("targets:\n  - {name: 'a b', url: 'http://h:1', api_key: sk-123}\n", encoding="utf-8")
+    assert main(["check-config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"{path}: 2 problems",
+        '  targets[0].name: bad name "a b"; use only letters, digits, _ . - (it becomes a label value)',
+        "  targets[0].api_key: a literal key is not accepted (it would sit in the config file, its backups and "
+        "diffs); write {env: NAME} or {file: PATH}",
+    ]
+    assert "sk-123" not in err
+
+
+def test_check_config_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "nope.yaml"
+    assert main(["check-config", str(path)]) == 1
+    assert "cannot read the config file" in capsys.readouterr().err
+
+
+def test_check_config_several_files_fails_if_one_does(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("targets:\n  - {name: a, url: 'http://h:1'}\n", encoding="utf-8")
+    bad.write_text("targets: []\n", encoding="utf-8")
+    assert main(["check-config", str(good)]) == 0
+    assert main(["check-config", str(good), str(bad)]) == 1

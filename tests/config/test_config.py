@@ -1,0 +1,366 @@
+"""Good configs: defaults, ``${ENV}`` expansion, secrets that never print, and the run-time helpers."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from exporter.config import (
+    Budget,
+    Config,
+    ConfigError,
+    GlobalConfig,
+    ProbeSchedule,
+    SloConfig,
+    Target,
+    UnknownNameError,
+    default_config,
+    load_config,
+    parse_config,
+    parse_duration,
+)
+from exporter.config.reader import Problems, expand_env
+from exporter.load.arrivals import Gamma, Poisson
+from exporter.load.distributions import Fixed, LogNormal
+from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
+from exporter.probe.target import Timeouts
+from exporter.report.summary import DeadlinePolicy
+from exporter.stats.prefill import PrefillModel, dump_json
+from exporter.stats.slo import DECODE_TIERS, GoodputBounds, parse_slo
+
+MINIMAL = "targets:\n  - name: a\n    url: http://127.0.0.1:8000/\n"
+
+
+def test_minimal_config_gets_every_default() -> None:
+    config = parse_config(MINIMAL, environ={})
+    assert config.global_ == GlobalConfig()
+    assert config.global_.listen_address == "0.0.0.0:9468"
+    assert config.global_.windows_s == (300.0, 3600.0)
+    assert config.global_.max_results_per_window == 2000
+    (target,) = config.targets
+    assert target.url == "http://127.0.0.1:8000"  # trailing slash dropped
+    assert target.api == "chat" and target.model is None and target.api_key is None
+    assert target.timeouts == Timeouts() and target.budget == Budget() and target.slo == "default"
+    assert target.modules == () and config.probes() == ()
+    assert list(config.slos) == ["default"] and config.slos["default"] == SloConfig()
+
+
+def test_module_defaults_and_all_modules_by_default() -> None:
+    config = parse_config(MINIMAL + "modules:\n  one:\n  two: {requests_per_run: 3}\n", environ={})
+    assert config.targets[0].modules == ("one", "two")
+    one = config.module("one")
+    assert one.concurrency == 1 and one.arrival is None and one.requests_per_run == 2
+    assert one.schedule == ProbeSchedule(interval_s=30.0, jitter_s=0.0, cron=None)
+    assert one.workload.prompt_tokens == LogNormal(512, 0.5) and one.workload.output_tokens == Fixed(128)
+    assert [m.name for _, m in config.probes()] == ["one", "two"]
+
+
+FULL = """
+global:
+  listen_address: ":9100"
+  windows: [1m, 1h30m]
+  buckets: {ttft: [0.1, 1, 10], fluidity: [0.5, 0.9, 1]}
+targets:
+  - name: gpu-0
+    url: https://llm.example:8443/openai
+    api: completions
+    model: llama
+    headers: {X-Team: llm}
+    extra_body: {top_p: 0.9, stop: ["\\n"]}
+    timeouts: {connect: 2s, ttft: 250ms, idle: null, total: 5m}
+    engine_metrics: {url: "http://llm.example:9000/metrics", kind: vllm, interval: 5s}
+    modules: [chat]
+    slo: tight
+    budget: {max_requests_per_hour: 720, max_tokens_per_hour: 2000000, max_backoff: 1h}
+modules:
+  chat:
+    workload: sharegpt
+    max_output_tokens: 256
+    requests_per_run: 4
+    arrival: {kind: gamma, rate: 2, shape: 0.5}
+    schedule: {cron: "*/5 * * * *", jitter: 10s}
+  open:
+    arrival: poisson:rate=2
+slos:
+  tight:
+    prefill: {deadline: 500ms}
+    decode_tiers: {medium: 50ms}
+    target_fluidity: 0.95
+    percentile: 95
+    objectives: ["ttft:p99<=2", "fluidity:p99>=0.9"]
+    goodput: {ttft: 2s, tpot: 100ms, min_fluidity: 0.9}
+"""
+
+
+def test_full_config_reads_every_section() -> None:
+    config = parse_config(FULL, environ={})
+    assert config.global_.listen_address == ":9100"
+    assert config.global_.windows_s == (60.0, 5400.0)
+    assert config.global_.buckets.ttft == (0.1, 1.0, 10.0) and config.global_.buckets.tbt is None
+    target = config.target("gpu-0")
+    assert target.timeouts == Timeouts(connect=2.0, ttft=0.25, idle=None, total=300.0)
+    assert target.engine_metrics is not None and target.engine_metrics.interval_s == 5.0
+    assert target.budget == Budget(720, 2_000_000, 3, 3600.0)
+    settings = target.settings()
+    assert settings.base_url == "https://llm.example:8443/openai" and settings.api == "completions"
+    assert settings.headers == (("X-Team", "llm"),)
+    assert dict(settings.extra_body) == {"top_p": 0.9, "stop": ["\n"]}
+    chat = config.module("chat")
+    assert chat.arrival == Gamma(2.0, 0.5) and chat.concurrency is None
+    assert chat.schedule == ProbeSchedule(interval_s=None, jitter_s=10.0, cron="*/5 * * * *")
+    assert config.module("open").arrival == Poisson(2.0)
+
+
+def test_slo_helpers_build_the_report_objects() -> None:
+    config = parse_config(FULL, environ={})
+    slo = config.slo_for("gpu-0")
+    assert slo.deadline_policy() == DeadlinePolicy(
+        prefill_deadline=0.5, decode_tiers={"medium": 0.05}, target_fluidity=0.95, percentile=95.0
+    )
+    spec = slo.evaluation_spec()
+    assert spec.slos == (parse_slo("ttft:p99<=2"), parse_slo("fluidity:p99>=0.9"))
+    assert spec.goodput == GoodputBounds(ttft=2.0, tpot=0.1, min_fluidity=0.9)
+    default = config.slos["default"].deadline_policy()
+    assert default.prefill_deadline == 1.0 and dict(default.decode_tiers) == dict(DECODE_TIERS)
+
+
+def test_prefill_model_file_is_read_relative_to_the_config(tmp_path: Path) -> None:
+    model = PrefillModel((0.01, 1e-4, 0.0), (16.0, 4096.0), 40, 0.002)
+    (tmp_path / "prefill.json").write_text(dump_json(model), encoding="utf-8")
+    path = tmp_path / "c.yaml"
+    slo = "slos:\n  default:\n    prefill: {model_file: prefill.json, scheduling_slack: 250ms}\n"
+    path.write_text(MINIMAL + slo, encoding="utf-8")
+    policy = load_config(path, environ={}).slos["default"].deadline_policy()
+    assert policy.prefill_model == model and policy.scheduling_slack == 0.25
+
+
+def test_workload_uses_exact_prompts_only_for_the_simulator() -> None:
+    config = parse_config(FULL.replace("workload: sharegpt", "workload: lmsys"), environ={})
+    real = config.workload("gpu-0", "chat")
+    assert isinstance(real.builder, ApproxPromptBuilder) and real.api == "completions"
+    assert real.name == "lmsys" and real.max_output_tokens == 256
+    simulated = parse_config(MINIMAL + "    simulated: true\nmodules:\n  m: {}\n", environ={})
+    workload = simulated.workload("a", "m")
+    assert isinstance(workload.builder, SimPromptBuilder) and workload.prompt_tokens_exact
+    assert workload.name == "m" and workload.api == "chat"
+
+
+def test_unknown_names_list_the_valid_ones() -> None:
+    config = parse_config(FULL, environ={})
+    with pytest.raises(UnknownNameError, match=r'unknown target "gpu-1"; valid: gpu-0'):
+        config.target("gpu-1")
+    with pytest.raises(UnknownNameError, match=r'unknown module "chatt"; valid: chat, open'):
+        config.module("chatt")
+
+
+def test_default_config_probes_the_simulator() -> None:
+    config = default_config("http://127.0.0.1:40123/")
+    (target,) = config.targets
+    assert target.simulated and target.name == "sim" and target.url == "http://127.0.0.1:40123"
+    (pair,) = config.probes()
+    module = pair[1]
+    assert module.name == "default" and module.concurrency == 1 and module.requests_per_run == 2
+    assert module.schedule == ProbeSchedule(interval_s=15.0, jitter_s=3.0)
+    workload = config.workload("sim", "default")
+    assert isinstance(workload.builder, SimPromptBuilder)
+    assert module.workload.prompt_tokens == LogNormal(512, 0.5) and module.workload.output_tokens == Fixed(
+        128
+    )
+
+
+def test_configs_compare_by_value_so_a_reload_can_tell_what_changed() -> None:
+    first, second = parse_config(FULL, environ={}), parse_config(FULL, environ={})
+    assert first == second and first.module("chat") == second.module("chat")
+    changed = parse_config(FULL.replace("requests_per_run: 4", "requests_per_run: 5"), environ={})
+    assert changed != first and changed.module("chat") != first.module("chat")
+    assert changed.module("open") == first.module("open")
+
+
+def test_config_is_frozen() -> None:
+    config = parse_config(MINIMAL, environ={})
+    with pytest.raises(AttributeError):
+        config.targets = ()  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.slos["x"] = SloConfig()  # type: ignore[index]
+
+
+# --- ${ENV} expansion --------------------------------------------------------------------------------
+
+
+def test_env_expansion_with_values_and_defaults() -> None:
+    text = """
+global: {listen_address: "${HOST:-0.0.0.0}:${PORT:-9468}", max_results_per_window: "${KEEP}"}
+targets:
+  - name: ${NAME}
+    url: http://${UPSTREAM}:8000
+    model: ${MODEL:-}
+    tls: {verify: "${VERIFY:-true}"}
+    headers: {X-Cost: "$$5"}
+"""
+    config = parse_config(
+        text, environ={"PORT": "9100", "KEEP": "50", "NAME": "a", "UPSTREAM": "gpu", "VERIFY": "false"}
+    )
+    assert config.global_.listen_address == "0.0.0.0:9100"
+    assert config.global_.max_results_per_window == 50  # an expanded value reads as a YAML scalar
+    target = config.targets[0]
+    assert target.name == "a" and target.url == "http://gpu:8000"
+    assert target.model is None  # empty expansion: null
+    assert target.tls.verify is False
+    assert target.headers == (("X-Cost", "$5"),)
+
+
+def test_env_expansion_reports_every_unset_variable() -> None:
+    text = "targets:\n  - name: ${N1}\n    url: ${U1}\n    model: ${M1}\n"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, environ={})
+    assert caught.value.problems == [
+        f"targets[0].{key}: environment variable {var} is not set (write ${{{var}:-default}} to give a default)"
+        for key, var in (("name", "N1"), ("url", "U1"), ("model", "M1"))
+    ]
+
+
+def test_env_expansion_uses_the_process_environment_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLUIDITY_TEST_URL", "http://10.0.0.9:8000")
+    config = parse_config("targets:\n  - name: a\n    url: ${FLUIDITY_TEST_URL}\n")
+    assert config.targets[0].url == "http://10.0.0.9:8000"
+
+
+# --- secrets -----------------------------------------------------------------------------------------
+
+SECRET = "sk-abc123-very-secret"
+
+
+def test_secret_from_env_is_resolved_and_never_printed() -> None:
+    config = parse_config(
+        MINIMAL + "    api_key: {env: OPENAI_API_KEY}\n", environ={"OPENAI_API_KEY": SECRET}
+    )
+    key = config.targets[0].api_key
+    assert key is not None and key.reveal() == SECRET
+    assert config.targets[0].settings().api_key == key
+    for text in (repr(config), str(config), repr(config.targets[0]), str(key), f"{config.targets}"):
+        assert SECRET not in text
+    assert "********" in repr(config.targets[0])
+    assert pickle.loads(pickle.dumps(key)).reveal() == SECRET  # worker processes still get it
+
+
+def test_secret_from_file_relative_to_the_config(tmp_path: Path) -> None:
+    (tmp_path / "key").write_text(SECRET + "\n", encoding="utf-8")
+    path = tmp_path / "c.yaml"
+    path.write_text(MINIMAL + "    api_key: {file: key}\n", encoding="utf-8")
+    config = load_config(str(path), environ={})
+    key = config.targets[0].api_key
+    assert key is not None and key.reveal() == SECRET and SECRET not in repr(config)
+
+
+def test_header_values_stay_out_of_the_repr() -> None:
+    config = parse_config(MINIMAL + "    headers: {X-Api-Key: hidden-value}\n", environ={})
+    assert "hidden-value" not in repr(config)
+
+
+def test_literal_key_error_does_not_echo_it() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(MINIMAL + f"    api_key: {SECRET}\n", environ={})
+    assert SECRET not in str(caught.value) and "write {env: NAME} or {file: PATH}" in str(caught.value)
+
+
+# --- several problems at once -------------------------------------------------------------------------
+
+
+def test_a_file_with_many_problems_reports_them_all_in_order() -> None:
+    text = """
+global: {windows: [], colour: blue}
+targets:
+  - name: a
+    url: http://h:8000
+    modules: [chatt]
+  - name: a
+    url: ftp://h
+    api_key: {env: MISSING_KEY}
+    slo: nope
+modules:
+  chat:
+    arrival: burst
+    schedule: {interval: soon}
+slos:
+  default:
+    percentile: 101
+"""
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, environ={})
+    assert caught.value.problems == [
+        'global: unknown key "colour"; valid: buckets, listen_address, max_results_per_window, state_dir, windows',
+        "global.windows: must list at least one window, e.g. [5m, 1h]",
+        'targets[0].modules[0]: unknown module "chatt"; valid: chat',
+        'targets[1].name: duplicate target name "a" (also targets[0])',
+        'targets[1].url: must be an http(s) URL like http://host:8000, got "ftp://h"',
+        "targets[1].api_key.env: environment variable MISSING_KEY is not set or empty (it should hold the API key)",
+        'targets[1].slo: unknown slo "nope"; valid: default',
+        'modules.chat.arrival: unknown arrival process "burst"; valid: constant, gamma, poisson',
+        'modules.chat.schedule.interval: bad duration "soon"; use seconds (a number) or a number with a unit: '
+        "ms, s, m, h, d (e.g. 250ms, 30s, 5m, 1h)",
+        "slos.default.percentile: must be a number in (0, 100], got 101",
+    ]
+    assert str(caught.value).count("\n") == len(caught.value.problems) - 1
+
+
+def test_load_config_tells_a_path_from_text(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(MINIMAL, encoding="utf-8")
+    assert (
+        load_config(str(path), environ={})
+        == load_config(MINIMAL, environ={})
+        == load_config(path, environ={})
+    )
+    assert load_config(path, environ={}).source == str(path)
+    with pytest.raises(ConfigError, match=r"cannot read the config file"):
+        load_config(str(tmp_path / "missing.yaml"))
+
+
+# --- durations --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [(30, 30.0), (0.25, 0.25), ("250ms", 0.25), ("30s", 30.0), ("5m", 300.0), ("1h", 3600.0), ("1h30m", 5400.0),
+     ("1.5s", 1.5), ("2d", 172800.0), ("0s", 0.0)],
+)  # fmt: skip
+def test_durations(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "5", "5 s", "s", "-1s", "1x", "1h-5m", True, None, [1], float("nan"), -1]
+)
+def test_bad_durations(text: object) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+@given(st.integers(0, 10**6), st.sampled_from(["ms", "s", "m", "h"]))
+def test_duration_units_scale(number: int, unit: str) -> None:
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[unit]
+    assert parse_duration(f"{number}{unit}") == pytest.approx(number * scale)
+
+
+def test_config_constructed_in_code_fills_the_default_slo() -> None:
+    config = Config(GlobalConfig(), (Target("a", "http://h"),), {}, {})
+    assert config.slo_for("a") == SloConfig()
+
+
+NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True)
+VALUES = st.text(st.characters(blacklist_characters="$}", blacklist_categories=("Cs",)), max_size=12)
+
+
+@given(NAMES, VALUES, VALUES)
+def test_expansion_substitutes_values_and_defaults(name: str, value: str, default: str) -> None:
+    problems = Problems()
+    tree = {"a": f"<${{{name}}}>", "b": f"${{{name}:-{default}}}", "c": "$$x", "d": "plain"}
+    expanded = expand_env(tree, {name: value}, problems)
+    assert not problems
+    assert expanded == {"a": f"<{value}>", "b": value or default, "c": "$x", "d": "plain"}
+    unset = expand_env(tree, {}, problems)
+    assert unset["b"] == default and len(problems.items) == 1

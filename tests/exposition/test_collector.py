@@ -1,0 +1,305 @@
+"""Tests of FluidityCollector and probe_registry through a CollectorRegistry of their own."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.engine.derive import client_minus_server_mean_ttft, client_minus_server_ttft, histogram_quantile
+from exporter.exposition import names
+from exporter.exposition.collector import FluidityCollector, probe_registry
+from exporter.exposition.self_metrics import SelfMetrics
+from exporter.exposition.store import ResultStore, StoreLimits
+from exporter.probe.result import Outcome, intervals
+from exporter.report.summary import EvaluationSpec, measure
+from exporter.stats.batch import IntervalBatch
+from exporter.stats.fluidity import evaluate, fluid_token_rate
+from exporter.stats.slo import GoodputBounds, parse_slo
+from tests.exposition.builders import (
+    POLICY,
+    engine_snapshot,
+    failed,
+    mixed_run,
+    scrape_failed,
+    scraped,
+    smooth,
+    stalled,
+)
+
+NOW = 1_000.0
+SERIES = {"target": "llm", "module": "chat"}
+SLOS = (parse_slo("ttft:p99<=0.5"), parse_slo("fluidity:p99>=0.99"))
+
+
+def registry_of(
+    store: ResultStore, windows: dict[str, float] | None = None, now: float = NOW
+) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(FluidityCollector(store, windows or {"5m": 300.0}, clock=lambda: now))
+    return registry
+
+
+def filled_store() -> ResultStore:
+    store = ResultStore(clock=lambda: NOW)
+    store.add("llm", "chat", mixed_run(), POLICY, GoodputBounds(ttft=0.3), NOW - 10, slos=SLOS)
+    return store
+
+
+def test_histogram_samples_equal_stats() -> None:
+    results = mixed_run()
+    registry = registry_of(filled_store())
+    measured = measure(results, EvaluationSpec(POLICY))
+    ttft = measured.latency.ttft
+    get = registry.get_sample_value
+    assert get("fluidity_probe_ttft_seconds_count", SERIES) == len(ttft)
+    assert get("fluidity_probe_ttft_seconds_sum", SERIES) == pytest.approx(float(ttft.sum()), rel=1e-12)
+    assert get("fluidity_probe_ttft_seconds_bucket", {**SERIES, "le": "0.3"}) == np.count_nonzero(ttft <= 0.3)
+    assert get("fluidity_probe_ttft_seconds_bucket", {**SERIES, "le": "+Inf"}) == len(ttft)
+    tbt = measured.latency.tbt
+    assert get("fluidity_probe_tbt_seconds_count", SERIES) == len(tbt)
+    assert get("fluidity_probe_tbt_seconds_bucket", {**SERIES, "le": "0.05"}) == np.count_nonzero(tbt <= 0.05)
+    strict = measured.tiers["strict"].fluidity
+    labels = {**SERIES, "tier": "strict"}
+    assert get("fluidity_probe_fluidity_index_count", labels) == len(strict)
+    assert get("fluidity_probe_fluidity_index_bucket", {**labels, "le": "0.9"}) == np.count_nonzero(
+        strict <= 0.9
+    )
+    assert get("fluidity_probe_fluidity_index_sum", labels) == pytest.approx(float(strict.sum()), rel=1e-12)
+
+
+def test_counters_by_outcome_and_per_tier_deadlines() -> None:
+    results = mixed_run()
+    registry = registry_of(filled_store())
+    get = registry.get_sample_value
+    assert get("fluidity_probe_requests_total", {**SERIES, "outcome": "ok"}) == 5
+    assert get("fluidity_probe_requests_total", {**SERIES, "outcome": "http_status"}) == 1
+    assert get("fluidity_probe_requests_total", {**SERIES, "outcome": "stream_aborted"}) == 1
+    assert get("fluidity_probe_requests_total", {**SERIES, "outcome": "rate_limited"}) == 0
+    done = [r for r in results if r.ok]
+    batch = IntervalBatch.from_sequences(intervals(r) for r in done)
+    assert get("fluidity_probe_output_tokens_total", SERIES) == batch.token_count
+    for tier, dd in POLICY.decode_tiers.items():
+        accounting = evaluate(batch, POLICY.prefill_deadline, dd)
+        assert get("fluidity_probe_deadlines_total", {**SERIES, "tier": tier}) == accounting.total.sum()
+        assert (
+            get("fluidity_probe_deadlines_missed_total", {**SERIES, "tier": tier}) == accounting.missed.sum()
+        )
+    assert get("fluidity_probe_good_requests_total", SERIES) == 2  # TTFT <= 0.3 s: 0.2 and 0.25
+    assert get("fluidity_probe_last_success_timestamp_seconds", SERIES) == NOW - 10
+
+
+def test_window_gauges_equal_stats_on_the_window_requests() -> None:
+    results = mixed_run()
+    registry = registry_of(filled_store())
+    get = registry.get_sample_value
+    window = {**SERIES, "window": "5m"}
+    done = [r for r in results if r.ok]
+    batch = IntervalBatch.from_sequences(intervals(r) for r in done)
+    for tier, dd in POLICY.decode_tiers.items():
+        accounting = evaluate(batch, POLICY.prefill_deadline, dd)
+        assert (
+            get("fluidity_window_service_level_ratio", {**window, "tier": tier}) == accounting.service_level
+        )
+        # p1 of 5 requests: the value all of them reach, i.e. the lowest.
+        p1 = get("fluidity_window_fluidity_index", {**window, "tier": tier, "percentile": "1"})
+        assert p1 == accounting.fluidity.min()
+    expected_rate = fluid_token_rate(batch, POLICY.target_fluidity, POLICY.percentile)
+    assert get("fluidity_window_fluid_tokens_per_second", window) == expected_rate
+    assert get("fluidity_window_requests", {**window, "outcome": "ok"}) == 5
+    assert get("fluidity_window_requests", {**window, "outcome": "stream_aborted"}) == 1
+    assert get("fluidity_window_goodput_ratio", window) == pytest.approx(2 / 7)
+    assert get("fluidity_window_slo_met", {**window, "slo": "ttft:p99<=0.5"}) == 1.0
+    assert get("fluidity_window_slo_met", {**window, "slo": "fluidity:p99>=0.99"}) == 0.0
+    assert get("fluidity_window_probe_lateness_seconds", {**window, "percentile": "99"}) == 0.002
+
+
+def test_window_gauges_follow_the_clock() -> None:
+    store = filled_store()
+    assert (
+        registry_of(store, now=NOW + 400).get_sample_value(
+            "fluidity_window_requests", {**SERIES, "window": "5m", "outcome": "ok"}
+        )
+        == 0
+    )
+    later = registry_of(store, now=NOW + 400)
+    assert (
+        later.get_sample_value("fluidity_window_fluid_tokens_per_second", {**SERIES, "window": "5m"}) is None
+    )
+    # The cumulative series never go away.
+    assert later.get_sample_value("fluidity_probe_requests_total", {**SERIES, "outcome": "ok"}) == 5
+
+
+def test_several_windows_and_series() -> None:
+    store = ResultStore(clock=lambda: NOW)
+    store.add("llm", "chat", [smooth()], POLICY, now=NOW - 1_000)
+    store.add("llm", "chat", [stalled()], POLICY, now=NOW - 10)
+    store.add("llm", "code", [failed()], POLICY, now=NOW - 10)
+    registry = registry_of(store, {"5m": 300.0, "1h": 3_600.0})
+    get = registry.get_sample_value
+    assert get("fluidity_window_requests", {**SERIES, "window": "5m", "outcome": "ok"}) == 1
+    assert get("fluidity_window_requests", {**SERIES, "window": "1h", "outcome": "ok"}) == 2
+    code = {"target": "llm", "module": "code", "window": "1h"}
+    assert get("fluidity_window_requests", {**code, "outcome": "http_status"}) == 1
+    assert get("fluidity_window_service_level_ratio", {**code, "tier": "strict"}) is None
+
+
+def test_engine_signals_reexported_with_target_and_window_figures_derived() -> None:
+    store = filled_store()
+    store.add_engine_scrape("llm", scraped(engine_snapshot(100.0, 1.0)))
+    registry = registry_of(store)
+    get = registry.get_sample_value
+    assert get("fluidity_engine_scrape_success", {"target": "llm"}) == 1
+    assert get("fluidity_engine_queue_depth", {"target": "llm"}) == 3.0
+    assert get("fluidity_engine_kv_cache_usage_ratio", {"target": "llm"}) == 0.25
+    assert get("fluidity_engine_preemptions_total", {"target": "llm"}) == 7.0
+    assert (
+        get("fluidity_engine_window_ttft_seconds", {"target": "llm", "window": "5m", "percentile": "50"})
+        is None
+    )
+
+    second = engine_snapshot(160.0, 3.0)
+    store.add_engine_scrape("llm", scraped(second))
+    registry = registry_of(store)
+    get = registry.get_sample_value
+    assert get("fluidity_engine_generation_tokens_total", {"target": "llm"}) == 6_000.0
+    # Window increase: (4, 12, 18, 20) -> p50 rank 10 lies in (0.1, 0.5].
+    increase = ((0.05, 4.0), (0.1, 12.0), (0.5, 18.0), (1.0, 20.0), (math.inf, 20.0))
+    p50 = get("fluidity_engine_window_ttft_seconds", {"target": "llm", "window": "5m", "percentile": "50"})
+    assert p50 == histogram_quantile(0.5, increase)
+    assert (
+        get("fluidity_engine_window_itl_seconds", {"target": "llm", "window": "5m", "percentile": "99"})
+        is not None
+    )
+    client = [float(v) for v in measure(mixed_run(), EvaluationSpec(POLICY)).latency.ttft]
+    from exporter.engine.snapshot import HistogramData
+
+    server = HistogramData(increase, 4.0, 20.0)
+    window = {**SERIES, "window": "5m"}
+    gap = get("fluidity_window_client_minus_server_ttft_seconds", {**window, "percentile": "50"})
+    assert gap == pytest.approx(client_minus_server_ttft(client, server, 0.5))
+    mean_gap = get("fluidity_window_client_minus_server_mean_ttft_seconds", window)
+    assert mean_gap == pytest.approx(client_minus_server_mean_ttft(client, server))
+
+
+def test_failed_engine_scrape_hides_stale_engine_values() -> None:
+    store = filled_store()
+    store.add_engine_scrape("llm", scraped(engine_snapshot(100.0, 1.0)))
+    store.add_engine_scrape("llm", scraped(engine_snapshot(160.0, 2.0)))
+    store.add_engine_scrape("llm", scrape_failed())
+    registry = registry_of(store)
+    assert registry.get_sample_value("fluidity_engine_scrape_success", {"target": "llm"}) == 0
+    assert registry.get_sample_value("fluidity_engine_queue_depth", {"target": "llm"}) is None
+    window = {**SERIES, "window": "5m", "percentile": "50"}
+    assert registry.get_sample_value("fluidity_window_client_minus_server_ttft_seconds", window) is None
+
+
+def test_probe_registry_holds_only_that_probe() -> None:
+    store = filled_store()  # a daemon's store with other data must not leak into /probe
+    store.add("other", "chat", [smooth()], POLICY, now=NOW)
+    results = [smooth(), stalled(), failed()]
+    registry = probe_registry(results, POLICY, target="llm", module="code", duration_s=2.5, slos=SLOS)
+    families = list(text_string_to_metric_families(generate_latest(registry).decode()))
+    labels = {(s.labels.get("target"), s.labels.get("module")) for f in families for s in f.samples}
+    assert labels == {("llm", "code")}
+    assert {f.name for f in families} <= {s.name.removesuffix("_total") for s in names.ALL}
+    get = registry.get_sample_value
+    code = {"target": "llm", "module": "code"}
+    assert get("fluidity_probe_success", code) == 0.0  # one request failed
+    assert get("fluidity_probe_duration_seconds", code) == 2.5
+    assert get("fluidity_probe_requests_total", {**code, "outcome": "ok"}) == 2
+    assert get("fluidity_probe_ttft_seconds_count", code) == 2
+    batch = IntervalBatch.from_sequences(intervals(r) for r in results[:2])
+    rate = get("fluidity_window_fluid_tokens_per_second", {**code, "window": names.PROBE_WINDOW})
+    assert rate == fluid_token_rate(batch)
+    ok = probe_registry([smooth()], POLICY, target="llm", module="code")
+    assert ok.get_sample_value("fluidity_probe_success", code) == 1.0
+    assert ok.get_sample_value("fluidity_probe_duration_seconds", code) is None
+
+
+def full_exposition() -> bytes:
+    store = filled_store()
+    store.add("llm", "code", [failed(Outcome.RATE_LIMITED)], POLICY, now=NOW)
+    store.add_engine_scrape("llm", scraped(engine_snapshot(100.0, 1.0)))
+    store.add_engine_scrape("llm", scraped(engine_snapshot(160.0, 2.0)))
+    registry = registry_of(store, {"5m": 300.0, "1h": 3_600.0})
+    metrics = SelfMetrics(registry)
+    metrics.track_job("probe/llm/chat")
+    metrics.job_ran("probe/llm/chat")
+    metrics.observe_loop_lag(0.004)
+    metrics.engine_scraped("llm", scrape_failed())
+    metrics.config_loaded(True, NOW)
+    return generate_latest(registry)
+
+
+def test_text_exposition_parses_back() -> None:
+    text = full_exposition().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["fluidity_probe_ttft_seconds"].type == "histogram"
+    assert families["fluidity_probe_requests"].type == "counter"
+    assert families["fluidity_window_fluidity_index"].type == "gauge"
+    assert families["fluidity_engine_preemptions"].type == "counter"
+    documented = {spec.name.removesuffix("_total") for spec in names.ALL}
+    created = {name for name in families if name.endswith("_created")}  # prometheus_client's own
+    assert set(families) - created <= documented
+    for family in families.values():
+        assert family.name.startswith("fluidity_")
+
+
+def test_collected_families_match_their_specs() -> None:
+    registry = CollectorRegistry()
+    store = filled_store()
+    registry.register(FluidityCollector(store, {"5m": 300.0}, clock=lambda: NOW))
+    specs = {spec.name.removesuffix("_total"): spec for spec in names.COLLECTED}
+    for family in registry.collect():
+        spec = specs[family.name]
+        assert family.type == spec.type
+        assert family.documentation == spec.help
+        for sample in family.samples:
+            assert set(sample.labels) - {"le"} == set(spec.labels), family.name
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool not installed (Debian package prometheus)"
+)
+def test_promtool_check_metrics_reports_nothing() -> None:
+    checked = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=full_exposition(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+    assert checked.stdout.decode().strip() == "" and checked.stderr.decode().strip() == ""
+
+
+def test_describe_does_not_collect() -> None:
+    class Exploding(ResultStore):
+        def series(self, now: float | None = None) -> list:  # type: ignore[type-arg, override]
+            raise AssertionError("register() must not run a collect")
+
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(FluidityCollector(Exploding(), {"5m": 300.0}))
+
+
+@pytest.mark.parametrize(
+    ("windows", "kwargs", "message"),
+    [
+        ({"2h": 7_200.0}, {}, 'window "2h": 7200.0 s must be > 0 and at most'),
+        ({"5m": 300.0}, {"fluidity_quantiles": (1.5,)}, "fluidity_quantiles: 1.5 is not a quantile"),
+        (
+            {"5m": 300.0},
+            {"lateness_quantiles": (0.0,)},
+            r"lateness_quantiles: 0.0 is not a quantile in \(0, 1\]",
+        ),
+    ],
+)
+def test_collector_arguments_are_validated(windows: dict[str, float], kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(ValueError, match=message):
+        FluidityCollector(ResultStore(StoreLimits(max_age_s=3_600.0)), windows, **kwargs)
