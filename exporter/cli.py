@@ -27,11 +27,13 @@ class Command:
 def _commands() -> dict[str, Command]:
     # Imported lazily so that `fluidity-exporter --help` stays fast.
     from exporter.config.check import CHECK_CONFIG_COMMAND
+    from exporter.daemon.command import RUN_COMMAND
     from exporter.demo import DEMO_COMMAND
     from exporter.oneshot import BENCH_COMMAND
     from exporter.sim.cli import SIM_COMMAND
 
     return {
+        "run": RUN_COMMAND,
         "bench": BENCH_COMMAND,
         "check-config": CHECK_CONFIG_COMMAND,
         "demo": DEMO_COMMAND,

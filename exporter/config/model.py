@@ -267,7 +267,9 @@ def default_config(sim_url: str, *, listen_address: str = DEFAULT_LISTEN_ADDRESS
         concurrency=1,
         schedule=ProbeSchedule(interval_s=15.0, jitter_s=3.0),
     )
-    target = Target(name="sim", url=sim_url.rstrip("/"), modules=("default",), simulated=True)
+    url = sim_url.rstrip("/")
+    engine = EngineMetrics(url=f"{url}/metrics", kind="vllm", interval_s=15.0)
+    target = Target(name="sim", url=url, modules=("default",), simulated=True, engine_metrics=engine)
     return Config(
         GlobalConfig(listen_address=listen_address), (target,), {"default": module}, {}, "<default>"
     )

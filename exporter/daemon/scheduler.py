@@ -45,7 +45,7 @@ class Schedule:
 
     def trigger(self) -> BaseTrigger:
         if self.cron is not None:
-            return CronTrigger.from_crontab(self.cron)
+            return CronTrigger.from_crontab(self.cron, timezone="UTC")
         if self.interval_s is None or self.interval_s <= 0:
             raise ValueError(f"a schedule needs an interval > 0 or a cron line, got {self}")
         return IntervalTrigger(seconds=self.interval_s, jitter=self.jitter_s or None)
@@ -54,9 +54,10 @@ class Schedule:
 class JobScheduler:
     """Owns the scheduler; jobs are added, replaced and removed by id; outcomes are counted by job id."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_outcome: Callable[[str, str], None] | None = None) -> None:
         self.scheduler = AsyncIOScheduler()
         self.counts: dict[str, Counter[str]] = {}
+        self.on_outcome = on_outcome  # (job id, "ran" | "failed" | "misfired" | "skipped")
         self.scheduler.add_listener(
             self._on_event, EVENT_JOB_EXECUTED | EVENT_JOB_ERROR | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES
         )
@@ -103,15 +104,17 @@ class JobScheduler:
         return sorted(job.id for job in self.scheduler.get_jobs())
 
     def _on_event(self, event: JobEvent) -> None:
-        counts = self.counts.setdefault(event.job_id, Counter())
-        if event.code == EVENT_JOB_EXECUTED:
-            counts["runs"] += 1
-        elif event.code == EVENT_JOB_ERROR:
-            counts["runs"] += 1
-            counts["errors"] += 1
+        outcomes = {
+            EVENT_JOB_EXECUTED: ("ran",),
+            EVENT_JOB_ERROR: ("ran", "failed"),
+            EVENT_JOB_MISSED: ("misfired",),
+            EVENT_JOB_MAX_INSTANCES: ("skipped",),
+        }[event.code]
+        if "failed" in outcomes:
             exception = event.exception if isinstance(event, JobExecutionEvent) else None
             LOG.error("job %s failed: a bug, not a target failure", event.job_id, exc_info=exception)
-        elif event.code == EVENT_JOB_MISSED:
-            counts["misfires"] += 1
-        elif event.code == EVENT_JOB_MAX_INSTANCES:
-            counts["skipped"] += 1
+        counts = self.counts.setdefault(event.job_id, Counter())
+        for outcome in outcomes:
+            counts[outcome] += 1
+            if self.on_outcome is not None:
+                self.on_outcome(event.job_id, outcome)

@@ -29,10 +29,10 @@ async def test_runs_errors_and_skipped_runs_are_counted() -> None:
         jobs.put("slow", slow, Schedule(interval_s=0.1), run_now=True)
         await asyncio.wait_for(ran.wait(), 2)
         await asyncio.sleep(0.5)
-        assert jobs.counts["fine"]["runs"] >= 2
+        assert jobs.counts["fine"]["ran"] >= 2
         assert (
-            jobs.counts["broken"]["errors"] >= 1
-            and jobs.counts["broken"]["errors"] == jobs.counts["broken"]["runs"]
+            jobs.counts["broken"]["failed"] >= 1
+            and jobs.counts["broken"]["failed"] == jobs.counts["broken"]["ran"]
         )
         assert jobs.counts["slow"]["skipped"] >= 1  # max_instances=1: never stacked on itself
     finally:

@@ -124,20 +124,21 @@ def test_windows_evict_by_count_newest_kept() -> None:
 
 
 def test_memory_stays_bounded_over_100k_results() -> None:
-    limits = StoreLimits(max_records=1_000, recent_results=10, recent_failures=20)
+    limits = StoreLimits(max_records=2_500, recent_results=10, recent_failures=20)
     clock = FakeClock()
     store = ResultStore(limits, clock=clock)
-    run = [smooth(8), smooth(8, 0.03), failed(), stalled(8)] * 25  # 100 results
-    for index in range(1_000):
+    run = [smooth(8), smooth(8, 0.03), failed(), stalled(8)] * 250  # 1000 results
+    for index in range(100):
         clock.now = 1_000.0 + index  # everything stays within max_age_s: only the count bound acts
         store.add("t", "m", run, POLICY)
-        if index % 100 == 0:
-            assert len(store.series()[0].records) <= limits.max_records
+        assert len(store.series()[0].records) == min(1_000 * (index + 1), limits.max_records)
     [view] = store.series()
-    assert len(view.records) == limits.max_records
     assert sum(view.requests.values()) == 100_000  # the counters still count everything
+    assert view.records.at[0] == 1_097.0  # the newest rows are the ones kept
     assert len(store.recent("t", "m")) <= limits.recent_results + limits.recent_failures
     assert all(column.nbytes <= 8 * limits.max_records for column in view.records.columns.values())
+    window = store.window("t", "m", 3_600.0)
+    assert window is not None and sum(window.requests.values()) == limits.max_records
 
 
 def test_recent_results_keep_failures_longer() -> None:

@@ -14,7 +14,8 @@ from exporter.sim import SimServer
 from exporter.sim.faults import FAULT_MODES
 from tests.probe.helpers import fault, script, settings_for
 
-FAST = Timeouts(connect=1.0, ttft=0.3, idle=0.3, total=5.0)
+# Limits short enough for quick tests, long enough that a slow drip on a busy VM is not a timeout.
+FAST = Timeouts(connect=1.0, ttft=1.0, idle=0.5, total=5.0)
 
 # mode -> (fault spec, expected outcome, HTTP status, content tokens before the failure)
 CASES: dict[str, tuple[Any, Outcome, int | None, int]] = {
@@ -24,8 +25,8 @@ CASES: dict[str, tuple[Any, Outcome, int | None, int]] = {
     "reset": ({"mode": "reset", "at": 3}, Outcome.STREAM_ABORTED, 200, 3),
     "malformed_sse": ({"mode": "malformed_sse", "at": 2}, Outcome.MALFORMED_STREAM, 200, 2),
     "invalid_utf8": ({"mode": "invalid_utf8", "at": 2}, Outcome.MALFORMED_STREAM, 200, 2),
-    "hang_before_headers": ({"mode": "hang_before_headers", "duration": 1.0}, Outcome.TTFT_TIMEOUT, None, 0),
-    "stall": ({"mode": "stall", "at": 2, "duration": 1.0}, Outcome.IDLE_TIMEOUT, 200, 2),
+    "hang_before_headers": ({"mode": "hang_before_headers", "duration": 3.0}, Outcome.TTFT_TIMEOUT, None, 0),
+    "stall": ({"mode": "stall", "at": 2, "duration": 3.0}, Outcome.IDLE_TIMEOUT, 200, 2),
     "slow_drip": ({"mode": "slow_drip", "interval": 0.002}, Outcome.OK, 200, 6),
     "wrong_content_type": ("wrong_content_type", Outcome.MALFORMED_STREAM, 200, 0),
     "oversized_line": (
@@ -81,7 +82,7 @@ async def test_total_timeout_mid_stream(sim: SimServer) -> None:
     async with ProbeClient(settings_for(sim, timeouts=timeouts)) as client:
         result = await client.send(spec)
     assert result.outcome is Outcome.TOTAL_TIMEOUT
-    assert 5 <= len(result.token_times) < 100
+    assert 1 <= len(result.token_times) < 100  # partial timings kept
 
 
 @pytest.mark.parametrize(("model", "status"), [("no-such-model", 404), (None, 400)])

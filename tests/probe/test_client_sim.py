@@ -34,32 +34,55 @@ async def send(server: SimServer, spec: RequestSpec, **settings: object) -> Prob
         return await client.send(spec)
 
 
-@pytest.mark.parametrize("api", ["completions", "chat"])
-async def test_scripted_stream_gives_the_analytic_ttft_tbt_and_fluidity(sim: SimServer, api: str) -> None:
-    stalls = {20: 0.22}
-    spec = RequestSpec(
-        prompt="hello", max_tokens=30, extra_body=script(ttft=0.05, gaps=0.02, stalls={"20": 0.22})
-    )
-    result = await send(sim, spec, api=api)
-    assert result.outcome is Outcome.OK, result.error
-    expected = analytic_intervals(0.05, 0.02, 30, stalls)
-    measured = intervals(result)
-    assert len(measured) == 30 and result.output_tokens == 30
-    # TTFT runs from our write; the simulator's clock starts when it has parsed the request: later.
-    measured_ttft = ttft(result)
-    assert measured_ttft is not None and 0.05 - 0.0005 <= measured_ttft <= 0.05 + WORST_TOLERANCE_S
-    errors = [m - e for m, e in zip(measured[1:], expected[1:], strict=True)]
-    assert abs(statistics.median(errors)) <= MEDIAN_TOLERANCE_S
-    assert sorted(abs(e) for e in errors)[int(0.9 * len(errors)) - 1] <= GAP_TOLERANCE_S
-    assert max(abs(e) for e in errors) <= WORST_TOLERANCE_S
+STALLS = {20: 0.22}
+EXPECTED = analytic_intervals(0.05, 0.02, 30, STALLS)
+ATTEMPTS = 4
 
+
+def fluidity(values: list[float]) -> float:
     # Dd = 40 ms against 20 ms gaps, a 20 ms playback buffer: the 240 ms gap of the stall misses
     # floor((0.24 - 0.02 - 0.04) / 0.04) + 1 = 5 deadlines (4.5 before the floor: 20 ms from either
     # boundary), counted in place of its one: 29 + 5 in all.
-    def fluidity(values: list[float]) -> float:
-        return fluidity_index(values, prefill_deadline=0.2, decode_deadline=0.04, slack_cap=0.02)
+    return fluidity_index(values, prefill_deadline=0.2, decode_deadline=0.04, slack_cap=0.02)
 
-    assert fluidity(measured) == fluidity(expected) == pytest.approx(1 - 5 / 34)
+
+def timing_errors(result: ProbeResult) -> list[str]:
+    """What is outside the stated tolerances (empty: the measurement is right)."""
+    measured = intervals(result)
+    # TTFT runs from our write; the simulator's clock starts when it has parsed the request: later.
+    first = ttft(result) or 0.0
+    errors = sorted(abs(m - e) for m, e in zip(measured[1:], EXPECTED[1:], strict=True))
+    median = statistics.median(m - e for m, e in zip(measured[1:], EXPECTED[1:], strict=True))
+    checks = {
+        f"TTFT {first:.4f}": 0.05 - 0.0005 <= first <= 0.05 + WORST_TOLERANCE_S,
+        f"median gap error {median:.4f}": abs(median) <= MEDIAN_TOLERANCE_S,
+        f"90th gap error {errors[int(0.9 * len(errors)) - 1]:.4f}": (
+            errors[int(0.9 * len(errors)) - 1] <= GAP_TOLERANCE_S
+        ),
+        f"worst gap error {errors[-1]:.4f}": errors[-1] <= WORST_TOLERANCE_S,
+        f"fluidity {fluidity(measured)}": fluidity(measured) == fluidity(EXPECTED),
+    }
+    return [name for name, ok in checks.items() if not ok]
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+async def test_scripted_stream_gives_the_analytic_ttft_tbt_and_fluidity(sim: SimServer, api: str) -> None:
+    """Within tolerance, or flagged unreliable by the probe itself: a wrong measurement that the probe
+    does not flag fails at once. A noisy VM can make several attempts in a row unreliable (honestly
+    flagged); the test retries, and skips only if every attempt was flagged."""
+    assert fluidity(EXPECTED) == pytest.approx(1 - 5 / 34)
+    spec = RequestSpec(
+        prompt="hello", max_tokens=30, extra_body=script(ttft=0.05, gaps=0.02, stalls={"20": 0.22})
+    )
+    for _ in range(ATTEMPTS):
+        result = await send(sim, spec, api=api)
+        assert result.outcome is Outcome.OK, result.error
+        assert len(intervals(result)) == 30 and result.output_tokens == 30
+        wrong = timing_errors(result)
+        if not wrong:
+            return
+        assert result.unreliable, f"outside tolerance but not flagged unreliable: {wrong}"
+    pytest.skip(f"every attempt was flagged unreliable (a saturated VM); last: {wrong}")
 
 
 # Scripted chunk sizes 1, 3, 2, 4 (the last repeats, the final chunk is cut to fit 20 tokens).
@@ -83,10 +106,11 @@ async def test_tokens_per_chunk_are_exact_from_ids_or_continuous_usage(
     assert result.token_source is source
     assert result.token_counts == EXPECTED_COUNTS
     assert result.token_adjustment == 0 and result.completion_tokens_reported == 20
-    # A chunk of k tokens is its gap followed by k - 1 zero gaps.
+    # A chunk of k tokens is its gap followed by k - 1 zero gaps (the gap itself can read 0 too when a
+    # busy VM delivers two chunks in one read).
     starts = [sum(EXPECTED_COUNTS[:i]) for i in range(len(EXPECTED_COUNTS))]
     gaps = intervals(result)
-    assert len(gaps) == 20 and [i for i, gap in enumerate(gaps) if gap > 0] == starts
+    assert len(gaps) == 20 and all(gaps[i] == 0.0 for i in range(20) if i not in starts)
 
 
 async def test_one_token_per_chunk_is_reconciled_with_the_final_usage(sim: SimServer) -> None:

@@ -36,9 +36,10 @@ def check(results: list[ProbeResult], entries: list[tuple[float, RequestSpec]]) 
     start = results[0].scheduled_at - entries[0][0]  # type: ignore[operator]
     for result, (offset, _) in zip(results, entries, strict=True):
         assert result.scheduled_at == pytest.approx(start + offset, abs=1e-9)  # absolute schedule
-        assert result.send_overhead_s is not None and 0 <= result.send_overhead_s < 0.05
+        # Sane, not precise: two spawned workers and the simulator share this VM's two cores.
+        assert result.send_overhead_s is not None and 0 <= result.send_overhead_s < 0.2
         measured = ttft(result)
-        assert measured is not None and TTFT_S - 0.0005 <= measured < TTFT_S + 0.05
+        assert measured is not None and TTFT_S - 0.0005 <= measured < TTFT_S + 0.2
 
 
 async def test_run_plan_in_process(sim: SimServer) -> None:

@@ -1,0 +1,324 @@
+"""The composition root of the daemon: the only module that wires every layer together.
+
+``Daemon`` owns the current ``Config``, one ``ProbeClient`` per target, the ``ResultStore`` and its
+collector, the exporter's self-metrics, the scheduler with one job per (target, module) and one engine
+scrape job per target, and reloads (a new config replaces the old one only after a full successful
+parse; jobs are added, replaced or removed by id; probes in flight finish on the old settings).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+from prometheus_client import CollectorRegistry
+
+from exporter.config import Config, ConfigError, load_config_file
+from exporter.config.model import Module, Target
+from exporter.daemon.budget import BudgetTracker
+from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
+from exporter.engine.scrape import scrape
+from exporter.exposition.buckets import HistogramBuckets
+from exporter.exposition.collector import FluidityCollector
+from exporter.exposition.self_metrics import SelfMetrics
+from exporter.exposition.store import ResultStore, StoreLimits
+from exporter.load.runner import run_load
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import ProbeResult
+from exporter.probe.target import RequestSpec
+
+LOG = logging.getLogger(__name__)
+LOOP_LAG_INTERVAL_S = 0.5
+ENGINE_SCRAPE_TIMEOUT_S = 10.0
+SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are cancelled
+
+
+class ProbeRefusedError(Exception):
+    """A probe that may not run now (budget, back-off, or one already running); the message says why."""
+
+
+@dataclass
+class ProbeRun:
+    """The results of one probe run and how long it took."""
+
+    results: list[ProbeResult]
+    duration_s: float
+
+
+@dataclass
+class _TargetState:
+    config: Target
+    client: ProbeClient
+    budget: BudgetTracker
+    busy: set[str] = field(default_factory=set)  # modules with a probe in flight
+
+
+def window_label(seconds: float) -> str:
+    """``300 -> "5m"``, ``3600 -> "1h"``, ``90 -> "90s"``: the ``window`` label value."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def histogram_buckets(config: Config) -> HistogramBuckets:
+    """The default buckets with the config's overrides."""
+    overrides = {name: value for name, value in vars(config.global_.buckets).items() if value is not None}
+    return HistogramBuckets(**overrides)
+
+
+class Daemon:
+    """The running exporter. ``start``/``stop`` pair up; ``reload`` and ``probe_now`` serve the web layer."""
+
+    def __init__(self, config: Config, *, config_path: str | None = None, seed: int | None = None) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.metrics = SelfMetrics(self.registry)
+        limits = StoreLimits(
+            max_age_s=max(config.global_.windows_s), max_records=config.global_.max_results_per_window
+        )
+        self.store = ResultStore(limits, histogram_buckets(config))
+        self.collector = FluidityCollector(
+            self.store, {window_label(s): s for s in config.global_.windows_s}, clock=time.time
+        )
+        self.registry.register(self.collector)
+        self.jobs = JobScheduler(on_outcome=self._job_outcome)
+        self.targets: dict[str, _TargetState] = {}
+        self.rng = np.random.default_rng(seed)
+        self.scrape_session: aiohttp.ClientSession | None = None
+        self._lag_task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[object]] = set()
+        self.ready = False
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the clients, schedule every job and start the scheduler on the running loop."""
+        self.scrape_session = aiohttp.ClientSession()
+        await self._apply(self.config)
+        self.jobs.start()
+        self._lag_task = asyncio.get_running_loop().create_task(self._watch_loop_lag(), name="loop-lag")
+        self.metrics.config_loaded(True, time.time())
+        self.ready = True
+
+    async def stop(self) -> None:
+        """Stop scheduling, let nothing new start, close every connection."""
+        self.ready = False
+        self.jobs.shutdown()
+        await self._finish_running(SHUTDOWN_GRACE_S)
+        if self._lag_task is not None:
+            self._lag_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lag_task
+        for state in self.targets.values():
+            await state.client.__aexit__(None, None, None)
+        self.targets.clear()
+        if self.scrape_session is not None:
+            await self.scrape_session.close()
+
+    async def _finish_running(self, grace_s: float) -> None:
+        """Give in-flight jobs ``grace_s`` to finish, then cancel the rest and wait for them."""
+        running = list(self._running)
+        if not running:
+            return
+        _, pending = await asyncio.wait(running, timeout=grace_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    # -- configuration ------------------------------------------------------------------------------
+
+    async def reload(self) -> tuple[bool, str]:
+        """Re-read the config file; the old config stays in force unless the new one parses completely."""
+        if self.config_path is None:
+            return False, "no --config.file to reload (running on the embedded default)"
+        try:
+            config = load_config_file(self.config_path)
+        except (ConfigError, OSError) as exc:
+            self.metrics.config_loaded(False, time.time())
+            LOG.error("config reload failed, keeping the previous config:\n%s", exc)
+            return False, str(exc)
+        await self._apply(config)
+        self.metrics.config_loaded(True, time.time())
+        LOG.info("config reloaded from %s", self.config_path)
+        return True, f"reloaded {self.config_path}"
+
+    async def _apply(self, config: Config) -> None:
+        old = self.config
+        self.config = config
+        await self._sync_targets(config)
+        wanted: set[str] = set()
+        for target, module in config.probes():
+            job_id = f"probe:{target.name}:{module.name}"
+            wanted.add(job_id)
+            changed = old is config or _probe_changed(old, config, target, module)
+            if changed or job_id not in self.jobs.job_ids():
+                schedule = Schedule(
+                    module.schedule.interval_s, module.schedule.jitter_s, module.schedule.cron
+                )
+                self.jobs.put(job_id, self._probe_job(target.name, module.name), schedule, run_now=True)
+                self.metrics.track_job(job_id)
+        for target in config.targets:
+            if target.engine_metrics is not None:
+                job_id = f"engine:{target.name}"
+                wanted.add(job_id)
+                self.jobs.put(
+                    job_id,
+                    self._scrape_job(target.name),
+                    Schedule(target.engine_metrics.interval_s),
+                    run_now=True,
+                )
+                self.metrics.track_job(job_id)
+                self.metrics.track_target(target.name)
+        for job_id in self.jobs.keep_only(wanted):
+            self.metrics.forget_job(job_id)
+        self.store.retain([(t.name, m.name) for t, m in config.probes()], [t.name for t in config.targets])
+
+    async def _sync_targets(self, config: Config) -> None:
+        names = {target.name for target in config.targets}
+        for name in [n for n in self.targets if n not in names]:
+            await self.targets.pop(name).client.__aexit__(None, None, None)
+        for target in config.targets:
+            state = self.targets.get(target.name)
+            if state is not None and state.config == target:
+                continue
+            if state is not None:  # new settings: in-flight probes keep the old client until they end
+                asyncio.get_running_loop().create_task(_close_later(state))
+            client = await ProbeClient(target.settings()).__aenter__()
+            self.targets[target.name] = _TargetState(
+                target, client, BudgetTracker(target.budget, time.monotonic)
+            )
+
+    # -- probing ------------------------------------------------------------------------------------
+
+    def _probe_job(self, target: str, module: str) -> JobFunction:
+        @self._tracked
+        async def run() -> None:
+            try:
+                probe = await self.probe_now(target, module, on_demand=False)
+            except ProbeRefusedError as exc:
+                LOG.info("probe %s/%s skipped: %s", target, module, exc)
+                self.metrics.job_was_skipped(f"probe:{target}:{module}")
+                return
+            slo = self.config.slo_for(target)
+            self.store.add(
+                target, module, probe.results, slo.deadline_policy(), slo.goodput, slos=slo.objectives
+            )
+
+        return run
+
+    async def probe_now(self, target_name: str, module_name: str, *, on_demand: bool = True) -> ProbeRun:
+        """Run one probe of ``module`` against ``target`` within the target's budget; not stored.
+
+        On-demand probes (``/probe``) run one at a time per (target, module); scheduled ones never stack
+        on themselves either (the scheduler's ``max_instances=1``), so the two kinds are tracked apart.
+        """
+        target, module = self.config.target(target_name), self.config.module(module_name)
+        state = self.targets[target.name]
+        key = f"{module.name}:{'on-demand' if on_demand else 'scheduled'}"
+        if key in state.busy:
+            raise ProbeRefusedError(f"a probe of {target.name}/{module.name} is already running")
+        specs = module.workload_for(target).sample(module.requests_per_run, self.rng)
+        planned_tokens = sum(spec.max_tokens + (spec.prompt_tokens or 0) for spec in specs)
+        reason = state.budget.skip_reason(len(specs), planned_tokens)
+        if reason is not None:
+            raise ProbeRefusedError(f"target {target.name}: {reason.replace('_', ' ')}")
+        state.busy.add(key)
+        started = time.perf_counter()
+        try:
+            results = await _send(state.client, module, specs, self.rng)
+        finally:
+            state.busy.discard(key)
+        state.budget.record(results)
+        return ProbeRun(results, time.perf_counter() - started)
+
+    def _tracked(self, job: JobFunction) -> JobFunction:
+        """Keep the job's task while it runs, so a shutdown can let it finish (or cancel it)."""
+
+        async def run() -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                self._running.add(task)
+            try:
+                await job()
+            finally:
+                if task is not None:
+                    self._running.discard(task)
+
+        return run
+
+    # -- engine scraping and self-observation -------------------------------------------------------
+
+    def _scrape_job(self, target_name: str) -> JobFunction:
+        @self._tracked
+        async def run() -> None:
+            target = self.config.target(target_name)
+            if target.engine_metrics is None or self.scrape_session is None:
+                return
+            engine = target.engine_metrics
+            timeout = min(engine.interval_s, ENGINE_SCRAPE_TIMEOUT_S)
+            result = await scrape(
+                self.scrape_session, engine.url, timeout, kind=engine.kind, model=engine.model
+            )
+            self.store.add_engine_scrape(target.name, result)
+            self.metrics.engine_scraped(target.name, result)
+
+        return run
+
+    async def _watch_loop_lag(self) -> None:
+        """How late the loop wakes up: a busy loop delays every timestamp the probes take."""
+        while True:
+            expected = time.perf_counter() + LOOP_LAG_INTERVAL_S
+            await asyncio.sleep(LOOP_LAG_INTERVAL_S)
+            self.metrics.observe_loop_lag(max(time.perf_counter() - expected, 0.0))
+
+    def _job_outcome(self, job_id: str, outcome: str) -> None:
+        record = {
+            "ran": self.metrics.job_ran,
+            "failed": self.metrics.job_failed,
+            "misfired": self.metrics.job_misfired,
+            "skipped": self.metrics.job_was_skipped,
+        }[outcome]
+        record(job_id)
+
+
+async def _send(
+    client: ProbeClient, module: Module, specs: Sequence[RequestSpec], rng: np.random.Generator
+) -> list[ProbeResult]:
+    arrivals = module.arrival.offsets(len(specs), rng) if module.arrival is not None else None
+    run = await run_load(
+        lambda spec, at: client.send(spec, scheduled_at=at),
+        specs,
+        arrivals=arrivals,
+        concurrency=None if arrivals is not None else (module.concurrency or 1),
+    )
+    return run.results
+
+
+def _probe_changed(old: Config, new: Config, target: Target, module: Module) -> bool:
+    try:
+        before = (old.target(target.name), old.module(module.name), old.slo_for(target.name))
+    except LookupError:
+        return True
+    return before != (target, module, new.slo_for(target.name))
+
+
+async def _close_later(state: _TargetState, grace_s: float = 600.0) -> None:
+    """Close a replaced client once its in-flight probes are done (or after a long grace)."""
+    deadline = time.monotonic() + grace_s
+    while state.busy and time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+    await state.client.__aexit__(None, None, None)
+
+
+def load_or_default(path: str | None) -> Config | None:
+    """The config from ``path`` (raising ``ConfigError`` with every problem), or None without a path."""
+    return load_config_file(Path(path)) if path else None

@@ -1,0 +1,110 @@
+"""``fluidity-exporter run``: the long-running exporter (a sidecar next to vLLM or any OpenAI server).
+
+Without ``--config.file`` it starts the built-in simulated engine in a child process on a loopback port
+and probes it with a small default module, so a newcomer sees live metrics with no GPU. Flags follow the
+Prometheus exporters: ``--config.file``, ``--web.listen-address`` (default ``0.0.0.0:9468``),
+``--log.level``. SIGHUP reloads the config; SIGTERM and Ctrl-C shut down gracefully.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Iterator
+
+from aiohttp import web
+
+from exporter.app import Daemon
+from exporter.cli import Command
+from exporter.config import Config, ConfigError, default_config, load_config_file
+from exporter.sim.process import SimProcess
+from exporter.web.routes import build_app
+
+LOG = logging.getLogger("exporter")
+LOG_LEVELS = ("debug", "info", "warn", "error")
+DEFAULT_SIM_PRESET = "llama-3.1-8b-h100"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``run``."""
+    parser.add_argument(
+        "--config.file", dest="config_file", help="YAML config (default: probe the simulator)"
+    )
+    parser.add_argument(
+        "--web.listen-address", dest="listen_address", help="HOST:PORT (default 0.0.0.0:9468)"
+    )
+    parser.add_argument("--log.level", dest="log_level", default="info", choices=LOG_LEVELS)
+    parser.add_argument(
+        "--sim.preset", dest="sim_preset", default=DEFAULT_SIM_PRESET, help="embedded default's model"
+    )
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``"0.0.0.0:9468" -> ("0.0.0.0", 9468)``; ``"[::1]:9468"`` works too."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f'--web.listen-address "{address}": expected HOST:PORT, e.g. 0.0.0.0:9468')
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@contextlib.contextmanager
+def embedded_or_file(args: argparse.Namespace) -> Iterator[Config]:
+    """The config file's config, or the embedded default around a simulator child process."""
+    if args.config_file:
+        yield load_config_file(args.config_file)
+        return
+    with SimProcess(["--preset", args.sim_preset]) as sim:
+        LOG.info("no --config.file: probing the built-in simulator (%s) at %s", args.sim_preset, sim.url)
+        yield default_config(sim.url)
+
+
+async def serve(daemon: Daemon, address: str) -> None:
+    """Run the daemon and its web app until SIGTERM/SIGINT; SIGHUP reloads."""
+    host, port = split_address(address)
+    runner = web.AppRunner(build_app(daemon), access_log=None)
+    await runner.setup()
+    await daemon.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(daemon.reload()))
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        print(f"fluidity-exporter: serving http://{shown}:{port}/metrics", flush=True)
+        await stop.wait()
+    finally:
+        await daemon.stop()
+        await runner.cleanup()
+        print("fluidity-exporter: stopped", flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 after a clean shutdown, 1 on a bad config (every problem listed)."""
+    logging.basicConfig(
+        level=args.log_level.upper().replace("WARN", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        with embedded_or_file(args) as config:
+            address = args.listen_address or config.global_.listen_address
+            split_address(address)
+            asyncio.run(serve(Daemon(config, config_path=args.config_file), address))
+    except ConfigError as exc:
+        print(f"fluidity-exporter: {args.config_file}: {len(exc.problems)} problems", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 1
+    except (ValueError, RuntimeError, OSError) as exc:
+        print(f"fluidity-exporter: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+RUN_COMMAND = Command("run the exporter daemon (default: against the built-in simulator)", add_arguments, run)

@@ -1,0 +1,288 @@
+"""The daemon end to end: it probes the simulator on a fast schedule over real sockets, and /metrics,
+/probe, reload, promtool and a real Prometheus server all see what exporter.stats says they should."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.app import Daemon
+from exporter.config import load_config_file
+from exporter.probe.result import ProbeResult, intervals
+from exporter.sim import SimConfig, SimServer
+from exporter.stats.batch import IntervalBatch
+from exporter.stats.fluidity import evaluate
+from exporter.web.routes import build_app
+
+CONFIG = """
+global:
+  windows: [1m, 5m]
+targets:
+  - name: sim
+    url: {url}
+    api: completions
+    simulated: true
+    engine_metrics: {{url: "{url}/metrics", kind: vllm, interval: 1s}}
+modules:
+  fast:
+    workload: {{prompt_tokens: "uniform:low=32,high=128", output_tokens: "fixed:24"}}
+    requests_per_run: 2
+    concurrency: 2
+    schedule: {{interval: 1s}}
+{extra_module}
+slos:
+  default:
+    prefill: {{deadline: 1s}}
+    objectives: ["ttft:p99<=5"]
+    goodput: {{ttft: 5s}}
+"""
+SECOND_MODULE = """  slow:
+    workload: {prompt_tokens: "fixed:64", output_tokens: "fixed:8"}
+    requests_per_run: 1
+    schedule: {interval: 1h}
+"""
+
+
+class Spy:
+    """Keeps every run the daemon stores, to recompute the expected figures with exporter.stats."""
+
+    def __init__(self, add: Callable[..., None]) -> None:
+        self.add = add
+        self.runs: list[tuple[str, str, list[ProbeResult]]] = []
+
+    def __call__(
+        self, target: str, module: str, results: list[ProbeResult], *args: Any, **kwargs: Any
+    ) -> None:
+        self.runs.append((target, module, list(results)))
+        self.add(target, module, results, *args, **kwargs)
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[str]:
+    server = SimServer(SimConfig(preset="tiny"))
+    host, port = await server.start("127.0.0.1", 0)
+    yield f"http://{host}:{port}"
+    await server.stop()
+
+
+@pytest.fixture
+async def daemon(sim: str, tmp_path: Path) -> AsyncIterator[tuple[Daemon, str, Path, Spy]]:
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG.format(url=sim, extra_module=""))
+    daemon = Daemon(load_config_file(path), config_path=str(path), seed=1)
+    spy = Spy(daemon.store.add)
+    daemon.store.add = spy  # type: ignore[method-assign]
+    runner = web.AppRunner(build_app(daemon))
+    await runner.setup()
+    await daemon.start()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield daemon, f"http://127.0.0.1:{port}", path, spy
+    await daemon.stop()
+    await runner.cleanup()
+
+
+async def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for the daemon"
+        await asyncio.sleep(0.1)
+
+
+async def get(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        return response.status, await response.text()
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(series: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return series[(name, tuple(sorted(labels.items())))]
+
+
+async def test_metrics_match_the_metric_core_on_the_stored_results(
+    daemon: tuple[Daemon, str, Path, Spy],
+) -> None:
+    _, url, _, spy = daemon
+    await wait_for(lambda: len(spy.runs) >= 2)
+    status, text = await get(url + "/metrics")
+    assert status == 200
+    runs = list(spy.runs)
+    results = [r for _, _, batch in runs for r in batch]
+    series = samples(text)
+    ok = sum(r.ok for r in results)
+    assert ok >= 4
+    labels = {"target": "sim", "module": "fast"}
+    # The scrape may land after one more run was stored: compare against the runs seen up to the scrape.
+    scraped_ok = value(series, "fluidity_probe_requests_total", outcome="ok", **labels)
+    assert scraped_ok >= ok
+    done = [r for _, _, batch in spy.runs for r in batch if r.ok][: int(scraped_ok)]
+    batch = IntervalBatch.from_sequences(intervals(r) for r in done)
+    for tier, seconds in (("strict", 0.025), ("medium", 0.05), ("relaxed", 0.1)):
+        expected = evaluate(batch, 1.0, seconds)
+        assert value(series, "fluidity_probe_deadlines_total", tier=tier, **labels) == expected.total.sum()
+        assert (
+            value(series, "fluidity_probe_deadlines_missed_total", tier=tier, **labels)
+            == expected.missed.sum()
+        )
+        assert value(series, "fluidity_probe_fluidity_index_count", tier=tier, **labels) == len(done)
+    assert value(series, "fluidity_probe_ttft_seconds_count", **labels) == len(done)
+    assert value(series, "fluidity_probe_output_tokens_total", **labels) == sum(r.output_tokens for r in done)
+    assert value(series, "fluidity_probe_good_requests_total", **labels) == len(done)
+    assert value(series, "fluidity_exporter_job_runs_total", job_id="probe:sim:fast") >= 2
+    assert value(series, "fluidity_exporter_config_last_reload_successful") == 1
+
+
+async def test_engine_metrics_are_re_exported_and_derived(daemon: tuple[Daemon, str, Path, Spy]) -> None:
+    daemon_, url, _, spy = daemon
+    await wait_for(lambda: len(spy.runs) >= 2 and len(daemon_.store.engines()) == 1)
+    await asyncio.sleep(2.2)  # two more engine scrapes: a window to derive from
+    _, text = await get(url + "/metrics")
+    names = {name for name, _ in samples(text)}
+    assert {"fluidity_engine_running_requests", "fluidity_engine_kv_cache_usage_ratio"} <= names
+    assert "fluidity_engine_generation_tokens_total" in names
+    assert any(name.startswith("fluidity_engine_window_ttft_seconds") for name in names)
+    generated = value(samples(text), "fluidity_engine_generation_tokens_total", target="sim")
+    assert generated >= sum(r.output_tokens for _, _, b in spy.runs for r in b if r.ok) - 2 * 24
+
+
+async def test_probe_endpoint_runs_one_probe_with_a_fresh_registry(
+    daemon: tuple[Daemon, str, Path, Spy],
+) -> None:
+    _, url, _, _ = daemon
+    status, text = await get(url + "/probe?target=sim&module=fast")
+    assert status == 200
+    series = samples(text)
+    assert value(series, "fluidity_probe_success", target="sim", module="fast") == 1
+    assert value(series, "fluidity_probe_requests_total", target="sim", module="fast", outcome="ok") == 2
+    assert not any(name.startswith("fluidity_exporter_") for name, _ in series)  # only this probe's series
+    status, text = await get(url + "/probe?target=nope&module=fast")
+    assert status == 400 and 'unknown target "nope"; valid: sim' in text
+    status, text = await get(url + "/probe?target=sim&module=fats")
+    assert status == 400 and 'unknown module "fats"; valid: fast' in text
+    status, text = await get(url + "/probe?target=sim&module=fast&debug=true")
+    assert status == 200 and "probe sim/fast: 2 requests" in text and "#0: ok" in text
+
+
+async def test_reload_swaps_only_a_fully_valid_config(
+    daemon: tuple[Daemon, str, Path, Spy], sim: str
+) -> None:
+    daemon_, url, path, _ = daemon
+    path.write_text(CONFIG.format(url=sim, extra_module=SECOND_MODULE))
+    async with aiohttp.ClientSession() as session, session.post(url + "/-/reload") as response:
+        assert response.status == 200
+    assert "probe:sim:slow" in daemon_.jobs.job_ids()
+    path.write_text(CONFIG.format(url=sim, extra_module="  broken: {schedule: {interval: -1s}}\n"))
+    async with aiohttp.ClientSession() as session, session.post(url + "/-/reload") as response:
+        assert response.status == 500
+        assert "modules.broken.schedule.interval" in await response.text()
+    assert "probe:sim:slow" in daemon_.jobs.job_ids()  # the previous config is still in force
+    _, text = await get(url + "/metrics")
+    assert value(samples(text), "fluidity_exporter_config_last_reload_successful") == 0
+
+
+async def test_health_readiness_and_index(daemon: tuple[Daemon, str, Path, Spy]) -> None:
+    _, url, _, _ = daemon
+    assert (await get(url + "/-/healthy"))[0] == 200
+    assert (await get(url + "/-/ready"))[0] == 200
+    status, text = await get(url + "/")
+    assert status == 200 and 'href="/metrics"' in text and "sim / fast" in text
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None and not os.environ.get("CI"),
+    reason="promtool comes with Debian's prometheus package (CI installs it and never skips)",
+)
+async def test_promtool_finds_nothing_to_complain_about(daemon: tuple[Daemon, str, Path, Spy]) -> None:
+    _, url, _, spy = daemon
+    await wait_for(lambda: len(spy.runs) >= 1)
+    _, text = await get(url + "/metrics")
+    check = subprocess.run(
+        ["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert check.stdout.strip() == "" and check.stderr.strip() == ""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Callable[[str], tuple[int, subprocess.Popen[bytes]]]]:
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def start(exporter_url: str) -> tuple[int, subprocess.Popen[bytes]]:
+        port = free_port()
+        target = urllib.parse.urlparse(exporter_url).netloc
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            f"scrape_configs:\n  - job_name: fluidity\n    static_configs: [{{targets: ['{target}']}}]\n"
+        )
+        command = [
+            "prometheus",
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ]
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        processes.append(process)
+        return port, process
+
+    yield start
+    for process in processes:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.mark.skipif(
+    shutil.which("prometheus") is None and not os.environ.get("CI"),
+    reason="Debian's prometheus package provides the server (CI installs it and never skips)",
+)
+async def test_a_real_prometheus_scrapes_and_answers_histogram_quantile(
+    daemon: tuple[Daemon, str, Path, Spy], prometheus: Callable[[str], tuple[int, subprocess.Popen[bytes]]]
+) -> None:
+    _, url, _, spy = daemon
+    await wait_for(lambda: len(spy.runs) >= 1)
+    port, _ = prometheus(url)
+    query = 'histogram_quantile(0.5, sum by (le) (fluidity_probe_fluidity_index_bucket{tier="medium"}))'
+    api = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.parse.quote(query)}"
+    deadline = time.monotonic() + 30
+    answer: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            status, text = await get(api)
+        except aiohttp.ClientError:
+            status, text = 0, ""
+        if status == 200:
+            answer = json.loads(text)
+            if answer["data"]["result"]:
+                break
+        await asyncio.sleep(0.5)
+    assert answer.get("status") == "success" and answer["data"]["result"], answer
+    median = float(answer["data"]["result"][0]["value"][1])
+    assert 0.0 <= median <= 1.0
