@@ -379,6 +379,11 @@ def main() -> int:
                 f"{tokens} tokens per stream, {GAP_S * 1e3:.0f} ms scripted gaps; {workers} workers; "
                 f"load average before: {load}"
             )
+            if workers > cpus:
+                print(
+                    f"note: {workers} workers share {cpus} client CPU(s): no spare core for them on this "
+                    "machine, so the workers client can only show its overhead here, not its gain"
+                )
             asyncio.run(main_async(url, loads, tokens, workers, reps))
         finally:
             proc.terminate()

@@ -52,6 +52,9 @@ class GlobalConfig:
     max_results_per_window: int = 2000
     state_dir: str | None = None
     buckets: Buckets = field(default_factory=Buckets)
+    # /probe generates load on demand: with a token it requires "Authorization: Bearer <token>";
+    # without one it only probes simulated targets (our own simulator).
+    probe_token: Secret | None = None
 
 
 @dataclass(frozen=True)

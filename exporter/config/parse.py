@@ -28,11 +28,11 @@ from exporter.config.model import (
 )
 from exporter.config.modules import MODULE_KEYS, SLO_KEYS, ModuleReader
 from exporter.config.reader import Context, Problems, Section, child_path, expand_env, resolve_scalar, show
-from exporter.config.targets import TargetReader
+from exporter.config.targets import TargetReader, read_secret
 from exporter.config.values import bucket_bound, check_listen_address, check_name, positive_duration
 
 TOP_KEYS = ("global", "targets", "modules", "slos")
-GLOBAL_KEYS = ("listen_address", "windows", "max_results_per_window", "state_dir", "buckets")
+GLOBAL_KEYS = ("listen_address", "windows", "max_results_per_window", "state_dir", "buckets", "probe_token")
 DEFAULT_WINDOWS_S = (300.0, 3600.0)
 
 T = TypeVar("T")
@@ -183,6 +183,7 @@ def _global(ctx: Context, sec: Section) -> GlobalConfig:
         max_results_per_window=sec.integer("max_results_per_window", 2000, minimum=1),
         state_dir=ctx.path(state_dir) if state_dir is not None else None,
         buckets=_buckets(ctx, buckets) if buckets is not None else Buckets(),
+        probe_token=read_secret(ctx, sec, "probe_token", "the /probe bearer token"),
     )
 
 

@@ -32,6 +32,34 @@ LITERAL_SECRET = (
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
+def read_secret(ctx: Context, sec: Section, key: str, what: str) -> Secret | None:
+    """``key: {env: NAME}`` or ``key: {file: PATH}`` as a ``Secret``; a literal value is a problem."""
+    raw = sec.raw.get(key)
+    if raw is None or isinstance(raw, Unresolved):
+        return None
+    if isinstance(raw, str):
+        hint = " (${NAME} expands to a literal too)" if isinstance(raw, Substituted) else ""
+        sec.fail(key, LITERAL_SECRET + hint)
+        return None
+    ref = Section.open(raw, sec.at(key), ctx.problems, ("env", "file"))
+    if ref is None:
+        return None
+    if ref.has("env") == ref.has("file"):
+        ctx.problems.add(ref.path, "give exactly one of env (a variable name) or file (a path)")
+        return None
+    if ref.has("env"):
+        return ref.read("env", None, lambda v: _secret_from_env(ctx, v, what))
+    return ref.read("file", None, lambda v: Secret.from_file(ctx.path(string_value(v))))
+
+
+def _secret_from_env(ctx: Context, raw: Any, what: str) -> Secret:
+    name = string_value(raw)
+    value = ctx.environ.get(name, "").strip()
+    if not value:
+        raise ValueError(f"environment variable {name} is not set or empty (it should hold {what})")
+    return Secret(value)
+
+
 class TargetReader:
     """Reads targets; a target's modules and SLO must be among the names the file defines."""
 
@@ -79,29 +107,7 @@ class TargetReader:
         )
 
     def secret(self, sec: Section) -> Secret | None:
-        raw = sec.raw.get("api_key")
-        if raw is None or isinstance(raw, Unresolved):
-            return None
-        if isinstance(raw, str):
-            hint = " (${NAME} expands to a literal too)" if isinstance(raw, Substituted) else ""
-            sec.fail("api_key", LITERAL_SECRET + hint)
-            return None
-        key = Section.open(raw, sec.at("api_key"), self.ctx.problems, ("env", "file"))
-        if key is None:
-            return None
-        if key.has("env") == key.has("file"):
-            self.ctx.problems.add(key.path, "give exactly one of env (a variable name) or file (a path)")
-            return None
-        if key.has("env"):
-            return key.read("env", None, self.secret_from_env)
-        return key.read("file", None, lambda v: Secret.from_file(self.ctx.path(string_value(v))))
-
-    def secret_from_env(self, raw: Any) -> Secret:
-        name = string_value(raw)
-        value = self.ctx.environ.get(name, "").strip()
-        if not value:
-            raise ValueError(f"environment variable {name} is not set or empty (it should hold the API key)")
-        return Secret(value)
+        return read_secret(self.ctx, sec, "api_key", "the API key")
 
     def headers(self, sec: Section) -> tuple[tuple[str, str], ...]:
         raw = sec.get("headers")

@@ -158,6 +158,9 @@ def run_plan_in_workers(
                 results[index] = result
             if stats is not None:
                 stats.append(worker_stats)
+        missing = [index for index, result in enumerate(results) if result is None]
+        if missing:
+            raise RuntimeError(f"probe workers returned no result for plan entries {missing[:10]}")
         return [r for r in results if r is not None]
     finally:
         for proc in procs:

@@ -2,8 +2,9 @@
 
 * ``GET /metrics``: everything the daemon knows (probe values are cached from scheduled probes).
 * ``GET /probe?target=&module=[&debug=true]``: run one probe now (blackbox_exporter style) and return
-  only its metrics, in a fresh registry; bounded by the target's probe budget and by the scrape timeout
-  Prometheus sends (``X-Prometheus-Scrape-Timeout-Seconds``). ``debug=true`` returns a readable log of
+  only its metrics, in a fresh registry; bounded by the target's probe budget, one at a time per
+  (target, module), and by the scrape timeout Prometheus sends (``X-Prometheus-Scrape-Timeout-Seconds``);
+  authenticated by ``global.probe_token`` (without one, only simulated targets can be probed on demand). ``debug=true`` returns a readable log of
   this probe and the recent results of that (target, module), failures kept longer.
 * ``GET /-/healthy``, ``GET /-/ready`` (ready once the config is loaded and the scheduler runs),
   ``POST /-/reload``, and ``GET /`` linking them.
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import html
 
 from aiohttp import web
@@ -76,6 +78,26 @@ async def reload(request: web.Request) -> web.Response:
     return web.Response(status=200 if ok else 500, text=message + "\n")
 
 
+def _authorize_probe(request: web.Request, daemon: Daemon, target: str) -> None:
+    """``/probe`` sends load on demand: a configured token is required (constant-time compare); with no
+    token configured only simulated targets may be probed this way."""
+    token = daemon.config.global_.probe_token
+    if token is None:
+        if not daemon.config.target(target).simulated:
+            raise web.HTTPForbidden(
+                text=f"/probe would send load to {target} on demand: set global.probe_token "
+                "({env: NAME} or {file: PATH}) and send it as a bearer token\n"
+            )
+        return
+    given = request.headers.get("Authorization", "")
+    expected = f"Bearer {token.reveal()}"
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        raise web.HTTPUnauthorized(
+            text="/probe needs Authorization: Bearer <global.probe_token>\n",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
 def _probe_timeout(request: web.Request) -> float:
     raw = request.headers.get(SCRAPE_TIMEOUT_HEADER)
     try:
@@ -92,6 +114,7 @@ async def probe(request: web.Request) -> web.Response:
         daemon.config.module(module)
     except UnknownNameError as exc:
         raise web.HTTPBadRequest(text=f"{exc}\n") from None
+    _authorize_probe(request, daemon, target)
     timeout = _probe_timeout(request)
     try:
         run = await asyncio.wait_for(daemon.probe_now(target, module), timeout)

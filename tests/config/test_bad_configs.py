@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.config import ConfigError, parse_config
+from exporter.config.targets import LITERAL_SECRET
 
 ENVIRON = {"KEY": "sk-never-print-me"}
 T = "targets:\n  - name: a\n    url: http://h:8000\n"  # a valid target to hang a case on
@@ -21,7 +22,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "unknown-global-key": (
         "global:\n  listen: ':9468'\n" + T,
         [
-            'global: unknown key "listen"; valid: buckets, listen_address, max_results_per_window, state_dir, windows'
+            'global: unknown key "listen"; valid: buckets, listen_address, max_results_per_window, probe_token, state_dir, windows'
         ],
     ),
     "unknown-target-key": (
@@ -367,3 +368,16 @@ def test_bad_config_never_prints_secrets(name: str) -> None:
     assert "sk-never-print-me" not in message
     assert "sk-live-123456" not in message
     assert "hunter2" not in message
+
+
+def test_probe_token_is_a_secret_reference_never_a_literal() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config("global: {probe_token: hunter2}\ntargets: [{name: a, url: 'http://127.0.0.1:1'}]\n")
+    assert caught.value.problems == ["global.probe_token: " + LITERAL_SECRET]
+    assert "hunter2" not in str(caught.value)
+    config = parse_config(
+        "global: {probe_token: {env: PROBE_TOKEN}}\ntargets: [{name: a, url: 'http://127.0.0.1:1'}]\n",
+        environ={"PROBE_TOKEN": "s3cret-token"},
+    )
+    assert config.global_.probe_token is not None and config.global_.probe_token.reveal() == "s3cret-token"
+    assert "s3cret-token" not in repr(config)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -86,15 +87,24 @@ async def daemon(sim: str, tmp_path: Path) -> AsyncIterator[tuple[Daemon, str, P
     daemon = Daemon(load_config_file(path), config_path=str(path), seed=1)
     spy = Spy(daemon.store.add)
     daemon.store.add = spy  # type: ignore[method-assign]
+    async with serving(daemon) as url:
+        yield daemon, url, path, spy
+
+
+@contextlib.asynccontextmanager
+async def serving(daemon: Daemon) -> AsyncIterator[str]:
+    """The daemon started with its web app on a free loopback port; yields the base URL."""
     runner = web.AppRunner(build_app(daemon))
     await runner.setup()
     await daemon.start()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield daemon, f"http://127.0.0.1:{port}", path, spy
-    await daemon.stop()
-    await runner.cleanup()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await daemon.stop()
+        await runner.cleanup()
 
 
 async def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
@@ -286,3 +296,33 @@ async def test_a_real_prometheus_scrapes_and_answers_histogram_quantile(
     assert answer.get("status") == "success" and answer["data"]["result"], answer
     median = float(answer["data"]["result"][0]["value"][1])
     assert 0.0 <= median <= 1.0
+
+
+async def test_probe_needs_the_token_when_one_is_configured(sim: str, tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    real = CONFIG.format(url=sim, extra_module="").replace("    simulated: true\n", "")
+    path.write_text(real)
+    assert await _probe_status(path, {}) == 403  # a real target, no token configured: refused
+    path.write_text(
+        real.replace(
+            "  windows: [1m, 5m]", "  windows: [1m, 5m]\n  probe_token: {env: FLUIDITY_TEST_PROBE_TOKEN}"
+        )
+    )
+    os.environ["FLUIDITY_TEST_PROBE_TOKEN"] = "t0ken"
+    try:
+        assert await _probe_status(path, {}) == 401
+        assert await _probe_status(path, {"Authorization": "Bearer wrong"}) == 401
+        assert await _probe_status(path, {"Authorization": "Bearer t0ken"}) == 200
+    finally:
+        del os.environ["FLUIDITY_TEST_PROBE_TOKEN"]
+
+
+async def _probe_status(path: Path, headers: dict[str, str]) -> int:
+    daemon = Daemon(load_config_file(path), config_path=str(path))
+    async with serving(daemon) as url:
+        return await get_status(f"{url}/probe?target=sim&module=fast", headers)
+
+
+async def get_status(url: str, headers: dict[str, str]) -> int:
+    async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as response:
+        return response.status

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Any
 
@@ -92,3 +93,15 @@ async def test_client_errors_are_http_status(sim: SimServer, model: str | None, 
         result = await client.send(RequestSpec(prompt="hi", max_tokens=4, extra_body=extra))
     assert result.outcome is Outcome.HTTP_STATUS and result.http_status == status
     assert result.error is not None and result.error.startswith(f"HTTP {status}: ")
+
+
+async def test_cancellation_propagates_and_the_client_stays_usable(sim: SimServer) -> None:
+    spec = RequestSpec(prompt="hi", max_tokens=100, extra_body=script(ttft=0.01, gaps=0.02))
+    async with ProbeClient(settings_for(sim, timeouts=FAST)) as client:
+        task = asyncio.create_task(client.send(spec))
+        await asyncio.sleep(0.15)  # mid-stream
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        after = await client.send(RequestSpec(prompt="hi", max_tokens=3))
+    assert after.outcome is Outcome.OK
