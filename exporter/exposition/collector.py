@@ -137,6 +137,8 @@ class FluidityCollector(Collector):
         self.lateness_quantiles = tuple(lateness_quantiles)
         self.engine_quantiles = tuple(engine_quantiles)
         self.client_ttft_quantile = client_ttft_quantile
+        # Engine window figures by target: (newest snapshot time, snapshot count) -> figures per window.
+        self._engine_cache: dict[str, tuple[tuple[float, int], dict[str, WindowFigures]]] = {}
 
     def describe(self) -> Iterator[Metric]:
         """Every family this collector may yield, empty (so registering never runs a full collect)."""
@@ -148,6 +150,7 @@ class FluidityCollector(Collector):
         out = _Families()
         engines = {view.target: view for view in self.store.engines()}
         engine_figures = {target: self._engine_windows(view) for target, view in engines.items()}
+        self._engine_cache = {t: c for t, c in self._engine_cache.items() if t in engines}
         for series in self.store.series(now):
             _add_cumulative(out, series)
             for label, seconds in self.windows.items():
@@ -169,10 +172,17 @@ class FluidityCollector(Collector):
         yield from out
 
     def _engine_windows(self, view: EngineView) -> dict[str, WindowFigures]:
-        if view.last is None or not view.last.ok:
+        latest = view.window.latest
+        if view.last is None or not view.last.ok or latest is None:
             return {}
+        key = (latest.at, len(view.window))
+        cached = self._engine_cache.get(view.target)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         figures = {label: view.window.figures(seconds) for label, seconds in self.windows.items()}
-        return {label: f for label, f in figures.items() if f is not None}
+        kept = {label: f for label, f in figures.items() if f is not None}
+        self._engine_cache[view.target] = (key, kept)
+        return kept
 
     def _add_engine(self, out: _Families, view: EngineView, figures: Mapping[str, WindowFigures]) -> None:
         last = view.last
@@ -197,13 +207,13 @@ class FluidityCollector(Collector):
         self, out: _Families, labels: tuple[str, str, str], window: ProbeWindow, figures: WindowFigures | None
     ) -> None:
         server = figures.histograms.get(Signal.SERVER_TTFT_SECONDS) if figures is not None else None
-        if server is None or not window.client_ttfts:
+        if server is None or not len(window.client_ttfts):
             return
         q = self.client_ttft_quantile
-        gap = client_minus_server_ttft(window.client_ttfts, server, q)
+        gap = client_minus_server_ttft(window.client_ttfts.tolist(), server, q)
         if gap is not None:
             out.add(names.WINDOW_CLIENT_MINUS_SERVER_TTFT, (*labels, _quantile_label(q)), gap)
-        mean_gap = client_minus_server_mean_ttft(window.client_ttfts, server)
+        mean_gap = client_minus_server_mean_ttft(window.client_ttfts.tolist(), server)
         if mean_gap is not None:
             out.add(names.WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT, labels, mean_gap)
 

@@ -200,7 +200,7 @@ class _Series:
     recent: deque[RecentResult] = field(init=False)
     recent_failures: deque[RecentResult] = field(init=False)
     version: int = 0  # bumped whenever the rows change, so window figures can be cached
-    window_cache: dict[float, tuple[tuple[int, int], ProbeWindow]] = field(default_factory=dict)
+    window_cache: dict[float, tuple[tuple[object, ...], ProbeWindow]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.records = Records.empty(tuple(self.policy.decode_tiers))
@@ -308,13 +308,15 @@ class ResultStore:
         if series is None:
             return None
         now = self.clock() if now is None else now
-        rows = self._current_rows(series, now).since(now - duration_s)
-        key = (series.version, len(rows))
+        records = self._current_rows(series, now)
+        start = now - duration_s
+        first = int(np.searchsorted(records.at, start, side="left"))
+        key = (series.version, first, tuple(fluidity_quantiles), tuple(lateness_quantiles))
         cached = series.window_cache.get(duration_s)
         if cached is not None and cached[0] == key:
             return cached[1]
         figures = probe_window(
-            rows,
+            records.since(start),
             series.policy,
             series.slos,
             series.goodput,

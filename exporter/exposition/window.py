@@ -150,7 +150,7 @@ def _frozen(columns: dict[str, NDArray[np.generic]]) -> dict[str, NDArray[np.gen
     return columns
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ProbeWindow:
     """Figures over the requests of one rolling window (an absent figure had no data)."""
 
@@ -161,7 +161,7 @@ class ProbeWindow:
     slos: tuple[SloResult, ...] = ()
     goodput_ratio: float | None = None
     lateness: Mapping[float, float] = field(default_factory=dict)  # quantile -> seconds
-    client_ttfts: tuple[float, ...] = ()
+    client_ttfts: FloatArray = field(default_factory=lambda: np.zeros(0))
 
 
 def probe_window(
@@ -186,7 +186,7 @@ def probe_window(
         slos=tuple(r for r in evaluate_slos(slos, _slo_values(done, policy)) if r.sample_count),
         goodput_ratio=_goodput_ratio(records) if goodput is not None and len(records) else None,
         lateness={q: nearest_rank(lateness, q) for q in lateness_quantiles} if len(lateness) else {},
-        client_ttfts=tuple(float(v) for v in ttfts),
+        client_ttfts=ttfts,
     )
 
 
