@@ -282,6 +282,7 @@ def request_record(result: ProbeResult, spec: EvaluationSpec) -> dict[str, Any]:
         "output_tokens": result.output_tokens,
         "completion_tokens_reported": result.completion_tokens_reported,
         "token_source": result.token_source.value,
+        "token_adjustment": result.token_adjustment,
         "finish_reason": result.finish_reason,
         "scheduled_at": result.scheduled_at,
         "sent_at": result.sent_at,
@@ -290,6 +291,9 @@ def request_record(result: ProbeResult, spec: EvaluationSpec) -> dict[str, Any]:
         "e2e_s": _e2e(result, spec.from_scheduled),
         "retries": result.retries,
         "unreliable": result.unreliable,
+        "loop_lag_s": result.loop_lag_s,
+        "loop_lag_share": result.loop_lag_share,
+        "multi_event_reads": result.multi_event_reads,
         "intervals": values,
     }
     return cast(dict[str, Any], _json_safe(record))

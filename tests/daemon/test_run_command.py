@@ -1,0 +1,85 @@
+"""``fluidity-exporter run`` as a user starts it: the embedded default, flags, bad configs, SIGTERM."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from exporter.daemon.command import split_address
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def test_embedded_default_probes_the_simulator_and_stops_cleanly_on_sigterm() -> None:
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "exporter",
+        "run",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--sim.preset=tiny",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, text = time.monotonic() + 40, ""
+        while (
+            time.monotonic() < deadline
+            and 'fluidity_probe_requests_total{module="default",outcome="ok"' not in text
+        ):
+            time.sleep(0.5)
+            try:
+                text = fetch(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                continue
+        assert 'fluidity_probe_requests_total{module="default",outcome="ok",target="sim"}' in text
+        assert "fluidity_engine_running_requests" in text  # the simulator's vLLM metrics, re-exported
+    finally:
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert f"serving http://127.0.0.1:{port}/metrics" in out and "stopped" in out
+
+
+def test_a_bad_config_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("targets:\n  - {name: a, url: 'ftp://x'}\nmodules: {m: {requests_per_run: 0}}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "exporter", "run", f"--config.file={config}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "targets[0].url" in result.stderr and "modules.m.requests_per_run" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [("0.0.0.0:9468", ("0.0.0.0", 9468)), ("[::1]:9000", ("::1", 9000)), (":9468", ("0.0.0.0", 9468))],
+)
+def test_listen_addresses(address: str, expected: tuple[str, int]) -> None:
+    assert split_address(address) == expected
+
+
+def test_a_bad_listen_address_names_the_flag() -> None:
+    with pytest.raises(ValueError, match=re.escape('--web.listen-address "9468": expected HOST:PORT')):
+        split_address("9468")
