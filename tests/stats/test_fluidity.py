@@ -14,6 +14,7 @@ from exporter.stats.batch import IntervalBatch
 from exporter.stats.deadline_loop import loop_request
 from exporter.stats.deadline_sweep import DeadlineSweep
 from exporter.stats.fluidity import (
+    LOOP_BISECTION_MAX_REQUESTS,
     FluidityOptions,
     deadline_miss_curve,
     deadline_misses,
@@ -342,3 +343,16 @@ def test_deadline_sweep_equals_per_token_loop(
         assert result.request(i) == expected
         reference = reference_misses(intervals, dp, dd, opts.ignore_first_token, opts.slack_cap, opts.variant)
         assert (expected.missed, expected.total) == reference
+
+
+@settings(max_examples=25, deadline=None)
+@given(traces(), st.sampled_from([0.5, 0.9, 1.0]), st.sampled_from(["deadlines", "tokens"]))
+def test_both_bisection_paths_agree(
+    trace: tuple[list[list[float]], float, float], target: float, variant: str
+) -> None:
+    requests, _, _ = trace
+    many = (requests * 40)[:40]  # more requests than the loop path takes: the sweep runs
+    assert len(many) > LOOP_BISECTION_MAX_REQUESTS
+    by_sweep = min_decode_deadlines(IntervalBatch.from_sequences(many), target, variant=variant)  # type: ignore[arg-type]
+    by_loop = [min_decode_deadline(r, target, variant=variant) for r in many]  # type: ignore[arg-type]
+    assert by_sweep.tolist() == by_loop
