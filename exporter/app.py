@@ -18,7 +18,7 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.config import Config, ConfigError, load_config_file
 from exporter.config.model import Module, Target
@@ -80,7 +80,7 @@ class Daemon:
     def __init__(self, config: Config, *, config_path: str | None = None, seed: int | None = None) -> None:
         self.config = config
         self.config_path = config_path
-        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = CollectorRegistry(auto_describe=True)  # the exporter's own health
         self.metrics = SelfMetrics(self.registry)
         limits = StoreLimits(
             max_age_s=max(config.global_.windows_s), max_records=config.global_.max_results_per_window
@@ -89,7 +89,6 @@ class Daemon:
         self.collector = FluidityCollector(
             self.store, {window_label(s): s for s in config.global_.windows_s}, clock=time.time
         )
-        self.registry.register(self.collector)
         self.jobs = JobScheduler(on_outcome=self._job_outcome)
         self.targets: dict[str, _TargetState] = {}
         self.rng = np.random.default_rng(seed)
@@ -133,6 +132,11 @@ class Daemon:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+    def metrics_text(self) -> bytes:
+        """The /metrics body: the probe and engine families (rendered fast, cached per series) and the
+        exporter's self-metrics (prometheus_client)."""
+        return self.collector.render_text().encode() + generate_latest(self.registry)
 
     # -- configuration ------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from exporter.engine.derive import (
     client_minus_server_ttft,
 )
 from exporter.engine.families import Signal
-from exporter.exposition import names
+from exporter.exposition import names, render
 from exporter.exposition.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.exposition.names import MetricSpec
 from exporter.exposition.store import Clock, EngineView, HistogramCounts, ResultStore, SeriesView, StoreLimits
@@ -98,6 +98,32 @@ class _Families:
         return iter(sorted(self._by_name.values(), key=lambda f: order[_spec_name(f)]))
 
 
+def _family_texts(out: _Families) -> dict[str, tuple[str, str]]:
+    """Each family's header and sample lines, by exposed name."""
+    return {render.family_name(f): (render.header(f), render.sample_lines(f)) for f in out}
+
+
+class _TextParts:
+    """Sample lines gathered per family from many sources, joined under one header per family."""
+
+    def __init__(self) -> None:
+        self.headers: dict[str, str] = {}
+        self.lines: dict[str, list[str]] = {}
+
+    def add_text(self, texts: Mapping[str, tuple[str, str]]) -> None:
+        for name, (head, samples) in texts.items():
+            self.headers[name] = head
+            self.lines.setdefault(name, []).append(samples)
+
+    def add_families(self, out: _Families) -> None:
+        self.add_text(_family_texts(out))
+
+    def text(self) -> str:
+        order = {spec.name: index for index, spec in enumerate(names.ALL)}
+        ordered = sorted(self.headers, key=order.__getitem__)
+        return "".join(self.headers[name] + "".join(self.lines[name]) for name in ordered)
+
+
 def _spec_name(family: Metric) -> str:
     # CounterMetricFamily drops "_total" from its name; the specs keep it.
     return family.name + "_total" if family.type == "counter" else family.name
@@ -139,6 +165,11 @@ class FluidityCollector(Collector):
         self.client_ttft_quantile = client_ttft_quantile
         # Engine window figures by target: (newest snapshot time, snapshot count) -> figures per window.
         self._engine_cache: dict[str, tuple[tuple[float, int], dict[str, WindowFigures]]] = {}
+        # Rendered cumulative samples by series: (version, {family name: (header, sample lines)}).
+        self._text_cache: dict[tuple[str, str], tuple[object, dict[str, tuple[str, str]]]] = {}
+        self._window_text_cache: dict[
+            tuple[str, str, str], tuple[ProbeWindow, WindowFigures | None, dict[str, tuple[str, str]]]
+        ] = {}
 
     def describe(self) -> Iterator[Metric]:
         """Every family this collector may yield, empty (so registering never runs a full collect)."""
@@ -146,22 +177,86 @@ class FluidityCollector(Collector):
             yield new_family(spec)
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._build(self.clock())
+
+    def render_text(self) -> str:
+        """The text exposition of ``collect()``, fast: each series' cumulative samples (histograms and
+        counters, which change only when a run is stored) and each window's samples (which change only
+        when its rows do) are formatted once and reused until they change."""
         now = self.clock()
+        engines, engine_figures = self._engine_state()
+        parts = _TextParts()
+        cumulative_keys, window_keys = set(), set()
+        for series in self.store.series(now):
+            key = (series.target, series.module)
+            cumulative_keys.add(key)
+            parts.add_text(self._cumulative_text(key, series))
+            for label, seconds in self.windows.items():
+                window = self._window(series, seconds, now)
+                if window is None:
+                    continue
+                labels = (series.target, series.module, label)
+                window_keys.add(labels)
+                figures = engine_figures.get(series.target, {}).get(label)
+                parts.add_text(self._window_text(labels, window, figures))
+        engine_out = _Families()
+        for view in engines.values():
+            self._add_engine(engine_out, view, engine_figures[view.target])
+        parts.add_families(engine_out)
+        self._text_cache = {k: v for k, v in self._text_cache.items() if k in cumulative_keys}
+        self._window_text_cache = {k: v for k, v in self._window_text_cache.items() if k in window_keys}
+        return parts.text()
+
+    def _cumulative_text(self, key: tuple[str, str], series: SeriesView) -> dict[str, tuple[str, str]]:
+        # Every stored run adds at least one request, so the request count versions the series.
+        version = (sum(series.requests.values()), series.output_tokens, series.last_success)
+        cached = self._text_cache.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
         out = _Families()
+        _add_cumulative(out, series)
+        text = _family_texts(out)
+        self._text_cache[key] = (version, text)
+        return text
+
+    def _window_text(
+        self, labels: tuple[str, str, str], window: ProbeWindow, figures: WindowFigures | None
+    ) -> dict[str, tuple[str, str]]:
+        # The store hands out the same ProbeWindow object until the window's rows change, and the
+        # engine cache the same figures until a new snapshot arrives: identity is the version.
+        cached = self._window_text_cache.get(labels)
+        if cached is not None and cached[0] is window and cached[1] is figures:
+            return cached[2]
+        out = _Families()
+        _add_window(out, labels, window)
+        self._add_client_minus_server(out, labels, window, figures)
+        text = _family_texts(out)
+        self._window_text_cache[labels] = (window, figures, text)
+        return text
+
+    def _window(self, series: SeriesView, seconds: float, now: float) -> ProbeWindow | None:
+        return self.store.window(
+            series.target,
+            series.module,
+            seconds,
+            now,
+            fluidity_quantiles=self.fluidity_quantiles,
+            lateness_quantiles=self.lateness_quantiles,
+        )
+
+    def _engine_state(self) -> tuple[dict[str, EngineView], dict[str, dict[str, WindowFigures]]]:
         engines = {view.target: view for view in self.store.engines()}
-        engine_figures = {target: self._engine_windows(view) for target, view in engines.items()}
+        figures = {target: self._engine_windows(view) for target, view in engines.items()}
         self._engine_cache = {t: c for t, c in self._engine_cache.items() if t in engines}
+        return engines, figures
+
+    def _build(self, now: float) -> _Families:
+        out = _Families()
+        engines, engine_figures = self._engine_state()
         for series in self.store.series(now):
             _add_cumulative(out, series)
             for label, seconds in self.windows.items():
-                window = self.store.window(
-                    series.target,
-                    series.module,
-                    seconds,
-                    now,
-                    fluidity_quantiles=self.fluidity_quantiles,
-                    lateness_quantiles=self.lateness_quantiles,
-                )
+                window = self._window(series, seconds, now)
                 if window is not None:
                     labels = (series.target, series.module, label)
                     _add_window(out, labels, window)
@@ -169,7 +264,7 @@ class FluidityCollector(Collector):
                     self._add_client_minus_server(out, labels, window, figures)
         for view in engines.values():
             self._add_engine(out, view, engine_figures[view.target])
-        yield from out
+        return out
 
     def _engine_windows(self, view: EngineView) -> dict[str, WindowFigures]:
         latest = view.window.latest

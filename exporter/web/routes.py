@@ -18,11 +18,11 @@ import html
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.aiohttp import make_aiohttp_handler
 
 from exporter import __version__
 from exporter.app import Daemon, ProbeRefusedError, ProbeRun
 from exporter.config import UnknownNameError
+from exporter.exposition import render
 from exporter.exposition.collector import probe_registry
 from exporter.probe.result import ProbeResult, intervals
 
@@ -37,7 +37,7 @@ def build_app(daemon: Daemon) -> web.Application:
     app = web.Application()
     app[DAEMON] = daemon
     app.router.add_get("/", index)
-    app.router.add_get("/metrics", make_aiohttp_handler(daemon.registry))
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/probe", probe)
     app.router.add_get("/-/healthy", healthy)
     app.router.add_get("/-/ready", ready)
@@ -58,6 +58,12 @@ async def index(request: web.Request) -> web.Response:
         f"<h2>Probe now (debug view)</h2><ul>{probes}</ul></body></html>"
     )
     return web.Response(text=body, content_type="text/html")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(
+        body=request.app[DAEMON].metrics_text(), headers={"Content-Type": render.CONTENT_TYPE}
+    )
 
 
 async def healthy(_: web.Request) -> web.Response:

@@ -303,3 +303,48 @@ def test_describe_does_not_collect() -> None:
 def test_collector_arguments_are_validated(windows: dict[str, float], kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ValueError, match=message):
         FluidityCollector(ResultStore(StoreLimits(max_age_s=3_600.0)), windows, **kwargs)
+
+
+def _parsed(text: str) -> dict[str, list[tuple[str, tuple[tuple[str, str], ...], float]]]:
+    return {
+        f.name: sorted(
+            (s.name, tuple(sorted(s.labels.items())), s.value)
+            for s in f.samples
+            if not s.name.endswith("_created")
+        )
+        for f in text_string_to_metric_families(text)
+    }
+
+
+def test_fast_text_equals_prometheus_clients_exposition() -> None:
+    store = filled_store()
+    store.add("llm", "code", [smooth(), stalled()], POLICY, None, NOW - 5)
+    store.add_engine_scrape("llm", scraped(engine_snapshot(NOW - 20, scale=1)))
+    store.add_engine_scrape("llm", scraped(engine_snapshot(NOW - 5, scale=2)))
+    collector = FluidityCollector(store, {"5m": 300.0, "1h": 3600.0}, clock=lambda: NOW)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    expected = _parsed(generate_latest(registry).decode())
+    first = collector.render_text()
+    assert _parsed(first) == expected
+    assert collector.render_text() == first  # served from the per-series cache, unchanged
+    store.add("llm", "chat", [smooth()], POLICY, GoodputBounds(ttft=0.3), NOW - 1, slos=SLOS)
+    refreshed = _parsed(collector.render_text())  # a new run invalidates that series' cached text
+    assert refreshed == _parsed(generate_latest(registry).decode()) and refreshed != expected
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool comes with Debian's prometheus package"
+)
+def test_promtool_accepts_the_fast_text() -> None:
+    collector = FluidityCollector(filled_store(), {"5m": 300.0}, clock=lambda: NOW)
+    check = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=collector.render_text(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode == 0 and not check.stdout.strip() and not check.stderr.strip(), (
+        check.stdout + check.stderr
+    )
