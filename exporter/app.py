@@ -18,13 +18,14 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
 from exporter.config import Config, ConfigError, load_config_file
 from exporter.config.model import Module, Target
 from exporter.daemon.budget import BudgetTracker
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
 from exporter.engine.scrape import scrape
+from exporter.exposition import render
 from exporter.exposition.buckets import HistogramBuckets
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.self_metrics import SelfMetrics
@@ -134,9 +135,9 @@ class Daemon:
         await asyncio.gather(*pending, return_exceptions=True)
 
     def metrics_text(self) -> bytes:
-        """The /metrics body: the probe and engine families (rendered fast, cached per series) and the
-        exporter's self-metrics (prometheus_client)."""
-        return self.collector.render_text().encode() + generate_latest(self.registry)
+        """The /metrics body: the probe and engine families (cached per series) and the exporter's
+        self-metrics, both through the plain formatter (``exporter.exposition.render``)."""
+        return (self.collector.render_text() + render.render(self.registry.collect())).encode()
 
     # -- configuration ------------------------------------------------------------------------------
 

@@ -167,6 +167,7 @@ class FluidityCollector(Collector):
         self._engine_cache: dict[str, tuple[tuple[float, int], dict[str, WindowFigures]]] = {}
         # Rendered cumulative samples by series: (version, {family name: (header, sample lines)}).
         self._text_cache: dict[tuple[str, str], tuple[object, dict[str, tuple[str, str]]]] = {}
+        self._engine_text_cache: dict[str, tuple[object, object, dict[str, tuple[str, str]]]] = {}
         self._window_text_cache: dict[
             tuple[str, str, str], tuple[ProbeWindow, WindowFigures | None, dict[str, tuple[str, str]]]
         ] = {}
@@ -187,34 +188,30 @@ class FluidityCollector(Collector):
         engines, engine_figures = self._engine_state()
         parts = _TextParts()
         cumulative_keys, window_keys = set(), set()
-        for series in self.store.series(now):
-            key = (series.target, series.module)
+        for key, version in self.store.versions():
             cumulative_keys.add(key)
-            parts.add_text(self._cumulative_text(key, series))
+            parts.add_text(self._cumulative_text(key, version, now))
             for label, seconds in self.windows.items():
-                window = self._window(series, seconds, now)
+                window = self._window_key(key, seconds, now)
                 if window is None:
                     continue
-                labels = (series.target, series.module, label)
+                labels = (*key, label)
                 window_keys.add(labels)
-                figures = engine_figures.get(series.target, {}).get(label)
+                figures = engine_figures.get(key[0], {}).get(label)
                 parts.add_text(self._window_text(labels, window, figures))
-        engine_out = _Families()
         for view in engines.values():
-            self._add_engine(engine_out, view, engine_figures[view.target])
-        parts.add_families(engine_out)
+            parts.add_text(self._engine_text(view, engine_figures[view.target]))
         self._text_cache = {k: v for k, v in self._text_cache.items() if k in cumulative_keys}
         self._window_text_cache = {k: v for k, v in self._window_text_cache.items() if k in window_keys}
+        self._engine_text_cache = {k: v for k, v in self._engine_text_cache.items() if k in engines}
         return parts.text()
 
-    def _cumulative_text(self, key: tuple[str, str], series: SeriesView) -> dict[str, tuple[str, str]]:
-        # Every stored run adds at least one request, so the request count versions the series.
-        version = (sum(series.requests.values()), series.output_tokens, series.last_success)
+    def _cumulative_text(self, key: tuple[str, str], version: int, now: float) -> dict[str, tuple[str, str]]:
         cached = self._text_cache.get(key)
         if cached is not None and cached[0] == version:
             return cached[1]
         out = _Families()
-        _add_cumulative(out, series)
+        _add_cumulative(out, self.store.view(key, now))
         text = _family_texts(out)
         self._text_cache[key] = (version, text)
         return text
@@ -234,10 +231,23 @@ class FluidityCollector(Collector):
         self._window_text_cache[labels] = (window, figures, text)
         return text
 
+    def _engine_text(self, view: EngineView, figures: dict[str, WindowFigures]) -> dict[str, tuple[str, str]]:
+        # A scrape result and the figures derived from the window change together, on a new scrape.
+        cached = self._engine_text_cache.get(view.target)
+        if cached is not None and cached[0] is view.last and cached[1] is figures:
+            return cached[2]
+        out = _Families()
+        self._add_engine(out, view, figures)
+        text = _family_texts(out)
+        self._engine_text_cache[view.target] = (view.last, figures, text)
+        return text
+
     def _window(self, series: SeriesView, seconds: float, now: float) -> ProbeWindow | None:
+        return self._window_key((series.target, series.module), seconds, now)
+
+    def _window_key(self, key: tuple[str, str], seconds: float, now: float) -> ProbeWindow | None:
         return self.store.window(
-            series.target,
-            series.module,
+            *key,
             seconds,
             now,
             fluidity_quantiles=self.fluidity_quantiles,

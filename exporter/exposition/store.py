@@ -284,6 +284,14 @@ class ResultStore:
         now = self.clock() if now is None else now
         return [self._view(s, now) for s in self._series.values()]
 
+    def versions(self) -> list[tuple[SeriesKey, int]]:
+        """Every (target, module) with a number that changes whenever a run is stored for it."""
+        return [(key, series.version) for key, series in self._series.items()]
+
+    def view(self, key: SeriesKey, now: float | None = None) -> SeriesView:
+        """One (target, module) at ``now``, as ``series`` gives it."""
+        return self._view(self._series[key], self.clock() if now is None else now)
+
     def engines(self) -> list[EngineView]:
         """Every target's engine state."""
         return list(self._engines.values())
