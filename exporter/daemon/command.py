@@ -91,10 +91,10 @@ async def serve(daemon: Daemon, address: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 after a clean shutdown, 1 on a bad config (every problem listed)."""
-    logging.basicConfig(
-        level=args.log_level.upper().replace("WARN", "WARNING"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    level = args.log_level.upper().replace("WARN", "WARNING")
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # APScheduler logs every job run at INFO: useful when debugging, noise otherwise.
+    logging.getLogger("apscheduler").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     try:
         with embedded_or_file(args) as config:
             address = args.listen_address or config.global_.listen_address
