@@ -25,6 +25,7 @@ precise and they never touch the engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import struct
@@ -118,19 +119,26 @@ async def run_fault(
         )
     content_type = "text/event-stream" if streaming else "application/json"
     resp = web.StreamResponse(headers={"Content-Type": content_type, "Cache-Control": "no-cache"})
-    await resp.prepare(request)
-    pieces = _inject(pieces, fault, streaming)
+    # A client that gives up on a faulty stream (as a probe with timeouts should) is no error of ours.
+    with contextlib.suppress(ConnectionError):
+        await resp.prepare(request)
+        await _stream_fault(request, resp, _inject(pieces, fault, streaming), fault, gap)
+    return resp
+
+
+async def _stream_fault(
+    request: web.Request, resp: web.StreamResponse, pieces: list[bytes], fault: FaultSpec, gap: float
+) -> None:
     at = min(fault.at, len(pieces))
     drip = fault.interval if fault.mode == "slow_drip" else None
     await _write_all(resp, pieces[:at] if fault.mode in ("reset", "stall") else pieces, gap, drip)
     if fault.mode == "reset":
         _reset(request)
-        return resp
+        return
     if fault.mode == "stall":
         await asyncio.sleep(fault.duration)
         await _write_all(resp, pieces[at:], gap, None)
     await resp.write_eof()
-    return resp
 
 
 def normal_pieces(events: Sequence[str], body: dict[str, object] | None) -> list[bytes]:
