@@ -28,9 +28,7 @@ import asyncio
 import json
 import math
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,11 +40,8 @@ import aiohttp
 
 from exporter.probe import ProbeClient, ProbeResult, RequestSpec, TargetSettings, Timeouts, intervals
 from exporter.probe.workers import WorkerStats, run_plan, run_plan_in_workers
+from exporter.sim.process import SimProcess
 
-ENTRY = (
-    "import sys; from exporter.cli import build_parser; from exporter.sim.cli import SIM_COMMAND; "
-    "args = build_parser({'sim': SIM_COMMAND}).parse_args(sys.argv[1:]); sys.exit(SIM_COMMAND.run(args))"
-)
 MODEL = "sim-bench"
 CONFIG = f"preset: tiny\nmodel: {MODEL}\nrecord_lateness: true\nmax_waiting: 8192\n"
 GAP_S = 0.020
@@ -81,25 +76,15 @@ class Run:
 # -- the server ------------------------------------------------------------------------------------
 
 
-def start_server(workdir: Path) -> tuple[subprocess.Popen[str], str]:
+def start_server(workdir: Path) -> SimProcess:
+    """The simulator on the first CPU; this process (and the workers it spawns) on the others."""
     config = workdir / "sim.yaml"
     config.write_text(CONFIG)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", ENTRY, "sim", "--port", "0", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"http://[\d.]+:\d+", line)
-    if not match:
-        proc.kill()
-        raise SystemExit(f"server did not start: {line!r}")
     cpus = sorted(os.sched_getaffinity(0))
+    server = SimProcess(["--config", str(config)], cpus={cpus[0]} if len(cpus) > 1 else None).__enter__()
     if len(cpus) > 1:
-        os.sched_setaffinity(proc.pid, {cpus[0]})
         os.sched_setaffinity(0, set(cpus[1:]))  # spawned workers inherit this
-    return proc, match.group(0)
+    return server
 
 
 async def server_lateness(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
@@ -369,7 +354,8 @@ def main() -> int:
     tokens = args.tokens or (40 if args.quick else 100)
     loads = LOADS[:3] if args.quick else LOADS
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_server(Path(tmp))
+        server = start_server(Path(tmp))
+        proc, url = server.process, server.url
         cpus = len(os.sched_getaffinity(0))
         workers = args.workers or max(2, min(8, cpus))
         try:
@@ -386,8 +372,7 @@ def main() -> int:
                 )
             asyncio.run(main_async(url, loads, tokens, workers, reps))
         finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+            server.__exit__(None, None, None)
     return 0
 
 

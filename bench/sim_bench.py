@@ -24,19 +24,15 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ENTRY = (
-    "import sys; from exporter.cli import build_parser; from exporter.sim.cli import SIM_COMMAND; "
-    "args = build_parser({'sim': SIM_COMMAND}).parse_args(sys.argv[1:]); sys.exit(SIM_COMMAND.run(args))"
-)
+from exporter.sim.process import SimProcess
+
 # The 8B-on-H100 preset gives the engine scenario a realistic step time (~8 ms at 100 streams, ~15 ms at
 # 500); ``tiny`` steps (2 ms + 10 us per sequence) would ask for more tokens per second than one core writes.
 CONFIG = (
@@ -49,24 +45,15 @@ BURST_S = 1.0
 LEVELS = (10, 100, 500)
 
 
-def start_server(workdir: Path) -> tuple[subprocess.Popen[str], str, int]:
+def start_server(workdir: Path) -> SimProcess:
+    """The simulator on CPU 0 and this client on CPU 1, when there are two."""
     config = workdir / "sim.yaml"
     config.write_text(CONFIG)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", ENTRY, "sim", "--port", "0", "--config", str(config)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    match = re.search(r"http://([\d.]+):(\d+)", line)
-    if not match:
-        proc.kill()
-        raise SystemExit(f"server did not start: {line!r}")
-    if len(os.sched_getaffinity(0)) > 1:
-        os.sched_setaffinity(proc.pid, {0})
+    two = len(os.sched_getaffinity(0)) > 1
+    server = SimProcess(["--config", str(config)], cpus={0} if two else None).__enter__()
+    if two:
         os.sched_setaffinity(0, {1})
-    return proc, match.group(1), int(match.group(2))
+    return server
 
 
 async def http(host: str, port: int, method: str, path: str, body: dict[str, Any] | None = None) -> bytes:
@@ -136,6 +123,13 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def _ratio(window: dict[str, float], floor: dict[str, float]) -> str:
+    """p99 over the floor's p99; a window with no writes (a short run all in its first second) has none."""
+    if "p99" not in window or "p99" not in floor:
+        return "    -"
+    return f"{window['p99'] / floor['p99']:5.2f}"
+
+
 def print_lateness(title: str, rounds: Rounds) -> None:
     """Per stream count: the median over rounds of each figure, and each round's p99/floor ratio."""
     print(f"\n{title} (median of {len(rounds)} rounds)")
@@ -145,7 +139,7 @@ def print_lateness(title: str, rounds: Rounds) -> None:
     for streams in rounds[0]:
         steady = [r[streams]["steady"] for r in rounds]
         burst = [r[streams]["burst"] for r in rounds]
-        ratios = " ".join(f"{r[streams]['steady']['p99'] / r[floor]['steady']['p99']:5.2f}" for r in rounds)
+        ratios = " ".join(_ratio(r[streams]["steady"], r[floor]["steady"]) for r in rounds)
 
         def med(windows: list[dict[str, float]], key: str) -> str:
             return ms(_median([w[key] for w in windows if key in w]))
@@ -185,13 +179,14 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         cpus = len(os.sched_getaffinity(0))
-        proc, host, port = start_server(Path(tmp))
+        server = start_server(Path(tmp))
+        proc = server.process
+        host, port = server.url.removeprefix("http://").rsplit(":", 1)[0], int(server.url.rsplit(":", 1)[1])
         try:
             print(f"server pid {proc.pid} on {host}:{port}; {cpus} CPUs; server on CPU 0, client on CPU 1")
             asyncio.run(run(host, port, args.quick))
         finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+            server.__exit__(None, None, None)
     return 0
 
 

@@ -7,6 +7,7 @@ waits for the line that says where it listens, and stops it on exit.
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import subprocess
@@ -23,8 +24,11 @@ START_TIMEOUT_S = 30.0
 class SimProcess:
     """``with SimProcess(["--preset", "tiny"]) as sim: sim.url``; extra arguments go to ``sim``."""
 
-    def __init__(self, arguments: Sequence[str] = (), host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, arguments: Sequence[str] = (), host: str = "127.0.0.1", *, cpus: set[int] | None = None
+    ) -> None:
         self.arguments = [*arguments, "--host", host, "--port", "0"]
+        self.cpus = cpus  # pin the child to these CPUs (benchmarks keep server and client apart)
         self.process: subprocess.Popen[str] | None = None
         self.url = ""
 
@@ -36,6 +40,8 @@ class SimProcess:
             command, stdout=subprocess.PIPE, stderr=self.errors, text=True, start_new_session=True
         )
         self.url = self._wait_for_address(self.process)
+        if self.cpus:
+            os.sched_setaffinity(self.process.pid, self.cpus)
         return self
 
     def _wait_for_address(self, process: subprocess.Popen[str]) -> str:
