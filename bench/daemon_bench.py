@@ -91,11 +91,16 @@ def baseline_rss_mb() -> float:
     return int(line.split()[1]) / 1024
 
 
-def idle(sim_url: str, seconds: float, workdir: Path) -> None:
-    config = workdir / "idle.yaml"
-    config.write_text(config_text(sim_url, 1, 1, "10s", engine=True))
+def daemon_for(workdir: Path, name: str, text: str) -> tuple[subprocess.Popen[bytes], int]:
+    """A ready daemon on a free port running the config ``text``."""
+    config = workdir / f"{name}.yaml"
+    config.write_text(text)
     port = free_port()
-    daemon = start_daemon(config, port)
+    return start_daemon(config, port), port
+
+
+def idle(sim_url: str, seconds: float, workdir: Path) -> None:
+    daemon, _ = daemon_for(workdir, "idle", config_text(sim_url, 1, 1, "10s", engine=True))
     try:
         time.sleep(5)  # start-up and the first probe are not idle
         before, start = cpu_seconds(daemon.pid), time.monotonic()
@@ -139,10 +144,7 @@ def baseline_server(lines: int) -> tuple[subprocess.Popen[bytes], int]:
 
 
 def metrics_latency(sim_url: str, scrapes: int, workdir: Path) -> None:
-    config = workdir / "busy.yaml"
-    config.write_text(config_text(sim_url, 10, 3, "10s", engine=True))
-    port = free_port()
-    daemon = start_daemon(config, port)
+    daemon, port = daemon_for(workdir, "busy", config_text(sim_url, 10, 3, "10s", engine=True))
     try:
         time.sleep(15)  # every (target, module) has run and the engines were scraped
         print("/metrics with 10 targets x 3 modules (each probed every 10 s while scraping):")

@@ -69,19 +69,18 @@ def _read_text(path: Path) -> str:
 def _count(where: str, name: str, raw: Any) -> int:
     """A token count: a non-negative integer (integral floats such as 12.0 accepted)."""
     bad = f'{where}: field "{name}" must be an integer >= 0, got {raw!r}'
-    if isinstance(raw, bool):
-        raise ValueError(bad)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise ValueError(bad) from None
-    if not math.isfinite(value) or value < 0 or value != int(value):
+    value = _finite(raw, bad)
+    if value < 0 or value != int(value):
         raise ValueError(bad)
     return int(value)
 
 
 def _seconds(where: str, name: str, raw: Any, scale: float = 1.0) -> float:
-    bad = f'{where}: field "{name}" must be a finite number, got {raw!r}'
+    return _finite(raw, f'{where}: field "{name}" must be a finite number, got {raw!r}') * scale
+
+
+def _finite(raw: Any, bad: str) -> float:
+    """``raw`` as a finite float (a bool is not a number here); ``bad`` is the error otherwise."""
     if isinstance(raw, bool):
         raise ValueError(bad)
     try:
@@ -90,7 +89,7 @@ def _seconds(where: str, name: str, raw: Any, scale: float = 1.0) -> float:
         raise ValueError(bad) from None
     if not math.isfinite(value):
         raise ValueError(bad)
-    return value * scale
+    return value
 
 
 def _field(where: str, record: Mapping[str, Any], name: str) -> Any:
