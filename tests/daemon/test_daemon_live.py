@@ -326,3 +326,33 @@ async def _probe_status(path: Path, headers: dict[str, str]) -> int:
 async def get_status(url: str, headers: dict[str, str]) -> int:
     async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as response:
         return response.status
+
+
+async def test_a_dead_target_is_counted_and_the_daemon_stays_up(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        CONFIG.format(url=dead, extra_module="").replace(
+            "kind: vllm, interval: 1s", "kind: vllm, interval: 1s"
+        )
+    )
+    daemon = Daemon(load_config_file(path), config_path=str(path))
+    async with serving(daemon) as url:
+        await asyncio.sleep(2.5)
+        status, text = await get(url + "/metrics")
+        assert status == 200 and (await get(url + "/-/ready"))[0] == 200
+    series = samples(text)
+    assert (
+        value(series, "fluidity_probe_requests_total", target="sim", module="fast", outcome="connect_error")
+        >= 2
+    )
+    assert value(series, "fluidity_probe_requests_total", target="sim", module="fast", outcome="ok") == 0
+    assert (
+        value(series, "fluidity_exporter_engine_scrape_errors_total", target="sim", reason="connect_error")
+        >= 1
+    )
+    assert (
+        value(series, "fluidity_exporter_job_errors_total", job_id="probe:sim:fast") == 0
+    )  # no bug, a result
