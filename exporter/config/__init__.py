@@ -12,6 +12,8 @@ Schema (every key is optional unless marked *required*; the values shown are the
       windows: [5m, 1h]                # rolling windows of the window gauges; at least one, > 0, distinct
       max_results_per_window: 2000     # results kept per (target, module): the memory bound
       state_dir: null                  # folder for prefill profiles and job history
+      probe_token: null                # {env: NAME} or {file: PATH}: bearer token /probe requires; without
+                                       # one, /probe only probes simulated targets
       buckets:                         # histogram bucket overrides (upper bounds; +Inf is added):
         ttft: [...]                    #   ttft, tbt, tpot, e2e, normalized_latency (seconds, >= 0) and
         fluidity: [...]                #   fluidity (in [0, 1]); strictly ascending, finite
@@ -37,6 +39,8 @@ Schema (every key is optional unless marked *required*; the values shown are the
         workload: {prompt_tokens: "lognormal:median=512,sigma=0.5", output_tokens: 128}
                                        # or a preset name: sharegpt, lmsys, mooncake, azure-code,
                                        # arxiv-summarization, bwb (length specs: exporter.load.distributions)
+                                       # or {trace: PATH, format: azure|jsonl|mooncake|sharegpt}: a trace's
+                                       # (prompt, output) pairs, read at load time
         max_prompt_tokens: null        # length filters (null: the preset's own, or none)
         max_output_tokens: null
         requests_per_run: 2

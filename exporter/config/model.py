@@ -16,7 +16,7 @@ from exporter.load.arrivals import ArrivalProcess
 from exporter.load.distributions import Fixed, LengthDistribution, LogNormal
 from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
-from exporter.load.workloads import IndependentLengths, Workload
+from exporter.load.workloads import IndependentLengths, LengthSource, PairedLengths, Workload
 from exporter.probe.target import Api, Secret, TargetSettings, Timeouts
 from exporter.report.summary import DEFAULT_PREFILL_DEADLINE_S, DeadlinePolicy, EvaluationSpec
 from exporter.stats.prefill import PrefillModel
@@ -125,20 +125,24 @@ class Target:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """A workload preset by name, or independent prompt and output length distributions."""
+    """A workload preset by name, (prompt, output) pairs from a trace file, or independent prompt and
+    output length distributions."""
 
     preset: str | None = None
     prompt_tokens: LengthDistribution | None = field(default_factory=lambda: LogNormal(512, 0.5))
     output_tokens: LengthDistribution | None = field(default_factory=lambda: Fixed(128))
+    trace: PairedLengths | None = None  # read from the trace file at load time
 
     def __post_init__(self) -> None:
-        if self.preset is not None:  # a preset brings its own lengths
+        if self.preset is not None or self.trace is not None:  # they bring their own lengths
             object.__setattr__(self, "prompt_tokens", None)
             object.__setattr__(self, "output_tokens", None)
         elif self.prompt_tokens is None or self.output_tokens is None:
-            raise ValueError("a workload without a preset needs prompt_tokens and output_tokens")
+            raise ValueError("a workload without a preset or trace needs prompt_tokens and output_tokens")
 
     def describe(self) -> str:
+        if self.trace is not None:
+            return self.trace.describe()
         if self.preset is not None or self.prompt_tokens is None or self.output_tokens is None:
             return f"preset {self.preset}"
         return f"prompt {self.prompt_tokens.describe()}, output {self.output_tokens.describe()}"
@@ -177,8 +181,12 @@ class Module:
                 max_prompt_tokens=self.max_prompt_tokens,
                 max_output_tokens=self.max_output_tokens,
             )
-        assert spec.prompt_tokens is not None and spec.output_tokens is not None  # __post_init__
-        lengths = IndependentLengths(spec.prompt_tokens, spec.output_tokens)
+        lengths: LengthSource
+        if spec.trace is not None:
+            lengths = spec.trace
+        else:
+            assert spec.prompt_tokens is not None and spec.output_tokens is not None  # __post_init__
+            lengths = IndependentLengths(spec.prompt_tokens, spec.output_tokens)
         return Workload(
             self.name, lengths, builder, target.api, self.max_prompt_tokens, self.max_output_tokens
         )

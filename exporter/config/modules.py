@@ -22,6 +22,8 @@ from exporter.config.values import (
     string_value,
 )
 from exporter.load.arrivals import ArrivalProcess
+from exporter.load.traces import TRACE_FORMATS, load_trace
+from exporter.load.workloads import PairedLengths
 from exporter.stats.prefill import PrefillModel
 from exporter.stats.slo import GoodputBounds, Slo, parse_slo
 
@@ -63,14 +65,39 @@ class ModuleReader:
             return WorkloadSpec()
         if isinstance(raw, str):
             return sec.read("workload", WorkloadSpec(), preset_spec, resolve=False)
-        lengths = Section.open(raw, sec.at("workload"), self.ctx.problems, ("prompt_tokens", "output_tokens"))
+        keys = ("prompt_tokens", "output_tokens", "trace", "format")
+        lengths = Section.open(raw, sec.at("workload"), self.ctx.problems, keys)
         if lengths is None:
             return WorkloadSpec()
+        if lengths.has("trace") or lengths.has("format"):
+            return self.trace_workload(lengths)
         default = WorkloadSpec()
         return WorkloadSpec(
             prompt_tokens=lengths.read("prompt_tokens", default.prompt_tokens, length_spec),
             output_tokens=lengths.read("output_tokens", default.output_tokens, length_spec),
         )
+
+    def trace_workload(self, sec: Section) -> WorkloadSpec:
+        """``{trace: PATH, format: sharegpt|azure|mooncake|jsonl}``: (prompt, output) pairs of a real trace,
+        read now (relative to the config file) so a bad file fails at start-up, with its line."""
+        if sec.has("prompt_tokens") or sec.has("output_tokens"):
+            self.ctx.problems.add(sec.path, "give either trace (with format) or prompt_tokens/output_tokens")
+            return WorkloadSpec()
+        if not (sec.required("trace") and sec.required("format")):
+            return WorkloadSpec()
+        fmt = sec.choice("format", "jsonl", tuple(TRACE_FORMATS))
+        path = self.ctx.path(str(sec.get("trace")))
+        try:
+            records = load_trace(path, fmt)
+            pairs = PairedLengths(
+                tuple(r.prompt_tokens for r in records),
+                tuple(r.output_tokens for r in records),
+                source=str(path),
+            )
+        except (OSError, ValueError) as exc:
+            sec.fail("trace", str(exc))
+            return WorkloadSpec()
+        return WorkloadSpec(trace=pairs)
 
     def arrival(self, sec: Section) -> ArrivalProcess | None:
         if sec.get("arrival") is None:

@@ -85,7 +85,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     ),
     "unknown-workload-key": (
         T + "modules:\n  m:\n    workload: {prompt: 100, output_tokens: 10}\n",
-        ['modules.m.workload: unknown key "prompt"; valid: output_tokens, prompt_tokens'],
+        ['modules.m.workload: unknown key "prompt"; valid: format, output_tokens, prompt_tokens, trace'],
     ),
     "timeout-above-total": (
         T + "    timeouts: {ttft: 2m, total: 1m}\n",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -364,3 +365,41 @@ def test_expansion_substitutes_values_and_defaults(name: str, value: str, defaul
     assert expanded == {"a": f"<{value}>", "b": value or default, "c": "$x", "d": "plain"}
     unset = expand_env(tree, {}, problems)
     assert unset["b"] == default and len(problems.items) == 1
+
+
+def test_trace_workload_is_read_at_load_time_relative_to_the_config(tmp_path: Path) -> None:
+    (tmp_path / "trace.jsonl").write_text(
+        '{"prompt_tokens": 100, "output_tokens": 20}\n{"prompt_tokens": 300, "output_tokens": 40}\n'
+    )
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(
+        "targets: [{name: a, url: 'http://127.0.0.1:1'}]\n"
+        "modules: {replay: {workload: {trace: trace.jsonl, format: jsonl}}}\n"
+    )
+    config = load_config(config_file)
+    workload = config.workload("a", "replay")
+    prompts, outputs = workload.sample_lengths(200, np.random.default_rng(0))
+    assert set(zip(prompts.tolist(), outputs.tolist(), strict=True)) == {(100, 20), (300, 40)}  # pairs kept
+    assert "trace.jsonl (2 pairs)" in config.module("replay").workload.describe()
+
+
+def test_bad_trace_workloads_name_the_file_line_and_field(tmp_path: Path) -> None:
+    (tmp_path / "bad.jsonl").write_text(
+        '{"prompt_tokens": 100, "output_tokens": 20}\n{"prompt_tokens": -1}\n'
+    )
+    text = "targets: [{name: a, url: 'http://127.0.0.1:1'}]\nmodules:\n"
+    text += "  m1: {workload: {trace: bad.jsonl, format: jsonl}}\n"
+    text += "  m2: {workload: {trace: bad.jsonl, format: csv}}\n"
+    text += "  m3: {workload: {trace: missing.jsonl, format: jsonl, prompt_tokens: 5}}\n"
+    (tmp_path / "c.yaml").write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path / "c.yaml")
+    problems = caught.value.problems
+    assert any(p.startswith("modules.m1.workload.trace: ") and "bad.jsonl:2" in p for p in problems), problems
+    assert any(
+        p.startswith("modules.m2.workload.format: ") and "valid: azure, jsonl, mooncake, sharegpt" in p
+        for p in problems
+    ), problems
+    assert any("give either trace (with format) or prompt_tokens/output_tokens" in p for p in problems), (
+        problems
+    )
