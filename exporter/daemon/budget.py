@@ -1,8 +1,8 @@
 """How much probe traffic a target may still get, and whether to back off while it fails.
 
 Scheduled probes load a production endpoint, so each target has an hourly budget of requests and
-tokens (a sliding hour of what was actually sent), and consecutive failed runs (no request completed)
-make the prober back off exponentially, up to a ceiling, instead of hammering a target that is down.
+tokens (a sliding hour of what was actually sent), and consecutive failed runs (no request completed, or
+the target answered 429: it is saturated) make the prober back off exponentially, up to a ceiling, instead of hammering a target that is down.
 A decision is a reason to skip (``over_requests``, ``over_tokens``, ``backing_off``) or None: go.
 """
 
@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 
 from exporter.config.model import Budget
-from exporter.probe.result import ProbeResult
+from exporter.probe.result import Outcome, ProbeResult
 
 HOUR_S = 3600.0
 FIRST_BACKOFF_S = 30.0
@@ -52,7 +52,9 @@ class BudgetTracker:
         now = self.clock()
         tokens = sum(r.output_tokens + (r.prompt_tokens_intended or 0) for r in results)
         self.spent.append((now, len(results), tokens))
-        if results and not any(r.ok for r in results):
+        # A run with nothing completed, or one the target answered with 429, says "leave me alone".
+        saturated = any(r.outcome is Outcome.RATE_LIMITED for r in results)
+        if results and (saturated or not any(r.ok for r in results)):
             self.failed_runs += 1
             if self.failed_runs >= self.budget.backoff_after_failures:
                 steps = self.failed_runs - self.budget.backoff_after_failures

@@ -63,3 +63,10 @@ def test_one_success_ends_the_streak() -> None:
     clock.now += 31
     tracker.record([failed(), ok()])
     assert tracker.skip_reason(1, 0) is None and tracker.failed_runs == 0
+
+
+def test_a_rate_limited_run_counts_as_a_failure_even_with_successes() -> None:
+    clock = Clock()
+    tracker = BudgetTracker(Budget(backoff_after_failures=1), clock)
+    tracker.record([ok(), ProbeResult(api="chat", outcome=Outcome.RATE_LIMITED, http_status=429)])
+    assert tracker.skip_reason(1, 0) == "backing_off"
