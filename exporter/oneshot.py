@@ -40,6 +40,7 @@ from exporter.probe.workers import run_plan_in_workers
 from exporter.report.files import write_outputs
 from exporter.report.summary import DeadlinePolicy, EvaluationSpec, measure, summarize
 from exporter.report.table import render_summary
+from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import SimProcess
 from exporter.stats.fluidity import fluidity_index
 from exporter.stats.prefill import parse_json
@@ -47,6 +48,7 @@ from exporter.stats.slo import DECODE_TIERS, GoodputBounds, parse_slo
 
 ARRIVALS = ("poisson", "gamma", "constant")
 DEFAULT_SIM_PRESET = "llama-3.1-8b-h100"
+DEFAULT_RATE = 4.0  # requests per second when neither --rate nor --concurrency is given
 
 
 class BenchError(Exception):
@@ -82,7 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--output-tokens", help="custom output lengths, e.g. uniform:low=64,high=256")
     load.add_argument("--max-prompt-tokens", type=int, help="filter: longest prompt (default per preset)")
     load.add_argument("--max-output-tokens", type=int, help="filter: longest output (default per preset)")
-    load.add_argument("--rate", type=float, help="requests per second (open loop)")
+    load.add_argument("--rate", type=float, help=f"requests per second, open loop (default {DEFAULT_RATE:g})")
     load.add_argument("--arrival", help=f"arrival process: {', '.join(ARRIVALS)}, trace (default poisson)")
     load.add_argument("--burstiness", type=float, help="gamma shape (1 = Poisson; < 1 burstier)")
     load.add_argument("--concurrency", type=int, help="closed loop: requests in flight")
@@ -309,9 +311,20 @@ def _workload(options: dict[str, Any], simulated: bool) -> Workload:
             raise BenchError("--workload and --prompt-tokens/--output-tokens exclude each other")
         return Workload("custom", _custom_lengths(options), builder, api, **limits)
     try:
-        return preset(options["workload"] or "sharegpt", builder=builder, api=api, **limits)
+        workload = preset(options["workload"] or "sharegpt", builder=builder, api=api, **limits)
     except ValueError as exc:
         raise BenchError(f"--workload: {exc}") from exc
+    return _fit_simulator_context(workload, options) if simulated else workload
+
+
+def _fit_simulator_context(workload: Workload, options: dict[str, Any]) -> Workload:
+    """Keep prompt + output within the built-in simulator's context (the presets allow 16K prompts;
+    the simulator, like the model it imitates, answers 400 beyond ``max_model_len``)."""
+    if options["max_prompt_tokens"] is not None:
+        return workload  # the user's filter wins, and a 400 for an over-long request is a finding
+    context = SIM_PRESETS[options["sim_preset"] or DEFAULT_SIM_PRESET].engine.max_model_len
+    output_cap = min(workload.max_output_tokens or context // 2, context // 2)
+    return workload.with_options(max_prompt_tokens=context - output_cap, max_output_tokens=output_cap)
 
 
 def _api(options: dict[str, Any]) -> Api:
@@ -339,7 +352,7 @@ def _arrival(options: dict[str, Any]) -> ArrivalProcess:
     kind = options["arrival"] or "poisson"
     if kind not in ARRIVALS:
         raise BenchError(f'--arrival: unknown arrival process "{kind}"; valid: {", ".join(ARRIVALS)}, trace')
-    rate = options["rate"] if options["rate"] is not None else 1.0
+    rate = options["rate"] if options["rate"] is not None else DEFAULT_RATE
     spec: dict[str, Any] = {"kind": kind, "rate": rate}
     if kind == "gamma" and options["burstiness"] is not None:
         spec["shape"] = options["burstiness"]

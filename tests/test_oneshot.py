@@ -164,3 +164,14 @@ def test_duration_limited_loads(
     summary = json.loads(capsys.readouterr().out)
     assert summary["requests"]["completed"] >= 4
     assert summary["duration_s"] < 10
+
+
+def test_default_target_is_the_simulator_and_presets_fit_its_context(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # sharegpt allows 16K prompts; the simulator's context is 8K: without a fit some requests would 400.
+    code, _ = bench(tmp_path, "--sim-preset", "tiny", "--requests", "12", "--rate", "20", "--json", "--quiet")
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["requests"]["by_outcome"] == {"ok": 12}
+    assert summary["latency"]["output_tokens"]["max"] <= 4096
