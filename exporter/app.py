@@ -191,6 +191,7 @@ class Daemon:
         names = {target.name for target in config.targets}
         for name in [n for n in self.targets if n not in names]:
             await self.targets.pop(name).client.__aexit__(None, None, None)
+            self.metrics.forget_target(name)  # its engine-scrape counters go with it
         for target in config.targets:
             state = self.targets.get(target.name)
             if state is not None and state.config == target:

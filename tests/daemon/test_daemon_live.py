@@ -210,6 +210,13 @@ async def test_reload_swaps_only_a_fully_valid_config(
     assert "probe:sim:slow" in daemon_.jobs.job_ids()  # the previous config is still in force
     _, text = await get(url + "/metrics")
     assert value(samples(text), "fluidity_exporter_config_last_reload_successful") == 0
+    renamed = CONFIG.format(url=sim, extra_module="").replace("  - name: sim\n", "  - name: sim2\n")
+    path.write_text(renamed)
+    async with aiohttp.ClientSession() as session, session.post(url + "/-/reload") as response:
+        assert response.status == 200
+    assert daemon_.jobs.job_ids() == ["engine:sim2", "probe:sim2:fast"]  # the old target's jobs are gone
+    _, text = await get(url + "/metrics")
+    assert not any(dict(labels).get("target") == "sim" for _, labels in samples(text))
 
 
 async def test_health_readiness_and_index(daemon: tuple[Daemon, str, Path, Spy]) -> None:
