@@ -16,7 +16,7 @@ import numpy as np
 
 from exporter.cli import Command
 from exporter.sim.engine import Engine, SimRequest, run_virtual
-from exporter.sim.presets import PRESETS, Preset
+from exporter.sim.presets import PRESETS, Preset, isolated_ttft
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.distribution import percentile
 from exporter.stats.fluidity import evaluate, fluid_token_rate
@@ -67,15 +67,8 @@ def _intervals(request: SimRequest, chunks: list[tuple[float, int]]) -> list[flo
 
 def profile_prefill(preset: Preset) -> PrefillModel:
     """Etalon's prefill profiling: each prompt length alone on the engine, TTFT against length."""
-    ttfts = [_isolated_ttft(preset, length) for length in PROFILE_LENGTHS]
+    ttfts = [isolated_ttft(preset, length) for length in PROFILE_LENGTHS]
     return fit_prefill_model(PROFILE_LENGTHS, ttfts)
-
-
-def _isolated_ttft(preset: Preset, prompt_tokens: int) -> float:
-    first: list[float] = []
-    request = SimRequest(prompt_tokens, 1, "length", 0.0)
-    run_virtual(Engine(preset.engine, preset.cost), [(0.0, request)], lambda at, _: first.append(at))
-    return first[0]
 
 
 def report(batch: IntervalBatch, prompts: np.ndarray, model: PrefillModel) -> dict[str, str]:

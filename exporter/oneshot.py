@@ -60,6 +60,12 @@ class BenchError(Exception):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``bench``; every one can also be a key of the ``--config`` YAML file (flags win)."""
+    add_target_arguments(parser)
+    _add_load_arguments(parser)
+
+
+def add_target_arguments(parser: argparse.ArgumentParser) -> None:
+    """How to reach the endpoint (shared by ``bench`` and ``profile``)."""
     target = parser.add_argument_group("target")
     target.add_argument(
         "--url", help="base URL of an OpenAI-compatible server (default: start the simulator)"
@@ -76,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--ttft-timeout", type=float, help="seconds to the first token (default 60)")
     target.add_argument("--idle-timeout", type=float, help="longest silence mid-stream, seconds (default 30)")
     target.add_argument("--total-timeout", type=float, help="seconds per request (default 600)")
+
+
+def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
     load = parser.add_argument_group("load")
     load.add_argument("--workload", help=f"preset: {', '.join(PRESET_NAMES)} (default sharegpt)")
     load.add_argument("--trace", help="a trace file to replay (lengths and, with --arrival trace, times)")

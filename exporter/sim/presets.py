@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.sim.costmodel import CostModel
-from exporter.sim.engine import EngineParams
+from exporter.sim.engine import Engine, EngineParams, SimRequest, run_virtual
 
 
 @dataclass(frozen=True)
@@ -124,3 +124,12 @@ PRESETS: dict[str, Preset] = {
         description="Mistral-7B on one A100 80GB, Sarathi-Serve's setup (estimates)",
     ),
 }
+
+
+def isolated_ttft(preset: Preset, prompt_tokens: int) -> float:
+    """The modelled time to first token of one request alone on the engine (the truth that prefill
+    profiling should recover), on a virtual clock."""
+    first: list[float] = []
+    request = SimRequest(prompt_tokens, 1, "length", 0.0)
+    run_virtual(Engine(preset.engine, preset.cost), [(0.0, request)], lambda at, _: first.append(at))
+    return first[0]

@@ -1,0 +1,1 @@
+"""Long jobs run on demand: prefill profiling (and, next, capacity search)."""

@@ -1,0 +1,113 @@
+"""``fluidity-exporter profile``: profile the prefill time of an endpoint and write the deadline model.
+
+Against ``--url`` (by default the built-in simulator in a child process), sends isolated one-token
+requests across a geometric ladder of prompt lengths, prints the minimum TTFT per length beside the
+fitted curve, and writes the model as JSON: ``bench --prefill-model FILE`` and the daemon's
+``slos.*.prefill.model_file`` read it to set ``Dp(P)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from exporter.cli import Command
+from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, geometric_ladder, profile_prefill
+from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
+from exporter.oneshot import BenchError, add_target_arguments, merged_options, target_settings, target_url
+from exporter.probe.client import ProbeClient
+from exporter.stats.prefill import dump_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``profile``."""
+    add_target_arguments(parser)
+    parser.add_argument(
+        "--lengths", help="prompt lengths, e.g. 128,512,2048 (default 128 to 16384, doubling)"
+    )
+    parser.add_argument("--max-length", type=int, help="top of the default ladder (default 16384)")
+    parser.add_argument("--repeats", type=int, default=3, help="requests per length; the minimum counts (3)")
+    parser.add_argument("--output", default="prefill-model.json", help="where to write the model")
+    parser.add_argument("--json", action="store_true", default=None, help="print model and samples as JSON")
+    parser.add_argument("--config", help="YAML file whose keys are these flags' names")
+
+
+def lengths(options: dict[str, Any]) -> tuple[int, ...]:
+    if options["lengths"]:
+        try:
+            values = tuple(int(part) for part in str(options["lengths"]).split(","))
+        except ValueError:
+            raise BenchError(
+                f'--lengths "{options["lengths"]}": expected integers, e.g. 128,512,2048'
+            ) from None
+        if not values or min(values) < 1:
+            raise BenchError("--lengths: every length must be >= 1 token")
+        return values
+    try:
+        return geometric_ladder(high=options["max_length"] or 16384)
+    except ValueError as exc:
+        raise BenchError(f"--max-length: {exc}") from exc
+
+
+async def _profile(options: dict[str, Any], url: str, simulated: bool) -> PrefillProfile:
+    settings = target_settings(options, url)
+    builder = SimPromptBuilder() if simulated else ApproxPromptBuilder()
+    async with ProbeClient(settings) as client:
+        await client.resolve_model()
+        return await profile_prefill(
+            client.send, builder, settings.api, lengths(options), options["repeats"], _progress(options)
+        )
+
+
+def _progress(options: dict[str, Any]) -> Any:
+    def show(sample: LengthSample) -> None:
+        if not options["json"]:
+            best = f"{sample.best:.4f} s" if sample.best is not None else "no answer"
+            print(f"  {sample.prompt_tokens:>7} tokens: min TTFT {best}", file=sys.stderr)
+
+    return show
+
+
+def report(profile: PrefillProfile) -> str:
+    lines = [f"{'prompt tokens':>14}{'min TTFT (s)':>14}{'fitted (s)':>12}  outcomes"]
+    for sample in profile.samples:
+        best = f"{sample.best:.4f}" if sample.best is not None else "-"
+        fitted = f"{profile.model.predict(float(sample.length)):.4f}" if profile.model else "-"
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(sample.outcomes.items()))
+        lines.append(f"{sample.length:>14}{best:>14}{fitted:>12}  {outcomes}")
+    if profile.model is not None:
+        a, b, c = profile.model.coefficients
+        lines.append(f"TTFT(P) = {a:.4g} + {b:.4g}*P + {c:.4g}*P^2  (rmse {profile.model.rmse:.4g} s)")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 with a model written, 1 when no length answered, 2 on bad input."""
+    try:
+        options = merged_options(args)
+        if options["repeats"] < 1:
+            raise BenchError("--repeats must be >= 1")
+        lengths(options)
+        with target_url(options) as (url, simulated):
+            profile = asyncio.run(_profile(options, url, simulated))
+    except BenchError as exc:
+        print(f"fluidity-exporter profile: error: {exc}", file=sys.stderr)
+        return 2
+    if options["json"]:
+        print(json.dumps(profile.to_dict(), indent=2))
+    else:
+        print(report(profile))
+    if profile.model is None:
+        print("fluidity-exporter profile: no prompt length got an answer; no model written", file=sys.stderr)
+        return 1
+    Path(options["output"]).write_text(dump_json(profile.model) + "\n", encoding="utf-8")
+    if not options["json"]:
+        print(f"wrote {options['output']}")
+    return 0
+
+
+PROFILE_COMMAND = Command("profile prefill time by prompt length and write the Dp model", add_arguments, run)

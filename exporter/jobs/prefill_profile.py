@@ -1,0 +1,136 @@
+"""Prefill profiling, as Etalon does it: what TTFT deadline is fair for a prompt of length P here?
+
+Requests go one at a time (nothing else in flight from us, so the TTFT is prefill plus the system's own
+overhead, not queueing), across a ladder of prompt lengths, each asking for a single output token and
+each with a unique prompt (a prompt cache would otherwise answer repeats instantly). The minimum TTFT per
+length is the least noisy estimate of the prefill time; ``exporter.stats.prefill`` fits the model, and
+``Dp(P) = predicted(P) + scheduling slack`` becomes the prefill deadline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.load.prompts import PromptBuilder
+from exporter.probe.result import ProbeResult, ttft
+from exporter.probe.target import Api, RequestSpec
+from exporter.stats.prefill import PrefillModel, fit_prefill_model
+
+DEFAULT_LOW, DEFAULT_HIGH = 128, 16384
+
+Send = Callable[[RequestSpec], Awaitable[ProbeResult]]
+OnSample = Callable[["LengthSample"], None]
+
+
+def geometric_ladder(low: int = DEFAULT_LOW, high: int = DEFAULT_HIGH) -> tuple[int, ...]:
+    """Powers of two from ``low`` up to ``high`` (both kept): 128, 256, ..., 16384 by default."""
+    if not 1 <= low <= high:
+        raise ValueError(f"a prompt-length ladder needs 1 <= low <= high, got {low} and {high}")
+    steps = math.floor(math.log2(high / low)) + 1
+    ladder = [low * 2**k for k in range(steps)]
+    return tuple(ladder if ladder[-1] == high else [*ladder, high])
+
+
+@dataclass
+class LengthSample:
+    """What one prompt length gave: every TTFT measured, and how the other requests ended."""
+
+    prompt_tokens: int
+    ttfts: list[float] = field(default_factory=list)
+    reported_prompt_tokens: list[int] = field(default_factory=list)  # what the server counted
+    outcomes: Counter[str] = field(default_factory=Counter)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> float | None:
+        """The minimum TTFT: the prefill with the least interference."""
+        return min(self.ttfts) if self.ttfts else None
+
+    @property
+    def length(self) -> int:
+        """The prompt length to fit against: the server's own count when it reported one (chat
+        templates add tokens), else the length asked for."""
+        reported = sorted(self.reported_prompt_tokens)
+        return reported[len(reported) // 2] if reported else self.prompt_tokens
+
+
+@dataclass
+class PrefillProfile:
+    """The samples of a profiling run and the model fitted to their minima."""
+
+    samples: list[LengthSample]
+    model: PrefillModel | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.to_dict() if self.model is not None else None,
+            "samples": [
+                {
+                    "prompt_tokens": s.prompt_tokens,
+                    "reported_prompt_tokens": s.length,
+                    "min_ttft_s": s.best,
+                    "ttfts_s": s.ttfts,
+                    "outcomes": dict(s.outcomes),
+                    "errors": s.errors[:3],
+                }
+                for s in self.samples
+            ],
+        }
+
+
+async def profile_prefill(
+    send: Send,
+    builder: PromptBuilder,
+    api: Api,
+    lengths: Sequence[int],
+    repeats: int = 3,
+    on_sample: OnSample | None = None,
+) -> PrefillProfile:
+    """Send ``repeats`` isolated one-token requests per length, in order, and fit the model.
+
+    A length whose every request failed (e.g. longer than the model's context: a 400) is kept in the
+    samples with its outcomes and left out of the fit.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    samples = []
+    for index, length in enumerate(lengths):
+        sample = LengthSample(length)
+        for attempt in range(repeats):
+            spec = _spec(builder, api, length, key=index * 1000 + attempt)
+            _record(sample, await send(spec))
+        samples.append(sample)
+        if on_sample is not None:
+            on_sample(sample)
+    return PrefillProfile(samples, fit(samples))
+
+
+def fit(samples: Sequence[LengthSample]) -> PrefillModel | None:
+    """The prefill model over the lengths that answered (None when none did)."""
+    usable = [(s.length, s.best) for s in samples if s.best is not None]
+    if not usable:
+        return None
+    return fit_prefill_model([p for p, _ in usable], [t for _, t in usable])
+
+
+def _spec(builder: PromptBuilder, api: Api, length: int, key: int) -> RequestSpec:
+    if api == "chat":
+        messages, intended = builder.chat(length, key)
+        return RequestSpec(messages[-1][1], 1, intended, messages, f"profile-{length}-{key}")
+    text, intended = builder.text(length, key)
+    return RequestSpec(text, 1, intended, None, f"profile-{length}-{key}")
+
+
+def _record(sample: LengthSample, result: ProbeResult) -> None:
+    sample.outcomes[result.outcome.value] += 1
+    first = ttft(result, include_reasoning=True)
+    if result.ok and first is not None:
+        sample.ttfts.append(first)
+        if result.prompt_tokens_reported:
+            sample.reported_prompt_tokens.append(result.prompt_tokens_reported)
+    elif result.error:
+        sample.errors.append(result.error)

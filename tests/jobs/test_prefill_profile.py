@@ -1,0 +1,88 @@
+"""Prefill profiling recovers the simulator's own prefill curve over real sockets."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import main
+from exporter.jobs.prefill_profile import geometric_ladder, profile_prefill
+from exporter.load.prompts import SimPromptBuilder
+from exporter.probe.client import ProbeClient
+from exporter.probe.target import TargetSettings
+from exporter.sim import SimConfig, SimServer
+from exporter.sim.presets import PRESETS, isolated_ttft
+from exporter.stats.prefill import parse_json
+
+PRESET = "llama-3.1-8b-h100"
+
+
+@pytest.fixture
+async def sim_url() -> AsyncIterator[str]:
+    server = SimServer(SimConfig(preset=PRESET))
+    host, port = await server.start("127.0.0.1", 0)
+    yield f"http://{host}:{port}"
+    await server.stop()
+
+
+async def test_profiling_recovers_the_simulators_prefill_curve(sim_url: str) -> None:
+    lengths = (128, 512, 1024, 2048, 4096)
+    async with ProbeClient(TargetSettings(sim_url, api="completions")) as client:
+        profile = await profile_prefill(client.send, SimPromptBuilder(), "completions", lengths, repeats=3)
+    assert profile.model is not None
+    for sample in profile.samples:
+        assert sample.outcomes == {"ok": 3} and sample.length == sample.prompt_tokens
+        truth = isolated_ttft(PRESETS[PRESET], sample.prompt_tokens)
+        # Stated tolerance: 3 ms of client and event-loop overhead plus 5% of the modelled prefill.
+        assert abs(profile.model.predict(float(sample.prompt_tokens)) - truth) <= 0.003 + 0.05 * truth
+    # Beyond the profiled range the curve keeps growing (Etalon's random forest goes flat there).
+    assert profile.model.predict(8192.0) > 1.9 * profile.model.predict(4096.0) - 0.01
+
+
+async def test_a_length_the_model_refuses_is_reported_and_left_out(sim_url: str) -> None:
+    async with ProbeClient(TargetSettings(sim_url, api="completions")) as client:
+        profile = await profile_prefill(
+            client.send, SimPromptBuilder(), "completions", (256, 9000), repeats=1
+        )
+    refused = profile.samples[1]
+    assert refused.best is None and refused.outcomes == {"http_status": 1}
+    assert "maximum context length" in refused.errors[0]
+    assert profile.model is not None and profile.model.sample_count == 1
+
+
+def test_geometric_ladder() -> None:
+    assert geometric_ladder() == (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+    assert geometric_ladder(100, 1000) == (100, 200, 400, 800, 1000)
+    with pytest.raises(ValueError, match="1 <= low <= high"):
+        geometric_ladder(10, 5)
+
+
+def test_profile_command_writes_a_model_bench_can_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "prefill.json"
+    flags = ["--sim-preset", PRESET, "--api", "completions", "--lengths", "256,1024,4096", "--repeats", "2"]
+    assert main(["profile", *flags, "--output", str(output), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [s["prompt_tokens"] for s in printed["samples"]] == [256, 1024, 4096]
+    model = parse_json(output.read_text())
+    assert model.deadline(1024.0, 0.25) > 0.25
+    bench = ["bench", "--sim-preset", "tiny", "--requests", "3", "--rate", "20", "--json", "--quiet"]
+    assert main([*bench, "--prefill-model", str(output), "--output", str(tmp_path / "b")]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["fluidity"]["deadlines"]["prefill"]["kind"] == "model"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--lengths", "128,abc"], '--lengths "128,abc": expected integers'),
+        (["--repeats", "0"], "--repeats must be >= 1"),
+    ],
+)
+def test_bad_flags(flags: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "--url", "http://127.0.0.1:9", *flags]) == 2
+    assert message in capsys.readouterr().err
