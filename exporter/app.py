@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import aiohttp
 import numpy as np
@@ -323,8 +322,3 @@ async def _close_later(state: _TargetState, grace_s: float = 600.0) -> None:
     while state.busy and time.monotonic() < deadline:
         await asyncio.sleep(1.0)
     await state.client.__aexit__(None, None, None)
-
-
-def load_or_default(path: str | None) -> Config | None:
-    """The config from ``path`` (raising ``ConfigError`` with every problem), or None without a path."""
-    return load_config_file(Path(path)) if path else None

@@ -17,7 +17,7 @@ import numpy as np
 from exporter.cli import Command
 from exporter.sim.engine import Engine, SimRequest, run_virtual
 from exporter.sim.presets import PRESETS, Preset, isolated_ttft
-from exporter.stats.batch import IntervalBatch
+from exporter.stats.batch import IntervalBatch, intervals_from_stamps
 from exporter.stats.distribution import percentile
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from exporter.stats.latency import decode_rate_from_tbt, decode_rate_from_tpot, latency_batch
@@ -53,16 +53,10 @@ def simulate(preset: Preset, chunked: bool, workload: Workload) -> IntervalBatch
     engine = Engine(dataclasses.replace(preset.engine, chunked_prefill=chunked), preset.cost)
     emitted: dict[SimRequest, list[tuple[float, int]]] = defaultdict(list)
     run_virtual(engine, arrivals, lambda at, e: emitted[e.request].append((at, e.tokens)))
-    return IntervalBatch.from_sequences(_intervals(request, emitted[request]) for _, request in arrivals)
-
-
-def _intervals(request: SimRequest, chunks: list[tuple[float, int]]) -> list[float]:
-    intervals, previous = [], request.arrival
-    for at, tokens in chunks:
-        intervals.append(at - previous)
-        intervals.extend([0.0] * (tokens - 1))  # a chunk of k tokens: its gap, then k-1 zero gaps
-        previous = at
-    return intervals
+    return IntervalBatch.from_sequences(
+        intervals_from_stamps(r.arrival, [at for at, _ in emitted[r]], [k for _, k in emitted[r]])
+        for _, r in arrivals
+    )
 
 
 def profile_prefill(preset: Preset) -> PrefillModel:

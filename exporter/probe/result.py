@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from exporter.stats.batch import intervals_from_stamps
+
 
 class Outcome(StrEnum):
     """How a request ended. Everything but ``OK`` is a failure of the target (or of the network)."""
@@ -87,13 +89,7 @@ def intervals(result: ProbeResult, *, from_scheduled: bool = False) -> list[floa
     start = result.scheduled_at if from_scheduled and result.scheduled_at is not None else result.sent_at
     if start is None or not result.token_times:
         return []
-    out: list[float] = []
-    previous = start
-    for stamp, count in zip(result.token_times, result.token_counts, strict=True):
-        out.append(max(stamp - previous, 0.0))
-        out.extend([0.0] * (count - 1))
-        previous = stamp
-    return out
+    return intervals_from_stamps(start, result.token_times, result.token_counts)
 
 
 def ttft(result: ProbeResult, *, include_reasoning: bool = True) -> float | None:

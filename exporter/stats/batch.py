@@ -137,6 +137,19 @@ class ColumnLayout:
         return transposed[self.starts[position] : self.starts[position + 1]]
 
 
+def intervals_from_stamps(start: float, stamps: Sequence[float], counts: Sequence[int]) -> list[float]:
+    """Per-token intervals from the times chunks arrived: each chunk's gap since the previous one (the
+    first since ``start``) followed by ``k - 1`` zero gaps for a chunk of ``k`` tokens. A stamp before the
+    previous one (clock jitter) gives a zero gap, never a negative one."""
+    out: list[float] = []
+    previous = start
+    for stamp, count in zip(stamps, counts, strict=True):
+        out.append(max(stamp - previous, 0.0))
+        out.extend([0.0] * (count - 1))
+        previous = stamp
+    return out
+
+
 def _offsets_from_lengths(lengths: IntArray) -> IntArray:
     if np.any(lengths < 0):
         raise ValueError("request lengths must be >= 0")

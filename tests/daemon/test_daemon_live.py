@@ -28,6 +28,7 @@ from exporter.sim import SimConfig, SimServer
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate
 from exporter.web.routes import build_app
+from tests.net import free_port
 
 CONFIG = """
 global:
@@ -240,12 +241,6 @@ async def test_promtool_finds_nothing_to_complain_about(daemon: tuple[Daemon, st
     )
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.strip() == "" and check.stderr.strip() == ""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,12 +13,7 @@ from pathlib import Path
 import pytest
 
 from exporter.daemon.command import split_address
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.net import free_port
 
 
 def fetch(url: str) -> str:
