@@ -2,7 +2,7 @@
 
 ``Daemon`` owns the current ``Config``, one ``ProbeClient`` per target, the ``ResultStore`` and its
 collector, the exporter's self-metrics, the scheduler with one job per (target, module) and one engine
-scrape job per target, and reloads (a new config replaces the old one only after a full successful
+scrape job per target, the targets' stored prefill profiles (their ``Dp`` models), and reloads (a new config replaces the old one only after a full successful
 parse; jobs are added, replaced or removed by id; probes in flight finish on the old settings).
 """
 
@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import aiohttp
 import numpy as np
@@ -27,16 +29,32 @@ from exporter.engine.scrape import scrape
 from exporter.exposition import render
 from exporter.exposition.buckets import HistogramBuckets
 from exporter.exposition.collector import FluidityCollector
+from exporter.exposition.jobs import (
+    CapacitySnapshot,
+    JobCounts,
+    JobsCollector,
+    JobsSnapshot,
+    ProfileSnapshot,
+    TrialPoint,
+)
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore, StoreLimits
+from exporter.jobs.manager import JobConflictError, JobManager
+from exporter.jobs.params import JOB_KINDS, JobLimits
+from exporter.jobs.prefill_profile import PrefillProfile
+from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_with_profile
+from exporter.jobs.runners import capacity_runner, profile_runner
+from exporter.jobs.store import JOB_STATES, JobRecord, JobStore
 from exporter.load.runner import run_load
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec
+from exporter.probe.target import RequestSpec, Secret
+from exporter.report.summary import DeadlinePolicy
 
 LOG = logging.getLogger(__name__)
 LOOP_LAG_INTERVAL_S = 0.5
 ENGINE_SCRAPE_TIMEOUT_S = 10.0
+IDLE_POLL_S = 0.05  # how often a starting job checks whether the target's probes have ended
 SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are cancelled
 
 
@@ -68,6 +86,18 @@ def window_label(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+def profiles_folder(config: Config) -> Path | None:
+    """Where prefill profiles are kept: ``state_dir/profiles`` (None: in memory only)."""
+    state_dir = config.global_.state_dir
+    return Path(state_dir) / "profiles" if state_dir is not None else None
+
+
+def jobs_folder(config: Config) -> Path | None:
+    """Where job history is kept: ``state_dir/jobs`` (None: in memory only)."""
+    state_dir = config.global_.state_dir
+    return Path(state_dir) / "jobs" if state_dir is not None else None
+
+
 def histogram_buckets(config: Config) -> HistogramBuckets:
     """The default buckets with the config's overrides."""
     overrides = {name: value for name, value in vars(config.global_.buckets).items() if value is not None}
@@ -90,6 +120,23 @@ class Daemon:
             self.store, {window_label(s): s for s in config.global_.windows_s}, clock=time.time
         )
         self.jobs = JobScheduler(on_outcome=self._job_outcome)
+        self.profiles = ProfileStore(profiles_folder(config))
+        self.prefill_profiles: dict[str, StoredProfile] = self.profiles.load_all()
+        self.job_store = JobStore(jobs_folder(config), keep=config.jobs.history)
+        self.job_store.load()
+        self.job_manager = JobManager(
+            self.job_store,
+            {"capacity": capacity_runner(self), "prefill-profile": profile_runner(self)},
+            on_start=self._job_started,
+            on_finish=self._job_finished,
+            max_duration_s=lambda: self.config.jobs.limits.max_duration_s,
+        )
+        self.paused: set[str] = set()  # targets whose scheduled probes wait for a job to end
+        terminal = [state for state in JOB_STATES if state != "running"]
+        self.jobs_finished: Counter[tuple[str, str]] = Counter(
+            {(kind, state): 0 for kind in JOB_KINDS for state in terminal}
+        )
+        self.registry.register(JobsCollector(self.job_snapshot))
         self.targets: dict[str, _TargetState] = {}
         self.rng = np.random.default_rng(seed)
         self.scrape_session: aiohttp.ClientSession | None = None
@@ -112,6 +159,7 @@ class Daemon:
         """Stop scheduling, let nothing new start, close every connection."""
         self.ready = False
         self.jobs.shutdown()
+        await self.job_manager.shutdown()  # running jobs end "interrupted", as after a restart
         await self._finish_running(SHUTDOWN_GRACE_S)
         if self._lag_task is not None:
             self._lag_task.cancel()
@@ -182,6 +230,11 @@ class Daemon:
                 )
                 self.metrics.track_job(job_id)
                 self.metrics.track_target(target.name)
+        for scheduled in config.jobs.schedules:
+            job_id = f"job:{scheduled.name}"
+            wanted.add(job_id)
+            self.jobs.put(job_id, self._scheduled_job(scheduled.name), Schedule(cron=scheduled.cron))
+            self.metrics.track_job(job_id)
         for job_id in self.jobs.keep_only(wanted):
             self.metrics.forget_job(job_id)
         self.store.retain([(t.name, m.name) for t, m in config.probes()], [t.name for t in config.targets])
@@ -207,6 +260,10 @@ class Daemon:
     def _probe_job(self, target: str, module: str) -> JobFunction:
         @self._tracked
         async def run() -> None:
+            if target in self.paused:
+                LOG.info("probe %s/%s skipped: a job runs on the target", target, module)
+                self.metrics.job_was_skipped(f"probe:{target}:{module}")
+                return
             try:
                 probe = await self.probe_now(target, module, on_demand=False)
             except ProbeRefusedError as exc:
@@ -215,10 +272,88 @@ class Daemon:
                 return
             slo = self.config.slo_for(target)
             self.store.add(
-                target, module, probe.results, slo.deadline_policy(), slo.goodput, slos=slo.objectives
+                target, module, probe.results, self.deadline_policy(target), slo.goodput, slos=slo.objectives
             )
 
         return run
+
+    def deadline_policy(self, target: str) -> DeadlinePolicy:
+        """The target's SLO deadlines, ``Dp`` from its stored prefill profile unless the SLO has a model."""
+        policy = self.config.slo_for(target).deadline_policy()
+        return deadline_policy_with_profile(policy, self.prefill_profiles.get(target))
+
+    def set_profile(self, target: str, profile: StoredProfile) -> None:
+        """Use ``profile`` for ``target``'s deadlines from now on (the job runner has saved it already)."""
+        self.prefill_profiles[target] = profile
+
+    # -- jobs (capacity searches, prefill profiles) ---------------------------------------------------
+
+    def jobs_token(self) -> Secret | None:
+        return self.config.jobs.api_token
+
+    def job_limits(self) -> JobLimits:
+        return self.config.jobs.limits
+
+    def job_targets(self) -> dict[str, tuple[str, ...]]:
+        return {target.name: target.modules for target in self.config.targets}
+
+    def client_for(self, target: str) -> ProbeClient:
+        return self.targets[target].client
+
+    def store_profile(self, target: str, profile: PrefillProfile) -> None:
+        """Save a fitted profile under ``state_dir`` and use it for the target's deadlines."""
+        assert profile.model is not None
+        samples = profile.to_dict()["samples"]
+        self.set_profile(target, self.profiles.save(target, profile.model, time.time(), samples))
+
+    async def wait_idle(self, target: str) -> None:
+        """Until the target's probes in flight have ended (their own timeouts bound the wait)."""
+        state = self.targets.get(target)
+        while state is not None and state.busy:
+            await asyncio.sleep(IDLE_POLL_S)
+
+    def _job_started(self, record: JobRecord) -> None:
+        # Our own probes would disturb the job (and a prefill profile must run in isolation).
+        self.paused.add(record.target)
+
+    def _job_finished(self, record: JobRecord) -> None:
+        self.paused.discard(record.target)
+        self.jobs_finished[(record.kind, record.state)] += 1
+
+    def _scheduled_job(self, name: str) -> JobFunction:
+        async def run() -> None:
+            schedule = next((s for s in self.config.jobs.schedules if s.name == name), None)
+            if schedule is None:
+                return
+            try:
+                record = self.job_manager.submit(
+                    schedule.kind, schedule.params, schedule.params_dict, "schedule"
+                )
+            except JobConflictError as exc:
+                LOG.warning("scheduled job %s skipped: %s", name, exc)
+                self.metrics.job_was_skipped(f"job:{name}")
+                return
+            await self.job_manager.wait(record.id)
+
+        return run
+
+    def job_snapshot(self) -> JobsSnapshot:
+        """The latest capacity search per (target, module), the stored profiles and the job counts."""
+        latest: dict[tuple[str, str], CapacitySnapshot] = {}
+        for record in reversed(self.job_store.records()):  # oldest first: newer ones overwrite
+            snapshot = capacity_snapshot(record)
+            if snapshot is not None:
+                latest[(snapshot.target, snapshot.module)] = snapshot
+        profiles = tuple(
+            ProfileSnapshot(name, stored.model, stored.measured_at)
+            for name, stored in self.prefill_profiles.items()
+        )
+        running: Counter[tuple[str, str]] = Counter(
+            (r.target, r.kind) for r in self.job_store.records() if r.state == "running"
+        )
+        return JobsSnapshot(
+            tuple(latest.values()), profiles, JobCounts(dict(self.jobs_finished), dict(running))
+        )
 
     async def probe_now(self, target_name: str, module_name: str, *, on_demand: bool = True) -> ProbeRun:
         """Run one probe of ``module`` against ``target`` within the target's budget; not stored.
@@ -228,6 +363,8 @@ class Daemon:
         """
         target, module = self.config.target(target_name), self.config.module(module_name)
         state = self.targets[target.name]
+        if target.name in self.paused:
+            raise ProbeRefusedError(f"a job runs on {target.name}; its probes wait until it ends")
         key = f"{module.name}:{'on-demand' if on_demand else 'scheduled'}"
         if key in state.busy:
             raise ProbeRefusedError(f"a probe of {target.name}/{module.name} is already running")
@@ -293,6 +430,28 @@ class Daemon:
             "skipped": self.metrics.job_was_skipped,
         }[outcome]
         record(job_id)
+
+
+def capacity_snapshot(record: JobRecord) -> CapacitySnapshot | None:
+    """A finished capacity search as the collector shows it (None for any other job)."""
+    result = record.result
+    if record.kind != "capacity" or record.state != "succeeded" or result is None:
+        return None
+    trials = tuple(
+        TrialPoint(int(t["index"]), float(t["load"]), bool(t["passed"]), t.get("headroom"))
+        for t in result.get("trials", [])
+    )
+    return CapacitySnapshot(
+        target=record.target,
+        module=str(result.get("module") or record.module or ""),
+        load_kind=str(result["load_kind"]),
+        capacity=result.get("capacity"),
+        fluid_token_rate=result.get("fluid_token_rate_at_capacity"),
+        goodput_ratio=result.get("goodput_ratio_at_capacity"),
+        goodput_rate=result.get("goodput_rate_at_capacity"),
+        finished_at=record.finished_at or record.created_at,
+        trials=trials,
+    )
 
 
 async def _send(

@@ -56,6 +56,26 @@ Schema (every key is optional unless marked *required*; the values shown are the
         objectives: []                 # e.g. ["ttft:p99<=2", "fluidity:p99>=0.9"]
         goodput: null                  # {ttft, tpot, e2e, max_tbt, normalized_latency: durations,
                                        #  min_fluidity: 0-1}; a request is good if it meets them all
+    jobs:                              # capacity searches and prefill profiles (exporter.jobs)
+      api_token: null                  # {env: NAME} or {file: PATH}: bearer token of the jobs API; without
+                                       # one the jobs API is disabled (scheduled jobs still run)
+      limits:                          # ceilings no job may exceed; a request for more is refused (400)
+        max_rate: 20                   #   requests/s of a rate search's trials
+        max_concurrency: 64            #   requests in flight of a concurrency search's trials
+        max_duration: 1h               #   wall time of one job
+        max_tokens: 5000000            #   prompt + output tokens one job may spend
+        max_trials: 12
+        max_requests_per_trial: 2000   #   measured + warm-up requests of one trial (>= 10)
+        max_prompt_tokens: 32768       #   longest prompt a prefill profile sends
+      history: 200                     # finished jobs kept in state_dir/jobs
+      schedules: []                    # jobs started on a cron line, e.g.
+                                       # - name: nightly-capacity    # *required*, unique, a label value
+                                       #   kind: capacity            # *required*: capacity | prefill-profile
+                                       #   cron: "0 3 * * *"         # *required*, as modules' schedule.cron
+                                       #   params: {target: local-vllm, module: chat-short,
+                                       #            slo: {decode_tier: medium}}
+                                       # params: as the jobs API takes them (exporter.jobs.params);
+                                       # target must be configured, module one of the target's modules
 
 Durations are numbers of seconds or strings such as ``250ms``, ``30s``, ``5m``, ``1h``, ``1h30m``.
 String values may use ``${NAME}`` and ``${NAME:-default}`` (``$$`` is a literal ``$``); an unset variable

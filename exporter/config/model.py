@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from exporter.jobs.params import JobKind, JobLimits, JobParams
 from exporter.load.arrivals import ArrivalProcess
 from exporter.load.distributions import Fixed, LengthDistribution, LogNormal
 from exporter.load.presets import preset
@@ -222,19 +223,44 @@ class SloConfig:
         return EvaluationSpec(self.deadline_policy(), self.objectives, self.goodput, from_scheduled)
 
 
+@dataclass(frozen=True)
+class JobSchedule:
+    """A job the daemon starts on a ``cron`` line; ``name`` becomes a label value and a job id."""
+
+    name: str
+    kind: JobKind
+    cron: str
+    params: JobParams
+    params_dict: Mapping[str, Any] = field(compare=False, repr=False)  # ``params`` as JSON data
+
+
+@dataclass(frozen=True)
+class JobsConfig:
+    """On-demand and scheduled jobs (capacity search, prefill profiling) and the ceilings they obey."""
+
+    # The jobs API (POST /api/v1/jobs/...) generates heavy load: without a token it is disabled.
+    api_token: Secret | None = None
+    limits: JobLimits = field(default_factory=JobLimits)
+    history: int = 200  # finished jobs kept in state_dir/jobs
+    schedules: tuple[JobSchedule, ...] = ()
+
+
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping))
 
 
 @dataclass(frozen=True)
 class Config:
-    """A whole, valid configuration. ``slos`` always holds ``"default"``; ``source`` is not compared."""
+    """A whole, valid configuration. ``slos`` always holds ``"default"``; ``source`` is not compared
+    (``jobs`` comes after it so that the positional form ``Config(global_, targets, modules, slos,
+    source)`` keeps working)."""
 
     global_: GlobalConfig
     targets: tuple[Target, ...]
     modules: Mapping[str, Module]
     slos: Mapping[str, SloConfig]
     source: str = field(default="<config>", compare=False)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "modules", _frozen(self.modules))

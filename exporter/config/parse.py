@@ -2,8 +2,8 @@
 
 The file is read in one pass: YAML (a duplicate key is a problem; PyYAML would keep the last one without
 a word), ``${ENV}`` expansion, then each section (``global`` here, ``targets`` in ``targets.py``,
-``modules`` and ``slos`` in ``modules.py``); a target's modules and SLO are checked against the names the
-file defines. Relative file paths (``api_key.file``, ``tls.ca_file``, ``slos.*.prefill.model_file``,
+``modules`` and ``slos`` in ``modules.py``, ``jobs`` in ``jobs.py``); a target's modules and SLO, and a
+scheduled job's target and module, are checked against the names the file defines. Relative file paths (``api_key.file``, ``tls.ca_file``, ``slos.*.prefill.model_file``,
 ``global.state_dir``) are relative to the config file's folder. Nothing is returned unless the whole file
 is valid, so a reload can swap configs only after a full successful parse.
 """
@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from exporter.config.jobs import JOBS_KEYS, JobsReader
 from exporter.config.model import (
     BUCKET_NAMES,
     DEFAULT_LISTEN_ADDRESS,
@@ -25,13 +26,14 @@ from exporter.config.model import (
     Buckets,
     Config,
     GlobalConfig,
+    JobsConfig,
 )
 from exporter.config.modules import MODULE_KEYS, SLO_KEYS, ModuleReader
 from exporter.config.reader import Context, Problems, Section, child_path, expand_env, resolve_scalar, show
 from exporter.config.targets import TargetReader, read_secret
 from exporter.config.values import bucket_bound, check_listen_address, check_name, positive_duration
 
-TOP_KEYS = ("global", "targets", "modules", "slos")
+TOP_KEYS = ("global", "targets", "modules", "slos", "jobs")
 GLOBAL_KEYS = ("listen_address", "windows", "max_results_per_window", "state_dir", "buckets", "probe_token")
 DEFAULT_WINDOWS_S = (300.0, 3600.0)
 
@@ -147,9 +149,11 @@ def _config(ctx: Context, tree: Any, source: str) -> Config | None:
     reader = ModuleReader(ctx)
     modules = _named(ctx, top, "modules", MODULE_KEYS, reader.module)
     slos = _named(ctx, top, "slos", SLO_KEYS, reader.slo)
+    jobs_section = top.section("jobs", JOBS_KEYS)
+    jobs = JobsReader(ctx, targets).jobs(jobs_section) if jobs_section is not None else JobsConfig()
     if ctx.problems:
         return None
-    return Config(global_, targets, modules, slos, source)
+    return Config(global_, targets, modules, slos, source, jobs)
 
 
 def _named(

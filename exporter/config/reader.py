@@ -250,6 +250,11 @@ class Section:
     def number(self, key: str, default: float, low: float, high: float, low_open: bool = False) -> float:
         return self.read(key, default, lambda v: _number(v, low, high, low_open))
 
+    def opt_number(
+        self, key: str, default: float | None, low: float, high: float = math.inf, low_open: bool = False
+    ) -> float | None:
+        return self.read(key, default, _optional(lambda v: _number(v, low, high, low_open)))
+
     def duration(self, key: str, default: float, positive: bool = True) -> float:
         return self.read(key, default, lambda v: _duration(v, positive))
 
@@ -293,8 +298,10 @@ def _integer(value: Any, minimum: int) -> int:
 
 
 def _number(value: Any, low: float, high: float, low_open: bool) -> float:
-    bad = isinstance(value, bool) or not isinstance(value, int | float)
+    bad = isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
     if bad or not (low < value if low_open else low <= value) or not value <= high:
+        if math.isinf(high):  # "in (0, inf]" reads worse than "> 0"
+            raise ValueError(f"must be a number {'>' if low_open else '>='} {low:g}, got {show(value)}")
         interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
         raise ValueError(f"must be a number in {interval}, got {show(value)}")
     return float(value)

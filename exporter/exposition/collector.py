@@ -71,8 +71,8 @@ def new_family(spec: MetricSpec) -> Metric:
     return GaugeMetricFamily(spec.name, spec.help, labels=labels)
 
 
-class _Families:
-    """The families of one scrape, created on first use, yielded in ``names`` order."""
+class Families:
+    """The families of one scrape, created on first use, yielded in ``names.ALL`` order."""
 
     def __init__(self) -> None:
         self._by_name: dict[str, Metric] = {}
@@ -98,7 +98,7 @@ class _Families:
         return iter(sorted(self._by_name.values(), key=lambda f: order[_spec_name(f)]))
 
 
-def _family_texts(out: _Families) -> dict[str, tuple[str, str]]:
+def _family_texts(out: Families) -> dict[str, tuple[str, str]]:
     """Each family's header and sample lines, by exposed name."""
     return {render.family_name(f): (render.header(f), render.sample_lines(f)) for f in out}
 
@@ -115,7 +115,7 @@ class _TextParts:
             self.headers[name] = head
             self.lines.setdefault(name, []).append(samples)
 
-    def add_families(self, out: _Families) -> None:
+    def add_families(self, out: Families) -> None:
         self.add_text(_family_texts(out))
 
     def text(self) -> str:
@@ -210,7 +210,7 @@ class FluidityCollector(Collector):
         cached = self._text_cache.get(key)
         if cached is not None and cached[0] == version:
             return cached[1]
-        out = _Families()
+        out = Families()
         _add_cumulative(out, self.store.view(key, now))
         text = _family_texts(out)
         self._text_cache[key] = (version, text)
@@ -224,7 +224,7 @@ class FluidityCollector(Collector):
         cached = self._window_text_cache.get(labels)
         if cached is not None and cached[0] is window and cached[1] is figures:
             return cached[2]
-        out = _Families()
+        out = Families()
         _add_window(out, labels, window)
         self._add_client_minus_server(out, labels, window, figures)
         text = _family_texts(out)
@@ -236,7 +236,7 @@ class FluidityCollector(Collector):
         cached = self._engine_text_cache.get(view.target)
         if cached is not None and cached[0] is view.last and cached[1] is figures:
             return cached[2]
-        out = _Families()
+        out = Families()
         self._add_engine(out, view, figures)
         text = _family_texts(out)
         self._engine_text_cache[view.target] = (view.last, figures, text)
@@ -260,8 +260,8 @@ class FluidityCollector(Collector):
         self._engine_cache = {t: c for t, c in self._engine_cache.items() if t in engines}
         return engines, figures
 
-    def _build(self, now: float) -> _Families:
-        out = _Families()
+    def _build(self, now: float) -> Families:
+        out = Families()
         engines, engine_figures = self._engine_state()
         for series in self.store.series(now):
             _add_cumulative(out, series)
@@ -289,7 +289,7 @@ class FluidityCollector(Collector):
         self._engine_cache[view.target] = (key, kept)
         return kept
 
-    def _add_engine(self, out: _Families, view: EngineView, figures: Mapping[str, WindowFigures]) -> None:
+    def _add_engine(self, out: Families, view: EngineView, figures: Mapping[str, WindowFigures]) -> None:
         last = view.last
         if last is None:
             return
@@ -309,7 +309,7 @@ class FluidityCollector(Collector):
                         out.add(spec, (view.target, label, _quantile_label(q)), value)
 
     def _add_client_minus_server(
-        self, out: _Families, labels: tuple[str, str, str], window: ProbeWindow, figures: WindowFigures | None
+        self, out: Families, labels: tuple[str, str, str], window: ProbeWindow, figures: WindowFigures | None
     ) -> None:
         server = figures.histograms.get(Signal.SERVER_TTFT_SECONDS) if figures is not None else None
         if server is None or not len(window.client_ttfts):
@@ -323,7 +323,7 @@ class FluidityCollector(Collector):
             out.add(names.WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT, labels, mean_gap)
 
 
-def _add_cumulative(out: _Families, series: SeriesView) -> None:
+def _add_cumulative(out: Families, series: SeriesView) -> None:
     labels = (series.target, series.module)
     for kind, spec in _HISTOGRAM_SPECS.items():
         out.histogram(spec, labels, series.histograms[kind])
@@ -341,7 +341,7 @@ def _add_cumulative(out: _Families, series: SeriesView) -> None:
         out.add(names.PROBE_LAST_SUCCESS, labels, series.last_success)
 
 
-def _add_window(out: _Families, labels: tuple[str, str, str], window: ProbeWindow) -> None:
+def _add_window(out: Families, labels: tuple[str, str, str], window: ProbeWindow) -> None:
     for outcome, count in window.requests.items():
         out.add(names.WINDOW_REQUESTS, (*labels, outcome.value), count)
     for tier, quantiles in window.fluidity.items():
@@ -383,7 +383,7 @@ class _ProbeOutcome(Collector):
         self._labels, self._success, self._duration_s = labels, success, duration_s
 
     def collect(self) -> Iterator[Metric]:
-        out = _Families()
+        out = Families()
         out.add(names.PROBE_SUCCESS, self._labels, 1.0 if self._success else 0.0)
         if self._duration_s is not None:
             out.add(names.PROBE_DURATION, self._labels, self._duration_s)

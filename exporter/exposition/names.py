@@ -15,6 +15,11 @@ Names that differ from the first draft of issue 5, and why:
   to every scraped series, and a metric's own ``job`` would be renamed ``exported_job`` on ingestion.
 * ``fluidity_exporter_engine_scrapes_total`` and ``..._scrape_errors_total`` carry ``target`` too:
   "which engine fails to answer" is the first question when the error count rises.
+* ``fluidity_capacity_fluid_tokens_per_second`` (was ``..._fluid_token_rate_tokens_per_second``): named
+  like its window twin, ``fluidity_window_fluid_tokens_per_second``.
+
+Job results (``fluidity_capacity_*``, ``fluidity_prefill_profile_*``) are gauges of the latest finished
+job, not of scheduled probes: a capacity search is minutes of heavy load, run on demand or nightly.
 """
 
 from __future__ import annotations
@@ -36,6 +41,10 @@ JOB_ID: Final = "job_id"
 REASON: Final = "reason"
 VERSION: Final = "version"
 PYTHON_VERSION: Final = "python_version"
+KIND: Final = "kind"  # of a job: capacity, prefill-profile
+STATE: Final = "state"  # how a job ended
+TRIAL: Final = "trial"  # index of a capacity-search trial, from 0
+PROMPT_TOKENS: Final = "prompt_tokens"
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
 
@@ -289,6 +298,99 @@ ENGINE_WINDOW_QUEUE = MetricSpec(
     (TARGET, WINDOW, PERCENTILE),
 )
 
+# --- Job results: the latest capacity search per (target, module), the stored prefill profiles ------
+
+_CAPACITY = "From the latest finished capacity search of this (target, module)."
+CAPACITY_RATE = MetricSpec(
+    "fluidity_capacity_requests_per_second",
+    "gauge",
+    "Highest arrival rate at which the SLO held (rate searches); absent when no load tried passed. "
+    + _CAPACITY,
+    SERIES,
+)
+CAPACITY_CONCURRENCY = MetricSpec(
+    "fluidity_capacity_concurrency",
+    "gauge",
+    "Highest number of requests in flight at which the SLO held (concurrency searches); absent when no "
+    f"load tried passed. {_CAPACITY}",
+    SERIES,
+)
+CAPACITY_FOUND = MetricSpec(
+    "fluidity_capacity_found",
+    "gauge",
+    f"1 when the search found a load at which the SLO held, 0 when even its lowest load failed. {_CAPACITY}",
+    SERIES,
+)
+CAPACITY_FLUID_RATE = MetricSpec(
+    "fluidity_capacity_fluid_tokens_per_second",
+    "gauge",
+    f"Fluid token generation rate measured at the capacity load. {_CAPACITY}",
+    SERIES,
+)
+CAPACITY_GOODPUT_RATIO = MetricSpec(
+    "fluidity_capacity_goodput_ratio",
+    "gauge",
+    f"Share of requests that met every goodput bound at the capacity load. {_CAPACITY}",
+    SERIES,
+)
+CAPACITY_GOODPUT_RATE = MetricSpec(
+    "fluidity_capacity_goodput_requests_per_second",
+    "gauge",
+    f"Requests per second that met every goodput bound at the capacity load. {_CAPACITY}",
+    SERIES,
+)
+CAPACITY_TIMESTAMP = MetricSpec(
+    "fluidity_capacity_last_search_timestamp_seconds",
+    "gauge",
+    f"Unix time when the search finished. {_CAPACITY}",
+    SERIES,
+)
+CAPACITY_TRIAL_LOAD = MetricSpec(
+    "fluidity_capacity_trial_load",
+    "gauge",
+    "Load of each trial: requests per second for a rate search, requests in flight for a concurrency "
+    f"search (whichever of fluidity_capacity_requests_per_second and _concurrency exists). {_CAPACITY}",
+    (*SERIES, TRIAL),
+)
+CAPACITY_TRIAL_PASSED = MetricSpec(
+    "fluidity_capacity_trial_passed",
+    "gauge",
+    f"1 when the SLO held in the trial, else 0. {_CAPACITY}",
+    (*SERIES, TRIAL),
+)
+CAPACITY_TRIAL_HEADROOM = MetricSpec(
+    "fluidity_capacity_trial_slo_headroom",
+    "gauge",
+    "How much tighter every deadline of the SLO could have been with the trial still passing (the factor "
+    f"they could be divided by): above 1 it passed with room to spare, below 1 it failed. {_CAPACITY}",
+    (*SERIES, TRIAL),
+)
+PREFILL_PROFILE_PREDICTED = MetricSpec(
+    "fluidity_prefill_profile_predicted_seconds",
+    "gauge",
+    "Prefill time the target's stored profile predicts for a prompt of prompt_tokens tokens (Dp(P) "
+    "without the scheduling slack), at fixed reference lengths.",
+    (TARGET, PROMPT_TOKENS),
+)
+PREFILL_PROFILE_TIMESTAMP = MetricSpec(
+    "fluidity_prefill_profile_timestamp_seconds",
+    "gauge",
+    "Unix time when the target's stored prefill profile was measured.",
+    (TARGET,),
+)
+JOBS_FINISHED = MetricSpec(
+    "fluidity_jobs_finished_total",
+    "counter",
+    "Jobs (capacity searches, prefill profiles) finished since the exporter started, by how they ended.",
+    (KIND, STATE),
+)
+JOB_RUNNING = MetricSpec(
+    "fluidity_job_running",
+    "gauge",
+    "Jobs of this kind running against the target now (they send heavy load: expect its latency to rise).",
+    (TARGET, KIND),
+)
+
 # --- The exporter's own health (direct instrumentation) ---------------------------------------------
 
 BUILD_INFO = MetricSpec(
@@ -403,4 +505,22 @@ SELF: Final = (
 PROBE_ONLY: Final = (PROBE_SUCCESS, PROBE_DURATION)
 """Families only a ``/probe`` answer carries."""
 
-ALL: Final = (*COLLECTED, *SELF, *PROBE_ONLY)
+JOB_RESULTS: Final = (
+    CAPACITY_RATE,
+    CAPACITY_CONCURRENCY,
+    CAPACITY_FOUND,
+    CAPACITY_FLUID_RATE,
+    CAPACITY_GOODPUT_RATIO,
+    CAPACITY_GOODPUT_RATE,
+    CAPACITY_TIMESTAMP,
+    CAPACITY_TRIAL_LOAD,
+    CAPACITY_TRIAL_PASSED,
+    CAPACITY_TRIAL_HEADROOM,
+    PREFILL_PROFILE_PREDICTED,
+    PREFILL_PROFILE_TIMESTAMP,
+    JOBS_FINISHED,
+    JOB_RUNNING,
+)
+"""The families ``JobsCollector`` builds from the job results on every scrape."""
+
+ALL: Final = (*COLLECTED, *JOB_RESULTS, *SELF, *PROBE_ONLY)

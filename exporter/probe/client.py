@@ -186,14 +186,26 @@ class ProbeClient:
 
     # -- one request ---------------------------------------------------------------------------------
 
-    async def send(self, spec: RequestSpec, scheduled_at: float | None = None) -> ProbeResult:
-        """Send ``spec`` and stream its answer; never raises for a failure of the target."""
+    async def send(
+        self,
+        spec: RequestSpec,
+        scheduled_at: float | None = None,
+        *,
+        on_start: Callable[[ProbeResult], None] | None = None,
+    ) -> ProbeResult:
+        """Send ``spec`` and stream its answer; never raises for a failure of the target.
+
+        ``on_start`` receives the result being filled in before anything is sent, so a caller that
+        cancels the request (a capacity trial stopped early) can still count the tokens it received.
+        """
         result = ProbeResult(
             api=self.settings.api,
             scheduled_at=scheduled_at,
             max_tokens=spec.max_tokens,
             prompt_tokens_intended=spec.prompt_tokens,
         )
+        if on_start is not None:
+            on_start(result)
         if spec.request_id is not None:
             result.extra["request_id"] = spec.request_id
         try:

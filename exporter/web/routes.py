@@ -6,6 +6,7 @@
   (target, module), and by the scrape timeout Prometheus sends (``X-Prometheus-Scrape-Timeout-Seconds``);
   authenticated by ``global.probe_token`` (without one, only simulated targets can be probed on demand). ``debug=true`` returns a readable log of
   this probe and the recent results of that (target, module), failures kept longer.
+* ``/api/v1/jobs...``: capacity searches and prefill profiles on demand (``exporter.web.jobs_api``).
 * ``GET /-/healthy``, ``GET /-/ready`` (ready once the config is loaded and the scheduler runs),
   ``POST /-/reload``, and ``GET /`` linking them.
 """
@@ -25,6 +26,7 @@ from exporter.config import UnknownNameError
 from exporter.exposition import render
 from exporter.exposition.collector import probe_registry
 from exporter.probe.result import ProbeResult, intervals
+from exporter.web.jobs_api import add_job_routes
 
 DAEMON = web.AppKey("daemon", Daemon)
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
@@ -42,6 +44,7 @@ def build_app(daemon: Daemon) -> web.Application:
     app.router.add_get("/-/healthy", healthy)
     app.router.add_get("/-/ready", ready)
     app.router.add_post("/-/reload", reload)
+    add_job_routes(app, daemon)
     return app
 
 
@@ -135,7 +138,7 @@ async def probe(request: web.Request) -> web.Response:
     slo = daemon.config.slo_for(target)
     registry = probe_registry(
         run.results,
-        slo.deadline_policy(),
+        daemon.deadline_policy(target),
         target=target,
         module=module,
         goodput=slo.goodput,

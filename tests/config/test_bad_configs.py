@@ -13,11 +13,16 @@ from exporter.config.targets import LITERAL_SECRET
 
 ENVIRON = {"KEY": "sk-never-print-me"}
 T = "targets:\n  - name: a\n    url: http://h:8000\n"  # a valid target to hang a case on
+# A target with two modules and a job schedule to hang a jobs case on (its params come after).
+J = (
+    T
+    + "    modules: [m, n]\nmodules: {m: {}, n: {}, o: {}}\njobs:\n  schedules:\n    - {name: s, kind: capacity, cron: '0 3 * * *', params: "
+)
 
 CASES: dict[str, tuple[str, list[str]]] = {
     "unknown-top-key": (
         "targetz: []\n" + T,
-        ['(top level): unknown key "targetz"; valid: global, modules, slos, targets'],
+        ['(top level): unknown key "targetz"; valid: global, jobs, modules, slos, targets'],
     ),
     "unknown-global-key": (
         "global:\n  listen: ':9468'\n" + T,
@@ -342,6 +347,83 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "bad-env-reference": (
         "targets:\n  - name: a\n    url: http://h:${PORT\n",
         ['targets[0].url: bad variable reference "${PORT"; write ${NAME} or ${NAME:-default}'],
+    ),
+    "unknown-jobs-key": (
+        T + "jobs: {token: {env: KEY}, limits: {max_rps: 3}}\n",
+        [
+            'jobs: unknown key "token"; valid: api_token, history, limits, schedules',
+            'jobs.limits: unknown key "max_rps"; valid: max_concurrency, max_duration, max_prompt_tokens, max_rate, max_requests_per_trial, max_tokens, max_trials',
+        ],
+    ),
+    "literal-jobs-token": (
+        T + "jobs: {api_token: hunter2}\n",
+        ["jobs.api_token: " + LITERAL_SECRET],
+    ),
+    "missing-jobs-token-variable": (
+        T + "jobs: {api_token: {env: NO_SUCH_TOKEN_VAR}}\n",
+        [
+            "jobs.api_token.env: environment variable NO_SUCH_TOKEN_VAR is not set or empty (it should hold the jobs API bearer token)"
+        ],
+    ),
+    "bad-jobs-limits-and-history": (
+        T
+        + "jobs:\n  limits: {max_rate: 0, max_concurrency: 0, max_duration: 0s, max_requests_per_trial: 5}\n  history: 0\n",
+        [
+            "jobs.limits.max_rate: must be a number > 0, got 0",
+            "jobs.limits.max_concurrency: must be an integer >= 1, got 0",
+            'jobs.limits.max_duration: must be a duration > 0, got "0s"',
+            "jobs.limits.max_requests_per_trial: must be an integer >= 10, got 5",
+            "jobs.history: must be an integer >= 1, got 0",
+        ],
+    ),
+    "job-schedule-missing-everything": (
+        T + "jobs:\n  schedules: [{}, cron]\n",
+        [
+            "jobs.schedules[0].name: missing (required)",
+            "jobs.schedules[0].kind: missing (required)",
+            "jobs.schedules[0].cron: missing (required)",
+            "jobs.schedules[0].params: missing (required)",
+            'jobs.schedules[1]: must be a mapping, got "cron"',
+        ],
+    ),
+    "job-schedule-bad-fields": (
+        T
+        + "jobs:\n  schedules:\n    - {name: 'a b', kind: profile, cron: '0 3 * *', params: {target: a}, every: 1h}\n",
+        [
+            'jobs.schedules[0]: unknown key "every"; valid: cron, kind, name, params',
+            'jobs.schedules[0].name: bad name "a b"; use only letters, digits, _ . - (it becomes a label value)',
+            'jobs.schedules[0].kind: unknown value "profile"; valid: capacity, prefill-profile',
+            'jobs.schedules[0].cron: bad cron expression "0 3 * *": Wrong number of fields; got 4, expected 5',
+        ],
+    ),
+    "job-schedule-duplicate-names": (
+        J + "{target: a}}\n    - {name: s, kind: prefill-profile, cron: '0 2 * * 0', params: {target: a}}\n",
+        ['jobs.schedules[1].name: duplicate schedule name "s" (also jobs.schedules[0])'],
+    ),
+    "job-schedule-unknown-target-and-module": (
+        J
+        + "{target: b}}\n    - {name: t, kind: capacity, cron: '0 3 * * *', params: {target: a, module: o}}\n",
+        [
+            'jobs.schedules[0].params.target: unknown target "b"; valid: a',
+            'jobs.schedules[1].params.module: module "o" is not one of target "a"\'s modules; valid: m, n',
+        ],
+    ),
+    "job-schedule-params-problems": (
+        J + "{target: a, max_load: 50, slo: {decode_tier: fast}, speed: 1}}\n",
+        [
+            'jobs.schedules[0].params: unknown key "speed"; valid: arrival, early_stop, load, max_load, max_trials, module, requests_per_trial, seed, slo, start, target, tolerance, trial_duration_s, warmup_requests',
+            "jobs.schedules[0].params.max_load: 50 exceeds jobs.limits.max_rate (20)",
+            'jobs.schedules[0].params.slo.decode_tier: unknown decode tier "fast"; valid: strict, medium, relaxed (or give decode_deadline_s)',
+        ],
+    ),
+    "job-schedule-params-against-configured-limits": (
+        T
+        + "jobs:\n  limits: {max_prompt_tokens: 4096}\n  schedules:\n    - {name: p, kind: prefill-profile, cron: '0 2 * * 0', params: {target: a, lengths: [512, 8192]}}\n",
+        ["jobs.schedules[0].params.lengths[1]: 8192 exceeds jobs.limits.max_prompt_tokens (4096)"],
+    ),
+    "job-schedule-params-not-a-mapping": (
+        J + "a}\n",
+        ['jobs.schedules[0].params: must be a mapping, got "a"'],
     ),
     "duplicate-module-reference": (
         T + "    modules: [m, m]\nmodules:\n  m: {}\n",

@@ -24,7 +24,10 @@ from exporter.config import (
     parse_config,
     parse_duration,
 )
+from exporter.config.model import JobsConfig
 from exporter.config.reader import Problems, expand_env
+from exporter.jobs.params import CapacityParams, JobLimits, ProfileParams, SloSpec
+from exporter.jobs.parse import params_to_dict
 from exporter.load.arrivals import Gamma, Poisson
 from exporter.load.distributions import Fixed, LogNormal
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
@@ -403,3 +406,75 @@ def test_bad_trace_workloads_name_the_file_line_and_field(tmp_path: Path) -> Non
     assert any("give either trace (with format) or prompt_tokens/output_tokens" in p for p in problems), (
         problems
     )
+
+
+JOBS = """targets:
+  - name: local-vllm
+    url: http://127.0.0.1:8000
+    modules: [chat-short]
+modules:
+  chat-short: {}
+  code: {}
+jobs:
+  api_token: {env: JOBS_TOKEN}
+  limits: {max_rate: 10, max_concurrency: 32, max_duration: 30m, max_tokens: 1000000, max_trials: 6,
+           max_requests_per_trial: 500, max_prompt_tokens: 8192}
+  history: 50
+  schedules:
+    - name: nightly-capacity
+      kind: capacity
+      cron: "0 3 * * *"
+      params: {target: local-vllm, module: chat-short, trial_duration_s: 2m, slo: {decode_tier: strict}}
+    - name: weekly-profile
+      kind: prefill-profile
+      cron: "0 2 * * 0"
+      params: {target: "${PROFILE_TARGET:-local-vllm}"}
+"""
+
+
+def test_jobs_section_is_read_with_its_limits_and_schedules() -> None:
+    config = parse_config(JOBS, environ={"JOBS_TOKEN": "jobs-s3cret"})
+    jobs = config.jobs
+    assert jobs.api_token is not None and jobs.api_token.reveal() == "jobs-s3cret"
+    assert "jobs-s3cret" not in repr(config)
+    assert jobs.limits == JobLimits(
+        max_rate=10.0,
+        max_concurrency=32,
+        max_duration_s=1800.0,
+        max_tokens=1_000_000,
+        max_trials=6,
+        max_requests_per_trial=500,
+        max_prompt_tokens=8192,
+    )
+    assert jobs.history == 50
+    capacity, profile = jobs.schedules
+    assert (capacity.name, capacity.kind, capacity.cron) == ("nightly-capacity", "capacity", "0 3 * * *")
+    assert capacity.params == CapacityParams(
+        target="local-vllm",
+        module="chat-short",
+        max_trials=6,  # the default (8) lowered to the configured limit
+        trial_duration_s=120.0,
+        slo=SloSpec(decode_tier="strict"),
+    )
+    assert capacity.params_dict == params_to_dict(capacity.params)
+    # The default ladder stops at the configured longest prompt.
+    assert profile.params == ProfileParams(
+        target="local-vllm", lengths=(128, 256, 512, 1024, 2048, 4096, 8192)
+    )
+
+
+def test_without_a_jobs_section_the_jobs_api_is_off_and_nothing_is_scheduled() -> None:
+    config = parse_config(MINIMAL, environ={})
+    assert config.jobs == JobsConfig()
+    assert config.jobs.api_token is None and config.jobs.schedules == ()
+    assert config.jobs.limits == JobLimits()
+    assert parse_config(MINIMAL + "jobs:\n", environ={}).jobs == JobsConfig()
+
+
+def test_a_schedule_change_is_a_config_change() -> None:
+    before = parse_config(JOBS, environ={"JOBS_TOKEN": "t"})
+    after = parse_config(
+        JOBS.replace("decode_tier: strict", "decode_tier: relaxed"), environ={"JOBS_TOKEN": "t"}
+    )
+    assert before == parse_config(JOBS, environ={"JOBS_TOKEN": "t"})
+    assert before != after

@@ -1,0 +1,108 @@
+"""The ``jobs`` section: the jobs API token, the ceilings every job obeys, and jobs run on a schedule.
+
+A scheduled job's ``params`` are read by ``exporter.jobs.parse``, the reader of HTTP bodies too, with
+the limits of this same section, so a schedule is refused at load time for exactly what the API would
+refuse it for; its target must be a configured one, and its module one of that target's modules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import cast
+
+from exporter.config.model import JobSchedule, JobsConfig, Target
+from exporter.config.reader import Context, Section, show
+from exporter.config.targets import read_secret
+from exporter.config.values import check_cron, check_name
+
+# Imported as a module, not by name: exporter.jobs.parse reads values with this package's reader, so
+# whichever of the two is imported first finds the other still loading.
+from exporter.jobs import parse as job_parse
+from exporter.jobs.params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
+
+JOBS_KEYS = ("api_token", "limits", "history", "schedules")
+LIMIT_KEYS = (
+    "max_rate", "max_concurrency", "max_duration", "max_tokens", "max_trials", "max_requests_per_trial",
+    "max_prompt_tokens",
+)  # fmt: skip
+SCHEDULE_KEYS = ("name", "kind", "cron", "params")
+
+
+class JobsReader:
+    """Reads the ``jobs`` section against the targets the file defines."""
+
+    def __init__(self, ctx: Context, targets: Sequence[Target]) -> None:
+        self.ctx = ctx
+        self.targets = {target.name: target for target in targets}
+
+    def jobs(self, sec: Section) -> JobsConfig:
+        api_token = read_secret(self.ctx, sec, "api_token", "the jobs API bearer token")
+        limits = sec.section("limits", LIMIT_KEYS)
+        parsed_limits = self.limits(limits) if limits is not None else JobLimits()
+        return JobsConfig(
+            api_token=api_token,
+            limits=parsed_limits,
+            history=sec.integer("history", JobsConfig.history, minimum=1),
+            schedules=self.schedules(sec, parsed_limits),
+        )
+
+    def limits(self, sec: Section) -> JobLimits:
+        default = JobLimits()
+        return JobLimits(
+            max_rate=sec.number("max_rate", default.max_rate, 0.0, math.inf, low_open=True),
+            max_concurrency=sec.integer("max_concurrency", default.max_concurrency, minimum=1),
+            max_duration_s=sec.duration("max_duration", default.max_duration_s),
+            max_tokens=sec.integer("max_tokens", default.max_tokens, minimum=1),
+            max_trials=sec.integer("max_trials", default.max_trials, minimum=1),
+            max_requests_per_trial=sec.integer(
+                "max_requests_per_trial",
+                default.max_requests_per_trial,
+                minimum=job_parse.MIN_REQUESTS_PER_TRIAL,
+            ),
+            max_prompt_tokens=sec.integer("max_prompt_tokens", default.max_prompt_tokens, minimum=1),
+        )
+
+    def schedules(self, sec: Section, limits: JobLimits) -> tuple[JobSchedule, ...]:
+        seen: dict[str, str] = {}  # name -> path of the schedule that has it
+        built = []
+        for path, raw in sec.items("schedules"):
+            item = Section.open(raw, path, self.ctx.problems, SCHEDULE_KEYS)
+            schedule = self.schedule(item, limits, seen) if item is not None else None
+            if schedule is not None:
+                built.append(schedule)
+        return tuple(built)
+
+    def schedule(self, sec: Section, limits: JobLimits, seen: dict[str, str]) -> JobSchedule | None:
+        name = sec.read("name", "", check_name, resolve=False) if sec.required("name") else ""
+        if name in seen:
+            sec.fail("name", f'duplicate schedule name "{name}" (also {seen[name]})')
+        elif name:
+            seen[name] = sec.path
+        kind = sec.choice("kind", "", JOB_KINDS) if sec.required("kind") else ""
+        cron = sec.read("cron", "", check_cron, resolve=False) if sec.required("cron") else ""
+        if not (sec.required("params") and kind):
+            return None
+        job_kind, path = cast(JobKind, kind), sec.at("params")
+        params = job_parse.read_params(job_kind, sec.get("params"), path, self.ctx.problems, limits)
+        if params is None:
+            return None
+        self.check_references(path, params)
+        return JobSchedule(name, job_kind, cron, params, job_parse.params_to_dict(params))
+
+    def check_references(self, path: str, params: JobParams) -> None:
+        """The target must be configured, and a capacity search's module one of the target's."""
+        if not params.target:
+            return  # already a problem
+        target = self.targets.get(params.target)
+        if target is None:
+            valid = ", ".join(self.targets) or "(none)"
+            self.ctx.problems.add(f"{path}.target", f"unknown target {show(params.target)}; valid: {valid}")
+            return
+        module = params.module if isinstance(params, CapacityParams) else None
+        if module is not None and module not in target.modules:
+            self.ctx.problems.add(
+                f"{path}.module",
+                f'module {show(module)} is not one of target "{target.name}"\'s modules; '
+                f"valid: {', '.join(target.modules) or '(none)'}",
+            )

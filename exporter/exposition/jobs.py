@@ -1,0 +1,146 @@
+"""Gauges of job results: the latest capacity search per (target, module), the stored prefill profiles,
+and how many jobs finished and run.
+
+The job runner keeps its results as the plain snapshots defined here; ``JobsCollector`` asks a callable
+for the current ``JobsSnapshot`` on every scrape and builds fresh families from it (nothing global is
+mutated, as in ``exporter.exposition.collector``). This module knows nothing of how jobs run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from exporter.exposition import names
+from exporter.exposition.collector import Families, new_family
+from exporter.stats.prefill import PrefillModel
+
+# Where fluidity_prefill_profile_predicted_seconds is shown: the default profiling ladder's span, at
+# the lengths dashboards compare (short chat, typical RAG, long context).
+REFERENCE_PROMPT_TOKENS = (128, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+@dataclass(frozen=True)
+class TrialPoint:
+    """One trial of a capacity search: the load it ran, whether the SLO held, and by how much."""
+
+    index: int
+    load: float
+    passed: bool
+    headroom: float | None = None  # >1: every deadline could be this much tighter and still pass
+
+
+@dataclass(frozen=True)
+class CapacitySnapshot:
+    """The outcome of the latest capacity search of (target, module).
+
+    ``load_kind`` is "rate" (requests/s) or "concurrency" (requests in flight); ``capacity`` is None when
+    no load tried passed. The figures measured at the capacity load are None when not measured.
+    """
+
+    target: str
+    module: str
+    load_kind: str
+    capacity: float | None
+    fluid_token_rate: float | None
+    goodput_ratio: float | None
+    goodput_rate: float | None
+    finished_at: float  # unix time
+    trials: tuple[TrialPoint, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProfileSnapshot:
+    """A target's stored prefill profile."""
+
+    target: str
+    model: PrefillModel
+    measured_at: float  # unix time
+
+
+@dataclass(frozen=True)
+class JobCounts:
+    """Jobs finished since start by (kind, state), and running now by (target, kind).
+
+    List every (kind, state) a job can end in from the start, with 0, so that ``rate()`` sees each
+    series begin at 0 instead of appearing with its first increment.
+    """
+
+    finished: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    running: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobsSnapshot:
+    """Everything ``JobsCollector`` shows, taken at one instant."""
+
+    capacity: tuple[CapacitySnapshot, ...] = ()
+    profiles: tuple[ProfileSnapshot, ...] = ()
+    counts: JobCounts = field(default_factory=JobCounts)
+
+
+class JobsCollector(Collector):
+    """The ``fluidity_capacity_*``, ``fluidity_prefill_profile_*`` and job-count families of
+    ``snapshot()``, built afresh on every scrape."""
+
+    def __init__(self, snapshot: Callable[[], JobsSnapshot]) -> None:
+        self.snapshot = snapshot
+
+    def describe(self) -> Iterator[Metric]:
+        """Every family this collector may yield, empty (registering never calls ``snapshot``)."""
+        for spec in names.JOB_RESULTS:
+            yield new_family(spec)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from build_families(self.snapshot())
+
+
+def build_families(snapshot: JobsSnapshot) -> Families:
+    """The families of one snapshot."""
+    out = Families()
+    for capacity in snapshot.capacity:
+        _add_capacity(out, capacity)
+    for profile in snapshot.profiles:
+        _add_profile(out, profile)
+    for (kind, state), count in snapshot.counts.finished.items():
+        out.add(names.JOBS_FINISHED, (kind, state), count)
+    for (target, kind), count in snapshot.counts.running.items():
+        out.add(names.JOB_RUNNING, (target, kind), count)
+    return out
+
+
+def _add_capacity(out: Families, result: CapacitySnapshot) -> None:
+    labels = (result.target, result.module)
+    found = result.capacity is not None
+    out.add(names.CAPACITY_FOUND, labels, 1.0 if found else 0.0)
+    if result.capacity is not None:
+        spec = names.CAPACITY_RATE if result.load_kind == "rate" else names.CAPACITY_CONCURRENCY
+        out.add(spec, labels, result.capacity)
+    for spec, value in (
+        (names.CAPACITY_FLUID_RATE, result.fluid_token_rate),
+        (names.CAPACITY_GOODPUT_RATIO, result.goodput_ratio),
+        (names.CAPACITY_GOODPUT_RATE, result.goodput_rate),
+    ):
+        if value is not None:
+            out.add(spec, labels, value)
+    out.add(names.CAPACITY_TIMESTAMP, labels, result.finished_at)
+    for trial in result.trials:
+        _add_trial(out, labels, trial)
+
+
+def _add_trial(out: Families, labels: tuple[str, str], trial: TrialPoint) -> None:
+    trial_labels = (*labels, str(trial.index))
+    out.add(names.CAPACITY_TRIAL_LOAD, trial_labels, trial.load)
+    out.add(names.CAPACITY_TRIAL_PASSED, trial_labels, 1.0 if trial.passed else 0.0)
+    if trial.headroom is not None:
+        out.add(names.CAPACITY_TRIAL_HEADROOM, trial_labels, trial.headroom)
+
+
+def _add_profile(out: Families, profile: ProfileSnapshot) -> None:
+    for tokens in REFERENCE_PROMPT_TOKENS:
+        predicted = profile.model.predict(float(tokens))
+        out.add(names.PREFILL_PROFILE_PREDICTED, (profile.target, str(tokens)), predicted)
+    out.add(names.PREFILL_PROFILE_TIMESTAMP, (profile.target,), profile.measured_at)

@@ -1,0 +1,253 @@
+"""Runs on-demand jobs as asyncio tasks: one job per target at a time, each bounded in time, cancellable.
+
+Every kind of job has a runner, ``async (params, context) -> result``; the manager owns everything around
+it: the record and its states, the conflict check, the time limit, cancellation, the hooks the daemon uses
+to pause a target's scheduled probes while a job loads it, and the outcome of every way a runner can end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.jobs.params import CapacityParams, JobKind, JobLimits, JobParams
+from exporter.jobs.store import JobRecord, JobState, JobStore, Progress, Trigger, new_job_id
+
+LOG = logging.getLogger(__name__)
+STOPPED_BY_SHUTDOWN = "the exporter stopped while this job ran"
+CANCELLED = "cancelled on request"
+
+
+class JobFailedError(Exception):
+    """Raised by a runner for a reason the user should see: the job fails with this message."""
+
+
+class JobConflictError(Exception):
+    """A job already runs on the target: one job per target at a time."""
+
+    def __init__(self, running: JobRecord) -> None:
+        super().__init__(
+            f'{running.kind} job {running.id} is already running on target "{running.target}"; '
+            "one job per target at a time: wait for it or cancel it"
+        )
+        self.running = running
+
+
+class UnknownJobError(LookupError):
+    """No job has this id (or it was pushed out of the history)."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f'unknown job "{job_id}"')
+        self.job_id = job_id
+
+
+class JobContext:
+    """What a runner may tell about its job while it runs; every change is persisted."""
+
+    def __init__(self, record: JobRecord, store: JobStore) -> None:
+        self._record = record
+        self._store = store
+
+    @property
+    def job_id(self) -> str:
+        return self._record.id
+
+    def progress(self, fraction: float, message: str) -> None:
+        """``fraction`` of the work is done (clamped to 0..1); ``message`` says what happens now."""
+        self._record.progress = Progress(min(max(float(fraction), 0.0), 1.0), message)
+        self._store.save_progress(self._record)
+
+    def add_step(self, step: Mapping[str, Any]) -> None:
+        """Append a finished step (a trial, a prompt length). It must be JSON-ready; a copy is kept."""
+        self._record.steps.append(_json_copy(step))
+        self._store.save(self._record)
+
+
+Runner = Callable[[JobParams, JobContext], Awaitable[dict[str, Any]]]
+Hook = Callable[[JobRecord], None]
+
+
+def _json_copy(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy that fails here, in the runner's call, if ``value`` cannot be written as JSON."""
+    copy: dict[str, Any] = json.loads(json.dumps(value))
+    return copy
+
+
+@dataclass
+class _Run:
+    record: JobRecord
+    task: asyncio.Task[None] | None = None
+    started: bool = False  # on_start was called, so on_finish must be
+    settled: bool = False
+
+
+class JobManager:
+    """Starts, tracks and stops jobs. ``max_duration_s`` (or a function giving it, read as each job
+    starts, so a reloaded config applies to the next job) bounds every job's wall time."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        runners: Mapping[str, Runner],
+        *,
+        on_start: Hook | None = None,
+        on_finish: Hook | None = None,
+        max_duration_s: float | Callable[[], float] = JobLimits.max_duration_s,
+    ) -> None:
+        self.store = store
+        self.runners = dict(runners)
+        self._on_start = on_start
+        self._on_finish = on_finish
+        self._max_duration_s = max_duration_s
+        self._runs: dict[str, _Run] = {}  # running jobs by id
+        self._stopping = False
+
+    # -- queries ------------------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobRecord | None:
+        return self.store.get(job_id)
+
+    def list(self) -> list[JobRecord]:
+        """Every job kept, running or finished, newest first."""
+        return self.store.records()
+
+    def running_for(self, target: str) -> JobRecord | None:
+        """The job running on ``target``, if any."""
+        return next((run.record for run in self._runs.values() if run.record.target == target), None)
+
+    # -- control ------------------------------------------------------------------------------------
+
+    def submit(
+        self, kind: JobKind, params: JobParams, params_dict: Mapping[str, Any], trigger: Trigger
+    ) -> JobRecord:
+        """Record a new job and start it on the running loop; ``JobConflictError`` if ``params.target``
+        already runs a job of any kind."""
+        if kind not in self.runners:
+            raise ValueError(f'unknown job kind "{kind}"; valid: {", ".join(sorted(self.runners))}')
+        if self._stopping:
+            raise RuntimeError("the job manager is shut down")
+        running = self.running_for(params.target)
+        if running is not None:
+            raise JobConflictError(running)
+        module = params.module if isinstance(params, CapacityParams) else None
+        record = JobRecord(new_job_id(), kind, params.target, module, trigger, dict(params_dict), time.time())
+        self.store.add(record)
+        run = self._runs[record.id] = _Run(record)
+        run.task = asyncio.get_running_loop().create_task(
+            self._run(run, self.runners[kind], params), name=f"job-{kind}-{record.id}"
+        )
+        # A task cancelled before its first step never enters its body: settle it here too.
+        run.task.add_done_callback(lambda _: self._settle(run))
+        LOG.info("job %s (%s) started on %s by %s", record.id, kind, record.target, trigger)
+        return record
+
+    async def cancel(self, job_id: str) -> JobRecord:
+        """Cancel a running job and wait until it has ended (its load has stopped). A finished job is
+        returned as it is. ``UnknownJobError`` if no job has this id."""
+        run = self._runs.get(job_id)
+        if run is None:
+            record = self.store.get(job_id)
+            if record is None:
+                raise UnknownJobError(job_id)
+            return record
+        await self._stop(run)
+        return run.record
+
+    async def wait(self, job_id: str) -> JobRecord:
+        """Wait for a job to end and return its record."""
+        run = self._runs.get(job_id)
+        if run is not None and run.task is not None:
+            await asyncio.wait({run.task})
+            self._settle(run)
+        record = self.store.get(job_id)
+        if record is None:
+            raise UnknownJobError(job_id)
+        return record
+
+    async def shutdown(self) -> None:
+        """Stop every running job; they end ``interrupted``, as they would after a restart."""
+        self._stopping = True
+        await asyncio.gather(*(self._stop(run) for run in list(self._runs.values())))
+
+    async def _stop(self, run: _Run) -> None:
+        assert run.task is not None
+        run.task.cancel()
+        # asyncio.wait, not ``await task``: the task's CancelledError must not look like our own.
+        await asyncio.wait({run.task})
+        self._settle(run)
+
+    # -- one run ------------------------------------------------------------------------------------
+
+    def _duration_limit(self) -> float:
+        limit = self._max_duration_s
+        return limit() if callable(limit) else limit
+
+    async def _run(self, run: _Run, runner: Runner, params: JobParams) -> None:
+        record = run.record
+        limit_s = self._duration_limit()
+        timeout = asyncio.timeout(limit_s)
+        try:
+            run.started = True
+            if self._on_start is not None:
+                self._on_start(record)
+            async with timeout:
+                result = _json_copy(await runner(params, JobContext(record, self.store)))
+        except asyncio.CancelledError:
+            self._end(record, *self._cancelled_state())
+            raise
+        except JobFailedError as exc:
+            self._end(record, "failed", str(exc))
+        except TimeoutError as exc:
+            if not timeout.expired():
+                self._end_with_bug(record, exc)
+            else:
+                self._end(
+                    record, "failed", f"the job ran longer than jobs.limits.max_duration ({limit_s:g} s)"
+                )
+        except Exception as exc:
+            self._end_with_bug(record, exc)
+        else:
+            self._end(record, "succeeded", None, result)
+        finally:
+            self._settle(run)
+
+    def _cancelled_state(self) -> tuple[JobState, str]:
+        return ("interrupted", STOPPED_BY_SHUTDOWN) if self._stopping else ("cancelled", CANCELLED)
+
+    def _end_with_bug(self, record: JobRecord, exc: Exception) -> None:
+        LOG.exception("job %s (%s) on %s failed with a bug", record.id, record.kind, record.target)
+        self._end(record, "failed", f"internal error: {type(exc).__name__}: {exc}")
+
+    def _end(
+        self, record: JobRecord, state: JobState, error: str | None, result: dict[str, Any] | None = None
+    ) -> None:
+        record.state, record.error, record.result = state, error, result
+        record.finished_at = time.time()
+        self.store.save(record)
+        LOG.info(
+            "job %s (%s) on %s: %s%s",
+            record.id,
+            record.kind,
+            record.target,
+            state,
+            f" ({error})" if error else "",
+        )
+
+    def _settle(self, run: _Run) -> None:
+        """Once per run, whichever way it ended: forget it as running and call ``on_finish``."""
+        if run.settled:
+            return
+        run.settled = True
+        if not run.record.finished:  # cancelled before it started
+            self._end(run.record, *self._cancelled_state())
+        self._runs.pop(run.record.id, None)
+        if run.started and self._on_finish is not None:
+            try:
+                self._on_finish(run.record)
+            except Exception:
+                LOG.exception("on_finish of job %s failed", run.record.id)

@@ -1,0 +1,89 @@
+"""What a job is asked to do, and the ceilings every job must stay under: frozen, validated values.
+
+The same parameters come from an HTTP body (``POST /api/v1/jobs/capacity``), a scheduled job in the config
+(``jobs.schedules[*].params``) and the CLI, so they are parsed in one place (``exporter.jobs.parse``)
+into these dataclasses. Anything not given falls back to the target's SLO config at run time, which is
+why several fields are ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from exporter.jobs.prefill_profile import geometric_ladder
+from exporter.stats.slo import GoodputBounds, Slo
+
+JobKind = Literal["capacity", "prefill-profile"]
+JOB_KINDS: tuple[JobKind, ...] = ("capacity", "prefill-profile")
+LoadKind = Literal["rate", "concurrency"]
+LOAD_KINDS: tuple[LoadKind, ...] = ("rate", "concurrency")
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """Ceilings no job may exceed (``jobs.limits`` in the config). A request asking for more is refused
+    with a 400 naming the limit; a running job that reaches ``max_tokens`` or ``max_duration_s`` stops
+    and fails with that reason."""
+
+    max_rate: float = 20.0  # requests/s a capacity trial may send (rate searches)
+    max_concurrency: int = 64  # requests in flight (concurrency searches)
+    max_duration_s: float = 3600.0  # wall time of one job
+    max_tokens: int = 5_000_000  # prompt + output tokens one job may spend
+    max_trials: int = 12
+    max_requests_per_trial: int = 2000
+    max_prompt_tokens: int = 32768  # longest prompt a prefill profile may send
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """The SLO a capacity search holds the target to. ``None``: the target's SLO config decides.
+
+    Default, as in the Etalon paper: ``percentile`` % of requests reach fluidity >= ``target_fluidity``
+    at the ``decode_tier`` decode deadline, with ``Dp`` from the target's stored prefill profile (or its
+    configured model or constant). ``prefill_deadline_s`` forces a constant ``Dp``; ``decode_deadline_s``
+    a decode deadline other than the tiers. ``objectives`` (``ttft:p99<=2``...) and a goodput floor can be
+    added: a trial passes only when every one holds.
+    """
+
+    decode_tier: str = "medium"
+    decode_deadline_s: float | None = None
+    prefill_deadline_s: float | None = None
+    target_fluidity: float | None = None
+    percentile: float | None = None
+    objectives: tuple[Slo, ...] = ()
+    goodput: GoodputBounds | None = None
+    min_goodput_ratio: float | None = None  # with ``goodput``: share of requests that must meet every bound
+
+
+@dataclass(frozen=True)
+class CapacityParams:
+    """A capacity search: the highest load at which the SLO holds, to a relative ``tolerance``."""
+
+    target: str
+    module: str | None = None  # None: the target's first module
+    load: LoadKind = "rate"  # requests/s (open loop, ``arrival`` process) or concurrency (closed loop)
+    arrival: str = "poisson"  # an arrival spec without its rate: poisson, constant, gamma:cv=2
+    start: float | None = None  # first load tried; None: 1 req/s or concurrency 1
+    max_load: float | None = None  # never try above this; None: the limit (max_rate / max_concurrency)
+    tolerance: float = 0.05
+    max_trials: int = 8
+    requests_per_trial: int = 200  # measured requests per trial, after the warm-up
+    warmup_requests: int = 20
+    trial_duration_s: float | None = None  # also end a trial after this long (None: requests only)
+    early_stop: bool = True  # stop a trial as soon as its outcome is decided
+    seed: int = 0
+    slo: SloSpec = field(default_factory=SloSpec)
+
+
+@dataclass(frozen=True)
+class ProfileParams:
+    """A prefill profile: isolated one-token requests across ``lengths``, the minimum TTFT per length."""
+
+    target: str
+    lengths: tuple[int, ...] = field(default_factory=geometric_ladder)
+    repeats: int = 3
+    apply: bool = True  # store the fitted model for the target and use it for its deadlines
+
+
+JobParams = CapacityParams | ProfileParams

@@ -1,0 +1,175 @@
+"""Per-target prefill profiles that survive restarts, and the deadlines they set.
+
+A prefill-profile job fits ``TTFT(P)`` for one target; ``ProfileStore`` keeps the latest fit per target
+as one JSON file under ``<state_dir>/profiles/`` (written to a temporary file and renamed, so a crash
+never leaves half a profile), or in memory when there is no state folder. A file that cannot be read
+back is skipped with a warning naming it: one bad file must not stop the daemon, nor hide the others.
+
+``deadline_policy_with_profile`` is how a stored profile reaches the fluidity of a target: its model
+sets ``Dp(P)`` unless the SLO has a model of its own (``slos.*.prefill.model_file``), which wins.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from exporter.report.summary import DeadlinePolicy
+from exporter.stats.prefill import PrefillModel
+
+LOG = logging.getLogger(__name__)
+FILE_VERSION = 1
+_FIELDS = ("version", "target", "measured_at", "model", "samples")
+
+
+@dataclass(frozen=True)
+class StoredProfile:
+    """The prefill model fitted for ``target`` at unix time ``measured_at``, with the samples it came from."""
+
+    target: str
+    model: PrefillModel
+    measured_at: float
+    samples: tuple[Mapping[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": FILE_VERSION,
+            "target": self.target,
+            "measured_at": self.measured_at,
+            "model": self.model.to_dict(),
+            "samples": [dict(sample) for sample in self.samples],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> StoredProfile:
+        """Validate ``to_dict`` output; errors say what is wrong."""
+        if not isinstance(data, Mapping) or sorted(data) != sorted(_FIELDS):
+            raise ValueError(f"a stored profile is a mapping with the keys {', '.join(_FIELDS)}")
+        if data["version"] != FILE_VERSION:
+            raise ValueError(
+                f"stored profile version {data['version']!r}; this exporter reads {FILE_VERSION}"
+            )
+        return cls(
+            _target(data["target"]),
+            PrefillModel.from_dict(data["model"]),
+            _unix_time(data["measured_at"]),
+            _samples(data["samples"]),
+        )
+
+
+def _target(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"target must be a non-empty string, got {value!r}")
+    return value
+
+
+def _unix_time(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"measured_at must be a unix time in seconds, got {value!r}")
+    return float(value)
+
+
+def _samples(value: Any) -> tuple[Mapping[str, Any], ...]:
+    if not isinstance(value, list) or not all(isinstance(sample, Mapping) for sample in value):
+        raise ValueError("samples must be a list of mappings")
+    return tuple(value)
+
+
+class ProfileStore:
+    """The latest profile per target: JSON files in ``folder``, or in memory when ``folder`` is None."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        self._memory: dict[str, StoredProfile] = {}
+
+    def save(
+        self,
+        target: str,
+        model: PrefillModel,
+        measured_at: float,
+        samples: Sequence[Mapping[str, Any]] | None = None,
+    ) -> StoredProfile:
+        """Keep ``model`` as ``target``'s profile (replacing any older one); OSError when it cannot."""
+        profile = StoredProfile(target, model, measured_at, tuple(samples or ()))
+        if self.folder is None:
+            self._memory[target] = profile
+        else:
+            _write_atomically(self.folder, profile_file_name(target), json.dumps(profile.to_dict(), indent=1))
+        return profile
+
+    def load(self, target: str) -> StoredProfile | None:
+        """``target``'s profile, or None when there is none (or its file is bad: logged)."""
+        if self.folder is None:
+            return self._memory.get(target)
+        path = self.folder / profile_file_name(target)
+        if not path.exists():
+            return None
+        profile = _read(path)
+        if profile is not None and profile.target != target:
+            LOG.warning(
+                "skipping prefill profile %s: it holds target %r, not %r", path, profile.target, target
+            )
+            return None
+        return profile
+
+    def load_all(self) -> dict[str, StoredProfile]:
+        """Every target's profile, by target name; bad files are skipped (and logged)."""
+        if self.folder is None:
+            return dict(self._memory)
+        if not self.folder.is_dir():
+            return {}
+        profiles = (_read(path) for path in sorted(self.folder.glob("*.json")))
+        return {profile.target: profile for profile in profiles if profile is not None}
+
+
+def profile_file_name(target: str) -> str:
+    """A file name for ``target`` that stays inside the folder whatever the name holds."""
+    if not target:
+        raise ValueError("a profile needs a target name")
+    # Target names are already [A-Za-z0-9_.-]+ (unchanged here); anything else is percent-encoded, so
+    # no name can hold a separator, and the suffix keeps "." and ".." from naming a folder.
+    return quote(target, safe="") + ".json"
+
+
+def deadline_policy_with_profile(policy: DeadlinePolicy, profile: StoredProfile | None) -> DeadlinePolicy:
+    """``policy`` with ``Dp(P)`` from the stored profile, unless the SLO configures a model of its own.
+
+    The SLO's scheduling slack is kept; a constant ``Dp`` is what a model replaces, since the profile
+    measured this target and the constant is a guess.
+    """
+    if profile is None or policy.prefill_model is not None:
+        return policy
+    return replace(policy, prefill_model=profile.model)
+
+
+def _read(path: Path) -> StoredProfile | None:
+    try:
+        return StoredProfile.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:  # json's JSONDecodeError is a ValueError
+        LOG.warning("skipping prefill profile %s: %s", path, exc)
+        return None
+
+
+def _write_atomically(folder: Path, name: str, text: str) -> None:
+    """``text`` as ``folder/name``: written beside it, then renamed over it (readers see old or new)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, folder / name)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise

@@ -1,0 +1,240 @@
+"""The two jobs as the daemon runs them: a capacity search and a prefill profile of one target.
+
+Each runner takes the parsed parameters and a ``JobContext`` (progress and steps, persisted by the job
+store) and returns the JSON-ready result. What it needs from the daemon (the current config, the
+target's probe client, its deadlines, where profiles go) comes through ``JobEnvironment``, so the
+runners can be driven by the daemon or by a test with a simulator on loopback.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from exporter.config.model import Config, SloConfig, Target
+from exporter.jobs.capacity import CapacityResult, search_capacity
+from exporter.jobs.capacity_search import SearchSettings
+from exporter.jobs.manager import JobContext, JobFailedError, Runner
+from exporter.jobs.params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
+from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, profile_prefill
+from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, plan_trial, run_trial
+from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
+from exporter.load.workloads import Workload
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import ProbeResult
+from exporter.probe.target import RequestSpec
+from exporter.report.summary import DeadlinePolicy
+from exporter.stats.slo import DECODE_TIERS
+
+DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}
+
+
+class JobEnvironment(Protocol):
+    """What the runners need from the daemon."""
+
+    @property
+    def config(self) -> Config: ...
+
+    def job_limits(self) -> JobLimits: ...
+
+    def client_for(self, target: str) -> ProbeClient: ...
+
+    def deadline_policy(self, target: str) -> DeadlinePolicy: ...
+
+    def store_profile(self, target: str, profile: PrefillProfile) -> None: ...
+
+    async def wait_idle(self, target: str) -> None:
+        """Until no probe of ours is in flight to ``target`` (new ones are paused by then)."""
+
+
+# -- capacity -----------------------------------------------------------------------------------------
+
+
+def resolve_trial_slo(spec: SloSpec, configured: SloConfig, policy: DeadlinePolicy) -> TrialSlo:
+    """The job's SLO: what the job says, else the target's SLO config (``policy`` carries its ``Dp``,
+    from the stored prefill profile when there is one)."""
+    deadlines = policy if spec.prefill_deadline_s is None else DeadlinePolicy(spec.prefill_deadline_s)
+    return TrialSlo(
+        deadlines=deadlines,
+        decode_deadline=decode_deadline(spec, configured),
+        target_fluidity=spec.target_fluidity or configured.target_fluidity,
+        percentile=spec.percentile or configured.percentile,
+        objectives=spec.objectives,
+        goodput=spec.goodput,
+        min_goodput_ratio=spec.min_goodput_ratio,
+    )
+
+
+def decode_deadline(spec: SloSpec, configured: SloConfig) -> float:
+    """``decode_deadline_s``, or the named tier of the target's SLO (the paper's tiers by default)."""
+    if spec.decode_deadline_s is not None:
+        return spec.decode_deadline_s
+    tiers = {**DECODE_TIERS, **dict(configured.decode_tiers)}
+    if spec.decode_tier not in tiers:
+        raise JobFailedError(f'unknown decode tier "{spec.decode_tier}"; valid: {", ".join(tiers)}')
+    return tiers[spec.decode_tier]
+
+
+def search_settings(params: CapacityParams, limits: JobLimits) -> SearchSettings:
+    concurrency = params.load == "concurrency"
+    ceiling = float(limits.max_concurrency if concurrency else limits.max_rate)
+    max_load = min(params.max_load or ceiling, ceiling)
+    start = min(params.start or DEFAULT_START[params.load], max_load)
+    return SearchSettings(start, max_load, params.tolerance, params.max_trials, integer=concurrency)
+
+
+def module_of(params: CapacityParams, target: Target) -> str:
+    if params.module is not None:
+        return params.module
+    if not target.modules:
+        raise JobFailedError(f"target {target.name} has no module to take the workload from; name one")
+    return target.modules[0]
+
+
+class TokenBudget:
+    """The job's ``max_tokens``: a trial starts only if its worst case still fits."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.spent = limit, 0
+
+    def refusal(self, planned: int) -> str | None:
+        if self.spent + planned <= self.limit:
+            return None
+        return (
+            f"jobs.limits.max_tokens: the next trial could spend {planned} tokens and {self.spent} of "
+            f"{self.limit} are spent"
+        )
+
+
+def capacity_runner(env: JobEnvironment) -> Runner:
+    """The runner of ``POST /api/v1/jobs/capacity`` and scheduled capacity searches."""
+
+    async def run(params: JobParams, ctx: JobContext) -> dict[str, Any]:
+        assert isinstance(params, CapacityParams)
+        config = env.config
+        target = config.target(params.target)
+        module = module_of(params, target)
+        workload = config.workload(target.name, module)
+        slo = resolve_trial_slo(params.slo, config.slo_for(target), env.deadline_policy(target.name))
+        await env.wait_idle(target.name)
+        result = await run_capacity_search(
+            params, search_settings(params, env.job_limits()), workload, slo, env.client_for(target.name),
+            budget=TokenBudget(env.job_limits().max_tokens), on_trial=_reporter(ctx, params),
+        )  # fmt: skip
+        if not result.trials:
+            raise JobFailedError(result.stopped_by)
+        return {"target": target.name, "module": module, **result.to_dict()}
+
+    return run
+
+
+async def run_capacity_search(
+    params: CapacityParams,
+    settings: SearchSettings,
+    workload: Workload,
+    slo: TrialSlo,
+    client: ProbeClient,
+    *,
+    budget: TokenBudget | None = None,
+    on_trial: Callable[[TrialReport], None] | None = None,
+) -> CapacityResult:
+    """A whole search against one client (the daemon's job and the CLI share it)."""
+    salt = secrets.randbits(40)  # fresh prompt texts per search: no prefix cache from an earlier one
+
+    def plan(index: int, load: float, may_stop: bool) -> TrialPlan:
+        return plan_trial(
+            workload, load, concurrency=params.load == "concurrency", arrival=params.arrival,
+            warmup=params.warmup_requests, requests=params.requests_per_trial, seed=params.seed,
+            salt=salt + index * 1_000_000, duration_s=params.trial_duration_s, early_stop=may_stop,
+        )  # fmt: skip
+
+    async def send(
+        spec: RequestSpec, at: float | None, started: Callable[[ProbeResult], None]
+    ) -> ProbeResult:
+        return await client.send(spec, at, on_start=started)
+
+    async def trial(index: int, load: float, may_stop: bool) -> TrialReport:
+        report = await run_trial(index, plan(index, load, may_stop), slo, send)
+        if budget is not None:
+            budget.spent += report.tokens
+        return report
+
+    def afford(load: float) -> str | None:
+        return budget.refusal(plan(0, load, False).planned_tokens) if budget is not None else None
+
+    await client.resolve_model()
+    return await search_capacity(
+        settings, trial, load_kind=params.load, slo=slo.describe(), on_trial=on_trial, afford=afford,
+        early_stop=params.early_stop,
+    )  # fmt: skip
+
+
+def _reporter(ctx: JobContext, params: CapacityParams) -> Callable[[TrialReport], None]:
+    def report(trial: TrialReport) -> None:
+        ctx.add_step(trial.to_dict())
+        verdict = "pass" if trial.passed else f"fail ({trial.reason})"
+        headroom = f"{trial.headroom:.2f}" if math.isfinite(trial.headroom) else "-"
+        ctx.progress(
+            min(trial.index / params.max_trials, 0.99),
+            f"trial {trial.index}: {trial.load:.4g} {params.load} {verdict}, headroom {headroom}",
+        )
+
+    return report
+
+
+# -- prefill profile ---------------------------------------------------------------------------------
+
+
+def prompt_builder(target: Target) -> PromptBuilder:
+    """Exact prompts for our simulator, approximate (about 4 characters a token) for real servers."""
+    return SimPromptBuilder() if target.simulated else ApproxPromptBuilder()
+
+
+def profile_runner(env: JobEnvironment) -> Runner:
+    """The runner of ``POST /api/v1/jobs/prefill-profile`` and scheduled profiles."""
+
+    async def run(params: JobParams, ctx: JobContext) -> dict[str, Any]:
+        assert isinstance(params, ProfileParams)
+        target = env.config.target(params.target)
+        planned = sum(params.lengths) * params.repeats
+        limit = env.job_limits().max_tokens
+        if planned > limit:
+            raise JobFailedError(
+                f"the profile would send {planned} prompt tokens; jobs.limits.max_tokens is {limit}"
+            )
+        client = env.client_for(target.name)
+        await client.resolve_model()
+        await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
+        profile = await profile_prefill(
+            client.send, prompt_builder(target), target.api, params.lengths, params.repeats,
+            _sample_reporter(ctx, len(params.lengths)),
+        )  # fmt: skip
+        if profile.model is None:
+            raise JobFailedError("no prompt length got an answer; see the steps for each length's outcomes")
+        if params.apply:
+            env.store_profile(target.name, profile)
+        return {"target": target.name, "applied": params.apply, **profile.to_dict()}
+
+    return run
+
+
+def _sample_reporter(ctx: JobContext, lengths: int) -> Callable[[LengthSample], None]:
+    done = 0
+
+    def report(sample: LengthSample) -> None:
+        nonlocal done
+        done += 1
+        ctx.add_step(
+            {
+                "prompt_tokens": sample.prompt_tokens,
+                "min_ttft_s": sample.best,
+                "outcomes": dict(sample.outcomes),
+                "errors": sample.errors[:3],
+            }
+        )
+        best = f"{sample.best:.4f} s" if sample.best is not None else "no answer"
+        ctx.progress(done / lengths, f"{sample.prompt_tokens} tokens: min TTFT {best}")
+
+    return report

@@ -1,0 +1,199 @@
+"""The on-demand jobs API: start, watch, list and cancel capacity searches and prefill profiles over HTTP.
+
+* ``POST /api/v1/jobs/capacity``, ``POST /api/v1/jobs/prefill-profile``: start a job (202, ``Location``).
+* ``GET /api/v1/jobs[?target=&state=&limit=]``, ``GET /api/v1/jobs/{id}``: records, newest first.
+* ``DELETE /api/v1/jobs/{id}``: cancel; answers once the job's load has stopped.
+* ``GET /api/v1/openapi.json``: the OpenAPI document describing all of these (``openapi.json`` beside
+  this file), served without a token: it holds no secrets.
+
+Jobs send load to production systems, so every other route needs ``Authorization: Bearer <token>``
+(``jobs.api_token``); with no token configured the API is off and answers 404 saying how to turn it on.
+Every error body is JSON: ``{"error": "...", ...}``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hmac
+import importlib.resources
+import json
+from collections.abc import Mapping
+from typing import Any, Final, NoReturn, Protocol
+
+from aiohttp import web
+
+from exporter.jobs.manager import JobConflictError, JobManager, UnknownJobError
+from exporter.jobs.params import CapacityParams, JobKind, JobLimits, JobParams
+from exporter.jobs.parse import ParamsError, params_to_dict, parse_params
+from exporter.jobs.store import JOB_STATES, JobRecord
+from exporter.probe.target import Secret
+
+PREFIX: Final = "/api/v1"
+DISABLED: Final = (
+    "the jobs API is disabled: set jobs.api_token ({env: NAME} or {file: PATH}) in the config, "
+    "then send it as Authorization: Bearer <token>"
+)
+
+
+class JobService(Protocol):
+    """What the handlers need from the daemon, asked at request time because a reload can change it."""
+
+    def jobs_token(self) -> Secret | None: ...
+
+    def job_limits(self) -> JobLimits: ...
+
+    def job_targets(self) -> Mapping[str, tuple[str, ...]]:
+        """Target name -> the names of its modules."""
+        ...
+
+    @property
+    def job_manager(self) -> JobManager: ...
+
+
+JOB_SERVICE: Final = web.AppKey[JobService]("job_service")
+
+
+def add_job_routes(app: web.Application, service: JobService) -> None:
+    """Serve the jobs API of ``service`` under ``/api/v1`` on ``app``."""
+    app[JOB_SERVICE] = service
+    router = app.router
+    router.add_post(f"{PREFIX}/jobs/capacity", start_capacity)
+    router.add_post(f"{PREFIX}/jobs/prefill-profile", start_prefill_profile)
+    router.add_get(f"{PREFIX}/jobs", list_jobs, allow_head=False)
+    router.add_get(f"{PREFIX}/jobs/{{id}}", get_job, allow_head=False)
+    router.add_delete(f"{PREFIX}/jobs/{{id}}", cancel_job)
+    router.add_get(f"{PREFIX}/openapi.json", openapi, allow_head=False)
+
+
+@functools.cache
+def openapi_document() -> bytes:
+    """The committed OpenAPI document, read from the package once."""
+    return importlib.resources.files("exporter.web").joinpath("openapi.json").read_bytes()
+
+
+# -- handlers ----------------------------------------------------------------------------------------
+
+
+async def openapi(_: web.Request) -> web.Response:
+    return web.Response(body=openapi_document(), content_type="application/json")
+
+
+async def start_capacity(request: web.Request) -> web.Response:
+    return await _start(request, "capacity")
+
+
+async def start_prefill_profile(request: web.Request) -> web.Response:
+    return await _start(request, "prefill-profile")
+
+
+async def list_jobs(request: web.Request) -> web.Response:
+    manager = _authorize(request).job_manager
+    target, state = request.query.get("target"), request.query.get("state")
+    if state is not None and state not in JOB_STATES:
+        _fail(web.HTTPBadRequest, f'state "{state}" is not a job state; valid: {", ".join(JOB_STATES)}')
+    records = [r for r in manager.list() if target in (None, r.target) and state in (None, r.state)]
+    return web.json_response({"jobs": [r.to_dict() for r in records[: _limit(request)]]})
+
+
+async def get_job(request: web.Request) -> web.Response:
+    record = _authorize(request).job_manager.get(request.match_info["id"])
+    if record is None:
+        _fail(web.HTTPNotFound, f'unknown job "{request.match_info["id"]}"')
+    return web.json_response(record.to_dict())
+
+
+async def cancel_job(request: web.Request) -> web.Response:
+    manager = _authorize(request).job_manager
+    try:
+        record = await manager.cancel(request.match_info["id"])
+    except UnknownJobError as exc:
+        _fail(web.HTTPNotFound, str(exc))
+    return web.json_response(record.to_dict())
+
+
+# -- the parts -----------------------------------------------------------------------------------------
+
+
+async def _start(request: web.Request, kind: JobKind) -> web.Response:
+    service = _authorize(request)
+    body = await _json_object(request)
+    try:
+        params = parse_params(kind, body, service.job_limits())
+    except ParamsError as exc:
+        _fail(web.HTTPBadRequest, "invalid job parameters", problems=exc.problems)
+    _check_names(params, service.job_targets())
+    try:
+        record = service.job_manager.submit(kind, params, params_to_dict(params), "api")
+    except JobConflictError as exc:
+        _fail(web.HTTPConflict, str(exc), job=exc.running.id)
+    return _accepted(record)
+
+
+def _accepted(record: JobRecord) -> web.Response:
+    location = f"{PREFIX}/jobs/{record.id}"
+    return web.json_response(record.to_dict(), status=202, headers={"Location": location})
+
+
+def _authorize(request: web.Request) -> JobService:
+    """The service, once the request carries its token; 404 while the API is off, 401 without it."""
+    service = request.app[JOB_SERVICE]
+    token = service.jobs_token()
+    if token is None:
+        _fail(web.HTTPNotFound, DISABLED)
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    # surrogatepass: a header of undecodable bytes must fail the compare, not raise.
+    matches = hmac.compare_digest(
+        given.strip().encode("utf-8", "surrogatepass"), token.reveal().encode("utf-8", "surrogatepass")
+    )
+    if scheme.lower() != "bearer" or not matches:
+        _fail(
+            web.HTTPUnauthorized,
+            "this API needs Authorization: Bearer <jobs.api_token>",
+            headers={"WWW-Authenticate": 'Bearer realm="jobs"'},
+        )
+    return service
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError alike
+        reason = "got an empty body" if not raw.strip() else f"not JSON ({exc})"
+        _fail(web.HTTPBadRequest, f'request body must be a JSON object, e.g. {{"target": "NAME"}}: {reason}')
+    if not isinstance(body, dict):
+        _fail(web.HTTPBadRequest, f"request body must be a JSON object, got a JSON {type(body).__name__}")
+    return body
+
+
+def _check_names(params: JobParams, targets: Mapping[str, tuple[str, ...]]) -> None:
+    """400 for a target or module the config does not define, listing the valid ones."""
+    modules = targets.get(params.target)
+    if modules is None:
+        valid = sorted(targets)
+        _fail(web.HTTPBadRequest, f'unknown target "{params.target}"; valid: {", ".join(valid)}', valid=valid)
+    module = params.module if isinstance(params, CapacityParams) else None
+    if module is not None and module not in modules:
+        _fail(
+            web.HTTPBadRequest,
+            f'unknown module "{module}" for target "{params.target}"; valid: {", ".join(modules)}',
+            valid=list(modules),
+        )
+
+
+def _limit(request: web.Request) -> int | None:
+    raw = request.query.get("limit")
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        _fail(web.HTTPBadRequest, f'limit "{raw}": expected a whole number >= 1')
+    return int(raw)
+
+
+def _fail(
+    error: type[web.HTTPError], message: str, *, headers: Mapping[str, str] | None = None, **extra: Any
+) -> NoReturn:
+    """Answer with ``error`` and a JSON body ``{"error": message, **extra}``."""
+    raise error(
+        text=json.dumps({"error": message, **extra}), content_type="application/json", headers=headers
+    )

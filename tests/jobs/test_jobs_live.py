@@ -1,0 +1,220 @@
+"""The jobs end to end: the daemon's jobs API over loopback, driving the real runners against the
+built-in simulator, with the state directory on disk.
+
+The simulator here is slowed down (20 ms per step plus 2 ms per running sequence, 20 us per prompt
+token, like an 8B model on one GPU) so that a 50 ms
+decode deadline is reached at a load a loopback client on two cores sends comfortably.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from exporter.app import Daemon
+from exporter.config import load_config_file
+from exporter.jobs.store import JobStore
+from exporter.sim import SimConfig, SimServer
+from exporter.sim.config import resolve
+from exporter.sim.presets import Preset, isolated_ttft
+from tests.daemon.test_daemon_live import samples, serving
+
+TOKEN = "jobs-token-for-tests"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+SLOW_COST = {"step_overhead_s": 0.02, "per_seq_s": 0.002, "prefill_per_token_s": 2e-5}
+BUDGET = 8192  # every profiled prompt is prefilled in one step: the curve is smooth, not a staircase
+SEQS = 8  # at most 8 streams at once: about 14 req/s of 16-token requests, then the queue grows
+CONFIG = """
+global:
+  state_dir: {state}
+targets:
+  - name: sim
+    url: {url}
+    api: completions
+    simulated: true
+    modules: [short]
+modules:
+  short:
+    workload: {{prompt_tokens: "uniform:low=32,high=96", output_tokens: "fixed:16"}}
+    requests_per_run: 1
+    schedule: {{interval: 1s}}
+jobs:
+  api_token: {{file: {token}}}
+  limits: {{max_rate: 60, max_tokens: 2000000, max_duration: 5m}}
+"""
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[tuple[str, SimServer]]:
+    server = SimServer(
+        SimConfig(preset="tiny", cost=SLOW_COST, max_num_batched_tokens=BUDGET, max_num_seqs=SEQS)
+    )
+    host, port = await server.start("127.0.0.1", 0)
+    yield f"http://{host}:{port}", server
+    await server.stop()
+
+
+def write_config(tmp_path: Path, url: str) -> Path:
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG.format(url=url, state=tmp_path / "state", token=token))
+    return path
+
+
+@pytest.fixture
+async def daemon(sim: tuple[str, SimServer], tmp_path: Path) -> AsyncIterator[tuple[Daemon, str]]:
+    daemon = Daemon(load_config_file(write_config(tmp_path, sim[0])), seed=1)
+    async with serving(daemon) as url:
+        yield daemon, url
+
+
+async def call(
+    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
+) -> tuple[int, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(method, url, json=body, headers=AUTH if headers is None else headers) as response,
+    ):
+        return response.status, await response.json(content_type=None)
+
+
+async def finished(url: str, job_id: str, timeout: float = 120.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        status, record = await call("GET", f"{url}/api/v1/jobs/{job_id}")
+        assert status == 200
+        if record["state"] != "running":
+            return dict(record)
+        assert time.monotonic() < deadline, f"job still running: {record['progress']}"
+        await asyncio.sleep(0.2)
+
+
+def preset_truth() -> Preset:
+    resolved = resolve(
+        SimConfig(preset="tiny", cost=SLOW_COST, max_num_batched_tokens=BUDGET, max_num_seqs=SEQS)
+    )
+    return Preset(resolved.model, resolved.cost, resolved.engine, "slowed tiny")
+
+
+async def test_prefill_profile_recovers_the_curve_and_drives_the_deadlines(
+    daemon: tuple[Daemon, str], tmp_path: Path
+) -> None:
+    instance, url = daemon
+    lengths = [128, 256, 512, 1024, 2048, 4096]
+    status, record = await call(
+        "POST", f"{url}/api/v1/jobs/prefill-profile", {"target": "sim", "lengths": lengths, "repeats": 3}
+    )
+    assert status == 202, record
+    done = await finished(url, record["id"])
+    assert done["state"] == "succeeded", done
+    assert [step["prompt_tokens"] for step in done["steps"]] == lengths
+    truth = preset_truth()
+    policy = instance.deadline_policy("sim")
+    assert policy.prefill_model is not None
+    for step in done["steps"]:
+        expected = isolated_ttft(truth, step["prompt_tokens"])
+        # Stated tolerance: 3 ms of client and event-loop overhead plus 5% of the modelled prefill.
+        assert abs(step["min_ttft_s"] - expected) <= 0.003 + 0.05 * expected, step
+        fitted = policy.prefill_model.predict(float(step["prompt_tokens"]))
+        assert abs(fitted - expected) <= 0.003 + 0.05 * expected, step
+    assert (tmp_path / "state" / "profiles").is_dir()
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+        series = samples(await response.text())
+    predicted = series[
+        ("fluidity_prefill_profile_predicted_seconds", (("prompt_tokens", "1024"), ("target", "sim")))
+    ]
+    assert predicted == pytest.approx(policy.prefill_model.predict(1024.0))
+    # A new daemon on the same state directory uses the stored profile from the start.
+    again = Daemon(load_config_file(tmp_path / "config.yaml"), seed=2)
+    assert again.deadline_policy("sim").prefill_model == policy.prefill_model
+
+
+async def test_capacity_search_pauses_probes_and_exports_its_result(daemon: tuple[Daemon, str]) -> None:
+    instance, url = daemon
+    body = {
+        "target": "sim",
+        "start": 4,
+        "max_trials": 5,
+        "requests_per_trial": 40,
+        "warmup_requests": 5,
+        "tolerance": 0.25,
+        "slo": {"prefill_deadline_s": 1.0},
+    }
+    status, record = await call("POST", f"{url}/api/v1/jobs/capacity", body)
+    assert status == 202, record
+    await asyncio.sleep(0.3)
+    assert "sim" in instance.paused  # scheduled probes of the target wait for the job
+    conflict, answer = await call("POST", f"{url}/api/v1/jobs/prefill-profile", {"target": "sim"})
+    assert conflict == 409 and answer["job"] == record["id"]
+    done = await finished(url, record["id"])
+    assert done["state"] == "succeeded", done
+    assert "sim" not in instance.paused
+    result = done["result"]
+    assert result["module"] == "short" and result["load_kind"] == "rate"
+    assert len(result["trials"]) == len(done["steps"]) >= 2
+    assert result["capacity"] is not None and 4 <= result["capacity"] <= 60
+    assert any(not t["passed"] for t in result["trials"])  # bracketed: a load that failed was seen
+    for trial in result["trials"]:
+        assert trial["tokens"] > 0 and trial["duration_s"] > 0
+        assert trial["passed"] == (trial["reason"] == "pass")
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+        series = samples(await response.text())
+    labels = (("module", "short"), ("target", "sim"))
+    assert series[("fluidity_capacity_requests_per_second", labels)] == pytest.approx(result["capacity"])
+    assert series[("fluidity_capacity_last_search_timestamp_seconds", labels)] == pytest.approx(
+        done["finished_at"]
+    )
+
+
+async def test_cancel_stops_the_load_within_a_second(
+    daemon: tuple[Daemon, str], sim: tuple[str, SimServer]
+) -> None:
+    _, url = daemon
+    body = {"target": "sim", "start": 20, "requests_per_trial": 1000, "warmup_requests": 0, "max_trials": 2}
+    status, record = await call("POST", f"{url}/api/v1/jobs/capacity", body)
+    assert status == 202
+    engine = sim[1].engine
+    await asyncio.sleep(1.0)
+    assert engine.running or engine.waiting  # the trial is sending
+    began = time.monotonic()
+    status, cancelled = await call("DELETE", f"{url}/api/v1/jobs/{record['id']}")
+    assert status == 200 and cancelled["state"] == "cancelled"
+    assert time.monotonic() - began < 1.0
+    await asyncio.sleep(0.3)  # the server notices the closed connections at its next step
+    assert not engine.running and not engine.waiting
+
+
+async def test_a_restart_mid_job_marks_it_interrupted(sim: tuple[str, SimServer], tmp_path: Path) -> None:
+    config = load_config_file(write_config(tmp_path, sim[0]))
+    first = Daemon(config, seed=1)
+    async with serving(first) as url:
+        body = {"target": "sim", "start": 5, "requests_per_trial": 500}
+        status, record = await call("POST", f"{url}/api/v1/jobs/capacity", body)
+        assert status == 202
+        await asyncio.sleep(0.5)
+    store = JobStore(tmp_path / "state" / "jobs")
+    store.load()
+    kept = store.get(record["id"])
+    assert kept is not None and kept.state == "interrupted"
+    second = Daemon(config, seed=2)
+    async with serving(second) as url:
+        status, listed = await call("GET", f"{url}/api/v1/jobs")
+    assert status == 200
+    assert [job["state"] for job in listed["jobs"] if job["id"] == record["id"]] == ["interrupted"]
+
+
+async def test_the_api_needs_the_token(daemon: tuple[Daemon, str]) -> None:
+    _, url = daemon
+    status, _ = await call("POST", f"{url}/api/v1/jobs/capacity", {"target": "sim"}, headers={})
+    assert status == 401
+    status, _ = await call("GET", f"{url}/api/v1/jobs", headers={"Authorization": "Bearer wrong"})
+    assert status == 401
+    status, answer = await call("POST", f"{url}/api/v1/jobs/capacity", {"target": "sim", "max_load": 500})
+    assert status == 400 and any("max_rate" in problem for problem in answer["problems"])

@@ -1,0 +1,356 @@
+"""The jobs API over loopback: tokens, validation, one job per target, cancel, and the OpenAPI document."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import validate
+
+from exporter.jobs.manager import JobContext, JobManager
+from exporter.jobs.params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
+from exporter.jobs.parse import params_to_dict, parse_params
+from exporter.jobs.store import JobStore
+from exporter.probe.target import Secret
+from exporter.stats.slo import GoodputBounds, parse_slo
+from exporter.web.jobs_api import PREFIX, add_job_routes, openapi_document
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+Client = TestClient[web.Request, web.Application]
+
+
+class Load:
+    """A runner standing in for a real job: a step, then load until ``release`` (or cancellation)."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.running = asyncio.Event()
+        self.cancelled: list[str] = []
+
+    async def __call__(self, params: JobParams, context: JobContext) -> dict[str, Any]:
+        context.progress(0.25, "trial 1 at 2 req/s")
+        context.add_step({"load": 2.0, "passed": True})
+        self.running.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(context.job_id)
+            raise
+        return {"target": params.target}
+
+
+@dataclass
+class Service:
+    """The daemon's side of the API, as ``JobService`` asks for it."""
+
+    job_manager: JobManager
+    token: Secret | None = field(default_factory=lambda: Secret(TOKEN))
+    limits: JobLimits = field(default_factory=lambda: JobLimits(max_rate=10.0))
+    targets: dict[str, tuple[str, ...]] = field(
+        default_factory=lambda: {"a": ("chat", "code"), "b": ("chat",)}
+    )
+
+    def jobs_token(self) -> Secret | None:
+        return self.token
+
+    def job_limits(self) -> JobLimits:
+        return self.limits
+
+    def job_targets(self) -> Mapping[str, tuple[str, ...]]:
+        return self.targets
+
+
+@pytest.fixture
+def load() -> Load:
+    return Load()
+
+
+@pytest.fixture
+async def service(load: Load) -> AsyncIterator[Service]:
+    manager = JobManager(JobStore(None), {"capacity": load, "prefill-profile": load})
+    yield Service(manager)
+    await manager.shutdown()
+
+
+@pytest.fixture
+async def client(aiohttp_client: Callable[[web.Application], Awaitable[Client]], service: Service) -> Client:
+    app = web.Application()
+    add_job_routes(app, service)
+    return await aiohttp_client(app)
+
+
+async def start(client: Client, kind: str, body: object, **headers: str) -> tuple[int, Any]:
+    response = await client.post(f"{PREFIX}/jobs/{kind}", json=body, headers={**AUTH, **headers})
+    return response.status, await response.json()
+
+
+# -- access ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "header",
+    [None, "Bearer wrong", f"Basic {TOKEN}", f"Bearer {TOKEN}x", TOKEN],
+    ids=["missing", "wrong", "other-scheme", "longer", "no-scheme"],
+)
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/jobs"), ("POST", "/jobs/capacity"), ("DELETE", "/jobs/x")]
+)
+async def test_without_the_token_every_route_answers_401(
+    client: Client, header: str | None, method: str, path: str
+) -> None:
+    headers = {"Authorization": header} if header else {}
+    response = await client.request(method, PREFIX + path, headers=headers, json={"target": "a"})
+    assert response.status == 401 and response.headers["WWW-Authenticate"].startswith("Bearer")
+    body = await response.json()
+    assert "jobs.api_token" in body["error"] and TOKEN not in json.dumps(body)
+
+
+async def test_the_scheme_is_case_insensitive(client: Client) -> None:
+    response = await client.get(f"{PREFIX}/jobs", headers={"Authorization": f"bearer {TOKEN}"})
+    assert response.status == 200
+
+
+async def test_without_a_configured_token_the_api_is_off_and_says_how_to_turn_it_on(
+    client: Client, service: Service
+) -> None:
+    service.token = None
+    response = await client.get(f"{PREFIX}/jobs", headers=AUTH)
+    assert response.status == 404
+    assert "set jobs.api_token ({env: NAME} or {file: PATH})" in (await response.json())["error"]
+    assert (await client.get(f"{PREFIX}/openapi.json")).status == 200  # the document needs no token
+
+
+# -- starting jobs -----------------------------------------------------------------------------------
+
+
+async def test_a_job_starts_with_202_and_its_location(client: Client, load: Load) -> None:
+    response = await client.post(
+        f"{PREFIX}/jobs/capacity",
+        json={"target": "a", "module": "code", "slo": {"objectives": ["ttft:p99<=2"]}},
+        headers=AUTH,
+    )
+    record = await response.json()
+    assert response.status == 202 and response.headers["Location"] == f"{PREFIX}/jobs/{record['id']}"
+    assert (record["kind"], record["target"], record["module"], record["trigger"]) == (
+        "capacity",
+        "a",
+        "code",
+        "api",
+    )
+    assert record["state"] == "running" and record["params"]["slo"]["objectives"] == ["ttft:p99<=2"]
+    assert record["params"]["tolerance"] == 0.05  # defaults filled in
+    await load.running.wait()
+    load.release.set()
+    status, done = await _poll(client, record["id"], lambda r: r["state"] != "running")
+    assert status == 200 and done["state"] == "succeeded" and done["result"] == {"target": "a"}
+    assert done["steps"] == [{"load": 2.0, "passed": True}] and done["progress"]["fraction"] == 0.25
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"{not json", b"\xff\xfe", b"[1, 2]", b'"target"'],
+    ids=["empty", "broken", "bytes", "list", "str"],
+)
+async def test_a_body_that_is_not_a_json_object_is_400(client: Client, raw: bytes) -> None:
+    response = await client.post(f"{PREFIX}/jobs/capacity", data=raw, headers=AUTH)
+    assert response.status == 400
+    assert (await response.json())["error"].startswith("request body must be a JSON object")
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "problem"),
+    [
+        ("capacity", {"target": "a", "tolerance": 2}, "tolerance"),
+        ("capacity", {"target": "a", "colour": "red"}, "colour"),
+        ("capacity", {"module": "chat"}, "target"),
+        ("capacity", {"target": "a", "max_load": 50}, "jobs.limits.max_rate (10)"),
+        ("capacity", {"target": "a", "slo": {"objectives": ["ttft:p99<2"]}}, "slo.objectives"),
+        ("prefill-profile", {"target": "a", "lengths": [128, 100000]}, "jobs.limits.max_prompt_tokens"),
+    ],
+)
+async def test_bad_parameters_are_400_with_every_problem(
+    client: Client, kind: str, body: dict[str, Any], problem: str
+) -> None:
+    status, answer = await start(client, kind, body)
+    assert status == 400 and answer["error"] == "invalid job parameters"
+    assert any(problem in line for line in answer["problems"]), answer["problems"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "valid"),
+    [
+        ({"target": "c"}, 'unknown target "c"; valid: a, b', ["a", "b"]),
+        ({"target": "b", "module": "code"}, 'unknown module "code" for target "b"; valid: chat', ["chat"]),
+    ],
+)
+async def test_an_unknown_target_or_module_is_400_listing_the_valid_ones(
+    client: Client, body: dict[str, Any], message: str, valid: list[str]
+) -> None:
+    status, answer = await start(client, "capacity", body)
+    assert (status, answer) == (400, {"error": message, "valid": valid})
+
+
+async def test_one_job_per_target_at_a_time(client: Client, load: Load) -> None:
+    status, first = await start(client, "capacity", {"target": "a"})
+    assert status == 202
+    status, conflict = await start(client, "prefill-profile", {"target": "a"})
+    assert status == 409 and conflict["job"] == first["id"] and first["id"] in conflict["error"]
+    status, other = await start(client, "prefill-profile", {"target": "b", "lengths": [128]})
+    assert status == 202 and other["kind"] == "prefill-profile"
+
+
+# -- watching and cancelling -------------------------------------------------------------------------
+
+
+async def test_list_is_newest_first_and_filters(client: Client, load: Load) -> None:
+    _, first = await start(client, "capacity", {"target": "a"})
+    _, second = await start(client, "capacity", {"target": "b"})
+    await client.delete(f"{PREFIX}/jobs/{first['id']}", headers=AUTH)
+
+    async def ids(query: str) -> list[str]:
+        response = await client.get(f"{PREFIX}/jobs{query}", headers=AUTH)
+        return [job["id"] for job in (await response.json())["jobs"]]
+
+    assert await ids("") == [second["id"], first["id"]]
+    assert await ids("?target=a") == [first["id"]]
+    assert await ids("?state=running") == [second["id"]]
+    assert await ids("?limit=1") == [second["id"]]
+    for query, message in (
+        ("?state=paused", "valid: running"),
+        ("?limit=0", "whole number"),
+        ("?limit=x", "limit"),
+    ):
+        response = await client.get(f"{PREFIX}/jobs{query}", headers=AUTH)
+        assert response.status == 400 and message in (await response.json())["error"]
+
+
+async def test_an_unknown_job_is_404(client: Client) -> None:
+    for method in ("GET", "DELETE"):
+        response = await client.request(method, f"{PREFIX}/jobs/nope", headers=AUTH)
+        assert response.status == 404 and (await response.json()) == {"error": 'unknown job "nope"'}
+
+
+async def test_delete_stops_the_load_within_a_second(client: Client, load: Load) -> None:
+    _, record = await start(client, "capacity", {"target": "a"})
+    await load.running.wait()
+    started = time.perf_counter()
+    response = await client.delete(f"{PREFIX}/jobs/{record['id']}", headers=AUTH)
+    assert time.perf_counter() - started < 1.0
+    cancelled = await response.json()
+    assert response.status == 200 and cancelled["state"] == "cancelled" and load.cancelled == [record["id"]]
+    again = await client.delete(f"{PREFIX}/jobs/{record['id']}", headers=AUTH)  # finished: unchanged
+    assert again.status == 200 and (await again.json())["finished_at"] == cancelled["finished_at"]
+    status, _ = await start(client, "capacity", {"target": "a"})  # the target is free again
+    assert status == 202
+
+
+async def _poll(client: Client, job_id: str, done: Callable[[dict[str, Any]], bool]) -> tuple[int, Any]:
+    for _ in range(200):
+        response = await client.get(f"{PREFIX}/jobs/{job_id}", headers=AUTH)
+        record = await response.json()
+        if response.status != 200 or done(record):
+            return response.status, record
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"job {job_id} did not finish: {record}")
+
+
+# -- the OpenAPI document -----------------------------------------------------------------------------
+
+
+def test_the_openapi_document_is_valid() -> None:
+    validate(json.loads(openapi_document()))
+
+
+def test_the_openapi_document_describes_exactly_the_routes() -> None:
+    app = web.Application()
+    add_job_routes(app, Service(JobManager(JobStore(None), {})))
+    routes = {
+        (route.method.lower(), route.resource.canonical)
+        for route in app.router.routes()
+        if route.resource is not None and route.resource.canonical.startswith(PREFIX)
+    }
+    paths = json.loads(openapi_document())["paths"]
+    documented = {(method, path) for path, item in paths.items() for method in item if method != "parameters"}
+    assert documented == routes
+
+
+async def test_the_served_document_is_the_committed_one(client: Client) -> None:
+    response = await client.get(f"{PREFIX}/openapi.json")
+    assert response.content_type == "application/json" and await response.read() == openapi_document()
+
+
+def _schema(name: str) -> dict[str, Any]:
+    """A component schema with its ``$ref``s to other components inlined, for jsonschema."""
+    components = json.loads(openapi_document())["components"]["schemas"]
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            return (
+                inline(components[ref.rsplit("/", 1)[1]]) if ref else {k: inline(v) for k, v in node.items()}
+            )
+        return [inline(item) for item in node] if isinstance(node, list) else node
+
+    schema: dict[str, Any] = inline(components[name])
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [
+        ("CapacityParams", CapacityParams),
+        ("SloSpec", SloSpec),
+        ("GoodputBounds", GoodputBounds),
+        ("ProfileParams", ProfileParams),
+    ],
+)
+def test_the_documented_fields_are_the_dataclass_fields(name: str, cls: type[Any]) -> None:
+    assert set(_schema(name)["properties"]) == {f.name for f in fields(cls)}
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        CapacityParams(target="a"),
+        CapacityParams(
+            target="a",
+            module="chat",
+            trial_duration_s=30.0,
+            slo=SloSpec(
+                objectives=(parse_slo("ttft:p99<=2"),), goodput=GoodputBounds(ttft=1.0), min_goodput_ratio=0.9
+            ),
+        ),
+        ProfileParams(target="a"),
+    ],
+)
+def test_the_json_form_of_parameters_fits_the_documented_schema(params: JobParams) -> None:
+    data = params_to_dict(params)
+    kind = "capacity" if isinstance(params, CapacityParams) else "prefill-profile"
+    Draft202012Validator(_schema(type(params).__name__)).validate(data)
+    assert parse_params(kind, data, JobLimits()) == params
+    Draft202012Validator(_schema("JobRecord")).validate(
+        {
+            "id": "abc",
+            "kind": kind,
+            "target": "a",
+            "module": None,
+            "trigger": "api",
+            "state": "running",
+            "created_at": 1.0,
+            "finished_at": None,
+            "progress": {"fraction": 0, "message": ""},
+            "params": data,
+            "steps": [],
+            "result": None,
+            "error": None,
+        }
+    )
