@@ -29,6 +29,7 @@ def _commands() -> dict[str, Command]:
     from exporter.config.check import CHECK_CONFIG_COMMAND
     from exporter.daemon.command import RUN_COMMAND
     from exporter.demo import DEMO_COMMAND
+    from exporter.jobs.capacity_command import CAPACITY_COMMAND
     from exporter.jobs.command import PROFILE_COMMAND
     from exporter.oneshot import BENCH_COMMAND
     from exporter.sim.cli import SIM_COMMAND
@@ -36,6 +37,7 @@ def _commands() -> dict[str, Command]:
     return {
         "run": RUN_COMMAND,
         "bench": BENCH_COMMAND,
+        "capacity": CAPACITY_COMMAND,
         "profile": PROFILE_COMMAND,
         "check-config": CHECK_CONFIG_COMMAND,
         "demo": DEMO_COMMAND,

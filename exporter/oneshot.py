@@ -207,7 +207,7 @@ def evaluation_spec(options: dict[str, Any]) -> EvaluationSpec:
     """Deadlines, SLOs and goodput bounds."""
     deadlines = DeadlinePolicy(
         prefill_deadline=options["prefill_deadline"] or DeadlinePolicy.prefill_deadline,
-        prefill_model=_prefill_model(options["prefill_model"]),
+        prefill_model=prefill_model_file(options["prefill_model"]),
         scheduling_slack=options["scheduling_slack"] or 0.0,
         decode_tiers=_tiers(options["decode_tiers"]),
         target_fluidity=options["target_fluidity"] or 0.9,
@@ -220,7 +220,7 @@ def evaluation_spec(options: dict[str, Any]) -> EvaluationSpec:
     return EvaluationSpec(deadlines, slos, _goodput(options["goodput"]), bool(options["from_scheduled"]))
 
 
-def _prefill_model(path: str | None) -> Any:
+def prefill_model_file(path: str | None) -> Any:
     if not path:
         return None
     try:
@@ -279,7 +279,7 @@ class LoadPlan:
 def load_plan(options: dict[str, Any], simulated: bool) -> LoadPlan:
     """Requests and their schedule from the load flags."""
     rng = np.random.default_rng(options["seed"] or 0)
-    workload = _workload(options, simulated)
+    workload = workload_from_options(options, simulated)
     count, duration = options["requests"], options["duration"]
     if count is None and duration is None:
         count = 100
@@ -308,7 +308,8 @@ def _sample(workload: Workload, count: int, rng: np.random.Generator) -> list[Re
         raise BenchError(str(exc)) from exc
 
 
-def _workload(options: dict[str, Any], simulated: bool) -> Workload:
+def workload_from_options(options: dict[str, Any], simulated: bool) -> Workload:
+    """The workload the flags describe: a preset (fitted to the simulator's context) or custom lengths."""
     builder = SimPromptBuilder() if simulated else ApproxPromptBuilder()
     api = _api(options)
     limits = {

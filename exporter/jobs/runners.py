@@ -120,7 +120,7 @@ def capacity_runner(env: JobEnvironment) -> Runner:
         slo = resolve_trial_slo(params.slo, config.slo_for(target), env.deadline_policy(target.name))
         await env.wait_idle(target.name)
         result = await run_capacity_search(
-            params, search_settings(params, env.job_limits()), workload, slo, env.client_for(target.name),
+            params, search_settings(params, env.job_limits()), workload, slo, lambda: env.client_for(target.name),
             budget=TokenBudget(env.job_limits().max_tokens), on_trial=_reporter(ctx, params),
         )  # fmt: skip
         if not result.trials:
@@ -135,12 +135,13 @@ async def run_capacity_search(
     settings: SearchSettings,
     workload: Workload,
     slo: TrialSlo,
-    client: ProbeClient,
+    client: Callable[[], ProbeClient],
     *,
     budget: TokenBudget | None = None,
     on_trial: Callable[[TrialReport], None] | None = None,
 ) -> CapacityResult:
-    """A whole search against one client (the daemon's job and the CLI share it)."""
+    """A whole search (the daemon's job and the CLI share it). ``client()`` is asked for the target's
+    client at every send: a reload that changes the target's settings swaps it mid-search."""
     salt = secrets.randbits(40)  # fresh prompt texts per search: no prefix cache from an earlier one
 
     def plan(index: int, load: float, may_stop: bool) -> TrialPlan:
@@ -153,7 +154,7 @@ async def run_capacity_search(
     async def send(
         spec: RequestSpec, at: float | None, started: Callable[[ProbeResult], None]
     ) -> ProbeResult:
-        return await client.send(spec, at, on_start=started)
+        return await client().send(spec, at, on_start=started)
 
     async def trial(index: int, load: float, may_stop: bool) -> TrialReport:
         report = await run_trial(index, plan(index, load, may_stop), slo, send)
@@ -164,7 +165,7 @@ async def run_capacity_search(
     def afford(load: float) -> str | None:
         return budget.refusal(plan(0, load, False).planned_tokens) if budget is not None else None
 
-    await client.resolve_model()
+    await client().resolve_model()
     return await search_capacity(
         settings, trial, load_kind=params.load, slo=slo.describe(), on_trial=on_trial, afford=afford,
         early_stop=params.early_stop,

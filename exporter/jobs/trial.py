@@ -279,6 +279,16 @@ class TrialReport:
     tokens: int
     stopped_early: bool = False
 
+    @classmethod
+    def of(
+        cls, index: int, load: float, verdict: Verdict, sent: int, duration_s: float, tokens: int, early: bool
+    ) -> TrialReport:
+        """A report from a trial's verdict and what it cost."""
+        return cls(
+            index, load, verdict.passed, verdict.reason, verdict.headroom, verdict.figures, sent, duration_s,
+            tokens, early,
+        )  # fmt: skip
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
@@ -410,17 +420,8 @@ async def run_trial(index: int, plan: TrialPlan, slo: TrialSlo, send: StartedSen
     else:
         verdict = judge(_measured_in_order(load.result().results), slo)
     duration = now - began
-    return TrialReport(
-        index,
-        plan.load,
-        verdict.passed,
-        verdict.reason,
-        verdict.headroom,
-        verdict.figures,
-        len(tally.started),
-        duration,
-        tally.tokens(),
-        stopped_early,
+    return TrialReport.of(
+        index, plan.load, verdict, len(tally.started), duration, tally.tokens(), stopped_early
     )
 
 

@@ -84,18 +84,8 @@ def virtual_trial(index: int, plan: TrialPlan, slo: TrialSlo, engine: Engine) ->
         measured = [r for r in measured if r.finished_at is not None and r.finished_at <= end]
     verdict = judge(measured, slo, given_up)
     sent = [r for r in results if (r.scheduled_at or 0.0) <= end]
-    return TrialReport(
-        index,
-        plan.load,
-        verdict.passed,
-        verdict.reason,
-        verdict.headroom,
-        verdict.figures,
-        len(sent),
-        end,
-        sum(_tokens_by(r, end) for r in sent),
-        stop_at is not None,
-    )
+    tokens = sum(_tokens_by(r, end) for r in sent)
+    return TrialReport.of(index, plan.load, verdict, len(sent), end, tokens, stop_at is not None)
 
 
 def _decision_time(measured: list[ProbeResult], plan: TrialPlan, slo: TrialSlo) -> float | None:

@@ -15,7 +15,7 @@ from exporter.stats.fluidity import deadline_miss_curve
 INSTALL_HINT = "plots need matplotlib: pip install 'fluidity-exporter[plots]'"
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     try:
         import matplotlib as mpl
     except ImportError as exc:
@@ -28,7 +28,7 @@ def _pyplot() -> Any:
 
 def write_plots(directory: Path, measured: Measured) -> list[Path]:
     """Write the report's PNG plots into ``directory``; returns their paths."""
-    plt = _pyplot()
+    plt = pyplot()
     directory.mkdir(parents=True, exist_ok=True)
     latency = measured.latency
     paths = [
@@ -56,7 +56,7 @@ def _cdf(plt: Any, path: Path, series: dict[str, np.ndarray], xlabel: str) -> Pa
     axes.set_ylabel("fraction of requests" if "TBT" not in series else "fraction of gaps")
     axes.grid(alpha=0.3)
     axes.legend()
-    return _save(plt, figure, path)
+    return save_figure(plt, figure, path)
 
 
 def _miss_curve(plt: Any, path: Path, measured: Measured) -> Path:
@@ -68,7 +68,7 @@ def _miss_curve(plt: Any, path: Path, measured: Measured) -> Path:
     axes.set_xlabel("decode deadline (ms)")
     axes.set_ylabel("deadline-miss rate")
     axes.grid(alpha=0.3)
-    return _save(plt, figure, path)
+    return save_figure(plt, figure, path)
 
 
 def _ttft_vs_prompt(plt: Any, path: Path, measured: Measured) -> Path:
@@ -79,10 +79,10 @@ def _ttft_vs_prompt(plt: Any, path: Path, measured: Measured) -> Path:
     axes.set_ylabel("TTFT (s)")
     axes.grid(alpha=0.3)
     axes.legend()
-    return _save(plt, figure, path)
+    return save_figure(plt, figure, path)
 
 
-def _save(plt: Any, figure: Any, path: Path) -> Path:
+def save_figure(plt: Any, figure: Any, path: Path) -> Path:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)

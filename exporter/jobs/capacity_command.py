@@ -1,0 +1,232 @@
+"""``fluidity-exporter capacity``: a one-shot capacity search from the command line.
+
+Against ``--url`` (by default the built-in simulator in a child process) it runs the same search as the
+daemon's ``POST /api/v1/jobs/capacity``: the flags become the same parameters, parsed by the same
+parser (``exporter.jobs.parse``), without the daemon's ceilings (the person at the terminal is the
+authority). It prints a progress bar and one line per trial, then a report, and writes
+``capacity.json`` (and ``capacity.png`` with the ``plots`` extra: headroom against load, the
+capacity marked) into ``--output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from exporter.cli import Command
+from exporter.jobs.capacity import CapacityResult
+from exporter.jobs.params import CapacityParams, JobLimits
+from exporter.jobs.parse import ParamsError, parse_params
+from exporter.jobs.runners import run_capacity_search, search_settings
+from exporter.jobs.trial import TrialReport, TrialSlo
+from exporter.oneshot import (
+    BenchError,
+    add_target_arguments,
+    merged_options,
+    prefill_model_file,
+    target_settings,
+    target_url,
+    workload_from_options,
+)
+from exporter.probe.client import ProbeClient
+from exporter.report.summary import DeadlinePolicy
+from exporter.stats.slo import DECODE_TIERS, parse_slo
+
+NO_CEILINGS = JobLimits(
+    max_rate=1e9, max_concurrency=10**9, max_duration_s=1e12, max_tokens=10**15, max_trials=1000,
+    max_requests_per_trial=10**9, max_prompt_tokens=10**9,
+)  # fmt: skip
+BAR_WIDTH = 24
+SLO_FLAGS = (
+    ("decode_tier", "decode_tier"),
+    ("decode_deadline", "decode_deadline_s"),
+    ("target_fluidity", "target_fluidity"),
+    ("percentile", "percentile"),
+    ("objective", "objectives"),
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``capacity``."""
+    add_target_arguments(parser)
+    load = parser.add_argument_group("workload and load")
+    load.add_argument("--workload", help="a workload preset (default sharegpt)")
+    load.add_argument("--prompt-tokens", help="custom prompt lengths instead of a preset, e.g. fixed:512")
+    load.add_argument("--output-tokens", help="custom output lengths, e.g. fixed:128")
+    load.add_argument("--max-prompt-tokens", type=int, help="filter: longest prompt")
+    load.add_argument("--max-output-tokens", type=int, help="filter: longest output")
+    load.add_argument(
+        "--load", choices=("rate", "concurrency"), help="search requests/s or concurrency (rate)"
+    )
+    load.add_argument(
+        "--arrival", help="arrival process without its rate: poisson, constant, gamma:shape=0.5"
+    )
+    load.add_argument("--start", type=float, help="first load tried (default 1)")
+    load.add_argument("--max-load", type=float, help="never try above this load")
+    load.add_argument("--tolerance", type=float, help="relative tolerance of the answer (default 0.05)")
+    load.add_argument("--max-trials", type=int, help="most trials (default 8)")
+    load.add_argument("--requests-per-trial", type=int, help="measured requests per trial (default 200)")
+    load.add_argument("--warmup-requests", type=int, help="unmeasured requests first (default 20)")
+    load.add_argument("--trial-duration", type=float, help="also end a trial after this many seconds")
+    load.add_argument("--no-early-stop", action="store_true", default=None, help="run every trial in full")
+    load.add_argument("--seed", type=int, help="random seed of the workload (default 0)")
+    slo = parser.add_argument_group("SLO (default: 99%% of requests reach fluidity >= 0.9 at Dd 50 ms)")
+    slo.add_argument("--decode-tier", help=f"decode deadline tier: {', '.join(DECODE_TIERS)} (medium)")
+    slo.add_argument("--decode-deadline", type=float, help="decode deadline in seconds instead of a tier")
+    slo.add_argument("--prefill-deadline", type=float, help="constant Dp in seconds (default 1.0)")
+    slo.add_argument("--prefill-model", help="a profiled prefill model (JSON, from `profile`) for Dp(P)")
+    slo.add_argument("--scheduling-slack", type=float, help="added to the model's Dp (default 0)")
+    slo.add_argument("--target-fluidity", type=float, help="fluidity a request must reach (0.9)")
+    slo.add_argument("--percentile", type=float, help="share of requests that must reach it, in %% (99)")
+    slo.add_argument("--objective", action="append", help="an extra SLO, e.g. ttft:p99<=2 (repeatable)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--output", default="capacity-results", help="directory for capacity.json (and .png)")
+    out.add_argument("--json", action="store_true", default=None, help="print the result as JSON")
+    out.add_argument("--no-plot", action="store_true", default=None, help="skip capacity.png")
+    parser.add_argument("--config", help="YAML file whose keys are these flags' names")
+
+
+def capacity_params(options: dict[str, Any]) -> CapacityParams:
+    """The flags as the API's parameters, through the API's own parser."""
+    body: dict[str, Any] = {"target": "cli"}
+    for flag, key in (
+        ("load", "load"), ("arrival", "arrival"), ("start", "start"), ("max_load", "max_load"),
+        ("tolerance", "tolerance"), ("max_trials", "max_trials"), ("seed", "seed"),
+        ("requests_per_trial", "requests_per_trial"), ("warmup_requests", "warmup_requests"),
+        ("trial_duration", "trial_duration_s"),
+    ):  # fmt: skip
+        if options[flag] is not None:
+            body[key] = options[flag]
+    if options["no_early_stop"]:
+        body["early_stop"] = False
+    slo = {key: options[flag] for flag, key in SLO_FLAGS if options[flag] is not None}
+    if slo:
+        body["slo"] = slo
+    try:
+        params = parse_params("capacity", body, NO_CEILINGS)
+    except ParamsError as exc:
+        raise BenchError("; ".join(problem.replace("slo.", "--") for problem in exc.problems)) from exc
+    assert isinstance(params, CapacityParams)
+    return params
+
+
+def trial_slo(options: dict[str, Any], params: CapacityParams) -> TrialSlo:
+    spec = params.slo
+    deadlines = DeadlinePolicy(
+        prefill_deadline=options["prefill_deadline"] or DeadlinePolicy.prefill_deadline,
+        prefill_model=prefill_model_file(options["prefill_model"]),
+        scheduling_slack=options["scheduling_slack"] or 0.0,
+    )
+    decode = spec.decode_deadline_s or DECODE_TIERS.get(spec.decode_tier)
+    if decode is None:
+        raise BenchError(f'--decode-tier "{spec.decode_tier}": valid: {", ".join(DECODE_TIERS)}')
+    objectives = tuple(parse_slo(text) for text in options["objective"] or ())
+    return TrialSlo(deadlines, decode, spec.target_fluidity or 0.9, spec.percentile or 99.0, objectives)
+
+
+def progress_line(trial: TrialReport, params: CapacityParams) -> str:
+    done = min(trial.index / params.max_trials, 1.0)
+    bar = "#" * round(done * BAR_WIDTH)
+    verdict = "pass" if trial.passed else f"FAIL ({trial.reason})"
+    headroom = f"{trial.headroom:.2f}" if math.isfinite(trial.headroom) else "-"
+    early = ", stopped early" if trial.stopped_early else ""
+    return (
+        f"[{bar:<{BAR_WIDTH}}] trial {trial.index}/{params.max_trials}: {trial.load:.4g} {params.load} "
+        f"{verdict}, headroom {headroom}, {trial.tokens} tokens, {trial.duration_s:.1f} s{early}"
+    )
+
+
+def report(result: CapacityResult) -> str:
+    unit = "req/s" if result.load_kind == "rate" else "concurrent requests"
+    lines = [
+        f"{'load':>10} {'verdict':>14} {'headroom':>9} {'fluid share':>12} {'tokens':>10} {'seconds':>8}"
+    ]
+    for trial in result.trials:
+        verdict = "pass" if trial.passed else f"fail ({trial.reason})"
+        share = trial.figures.get("fluid_share")
+        lines.append(
+            f"{trial.load:>10.4g} {verdict:>14} {trial.headroom:>9.3f} "
+            f"{(share if share is not None else math.nan):>12.3f} {trial.tokens:>10} {trial.duration_s:>8.1f}"
+        )
+    if result.capacity is None:
+        lines.append(f"capacity: none: not even the lowest load tried passed ({result.stopped_by})")
+    else:
+        bound = "" if result.bracketed else " (at least: no failing load was reached)"
+        lines.append(f"capacity: {result.capacity:.4g} {unit}{bound}; search {result.stopped_by}")
+        rate, good = result.figure("fluid_token_rate"), result.figure("goodput_rate")
+        lines.append(f"fluid token rate at capacity: {_maybe(rate)} tokens/s; goodput {_maybe(good)} req/s")
+    lines.append(f"{len(result.trials)} trials, {result.tokens} tokens, {result.duration_s:.1f} s")
+    return "\n".join(lines)
+
+
+def _maybe(value: float | None) -> str:
+    return f"{value:.4g}" if value is not None else "-"
+
+
+def write_plot(path: Path, result: CapacityResult) -> Path:
+    """Headroom against load: passes and failures, headroom 1 and the capacity marked."""
+    from exporter.report.plots import pyplot, save_figure
+
+    plt = pyplot()
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for passed, marker, label in ((True, "o", "pass"), (False, "x", "fail")):
+        trials = [t for t in result.trials if t.passed is passed and math.isfinite(t.headroom)]
+        axes.scatter([t.load for t in trials], [t.headroom for t in trials], marker=marker, label=label)
+    for trial in result.trials:
+        if math.isfinite(trial.headroom):
+            axes.annotate(str(trial.index), (trial.load, trial.headroom), fontsize=7)
+    axes.axhline(1.0, color="grey", linestyle=":", label="SLO boundary")
+    if result.capacity is not None:
+        axes.axvline(result.capacity, color="green", linestyle="--", label=f"capacity {result.capacity:.3g}")
+    axes.set_yscale("log")
+    axes.set_xlabel("requests/s" if result.load_kind == "rate" else "concurrency")
+    axes.set_ylabel("deadline headroom (>= 1 meets the SLO)")
+    axes.legend()
+    return save_figure(plt, figure, path)
+
+
+async def _search(
+    options: dict[str, Any], params: CapacityParams, url: str, simulated: bool
+) -> CapacityResult:
+    workload = workload_from_options(options, simulated)
+    slo = trial_slo(options, params)
+
+    def show(trial: TrialReport) -> None:
+        if not options["json"]:
+            print(progress_line(trial, params), file=sys.stderr)
+
+    async with ProbeClient(target_settings(options, url)) as client:
+        return await run_capacity_search(
+            params, search_settings(params, NO_CEILINGS), workload, slo, lambda: client, on_trial=show
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 when the search ran (whatever it found), 2 on bad input."""
+    try:
+        options = merged_options(args)
+        params = capacity_params(options)
+        trial_slo(options, params)  # bad deadlines fail before any load is sent
+        with target_url(options) as (url, simulated):
+            result = asyncio.run(_search(options, params, url, simulated))
+    except BenchError as exc:
+        print(f"fluidity-exporter capacity: error: {exc}", file=sys.stderr)
+        return 2
+    directory = Path(options["output"])
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "capacity.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(result.to_dict(), indent=2) if options["json"] else report(result))
+    if not options["no_plot"]:
+        try:
+            print(f"wrote {write_plot(directory / 'capacity.png', result)}", file=sys.stderr)
+        except RuntimeError as exc:  # the plots extra is not installed
+            print(f"no plot: {exc}", file=sys.stderr)
+    return 0
+
+
+CAPACITY_COMMAND = Command("search the highest load that meets a fluidity SLO", add_arguments, run)

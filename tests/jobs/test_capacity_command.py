@@ -1,0 +1,40 @@
+"""``fluidity-exporter capacity`` end to end against the simulator in a child process."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import main
+
+
+def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16"]
+    flags += ["--start", "40", "--max-trials", "2", "--requests-per-trial", "20", "--warmup-requests", "0"]
+    assert main(["capacity", *flags, "--output", str(out), "--no-plot"]) == 0
+    captured = capsys.readouterr()
+    assert "trial 1/2: 40 rate" in captured.err  # the progress line
+    result = json.loads((out / "capacity.json").read_text())
+    assert [t["index"] for t in result["trials"]] == [1, 2]
+    assert result["trials"][0]["load"] == 40
+    assert all(t["figures"]["requests"] == 20 for t in result["trials"])
+    assert "capacity:" in captured.out and f"{len(result['trials'])} trials" in captured.out
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--tolerance", "0.9"], "tolerance"),
+        (["--decode-tier", "sluggish"], "decode_tier"),
+        (["--load", "concurrency", "--start", "2.5"], "start"),
+        (["--objective", "ttft:p99>=2"], "objectives"),
+    ],
+)
+def test_bad_flags_fail_before_any_load(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["capacity", "--url", "http://127.0.0.1:9", *flags]) == 2
+    assert message in capsys.readouterr().err
