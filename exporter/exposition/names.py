@@ -43,7 +43,7 @@ VERSION: Final = "version"
 PYTHON_VERSION: Final = "python_version"
 KIND: Final = "kind"  # of a job: capacity, prefill-profile
 STATE: Final = "state"  # how a job ended
-TRIAL: Final = "trial"  # index of a capacity-search trial, from 0
+TRIAL: Final = "trial"  # index of a capacity-search trial, from 1
 PROMPT_TOKENS: Final = "prompt_tokens"
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
