@@ -348,9 +348,11 @@ class Daemon:
             ProfileSnapshot(name, stored.model, stored.measured_at)
             for name, stored in self.prefill_profiles.items()
         )
+        # Every (target, kind) from the start, with 0: a gauge that vanishes at 0 reads "no data".
         running: Counter[tuple[str, str]] = Counter(
-            (r.target, r.kind) for r in self.job_store.records() if r.state == "running"
+            {(target.name, kind): 0 for target in self.config.targets for kind in JOB_KINDS}
         )
+        running.update((r.target, r.kind) for r in self.job_store.records() if r.state == "running")
         return JobsSnapshot(
             tuple(latest.values()), profiles, JobCounts(dict(self.jobs_finished), dict(running))
         )

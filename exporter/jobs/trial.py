@@ -111,9 +111,9 @@ class Verdict:
 def judge(results: Sequence[ProbeResult], slo: TrialSlo, given_up: Sequence[float] = ()) -> Verdict:
     """The verdict over the measured requests (pure).
 
-    ``given_up``: for a trial stopped early, requests still waiting for their first token past the
-    point where they could reach the target; each value is a lower bound on the factor its deadlines
-    would need (wait / give-up wait). They count as failed, and their bound enters the headroom: left
+    ``given_up``: for a trial stopped early, the unfinished requests whose first token did not come
+    by the point where they could still reach the target; each value is a lower bound on the factor
+    its deadlines would need (wait / give-up wait). They count as failed, and their bound enters the headroom: left
     out, the headroom of a stopped trial would only see the requests that were quick enough to finish.
     """
     if not results and not given_up:
@@ -336,9 +336,13 @@ class _Tally:
         ]
 
     def given_up(self, now: float) -> list[float]:
-        """Lower bounds on the deadline factor of the waiting requests that are certain to fail."""
-        bounds = [(now - (r.scheduled_at or now)) / self.slo.give_up_after(r) for r in self.waiting()]
-        return [b for b in bounds if b > 1.0]
+        """Lower bounds on the deadline factor of the unfinished measured requests certain to fail: no
+        first token by their give-up wait. One whose first token came after it counts too: left out,
+        a stopped trial could be judged on its quick requests alone and pass."""
+        finished = {id(r) for r in self.measured}
+        unfinished = (r for r in self.started if r.extra.get("measured") and id(r) not in finished)
+        bounds = [(r, give_up_bound(r, now, self.slo)) for r in unfinished]
+        return [max(b, ABOVE_ONE) for r, b in bounds if b > 1.0 or id(r) in self.failed]
 
     def tokens(self) -> int:
         """Tokens the target spent on us: every prompt sent, every output token received (cancelled
@@ -354,6 +358,16 @@ class _Tally:
             len(self.failed), self.plan.measured, self.slo.percentile
         ):
             self.decided.set()
+
+
+ABOVE_ONE = math.nextafter(1.0, math.inf)  # the factor of a request certain to fail is above 1
+
+
+def give_up_bound(result: ProbeResult, now: float, slo: TrialSlo) -> float:
+    """Wait for the first token (up to ``now`` if none yet) over the give-up wait: above 1, a lower bound
+    on the factor the request's deadlines would need (the give-up wait scales with the deadlines)."""
+    first = result.token_times[0] if result.token_times else now
+    return (min(first, now) - (result.scheduled_at or now)) / slo.give_up_after(result)
 
 
 def plan_trial(

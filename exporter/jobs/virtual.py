@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, judge
+from exporter.jobs.trial import ABOVE_ONE, TrialPlan, TrialReport, TrialSlo, give_up_bound, judge
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.sim.engine import Emission, Engine, SimRequest, run_virtual
 from exporter.sim.presets import Preset
@@ -79,8 +79,7 @@ def virtual_trial(index: int, plan: TrialPlan, slo: TrialSlo, engine: Engine) ->
     given_up: list[float] = []
     if stop_at is not None:
         end = stop_at
-        given_up = [_waited(r, end) / slo.give_up_after(r) for r in measured if _waiting(r, end)]
-        given_up = [bound for bound in given_up if bound > 1.0]
+        given_up = [max(give_up_bound(r, end, slo), ABOVE_ONE) for r in measured if _given_up(r, end, slo)]
         measured = [r for r in measured if r.finished_at is not None and r.finished_at <= end]
     verdict = judge(measured, slo, given_up)
     sent = [r for r in results if (r.scheduled_at or 0.0) <= end]
@@ -107,14 +106,12 @@ def _certain_failure(result: ProbeResult, slo: TrialSlo) -> float | None:
     return finished if slo.request_fails(result) else None
 
 
-def _waiting(result: ProbeResult, now: float) -> bool:
+def _given_up(result: ProbeResult, now: float, slo: TrialSlo) -> bool:
+    """Unfinished at ``now`` and by then certain to fail for want of a first token in time (whether or
+    not one came later): the live tally counts these too."""
     unfinished = result.finished_at is None or result.finished_at > now
-    no_token = not result.token_times or result.token_times[0] > now
-    return (result.scheduled_at or 0.0) <= now and unfinished and no_token
-
-
-def _waited(result: ProbeResult, now: float) -> float:
-    return now - (result.scheduled_at or 0.0)
+    moment = _certain_failure(result, slo)
+    return unfinished and moment is not None and moment <= now
 
 
 def _tokens_by(result: ProbeResult, end: float) -> int:

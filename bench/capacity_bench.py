@@ -1,0 +1,356 @@
+"""Benchmark of the capacity search: accuracy, trials and tokens against a dense sweep and Etalon's bisection.
+
+Every trial runs on the virtual clock (``exporter.jobs.virtual``): the same engine code as the live
+simulator (scheduler, cost model, KV cache), no sockets and no waiting, about 1 s of CPU per trial, so a
+dense sweep of loads is affordable as ground truth. All three procedures call one trial function with
+common random numbers (``plan_trial`` with a fixed seed: the same request lengths and unit-rate arrival
+gaps at every load), so ``trial(load)`` is deterministic and the differences come from the search
+procedures alone.
+
+* Ground truth: a sweep without early stopping, doubling from 0.125 req/s to the first failure, then 10%
+  steps across that doubling, then 1% steps from 5% below the highest coarse pass to the lowest coarse
+  failure. The capacity is the highest passing load below the lowest failing one.
+* Ours: ``exporter.jobs.capacity.search_capacity`` with its default settings (tolerance 5%) and early
+  stopping (a trial after the first failure ends once its failure is certain).
+* Etalon: bisection from its description: the interval starts at ``[0, 2 x start]``, each trial runs at
+  the midpoint; a pass raises the lower end and, while no failure has been seen, doubles the upper end
+  when it lands above 0.8x of it; a failure lowers the upper end; it stops once ``hi - lo < 0.025 hi``
+  and answers the highest passing load. Its trials never stop early.
+
+The SLO: 99% of requests reach fluidity 0.9 with ``Dp`` = the prefill model fitted on the preset's
+isolated TTFT (its default engine, chunked) + 0.5 s of scheduling slack, and ``Dd`` of the tier (medium
+50 ms, strict 25 ms). A preset's chunked and unchunked engines are judged by the same SLO, so their
+capacities compare. Workloads are cut to the 8K context (prompts <= 7168, outputs <= 1024 tokens).
+
+Goal per run: within +-5% of the truth in <= 6 trials, spending <= 50% of Etalon's tokens (tokens: every
+prompt sent plus every output token received, warm-up included).
+
+Usage: ``python bench/capacity_bench.py [--quick] [--scenario NAME ...] [--verbose] [--jobs N]``
+(about 8 minutes on 2 cores; ``--quick``: two scenarios, about 2 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing import Pool
+
+from exporter.jobs.capacity import search_capacity
+from exporter.jobs.capacity_search import SearchSettings
+from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, plan_trial
+from exporter.jobs.virtual import engine_for, virtual_trial
+from exporter.load.presets import preset as workload_preset
+from exporter.report.summary import DeadlinePolicy
+from exporter.sim.presets import PRESETS, isolated_ttft
+from exporter.stats.prefill import fit_prefill_model
+
+WARMUP, REQUESTS, SEED = 20, 200, 0
+SLACK_S = 0.5
+TIERS = {"medium": 0.05, "strict": 0.025}  # Dd of Etalon's tiers, seconds
+PROFILE_PROMPTS = (128, 256, 512, 1024, 2048, 4096, 8128)
+MAX_PROMPT, MAX_OUTPUT = 7168, 1024  # prompt + output within the presets' 8K context
+MAX_LOAD = 1000.0  # req/s: far above every capacity here, so it never bounds our search
+GOAL_ERROR, GOAL_TRIALS, GOAL_TOKENS = 0.05, 6, 0.5
+ETALON_RATIO, ETALON_STOP, ETALON_MAX_TRIALS = 0.8, 0.025, 30
+# Starts: 1 req/s and these multiples of the truth. Not powers of two: from truth/2 one doubling, and
+# from 2x truth Etalon's second midpoint, lands exactly on the capacity, which flatters either method.
+START_FACTORS = (0.3, 0.7, 2.5)
+SWEEP_BASE, COARSE_STEP, FINE_STEP, FINE_BELOW, SWEEP_EXTENSIONS = 0.125, 1.10, 1.01, 0.95, 4
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A model preset serving a workload, chunked prefill on or off, judged at one deadline tier."""
+
+    preset: str
+    workload: str
+    chunked: bool
+    tier: str = "medium"
+
+    @property
+    def name(self) -> str:
+        return f"{self.preset}/{self.workload}/{'chunked' if self.chunked else 'whole'}/{self.tier}"
+
+
+def _pair(preset: str, workload: str, tier: str = "medium") -> list[Scenario]:
+    return [Scenario(preset, workload, chunked, tier) for chunked in (True, False)]
+
+
+SCENARIOS = [
+    *_pair("llama-3.1-8b-h100", "sharegpt"),
+    *_pair("mistral-7b-a100", "arxiv-summarization"),
+    *_pair("mistral-7b-a100", "sharegpt"),
+    *_pair("llama-3.1-70b-4xh100", "arxiv-summarization"),
+    *_pair("llama-3.1-8b-h100", "sharegpt", "strict"),
+    *_pair("mistral-7b-a100", "arxiv-summarization", "strict"),
+]
+QUICK = SCENARIOS[:2]
+
+
+class Bed:
+    """One scenario's trial function: deterministic in (load, early stop), so results are cached."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.preset = PRESETS[scenario.preset]
+        model = fit_prefill_model(PROFILE_PROMPTS, [isolated_ttft(self.preset, p) for p in PROFILE_PROMPTS])
+        policy = DeadlinePolicy(prefill_model=model, scheduling_slack=SLACK_S)
+        self.slo = TrialSlo(policy, TIERS[scenario.tier])
+        workload = workload_preset(
+            scenario.workload, max_prompt_tokens=MAX_PROMPT, max_output_tokens=MAX_OUTPUT
+        )
+        # Prompt texts (the salt) never reach the virtual engine; lengths and gaps come from the seed.
+        self.unit = plan_trial(
+            workload,
+            1.0,
+            concurrency=False,
+            arrival="poisson",
+            warmup=WARMUP,
+            requests=REQUESTS,
+            seed=SEED,
+            salt=0,
+        )
+        self.cache: dict[tuple[float, bool], TrialReport] = {}
+        self.simulated = 0
+
+    def plan(self, load: float, early_stop: bool) -> TrialPlan:
+        assert self.unit.offsets is not None
+        return dataclasses.replace(
+            self.unit, load=load, offsets=self.unit.offsets / load, early_stop=early_stop
+        )
+
+    def trial(self, load: float, early_stop: bool) -> TrialReport:
+        key = (load, early_stop)
+        if key not in self.cache:
+            engine = engine_for(self.preset, chunked_prefill=self.scenario.chunked)
+            self.cache[key] = virtual_trial(0, self.plan(load, early_stop), self.slo, engine)
+            self.simulated += 1
+        return self.cache[key]
+
+
+@dataclass
+class Run:
+    """One search from one start: its answer and every trial it paid for."""
+
+    capacity: float | None
+    trials: list[TrialReport]
+
+    @property
+    def tokens(self) -> int:
+        return sum(t.tokens for t in self.trials)
+
+    def error(self, truth: float) -> float:
+        return math.nan if self.capacity is None else self.capacity / truth - 1.0
+
+
+@dataclass
+class Outcome:
+    """A scenario's results: truth, and per start our run and Etalon's."""
+
+    scenario: Scenario
+    truth: float
+    sweep: dict[float, bool]
+    runs: list[tuple[float, Run, Run]] = field(default_factory=list)
+    simulated: int = 0
+    cpu_s: float = 0.0
+
+
+def sweep(bed: Bed) -> tuple[float, dict[float, bool]]:
+    """The ground truth: the highest passing load below the lowest failing one over a dense sweep."""
+    seen: dict[float, bool] = {}
+
+    def passes(load: float) -> bool:
+        seen[load] = bed.trial(load, early_stop=False).passed
+        return seen[load]
+
+    low = SWEEP_BASE
+    while not passes(low) and low > 1e-3:
+        low /= 2.0
+    high = low * 2.0
+    while passes(high):
+        low, high = high, high * 2.0
+    _grid(passes, low, high, COARSE_STEP)
+    low, high = _knee(seen)
+    bottom = low * FINE_BELOW
+    _grid(passes, bottom, high, FINE_STEP)
+    for _ in range(SWEEP_EXTENSIONS):  # a failure near the bottom of the fine grid: look further down
+        if _knee(seen)[1] > bottom * FINE_STEP**2:
+            break
+        _grid(passes, bottom * FINE_BELOW, bottom, FINE_STEP)
+        bottom *= FINE_BELOW
+    return _knee(seen)[0], seen
+
+
+def _grid(passes: Callable[[float], bool], low: float, high: float, step: float) -> None:
+    load = low
+    while load < high * 0.9999:
+        passes(load)
+        load *= step
+
+
+def _knee(seen: dict[float, bool]) -> tuple[float, float]:
+    """(highest pass below the lowest failure, lowest failure)."""
+    failing = min((load for load, ok in seen.items() if not ok), default=math.inf)
+    passing = max((load for load, ok in seen.items() if ok and load < failing), default=0.0)
+    return passing, failing
+
+
+def ours(bed: Bed, start: float) -> Run:
+    async def run_trial(index: int, load: float, may_stop: bool) -> TrialReport:
+        return bed.trial(load, may_stop)
+
+    settings = SearchSettings(start=start, max_load=MAX_LOAD)
+    result = asyncio.run(search_capacity(settings, run_trial, early_stop=True))
+    return Run(result.capacity, result.trials)
+
+
+def etalon(bed: Bed, start: float) -> Run:
+    """Etalon's bisection, as described in the module docstring."""
+    lo, hi, failed = 0.0, 2.0 * start, False
+    trials: list[TrialReport] = []
+    best: float | None = None
+    while hi - lo >= ETALON_STOP * hi and len(trials) < ETALON_MAX_TRIALS:
+        middle = (lo + hi) / 2.0
+        trial = bed.trial(middle, early_stop=False)
+        trials.append(trial)
+        if trial.passed:
+            lo, best = middle, max(middle, best or 0.0)
+            if not failed and middle > ETALON_RATIO * hi:
+                hi *= 2.0
+        else:
+            hi, failed = middle, True
+    return Run(best, trials)
+
+
+def starts(truth: float) -> list[float]:
+    return [1.0, *(truth * factor for factor in START_FACTORS)]
+
+
+def measure(scenario: Scenario) -> Outcome:
+    began = time.process_time()
+    bed = Bed(scenario)
+    truth, seen = sweep(bed)
+    outcome = Outcome(scenario, truth, seen)
+    for start in starts(truth):
+        outcome.runs.append((start, ours(bed, start), etalon(bed, start)))
+    outcome.simulated, outcome.cpu_s = bed.simulated, time.process_time() - began
+    return outcome
+
+
+def met(run: Run, reference: Run, truth: float) -> bool:
+    error = run.error(truth)
+    return (
+        abs(error) <= GOAL_ERROR
+        and len(run.trials) <= GOAL_TRIALS
+        and run.tokens <= GOAL_TOKENS * reference.tokens
+    )
+
+
+def report(outcome: Outcome, verbose: bool) -> None:
+    s, truth = outcome.scenario, outcome.truth
+    knee = sorted(outcome.sweep)
+    print(
+        f"\n{s.name}: Dd {TIERS[s.tier] * 1e3:.0f} ms; truth {truth:.4g} req/s "
+        f"({len(knee)} sweep trials; {outcome.simulated} simulated, {outcome.cpu_s:.0f} s CPU)"
+    )
+    print(
+        f"  {'start':>7} | {'ours':>8} {'err%':>6} {'trials':>6} {'Mtok':>6} | "
+        f"{'etalon':>8} {'err%':>6} {'trials':>6} {'Mtok':>6} | {'tokens':>6} | goal"
+    )
+    for start, mine, theirs in outcome.runs:
+        ratio = mine.tokens / theirs.tokens
+        print(
+            f"  {start:7.3g} | {_cap(mine)} {mine.error(truth) * 100:+6.1f} {len(mine.trials):6d} "
+            f"{mine.tokens / 1e6:6.2f} | {_cap(theirs)} {theirs.error(truth) * 100:+6.1f} "
+            f"{len(theirs.trials):6d} {theirs.tokens / 1e6:6.2f} | {ratio:6.0%} | "
+            f"{'yes' if met(mine, theirs, truth) else 'no'}"
+        )
+        if verbose:
+            print(f"      ours:   {_sequence(mine)}")
+            print(f"      etalon: {_sequence(theirs)}")
+    if verbose:
+        trail = " ".join(f"{load:.4g}{'+' if ok else '-'}" for load, ok in sorted(outcome.sweep.items()))
+        print(f"      sweep: {trail}")
+
+
+def _cap(run: Run) -> str:
+    return f"{run.capacity:8.4g}" if run.capacity is not None else f"{'none':>8}"
+
+
+def _sequence(run: Run) -> str:
+    return " ".join(
+        f"{t.load:.4g}{'+' if t.passed else '-'}(h{t.headroom:.3f}{' early' if t.stopped_early else ''})"
+        for t in run.trials
+    )
+
+
+def summary(outcomes: list[Outcome]) -> None:
+    runs = [(o.truth, mine, theirs) for o in outcomes for _, mine, theirs in o.runs]
+    errors = [abs(mine.error(truth)) for truth, mine, _ in runs]
+    etalon_errors = [abs(theirs.error(truth)) for truth, _, theirs in runs]
+    trials = [len(mine.trials) for _, mine, _ in runs]
+    etalon_trials = [len(theirs.trials) for _, _, theirs in runs]
+    ratios = [mine.tokens / theirs.tokens for _, mine, theirs in runs]
+    total = sum(m.tokens for _, m, _ in runs) / sum(t.tokens for _, _, t in runs)
+    goal = sum(met(mine, theirs, truth) for truth, mine, theirs in runs)
+    print(
+        f"\nsummary over {len(runs)} runs in {len(outcomes)} scenarios: goal met in {goal}/{len(runs)}\n"
+        f"  ours:   |error| max {max(errors):.1%} mean {statistics.mean(errors):.1%}; "
+        f"trials mean {statistics.mean(trials):.1f} max {max(trials)}; "
+        f"within 5%: {sum(e <= GOAL_ERROR for e in errors)}/{len(runs)}, and in <= {GOAL_TRIALS} trials: "
+        f"{sum(e <= GOAL_ERROR and n <= GOAL_TRIALS for e, n in zip(errors, trials, strict=True))}/{len(runs)}\n"
+        f"  etalon: |error| max {max(etalon_errors):.1%} mean {statistics.mean(etalon_errors):.1%}; "
+        f"trials mean {statistics.mean(etalon_trials):.1f} max {max(etalon_trials)}\n"
+        f"  tokens ours/etalon: all runs {total:.0%}, median {statistics.median(ratios):.0%}, "
+        f"worst {max(ratios):.0%}"
+    )
+    pairs: dict[tuple[str, str, str], dict[bool, float]] = {}
+    for o in outcomes:
+        pairs.setdefault((o.scenario.preset, o.scenario.workload, o.scenario.tier), {})[
+            o.scenario.chunked
+        ] = o.truth
+    for (model, workload, tier), truths in pairs.items():
+        if len(truths) == 2:
+            print(
+                f"  chunked vs whole-prompt prefill, {model}/{workload}/{tier}: "
+                f"{truths[True]:.4g} vs {truths[False]:.4g} req/s ({truths[True] / truths[False] - 1:+.1%})"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="two scenarios: a smoke run")
+    parser.add_argument("--scenario", action="append", help="run only scenarios whose name contains this")
+    parser.add_argument("--verbose", action="store_true", help="print every trial sequence")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
+    args = parser.parse_args()
+    chosen = QUICK if args.quick else SCENARIOS
+    if args.scenario:
+        chosen = [s for s in SCENARIOS if any(part in s.name for part in args.scenario)]
+        if not chosen:
+            sys.exit(f"no scenario matches {args.scenario}; valid: {', '.join(s.name for s in SCENARIOS)}")
+    print(
+        f"capacity search on the virtual clock (same engine code as the live simulator, no sockets); "
+        f"{WARMUP} warm-up + {REQUESTS} measured requests per trial, common random numbers (seed {SEED}); "
+        f"{len(chosen)} scenarios on {args.jobs} processes"
+    )
+    began = time.perf_counter()
+    outcomes = []
+    with Pool(max(1, min(args.jobs, len(chosen)))) as pool:
+        for outcome in pool.imap(measure, chosen):
+            report(outcome, args.verbose)
+            outcomes.append(outcome)
+    summary(outcomes)
+    print(f"  wall time {time.perf_counter() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

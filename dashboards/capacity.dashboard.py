@@ -1,0 +1,289 @@
+"""Capacity: the results of capacity searches and prefill profiles over time, and the trials of the
+latest search.
+
+Job results are gauges of the latest finished job (``fluidity_capacity_*`` per (target, module),
+``fluidity_prefill_profile_*`` per target), so their history is Prometheus' history of those gauges: a
+step down after a deployment is a capacity regression. Panels about the latest search use instant
+queries, so that trials of an older, longer search never linger.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dashboards.common import (
+    COUNT,
+    ENGINE,
+    FACTOR,
+    FROM_NOW,
+    PROBE,
+    RATIO,
+    REQUESTS_PER_SECOND,
+    SECONDS,
+    STATE,
+    TOKENS_PER_SECOND,
+    Cell,
+    Query,
+    Section,
+    bar_gauge,
+    new_dashboard,
+    stat,
+    steps,
+    table,
+    timeseries,
+    unit_override,
+    value_text,
+    variables,
+)
+from exporter.exposition import names
+from exporter.exposition.names import MetricSpec
+
+SERIES_LEGEND = "{{target}}/{{module}}"
+PASSED_TEXT = value_text({1: ("pass", "green"), 0: ("fail", "red")})
+HEADROOM_STEPS = steps("red", (1, "green"))
+
+
+def latest(spec: MetricSpec, selector: str = PROBE) -> str:
+    return f"{spec.name}{selector}"
+
+
+def table_of(values: dict[str, str], number_field: str, hidden: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Transformations that merge instant table queries into one row per label set, hide the scrape's
+    labels, name each query's value column and sort by ``number_field`` as a number."""
+    excluded = dict.fromkeys(("Time", "__name__", "job", "instance", *hidden), True)
+    return [
+        {"id": "merge", "options": {}},
+        {"id": "organize", "options": {"excludeByName": excluded, "renameByName": values}},
+        {
+            "id": "convertFieldType",
+            "options": {"conversions": [{"targetField": number_field, "destinationType": "number"}]},
+        },
+        {"id": "sortBy", "options": {"sort": [{"field": number_field, "desc": False}]}},
+    ]
+
+
+def by_name(name: str, *properties: dict[str, Any]) -> dict[str, Any]:
+    return {"matcher": {"id": "byName", "options": name}, "properties": list(properties)}
+
+
+capacity_rate = stat(
+    "Capacity (rate searches)",
+    "Highest arrival rate (requests/s) at which the SLO held in the latest rate search (Etalon's "
+    "capacity: by default 99% of requests reach fluidity 0.9 at the medium tier). Absent when no load "
+    "tried passed. Good: at or above the peak load one replica must take, stable across deployments.",
+    REQUESTS_PER_SECOND,
+    [Query(latest(names.CAPACITY_RATE), SERIES_LEGEND)],
+    decimals=2,
+)
+capacity_concurrency = stat(
+    "Capacity (concurrency searches)",
+    "Highest number of requests in flight at which the SLO held in the latest concurrency (closed loop) "
+    "search. Absent when no load tried passed. Good: at or above the concurrency one replica must serve.",
+    COUNT,
+    [Query(latest(names.CAPACITY_CONCURRENCY), SERIES_LEGEND)],
+    decimals=1,
+)
+fluid_rate = stat(
+    "Fluid token rate at capacity",
+    "Fluid token generation rate measured at the capacity load: how fast output can be played back "
+    "smoothly to most users when the replica is as busy as the SLO allows. Good: above your users' "
+    "reading speed.",
+    TOKENS_PER_SECOND,
+    [Query(latest(names.CAPACITY_FLUID_RATE), SERIES_LEGEND)],
+    decimals=1,
+)
+goodput_ratio = stat(
+    "Goodput ratio at capacity",
+    "Share of the requests at the capacity load that met every goodput bound. Good: close to 1.",
+    RATIO,
+    [Query(latest(names.CAPACITY_GOODPUT_RATIO), SERIES_LEGEND)],
+    thresholds=steps("red", (0.9, "orange"), (0.99, "green")),
+    decimals=1,
+)
+goodput_rate = stat(
+    "Goodput at capacity",
+    "Requests per second that met every goodput bound at the capacity load: the useful throughput of "
+    "one replica. Good: stable or rising across deployments.",
+    REQUESTS_PER_SECOND,
+    [Query(latest(names.CAPACITY_GOODPUT_RATE), SERIES_LEGEND)],
+    decimals=2,
+)
+found = stat(
+    "Search result",
+    "Whether the latest search found a load at which the SLO held; 'none passed' means even its lowest "
+    "load failed (lower the start load, or the SLO is out of reach). Good: found.",
+    STATE,
+    [Query(latest(names.CAPACITY_FOUND), SERIES_LEGEND)],
+    thresholds=steps("red", (1, "green")),
+    mappings=value_text({1: ("found", "green"), 0: ("none passed", "red")}),
+    sparkline=False,
+)
+last_search = stat(
+    "Last search",
+    "When the latest capacity search finished. Good: as recent as its schedule (nightly, or after each "
+    "deployment); an old result may no longer describe the running build.",
+    FROM_NOW,
+    [Query(f"{latest(names.CAPACITY_TIMESTAMP)} * 1000", SERIES_LEGEND)],
+    sparkline=False,
+)
+
+capacity_history = timeseries(
+    "Capacity over time",
+    "The capacity found by each search, held until the next one: requests/s for rate searches (left "
+    "axis), requests in flight for concurrency searches (right axis). Good: flat or rising; a step down "
+    "after a deployment is a capacity regression.",
+    REQUESTS_PER_SECOND,
+    [
+        Query(latest(names.CAPACITY_RATE), f"{SERIES_LEGEND} req/s"),
+        Query(latest(names.CAPACITY_CONCURRENCY), f"{SERIES_LEGEND} in flight"),
+    ],
+    overrides=[unit_override("B", COUNT)],
+    step=True,
+)
+fluid_rate_history = timeseries(
+    "Fluid token rate at capacity over time",
+    "The fluid token generation rate measured at each search's capacity load. Good: flat or rising; it "
+    "can fall while capacity holds, when the engine trades smoothness for throughput.",
+    TOKENS_PER_SECOND,
+    [Query(latest(names.CAPACITY_FLUID_RATE), SERIES_LEGEND)],
+    step=True,
+)
+goodput_history = timeseries(
+    "Goodput at capacity over time",
+    "Goodput ratio (left axis) and goodput requests/s (right axis) at each search's capacity load. Good: "
+    "ratio near 1, rate flat or rising.",
+    RATIO,
+    [
+        Query(latest(names.CAPACITY_GOODPUT_RATIO), f"{SERIES_LEGEND} ratio"),
+        Query(latest(names.CAPACITY_GOODPUT_RATE), f"{SERIES_LEGEND} req/s"),
+    ],
+    overrides=[unit_override("B", REQUESTS_PER_SECOND)],
+    step=True,
+)
+
+trials = table(
+    "Trials of the latest search",
+    "Every trial of the latest search per (target, module): the load it ran (requests/s for a rate "
+    "search, requests in flight for a concurrency search), whether the SLO held, and the SLO headroom "
+    "(how many times tighter every deadline could have been with the trial still passing: above 1 it "
+    "passed with room to spare, below 1 it failed). Good: passes up to the capacity, then failures "
+    "close above it (a tight bracket).",
+    COUNT,
+    [
+        Query(latest(names.CAPACITY_TRIAL_LOAD), instant=True, format="table"),
+        Query(latest(names.CAPACITY_TRIAL_PASSED), instant=True, format="table"),
+        Query(latest(names.CAPACITY_TRIAL_HEADROOM), instant=True, format="table"),
+    ],
+    transformations=table_of(
+        {"Value #A": "load", "Value #B": "SLO held", "Value #C": "SLO headroom"}, "trial"
+    ),
+    overrides=[
+        by_name(
+            "SLO held",
+            {"id": "mappings", "value": PASSED_TEXT},
+            {"id": "custom.cellOptions", "value": {"type": "color-text"}},
+        ),
+        by_name(
+            "SLO headroom",
+            {"id": "unit", "value": FACTOR},
+            {"id": "decimals", "value": 2},
+            {"id": "thresholds", "value": {"mode": "absolute", "steps": HEADROOM_STEPS}},
+            {"id": "custom.cellOptions", "value": {"type": "color-text"}},
+        ),
+    ],
+    sort_by="trial",
+)
+headroom = bar_gauge(
+    "SLO headroom per trial",
+    "The SLO headroom of each trial of the latest search (see the table): green bars passed, red ones "
+    "failed; the capacity lies between the last green and the first red load. Good: headroom falling "
+    "smoothly with load, crossing 1 once.",
+    FACTOR,
+    [Query(latest(names.CAPACITY_TRIAL_HEADROOM), "{{module}} trial {{trial}}", instant=True)],
+    HEADROOM_STEPS,
+    low=0,
+)
+
+profile_history = timeseries(
+    "Predicted prefill time by prompt length",
+    "Prefill time Dp(P) the target's stored prefill profile predicts at reference prompt lengths "
+    "(without the scheduling slack), held until the next profile. Good: flat across deployments; a step "
+    "up means slower prefills, and every TTFT deadline derived from the profile loosens with it.",
+    SECONDS,
+    [Query(latest(names.PREFILL_PROFILE_PREDICTED, ENGINE), "{{target}} {{prompt_tokens}} tokens")],
+    step=True,
+)
+profile_table = table(
+    "Stored prefill profile",
+    "The prefill time the stored profile predicts per prompt length, now: the TTFT deadline (plus the "
+    "SLO's scheduling slack) a request of that length is held to. Good: grows smoothly with length.",
+    SECONDS,
+    [Query(latest(names.PREFILL_PROFILE_PREDICTED, ENGINE), instant=True, format="table")],
+    transformations=table_of({"Value": "predicted prefill"}, "prompt_tokens"),
+    overrides=[by_name("prompt_tokens", {"id": "unit", "value": COUNT})],
+    sort_by="prompt_tokens",
+)
+profile_age = stat(
+    "Prefill profile measured",
+    "When the target's stored prefill profile was measured. Good: after the latest change of model, "
+    "hardware or engine settings.",
+    FROM_NOW,
+    [Query(f"{latest(names.PREFILL_PROFILE_TIMESTAMP, ENGINE)} * 1000", "{{target}}")],
+    sparkline=False,
+)
+
+jobs_running = timeseries(
+    "Jobs running",
+    "Capacity searches and prefill profiles running against each target (the target's scheduled probes "
+    "pause meanwhile). Good: only during planned runs.",
+    COUNT,
+    [Query(f"{names.JOB_RUNNING.name}{ENGINE}", "{{target}} {{kind}}")],
+    step=True,
+)
+jobs_finished = bar_gauge(
+    "Jobs finished in the time range",
+    "Jobs of every target finished within the selected time range, by kind and how they ended "
+    "(succeeded, failed, cancelled, interrupted). Good: only succeeded.",
+    COUNT,
+    [
+        Query(
+            f"round(sum by (kind, state) (increase({names.JOBS_FINISHED.name}[$__range]))) > 0",
+            "{{kind}} {{state}}",
+            instant=True,
+        )
+    ],
+    steps("blue"),
+    low=0,
+)
+
+dashboard = new_dashboard(
+    "Fluidity / Capacity",
+    "fluidity-capacity",
+    "Capacity searches (the highest load at which the fluidity SLO holds) and prefill profiles over "
+    "time, and the trials of the latest search (Fluidity Exporter).",
+    variables(module_source=names.CAPACITY_FOUND),
+    [
+        Section(
+            "Latest capacity search",
+            [
+                Cell(capacity_rate, 4, 5),
+                Cell(capacity_concurrency, 4, 5),
+                Cell(fluid_rate, 4, 5),
+                Cell(goodput_ratio, 3, 5),
+                Cell(goodput_rate, 3, 5),
+                Cell(found, 3, 5),
+                Cell(last_search, 3, 5),
+            ],
+        ),
+        Section(
+            "Capacity over time",
+            [Cell(capacity_history, 8), Cell(fluid_rate_history, 8), Cell(goodput_history, 8)],
+        ),
+        Section("Trials of the latest search", [Cell(trials, 14, 9), Cell(headroom, 10, 9)]),
+        Section(
+            "Prefill profile",
+            [Cell(profile_history, 12, 9), Cell(profile_table, 8, 9), Cell(profile_age, 4, 9)],
+        ),
+        Section("Jobs", [Cell(jobs_running, 12, 6), Cell(jobs_finished, 12, 6)]),
+    ],
+)

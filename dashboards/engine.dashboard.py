@@ -1,0 +1,262 @@
+"""Engine: the engine's own signals (re-exported as ``fluidity_engine_*``) on the same time axis as the
+fluidity users feel, so that a dip in fluidity can be read against queueing, batch size, KV-cache
+pressure, preemptions and prefill load at that moment.
+
+Engine families carry only a ``target`` label (one engine per target); the fluidity panels are also
+narrowed by ``module``.
+"""
+
+from __future__ import annotations
+
+from dashboards.common import (
+    COUNT,
+    ENGINE,
+    ENGINE_WINDOWED,
+    RATIO,
+    REQUESTS_PER_SECOND,
+    SECONDS,
+    SERIES,
+    STATE,
+    TOKENS_PER_SECOND,
+    WINDOWED,
+    Cell,
+    Query,
+    Section,
+    new_dashboard,
+    quantile,
+    rate,
+    service_level,
+    stat,
+    steps,
+    timeseries,
+    value_text,
+    variables,
+)
+from exporter.exposition import names
+from exporter.exposition.names import MetricSpec
+
+PERCENTILE_LEGEND = "{{target}} p{{percentile}}"
+FLUIDITY_STEPS = steps("red", (0.95, "orange"), (0.99, "green"))
+
+
+def gauge(spec: MetricSpec) -> str:
+    return f"{spec.name}{ENGINE}"
+
+
+def server_percentiles(title: str, spec: MetricSpec, description: str) -> Cell:
+    query = Query(f"{spec.name}{ENGINE_WINDOWED}", PERCENTILE_LEGEND)
+    return Cell(timeseries(title, description, SECONDS, [query]), 6)
+
+
+scrape_up = stat(
+    "Engine /metrics scrape",
+    "Whether the latest scrape of the engine's own /metrics succeeded. While it is down every other "
+    "engine panel is empty (the fluidity_engine_ series are absent). Good: up.",
+    STATE,
+    [Query(gauge(names.ENGINE_SCRAPE_SUCCESS), "{{target}}")],
+    thresholds=steps("red", (1, "green")),
+    mappings=value_text({1: ("up", "green"), 0: ("down", "red")}),
+    sparkline=False,
+)
+queue_depth = timeseries(
+    "Queue depth (waiting requests)",
+    "Requests waiting to be scheduled by the engine (vLLM num_requests_waiting). Good: 0 most of the "
+    "time; a queue that keeps growing means the engine is past its capacity and TTFT will climb.",
+    COUNT,
+    [Query(gauge(names.ENGINE_QUEUE_DEPTH), "{{target}}")],
+)
+running = timeseries(
+    "Running requests",
+    "Requests in the engine's running batch. A larger batch raises throughput but slows every token: "
+    "read it with TBT and fluidity. Good: below the engine's max_num_seqs, steady.",
+    COUNT,
+    [Query(gauge(names.ENGINE_RUNNING), "{{target}}")],
+)
+kv_cache = timeseries(
+    "KV-cache usage",
+    "Share of the engine's KV-cache blocks in use, 0-1. Near 1 the engine preempts running requests "
+    "(their tokens stall while they are recomputed). Good: below about 90%.",
+    RATIO,
+    [Query(gauge(names.ENGINE_KV_CACHE_USAGE), "{{target}}")],
+    low=0,
+    high=1,
+    thresholds=steps("green", (0.9, "red")),
+)
+preemptions = timeseries(
+    "Preemptions",
+    "Requests the engine preempted per second (SGLang: retractions): each one stalls a request's output "
+    "until it is rescheduled, which fluidity counts as missed deadlines. Good: 0.",
+    "suffix: preemptions/s",
+    [Query(rate(names.ENGINE_PREEMPTIONS, ENGINE), "{{target}}")],
+)
+token_throughput = timeseries(
+    "Prompt and generation throughput",
+    "Prompt tokens prefilled and output tokens generated per second by the engine, every client "
+    "included. Prefill bursts (long prompts) are what stall the decoding of other requests. Good: "
+    "generation throughput rising with load while fluidity holds.",
+    TOKENS_PER_SECOND,
+    [
+        Query(rate(names.ENGINE_PROMPT_TOKENS, ENGINE), "{{target}} prompt"),
+        Query(rate(names.ENGINE_GENERATION_TOKENS, ENGINE), "{{target}} generation"),
+    ],
+)
+finished = timeseries(
+    "Requests finished by the engine",
+    "Requests the engine completed per second, every client included (the probes are a small part). "
+    "Good: follows the offered load; a flat line under a growing queue means saturation.",
+    REQUESTS_PER_SECOND,
+    [Query(rate(names.ENGINE_REQUEST_SUCCESS, ENGINE), "{{target}}")],
+)
+
+client_vs_server = timeseries(
+    "Client vs server TTFT (p50)",
+    "Median time to first token as the probes see it (client, from the TTFT histogram over the rate "
+    "interval) and as the engine reports it (server, over the selected window). Good: the two close "
+    "together; the gap is network, gateways and queues in front of the engine.",
+    SECONDS,
+    [
+        Query(quantile(0.5, names.PROBE_TTFT, ["target"]), "{{target}} client"),
+        Query(
+            f'{names.ENGINE_WINDOW_TTFT.name}{{target=~"$target",window="$window",percentile="50"}}',
+            "{{target}} server",
+        ),
+    ],
+)
+client_minus_server = timeseries(
+    "Client minus server TTFT",
+    "Probe TTFT minus the engine's own TTFT over the window, per module: the percentile difference and "
+    "the difference of means. Positive: time spent outside the engine (network, TLS, gateways, "
+    "load balancer queues). Bucket-resolution limited, so it can dip below 0. Good: a few milliseconds.",
+    SECONDS,
+    [
+        Query(
+            f"{names.WINDOW_CLIENT_MINUS_SERVER_TTFT.name}{WINDOWED}",
+            "{{target}}/{{module}} p{{percentile}}",
+        ),
+        Query(f"{names.WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT.name}{WINDOWED}", "{{target}}/{{module}} mean"),
+    ],
+)
+
+fluidity = timeseries(
+    "Service-level fluidity per decode tier",
+    "Share of token deadlines the probes met, per tier (as on the overview), on the same time axis as "
+    "the engine panels: hover to line a dip up with the queue, batch size, KV-cache and prefill load. "
+    "Good: flat near 1.",
+    RATIO,
+    [Query(service_level([*SERIES, "tier"]), "{{target}}/{{module}} {{tier}}")],
+    high=1,
+    thresholds=FLUIDITY_STEPS,
+)
+fluid_rate = timeseries(
+    "Fluid token generation rate",
+    "The highest playback rate at which the configured percentile of the window's requests stay fluid. "
+    "Good: steady and above reading speed; it falls when the batch grows or prefills interrupt decoding.",
+    TOKENS_PER_SECOND,
+    [Query(f"{names.WINDOW_FLUID_RATE.name}{WINDOWED}", "{{target}}/{{module}}")],
+)
+tbt_p99 = timeseries(
+    "Client TBT p99 vs server ITL p99",
+    "The 99th percentile gap between tokens as the probes receive them (client TBT) and as the engine "
+    "emits them (server inter-token latency, over the window). Good: both below the decode deadline; "
+    "client far above server means the stream is delayed between engine and client.",
+    SECONDS,
+    [
+        Query(quantile(0.99, names.PROBE_TBT, ["target"]), "{{target}} client TBT p99"),
+        Query(
+            f'{names.ENGINE_WINDOW_ITL.name}{{target=~"$target",window="$window",percentile="99"}}',
+            "{{target}} server ITL p99",
+        ),
+    ],
+)
+jobs_running = timeseries(
+    "Capacity and profiling jobs running",
+    "Jobs sending load to the target now (a capacity search drives it to saturation on purpose). Good: "
+    "0 outside planned runs; a 1 explains a saturated engine.",
+    COUNT,
+    [Query(f"{names.JOB_RUNNING.name}{ENGINE}", "{{target}} {{kind}}")],
+    step=True,
+)
+scrape_duration = timeseries(
+    "Engine scrape duration",
+    "How long the latest scrape of the engine's /metrics took. Good: well under the scrape interval; a "
+    "slow /metrics often means an overloaded engine process.",
+    SECONDS,
+    [Query(gauge(names.ENGINE_SCRAPE_DURATION), "{{target}}")],
+)
+scrape_errors = timeseries(
+    "Engine scrape errors",
+    "Failed scrapes of the engine's /metrics per second, by reason. Good: 0.",
+    "suffix: scrapes/s",
+    [
+        Query(
+            f"sum by (target, reason) ({rate(names.ENGINE_SCRAPE_ERRORS, ENGINE)})",
+            "{{target}} {{reason}}",
+        )
+    ],
+)
+
+dashboard = new_dashboard(
+    "Fluidity / Engine",
+    "fluidity-engine",
+    "The inference engine's own metrics (queue, batch, KV-cache, throughput, server-side latency) "
+    "correlated with the fluidity users feel (Fluidity Exporter).",
+    variables(window=True),
+    [
+        Section(
+            "Fluidity (same time axis)",
+            [Cell(fluidity, 12), Cell(fluid_rate, 12)],
+        ),
+        Section(
+            "Engine state",
+            [
+                Cell(queue_depth, 8),
+                Cell(running, 8),
+                Cell(kv_cache, 8),
+                Cell(preemptions, 8),
+                Cell(token_throughput, 8),
+                Cell(finished, 8),
+            ],
+        ),
+        Section(
+            "Server vs client latency",
+            [
+                Cell(client_vs_server, 8),
+                Cell(client_minus_server, 8),
+                Cell(tbt_p99, 8),
+                server_percentiles(
+                    "Server TTFT percentiles",
+                    names.ENGINE_WINDOW_TTFT,
+                    "Time to first token as the engine measures it (queue + prefill), p50/p90/p99 over the "
+                    "window, from its histogram. Good: below your prefill deadline.",
+                ),
+                server_percentiles(
+                    "Server inter-token latency percentiles",
+                    names.ENGINE_WINDOW_ITL,
+                    "Gap between tokens as the engine emits them, p50/p90/p99 over the window. Good: p99 "
+                    "below the decode deadline; a high p99 with a low p50 means stalls.",
+                ),
+                server_percentiles(
+                    "Server queue time percentiles",
+                    names.ENGINE_WINDOW_QUEUE,
+                    "Time requests waited in the engine's queue before being scheduled, p50/p90/p99 over "
+                    "the window. Good: near 0; it grows first when the engine saturates.",
+                ),
+                server_percentiles(
+                    "Server E2E latency percentiles",
+                    names.ENGINE_WINDOW_E2E,
+                    "End-to-end request latency as the engine measures it, p50/p90/p99 over the window. "
+                    "Good: stable for a steady workload; compare with the probes' E2E on the overview.",
+                ),
+            ],
+        ),
+        Section(
+            "Jobs and scraping",
+            [
+                Cell(jobs_running, 8, 6),
+                Cell(scrape_up, 4, 6),
+                Cell(scrape_duration, 6, 6),
+                Cell(scrape_errors, 6, 6),
+            ],
+        ),
+    ],
+)

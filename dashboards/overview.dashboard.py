@@ -1,0 +1,349 @@
+"""Overview: what users of each (target, module) feel, from the exporter's probe metrics.
+
+Fluidity first (service level per decode tier, fluidity-index percentiles, fluid token rate), then
+goodput and SLOs, latency heatmaps and percentiles from the histograms, and the health of the probing
+itself (outcomes, send lateness, scheduling, the exporter's event loop).
+"""
+
+from __future__ import annotations
+
+from dashboards.common import (
+    COUNT,
+    ENGINE,
+    FAILED,
+    FROM_NOW,
+    PROBE,
+    RATIO,
+    REQUESTS_PER_SECOND,
+    RUNS_PER_SECOND,
+    SECONDS,
+    SERIES,
+    STATE,
+    TIERED,
+    TOKENS_PER_SECOND,
+    WINDOWED,
+    Cell,
+    Query,
+    Section,
+    heatmap,
+    new_dashboard,
+    percentile_queries,
+    quantile,
+    service_level,
+    stat,
+    state_timeline,
+    steps,
+    sum_rate,
+    timeseries,
+    value_text,
+    variables,
+)
+from exporter.exposition import names
+
+SERIES_LEGEND = "{{target}}/{{module}}"
+TIER_LEGEND = "{{target}}/{{module}} {{tier}}"
+FLUIDITY_STEPS = steps("red", (0.95, "orange"), (0.99, "green"))
+SLO_TEXT = value_text({1: ("met", "green"), 0: ("missed", "red")})
+
+service_level_now = stat(
+    "Service-level fluidity over the time range",
+    "Token-weighted fluidity of every probe request in the selected time range, per decode tier: "
+    "1 - missed token deadlines / token deadlines (Etalon). A stall counts every deadline it spans. "
+    "Good: at or above your target (0.99 means 1 token deadline in 100 missed) at the tier your users "
+    "read at; strict (25 ms) is often lower than relaxed (100 ms).",
+    RATIO,
+    [Query(service_level(["tier"], window="$__range"), "{{tier}}", instant=True)],
+    thresholds=FLUIDITY_STEPS,
+    decimals=2,
+    sparkline=False,
+)
+fluid_rate_now = stat(
+    "Fluid token generation rate",
+    "The highest playback rate (tokens/s) at which the configured percentile of the window's requests "
+    "still reach the target decode-only fluidity: the speed users can read at without stalls. Good: "
+    "above your users' reading speed (for chat, 5-10 tok/s is already comfortable); compare with the "
+    "TPOT-based rate, which ignores stalls.",
+    TOKENS_PER_SECOND,
+    [Query(f"{names.WINDOW_FLUID_RATE.name}{WINDOWED}", SERIES_LEGEND)],
+)
+goodput_now = stat(
+    "Goodput ratio (window)",
+    "Share of the window's probe requests, failed ones included, that met every goodput bound "
+    "(TTFT, TPOT... as configured). Good: close to 1; it falls both when requests fail and when they "
+    "are slow.",
+    RATIO,
+    [Query(f"{names.WINDOW_GOODPUT.name}{WINDOWED}", SERIES_LEGEND)],
+    thresholds=steps("red", (0.9, "orange"), (0.99, "green")),
+    decimals=1,
+)
+slos_now = stat(
+    "SLOs (window)",
+    "Each configured SLO evaluated over the window's completed requests: met or missed. Absent while "
+    "the window holds no completed request. Good: every one met.",
+    STATE,
+    [Query(f"{names.WINDOW_SLO_MET.name}{WINDOWED}", "{{module}} {{slo}}")],
+    thresholds=steps("red", (1, "green")),
+    mappings=SLO_TEXT,
+    sparkline=False,
+)
+
+service_level_series = timeseries(
+    "Service-level fluidity per decode tier",
+    "1 - rate(fluidity_probe_deadlines_missed_total) / rate(fluidity_probe_deadlines_total) per tier: the "
+    "share of token deadlines met (the first token against Dp, later ones against the tier's Dd). Good: a "
+    "flat line near 1; dips line up with load, preemptions or long prefills on the engine view.",
+    RATIO,
+    [Query(service_level([*SERIES, "tier"]), TIER_LEGEND)],
+    thresholds=FLUIDITY_STEPS,
+    high=1,
+)
+fluidity_percentiles = timeseries(
+    "Fluidity-index percentiles per tier (histogram)",
+    "Per-request fluidity-index (1 = every deadline met) from the histogram, summed over sidecars: p1 is "
+    "the fluidity 99% of requests reach or exceed. Good: p1 at or above your target fluidity (the Etalon "
+    "paper uses 0.9); a low p1 with a high p50 means a minority of requests stall badly. Bucket-resolution "
+    "limited.",
+    RATIO,
+    [
+        Query(quantile(q, names.PROBE_FLUIDITY, [*SERIES, "tier"]), f"{TIER_LEGEND} p{q * 100:g}")
+        for q in (0.01, 0.1, 0.5)
+    ],
+    high=1,
+)
+window_fluidity = timeseries(
+    "Fluidity over the window (exact)",
+    "The fluidity-index percentiles computed exactly (nearest rank) over the rolling window's requests at "
+    "scrape time, and the window's token-weighted service level per tier: an SLO fluidity:p99>=X holds "
+    "exactly when p1 >= X. Not summable across sidecars. Good: p1 above your target fluidity, service "
+    "level near 1.",
+    RATIO,
+    [
+        Query(f"{names.WINDOW_FLUIDITY.name}{WINDOWED}", "{{target}}/{{module}} {{tier}} p{{percentile}}"),
+        Query(f"{names.WINDOW_SERVICE_LEVEL.name}{WINDOWED}", "{{target}}/{{module}} {{tier}} service level"),
+    ],
+    high=1,
+)
+fluidity_heatmap = heatmap(
+    "Per-request fluidity-index, tier $tier",
+    "How the fluidity-index of single requests spreads at the selected decode tier: each column is a time "
+    "slice, each cell a histogram bucket, the colour how many requests fell in it. Good: everything in the "
+    "top bucket (1.0); cells further down are requests that stalled.",
+    names.PROBE_FLUIDITY,
+    unit=RATIO,
+    selector=TIERED,
+)
+
+fluid_rate_series = timeseries(
+    "Fluid token generation rate",
+    "The fluid token generation rate of the window (see the stat above) next to 1 / TPOT p50, the rate a "
+    "TPOT-based report would claim. Good: the fluid rate close to the TPOT-based one; a large gap means "
+    "stalls (long prefills of other requests, preemptions) that averages hide.",
+    TOKENS_PER_SECOND,
+    [
+        Query(f"{names.WINDOW_FLUID_RATE.name}{WINDOWED}", f"{SERIES_LEGEND} fluid"),
+        Query(f"1 / {quantile(0.5, names.PROBE_TPOT)}", f"{SERIES_LEGEND} 1/TPOT p50"),
+    ],
+)
+goodput_series = timeseries(
+    "Goodput ratio",
+    "Share of probe requests that met every goodput bound: from the counters "
+    "(rate(fluidity_probe_good_requests_total) / rate(fluidity_probe_requests_total), summable across "
+    "sidecars) and as the window gauge. Failed requests count as not good. Good: close to 1.",
+    RATIO,
+    [
+        Query(
+            f"{sum_rate(names.PROBE_GOOD_REQUESTS, SERIES)} / {sum_rate(names.PROBE_REQUESTS, SERIES)}",
+            f"{SERIES_LEGEND} counters",
+        ),
+        Query(f"{names.WINDOW_GOODPUT.name}{WINDOWED}", f"{SERIES_LEGEND} window"),
+    ],
+    high=1,
+    thresholds=steps("red", (0.9, "orange"), (0.99, "green")),
+)
+slo_timeline = state_timeline(
+    "SLO state over time",
+    "Each configured SLO over the rolling window, met (green) or missed (red), per target and module. "
+    "Good: all green; a red band says when users were let down and for how long.",
+    [Query(f"{names.WINDOW_SLO_MET.name}{WINDOWED}", "{{target}}/{{module}} {{slo}}")],
+    SLO_TEXT,
+)
+
+
+def latency_heatmap(title: str, spec: names.MetricSpec, meaning: str, good: str) -> Cell:
+    return Cell(
+        heatmap(
+            f"{title} heatmap", f"{meaning} Each column is a time slice, each cell a bucket. {good}", spec
+        ),
+        8,
+    )
+
+
+def latency_percentiles(title: str, spec: names.MetricSpec, meaning: str, good: str) -> Cell:
+    description = f"{meaning} p50/p90/p99 from the histogram, summed over sidecars. {good}"
+    return Cell(
+        timeseries(f"{title} percentiles", description, SECONDS, percentile_queries(spec, (0.5, 0.9, 0.99))),
+        8,
+    )
+
+
+TTFT = "Time to first token of completed probe requests, from the request write: queueing plus prefill."
+TBT = "Time between tokens after the first: every gap a reader sees (0 s for tokens sharing a chunk)."
+TPOT = "Time per output token, (E2E - TTFT) / (tokens - 1): the average decode pace of a request."
+TTFT_GOOD = "Good: below your prefill deadline (Dp) for the prompt lengths of this module."
+TBT_GOOD = "Good: nearly all below the decode tier's deadline; a tail far above it is a stall."
+TPOT_GOOD = "Good: well below the decode deadline; TPOT hides stalls, so read it with the fluidity panels."
+
+outcomes = timeseries(
+    "Request outcomes",
+    "Probe requests per second by how they ended: ok, or the failure reason (http_status, rate_limited, "
+    "connect_error, ttft_timeout, idle_timeout, total_timeout, stream_aborted, malformed_stream, "
+    "no_tokens, truncated). Good: only ok.",
+    REQUESTS_PER_SECOND,
+    [Query(f"{sum_rate(names.PROBE_REQUESTS, ['outcome'])} > 0", "{{outcome}}")],
+    stacked=True,
+    bars=True,
+)
+failure_ratio = timeseries(
+    "Failed request ratio",
+    "Share of probe requests that did not end ok. Failed requests never reach the latency and fluidity "
+    "histograms, so a target that fails fast can look fluid: read this beside them. Good: 0.",
+    RATIO,
+    [
+        Query(
+            f"{sum_rate(names.PROBE_REQUESTS, SERIES, FAILED)} / {sum_rate(names.PROBE_REQUESTS, SERIES)}",
+            SERIES_LEGEND,
+        )
+    ],
+    thresholds=steps("green", (0.01, "red")),
+)
+lateness = timeseries(
+    "Probe send lateness",
+    "How late the prober itself sent requests after their scheduled time, percentiles over the window. "
+    "High values mean the exporter (its CPU or event loop), not the target, is slow, and the probe "
+    "timings are less trustworthy. Good: a few milliseconds.",
+    SECONDS,
+    [Query(f"{names.WINDOW_LATENESS.name}{WINDOWED}", "{{target}}/{{module}} p{{percentile}}")],
+    thresholds=steps("green", (0.05, "red")),
+)
+last_success = stat(
+    "Last successful probe",
+    "When a scheduled probe run last stored at least one completed request. Good: about one probe "
+    "interval ago; much older means the target fails, its budget ran out or its probes are paused by a job.",
+    FROM_NOW,
+    [Query(f"{names.PROBE_LAST_SUCCESS.name}{PROBE} * 1000", SERIES_LEGEND)],
+    sparkline=False,
+)
+probe_jobs = timeseries(
+    "Probe scheduling problems",
+    "Scheduled probe runs per second that raised (a bug of the exporter, logged with its traceback), "
+    "misfired (started later than the misfire grace allows) or were skipped (the previous run was still "
+    "going: the interval is shorter than a probe). Good: all 0.",
+    RUNS_PER_SECOND,
+    [
+        Query(
+            f'sum by (job_id) (rate({spec.name}{{job_id=~"probe:$target:$module"}}[$__rate_interval]))',
+            f"{{{{job_id}}}} {kind}",
+        )
+        for spec, kind in (
+            (names.JOB_ERRORS, "errors"),
+            (names.JOB_MISFIRES, "misfires"),
+            (names.JOB_SKIPPED, "skipped"),
+        )
+    ],
+)
+loop_lag = timeseries(
+    "Exporter event-loop lag",
+    "How late the exporter's event loop woke up for a periodic timer (p50 and p99, every sidecar). Probe "
+    "timings include this delay. Good: a few milliseconds; tens of milliseconds make TBT and fluidity "
+    "look worse than the target is.",
+    SECONDS,
+    [
+        Query(
+            f"histogram_quantile({q}, sum by (le, instance) "
+            f"(rate({names.EVENT_LOOP_LAG.name}_bucket[$__rate_interval])))",
+            f"{{{{instance}}}} p{q * 100:g}",
+        )
+        for q in (0.5, 0.99)
+    ],
+    thresholds=steps("green", (0.02, "red")),
+)
+jobs_running = timeseries(
+    "Capacity and profiling jobs running",
+    "Jobs running against the target (capacity searches and prefill profiles send heavy load, and the "
+    "target's scheduled probes pause meanwhile). Good: 0 outside planned runs; explains gaps and spikes "
+    "in every other panel.",
+    COUNT,
+    [Query(f"{names.JOB_RUNNING.name}{ENGINE}", "{{target}} {{kind}}")],
+    step=True,
+)
+
+dashboard = new_dashboard(
+    "Fluidity / Overview",
+    "fluidity-overview",
+    "What users of each LLM endpoint feel: Etalon fluidity-index and fluid token rate, goodput, SLOs, "
+    "latency, and the health of the probes (Fluidity Exporter).",
+    variables(window=True, tier=True),
+    [
+        Section(
+            "Fluidity",
+            [
+                Cell(service_level_now, 6, 5),
+                Cell(fluid_rate_now, 6, 5),
+                Cell(goodput_now, 6, 5),
+                Cell(slos_now, 6, 5),
+                Cell(service_level_series, 12),
+                Cell(fluidity_percentiles, 12),
+                Cell(window_fluidity, 12),
+                Cell(fluidity_heatmap, 12),
+            ],
+        ),
+        Section(
+            "Fluid token rate, goodput and SLOs",
+            [Cell(fluid_rate_series, 12), Cell(goodput_series, 12), Cell(slo_timeline, 24, 6)],
+        ),
+        Section(
+            "Latency",
+            [
+                latency_heatmap("TTFT", names.PROBE_TTFT, TTFT, TTFT_GOOD),
+                latency_heatmap("TBT", names.PROBE_TBT, TBT, TBT_GOOD),
+                latency_heatmap("TPOT", names.PROBE_TPOT, TPOT, TPOT_GOOD),
+                latency_percentiles("TTFT", names.PROBE_TTFT, TTFT, TTFT_GOOD),
+                latency_percentiles("TBT", names.PROBE_TBT, TBT, TBT_GOOD),
+                latency_percentiles("TPOT", names.PROBE_TPOT, TPOT, TPOT_GOOD),
+                Cell(
+                    timeseries(
+                        "E2E latency percentiles",
+                        "End-to-end latency of completed probe requests, request write to end of stream "
+                        "(p50/p90/p99). Grows with output length: compare modules with normalized latency. "
+                        "Good: stable over time for a module.",
+                        SECONDS,
+                        percentile_queries(names.PROBE_E2E, (0.5, 0.9, 0.99)),
+                    ),
+                    12,
+                ),
+                Cell(
+                    timeseries(
+                        "Normalized latency percentiles",
+                        "End-to-end latency divided by output tokens, per request (p50/p90/p99): seconds "
+                        "per token including the wait for the first. Good: well below the decode deadline.",
+                        SECONDS,
+                        percentile_queries(names.PROBE_NORMALIZED_LATENCY, (0.5, 0.9, 0.99)),
+                    ),
+                    12,
+                ),
+            ],
+        ),
+        Section(
+            "Requests and probing",
+            [
+                Cell(outcomes, 12),
+                Cell(failure_ratio, 12),
+                Cell(lateness, 8),
+                Cell(probe_jobs, 8),
+                Cell(loop_lag, 8),
+                Cell(last_success, 8, 6),
+                Cell(jobs_running, 16, 6),
+            ],
+        ),
+    ],
+)

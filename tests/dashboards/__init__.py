@@ -1,0 +1,1 @@
+"""Tests of the Grafana dashboards: generated JSON up to date, structure, and every query run for real."""

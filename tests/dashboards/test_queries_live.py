@@ -1,0 +1,79 @@
+"""Every query of every committed dashboard, run by a real Prometheus against real data.
+
+One stack for the module (``tests.integration.prometheus``): the daemon probes the simulator every
+second with engine scraping, Prometheus scrapes it every second; a quick rate search, a quick
+concurrency search and a prefill profile run through the jobs API first, so the capacity view has data.
+Each query then gets Grafana's variables substituted as Grafana would (multi-value variables as a
+regex group) and must parse and return at least one series with a finite value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.dashboards.panels import PanelQuery, queries
+from tests.integration.prometheus import MODULES, TARGET, Series, Stack, requires_prometheus, running_stack
+
+pytestmark = [requires_prometheus, pytest.mark.slow]
+
+RATE_INTERVAL_S = 10  # Grafana's $__rate_interval is at least 4 scrape intervals (1 s here): 10 s is safe
+VARIABLES = {
+    "datasource": "prometheus",
+    "target": f"({TARGET})",  # a multi-value variable, as Grafana writes it into a regex matcher
+    "module": f"({'|'.join(MODULES)})",
+    "window": "1m",
+    "tier": "medium",
+    "__rate_interval": f"{RATE_INTERVAL_S}s",
+    "__interval": "1s",
+    "__range": "1m",
+}
+VARIABLE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
+# Queries retry until this long after the stack is ready: rates need samples on both sides of a change.
+SETTLE_S = 20.0
+
+
+def substitute(expr: str) -> str:
+    """``expr`` with Grafana's variables replaced; an unknown variable fails the test."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        assert name in VARIABLES, f"unknown variable ${name} in {expr}"
+        return VARIABLES[name]
+
+    return VARIABLE.sub(value, expr)
+
+
+def has_data(result: list[Series]) -> bool:
+    return any(math.isfinite(float(series["value"][1])) for series in result)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, float]]:
+    with running_stack(tmp_path_factory.mktemp("dashboards")) as stack:
+        quick = {"target": TARGET, "max_trials": 2, "requests_per_trial": 20, "warmup_requests": 0}
+        stack.run_job("capacity", {**quick, "module": "chat", "start": 50})
+        stack.run_job("capacity", {**quick, "module": "burst", "load": "concurrency", "start": 4})
+        stack.run_job("prefill-profile", {"target": TARGET, "lengths": [128, 256, 512], "repeats": 1})
+        # Probes pause while a job runs: wait until every module is probed again within a rate interval.
+        stack.wait_for(
+            f'rate(fluidity_probe_requests_total{{outcome="ok"}}[{RATE_INTERVAL_S}s]) > 0',
+            accept=lambda result: {s["metric"]["module"] for s in result} == set(MODULES),
+        )
+        yield stack, time.monotonic() + SETTLE_S
+
+
+@pytest.mark.parametrize("query", queries(), ids=lambda query: query.id)
+def test_the_query_parses_and_returns_data(query: PanelQuery, stack: tuple[Stack, float]) -> None:
+    prometheus, settle_by = stack
+    expr = substitute(query.target["expr"])
+    while True:
+        result = prometheus.query(expr)  # raises with Prometheus' message when it does not parse
+        if has_data(result) or time.monotonic() > settle_by:
+            break
+        time.sleep(0.5)
+    assert has_data(result), f"{query.id}: no series with a finite value for\n{expr}\n-> {result}"

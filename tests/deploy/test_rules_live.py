@@ -1,0 +1,139 @@
+"""The rules and the Grafana alert queries against a real Prometheus scraping the daemon on the simulator.
+
+One stack for the module (``tests.integration.prometheus``) with both rule files loaded and evaluated
+every second, after a quick capacity search so that the capacity series exist too. Then: every rule
+group is healthy, every recording rule records finite values of the right labels, every alert expression
+and every query of the Grafana rules and the runbook parses and runs, and the Grafana queries return the
+burn rate of every probed module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.deploy import files
+from tests.integration.prometheus import MODULES, TARGET, Series, Stack, requires_prometheus, running_stack
+
+pytestmark = [requires_prometheus, pytest.mark.slow]
+
+# Rates over the windows need two scrapes, and recorded series one more evaluation: retry this long.
+SETTLE_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory.mktemp("rules"), rule_files=files.RULE_FILES) as stack:
+        quick = {"target": TARGET, "max_trials": 2, "requests_per_trial": 20, "warmup_requests": 0}
+        stack.run_job("capacity", {**quick, "module": "chat", "start": 50})
+        stack.wait_for(
+            'fluidity_probe_requests_total{outcome="ok"} > 0',
+            accept=lambda result: {s["metric"]["module"] for s in result} == set(MODULES),
+        )
+        yield stack
+
+
+def settled(stack: Stack, promql: str) -> list[Series]:
+    """The first non-empty answer with only finite values within SETTLE_S (the last answer otherwise)."""
+    return stack.wait_for(promql, timeout=SETTLE_S, accept=lambda result: bool(result) and finite(result))
+
+
+def finite(result: list[Series]) -> bool:
+    return all(math.isfinite(float(series["value"][1])) for series in result)
+
+
+def rule_groups(stack: Stack) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{stack.prometheus_url}/api/v1/rules", timeout=10) as response:
+        answer: dict[str, Any] = json.loads(response.read())
+    assert answer["status"] == "success"
+    groups: list[dict[str, Any]] = answer["data"]["groups"]
+    return groups
+
+
+def test_every_rule_group_loads_and_evaluates_without_error(stack: Stack) -> None:
+    expected = {g["name"]: len(g["rules"]) for path in files.RULE_FILES for g in files.groups(path)}
+    first = {g["name"]: g["lastEvaluation"] for g in rule_groups(stack)}
+    time.sleep(2.5)  # two more evaluation cycles
+    groups = rule_groups(stack)
+    assert {g["name"]: len(g["rules"]) for g in groups} == expected
+    for group in groups:
+        assert group["lastEvaluation"] != first[group["name"]], f"{group['name']} is not evaluated"
+        for rule in group["rules"]:
+            assert rule["health"] == "ok" and not rule.get("lastError"), (group["name"], rule)
+
+
+@pytest.mark.parametrize("record", sorted(files.recorded_names()))
+def test_every_recording_rule_records_data(record: str, stack: Stack) -> None:
+    result = settled(stack, record)
+    assert result and finite(result), f"{record}: {result}"
+    level = record.partition(":")[0]
+    expected_labels = {"__name__"} | ({"tier"} if level == "fluidity" else set(level.split("_")))
+    for series in result:
+        assert set(series["metric"]) == expected_labels, series["metric"]
+
+
+def test_the_burn_rates_exist_for_the_objective_tier_only(stack: Stack) -> None:
+    result = settled(stack, "target_module_tier:fluidity_slo_burn_rate:ratio_rate5m")
+    assert {s["metric"]["tier"] for s in result} == {"medium"}
+    assert {s["metric"]["module"] for s in result} == set(MODULES)
+    levels = settled(stack, "target_module_tier:fluidity_service_level:ratio_rate5m")
+    assert {s["metric"]["tier"] for s in levels} == {"strict", "medium", "relaxed"}
+    assert all(0.0 <= float(s["value"][1]) <= 1.0 for s in levels)
+
+
+@pytest.mark.parametrize("alert", files.alerts(), ids=lambda alert: alert["alert"])
+def test_every_alert_expression_runs(alert: dict[str, Any], stack: Stack) -> None:
+    stack.query(alert["expr"])  # raises with Prometheus' message when it does not parse or run
+
+
+@pytest.mark.parametrize("where, promql", files.grafana_queries(), ids=lambda value: str(value)[:40])
+def test_every_grafana_query_returns_the_burn_rate_of_every_module(
+    where: str, promql: str, stack: Stack
+) -> None:
+    result = settled(stack, promql)
+    assert {s["metric"]["module"] for s in result} == set(MODULES), f"{where}: {result}"
+    for series in result:
+        assert set(series["metric"]) == {"target", "module", "tier"}
+        assert float(series["value"][1]) >= 0.0
+
+
+def test_the_grafana_burn_rate_equals_the_recorded_one(stack: Stack) -> None:
+    # The same ratio, once from the raw counters (Grafana) and once from the recording rules; both read
+    # at one instant over a 3-day window that holds every sample, so they agree but for float rounding.
+    now = time.time()
+    (grafana,) = [q for w, q in files.grafana_queries() if w == "fluidity-slow-burn-3d/A"]
+    raw = {
+        s["metric"]["module"]: float(s["value"][1]) for s in stack.answer(grafana, at=now)["data"]["result"]
+    }
+    recorded = stack.answer("target_module_tier:fluidity_slo_burn_rate:ratio_rate3d", at=now)["data"][
+        "result"
+    ]
+    assert raw and {s["metric"]["module"] for s in recorded} == set(raw)
+    for series in recorded:
+        # The recording rule ran up to a second before `now`: allow for the probes stored since.
+        assert float(series["value"][1]) == pytest.approx(raw[series["metric"]["module"]], rel=0.1, abs=0.05)
+
+
+@pytest.mark.parametrize("promql", files.runbook_promql())
+def test_every_runbook_query_runs(promql: str, stack: Stack) -> None:
+    concrete = (
+        promql.replace('"probe:T:M"', f'"probe:{TARGET}:{MODULES[0]}"')
+        .replace('target="T"', f'target="{TARGET}"')
+        .replace('module="M"', f'module="{MODULES[0]}"')
+        .replace("<job_id>", f"probe:{TARGET}:{MODULES[0]}")
+    )
+    stack.query(concrete)
+
+
+def test_the_probe_alerts_stay_silent_on_a_healthy_target(stack: Stack) -> None:
+    settled(stack, "target_module:fluidity_probe_failures:ratio_rate30m")
+    quiet = (
+        "FluidityTargetDown|FluidityProbeErrors|FluidityNoRecentSuccessfulProbe|FluidityEngineScrapeFailing"
+    )
+    assert stack.query(f'ALERTS{{alertname=~"{quiet}"}}') == []

