@@ -221,3 +221,27 @@ async def test_the_api_needs_the_token(daemon: tuple[Daemon, str]) -> None:
     assert status == 401
     status, answer = await call("POST", f"{url}/api/v1/jobs/capacity", {"target": "sim", "max_load": 500})
     assert status == 400 and any("max_rate" in problem for problem in answer["problems"])
+
+
+SCHEDULED = """  schedules:
+    - name: nightly-profile
+      kind: prefill-profile
+      cron: "0 3 * * *"
+      params: {target: sim, lengths: [128, 256], repeats: 1}
+"""
+
+
+async def test_a_scheduled_job_runs_from_the_config(sim: tuple[str, SimServer], tmp_path: Path) -> None:
+    path = write_config(tmp_path, sim[0])
+    path.write_text(path.read_text() + SCHEDULED)
+    daemon = Daemon(load_config_file(path), seed=1)
+    async with serving(daemon):
+        assert "job:nightly-profile" in daemon.jobs.job_ids()
+        job = daemon.jobs.scheduler.get_job("job:nightly-profile")
+        assert str(job.trigger).startswith("cron")
+        await job.func()  # what the scheduler runs at 03:00 UTC
+        records = daemon.job_manager.list()
+        assert [(r.kind, r.trigger, r.state) for r in records] == [
+            ("prefill-profile", "schedule", "succeeded")
+        ]
+        assert daemon.deadline_policy("sim").prefill_model is not None
