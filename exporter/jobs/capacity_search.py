@@ -7,7 +7,7 @@ pass, never an extrapolation.
 
 Etalon bisects an interval that starts at ``[0, 2 x start]`` and doubles its top while passes land near
 it. This search spends fewer trials because every trial reports its *headroom* (``exporter.stats.headroom``:
-how much tighter every deadline could be and still pass; >= 1 passes), which falls smoothly with load:
+how much tighter every deadline could be and still pass; >= 1 passes), which falls smoothly with load.
 
 The search works on ``log(headroom)``, which is 0 at the capacity and, measured on the simulator's
 engine, falls close to linearly with load all the way from light load to the knee (headroom 6.3, 5.3,
