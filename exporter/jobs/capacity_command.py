@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from exporter.cli import Command
+from exporter.config.model import SloConfig
 from exporter.jobs.capacity import CapacityResult
+from exporter.jobs.manager import JobFailedError
 from exporter.jobs.params import CapacityParams, JobLimits
 from exporter.jobs.parse import ParamsError, parse_params
-from exporter.jobs.runners import run_capacity_search, search_settings
+from exporter.jobs.runners import resolve_trial_slo, run_capacity_search, search_settings
 from exporter.jobs.trial import TrialReport, TrialSlo
 from exporter.oneshot import (
     BenchError,
@@ -35,7 +37,7 @@ from exporter.oneshot import (
 )
 from exporter.probe.client import ProbeClient
 from exporter.report.summary import DeadlinePolicy
-from exporter.stats.slo import DECODE_TIERS, parse_slo
+from exporter.stats.slo import DECODE_TIERS
 
 NO_CEILINGS = JobLimits(
     max_rate=1e9, max_concurrency=10**9, max_duration_s=1e12, max_tokens=10**15, max_trials=1000,
@@ -116,17 +118,17 @@ def capacity_params(options: dict[str, Any]) -> CapacityParams:
 
 
 def trial_slo(options: dict[str, Any], params: CapacityParams) -> TrialSlo:
-    spec = params.slo
+    """The job's SLO resolved as the daemon resolves it, with the default SLO config in place of a
+    target's and ``Dp`` from the flags."""
     deadlines = DeadlinePolicy(
         prefill_deadline=options["prefill_deadline"] or DeadlinePolicy.prefill_deadline,
         prefill_model=prefill_model_file(options["prefill_model"]),
         scheduling_slack=options["scheduling_slack"] or 0.0,
     )
-    decode = spec.decode_deadline_s or DECODE_TIERS.get(spec.decode_tier)
-    if decode is None:
-        raise BenchError(f'--decode-tier "{spec.decode_tier}": valid: {", ".join(DECODE_TIERS)}')
-    objectives = tuple(parse_slo(text) for text in options["objective"] or ())
-    return TrialSlo(deadlines, decode, spec.target_fluidity or 0.9, spec.percentile or 99.0, objectives)
+    try:
+        return resolve_trial_slo(params.slo, SloConfig(), deadlines)
+    except JobFailedError as exc:
+        raise BenchError(f"--decode-tier: {exc}") from exc
 
 
 def progress_line(trial: TrialReport, params: CapacityParams) -> str:
@@ -191,10 +193,9 @@ def write_plot(path: Path, result: CapacityResult) -> Path:
 
 
 async def _search(
-    options: dict[str, Any], params: CapacityParams, url: str, simulated: bool
+    options: dict[str, Any], params: CapacityParams, slo: TrialSlo, url: str, simulated: bool
 ) -> CapacityResult:
     workload = workload_from_options(options, simulated)
-    slo = trial_slo(options, params)
 
     def show(trial: TrialReport) -> None:
         if not options["json"]:
@@ -211,9 +212,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = merged_options(args)
         params = capacity_params(options)
-        trial_slo(options, params)  # bad deadlines fail before any load is sent
+        slo = trial_slo(options, params)  # bad deadlines fail before any load is sent
         with target_url(options) as (url, simulated):
-            result = asyncio.run(_search(options, params, url, simulated))
+            result = asyncio.run(_search(options, params, slo, url, simulated))
     except BenchError as exc:
         print(f"fluidity-exporter capacity: error: {exc}", file=sys.stderr)
         return 2

@@ -162,8 +162,12 @@ async def run_capacity_search(
             budget.spent += report.tokens
         return report
 
+    # Every trial sends the same lengths (common random numbers) whatever its load, so one plan gives
+    # the worst case of them all.
+    worst_case = plan(0, settings.start, False).planned_tokens if budget is not None else 0
+
     def afford(load: float) -> str | None:
-        return budget.refusal(plan(0, load, False).planned_tokens) if budget is not None else None
+        return budget.refusal(worst_case) if budget is not None else None
 
     await client().resolve_model()
     return await search_capacity(
