@@ -20,10 +20,11 @@ its remaining sends are cancelled and the verdict is the one the full trial woul
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,9 +37,10 @@ from exporter.probe.result import ProbeResult, intervals
 from exporter.probe.target import RequestSpec
 from exporter.report.summary import COMPLETED, DeadlinePolicy, EvaluationSpec, measure, metric_values
 from exporter.stats.accounting import FluidityOptions
+from exporter.stats.batch import FloatArray
 from exporter.stats.deadline_loop import loop_request
 from exporter.stats.distribution import nearest_rank
-from exporter.stats.fluidity import evaluate, fluid_token_rate
+from exporter.stats.fluidity import fluid_token_rate
 from exporter.stats.headroom import (
     allowed_failures,
     deadline_headroom,
@@ -48,6 +50,7 @@ from exporter.stats.headroom import (
 )
 from exporter.stats.slo import GoodputBounds, Slo, SloMetric, evaluate_slos, goodput
 
+TRIAL_TIER = "trial"  # the one decode deadline a trial is judged at
 WATCH_INTERVAL_S = 0.05  # how often waiting requests are checked against their give-up wait
 StartedSend = Callable[[RequestSpec, float | None, Callable[[ProbeResult], None]], Awaitable[ProbeResult]]
 
@@ -119,20 +122,22 @@ def judge(results: Sequence[ProbeResult], slo: TrialSlo, given_up: Sequence[floa
     if not results and not given_up:
         return Verdict(False, "no data", math.nan, {"requests": 0})
     duration_s = measured_span(results) if results else math.nan
-    spec = EvaluationSpec(slo.deadlines, slo.objectives, slo.goodput, from_scheduled=True)
-    done = measure(results, spec)
+    # One decode tier, the trial's: ``measure`` evaluates every tier of the policy it is given.
+    deadlines = dataclasses.replace(slo.deadlines, decode_tiers={TRIAL_TIER: slo.decode_deadline})
+    done = measure(results, EvaluationSpec(deadlines, slo.objectives, slo.goodput, from_scheduled=True))
+    values = metric_values(done, TRIAL_TIER)
     errors = len(results) - len(done.results)
     failed = errors + len(given_up)
-    fluidity = evaluate(done.batch, done.prefill_deadlines, slo.decode_deadline).fluidity
+    fluidity = values[SloMetric.FLUIDITY]
     scores = np.concatenate([fluidity, np.zeros(failed)])  # a failed request met no deadline
     fluid_share = float(np.mean(scores >= slo.target_fluidity))
     needed = len(scores) - allowed_failures(len(scores), slo.percentile)
     checks = [int(np.count_nonzero(scores >= slo.target_fluidity)) >= needed]
     headrooms = [_fluidity_headroom(done, errors, given_up, slo)]
-    objective_rows = _objectives(done, failed, slo)
+    objective_rows = _objectives(values, failed, slo)
     checks += [row["met"] for row in objective_rows]
     headrooms += [row["headroom"] for row in objective_rows]
-    good = _goodput(done, len(scores), slo, duration_s)
+    good = _goodput(values, len(scores), slo, duration_s)
     if good["met"] is not None:
         checks.append(good["met"])
         headrooms.append(good["headroom"])
@@ -166,12 +171,10 @@ def _fluidity_headroom(done: Any, errors: int, given_up: Sequence[float], slo: T
     return deadline_headroom(every, slo.percentile)
 
 
-def _objectives(done: Any, failed: int, slo: TrialSlo) -> list[dict[str, Any]]:
+def _objectives(values: Mapping[SloMetric, FloatArray], failed: int, slo: TrialSlo) -> list[dict[str, Any]]:
+    """Each added objective, per request (TBT: each request's longest gap, as goodput bounds it)."""
     if not slo.objectives:
         return []
-    values = metric_values(done, None)
-    values[SloMetric.FLUIDITY] = evaluate(done.batch, done.prefill_deadlines, slo.decode_deadline).fluidity
-    values[SloMetric.TBT] = done.latency.max_tbt
     # A failed request is as bad as it gets on every metric: infinitely late, fluidity 0.
     padded = {
         metric: np.concatenate(
@@ -205,13 +208,14 @@ def _ratio_headroom(observed: float, threshold: float, higher_is_better: bool) -
     return threshold / observed
 
 
-def _goodput(done: Any, total: int, slo: TrialSlo, duration_s: float) -> dict[str, Any]:
+def _goodput(
+    values: Mapping[SloMetric, FloatArray], total: int, slo: TrialSlo, duration_s: float
+) -> dict[str, Any]:
     """Requests meeting every goodput bound (without bounds: fluid requests), of all measured ones;
     a check only with ``min_goodput_ratio``."""
     bounds = slo.goodput or GoodputBounds(min_fluidity=slo.target_fluidity)
-    values = metric_values(done, None)
-    values[SloMetric.FLUIDITY] = evaluate(done.batch, done.prefill_deadlines, slo.decode_deadline).fluidity
-    good = goodput(bounds, values, 1.0).good if len(done.results) else 0
+    completed = len(values[SloMetric.FLUIDITY])
+    good = goodput(bounds, values, 1.0).good if completed else 0
     ratio = good / total if total else 0.0
     floor = slo.min_goodput_ratio
     return {
