@@ -63,10 +63,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns the exit code."""
     commands = _commands()
     args = build_parser(commands).parse_args(argv)
+    from exporter.probe.client import TargetError
+
     try:
         return commands[args.command].run(args)
     except KeyboardInterrupt:
         return 130
+    except TargetError as exc:  # e.g. GET /v1/models failed: the target is down, not our bug
+        print(f"fluidity-exporter {args.command}: error: the target did not answer: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, profile_
 from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, plan_trial, run_trial
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.workloads import Workload
-from exporter.probe.client import ProbeClient
+from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
 from exporter.report.summary import DeadlinePolicy
@@ -118,6 +118,7 @@ def capacity_runner(env: JobEnvironment) -> Runner:
         module = module_of(params, target)
         workload = config.workload(target.name, module)
         slo = resolve_trial_slo(params.slo, config.slo_for(target), env.deadline_policy(target.name))
+        await model_of(env.client_for(target.name))
         await env.wait_idle(target.name)
         result = await run_capacity_search(
             params, search_settings(params, env.job_limits()), workload, slo, lambda: env.client_for(target.name),
@@ -176,6 +177,14 @@ async def run_capacity_search(
     )  # fmt: skip
 
 
+async def model_of(client: ProbeClient) -> str:
+    """The target's model; a target that cannot name it fails the job with its answer (not a bug)."""
+    try:
+        return await client.resolve_model()
+    except TargetError as exc:
+        raise JobFailedError(f"the target did not answer: {exc}") from None
+
+
 def _reporter(ctx: JobContext, params: CapacityParams) -> Callable[[TrialReport], None]:
     def report(trial: TrialReport) -> None:
         ctx.add_step(trial.to_dict())
@@ -210,7 +219,7 @@ def profile_runner(env: JobEnvironment) -> Runner:
                 f"the profile would send {planned} prompt tokens; jobs.limits.max_tokens is {limit}"
             )
         client = env.client_for(target.name)
-        await client.resolve_model()
+        await model_of(client)
         await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
         profile = await profile_prefill(
             client.send, prompt_builder(target), target.api, params.lengths, params.repeats,

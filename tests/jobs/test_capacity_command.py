@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
+from tests.net import free_port
 
 
 def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -38,3 +39,17 @@ def test_bad_flags_fail_before_any_load(
 ) -> None:
     assert main(["capacity", "--url", "http://127.0.0.1:9", *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["capacity", "--no-plot"], ["profile", "--lengths", "128"], ["bench", "--requests", "1"]],
+)
+def test_a_target_that_does_not_answer_is_an_error_not_a_traceback(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    assert main([*command, "--url", url, "--output", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert f"fluidity-exporter {command[0]}: error: the target did not answer: GET {url}/v1/models" in err
+    assert "Traceback" not in err

@@ -24,6 +24,7 @@ from exporter.sim import SimConfig, SimServer
 from exporter.sim.config import resolve
 from exporter.sim.presets import Preset, isolated_ttft
 from tests.daemon.test_daemon_live import samples, serving
+from tests.net import free_port
 
 TOKEN = "jobs-token-for-tests"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -245,3 +246,19 @@ async def test_a_scheduled_job_runs_from_the_config(sim: tuple[str, SimServer], 
             ("prefill-profile", "schedule", "succeeded")
         ]
         assert daemon.deadline_policy("sim").prefill_model is not None
+
+
+async def test_a_job_on_a_target_that_does_not_answer_fails_with_its_reason(
+    sim: tuple[str, SimServer], tmp_path: Path
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    daemon = Daemon(load_config_file(write_config(tmp_path, dead)), seed=1)
+    async with serving(daemon) as url:
+        for kind in ("capacity", "prefill-profile"):
+            status, record = await call("POST", f"{url}/api/v1/jobs/{kind}", {"target": "sim"})
+            assert status == 202
+            done = await finished(url, record["id"])
+            assert done["state"] == "failed"
+            assert done["error"].startswith(f"the target did not answer: GET {dead}/v1/models"), done["error"]
+        async with aiohttp.ClientSession() as session, session.get(f"{url}/-/healthy") as response:
+            assert response.status == 200  # the daemon stays up
