@@ -297,6 +297,7 @@ class FluidityCollector(Collector):
         out.add(names.ENGINE_SCRAPE_DURATION, (view.target,), last.duration_s)
         if last.snapshot is None:
             return
+        out.add(names.ENGINE_INFO, (view.target, last.snapshot.kind), 1.0)
         for signal, spec in _ENGINE_VALUES.items():
             value = last.snapshot.value(signal)
             if value is not None:
@@ -331,6 +332,7 @@ def _add_cumulative(out: Families, series: SeriesView) -> None:
         out.histogram(names.PROBE_FLUIDITY, (*labels, tier), counts)
     for outcome, count in series.requests.items():
         out.add(names.PROBE_REQUESTS, (*labels, outcome.value), count)
+    out.add(names.PROBE_RETRIES, labels, series.retries)
     out.add(names.PROBE_OUTPUT_TOKENS, labels, series.output_tokens)
     for tier, total in series.deadlines.items():
         out.add(names.PROBE_DEADLINES, (*labels, tier), total)

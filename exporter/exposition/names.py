@@ -45,6 +45,7 @@ KIND: Final = "kind"  # of a job: capacity, prefill-profile
 STATE: Final = "state"  # how a job ended
 TRIAL: Final = "trial"  # index of a capacity-search trial, from 1
 PROMPT_TOKENS: Final = "prompt_tokens"
+ENGINE: Final = "engine"  # the engine whose metric names were recognised: vllm, sglang, tgi, llamacpp
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
 
@@ -116,6 +117,14 @@ PROBE_REQUESTS = MetricSpec(
     "counter",
     f"Probe requests by how they ended (ok, or the failure reason). {_CACHED}",
     (*SERIES, OUTCOME),
+)
+PROBE_RETRIES = MetricSpec(
+    "fluidity_probe_retries_total",
+    "counter",
+    "Probe requests resent once on a fresh connection because a reused keep-alive connection failed "
+    "before any response byte (the server closed it while idle; llama.cpp and uvicorn do after 5 s). "
+    f"The resent request is the one counted in fluidity_probe_requests_total. {_CACHED}",
+    SERIES,
 )
 PROBE_OUTPUT_TOKENS = MetricSpec(
     "fluidity_probe_output_tokens_total",
@@ -240,6 +249,13 @@ ENGINE_SCRAPE_DURATION = MetricSpec(
     "gauge",
     "How long the latest scrape of the engine's /metrics took.",
     (TARGET,),
+)
+ENGINE_INFO = MetricSpec(
+    "fluidity_engine_info",
+    "gauge",
+    "Always 1 while the latest scrape succeeded; the engine label says whose metric names were "
+    "recognised (set by engine_metrics.kind, or detected when it is auto).",
+    (TARGET, ENGINE),
 )
 _ENGINE = "Read from the engine's own /metrics at its latest scrape."
 ENGINE_QUEUE_DEPTH = MetricSpec(
@@ -458,6 +474,7 @@ COLLECTED: Final = (
     *PROBE_HISTOGRAMS,
     PROBE_FLUIDITY,
     PROBE_REQUESTS,
+    PROBE_RETRIES,
     PROBE_OUTPUT_TOKENS,
     PROBE_DEADLINES,
     PROBE_DEADLINES_MISSED,
@@ -474,6 +491,7 @@ COLLECTED: Final = (
     WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT,
     ENGINE_SCRAPE_SUCCESS,
     ENGINE_SCRAPE_DURATION,
+    ENGINE_INFO,
     ENGINE_QUEUE_DEPTH,
     ENGINE_RUNNING,
     ENGINE_KV_CACHE_USAGE,

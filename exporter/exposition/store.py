@@ -156,6 +156,7 @@ class SeriesView:
     goodput: GoodputBounds | None
     slos: tuple[Slo, ...]
     requests: Mapping[Outcome, int]
+    retries: int
     output_tokens: int
     deadlines: Mapping[str, float]
     deadlines_missed: Mapping[str, float]
@@ -189,6 +190,7 @@ class _Series:
     buckets: HistogramBuckets
     limits: StoreLimits
     requests: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
+    retries: int = 0
     output_tokens: int = 0
     deadlines: dict[str, float] = field(default_factory=dict)
     deadlines_missed: dict[str, float] = field(default_factory=dict)
@@ -376,6 +378,7 @@ class ResultStore:
             goodput=series.goodput,
             slos=series.slos,
             requests=dict(series.requests),
+            retries=series.retries,
             output_tokens=series.output_tokens,
             deadlines=dict(series.deadlines),
             deadlines_missed=dict(series.deadlines_missed),
@@ -464,6 +467,7 @@ def _lateness(result: ProbeResult) -> float:
 
 def _remember(series: _Series, result: ProbeResult, now: float) -> None:
     series.requests[result.outcome] += 1
+    series.retries += result.retries
     entry = RecentResult(
         at=now,
         outcome=result.outcome,

@@ -84,6 +84,7 @@ class StreamState:
             result.reasoning_times.append(now)
             self.counter.count(chunk)
             return 1
+        self.counter.hold(chunk)
         return 0
 
     def finish(self, *, exact_length: bool) -> None:
@@ -98,6 +99,10 @@ class StreamState:
         if reported is not None and counter.needs_reconciling():
             target = reported - counter.reasoning_tokens
             result.token_counts, result.token_adjustment = reconcile(result.token_counts, target)
+        held = counter.held_at_end(reported)
+        if held and result.token_counts:
+            result.token_counts[-1] += held
+            result.extra["held_tokens_at_end"] = held
         result.outcome = completed_outcome(result, exact_length=exact_length)
         if result.outcome is Outcome.TRUNCATED:
             result.error = (

@@ -16,6 +16,15 @@ The source is chosen on a request's first content chunk, best first, and recorde
 A later chunk that lacks the chosen source's field falls back to the tokenizer, else to one token
 (``fallback_chunks`` counts them).
 
+**Held-back tokens.** A server that detokenizes incrementally holds back a token whose text is an
+incomplete UTF-8 sequence (a byte-fallback token, part of an emoji or a CJK character) and sends its
+chunk with the token id but empty text; the text follows with a later token. vLLM does this (seen in a
+quarter of the requests of a random-weight model, whose output is full of byte tokens). Such tokens
+count with the next content chunk, when their text reaches the user (``hold``); with
+``CONTINUOUS_USAGE`` the next chunk's usage increase already includes them. Tokens still held when the
+stream ends (it stopped at ``max_tokens`` mid-character) never show: ``held_at_end`` gives them to the
+last content chunk, so the total stays the server's.
+
 **Reconciliation rule** (sources 3 and 4, and any request with fallbacks): when the server reports a
 final ``usage.completion_tokens`` U and the chunk counts sum to S (content tokens only; reasoning tokens
 counted the same way are subtracted from U first):
@@ -103,11 +112,12 @@ def load_tokenizer(path: str) -> TextCounter:
 class TokenCounter:
     """Per request: the tokens of each content (or reasoning) chunk, and the final reconciliation."""
 
-    __slots__ = ("_base", "_text_counter", "fallback_chunks", "reasoning_tokens", "source")
+    __slots__ = ("_base", "_held", "_text_counter", "fallback_chunks", "reasoning_tokens", "source")
 
     def __init__(self, text_counter: TextCounter | None = None) -> None:
         self._text_counter = text_counter
         self._base = 0  # cumulative usage.completion_tokens at the previous token event
+        self._held = 0  # token ids of text-less chunks, not yet given to a content chunk
         self.source: TokenSource | None = None
         self.fallback_chunks = 0
         self.reasoning_tokens = 0
@@ -125,7 +135,7 @@ class TokenCounter:
         if source is None:
             source = self.source = self._choose(chunk)
         if source is TokenSource.TOKEN_IDS and chunk.token_ids:
-            tokens = chunk.token_ids
+            tokens, self._held = chunk.token_ids + self._held, 0
         elif source is TokenSource.CONTINUOUS_USAGE and chunk.completion_tokens is not None:
             tokens = max(chunk.completion_tokens - self._base, 1)
         else:
@@ -134,6 +144,19 @@ class TokenCounter:
         if not chunk.text:
             self.reasoning_tokens += tokens
         return tokens
+
+    def hold(self, chunk: Chunk) -> None:
+        """A chunk without text that lists token ids: held-back tokens (see the module docstring)."""
+        if chunk.token_ids and self.source in (None, TokenSource.TOKEN_IDS):
+            self._held += chunk.token_ids
+
+    def held_at_end(self, reported: int | None) -> int:
+        """Tokens the server generated after the last content chunk, whose text never came."""
+        if self.source is TokenSource.TOKEN_IDS:
+            return self._held
+        if self.source is TokenSource.CONTINUOUS_USAGE and reported is not None:
+            return max(reported - self._base, 0)
+        return 0
 
     def _by_text(self, chunk: Chunk, source: TokenSource) -> int:
         if source not in (TokenSource.TOKENIZER, TokenSource.CHUNKS):

@@ -56,10 +56,13 @@ def stalled(n: int = 40, stall: float = 1.0) -> ProbeResult:
 
 
 def mixed_run() -> list[ProbeResult]:
-    """Two smooth requests, one stalled, one with multi-token chunks, one one-token, two failures."""
+    """Two smooth requests (the second resent once on a fresh connection), one stalled, one with
+    multi-token chunks, one one-token, two failures."""
+    resent = smooth(60, 0.045, 0.35)
+    resent.retries = 1
     return [
         smooth(),
-        smooth(60, 0.045, 0.35),
+        resent,
         stalled(),
         streamed(0.25, [0.06, 0.0, 0.07] * 5, counts=[1] + [2, 1, 3] * 5),
         streamed(0.4, []),

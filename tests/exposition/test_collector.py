@@ -81,6 +81,7 @@ def test_counters_by_outcome_and_per_tier_deadlines() -> None:
     assert get("fluidity_probe_requests_total", {**SERIES, "outcome": "http_status"}) == 1
     assert get("fluidity_probe_requests_total", {**SERIES, "outcome": "stream_aborted"}) == 1
     assert get("fluidity_probe_requests_total", {**SERIES, "outcome": "rate_limited"}) == 0
+    assert get("fluidity_probe_retries_total", SERIES) == sum(r.retries for r in results) > 0
     done = [r for r in results if r.ok]
     batch = IntervalBatch.from_sequences(intervals(r) for r in done)
     assert get("fluidity_probe_output_tokens_total", SERIES) == batch.token_count
@@ -155,6 +156,7 @@ def test_engine_signals_reexported_with_target_and_window_figures_derived() -> N
     registry = registry_of(store)
     get = registry.get_sample_value
     assert get("fluidity_engine_scrape_success", {"target": "llm"}) == 1
+    assert get("fluidity_engine_info", {"target": "llm", "engine": "vllm"}) == 1
     assert get("fluidity_engine_queue_depth", {"target": "llm"}) == 3.0
     assert get("fluidity_engine_kv_cache_usage_ratio", {"target": "llm"}) == 0.25
     assert get("fluidity_engine_preemptions_total", {"target": "llm"}) == 7.0
@@ -195,6 +197,7 @@ def test_failed_engine_scrape_hides_stale_engine_values() -> None:
     registry = registry_of(store)
     assert registry.get_sample_value("fluidity_engine_scrape_success", {"target": "llm"}) == 0
     assert registry.get_sample_value("fluidity_engine_queue_depth", {"target": "llm"}) is None
+    assert registry.get_sample_value("fluidity_engine_info", {"target": "llm", "engine": "vllm"}) is None
     window = {**SERIES, "window": "5m", "percentile": "50"}
     assert registry.get_sample_value("fluidity_window_client_minus_server_ttft_seconds", window) is None
 

@@ -126,6 +126,33 @@ def test_inference_perf_392_only_content_events_are_tokens() -> None:
     assert result.multi_event_reads == 0
 
 
+def test_vllm_held_back_tokens_keep_the_count_exact() -> None:
+    """vLLM sends a token whose text is an incomplete UTF-8 sequence as a chunk with its id and empty
+    text (seen against vLLM 0.32 CPU; the real-engine suite found it): the token counts when its text
+    shows, and one still held when the stream stops goes to the last content chunk."""
+    state = _state("completions")
+    state.result.max_tokens = 5
+
+    def chunk(text: str, ids: int, finish: str | None = None) -> dict[str, Any]:
+        choice = {"text": text, "token_ids": list(range(ids)), "finish_reason": finish}
+        return {"choices": [choice]}
+
+    state.on_events(0.10, _events(chunk(" a", 1)))
+    state.on_events(0.12, _events(chunk("", 1)))
+    state.on_events(0.14, _events(chunk("\u00dc", 1)))
+    state.on_events(0.16, _events(chunk(" b", 1)))
+    state.on_events(0.18, _events(chunk("", 1, "length")))
+    usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}
+    state.on_events(0.19, _events(usage, "[DONE]"))
+    state.finish(exact_length=True)
+    result = state.result
+    assert result.token_source is TokenSource.TOKEN_IDS
+    assert result.token_times == [0.10, 0.14, 0.16] and result.token_counts == [1, 2, 2]
+    assert result.output_tokens == result.completion_tokens_reported == 5
+    assert result.token_adjustment == 0 and result.extra["held_tokens_at_end"] == 1
+    assert result.outcome is Outcome.OK
+
+
 def test_reasoning_is_recorded_apart() -> None:
     state = _state()
     state.on_events(0.05, _events({"choices": [{"delta": {"reasoning_content": "think"}}]}))

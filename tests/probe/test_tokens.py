@@ -69,6 +69,32 @@ def test_a_chunk_missing_the_chosen_field_falls_back_and_is_reconciled() -> None
     assert counter.fallback_chunks == 1 and counter.needs_reconciling()
 
 
+def test_held_back_tokens_count_with_the_next_content_chunk_or_the_last_one() -> None:
+    counter = TokenCounter()
+    assert counter.count(Chunk(" a", token_ids=1)) == 1
+    counter.hold(Chunk("", token_ids=1))  # an incomplete UTF-8 sequence: id sent, text held back
+    counter.hold(Chunk("", token_ids=1))
+    assert counter.count(Chunk("\u20ac", token_ids=1)) == 3  # the text shows with the third byte
+    assert counter.held_at_end(4) == 0
+    counter.hold(Chunk("", token_ids=1, finish_reason="length"))  # stopped mid-character
+    assert counter.held_at_end(5) == 1
+    before_any = TokenCounter()
+    before_any.hold(Chunk("", token_ids=2))  # held before the first content chunk chose the source
+    assert before_any.count(Chunk(" b", token_ids=1)) == 3
+
+
+def test_held_back_tokens_with_continuous_usage_come_from_the_usage() -> None:
+    counter = TokenCounter()
+    assert counter.count(Chunk(" a", completion_tokens=1)) == 1
+    counter.hold(Chunk("", completion_tokens=2))  # no ids: nothing to hold, the usage says it
+    assert counter.count(Chunk(" b", completion_tokens=3)) == 2
+    assert counter.held_at_end(4) == 1 and counter.held_at_end(None) == 0
+    by_chunks = TokenCounter()
+    by_chunks.count(Chunk(" a"))
+    by_chunks.hold(Chunk("", token_ids=1))  # ids appear too late to be the source: reconciliation's job
+    assert by_chunks.held_at_end(3) == 0
+
+
 def test_tokenizer_file_needs_the_extra_or_names_the_file(tmp_path: object) -> None:
     try:
         import tokenizers  # type: ignore[import-not-found,unused-ignore]  # noqa: F401

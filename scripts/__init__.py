@@ -1,0 +1,1 @@
+"""Developer scripts that are not part of the installed package (``python -m scripts.<name>``)."""

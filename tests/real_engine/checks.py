@@ -1,0 +1,255 @@
+"""What every real-engine test checks, whatever the engine: a ``bench`` run's report against itself,
+the metric core and the engine's own counters; the daemon's re-export of the engine's metrics; and a
+request sent on a keep-alive connection that the engine closed while it sat idle.
+
+``run_bench`` reads the engine's ``/metrics`` before and after a ``fluidity-exporter bench`` run (the
+real CLI, in-process) so that a test can hold the report against what the engine says it did. The
+engine serves nobody else during a test module, so counter increases belong to the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.app import Daemon
+from exporter.cli import main
+from exporter.config import load_config_file
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import Outcome, ProbeResult
+from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.stats.batch import IntervalBatch
+from exporter.stats.fluidity import evaluate, fluid_token_rate
+from tests.daemon.test_daemon_live import serving
+
+# Small enough that a run takes seconds on 2 cores, varied enough that prompts and outputs differ.
+PROMPTS = "uniform:low=16,high=384"
+OUTPUTS = "uniform:low=8,high=64"
+DEFAULT_PREFILL_DEADLINE_S = 1.0
+TIERS_S = {"strict": 0.025, "medium": 0.05, "relaxed": 0.1}
+
+
+def engine_samples(base_url: str) -> dict[str, float]:
+    """The engine's ``/metrics``: every sample name with its values summed over label sets."""
+    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as resp:
+        text = resp.read().decode("utf-8")
+    totals: dict[str, float] = defaultdict(float)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            totals[sample.name] += sample.value
+    return dict(totals)
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """A finished ``bench`` run: its report, and the engine's samples around it."""
+
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+    before: dict[str, float]
+    after: dict[str, float]
+
+    def increase(self, name: str) -> float:
+        """How much the engine's sample ``name`` grew during the run."""
+        return self.after[name] - self.before.get(name, 0.0)
+
+    def total(self, field: str) -> float:
+        """The sum of a numeric field over the requests."""
+        return float(sum(record[field] for record in self.records))
+
+
+def run_bench(base_url: str, api: str, out: Path, *, requests: int, rate: float, seed: int = 0) -> BenchRun:
+    """``fluidity-exporter bench`` against ``base_url``; fails the test when it does not exit 0."""
+    before = engine_samples(base_url)
+    flags = ["bench", "--url", base_url, "--api", api, "--requests", str(requests), "--rate", str(rate)]
+    flags += ["--prompt-tokens", PROMPTS, "--output-tokens", OUTPUTS, "--seed", str(seed)]
+    code = main([*flags, "--quiet", "--output", str(out)])
+    assert code == 0, f"bench exited {code}"
+    after = engine_samples(base_url)
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text(encoding="utf-8").splitlines()]
+    return BenchRun(summary, records, before, after)
+
+
+def check_outcomes_and_tokens(run: BenchRun, requests: int) -> None:
+    """Every request completed with exactly the tokens it asked for, counted by us and by the server."""
+    assert len(run.records) == requests
+    assert run.summary["requests"]["by_outcome"] == {"ok": requests}
+    for record in run.records:
+        assert record["outcome"] == "ok" and not record["partial"] and record["error"] is None, record
+        assert record["finish_reason"] == "length", record
+        assert record["output_tokens"] == record["completion_tokens_reported"] == record["max_tokens"], record
+        assert record["token_adjustment"] == 0, record
+        assert len(record["intervals"]) == record["output_tokens"], record
+        assert record["prompt_tokens_reported"] > 0, record
+
+
+def check_timing_plausibility(run: BenchRun) -> None:
+    """Every request's timings are consistent with each other and with the wall clock of the run."""
+    for record in run.records:
+        ttft, e2e, gaps = record["ttft_s"], record["e2e_s"], record["intervals"]
+        assert 0 < ttft <= e2e, record
+        assert gaps[0] == ttft and all(gap >= 0 for gap in gaps), record
+        # The last token arrives before the stream ends, and not long before ([DONE] follows at once).
+        assert sum(gaps) <= e2e + 1e-9, record
+        assert e2e - sum(gaps) < 0.25, record
+    assert max(record["e2e_s"] for record in run.records) <= run.summary["duration_s"] + 1e-6
+
+
+def check_fluidity_matches_intervals(run: BenchRun) -> None:
+    """The summary's fluidity figures are the metric core's, recomputed from the stored intervals."""
+    batch = IntervalBatch.from_sequences(record["intervals"] for record in run.records)
+    tiers = run.summary["fluidity"]["tiers"]
+    for tier, decode_deadline in TIERS_S.items():
+        expected = evaluate(batch, DEFAULT_PREFILL_DEADLINE_S, decode_deadline).service_level
+        assert tiers[tier]["service_level"] == pytest.approx(expected, abs=1e-12)
+    assert run.summary["rates"]["fluid_token_rate"] == pytest.approx(fluid_token_rate(batch), rel=1e-9)
+
+
+def check_bench(run: BenchRun, requests: int) -> None:
+    """The checks every engine's bench run passes."""
+    check_outcomes_and_tokens(run, requests)
+    check_timing_plausibility(run)
+    check_fluidity_matches_intervals(run)
+
+
+# --- the daemon ------------------------------------------------------------------------------------
+
+DAEMON_CONFIG = """
+global:
+  windows: [1m]
+  state_dir: {state}
+targets:
+  - name: {target}
+    url: {url}
+    api: {api}
+    engine_metrics: {{url: "{url}/metrics", interval: 1s}}
+modules:
+  steady:
+    workload: {{prompt_tokens: "uniform:low=32,high=256", output_tokens: "fixed:24"}}
+    requests_per_run: 2
+    concurrency: 2
+    schedule: {{interval: 1s}}
+"""
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def parse_samples(text: str) -> Samples:
+    """Every sample of an exposition page, keyed by name and sorted labels."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+# Engine families the daemon exports whatever the engine (about the scrape, not the engine's values).
+SCRAPE_FAMILIES = {
+    "fluidity_engine_info",
+    "fluidity_engine_scrape_success",
+    "fluidity_engine_scrape_duration_seconds",
+}
+
+
+def reexported(samples: Samples) -> set[str]:
+    """The engine's values the daemon re-exports (sample names, window quantiles included)."""
+    names = {name for name, _ in samples if name.startswith("fluidity_engine_")}
+    return names - SCRAPE_FAMILIES
+
+
+def failed_probes(samples: Samples) -> float:
+    """Probe requests the daemon counted with any outcome but ok."""
+    return sum(
+        count
+        for (name, labels), count in samples.items()
+        if name == "fluidity_probe_requests_total" and ("outcome", "ok") not in labels
+    )
+
+
+@asynccontextmanager
+async def running_daemon(base_url: str, api: str, folder: Path, target: str) -> AsyncIterator[str]:
+    """The daemon probing ``base_url`` every second and scraping its engine metrics (kind detected);
+    yields the daemon's own base URL."""
+    config = folder / "config.yaml"
+    state = folder / "state"
+    config.write_text(DAEMON_CONFIG.format(state=state, target=target, url=base_url, api=api))
+    daemon = Daemon(load_config_file(config), config_path=str(config), seed=1)
+    async with serving(daemon) as url:
+        yield url
+
+
+async def daemon_samples(url: str) -> Samples:
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as resp:
+        assert resp.status == 200
+        return parse_samples(await resp.text())
+
+
+async def wait_for_samples(url: str, condition: Callable[[Samples], bool], timeout: float = 60.0) -> Samples:
+    """The daemon's samples once ``condition`` holds for them; fails the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        samples = await daemon_samples(url)
+        if condition(samples):
+            return samples
+        assert time.monotonic() < deadline, "timed out waiting for the daemon's metrics"
+        await asyncio.sleep(0.5)
+
+
+def value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+# --- keep-alive ------------------------------------------------------------------------------------
+
+KEEP_ALIVE_S = 5.0  # llama.cpp's (cpp-httplib) and vLLM's (uvicorn) idle keep-alive timeout
+
+
+def idle_connection_closed_after(base_url: str, limit: float = 10.0) -> float:
+    """Seconds after which the server closes an idle keep-alive connection (it answers one GET first)."""
+    parts = urllib.parse.urlsplit(base_url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=limit) as sock:
+        sock.sendall(f"GET /health HTTP/1.1\r\nHost: {parts.netloc}\r\n\r\n".encode())
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        while sock.recv(65536):  # the rest of the answer, then the close (b"")
+            pass
+        return time.monotonic() - started
+
+
+async def request_after_server_closed_idle_connection(
+    base_url: str, api: str
+) -> tuple[ProbeResult, ProbeResult]:
+    """Two requests on one client, the second sent on the keep-alive connection of the first after
+    the server closed it.
+
+    The event loop is blocked (``time.sleep``) across the server's keep-alive timeout, so the server's
+    FIN is waiting unread when the second request takes the pooled connection: aiohttp still believes
+    it open and writes to it. That is what a daemon whose loop is busy at the wrong moment meets (one
+    request in 32 with vLLM's own benchmark client against llama.cpp); blocking makes it certain."""
+    settings = TargetSettings(base_url, api=api)  # type: ignore[arg-type]
+    async with ProbeClient(settings, monitor_lag=False) as client:
+        first = await client.send(RequestSpec(prompt="keep alive one", max_tokens=8))
+        time.sleep(KEEP_ALIVE_S + 0.5)  # deliberately blocking: see the docstring
+        second = await client.send(RequestSpec(prompt="keep alive two", max_tokens=8))
+    return first, second
+
+
+def check_resent_on_fresh_connection(first: ProbeResult, second: ProbeResult) -> None:
+    assert first.outcome is Outcome.OK and first.retries == 0, first.error
+    assert second.outcome is Outcome.OK, second.error
+    assert second.retries == 1  # it failed on the stale connection and was resent, and that is counted
+    assert second.output_tokens == 8

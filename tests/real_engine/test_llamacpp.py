@@ -1,0 +1,117 @@
+"""The exporter against llama.cpp's ``llama-server`` (built from source, random-weight 20M model).
+
+What llama.cpp does differently from vLLM, and what these tests pin down: usage arrives in the last
+completions chunk even unasked; ``min_tokens`` is ignored (``ignore_eos`` alone fixes the length); its
+``/metrics`` has counters and gauges only (``llamacpp:*``, no labels, no histograms), and the token
+counters move when a request ends; idle keep-alive connections are closed after 5 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import main
+from scripts.real_engines.server import EngineServer
+from tests.real_engine.checks import (
+    KEEP_ALIVE_S,
+    Samples,
+    check_bench,
+    check_resent_on_fresh_connection,
+    engine_samples,
+    failed_probes,
+    idle_connection_closed_after,
+    reexported,
+    request_after_server_closed_idle_connection,
+    run_bench,
+    running_daemon,
+    value,
+    wait_for_samples,
+)
+
+pytestmark = pytest.mark.real_engine
+
+REQUESTS = 24
+# What the exporter reads from this llama.cpp build (no KV-cache gauge since it moved to per-slot data).
+REEXPORTED = {
+    "fluidity_engine_queue_depth",
+    "fluidity_engine_running_requests",
+    "fluidity_engine_prompt_tokens_total",
+    "fluidity_engine_generation_tokens_total",
+}
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+def test_bench_report_agrees_with_itself_and_with_llamacpp(
+    llamacpp: EngineServer, api: str, tmp_path: Path
+) -> None:
+    run = run_bench(llamacpp.base_url, api, tmp_path / "report", requests=REQUESTS, rate=4.0)
+    check_bench(run, REQUESTS)
+    # One token per chunk: counted from the chunks, and equal to the server's usage (checked per request).
+    assert run.summary["requests"]["token_sources"] == {"chunks": REQUESTS}
+    assert run.increase("llamacpp:tokens_predicted_total") == run.total("output_tokens")
+    # Prompt tokens: evaluated plus those served from the prompt cache make the reported prompt.
+    prompt = run.increase("llamacpp:prompt_tokens_total") + run.increase(
+        "llamacpp:prompt_tokens_cached_total"
+    )
+    assert prompt == run.total("prompt_tokens_reported")
+    # The server's own clocks: its prompt processing fits inside our TTFTs and its decoding inside
+    # our first-to-last-token spans (each request's server time is part of what we measured).
+    assert run.increase("llamacpp:prompt_seconds_total") <= run.total("ttft_s")
+    decode_spans = sum(record["e2e_s"] - record["ttft_s"] for record in run.records)
+    assert run.increase("llamacpp:tokens_predicted_seconds_total") <= decode_spans * 1.05
+
+
+async def test_daemon_recognises_and_reexports_llamacpp_metrics(
+    llamacpp: EngineServer, tmp_path: Path
+) -> None:
+    base = engine_samples(llamacpp.base_url)["llamacpp:tokens_predicted_total"]
+    series = {"target": "llama", "module": "steady"}
+
+    def settled(samples: Samples) -> bool:
+        """Six probes done and a scrape taken after the last of them ended (the counter moves at the end)."""
+        ok = value(samples, "fluidity_probe_requests_total", **series, outcome="ok") or 0
+        generated = value(samples, "fluidity_engine_generation_tokens_total", target="llama")
+        received = value(samples, "fluidity_probe_output_tokens_total", **series)
+        return ok >= 6 and generated is not None and generated - base == received
+
+    async with running_daemon(llamacpp.base_url, "completions", tmp_path, "llama") as url:
+        samples = await wait_for_samples(url, settled)
+    assert value(samples, "fluidity_engine_info", target="llama", engine="llamacpp") == 1
+    assert reexported(samples) == REEXPORTED
+    assert failed_probes(samples) == 0
+
+
+def test_capacity_search_brackets_a_finite_capacity(llamacpp: EngineServer, tmp_path: Path) -> None:
+    flags = ["capacity", "--url", llamacpp.base_url, "--api", "completions"]
+    flags += ["--prompt-tokens", "fixed:128", "--output-tokens", "fixed:32", "--start", "8"]
+    flags += [
+        "--requests-per-trial",
+        "40",
+        "--warmup-requests",
+        "4",
+        "--max-trials",
+        "8",
+        "--tolerance",
+        "0.2",
+    ]
+    assert main([*flags, "--output", str(tmp_path), "--no-plot", "--json"]) == 0
+    result = json.loads((tmp_path / "capacity.json").read_text(encoding="utf-8"))
+    assert result["bracketed"] and result["capacity"] is not None
+    passed = [t["load"] for t in result["trials"] if t["passed"]]
+    failed = [t["load"] for t in result["trials"] if not t["passed"]]
+    assert passed and failed
+    # A finite capacity: the highest load seen to pass, below the lowest seen to fail.
+    assert result["capacity"] == max(passed) < min(failed)
+    assert all(t["figures"]["outcomes"].get("ok", 0) > 0 for t in result["trials"])
+    if result["converged"]:
+        assert min(failed) <= result["capacity"] * 1.2 + 1e-9
+
+
+def test_idle_keep_alive_close_costs_no_failed_probe(llamacpp: EngineServer) -> None:
+    assert idle_connection_closed_after(llamacpp.base_url) == pytest.approx(KEEP_ALIVE_S, abs=0.5)
+    first, second = asyncio.run(request_after_server_closed_idle_connection(llamacpp.base_url, "completions"))
+    check_resent_on_fresh_connection(first, second)
