@@ -58,6 +58,16 @@ scrape_up = stat(
     mappings=value_text({1: ("up", "green"), 0: ("down", "red")}),
     sparkline=False,
 )
+engine_kind = stat(
+    "Engine recognised",
+    "Whose metric names the exporter recognised in the engine's /metrics (engine_metrics.kind, or "
+    "detected when it is auto): vllm, sglang, tgi or llamacpp. Which panels below can fill depends on "
+    "it (llama.cpp has no histograms, TGI no KV-cache gauge). Good: the engine you deployed; empty "
+    "while scrapes fail.",
+    "none",
+    [Query(gauge(names.ENGINE_INFO), "{{target}}: {{engine}}")],
+    sparkline=False,
+)
 queue_depth = timeseries(
     "Queue depth (waiting requests)",
     "Requests waiting to be scheduled by the engine (vLLM num_requests_waiting). Good: 0 most of the "
@@ -252,8 +262,9 @@ dashboard = new_dashboard(
         Section(
             "Jobs and scraping",
             [
-                Cell(jobs_running, 8, 6),
-                Cell(scrape_up, 4, 6),
+                Cell(jobs_running, 6, 6),
+                Cell(scrape_up, 3, 6),
+                Cell(engine_kind, 3, 6),
                 Cell(scrape_duration, 6, 6),
                 Cell(scrape_errors, 6, 6),
             ],

@@ -204,15 +204,22 @@ outcomes = timeseries(
     bars=True,
 )
 failure_ratio = timeseries(
-    "Failed request ratio",
+    "Failed and resent request ratio",
     "Share of probe requests that did not end ok. Failed requests never reach the latency and fluidity "
-    "histograms, so a target that fails fast can look fluid: read this beside them. Good: 0.",
+    "histograms, so a target that fails fast can look fluid: read this beside them. Good: 0. Resent: "
+    "requests whose reused keep-alive connection the server had closed while idle (llama.cpp and "
+    "uvicorn close after 5 s), sent again on a fresh connection and counted by how that ended; harmless, "
+    "but each one paid a new connection in its TTFT.",
     RATIO,
     [
         Query(
             f"{sum_rate(names.PROBE_REQUESTS, SERIES, FAILED)} / {sum_rate(names.PROBE_REQUESTS, SERIES)}",
             SERIES_LEGEND,
-        )
+        ),
+        Query(
+            f"{sum_rate(names.PROBE_RETRIES, SERIES)} / {sum_rate(names.PROBE_REQUESTS, SERIES)}",
+            SERIES_LEGEND + " resent",
+        ),
     ],
     thresholds=steps("green", (0.01, "red")),
 )

@@ -103,7 +103,11 @@ def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument(
         "--from-scheduled", action="store_true", default=None, help="latency from scheduled send"
     )
-    load.add_argument("--seed", type=int, help="random seed (default 0)")
+    load.add_argument(
+        "--seed",
+        type=int,
+        help="random seed of lengths and arrivals (default 0; prompt texts are new every run)",
+    )
     evaluation = parser.add_argument_group("evaluation")
     evaluation.add_argument("--prefill-deadline", type=float, help="constant Dp in seconds (default 1.0)")
     evaluation.add_argument("--prefill-model", help="a profiled prefill model (JSON) for Dp(prompt length)")

@@ -10,6 +10,7 @@ length is the least noisy estimate of the prefill time; ``exporter.stats.prefill
 from __future__ import annotations
 
 import math
+import secrets
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ async def profile_prefill(
     lengths: Sequence[int],
     repeats: int = 3,
     on_sample: OnSample | None = None,
+    salt: int | None = None,
 ) -> PrefillProfile:
     """Send ``repeats`` isolated one-token requests per length, in order, and fit the model.
 
@@ -97,11 +99,14 @@ async def profile_prefill(
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    # Fresh prompt texts per run (``salt``): a repeated profile must not find its prompts in the
+    # engine's prefix cache, or its TTFTs would measure a cache hit instead of a prefill.
+    base = secrets.randbits(40) if salt is None else salt
     samples = []
     for index, length in enumerate(lengths):
         sample = LengthSample(length)
         for attempt in range(repeats):
-            spec = _spec(builder, api, length, key=index * 1000 + attempt)
+            spec = _spec(builder, api, length, key=base + index * 1000 + attempt)
             _record(sample, await send(spec))
         samples.append(sample)
         if on_sample is not None:

@@ -28,7 +28,9 @@ class Chunk:
     text: str = ""  # content text ("" when none)
     reasoning: str = ""  # reasoning text ("" when none)
     token_ids: int | None = None  # how many token ids the chunk listed, None when it listed none
-    completion_tokens: int | None = None  # usage.completion_tokens (cumulative) when the chunk has usage
+    # Cumulative output tokens: usage.completion_tokens when the chunk has usage, else llama.cpp's
+    # timings.predicted_n (sent on every chunk when the request asks for ``timings_per_token``).
+    completion_tokens: int | None = None
     prompt_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None  # an in-stream error object's message
@@ -137,6 +139,9 @@ def read_chunk(fmt: ApiFormat, obj: object) -> Chunk:
     completion = prompt = None
     if usage.__class__ is dict:
         completion, prompt = _count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens"))
+    elif (timings := obj.get("timings")).__class__ is dict:
+        # llama.cpp with ``timings_per_token``: the tokens predicted so far, on every chunk.
+        completion = _count(timings.get("predicted_n"))
     choices = obj.get("choices")
     choice = choices[0] if choices.__class__ is list and choices else None
     if choice.__class__ is not dict:

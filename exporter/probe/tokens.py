@@ -6,9 +6,10 @@ The source is chosen on a request's first content chunk, best first, and recorde
 ``ProbeResult.token_source``:
 
 1. ``TOKEN_IDS``: the chunk lists its token ids (vLLM with ``return_token_ids``): exact.
-2. ``CONTINUOUS_USAGE``: the chunk carries cumulative ``usage.completion_tokens``
-   (``stream_options.continuous_usage_stats``); the count is the increase since the previous token
-   event: exact, as far as the server's usage is.
+2. ``CONTINUOUS_USAGE``: the chunk carries a cumulative output token count: ``usage.completion_tokens``
+   (vLLM's ``stream_options.continuous_usage_stats``) or ``timings.predicted_n`` (llama.cpp, when the
+   request asks for ``timings_per_token``: add it to the target's ``extra_body``); the count is the
+   increase since the previous token event: exact, as far as the server's count is.
 3. ``TOKENIZER``: a local ``tokenizer.json`` (the optional ``tokenizers`` package) counts the chunk's
    text. Approximate: a BPE merge can span a chunk boundary.
 4. ``CHUNKS``: one token per content chunk.

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 from scripts.real_engines.cache import cache_root, is_ready
 from scripts.real_engines.engines import ENGINES, engine
-from scripts.real_engines.server import free_port, stop_group
+from scripts.real_engines.server import free_port, live_members, stop_group
 
 
 def _run_file(name: str) -> Path:
@@ -32,9 +31,7 @@ def _started_pid(name: str) -> int | None:
     if not path.exists():
         return None
     pid = int(json.loads(path.read_text(encoding="utf-8"))["pid"])
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
+    if not live_members(pid):
         path.unlink()
         return None
     return pid

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,18 @@ def fresh(folder: Path) -> None:
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
+
+
+def ensure_built(folder: Path, build: Callable[[Path], Mapping[str, Any]]) -> Path:
+    """``folder`` built: unless its marker exists, ``build`` fills it from empty (holding the lock) and
+    returns the facts the marker records, with the set-up's duration added. Returns ``folder``."""
+    with locked(folder):
+        if not is_ready(folder):
+            started = time.monotonic()
+            fresh(folder)
+            facts = build(folder)
+            mark_ready(folder, {**facts, "setup_seconds": round(time.monotonic() - started)})
+    return folder
 
 
 class StepError(RuntimeError):

@@ -1,7 +1,7 @@
 """llama.cpp's ``llama-server``, built from the sources inside the PyPI sdist of ``llama-cpp-python``.
 
 PyPI is the one registry this project can count on, and the sdist carries a pinned llama.cpp tree
-(``vendor/llama.cpp``). Set-up (about 15 minutes on 2 cores, once per version): download the sdist,
+(``vendor/llama.cpp``). Set-up (7-9 minutes on 2 cores, once per version): download the sdist,
 delete the tree's ``.git`` submodule pointer (without it ninja loops on "build.ninja still dirty"),
 configure without curl, OpenSSL, the web UI (its prebuilt download needs the internet), tests and
 examples, build only the ``llama-server`` target (a static binary, ~15 MB), then write the models
@@ -21,11 +21,10 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.real_engines.cache import cache_root, fresh, is_ready, locked, mark_ready, read_ready, step
+from scripts.real_engines.cache import cache_root, ensure_built, read_ready, step
 
 LLAMA_CPP_PYTHON = "0.3.36"
 VOCAB = "ggml-vocab-phi-3.gguf"
@@ -79,16 +78,10 @@ def model_file(name: str = DEFAULT_MODEL) -> Path:
 
 def ensure() -> Path:
     """Build llama-server and its models unless this version's folder is already built; returns it."""
-    target = folder()
-    with locked(target):
-        if not is_ready(target):
-            _build(target)
-    return target
+    return ensure_built(folder(), _build)
 
 
-def _build(target: Path) -> None:
-    started = time.monotonic()
-    fresh(target)
+def _build(target: Path) -> dict[str, str]:
     log, work = target / "setup.log", target / "work"
     work.mkdir()
     step(
@@ -108,13 +101,8 @@ def _build(target: Path) -> None:
     (target / "models").mkdir()
     for size in MODELS:
         _write_model(source / "gguf-py", size, log)
-    version = _server_version()
     shutil.rmtree(work)
-    mark_ready(
-        target,
-        {"llama_cpp_python": LLAMA_CPP_PYTHON, "server_version": version,
-         "setup_seconds": round(time.monotonic() - started)},
-    )  # fmt: skip
+    return {"llama_cpp_python": LLAMA_CPP_PYTHON, "server_version": _server_version()}
 
 
 def _unpack(work: Path) -> Path:

@@ -54,12 +54,23 @@ def answers(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def live_members(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that are not zombies (Linux ``/proc``). A zombie is dead but
+    still counts as a member until its parent reaps it, which a detached server's parent may never do."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended while we looked
+            continue
+        fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(int(stat.parent.name))
+    return live
+
+
 def _gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return not live_members(pgid)
 
 
 def _wait_gone(pgid: int, timeout: float, reap: Callable[[], object]) -> bool:
@@ -73,14 +84,20 @@ def _wait_gone(pgid: int, timeout: float, reap: Callable[[], object]) -> bool:
         time.sleep(0.1)
 
 
-def stop_group(pgid: int, reap: Callable[[], object] = lambda: None) -> None:
+def _reap_if_child(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop_group(pgid: int, reap: Callable[[], object] | None = None) -> None:
     """SIGTERM to process group ``pgid`` (a server started in a session of its own, with whatever it
     forked), SIGKILL to what is left after ``STOP_GRACE_S``. ``reap`` collects the leader when it is our
-    child (``Popen.poll``)."""
+    child (``Popen.poll``; by default ``waitpid`` when it is our child, nothing otherwise)."""
+    reaper = reap or (lambda: _reap_if_child(pgid))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, sig)
-        if _wait_gone(pgid, STOP_GRACE_S, reap):
+        if _wait_gone(pgid, STOP_GRACE_S, reaper):
             return
 
 
@@ -143,6 +160,7 @@ class EngineServer:
         process, self.process = self.process, None
         if process is not None and process.poll() is None:
             stop_group(process.pid, process.poll)
+            process.wait()  # the group is gone; reap the leader if it was only a zombie
 
     def __enter__(self) -> EngineServer:
         return self.start()

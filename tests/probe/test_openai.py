@@ -84,6 +84,16 @@ def test_chat_body_from_a_plain_prompt() -> None:
             Chunk(completion_tokens=2),
         ),
         ("completions", {"error": {"message": "overloaded"}}, Chunk(error="overloaded")),
+        (  # llama.cpp with timings_per_token: the cumulative count rides on every chunk
+            "completions",
+            {"choices": [{"text": "\u00dc"}], "timings": {"predicted_n": 7, "predicted_ms": 9.5}},
+            Chunk("\u00dc", completion_tokens=7),
+        ),
+        (  # usage, where a chunk has it, is the count
+            "completions",
+            {"choices": [], "usage": {"completion_tokens": 8}, "timings": {"predicted_n": 8}},
+            Chunk(completion_tokens=8),
+        ),
     ],
 )
 def test_read_chunk(api: str, obj: dict[str, Any], expected: Chunk) -> None:
