@@ -26,7 +26,7 @@ def llamacpp_server(port: int, log: Path) -> EngineServer:
 
 
 def vllm_server(port: int, log: Path) -> EngineServer:
-    # Start-up compiles nothing with --enforce-eager but still loads torch and profiles memory: ~1-2 min.
+    # With --enforce-eager nothing is compiled, but torch loads and memory is profiled: 30-60 s here.
     return EngineServer("vllm", vllm.server_command(port), port, log, start_limit_s=600.0, env=vllm.RUN_ENV)
 
 

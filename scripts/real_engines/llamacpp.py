@@ -4,8 +4,8 @@ PyPI is the one registry this project can count on, and the sdist carries a pinn
 (``vendor/llama.cpp``). Set-up (7-9 minutes on 2 cores, once per version): download the sdist,
 delete the tree's ``.git`` submodule pointer (without it ninja loops on "build.ninja still dirty"),
 configure without curl, OpenSSL, the web UI (its prebuilt download needs the internet), tests and
-examples, build only the ``llama-server`` target (a static binary, ~15 MB), then write the models
-(random-weight Llama GGUFs, ``gguf_model.py``) and drop the sources. What stays in the cache folder:
+examples, build only the ``llama-server`` target (a static binary, ~15 MB), then write the model
+(a random-weight Llama GGUF, ``gguf_model.py``) and drop the sources. What stays in the cache folder:
 ``bin/llama-server``, ``vocab-phi-3.gguf`` (the tokenizer, which the vLLM model shares), ``models/``.
 
 Behaviour the tests rely on (llama.cpp's, not ours): ``/v1/completions`` sends usage in its final chunk
@@ -51,9 +51,8 @@ class ModelSize:
     layers: int
 
 
-# ~20M parameters: ~900 tokens/s on one stream of a 2-core machine; ~60M: ~280 tokens/s.
-MODELS = (ModelSize("llama-20m", 256, 4), ModelSize("llama-60m", 512, 8))
-DEFAULT_MODEL = "llama-20m"
+# ~20M parameters: about 500 tokens/s on one stream of a 2-core machine, prefill about 1500 tokens/s.
+MODEL = ModelSize("llama-20m", 256, 4)
 
 
 def folder() -> Path:
@@ -69,15 +68,12 @@ def vocab_file() -> Path:
     return folder() / "vocab-phi-3.gguf"
 
 
-def model_file(name: str = DEFAULT_MODEL) -> Path:
-    valid = [size.name for size in MODELS]
-    if name not in valid:
-        raise ValueError(f'unknown llama.cpp model "{name}"; valid: {", ".join(valid)}')
-    return folder() / "models" / f"{name}.gguf"
+def model_file() -> Path:
+    return folder() / "models" / f"{MODEL.name}.gguf"
 
 
 def ensure() -> Path:
-    """Build llama-server and its models unless this version's folder is already built; returns it."""
+    """Build llama-server and its model unless this version's folder is already built; returns it."""
     return ensure_built(folder(), _build)
 
 
@@ -99,8 +95,7 @@ def _build(target: Path) -> dict[str, str]:
     shutil.copy2(build / "bin" / "llama-server", server_binary())
     shutil.copy2(source / "models" / VOCAB, vocab_file())
     (target / "models").mkdir()
-    for size in MODELS:
-        _write_model(source / "gguf-py", size, log)
+    _write_model(source / "gguf-py", MODEL, log)
     shutil.rmtree(work)
     return {"llama_cpp_python": LLAMA_CPP_PYTHON, "server_version": _server_version()}
 
@@ -124,7 +119,7 @@ def _write_model(gguf_py: Path, size: ModelSize, log: Path) -> None:
     script = Path(__file__).with_name("gguf_model.py")
     step(
         f"write the {size.name} model",
-        [sys.executable, script, "--vocab", vocab_file(), "--out", model_file(size.name),
+        [sys.executable, script, "--vocab", vocab_file(), "--out", model_file(),
          "--embd", str(size.embd), "--layers", str(size.layers)],
         log,
         env=env,
@@ -144,12 +139,12 @@ def recorded_version() -> str:
     return str(read_ready(folder()).get("server_version", "unknown"))
 
 
-def server_command(port: int, model: str = DEFAULT_MODEL, slots: int = PARALLEL_SLOTS) -> list[str]:
+def server_command(port: int, slots: int = PARALLEL_SLOTS) -> list[str]:
     """The command line of a llama-server on 127.0.0.1:``port`` with metrics and continuous batching."""
     return [
         str(server_binary()),
-        "--model", str(model_file(model)),
-        "--alias", model,
+        "--model", str(model_file()),
+        "--alias", MODEL.name,
         "--host", "127.0.0.1",
         "--port", str(port),
         "--metrics",

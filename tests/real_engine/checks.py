@@ -135,6 +135,39 @@ def check_bench(run: BenchRun, requests: int) -> None:
     check_fluidity_matches_intervals(run)
 
 
+# --- capacity search ------------------------------------------------------------------------------
+
+SEARCH = "--requests-per-trial 40 --warmup-requests 4 --max-trials 8 --tolerance 0.2 --no-plot"
+
+
+def run_capacity_search(base_url: str, out: Path, *, start: float) -> dict[str, Any]:
+    """A short ``fluidity-exporter capacity`` run (128-token prompts, 32-token answers, the default SLO:
+    99% of requests reach fluidity 0.9 at Dd 50 ms); returns its capacity.json."""
+    flags = ["capacity", "--url", base_url, "--api", "completions", "--start", str(start)]
+    flags += ["--prompt-tokens", "fixed:128", "--output-tokens", "fixed:32", *SEARCH.split()]
+    assert main([*flags, "--output", str(out), "--json"]) == 0
+    result: dict[str, Any] = json.loads((out / "capacity.json").read_text(encoding="utf-8"))
+    return result
+
+
+def check_brackets_a_finite_capacity(result: dict[str, Any]) -> None:
+    """The capacity is the highest load seen to pass, below the lowest seen to fail."""
+    assert result["bracketed"] and result["capacity"] is not None
+    passed = [trial["load"] for trial in result["trials"] if trial["passed"]]
+    failed = [trial["load"] for trial in result["trials"] if not trial["passed"]]
+    assert passed and failed
+    assert result["capacity"] == max(passed) < min(failed)
+    # A passing trial completed every measured request; a failing one was judged, whatever stopped it.
+    for trial in result["trials"]:
+        figures = trial["figures"]
+        if trial["passed"]:
+            assert figures["outcomes"] == {"ok": figures["requests"]} and figures["fluid_share"] >= 0.99
+        else:
+            assert trial["reason"] != "pass" and trial["requests_sent"] > 0
+    if result["converged"]:
+        assert min(failed) <= result["capacity"] * 1.2 + 1e-9
+
+
 # --- the daemon ------------------------------------------------------------------------------------
 
 DAEMON_CONFIG = """

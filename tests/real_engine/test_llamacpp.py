@@ -19,6 +19,7 @@ from scripts.real_engines.server import EngineServer
 from tests.real_engine.checks import (
     KEEP_ALIVE_S,
     check_bench,
+    check_brackets_a_finite_capacity,
     check_resent_on_fresh_connection,
     engine_counted_our_probes,
     engine_samples,
@@ -27,6 +28,7 @@ from tests.real_engine.checks import (
     reexported,
     request_after_server_closed_idle_connection,
     run_bench,
+    run_capacity_search,
     running_daemon,
     value,
     wait_for_samples,
@@ -94,35 +96,33 @@ async def test_daemon_recognises_and_reexports_llamacpp_metrics(
 
 
 def test_capacity_search_brackets_a_finite_capacity(llamacpp: EngineServer, tmp_path: Path) -> None:
-    flags = ["capacity", "--url", llamacpp.base_url, "--api", "completions"]
-    flags += ["--prompt-tokens", "fixed:128", "--output-tokens", "fixed:32", "--start", "8"]
-    flags += [
-        "--requests-per-trial",
-        "40",
-        "--warmup-requests",
-        "4",
-        "--max-trials",
-        "8",
-        "--tolerance",
-        "0.2",
-    ]
-    assert main([*flags, "--output", str(tmp_path), "--no-plot", "--json"]) == 0
-    result = json.loads((tmp_path / "capacity.json").read_text(encoding="utf-8"))
-    assert result["bracketed"] and result["capacity"] is not None
-    passed = [t["load"] for t in result["trials"] if t["passed"]]
-    failed = [t["load"] for t in result["trials"] if not t["passed"]]
-    assert passed and failed
-    # A finite capacity: the highest load seen to pass, below the lowest seen to fail.
-    assert result["capacity"] == max(passed) < min(failed)
-    # A passing trial completed every measured request; a failing one was judged, whatever stopped it.
-    for trial in result["trials"]:
-        figures = trial["figures"]
-        if trial["passed"]:
-            assert figures["outcomes"] == {"ok": figures["requests"]} and figures["fluid_share"] >= 0.99
-        else:
-            assert trial["reason"] != "pass" and trial["requests_sent"] > 0
-    if result["converged"]:
-        assert min(failed) <= result["capacity"] * 1.2 + 1e-9
+    check_brackets_a_finite_capacity(run_capacity_search(llamacpp.base_url, tmp_path, start=8.0))
+
+
+def test_prefill_profile_fits_llamacpps_prompt_times_and_reports_a_refused_length(
+    llamacpp: EngineServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = engine_samples(llamacpp.base_url)
+    output = tmp_path / "prefill.json"
+    flags = ["profile", "--url", llamacpp.base_url, "--api", "completions", "--repeats", "2"]
+    # Each of the 8 slots holds 2048 tokens of context: 4096 must come back as the server's refusal.
+    flags += ["--lengths", "128,512,1536,4096", "--output", str(output), "--json"]
+    assert main(flags) == 0
+    printed = json.loads(capsys.readouterr().out)
+    fitted, refused = printed["samples"][:3], printed["samples"][3]
+    for sample in fitted:
+        assert sample["outcomes"] == {"ok": 2}, sample
+        assert (
+            abs(sample["reported_prompt_tokens"] - sample["prompt_tokens"]) <= 0.15 * sample["prompt_tokens"]
+        )
+    assert refused["outcomes"] == {"http_status": 2} and refused["errors"], refused
+    model = printed["model"]
+    assert model is not None and model["sample_count"] == 3
+    ttfts = [sample["min_ttft_s"] for sample in fitted]
+    assert ttfts == sorted(ttfts)  # a longer prompt takes longer to prefill
+    # The server's own prompt-processing time is part of every TTFT we measured.
+    prompt_seconds = engine_samples(llamacpp.base_url)["llamacpp:prompt_seconds_total"]
+    assert prompt_seconds - before["llamacpp:prompt_seconds_total"] <= sum(sum(s["ttfts_s"]) for s in fitted)
 
 
 def test_idle_keep_alive_close_costs_no_failed_probe(llamacpp: EngineServer) -> None:

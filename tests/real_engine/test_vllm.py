@@ -18,6 +18,7 @@ from tests.real_engine.checks import (
     KEEP_ALIVE_S,
     Samples,
     check_bench,
+    check_brackets_a_finite_capacity,
     check_resent_on_fresh_connection,
     engine_counted_our_probes,
     engine_samples,
@@ -26,6 +27,7 @@ from tests.real_engine.checks import (
     reexported,
     request_after_server_closed_idle_connection,
     run_bench,
+    run_capacity_search,
     running_daemon,
     value,
     wait_for_samples,
@@ -86,6 +88,10 @@ async def test_daemon_recognises_and_reexports_vllm_metrics(vllm: EngineServer, 
     # The client-minus-server TTFT gap exists only when both sides measured: it does here.
     gap = value(samples, "fluidity_window_client_minus_server_mean_ttft_seconds", **series, window="1m")
     assert gap is not None and gap > -0.05
+
+
+def test_capacity_search_brackets_a_finite_capacity(vllm: EngineServer, tmp_path: Path) -> None:
+    check_brackets_a_finite_capacity(run_capacity_search(vllm.base_url, tmp_path, start=2.0))
 
 
 def test_idle_keep_alive_close_costs_no_failed_probe(vllm: EngineServer) -> None:
