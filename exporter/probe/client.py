@@ -15,8 +15,11 @@ and, from one lazily re-armed timer per request (no timer work per read), ``ttft
 first token), ``idle`` (silence between reads once tokens flow) and ``total``.
 
 A request that fails before any response byte on a *reused* keep-alive connection (the server closed it
-while idle, as llama.cpp does after 5 s, and our write raced its FIN) is resent once on a fresh
-connection and counted in ``retries``; on a fresh connection the same failure is a ``CONNECT_ERROR``.
+while idle, as llama.cpp and uvicorn do after 5 s, or after its last allowed request, as llama.cpp
+does after 5 per connection, and our write raced its FIN) is resent once on a fresh connection and
+counted in ``retries``; on a fresh connection the same failure is a ``CONNECT_ERROR``. The resend goes
+through a second session that opens a new connection for every request: taken from the pool, it could
+meet the next stale connection (under load several go stale at once).
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ class ProbeClient:
         self._clock = clock
         self._session = session
         self._owns_session = session is None
+        self._fresh_session: aiohttp.ClientSession | None = None  # for resends; opened on first use
         self._format: ApiFormat = FORMATS[settings.api]
         self._url = _api_root(settings.base_url) + self._format.path.removeprefix("/v1")
         self._headers = self._build_headers()
@@ -129,14 +133,15 @@ class ProbeClient:
 
     async def __aenter__(self) -> ProbeClient:
         if self._session is None:
-            connector = aiohttp.TCPConnector(
-                limit=MAX_CONNECTIONS, limit_per_host=0, ssl=_ssl_setting(self.settings)
-            )
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.settings.timeouts.connect)
-            self._session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, trace_configs=[_trace_config()]
-            )
+            self._session = self._new_session(force_close=False)
         return self
+
+    def _new_session(self, *, force_close: bool) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            limit=MAX_CONNECTIONS, limit_per_host=0, ssl=_ssl_setting(self.settings), force_close=force_close
+        )
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.settings.timeouts.connect)
+        return aiohttp.ClientSession(connector=connector, timeout=timeout, trace_configs=[_trace_config()])
 
     async def __aexit__(
         self, _type: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None
@@ -146,6 +151,9 @@ class ProbeClient:
         if self._owns_session and self._session is not None:
             await self._session.close()
             self._session = None
+        if self._fresh_session is not None:
+            await self._fresh_session.close()
+            self._fresh_session = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -236,10 +244,12 @@ class ProbeClient:
 
     async def _send_with_retry(self, result: ProbeResult, body: bytes) -> None:
         try:
-            await self._attempt(result, body, retry_allowed=True)
+            await self._attempt(result, body, self.session, retry_allowed=True)
         except _StaleConnectionError:
             result.retries += 1
-            await self._attempt(result, body, retry_allowed=False)
+            if self._fresh_session is None:
+                self._fresh_session = self._new_session(force_close=True)
+            await self._attempt(result, body, self._fresh_session, retry_allowed=False)
 
     def _judge(self, result: ProbeResult, mark: int, cpu_start: float, wall_start: float) -> None:
         """Record the saturation evidence and apply the rule of ``saturation.py``."""
@@ -268,7 +278,9 @@ class ProbeClient:
         key = self.settings.api_key
         return text.replace(key.reveal(), "********") if key is not None else text
 
-    async def _attempt(self, result: ProbeResult, body: bytes, *, retry_allowed: bool) -> None:
+    async def _attempt(
+        self, result: ProbeResult, body: bytes, session: aiohttp.ClientSession, *, retry_allowed: bool
+    ) -> None:
         state = StreamState(result, self._format, TokenCounter(self._text_counter))
         result.sent_at = sent = self._clock()
         if result.scheduled_at is not None:
@@ -278,7 +290,7 @@ class ProbeClient:
             async with asyncio.timeout(None) as scope:
                 watchdog.start(scope)
                 try:
-                    await self._exchange(result, body, state, retry_allowed=retry_allowed)
+                    await self._exchange(result, body, state, session, retry_allowed=retry_allowed)
                 finally:
                     watchdog.cancel()
         except TimeoutError:
@@ -295,11 +307,17 @@ class ProbeClient:
         result.extra["token_reads"] = state.token_reads
 
     async def _exchange(
-        self, result: ProbeResult, body: bytes, state: StreamState, *, retry_allowed: bool
+        self,
+        result: ProbeResult,
+        body: bytes,
+        state: StreamState,
+        session: aiohttp.ClientSession,
+        *,
+        retry_allowed: bool,
     ) -> None:
         trace = SimpleNamespace(reused=not self._owns_session)  # a foreign session: assume reuse
         try:
-            async with self.session.post(
+            async with session.post(
                 self._url, data=body, headers=self._headers, trace_request_ctx=trace
             ) as resp:
                 result.headers_at = self._clock()

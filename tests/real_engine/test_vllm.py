@@ -91,7 +91,7 @@ async def test_daemon_recognises_and_reexports_vllm_metrics(vllm: EngineServer, 
 
 
 def test_capacity_search_brackets_a_finite_capacity(vllm: EngineServer, tmp_path: Path) -> None:
-    check_brackets_a_finite_capacity(run_capacity_search(vllm.base_url, tmp_path, start=2.0))
+    check_brackets_a_finite_capacity(run_capacity_search(vllm.base_url, tmp_path, start=8.0))
 
 
 def test_idle_keep_alive_close_costs_no_failed_probe(vllm: EngineServer) -> None:
