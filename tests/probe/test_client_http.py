@@ -4,6 +4,7 @@ and the stale keep-alive retry."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -141,24 +142,28 @@ class KeepAliveCloser:
             writer.close()
 
 
-async def _serve(handler: KeepAliveCloser) -> tuple[asyncio.Server, str]:
+@contextlib.asynccontextmanager
+async def client_of(handler: KeepAliveCloser) -> AsyncIterator[ProbeClient]:
+    """A probe client of ``handler`` served on a free loopback port."""
     server = await asyncio.start_server(handler.handle, "127.0.0.1", 0)
     host, port = server.sockets[0].getsockname()[:2]
-    return server, f"http://{host}:{port}"
+    settings = TargetSettings(base_url=f"http://{host}:{port}", api="completions", model="m", timeouts=FAST)
+    try:
+        async with ProbeClient(settings) as client:
+            yield client
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+SPEC = RequestSpec(prompt="hi", max_tokens=1)
 
 
 async def test_stale_keep_alive_connection_is_retried_once_on_a_fresh_one() -> None:
     closer = KeepAliveCloser()
-    server, url = await _serve(closer)
-    try:
-        async with ProbeClient(
-            TargetSettings(base_url=url, api="completions", model="m", timeouts=FAST)
-        ) as client:
-            first = await client.send(RequestSpec(prompt="hi", max_tokens=1))
-            second = await client.send(RequestSpec(prompt="hi", max_tokens=1))
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with client_of(closer) as client:
+        first = await client.send(SPEC)
+        second = await client.send(SPEC)
     assert (first.outcome, first.retries) == (Outcome.OK, 0)
     assert (second.outcome, second.retries) == (Outcome.OK, 1), second.error
     assert (closer.connections, closer.closed_on_reuse, closer.first_requests) == (2, 1, 2)
@@ -169,17 +174,9 @@ async def test_the_retry_never_takes_another_stale_connection_from_the_pool() ->
     request; the real-engine suite saw 3% of requests resent at 60 req/s): the resent request must
     open a new connection, not take the next stale one from the pool."""
     closer = KeepAliveCloser()
-    server, url = await _serve(closer)
-    try:
-        async with ProbeClient(
-            TargetSettings(base_url=url, api="completions", model="m", timeouts=FAST)
-        ) as client:
-            spec = RequestSpec(prompt="hi", max_tokens=1)
-            warm = await asyncio.gather(client.send(spec), client.send(spec))  # two pooled connections
-            resent = await client.send(spec)
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with client_of(closer) as client:
+        warm = await asyncio.gather(client.send(SPEC), client.send(SPEC))  # two pooled connections
+        resent = await client.send(SPEC)
     assert [r.outcome for r in warm] == [Outcome.OK, Outcome.OK]
     assert (resent.outcome, resent.retries) == (Outcome.OK, 1), resent.error
     assert (closer.connections, closer.closed_on_reuse, closer.first_requests) == (3, 1, 3)
@@ -187,15 +184,8 @@ async def test_the_retry_never_takes_another_stale_connection_from_the_pool() ->
 
 async def test_a_fresh_connection_that_fails_is_not_retried() -> None:
     closer = KeepAliveCloser(close_every_request=True)
-    server, url = await _serve(closer)
-    try:
-        async with ProbeClient(
-            TargetSettings(base_url=url, api="completions", model="m", timeouts=FAST)
-        ) as client:
-            result = await client.send(RequestSpec(prompt="hi", max_tokens=1))
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with client_of(closer) as client:
+        result = await client.send(SPEC)
     assert (result.outcome, result.retries, closer.connections) == (Outcome.CONNECT_ERROR, 0, 1)
 
 
