@@ -90,7 +90,6 @@ async def profile_prefill(
     lengths: Sequence[int],
     repeats: int = 3,
     on_sample: OnSample | None = None,
-    salt: int | None = None,
 ) -> PrefillProfile:
     """Send ``repeats`` isolated one-token requests per length, in order, and fit the model.
 
@@ -99,9 +98,9 @@ async def profile_prefill(
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
-    # Fresh prompt texts per run (``salt``): a repeated profile must not find its prompts in the
-    # engine's prefix cache, or its TTFTs would measure a cache hit instead of a prefill.
-    base = secrets.randbits(40) if salt is None else salt
+    # Fresh prompt texts per run: a repeated profile must not find its prompts in the engine's prefix
+    # cache, or its TTFTs would measure a cache hit instead of a prefill.
+    base = secrets.randbits(40)
     samples = []
     for index, length in enumerate(lengths):
         sample = LengthSample(length)

@@ -152,7 +152,10 @@ class TokenCounter:
             self._held += chunk.token_ids
 
     def held_at_end(self, reported: int | None) -> int:
-        """Tokens the server generated after the last content chunk, whose text never came."""
+        """Tokens the server generated after the last content chunk, whose text never came (none when
+        the counts are reconciled: the reconciliation already brings the total to the server's)."""
+        if self.needs_reconciling():
+            return 0
         if self.source is TokenSource.TOKEN_IDS:
             return self._held
         if self.source is TokenSource.CONTINUOUS_USAGE and reported is not None:

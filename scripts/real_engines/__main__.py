@@ -15,6 +15,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from scripts.real_engines.cache import cache_root, is_ready
 from scripts.real_engines.engines import ENGINES, engine
@@ -25,16 +26,17 @@ def _run_file(name: str) -> Path:
     return cache_root() / "run" / f"{name}.json"
 
 
-def _started_pid(name: str) -> int | None:
-    """The pid of the engine ``start`` left running, or None (a run file whose process died is removed)."""
+def _started(name: str) -> dict[str, Any] | None:
+    """What ``start`` recorded (pid, url, log) for the engine it left running, or None; a record whose
+    process died is removed."""
     path = _run_file(name)
     if not path.exists():
         return None
-    pid = int(json.loads(path.read_text(encoding="utf-8"))["pid"])
-    if not live_members(pid):
+    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    if not live_members(int(record["pid"])):
         path.unlink()
         return None
-    return pid
+    return record
 
 
 def setup(names: list[str]) -> int:
@@ -47,7 +49,7 @@ def setup(names: list[str]) -> int:
 
 def start(name: str, port: int | None) -> int:
     chosen = engine(name)
-    if _started_pid(name) is not None:
+    if _started(name) is not None:
         print(f"{name} is already started ({_run_file(name)}); stop it first", file=sys.stderr)
         return 1
     chosen.ensure()
@@ -63,12 +65,11 @@ def start(name: str, port: int | None) -> int:
 
 
 def stop(name: str) -> int:
-    engine(name)
-    pid = _started_pid(name)
-    if pid is None:
+    record = _started(name)
+    if record is None:
         print(f"{name} is not started", file=sys.stderr)
         return 1
-    stop_group(pid)
+    stop_group(int(record["pid"]))
     _run_file(name).unlink()
     print(f"{name} stopped")
     return 0
@@ -77,8 +78,8 @@ def stop(name: str) -> int:
 def status() -> int:
     for name, chosen in ENGINES.items():
         built = is_ready(chosen.folder())
-        started = _run_file(name) if _started_pid(name) is not None else None
-        where = json.loads(started.read_text(encoding="utf-8"))["url"] if started else "not started"
+        record = _started(name)
+        where = record["url"] if record is not None else "not started"
         print(f"{name}: {'built ' + chosen.version() if built else 'not built'}; {where}")
     return 0
 

@@ -89,6 +89,10 @@ def test_held_back_tokens_with_continuous_usage_come_from_the_usage() -> None:
     counter.hold(Chunk("", completion_tokens=2))  # no ids: nothing to hold, the usage says it
     assert counter.count(Chunk(" b", completion_tokens=3)) == 2
     assert counter.held_at_end(4) == 1 and counter.held_at_end(None) == 0
+    with_fallback = TokenCounter()
+    with_fallback.count(Chunk(" a", completion_tokens=1))
+    with_fallback.count(Chunk(" b"))  # no usage on this chunk: a fallback, so the usage reconciles
+    assert with_fallback.needs_reconciling() and with_fallback.held_at_end(5) == 0  # not counted twice
     by_chunks = TokenCounter()
     by_chunks.count(Chunk(" a"))
     by_chunks.hold(Chunk("", token_ids=1))  # ids appear too late to be the source: reconciliation's job

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -34,7 +33,8 @@ from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
-from tests.daemon.test_daemon_live import serving
+from tests.daemon.test_daemon_live import get, serving
+from tests.daemon.test_daemon_live import samples as samples_of
 
 # Small enough that a run takes seconds on 2 cores, varied enough that prompts and outputs differ.
 PROMPTS = "uniform:low=16,high=384"
@@ -193,15 +193,6 @@ modules:
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def parse_samples(text: str) -> Samples:
-    """Every sample of an exposition page, keyed by name and sorted labels."""
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
 # Engine families the daemon exports whatever the engine (about the scrape, not the engine's values).
 SCRAPE_FAMILIES = {
     "fluidity_engine_info",
@@ -242,9 +233,9 @@ async def running_daemon(
 
 
 async def daemon_samples(url: str) -> Samples:
-    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as resp:
-        assert resp.status == 200
-        return parse_samples(await resp.text())
+    status, text = await get(url + "/metrics")
+    assert status == 200
+    return samples_of(text)
 
 
 async def wait_for_samples(url: str, condition: Callable[[Samples], bool], timeout: float = 60.0) -> Samples:
