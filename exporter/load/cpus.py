@@ -60,7 +60,9 @@ def usable_cpus(quota: float | None, schedulable: int) -> int:
 def available_cpus(root: Path = CGROUP_ROOT, schedulable: int | None = None) -> int:
     """``usable_cpus`` of this process: the cgroup quota under ``root`` and its CPU affinity."""
     if schedulable is None:
-        schedulable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        schedulable = (
+            len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        )
     try:
         quota = cgroup_cpu_quota(root)
     except ValueError:  # a file we cannot read as numbers: trust the affinity alone

@@ -1,0 +1,153 @@
+"""The shard protocol end to end: local shard processes, a coordinator on loopback, the simulator.
+
+The same plan over one process and over K shards must give the same results in the same plan order;
+a stop must cancel the rest and still count the tokens of the cancelled requests; a shard that dies,
+starts late or is saturated must make the run say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+
+import pytest
+
+from exporter.load.shard_local import LocalShards, local_shards
+from exporter.load.shard_pool import PoolSettings, ShardPool
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import Outcome, ProbeResult
+from exporter.probe.target import RequestSpec
+from exporter.probe.workers import run_plan
+from exporter.sim import SimConfig, SimServer
+from tests.probe.helpers import script, settings_for
+
+pytestmark = pytest.mark.slow
+TTFT_S = 0.02
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimServer]:
+    server = SimServer(SimConfig(preset="tiny"))
+    await server.start("127.0.0.1", 0)
+    yield server
+    await server.stop()
+
+
+def specs(count: int, tokens: int = 5, gap: float = 0.005) -> list[RequestSpec]:
+    return [
+        RequestSpec(f"hi {i}", tokens, 3, None, f"r{i}", script(ttft=TTFT_S, gaps=gap)) for i in range(count)
+    ]
+
+
+def offsets(count: int, spacing: float) -> list[float]:
+    # Out of order on purpose: results must still come back in plan order.
+    return [spacing * ((i * 7) % count) for i in range(count)]
+
+
+def summary(results: list[ProbeResult]) -> list[tuple[str, str, int, int]]:
+    return [(r.extra["request_id"], r.outcome.value, r.output_tokens, len(r.token_times)) for r in results]
+
+
+async def test_the_same_plan_gives_the_same_results_over_one_process_and_two_shards(sim: SimServer) -> None:
+    settings = settings_for(sim)
+    plan_specs, plan_offsets = specs(16), offsets(16, 0.01)
+    async with ProbeClient(settings) as client:
+        alone = await run_plan(client, list(zip(plan_offsets, plan_specs, strict=True)))
+    async with local_shards(2, None, PoolSettings(start_delay_s=0.3)) as pool:
+        report = await pool.run_plan(settings, plan_specs, offsets=plan_offsets)
+    merged = report.in_order()
+    assert report.problems == []
+    assert summary(merged) == summary(alone)
+    assert all(r.outcome is Outcome.OK and r.output_tokens == 5 for r in merged)
+    assert sorted(s.results for s in report.states) == [8, 8]
+    assert all(s.late_s is not None and s.late_s < 0.1 for s in report.states)
+    # The schedule is the plan's, on this process's clock: every result scheduled at origin + offset
+    # (up to the shard's own start lateness and the clocks' conversion, microseconds here).
+    assert report.origin is not None
+    for result, offset in zip(merged, plan_offsets, strict=True):
+        assert result.scheduled_at == pytest.approx(report.origin + offset, abs=0.02)
+
+
+async def test_a_closed_loop_splits_its_concurrency(sim: SimServer) -> None:
+    async with local_shards(2, None, PoolSettings(start_delay_s=0.3)) as pool:
+        report = await pool.run_plan(settings_for(sim), specs(12), concurrency=3)
+    assert report.problems == []
+    assert [s.requests for s in report.states] == [8, 4]  # slots 2 and 1: requests in proportion
+    assert [r.extra["request_id"] for r in report.in_order()] == [f"r{i}" for i in range(12)]
+
+
+async def test_stop_cancels_the_rest_and_keeps_the_tokens_received(sim: SimServer) -> None:
+    stop = asyncio.Event()
+    finished: list[int] = []
+    started: list[ProbeResult] = []
+
+    def on_result(index: int, _result: ProbeResult) -> None:
+        finished.append(index)
+        if len(finished) == 4:
+            stop.set()
+
+    # 40 requests over 4 s, each streaming 40 tokens over 0.4 s: when 4 are done, some are mid-stream.
+    plan_specs = specs(40, tokens=40, gap=0.01)
+    async with local_shards(2, None, PoolSettings(start_delay_s=0.3)) as pool:
+        report = await pool.run_plan(
+            settings_for(sim), plan_specs, offsets=[0.1 * i for i in range(40)],
+            on_start=lambda _i, r: started.append(r), on_result=on_result, stop=stop,
+        )  # fmt: skip
+    assert report.problems == []
+    assert 4 <= len(report.in_order()) < 20  # stopped long before the schedule's end
+    assert report.cancelled, "requests in flight at the stop are reported, cancelled"
+    partial = [report.results[i] for i in report.cancelled]
+    assert any(0 < r.output_tokens < 40 for r in partial), "their tokens so far are counted"
+    assert {id(r) for r in started} >= {id(r) for r in report.results.values()}  # one object per request
+
+
+async def test_a_shard_that_dies_makes_the_run_say_so(sim: SimServer) -> None:
+    seen: list[int] = []
+    shards: list[LocalShards] = []
+    pool = ShardPool(2, "token", PoolSettings(start_delay_s=0.3), alive=lambda k: shards[0].gone(k))
+    shards.append(LocalShards(2, await pool.start(), "token", None))
+    shards[0].start()
+
+    def on_result(index: int, _result: ProbeResult) -> None:
+        seen.append(index)
+        if len(seen) == 2:
+            os.kill(shards[0].procs[1].pid, signal.SIGKILL)
+
+    try:
+        await pool.wait_registered(60)
+        report = await pool.run_plan(
+            settings_for(sim), specs(30), offsets=[0.05 * i for i in range(30)], on_result=on_result
+        )
+    finally:
+        await pool.close()
+        await asyncio.to_thread(shards[0].stop)
+    assert any(p.startswith("shard 1 died: exit code -9") for p in report.problems), report.problems
+
+
+async def test_a_shard_starting_late_makes_the_run_say_so(sim: SimServer) -> None:
+    # A start instant already in the past when the shards hear of it: both begin late.
+    async with local_shards(2, None, PoolSettings(start_delay_s=-0.5, max_start_lateness_s=0.1)) as pool:
+        report = await pool.run_plan(settings_for(sim), specs(4), offsets=[0.0, 0.01, 0.02, 0.03])
+    assert len(report.in_order()) == 4
+    late = [p for p in report.problems if "late (bound 0.1 s)" in p]
+    assert len(late) == 2 and all(s.late_s is not None and s.late_s > 0.4 for s in report.states)
+
+
+async def test_the_coordinator_needs_the_token(sim: SimServer) -> None:
+    import aiohttp
+
+    pool = ShardPool(1, "secret-token")
+    url = await pool.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{url}/shards/v1/0/task") as resp:
+                assert resp.status == 401
+            headers = {"Authorization": "Bearer secret-token"}
+            async with http.get(f"{url}/shards/v1/5/task", headers=headers) as resp:
+                assert resp.status == 404 and "valid 0 to 0" in await resp.text()
+            async with http.get(f"{url}/shards/v1/0/task", headers=headers) as resp:
+                assert resp.status == 204  # no task yet
+    finally:
+        await pool.close()
