@@ -17,8 +17,8 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 
-from exporter.load.shard_pool import PoolSettings, ShardPool
-from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
+from exporter.load.shard_pool import ShardPool
+from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV, PoolSettings
 from exporter.probe.target import Secret
 
 REGISTER_TIMEOUT_S = 60.0  # interpreter start-up and imports, on a loaded machine
@@ -75,10 +75,9 @@ async def local_shards(
 ) -> AsyncIterator[ShardPool]:
     """A coordinator on loopback with ``count`` local shard processes, all registered."""
     token = secrets.token_urlsafe(24)
-    shards: LocalShards | None = None
-    pool = ShardPool(count, token, settings, alive=lambda k: shards.gone(k) if shards else None)
-    url = await pool.start("127.0.0.1", 0)
-    shards = LocalShards(count, url, token, api_key)
+    pool = ShardPool(count, token, settings)
+    shards = LocalShards(count, await pool.start("127.0.0.1", 0), token, api_key)
+    pool.alive = shards.gone
     try:
         shards.start()
         await pool.wait_registered(REGISTER_TIMEOUT_S)

@@ -35,13 +35,14 @@ import itertools
 import math
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aiohttp import web
 
 from exporter.load.shard_protocol import (
+    PoolSettings,
     ShardTask,
     copy_into,
     plan_tasks,
@@ -55,18 +56,6 @@ Hook = Callable[[int, ProbeResult], None]
 Alive = Callable[[int], str | None]  # why shard k is gone (e.g. "exit code -9"), or None while it runs
 POOL: Final = web.AppKey["ShardPool"]("shard_pool")
 MAX_BODY = 256 * 1024 * 1024  # an events post carries at most a few thousand results
-
-
-@dataclass(frozen=True)
-class PoolSettings:
-    """How the coordinator judges its shards."""
-
-    start_delay_s: float = 0.5  # from the last ready to the common start
-    max_start_lateness_s: float = 0.1  # a shard that began later than this makes the run unfit
-    ready_timeout_s: float = 60.0  # every shard must be ready within this
-    heartbeat_timeout_s: float = 5.0  # a shard silent this long is dead
-    max_unreliable_share: float = 0.01  # share of a shard's results flagged saturated (load.health's bound)
-    stop_grace_s: float = 10.0  # after "stop", how long the shards get to post their cancelled results
 
 
 @dataclass
@@ -465,3 +454,19 @@ def _drain(queue: asyncio.Queue[ShardTask]) -> list[ShardTask]:
 
 
 _EXIT: Final = ShardTask(run="", shard=-1, shards=0, settings=None, entries=())  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def remote_shards(
+    count: int, token: str, listen: str, settings: PoolSettings
+) -> AsyncIterator[ShardPool]:
+    """A coordinator listening on ``listen`` (HOST:PORT) for ``count`` shards started elsewhere (the pods
+    of an Indexed Job), once all have reached it (within ``settings.ready_timeout_s``)."""
+    host, _, port = listen.rpartition(":")
+    pool = ShardPool(count, token, settings)
+    await pool.start(host.strip("[]") or "0.0.0.0", int(port))
+    try:
+        await pool.wait_registered(settings.ready_timeout_s)
+        yield pool
+    finally:
+        await pool.close()

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from exporter.load.shard_local import LocalShards, local_shards
-from exporter.load.shard_pool import PoolSettings, ShardPool
+from exporter.load.shard_pool import ShardPool
+from exporter.load.shard_protocol import PoolSettings
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec
@@ -105,9 +106,9 @@ async def test_stop_cancels_the_rest_and_keeps_the_tokens_received(sim: SimServe
 
 async def test_a_shard_that_dies_makes_the_run_say_so(sim: SimServer) -> None:
     seen: list[int] = []
-    shards: list[LocalShards] = []
-    pool = ShardPool(2, "token", PoolSettings(start_delay_s=0.3), alive=lambda k: shards[0].gone(k))
-    shards.append(LocalShards(2, await pool.start(), "token", None))
+    pool = ShardPool(2, "token", PoolSettings(start_delay_s=0.3))
+    shards = [LocalShards(2, await pool.start(), "token", None)]
+    pool.alive = shards[0].gone
     shards[0].start()
 
     def on_result(index: int, _result: ProbeResult) -> None:
