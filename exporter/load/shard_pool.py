@@ -43,6 +43,7 @@ from aiohttp import web
 
 from exporter.load.shard_protocol import (
     PoolSettings,
+    ShardEntry,
     ShardTask,
     copy_into,
     plan_tasks,
@@ -332,8 +333,10 @@ class ShardPool:
         on_start: Hook | None = None,
         on_result: Hook | None = None,
         stop: asyncio.Event | None = None,
+        start_delay_s: float | None = None,
     ) -> ShardRunReport:
-        """Run ``tasks`` (one per shard taking part; ``specs``: plan index -> spec) and report."""
+        """Run ``tasks`` (one per shard taking part; ``specs``: plan index -> spec) and report; the start
+        is ``start_delay_s`` (default: the pool's) after the last shard is ready."""
         run = _Run(
             tasks[0].run, {t.shard: t for t in tasks}, specs, on_start, on_result,
             {t.shard: ShardState(t.shard, len(t.entries)) for t in tasks},
@@ -343,7 +346,7 @@ class ShardPool:
             for task in tasks:
                 self._queues[task.shard].put_nowait(task)
             if await self._all_ready(run):
-                self._start(run)
+                self._start(run, self.settings.start_delay_s if start_delay_s is None else start_delay_s)
                 await self._until_done(run, stop or asyncio.Event())
             else:
                 run.aborted = True
@@ -383,6 +386,13 @@ class ShardPool:
             tasks, dict(enumerate(specs)), on_start=on_start, on_result=on_result, stop=stop
         )
 
+    async def run_one(
+        self, settings: TargetSettings, spec: RequestSpec, shard: int, start_delay_s: float
+    ) -> ShardRunReport:
+        """One request alone on shard ``shard``, started ``start_delay_s`` after it is ready."""
+        task = ShardTask(self.new_run_id(), shard, self.shards, settings, (ShardEntry(0, 0.0, spec),))
+        return await self.run([task], {0: spec}, start_delay_s=start_delay_s)
+
     def new_run_id(self) -> str:
         return f"r{next(self._ids)}-{secrets.token_hex(4)}"
 
@@ -396,8 +406,7 @@ class ShardPool:
                 await asyncio.wait_for(run.all_ready.wait(), 0.2)
         return False
 
-    def _start(self, run: _Run) -> None:
-        delay = self.settings.start_delay_s
+    def _start(self, run: _Run, delay: float) -> None:
         # Taken together: the wall-clock instant for the shards, its monotonic twin for this process.
         run.start_at, run.origin = time.time() + delay, time.perf_counter() + delay
         run.started.set()
