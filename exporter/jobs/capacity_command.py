@@ -31,6 +31,7 @@ from exporter.jobs.trial import TrialReport, TrialSlo
 from exporter.load.cpus import available_cpus
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
+from exporter.load.shard_protocol import PoolSettings
 from exporter.oneshot import (
     BenchError,
     add_target_arguments,
@@ -219,7 +220,9 @@ async def _search(
 
 
 @contextlib.asynccontextmanager
-async def worker_pool(workers: int | None, settings: TargetSettings) -> AsyncIterator[ShardPool | None]:
+async def worker_pool(
+    workers: int | None, settings: TargetSettings, pool_settings: PoolSettings | None = None
+) -> AsyncIterator[ShardPool | None]:
     """``workers`` local shard processes (None for one: this process sends), with a word on stderr when
     there are more than the CPUs this machine or container may use."""
     if not workers or workers <= 1:
@@ -229,7 +232,7 @@ async def worker_pool(workers: int | None, settings: TargetSettings) -> AsyncIte
     if workers > cpus:
         print(f"note: {workers} workers on {cpus} usable CPUs: they will share them", file=sys.stderr)
     try:
-        async with local_shards(workers, settings.api_key) as pool:
+        async with local_shards(workers, settings.api_key, pool_settings) as pool:
             yield pool
     except TimeoutError as exc:
         raise BenchError(f"--workers: {exc}") from exc

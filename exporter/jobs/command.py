@@ -18,7 +18,7 @@ from typing import Any
 from exporter.cli import Command
 from exporter.jobs.capacity_command import worker_pool
 from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, geometric_ladder, profile_prefill
-from exporter.jobs.runners import one_at_a_time
+from exporter.jobs.runners import PROFILE_POOL, one_at_a_time
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
 from exporter.oneshot import BenchError, add_target_arguments, merged_options, target_settings, target_url
 from exporter.probe.client import ProbeClient
@@ -61,7 +61,8 @@ def lengths(options: dict[str, Any]) -> tuple[int, ...]:
 async def _profile(options: dict[str, Any], url: str, simulated: bool) -> PrefillProfile:
     settings = target_settings(options, url)
     builder = SimPromptBuilder() if simulated else ApproxPromptBuilder()
-    async with ProbeClient(settings) as client, worker_pool(options["workers"], settings) as pool:
+    workers = worker_pool(options["workers"], settings, PROFILE_POOL)
+    async with ProbeClient(settings) as client, workers as pool:
         await client.resolve_model()
         send = client.send if pool is None else one_at_a_time(pool, settings)
         return await profile_prefill(

@@ -26,6 +26,7 @@ from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool, remote_shards
+from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.result import ProbeResult
@@ -35,6 +36,9 @@ from exporter.stats.slo import DECODE_TIERS
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}
 PROFILE_START_DELAY_S = 0.05  # a profile's request waits this long for its shard to start it
+# A profile keeps the minimum TTFT of its repeats, which a late stamp cannot lower, and its in-process
+# form does not judge saturation either: a shard's flagged result is kept (the flag stays on it).
+PROFILE_POOL = PoolSettings(max_unreliable_share=1.0)
 
 
 class JobEnvironment(Protocol):
@@ -222,6 +226,7 @@ async def job_shards(
     asked: int | None,
     env: JobEnvironment,
     client: ProbeClient,
+    local: PoolSettings | None = None,
 ) -> AsyncIterator[ShardPool | None]:
     """The shards a job sends through: the Indexed Job's pods when ``jobs.shards`` is configured (they
     present the jobs token), else ``asked`` (or ``jobs.workers``) local worker processes, else none
@@ -235,7 +240,7 @@ async def job_shards(
         if workers <= 1:
             yield None
             return
-        async with local_shards(workers, client.settings.api_key) as pool:
+        async with local_shards(workers, client.settings.api_key, local) as pool:
             yield pool
     except TimeoutError as exc:  # shards that never came: the job fails with who and why
         raise JobFailedError(str(exc)) from None
@@ -284,7 +289,7 @@ def profile_runner(env: JobEnvironment) -> Runner:
         client = env.client_for(target.name)
         await model_of(client)
         await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
-        async with job_shards(None, None, params.workers, env, client) as pool:
+        async with job_shards(None, None, params.workers, env, client, PROFILE_POOL) as pool:
             profile = await profile_prefill(
                 client.send if pool is None else one_at_a_time(pool, client.settings), prompt_builder(target),
                 target.api, params.lengths, params.repeats, _sample_reporter(ctx, len(params.lengths)),
