@@ -22,7 +22,7 @@ from exporter.config.model import (
 )
 from exporter.config.reader import Context, Section, show
 from exporter.config.targets import read_secret
-from exporter.config.values import check_cron, check_listen_address, check_name
+from exporter.config.values import check_cron, check_listen_address, check_name, check_target_url
 
 # Imported as a module, not by name: exporter.jobs.parse reads values with this package's reader, so
 # whichever of the two is imported first finds the other still loading.
@@ -36,7 +36,9 @@ LIMIT_KEYS = (
     "max_prompt_tokens",
 )  # fmt: skip
 SCHEDULE_KEYS = ("name", "kind", "cron", "params")
-SHARDS_KEYS = ("count", "listen", "start_delay", "max_start_lateness", "ready_timeout", "heartbeat_timeout")
+SHARDS_KEYS = (
+    "count", "listen", "target_urls", "start_delay", "max_start_lateness", "ready_timeout", "heartbeat_timeout",
+)  # fmt: skip
 
 
 def check_workers(value: Any) -> int:
@@ -84,7 +86,15 @@ class JobsReader:
             heartbeat_timeout_s=sec.duration("heartbeat_timeout", default.heartbeat_timeout_s),
         )
         listen = sec.read("listen", DEFAULT_SHARDS_LISTEN, check_listen_address)
-        return ShardsConfig(count, listen, pool)
+        return ShardsConfig(count, listen, pool, self.target_urls(sec))
+
+    def target_urls(self, sec: Section) -> tuple[tuple[str, str], ...]:
+        """Target name -> its URL as the shard pods reach it (a sidecar's loopback is not theirs)."""
+        raw = sec.section("target_urls", tuple(self.targets))
+        if raw is None:
+            return ()
+        urls = ((name, raw.read(name, "", check_target_url, resolve=False)) for name in self.targets)
+        return tuple((name, url) for name, url in urls if url)
 
     def limits(self, sec: Section) -> JobLimits:
         default = JobLimits()

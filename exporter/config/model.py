@@ -260,6 +260,10 @@ class ShardsConfig:
     count: int
     listen: str = DEFAULT_SHARDS_LISTEN
     pool: PoolSettings = DEFAULT_SHARD_POOL
+    target_urls: tuple[tuple[str, str], ...] = ()  # target -> URL from the pods (default: the target's)
+
+    def url_for(self, target: str) -> str | None:
+        return dict(self.target_urls).get(target)
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -9,6 +9,7 @@ runners can be driven by the daemon or by a test with a simulator on loopback.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import secrets
@@ -131,11 +132,13 @@ def capacity_runner(env: JobEnvironment) -> Runner:
         client = env.client_for(target.name)
         await model_of(client)
         await env.wait_idle(target.name)
-        async with job_shards(config.jobs.shards, config.jobs.api_token, params.workers, env, client) as pool:
+        remote = config.jobs.shards
+        async with job_shards(remote, config.jobs.api_token, params.workers, env, client) as pool:
             result = await run_capacity_search(
                 params, search_settings(params, env.job_limits()), workload, slo,
                 lambda: env.client_for(target.name), budget=TokenBudget(env.job_limits().max_tokens),
                 on_trial=_reporter(ctx, params), pool=pool,
+                shard_url=remote.url_for(target.name) if remote is not None else None,
             )  # fmt: skip
         if not result.trials:
             raise JobFailedError(result.stopped_by)
@@ -154,10 +157,12 @@ async def run_capacity_search(
     budget: TokenBudget | None = None,
     on_trial: Callable[[TrialReport], None] | None = None,
     pool: ShardPool | None = None,
+    shard_url: str | None = None,
 ) -> CapacityResult:
     """A whole search (the daemon's job and the CLI share it). ``client()`` is asked for the target's
     client at every send: a reload that changes the target's settings swaps it mid-search. With a
-    ``pool`` every trial is sharded over its shards (worker processes or pods)."""
+    ``pool`` every trial is sharded over its shards (worker processes or pods), which reach the target
+    at ``shard_url`` when given (pods of their own cannot use a sidecar's loopback)."""
     salt = secrets.randbits(40)  # fresh prompt texts per search: no prefix cache from an earlier one
 
     def plan(index: int, load: float, may_stop: bool) -> TrialPlan:
@@ -174,7 +179,10 @@ async def run_capacity_search(
 
     async def trial(index: int, load: float, may_stop: bool) -> TrialReport:
         if pool is not None:
-            report = await run_sharded_trial(index, plan(index, load, may_stop), slo, pool, client().settings)
+            settings = client().settings
+            if shard_url is not None:
+                settings = dataclasses.replace(settings, base_url=shard_url)
+            report = await run_sharded_trial(index, plan(index, load, may_stop), slo, pool, settings)
         else:
             report = await run_trial(index, plan(index, load, may_stop), slo, send)
         if budget is not None:

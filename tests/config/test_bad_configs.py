@@ -414,11 +414,18 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "jobs-shards-problems": (
         T + "jobs:\n  shards: {listen: 9469, start_delay: soon, replicas: 4}\n",
         [
-            'jobs.shards: unknown key "replicas"; valid: count, heartbeat_timeout, listen, max_start_lateness, ready_timeout, start_delay',
+            'jobs.shards: unknown key "replicas"; valid: count, heartbeat_timeout, listen, max_start_lateness, ready_timeout, start_delay, target_urls',
             "jobs.shards: needs jobs.api_token: the shards present it to the daemon",
             "jobs.shards.count: missing (required)",
             'jobs.shards.start_delay: bad duration "soon"; use seconds (a number) or a number with a unit: ms, s, m, h, d (e.g. 250ms, 30s, 5m, 1h)',
             "jobs.shards.listen: must be a non-empty string, got 9469",
+        ],
+    ),
+    "jobs-shards-target-urls": (
+        T + "jobs:\n  api_token: {env: KEY}\n  shards: {count: 2, target_urls: {b: 'http://vllm:8000', a: 'http://vllm:8000/v1'}}\n",
+        [
+            'jobs.shards.target_urls: unknown key "b"; valid: a',
+            'jobs.shards.target_urls.a: leave out the trailing /v1 (requests add it), got "http://vllm:8000/v1"',
         ],
     ),
     "job-schedule-duplicate-names": (

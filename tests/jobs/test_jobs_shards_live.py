@@ -132,7 +132,10 @@ async def test_a_capacity_search_sharded_over_an_indexed_jobs_pods(
     tmp_path: Path,
 ) -> None:
     port = free_port()
-    jobs = f"  shards: {{count: 2, listen: '127.0.0.1:{port}', start_delay: 500ms, ready_timeout: 60s}}\n"
+    jobs = (
+        f"  shards: {{count: 2, listen: '127.0.0.1:{port}', start_delay: 500ms, ready_timeout: 60s,\n"
+        f"           target_urls: {{sim: '{sim[0]}'}}}}\n"  # the pods' way to the target
+    )
     with daemon_for(tmp_path, sim[0], jobs) as daemon:
         async with serving(daemon) as url:
             status, record = await call(
