@@ -148,11 +148,9 @@ class SliceSender:
         await self._all_sent(stopper)
 
     async def _all_sent(self, stopper: asyncio.Future[Any]) -> None:
-        running = {t for t in self.tasks.values() if not t.done()}
-        if running:
+        """Until every send made has ended, or the stop."""
+        while not stopper.done() and (running := {t for t in self.tasks.values() if not t.done()}):
             await asyncio.wait({*running, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            if not stopper.done():
-                await self._all_sent(stopper)
 
     async def cancel_rest(self) -> None:
         """Cancel the sends in flight; their partial results (tokens so far) go out as cancelled."""
