@@ -27,6 +27,7 @@ import yaml
 
 from exporter.cli import Command
 from exporter.load.arrivals import ArrivalProcess, offsets_within, parse_arrival_spec
+from exporter.load.cpus import available_cpus
 from exporter.load.distributions import parse_length_spec
 from exporter.load.presets import PRESET_NAMES, preset
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
@@ -533,6 +534,9 @@ def _run(options: dict[str, Any]) -> int:
     workers = options["workers"] or 1
     if workers < 1:
         raise BenchError("--workers must be >= 1")
+    cpus = available_cpus()
+    if workers > cpus and not options["quiet"]:
+        print(f"note: {workers} workers on {cpus} usable CPUs: they will share them", file=sys.stderr)
     with target_url(options) as (url, simulated):
         settings = target_settings(options, url)
         plan = load_plan(options, simulated)
