@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 when the coordinator let the shard go (or it idled out), 1 if never reached, 2 on bad input."""
+    """Exit 0 when the coordinator let the shard go (or it idled out), 1 if never reached, 2 on bad input
+    or when the coordinator refused it (a wrong token, another protocol version)."""
     shard = args.shard if args.shard is not None else os.environ.get(INDEX_ENV)
     if not args.coordinator or shard is None:
         print(

@@ -160,7 +160,8 @@ class ShardPool:
         self.shards, self.token, self.settings, self.alive = shards, token, settings or PoolSettings(), alive
         self.seen: dict[int, float] = {}  # shard -> last poll (monotonic)
         self.registered = asyncio.Event()
-        self._queues: dict[int, asyncio.Queue[ShardTask]] = {k: asyncio.Queue() for k in range(shards)}
+        # None in a queue: the coordinator is done with that shard.
+        self._queues: dict[int, asyncio.Queue[ShardTask | None]] = {k: asyncio.Queue() for k in range(shards)}
         self._runs: dict[str, _Run] = {}
         self._closed = False
         self._runner: web.AppRunner | None = None
@@ -191,7 +192,7 @@ class ShardPool:
         """Tell every shard to exit (410 on its next poll), give them a moment to hear it, stop serving."""
         self._closed = True
         for queue in self._queues.values():
-            queue.put_nowait(_EXIT)
+            queue.put_nowait(None)
         if self._runner is not None:
             await asyncio.sleep(0.2)  # polls waiting now answer 410
             await self._runner.cleanup()
@@ -224,16 +225,16 @@ class ShardPool:
         if len(self.seen) == self.shards:
             self.registered.set()
         wait = min(float(request.query.get("wait", "0") or 0), 60.0)
+        queue = self._queues[shard]
         try:
-            task = await asyncio.wait_for(self._queues[shard].get(), wait) if wait > 0 else None
-        except TimeoutError:
-            task = None
-        if task is None and not self._queues[shard].empty():
-            task = self._queues[shard].get_nowait()
-        if task is _EXIT or (task is None and self._closed):
-            return web.Response(status=410)
+            if queue.empty() and wait > 0 and not self._closed:
+                task = await asyncio.wait_for(queue.get(), wait)
+            else:
+                task = queue.get_nowait()
+        except (TimeoutError, asyncio.QueueEmpty):
+            return web.Response(status=410 if self._closed else 204)
         if task is None:
-            return web.Response(status=204)
+            return web.Response(status=410)
         return web.json_response(task_to_json(task))
 
     def _run_state(self, request: web.Request) -> tuple[_Run, ShardState]:
@@ -450,19 +451,16 @@ class ShardPool:
         """Drop the run's tasks no shard took (a shard that never came)."""
         for shard in run.tasks:
             queue = self._queues[shard]
-            kept = [t for t in _drain(queue) if t is _EXIT or t.run != run.id]
+            kept = [t for t in _drain(queue) if t is None or t.run != run.id]
             for task in kept:
                 queue.put_nowait(task)
 
 
-def _drain(queue: asyncio.Queue[ShardTask]) -> list[ShardTask]:
+def _drain(queue: asyncio.Queue[ShardTask | None]) -> list[ShardTask | None]:
     items = []
     while not queue.empty():
         items.append(queue.get_nowait())
     return items
-
-
-_EXIT: Final = ShardTask(run="", shard=-1, shards=0, settings=None, entries=())  # type: ignore[arg-type]
 
 
 @contextlib.asynccontextmanager

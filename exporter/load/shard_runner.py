@@ -289,10 +289,14 @@ async def serve_shard(
     async with contextlib.AsyncExitStack() as stack:
         http = await stack.enter_async_context(aiohttp.ClientSession(headers=headers))
         coordinator, clients = Coordinator(http, url, shard), Clients(stack)
-        async for task in _tasks(coordinator, api_key, idle_exit_s):
-            if isinstance(task, int):
-                return task
-            await run_one(coordinator, clients, task)
+        try:
+            async for task in _tasks(coordinator, api_key, idle_exit_s):
+                if isinstance(task, int):
+                    return task
+                await run_one(coordinator, clients, task)
+        except ProtocolError as exc:  # a refused token, another version: nothing to retry
+            log.error("shard %d: %s", shard, exc)
+            return 2
     return 0
 
 

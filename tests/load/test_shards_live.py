@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -17,11 +18,13 @@ import pytest
 from exporter.load.shard_local import LocalShards, local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
+from exporter.load.shard_runner import serve_shard
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec
 from exporter.probe.workers import run_plan
 from exporter.sim import SimConfig, SimServer
+from tests.net import free_port
 from tests.probe.helpers import script, settings_for
 
 pytestmark = pytest.mark.slow
@@ -157,3 +160,27 @@ async def test_the_coordinator_needs_the_token(sim: SimServer) -> None:
                 assert resp.status == 204  # no task yet
     finally:
         await pool.close()
+
+
+async def test_a_shard_with_a_wrong_token_gives_up_at_once() -> None:
+    pool = ShardPool(1, "right-token")
+    url = await pool.start()
+    try:
+        began = time.monotonic()
+        assert await serve_shard(url, 0, "wrong-token", None, idle_exit_s=30) == 2
+        assert time.monotonic() - began < 5
+    finally:
+        await pool.close()
+
+
+async def test_a_shard_leaves_when_the_coordinator_is_done() -> None:
+    pool = ShardPool(1, "token")
+    url = await pool.start()
+    shard = asyncio.create_task(serve_shard(url, 0, "token", None, idle_exit_s=30))
+    await pool.wait_registered(10)
+    await pool.close()
+    assert await asyncio.wait_for(shard, 10) == 0
+
+
+async def test_a_shard_that_never_reaches_a_coordinator_exits_1() -> None:
+    assert await serve_shard(f"http://127.0.0.1:{free_port()}", 0, "t", None, idle_exit_s=0.5) == 1
