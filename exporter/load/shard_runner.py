@@ -265,7 +265,11 @@ async def run_one(coordinator: Coordinator, clients: Clients, task: ShardTask) -
         await client.resolve_model()
     gc.collect()
     gc.freeze()  # what exists now lives as long as the process: out of the collector's sight
-    start_at = await coordinator.ready(task)
+    try:
+        start_at = await coordinator.ready(task)
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        log.warning("shard %d: the coordinator did not start run %s: %s", coordinator.shard, task.run, exc)
+        return
     if start_at is None:
         return
     origin = time.perf_counter() + (start_at - time.time())  # the one conversion to this clock
@@ -276,8 +280,10 @@ async def run_one(coordinator: Coordinator, clients: Clients, task: ShardTask) -
     finally:
         flusher.cancel()
         await asyncio.gather(flusher, return_exceptions=True)
-    stats["unreliable"] = sum(1 for r in outbox.results if r[2].get("unreliable"))
-    await coordinator.post_events(task, outbox.take(done=True, stats=stats))
+    try:
+        await coordinator.post_events(task, outbox.take(done=True, stats=stats))
+    except (aiohttp.ClientError, OSError, TimeoutError) as exc:  # the run is over there: it said why
+        log.warning("shard %d: the last events of run %s were lost: %s", coordinator.shard, task.run, exc)
 
 
 async def serve_shard(
