@@ -43,6 +43,7 @@ from aiohttp import web
 
 from exporter.load.shard_protocol import (
     PoolSettings,
+    ProtocolError,
     ShardEntry,
     ShardTask,
     copy_into,
@@ -260,9 +261,12 @@ class ShardPool:
         body = await request.json()
         if run.origin is None:
             return web.json_response({"stop": True})
-        if body.get("late_s") is not None:
-            state.late_s = float(body["late_s"])
-        self._apply_events(run, state, body)
+        try:
+            if body.get("late_s") is not None:
+                state.late_s = float(body["late_s"])
+            self._apply_events(run, state, body)
+        except (ProtocolError, KeyError, TypeError, ValueError) as exc:  # a shard of another version
+            return web.json_response({"error": f"malformed events: {exc}"}, status=400)
         if body.get("done"):
             state.done, state.stats = True, dict(body.get("stats") or {})
             run.check()

@@ -20,9 +20,10 @@ from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
 from exporter.load.shard_runner import serve_shard
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeResult
+from exporter.probe.result import Outcome, ProbeResult, intervals
 from exporter.probe.target import RequestSpec
 from exporter.probe.workers import run_plan
+from exporter.report.summary import DeadlinePolicy, EvaluationSpec, measure, summarize
 from exporter.sim import SimConfig, SimServer
 from tests.net import free_port
 from tests.probe.helpers import script, settings_for
@@ -69,6 +70,20 @@ async def test_the_same_plan_gives_the_same_results_over_one_process_and_two_sha
     assert summary(merged) == summary(alone)
     assert all(r.outcome is Outcome.OK and r.output_tokens == 5 for r in merged)
     assert sorted(s.results for s in report.states) == [8, 8]
+    # Intervals: as many per request (their values are each run's own timings).
+    assert [len(intervals(r)) for r in merged] == [len(intervals(r)) for r in alone] == [5] * 16
+    # The same summary: counts exactly, latencies equivalent.
+    spec = EvaluationSpec(DeadlinePolicy(1.0))
+    one_process = summarize(alone, measure(alone, spec), spec, 1.0)
+    sharded = summarize(merged, measure(merged, spec), spec, 1.0)
+    assert sharded["requests"] == one_process["requests"]
+    assert sharded["fluidity"]["tiers"].keys() == one_process["fluidity"]["tiers"].keys()
+    for tier in one_process["fluidity"]["tiers"]:
+        assert (
+            sharded["fluidity"]["tiers"][tier]["share_at_or_above_target"]
+            == one_process["fluidity"]["tiers"][tier]["share_at_or_above_target"]
+        )
+    assert sharded["latency"]["ttft"]["p50"] == pytest.approx(one_process["latency"]["ttft"]["p50"], abs=0.01)
     assert all(s.late_s is not None and s.late_s < 0.1 for s in report.states)
     # The schedule is the plan's, on this process's clock: every result scheduled at origin + offset
     # (up to the shard's own start lateness and the clocks' conversion, microseconds here).
