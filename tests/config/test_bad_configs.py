@@ -422,7 +422,8 @@ CASES: dict[str, tuple[str, list[str]]] = {
         ],
     ),
     "jobs-shards-target-urls": (
-        T + "jobs:\n  api_token: {env: KEY}\n  shards: {count: 2, target_urls: {b: 'http://vllm:8000', a: 'http://vllm:8000/v1'}}\n",
+        T
+        + "jobs:\n  api_token: {env: KEY}\n  shards: {count: 2, target_urls: {b: 'http://vllm:8000', a: 'http://vllm:8000/v1'}}\n",
         [
             'jobs.shards.target_urls: unknown key "b"; valid: a',
             'jobs.shards.target_urls.a: leave out the trailing /v1 (requests add it), got "http://vllm:8000/v1"',
