@@ -33,6 +33,7 @@ from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
 from exporter.load.runner import LoadRun, build_plan, load_run_from_results, run_load
 from exporter.load.traces import TRACE_FORMATS, load_trace, trace_arrivals, trace_specs, trace_workload
 from exporter.load.workloads import IndependentLengths, Workload
+from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult, intervals
 from exporter.probe.target import APIS, Api, RequestSpec, Secret, TargetSettings, Timeouts
@@ -544,7 +545,7 @@ def _run(options: dict[str, Any]) -> int:
             )
         total = len(plan.specs) if isinstance(plan.specs, list) and plan.duration is None else None
         live = LiveLine(total, spec, not quiet)
-        load = asyncio.run(drive(settings, plan, workers, live))
+        load = event_loop.run(drive(settings, plan, workers, live))
         live.close()
     return report(load, spec, options)
 
