@@ -11,7 +11,10 @@ error of a gap is ``d_i - d_(i-1)`` (what the client's measured gap gets wrong) 
 * ``plain``: a vLLM ``bench serve``-style client, the baseline: one aiohttp session, ``iter_any``, split on
   blank lines, ``json.loads``, one ``perf_counter`` per chunk, asyncio's standard event loop;
 * ``probe``: ``ProbeClient`` on the exporter's event loop (uvloop);
-* ``probe/asyncio``: ``ProbeClient`` on asyncio's standard loop, to show what the loop alone is worth.
+* ``probe/asyncio``: ``ProbeClient`` on asyncio's standard loop, to show what the loop alone is worth;
+* ``floor`` (only with ``--clients``): raw protocols on uvloop that parse nothing, one stamp per read:
+  the least CPU any Python client can spend per chunk on this machine (its error figures are
+  approximate: it takes the reads after the headers as the tokens).
 
 Every load runs each client ``--reps`` times, interleaved (the order rotates: this VM is noisy), and the
 table shows the median of the runs' figures; the ratios against ``plain`` are computed per repetition and
@@ -148,6 +151,50 @@ async def run_probe(url: str, streams: int, requests: int) -> tuple[list[dict[st
         return records, time.process_time() - cpu
 
 
+class _FloorProtocol(asyncio.Protocol):
+    """A connection that parses nothing: one stamp per read, the end found by the final 0-chunk."""
+
+    def __init__(self) -> None:
+        self.transport: Any = None
+        self.stamps: list[float] = []
+        self.done: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.stamps.append(time.perf_counter())
+        if data.endswith(b"0\r\n\r\n") and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+
+async def run_floor(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], float]:
+    """The physical reference: raw protocols on uvloop that parse nothing (one read = one chunk here)."""
+    host, port = url.removeprefix("http://").split(":")
+    loop = asyncio.get_running_loop()
+    records: list[dict[str, Any]] = []
+
+    async def user(index: int) -> None:
+        _, proto = await loop.create_connection(_FloorProtocol, host, int(port))
+        for round_ in range(requests):
+            script = truth(index, round_, streams)
+            body = json.dumps(
+                {"model": "truth", "prompt": "x", "max_tokens": TOKENS, "truth": script}
+            ).encode()
+            proto.stamps, proto.done = [], loop.create_future()
+            head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n\r\n"
+            proto.transport.write(head.encode() + body)
+            await proto.done
+            # The first read carries the headers, the last the closing chunks: the rest is one token each.
+            stamps = proto.stamps[1 : 1 + TOKENS]
+            records.append({"id": script["id"], "sent": 0.0, "stamps": stamps, "flagged": None})
+        proto.transport.close()
+
+    cpu = time.process_time()
+    await asyncio.gather(*(user(i) for i in range(streams)))
+    return records, time.process_time() - cpu
+
+
 def client_main(client: str, url: str, streams: int, requests: int, out: str, cpus: str) -> None:
     """One client run in this process; writes its records and costs to ``out`` as JSON."""
     os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
@@ -155,7 +202,7 @@ def client_main(client: str, url: str, streams: int, requests: int, out: str, cp
 
     from exporter.probe.loop import run as run_on_loop
 
-    run = run_plain if client == "plain" else run_probe
+    run = {"plain": run_plain, "floor": run_floor}.get(client, run_probe)
     loop = "asyncio" if client in ("plain", "probe/asyncio") else "uvloop"
 
     async def main() -> tuple[list[dict[str, Any]], float, float]:
