@@ -29,6 +29,8 @@ Schema (every key is optional unless marked *required*; the values shown are the
         tls: {verify: true, ca_file: null}
         engine_metrics: null           # {url: *required*, kind: auto, interval: 15s, model: null};
                                        # kind: auto, llamacpp, sglang, tgi, vllm
+        gateway_metrics: null          # the gateway in front of the target, the same keys; kind: auto,
+                                       # llm-d-epp (its endpoint picker's /metrics); fluidity_gateway_*
         modules: [...]                 # module names; default: every module (an empty list: none)
         slo: default                   # a name under slos ("default" exists even when not written)
         budget: {max_requests_per_hour: null, max_tokens_per_hour: null,     # null: no limit

@@ -150,7 +150,9 @@ def test_llm_d_epp_gateway_reads_streaming_ttft_and_new_names_first() -> None:
 def test_llm_d_epp_model_filter_and_deprecated_prefix() -> None:
     other = parse_exposition(fixtures.LLM_D_EPP, at=0.0, catalogue=GATEWAY_CATALOGUE, model="mistral")
     assert other.values == {} and other.histograms == {}
-    old = parse_exposition(fixtures.INFERENCE_OBJECTIVE, at=0.0, kind="llm-d-epp", catalogue=GATEWAY_CATALOGUE)
+    old = parse_exposition(
+        fixtures.INFERENCE_OBJECTIVE, at=0.0, kind="llm-d-epp", catalogue=GATEWAY_CATALOGUE
+    )
     assert old.value(Signal.REQUESTS_TOTAL) == 40.0
     assert old.sources[Signal.SERVER_E2E_SECONDS] == "inference_objective_request_duration_seconds"
 
