@@ -15,6 +15,7 @@ Schema (every key is optional unless marked *required*; the values shown are the
       probe_token: null                # {env: NAME} or {file: PATH}: bearer token /probe requires; without
                                        # one, /probe only probes simulated targets
       buckets:                         # histogram bucket overrides (upper bounds; +Inf is added):
+        preset: default                #   default | opentelemetry (GenAI semconv advice; the rest on top)
         ttft: [...]                    #   ttft, tbt, tpot, e2e, normalized_latency (seconds, >= 0) and
         fluidity: [...]                #   fluidity (in [0, 1]); strictly ascending, finite
     targets:                           # *required*, at least one

@@ -28,7 +28,7 @@ from exporter.sim import SimConfig, SimServer
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate
 from exporter.web.routes import build_app
-from tests.engine import fixtures as engine_fixtures
+from tests.integration.gateway import fake_gateway
 from tests.net import free_port
 
 CONFIG = """
@@ -359,39 +359,6 @@ async def test_a_dead_target_is_counted_and_the_daemon_stays_up(tmp_path: Path) 
     assert (
         value(series, "fluidity_exporter_job_errors_total", job_id="probe:sim:fast") == 0
     )  # no bug, a result
-
-
-def _grown(text: str, factor: float) -> str:
-    """An exposition page with every sample value multiplied by ``factor`` (counts growing over time)."""
-    lines = []
-    for line in text.splitlines():
-        head, _, number = line.rpartition(" ")
-        sample = line and not line.startswith("#")
-        lines.append(f"{head} {float(number) * factor:g}" if sample else line)
-    return "\n".join(lines) + "\n"
-
-
-@contextlib.asynccontextmanager
-async def fake_gateway() -> AsyncIterator[str]:
-    """llm-d's endpoint picker as a page that grows by the fixture's amounts on every scrape."""
-    scrapes = 0
-
-    async def metrics(_: web.Request) -> web.Response:
-        nonlocal scrapes
-        scrapes += 1
-        return web.Response(text=_grown(engine_fixtures.LLM_D_EPP, scrapes), content_type="text/plain")
-
-    app = web.Application()
-    app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
 
 
 async def test_the_gateway_view_is_scraped_beside_the_engines(sim: str, tmp_path: Path) -> None:
