@@ -44,8 +44,10 @@ Later renames (issue 17). vLLM 0.9.2 renamed ``gpu_cache_usage_perc`` to ``kv_ca
 the old name in 0.12; ``time_per_output_token_seconds`` was deprecated in 0.11 and removed in 0.13, which
 leaves ``inter_token_latency_seconds`` (per token) and ``request_time_per_output_token_seconds`` (one
 observation per request: ``(e2e - TTFT) / (output tokens - 1)``, read as ``SERVER_TPOT_SECONDS``). SGLang
-behind its router, or through a pipeline that cannot carry ``:`` in names (OpenTelemetry's Prometheus
-translation), exposes the same families as ``sglang_*``; every SGLang name is tried in both spellings.
+behind its router exposes the same families as ``sglang_*`` (issue 17's report; dashboards and clients
+written against such deployments use ``sglang_time_to_first_token_seconds`` and the like, and a pipeline
+that cannot carry ``:`` in names, such as OpenTelemetry's Prometheus translation, gives the same), so
+every SGLang name is tried in both spellings, ``sglang:`` first.
 
 Gateways are tables of their own (``GATEWAYS``), read from a separate scrape, so that a sidecar behind a
 gateway keeps the engine's view and the gateway's apart. The Kubernetes Gateway API inference extension's
