@@ -423,7 +423,12 @@ class Daemon:
             engine = target.engine_metrics
             timeout = min(engine.interval_s, ENGINE_SCRAPE_TIMEOUT_S)
             result = await scrape(
-                self.scrape_session, engine.url, timeout, kind=engine.kind, model=engine.model
+                self.scrape_session,
+                engine.url,
+                timeout,
+                kind=engine.kind,
+                model=engine.model,
+                headers=engine.headers(),
             )
             self.store.add_engine_scrape(target.name, result)
             self.metrics.engine_scraped(target.name, result)
@@ -445,6 +450,7 @@ class Daemon:
                 kind=gateway.kind,
                 model=gateway.model,
                 catalogue=GATEWAY_CATALOGUE,
+                headers=gateway.headers(),
             )
             # Its health is fluidity_gateway_scrape_success; the engine scrape counters stay the engine's.
             self.store.add_gateway_scrape(target.name, result)

@@ -28,7 +28,8 @@ Schema (every key is optional unless marked *required*; the values shown are the
         extra_body: {}                 # merged into every request body (JSON data)
         timeouts: {connect: 10s, ttft: 60s, idle: 30s, total: 10m}   # null: no limit
         tls: {verify: true, ca_file: null}
-        engine_metrics: null           # {url: *required*, kind: auto, interval: 15s, model: null};
+        engine_metrics: null           # {url: *required*, kind: auto, interval: 15s, model: null,
+                                       #  bearer_token: null ({env: NAME} or {file: PATH})};
                                        # kind: auto, llamacpp, sglang, tgi, vllm
         gateway_metrics: null          # the gateway in front of the target, the same keys; kind: auto,
                                        # llm-d-epp (its endpoint picker's /metrics); fluidity_gateway_*

@@ -75,6 +75,12 @@ class EngineMetrics:
     kind: str = "auto"
     interval_s: float = 15.0
     model: str | None = None
+    bearer_token: Secret | None = None  # sent as "Authorization: Bearer ..." with every scrape
+
+    def headers(self) -> dict[str, str]:
+        """The scrape's extra request headers."""
+        token = self.bearer_token
+        return {} if token is None else {"Authorization": f"Bearer {token.reveal()}"}
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ TARGET_KEYS = (
     "engine_metrics", "gateway_metrics", "modules", "slo", "budget", "simulated",
 )  # fmt: skip
 TIMEOUT_KEYS = ("connect", "ttft", "idle", "total")
-ENGINE_KEYS = ("url", "kind", "interval", "model")
+ENGINE_KEYS = ("url", "kind", "interval", "model", "bearer_token")
 BUDGET_KEYS = ("max_requests_per_hour", "max_tokens_per_hour", "backoff_after_failures", "max_backoff")
 LITERAL_SECRET = (
     "a literal key is not accepted (it would sit in the config file, its backups and diffs); "
@@ -168,6 +168,7 @@ class TargetReader:
             kind=sec.choice("kind", "auto", kinds),
             interval_s=sec.duration("interval", 15.0),
             model=sec.opt_string("model"),
+            bearer_token=read_secret(self.ctx, sec, "bearer_token", "the /metrics bearer token"),
         )
 
     def module_refs(self, sec: Section) -> tuple[str, ...]:

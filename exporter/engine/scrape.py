@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -64,17 +64,20 @@ async def scrape(
     clock: Clock = time.monotonic,
     max_body_bytes: int = MAX_BODY_BYTES,
     catalogue: Catalogue = ENGINE_CATALOGUE,
+    headers: Mapping[str, str] | None = None,
 ) -> ScrapeResult:
     """GET ``url`` within ``timeout`` seconds and parse it; never raises for a target failure.
 
     ``catalogue`` is where ``kind`` is looked up: the engines, or the gateways (a second scrape).
+    ``headers`` go with the request (an ``Authorization`` header: llm-d's endpoint picker checks a
+    Kubernetes bearer token on /metrics by default).
     """
     if isinstance(kind, str) and kind != AUTO:
         catalogue.families_for(kind)  # a misspelt kind is our configuration error: raise before any I/O
     started = clock()
     try:
         async with asyncio.timeout(timeout):
-            status, body = await _fetch(session, url, max_body_bytes)
+            status, body = await _fetch(session, url, max_body_bytes, headers or {})
     except TimeoutError:
         return _failed(ScrapeFailure.TIMEOUT, f"no complete answer within {timeout:g} s", started, clock)
     except BodyTooLargeError as exc:
@@ -87,8 +90,10 @@ async def scrape(
     return _parse(body, at, kind, model, started, catalogue)
 
 
-async def _fetch(session: aiohttp.ClientSession, url: str, limit: int) -> tuple[int, bytes]:
-    async with session.get(url, headers={"Accept": ACCEPT}) as response:
+async def _fetch(
+    session: aiohttp.ClientSession, url: str, limit: int, headers: Mapping[str, str]
+) -> tuple[int, bytes]:
+    async with session.get(url, headers={**headers, "Accept": ACCEPT}) as response:
         if response.status != 200:
             return response.status, b""
         return response.status, await _read_capped(response, limit)

@@ -42,7 +42,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     ),
     "unknown-engine-metrics-key": (
         T + "    engine_metrics: {url: http://h:8000/metrics, every: 5s}\n",
-        ['targets[0].engine_metrics: unknown key "every"; valid: interval, kind, model, url'],
+        ['targets[0].engine_metrics: unknown key "every"; valid: bearer_token, interval, kind, model, url'],
     ),
     "unknown-budget-key": (
         T + "    budget: {max_rps: 3}\n",
@@ -293,9 +293,13 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "gateway-metrics-without-url-and-unknown-key": (
         T + "    gateway_metrics: {kind: llm-d-epp, every: 5s}\n",
         [
-            'targets[0].gateway_metrics: unknown key "every"; valid: interval, kind, model, url',
+            'targets[0].gateway_metrics: unknown key "every"; valid: bearer_token, interval, kind, model, url',
             "targets[0].gateway_metrics.url: missing (required)",
         ],
+    ),
+    "gateway-bearer-token-literal": (
+        T + "    gateway_metrics: {url: http://epp:9090/metrics, bearer_token: eyJhbGci}\n",
+        ["targets[0].gateway_metrics.bearer_token: " + LITERAL_SECRET],
     ),
     "unknown-bucket-preset": (
         T + "global:\n  buckets: {preset: otel, tbt: [0.01, 0.1]}\n",
