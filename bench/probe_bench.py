@@ -1,34 +1,43 @@
-"""Accuracy benchmark of the probe client: inter-token gap error against a known schedule.
+"""Accuracy and CPU of the measuring client against ground truth, beside a plain aiohttp client.
 
-The simulator runs in a child process (``fluidity-exporter sim``, pinned to CPU 0 when there are two or
-more CPUs, the clients get the others) and serves scripted streams: every chunk ``GAP_S`` (20 ms) after
-the previous one, one token per chunk, phases spread evenly over one gap. The ground truth is the script
-itself: each measured gap's error is ``measured - GAP_S``. The simulator's own write lateness (read from
-its ``/debug/lateness``) is printed next to it, because it is part of every client's error.
+The server is ``bench/truth_server.py`` on the first CPU: scripted streams of 64 one-token chunks 20 ms
+apart, every chunk's write stamped on CLOCK_MONOTONIC and logged. Each client runs in a process of its
+own on the other CPU(s), in a closed loop (``streams`` users, each sending its next request when the last
+one ended, ``--requests`` each), and stamps every token it reads on the same clock. Per token, the
+client's stamp minus the server's write stamp is that token's delivery lateness ``d``; the inter-token
+error of a gap is ``d_i - d_(i-1)`` (what the client's measured gap gets wrong) and the TTFT error is
+``d_0``. Clients:
 
-Three clients, at 10 (the floor), 100, 500 and 1000 concurrent streams:
+* ``plain``: a vLLM ``bench serve``-style client, the baseline: one aiohttp session, ``iter_any``, split on
+  blank lines, ``json.loads``, one ``perf_counter`` per chunk, asyncio's standard event loop;
+* ``probe``: ``ProbeClient`` on the exporter's event loop (uvloop);
+* ``probe/asyncio``: ``ProbeClient`` on asyncio's standard loop, to show what the loop alone is worth;
+* ``floor`` (only with ``--clients``): raw protocols on uvloop that parse nothing, one stamp per read:
+  the least CPU any Python client can spend per chunk on this machine (its error figures are
+  approximate: it takes the reads after the headers as the tokens).
 
-* ``baseline``: a minimal vLLM ``bench serve``-style client written here: aiohttp, ``iter_any``, split on
-  blank lines, ``json.loads``, one ``perf_counter`` per chunk, one process;
-* ``probe``: ``ProbeClient`` in one process (``run_plan``);
-* ``workers``: ``ProbeClient`` spread over worker processes (``run_plan_in_workers``).
+Every load runs each client ``--reps`` times, interleaved (the order rotates: this VM is noisy), and the
+table shows the median of the runs' figures; the ratios against ``plain`` are computed per repetition and
+their median printed. Client CPU is the client process's CPU time (user + system) from the first request
+to the last result over the chunks it read; process start-up (interpreter, imports, event loop) is
+excluded and shown apart. ``flagged`` is the share of requests the client's saturation detector marked
+unreliable; its precision is judged against the truth: a request is *really off* when one of its gaps
+is wrong by more than ``OFF_MS`` (5 ms).
 
-At 10 and 100 streams each client runs three times, interleaved, and every figure is the median over
-the runs (this VM's noise otherwise decides the p99); 500 and 1000 run once. Per run: median measured gap, p50 and p99 of ``|error|``, the share of gaps read as < 1 ms (chunks read
-together), the share of requests our saturation detection flagged unreliable, client CPU per chunk
-(``time.process_time`` of the client process, or the sum over the workers) and chunks per CPU-second (=
-chunks/s one core parses). Usage: ``python bench/probe_bench.py [--quick] [--tokens N] [--workers N]``;
-the default run takes about 2 minutes.
+Usage: ``python bench/probe_bench.py [--quick] [--loads 100,300] [--reps 3] [--requests 3]``. The default
+run takes about 3 minutes; ``--quick`` about one.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,102 +45,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
-from exporter.probe import ProbeClient, ProbeResult, RequestSpec, TargetSettings, Timeouts, intervals
-from exporter.probe.workers import WorkerStats, run_plan, run_plan_in_workers
-from exporter.sim.process import SimProcess
-
-MODEL = "sim-bench"
-CONFIG = f"preset: tiny\nmodel: {MODEL}\nrecord_lateness: true\nmax_waiting: 8192\n"
+HERE = Path(__file__).resolve().parent
+TOKENS = 64
 GAP_S = 0.020
-# Streams start after every connection is up, so the connection burst does not overlap the measurement.
-FIRST_TOKEN_S = 1.0
-LOADS = (10, 100, 500, 1000)
-CLIENTS = ("baseline", "probe", "workers")
-CLIENT_ORDER = {name: index for index, name in enumerate(CLIENTS)}
-P50_GOAL_S = 0.0001
-FLOOR_FACTOR_GOAL = 1.5
+FIRST_TTFT_S = 1.0  # the first request of every user: all connections are up before tokens flow
+TTFT_S = 0.05
+OFF_MS = 5.0
+COALESCED_S = 0.001
+CLIENTS = ("plain", "probe", "probe/asyncio")
+LOADS = (100, 300)
 
 
-@dataclass
-class Run:
-    """One client at one load: every measured gap, and what the run cost."""
-
-    client: str
-    streams: int
-    gaps: list[float] = field(default_factory=list)
-    chunks: int = 0
-    cpu_s: float = 0.0
-    failed: int = 0
-    flagged: int | None = None  # requests marked unreliable (None: the client cannot tell)
-    multi_reads: int | None = None
-    lag_share: float | None = None  # mean over requests of the share of loop-lag samples over the limit
-    server: dict[str, float] = field(default_factory=dict)
-
-    def errors(self) -> list[float]:
-        return sorted(abs(g - GAP_S) for g in self.gaps)
+# -- inside a client process -------------------------------------------------------------------------
 
 
-# -- the server ------------------------------------------------------------------------------------
+def truth(user: int, round_: int, streams: int) -> dict[str, Any]:
+    """The script of one request: users' phases spread evenly over one gap."""
+    ttft = (FIRST_TTFT_S if round_ == 0 else TTFT_S) + GAP_S * user / streams
+    return {"id": f"{user}-{round_}", "ttft": ttft, "gap": GAP_S}
 
 
-def start_server(workdir: Path) -> SimProcess:
-    """The simulator on the first CPU; this process (and the workers it spawns) on the others."""
-    config = workdir / "sim.yaml"
-    config.write_text(CONFIG)
-    cpus = sorted(os.sched_getaffinity(0))
-    server = SimProcess(["--config", str(config)], cpus={cpus[0]} if len(cpus) > 1 else None).__enter__()
-    if len(cpus) > 1:
-        os.sched_setaffinity(0, set(cpus[1:]))  # spawned workers inherit this
-    return server
-
-
-async def server_lateness(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
-    async with session.get(url + "/debug/lateness") as resp:
-        return dict(await resp.json())
-
-
-# -- the workload ----------------------------------------------------------------------------------
-
-
-def sim_script(index: int, streams: int) -> dict[str, Any]:
-    return {"script": {"ttft": FIRST_TOKEN_S + GAP_S * index / streams, "gaps": GAP_S}}
-
-
-def plan(streams: int, tokens: int) -> list[tuple[float, RequestSpec]]:
-    return [
-        (0.0, RequestSpec(prompt="x", max_tokens=tokens, extra_body=(("sim", sim_script(i, streams)),)))
-        for i in range(streams)
-    ]
-
-
-def settings(url: str) -> TargetSettings:
-    # The same plain stream the baseline asks for: no token ids, no per-chunk usage.
-    return TargetSettings(
-        base_url=url,
-        api="completions",
-        model=MODEL,
-        ignore_eos=False,
-        send_min_tokens=False,
-        request_token_ids=False,
-        request_continuous_usage=False,
-        timeouts=Timeouts(connect=10.0, ttft=30.0, idle=10.0, total=120.0),
-    )
-
-
-# -- the baseline: how vLLM's `bench serve` reads a stream -------------------------------------------
-
-
-async def baseline_request(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> list[float]:
-    """vLLM ``bench serve``-style: perf_counter per parsed chunk, inter-token latencies as their gaps."""
-    itl: list[float] = []
-    most_recent = time.perf_counter()
-    first = True
+async def plain_request(session: Any, url: str, body: dict[str, Any]) -> tuple[float, list[float]]:
+    """vLLM ``bench serve``-style: ``perf_counter`` per parsed content chunk."""
+    stamps: list[float] = []
     buffer = ""
+    sent = time.perf_counter()
     async with session.post(url + "/v1/completions", json=body) as response:
         if response.status != 200:
-            raise RuntimeError(f"baseline: HTTP {response.status}")
+            raise RuntimeError(f"plain: HTTP {response.status}")
         async for chunk_bytes in response.content.iter_any():
             buffer += chunk_bytes.decode("utf-8")
             *messages, buffer = buffer.split("\n\n")
@@ -141,238 +82,338 @@ async def baseline_request(session: aiohttp.ClientSession, url: str, body: dict[
                     continue
                 choices = json.loads(data).get("choices")
                 if choices and choices[0].get("text"):
-                    timestamp = time.perf_counter()
-                    if not first:
-                        itl.append(timestamp - most_recent)
-                    first = False
-                    most_recent = timestamp
-    return itl
+                    stamps.append(time.perf_counter())
+    return sent, stamps
 
 
-async def run_baseline(url: str, streams: int, tokens: int) -> Run:
-    run = Run("baseline", streams)
+async def run_plain(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], float]:
+    import aiohttp
+
+    records: list[dict[str, Any]] = []
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=300)
     ) as session:
-        bodies = [
-            {
-                "model": MODEL,
-                "prompt": "x",
-                "max_tokens": tokens,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-                "sim": sim_script(i, streams),
-            }
-            for i in range(streams)
-        ]
+
+        async def user(index: int) -> None:
+            for round_ in range(requests):
+                script = truth(index, round_, streams)
+                body = {
+                    "model": "truth",
+                    "prompt": "x",
+                    "max_tokens": TOKENS,
+                    "stream": True,
+                    "truth": script,
+                }
+                sent, stamps = await plain_request(session, url, body)
+                records.append({"id": script["id"], "sent": sent, "stamps": stamps, "flagged": None})
+
         cpu = time.process_time()
-        outcomes = await asyncio.gather(
-            *(baseline_request(session, url, b) for b in bodies), return_exceptions=True
-        )
-        run.cpu_s = time.process_time() - cpu
-    for itl in outcomes:
-        if isinstance(itl, BaseException):
-            run.failed += 1
+        await asyncio.gather(*(user(i) for i in range(streams)))
+        return records, time.process_time() - cpu
+
+
+async def run_probe(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], float]:
+    from exporter.probe import ProbeClient, RequestSpec, TargetSettings, Timeouts
+
+    settings = TargetSettings(
+        base_url=url,
+        api="completions",
+        model="truth",
+        ignore_eos=False,
+        send_min_tokens=False,
+        request_token_ids=False,
+        request_continuous_usage=False,
+        timeouts=Timeouts(connect=10.0, ttft=30.0, idle=10.0, total=120.0),
+    )
+    records: list[dict[str, Any]] = []
+    async with ProbeClient(settings) as client:
+
+        async def user(index: int) -> None:
+            for round_ in range(requests):
+                script = truth(index, round_, streams)
+                spec = RequestSpec(prompt="x", max_tokens=TOKENS, extra_body=(("truth", script),))
+                result = await client.send(spec)
+                stamps = [
+                    t for t, n in zip(result.token_times, result.token_counts, strict=True) for _ in range(n)
+                ]
+                records.append(
+                    {
+                        "id": script["id"],
+                        "sent": result.sent_at,
+                        "stamps": stamps,
+                        "flagged": result.unreliable,
+                    }
+                )
+
+        cpu = time.process_time()
+        await asyncio.gather(*(user(i) for i in range(streams)))
+        return records, time.process_time() - cpu
+
+
+class _FloorProtocol(asyncio.Protocol):
+    """A connection that parses nothing: one stamp per read, the end found by the final 0-chunk."""
+
+    def __init__(self) -> None:
+        self.transport: Any = None
+        self.stamps: list[float] = []
+        self.done: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.stamps.append(time.perf_counter())
+        if data.endswith(b"0\r\n\r\n") and self.done is not None and not self.done.done():
+            self.done.set_result(None)
+
+
+async def run_floor(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], float]:
+    """The physical reference: raw protocols on uvloop that parse nothing (one read = one chunk here)."""
+    host, port = url.removeprefix("http://").split(":")
+    loop = asyncio.get_running_loop()
+    records: list[dict[str, Any]] = []
+
+    async def user(index: int) -> None:
+        _, proto = await loop.create_connection(_FloorProtocol, host, int(port))
+        for round_ in range(requests):
+            script = truth(index, round_, streams)
+            body = json.dumps(
+                {"model": "truth", "prompt": "x", "max_tokens": TOKENS, "truth": script}
+            ).encode()
+            proto.stamps, proto.done = [], loop.create_future()
+            head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n\r\n"
+            proto.transport.write(head.encode() + body)
+            await proto.done
+            # The first read carries the headers, the last the closing chunks: the rest is one token each.
+            stamps = proto.stamps[1 : 1 + TOKENS]
+            records.append({"id": script["id"], "sent": 0.0, "stamps": stamps, "flagged": None})
+        proto.transport.close()
+
+    cpu = time.process_time()
+    await asyncio.gather(*(user(i) for i in range(streams)))
+    return records, time.process_time() - cpu
+
+
+def client_main(client: str, url: str, streams: int, requests: int, out: str, cpus: str) -> None:
+    """One client run in this process; writes its records and costs to ``out`` as JSON."""
+    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    import gc
+
+    from exporter.probe.loop import run as run_on_loop
+
+    run = {"plain": run_plain, "floor": run_floor}.get(client, run_probe)
+    loop = "asyncio" if client in ("plain", "probe/asyncio") else "uvloop"
+
+    async def main() -> tuple[list[dict[str, Any]], float, float]:
+        ready = time.perf_counter()  # CLOCK_MONOTONIC: the parent's launch stamp is on the same clock
+        gc.freeze()  # what start-up allocated stays out of the collector's way
+        records, cpu = await run(url, streams, requests)
+        return records, cpu, ready
+
+    records, cpu, ready = run_on_loop(main(), loop=loop)
+    Path(out).write_text(json.dumps({"records": records, "cpu_s": cpu, "ready_at": ready}))
+
+
+# -- in the parent -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One client at one load: its figures against the truth."""
+
+    client: str
+    streams: int
+    itl_errors: list[float] = field(default_factory=list)  # seconds, signed
+    ttft_errors: list[float] = field(default_factory=list)
+    chunks: int = 0
+    coalesced: int = 0
+    gaps: int = 0
+    cpu_s: float = 0.0
+    startup_s: float = 0.0
+    mismatched: int = 0  # requests whose token count differs from the server's
+    flagged: list[bool] = field(default_factory=list)
+    off: list[bool] = field(default_factory=list)
+
+    def figures(self) -> dict[str, float]:
+        abs_itl = sorted(abs(e) for e in self.itl_errors)
+        itl = sorted(self.itl_errors)
+        ttft = sorted(abs(e) for e in self.ttft_errors)
+        flagged = [f for f in self.flagged if f is not None]
+        return {
+            "itl_p50": pct(itl, 50) * 1e3,
+            "itl_abs_p99": pct(abs_itl, 99) * 1e3,
+            "itl_abs_p999": pct(abs_itl, 99.9) * 1e3,
+            "ttft_p99": pct(ttft, 99) * 1e3,
+            "coalesced": self.coalesced / max(self.gaps, 1),
+            "us_per_chunk": self.cpu_s / max(self.chunks, 1) * 1e6,
+            "chunks_per_cpu_s": self.chunks / self.cpu_s if self.cpu_s > 0 else math.nan,
+            "flagged": sum(flagged) / len(flagged) if flagged else math.nan,
+            "startup_s": self.startup_s,
+            "mismatched": float(self.mismatched),
+        }
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
+    return values[min(len(values) - 1, int(q / 100 * len(values)))]
+
+
+def judge(
+    client: str, streams: int, data: dict[str, Any], log: dict[str, list[float]], launched: float
+) -> Run:
+    run = Run(client, streams, cpu_s=data["cpu_s"], startup_s=data["ready_at"] - launched)
+    for record in data["records"]:
+        written, stamps = log.get(record["id"], []), record["stamps"]
+        if len(written) != len(stamps) or not stamps:
+            run.mismatched += 1
             continue
-        run.gaps.extend(itl)
-        run.chunks += len(itl) + 1
+        lateness = [c - s for c, s in zip(stamps, written, strict=True)]
+        errors = [b - a for a, b in itertools.pairwise(lateness)]
+        run.ttft_errors.append(lateness[0])
+        run.itl_errors.extend(errors)
+        run.chunks += len(stamps)
+        run.gaps += len(errors)
+        measured = [b - a for a, b in itertools.pairwise(stamps)]
+        true = [b - a for a, b in itertools.pairwise(written)]
+        run.coalesced += sum(m < COALESCED_S <= t / 10 for m, t in zip(measured, true, strict=True))
+        run.flagged.append(record["flagged"])
+        run.off.append(max((abs(e) for e in errors), default=0.0) * 1e3 > OFF_MS)
     return run
 
 
-# -- our client --------------------------------------------------------------------------------------
+def start_server(cpu: int | None) -> tuple[subprocess.Popen[str], str]:
+    command = [sys.executable, str(HERE / "truth_server.py")]
+    if cpu is not None:
+        command += ["--cpu", str(cpu)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("PORT "):
+        proc.kill()
+        raise RuntimeError(f"the truth server did not start: {line!r}")
+    return proc, f"http://127.0.0.1:{line.split()[1]}"
 
 
-def collect(run: Run, results: list[ProbeResult]) -> Run:
-    run.flagged = sum(r.unreliable for r in results)
-    run.multi_reads = sum(r.multi_event_reads for r in results)
-    run.lag_share = statistics.fmean(r.loop_lag_share for r in results)
-    for result in results:
-        if not result.ok:
-            run.failed += 1
-        run.gaps.extend(intervals(result)[1:])
-        run.chunks += len(result.token_times)
-    return run
+def fetch_log(url: str) -> dict[str, list[float]]:
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/log", timeout=30) as response:
+        return dict(json.loads(response.read()))
 
 
-async def run_probe(url: str, streams: int, tokens: int) -> Run:
-    async with ProbeClient(settings(url)) as client:
-        cpu = time.process_time()
-        results = await run_plan(client, plan(streams, tokens))
-        cpu = time.process_time() - cpu
-    run = collect(Run("probe", streams), results)
-    run.cpu_s = cpu
-    return run
-
-
-async def run_workers(url: str, streams: int, tokens: int, workers: int) -> Run:
-    stats: list[WorkerStats] = []
-    results = await asyncio.to_thread(
-        run_plan_in_workers, settings(url), plan(streams, tokens), workers, stats=stats
-    )
-    run = collect(Run(f"workers x{workers}", streams), results)
-    run.cpu_s = sum(s.cpu_s for s in stats)  # from the common start: worker start-up excluded
-    return run
-
-
-async def measure(url: str, client: str, streams: int, tokens: int, workers: int) -> Run:
-    async with aiohttp.ClientSession() as session:
-        await server_lateness(session, url)  # reset the server's record
-        if client == "baseline":
-            run = await run_baseline(url, streams, tokens)
-        elif client == "probe":
-            run = await run_probe(url, streams, tokens)
-        else:
-            run = await run_workers(url, streams, tokens, workers)
-        run.server = await server_lateness(session, url)
-    return run
-
-
-# -- the report --------------------------------------------------------------------------------------
-
-
-def pct(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return float("nan")
-    return sorted_values[min(len(sorted_values) - 1, int(q / 100 * len(sorted_values)))]
-
-
-@dataclass(frozen=True)
-class Figures:
-    """The printed figures of one run (or the medians over repeated runs)."""
-
-    median_gap: float
-    p50: float
-    p99: float
-    below_1ms: float
-    lag_share: float
-    flagged: float  # NaN: the client cannot tell
-    cpu_us: float
-    per_core: float
-    failed: float
-    server_p50: float
-    server_p99: float
-
-    @classmethod
-    def of(cls, run: Run) -> Figures:
-        errors = run.errors()
-        return cls(
-            median_gap=statistics.median(run.gaps) if run.gaps else float("nan"),
-            p50=pct(errors, 50),
-            p99=pct(errors, 99),
-            below_1ms=sum(g < 0.001 for g in run.gaps) / max(len(run.gaps), 1),
-            lag_share=float("nan") if run.lag_share is None else run.lag_share,
-            flagged=float("nan") if run.flagged is None else run.flagged / run.streams,
-            cpu_us=run.cpu_s / max(run.chunks, 1) * 1e6,
-            per_core=run.chunks / run.cpu_s if run.cpu_s > 0 else float("nan"),
-            failed=run.failed,
-            server_p50=run.server.get("p50", float("nan")),
-            server_p99=run.server.get("p99", float("nan")),
-        )
-
-    @classmethod
-    def median(cls, runs: list[Figures]) -> Figures:
-        names = cls.__dataclass_fields__
-        return cls(**{n: statistics.median(getattr(r, n) for r in runs) for n in names})
-
-
-def _share(value: float, digits: int) -> str:
-    return "   n/a" if math.isnan(value) else f"{value:6.{digits}%}"
-
-
-def row(streams: int, client: str, reps: int, f: Figures) -> str:
-    return (
-        f"{streams:6d}  {client:12s} {reps:3d}  {f.median_gap * 1e3:8.3f} {f.p50 * 1e3:8.3f} "
-        f"{f.p99 * 1e3:8.3f} {f.below_1ms:7.1%} {_share(f.lag_share, 1)} {_share(f.flagged, 0)} "
-        f"{f.cpu_us:7.1f} {f.per_core:9,.0f} {f.failed:5.0f}   {f.server_p50 * 1e3:5.2f}/{f.server_p99 * 1e3:6.2f}"
-    )
+def measure(client: str, url: str, streams: int, requests: int, client_cpus: str) -> Run:
+    fetch_log(url)  # clear
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        command = [sys.executable, __file__, "--client-run", client, "--url", url, "--streams", str(streams)]
+        command += ["--requests", str(requests), "--out", out.name, "--cpus", client_cpus]
+        launched = time.perf_counter()
+        subprocess.run(command, check=True, timeout=600)
+        data = json.loads(Path(out.name).read_text())
+    return judge(client, streams, data, fetch_log(url), launched)
 
 
 HEADER = (
-    "streams  client       reps  med ITL   p50|e|   p99|e|   <1 ms lag>3ms flagged  us/chk chunks/cpu-s"
-    "  fail   server late\n"
-    "                              (ms)     (ms)     (ms)                                                "
-    "     p50/p99 ms"
+    "streams  client          ITL err p50   |ITL err| p99 / p99.9   |TTFT err| p99   coalesced"
+    "   us/chunk  chunks/cpu-s  flagged  start-up\n"
+    "                                 (ms)          (ms)                   (ms)                "
+    "                                         (s)"
 )
 
 
-def verdicts(table: dict[tuple[str, int], Figures], loads: tuple[int, ...]) -> list[str]:
-    lines = []
-    clients = list(dict.fromkeys(c for c, _ in table))
-    for client in clients:
-        floor = table[client, loads[0]].p99
-        for streams in loads:
-            f = table[client, streams]
-            notes = [
-                f"p50 {'<=' if f.p50 <= P50_GOAL_S else '>'} 0.1 ms",
-                f"p99 = {f.p99 / floor:.2f}x floor",
-            ]
-            if not math.isnan(f.flagged):
-                notes.append(f"{f.flagged:.0%} of requests flagged unreliable")
-            if f.server_p50 > 0.001:
-                notes.append("the simulator itself missed its schedule (server lateness p50 > 1 ms)")
-            lines.append(f"  {client:12s} {streams:5d}: " + "; ".join(notes))
-    baseline, probe = clients[0], clients[1]
-    for streams in loads:
-        b, p = table[baseline, streams], table[probe, streams]
-        ahead = [name for name in ("p50", "p99", "cpu_us") if getattr(p, name) < getattr(b, name)]
-        lines.append(f"  probe vs baseline at {streams:4d} streams: ahead on {', '.join(ahead) or 'nothing'}")
-    return lines
-
-
-async def main_async(url: str, loads: tuple[int, ...], tokens: int, workers: int, reps: int) -> None:
-    table: dict[tuple[str, int], Figures] = {}
-    await measure(url, "probe", 10, 5, workers)  # warm-up: imports, first connections
-    print(HEADER)
-    for streams in loads:
-        # Repeated and interleaved (the order rotates) at the light loads, where this VM's noise
-        # decides the p99; the heavy loads run once.
-        count = reps if streams <= 100 else 1
-        runs: dict[str, list[Figures]] = {}
-        for rep in range(count):
-            order = CLIENTS[rep % len(CLIENTS) :] + CLIENTS[: rep % len(CLIENTS)]
-            for client in order:
-                run = await measure(url, client, streams, tokens, workers)
-                runs.setdefault(run.client, []).append(Figures.of(run))
-        for client, figures in sorted(runs.items(), key=lambda kv: CLIENT_ORDER[kv[0].split()[0]]):
-            table[client, streams] = Figures.median(figures)
-            print(row(streams, client, len(figures), table[client, streams]), flush=True)
-    print(
-        "\ngoals (p50 |error| <= 0.1 ms; p99 at 100 streams <= 1.5x the 10-stream floor; beyond: or flagged)"
+def row(streams: int, client: str, f: dict[str, float]) -> str:
+    flagged = "   n/a" if math.isnan(f["flagged"]) else f"{f['flagged']:6.1%}"
+    return (
+        f"{streams:6d}  {client:14s} {f['itl_p50']:8.3f}      {f['itl_abs_p99']:8.3f} / {f['itl_abs_p999']:8.3f}"
+        f"       {f['ttft_p99']:8.3f}     {f['coalesced']:7.2%}   {f['us_per_chunk']:7.1f}   "
+        f"{f['chunks_per_cpu_s']:10,.0f}   {flagged}   {f['startup_s']:6.2f}"
     )
-    print("\n".join(verdicts(table, loads)))
+
+
+def detector(runs: list[Run]) -> str:
+    pairs = [(f, o) for r in runs for f, o in zip(r.flagged, r.off, strict=True) if f is not None]
+    tp = sum(f and o for f, o in pairs)
+    fp = sum(f and not o for f, o in pairs)
+    fn = sum(o and not f for f, o in pairs)
+    tn = len(pairs) - tp - fp - fn
+    precision = tp / (tp + fp) if tp + fp else math.nan
+    recall = tp / (tp + fn) if tp + fn else math.nan
+    return (
+        f"flagged & really off {tp}, flagged & fine {fp}, unflagged & off {fn}, unflagged & fine {tn}; "
+        f"precision {precision:.0%}, recall {recall:.0%} (off: a gap wrong by > {OFF_MS:g} ms)"
+    )
+
+
+def compare(reps: list[dict[str, Run]], client: str) -> str:
+    def ratio(name: str) -> float:
+        values = []
+        for rep in reps:
+            base, ours = rep["plain"].figures()[name], rep[client].figures()[name]
+            if base > 0 and not math.isnan(ours):
+                values.append(ours / base)
+        return statistics.median(values) if values else math.nan
+
+    return (
+        f"  {client:14s} / plain: CPU per chunk {ratio('us_per_chunk'):.2f}x (goal <= 0.33x), "
+        f"|ITL err| p99 {ratio('itl_abs_p99'):.2f}x, p99.9 {ratio('itl_abs_p999'):.2f}x, "
+        f"|TTFT err| p99 {ratio('ttft_p99'):.2f}x (goals <= 1.00x)"
+    )
+
+
+def median_figures(runs: list[Run]) -> dict[str, float]:
+    figures = [r.figures() for r in runs]
+    return {k: statistics.median(f[k] for f in figures) for k in figures[0]}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer tokens and loads 10, 100, 500")
-    parser.add_argument("--tokens", type=int, help="tokens per stream (default 100; quick 40)")
-    parser.add_argument("--workers", type=int, help="worker processes for the workers client")
-    parser.add_argument("--reps", type=int, help="repetitions at 10 and 100 streams (default 3; quick 1)")
+    parser.add_argument("--quick", action="store_true", help="one repetition, 2 requests per user")
+    parser.add_argument("--loads", default=None, help="concurrent streams, comma-separated (default 100,300)")
+    parser.add_argument("--reps", type=int, help="repetitions per load (default 3; quick 1)")
+    parser.add_argument("--requests", type=int, help="requests per user (default 3; quick 2)")
+    parser.add_argument("--clients", default=",".join(CLIENTS), help="which clients, comma-separated")
+    parser.add_argument("--client-run", help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--streams", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--cpus", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.client_run:
+        client_main(args.client_run, args.url, args.streams, args.requests, args.out, args.cpus)
+        return 0
     reps = args.reps or (1 if args.quick else 3)
-    tokens = args.tokens or (40 if args.quick else 100)
-    loads = LOADS[:3] if args.quick else LOADS
-    with tempfile.TemporaryDirectory() as tmp:
-        server = start_server(Path(tmp))
-        proc, url = server.process, server.url
-        cpus = len(os.sched_getaffinity(0))
-        workers = args.workers or max(2, min(8, cpus))
-        try:
-            load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-            print(
-                f"simulator pid {proc.pid} at {url} on its own CPU; clients on {cpus} CPU(s); "
-                f"{tokens} tokens per stream, {GAP_S * 1e3:.0f} ms scripted gaps; {workers} workers; "
-                f"load average before: {load}"
-            )
-            if workers > cpus:
-                print(
-                    f"note: {workers} workers share {cpus} client CPU(s): no spare core for them on this "
-                    "machine, so the workers client can only show its overhead here, not its gain"
-                )
-            asyncio.run(main_async(url, loads, tokens, workers, reps))
-        finally:
-            server.__exit__(None, None, None)
+    requests = args.requests or (2 if args.quick else 3)
+    loads = tuple(int(x) for x in args.loads.split(",")) if args.loads else LOADS
+    clients = tuple(args.clients.split(","))
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpu = cpus[0] if len(cpus) > 1 else None
+    client_cpus = ",".join(str(c) for c in (cpus[1:] if len(cpus) > 1 else cpus))
+    server, url = start_server(server_cpu)
+    try:
+        print(
+            f"truth server at {url} on CPU {server_cpu}; clients on CPU(s) {client_cpus}; {TOKENS} tokens per "
+            f"request, {GAP_S * 1e3:.0f} ms gaps, closed loop, {requests} requests per user, {reps} rep(s); "
+            f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+        )
+        print(HEADER)
+        for streams in loads:
+            per_rep: list[dict[str, Run]] = []
+            for rep in range(reps):
+                order = clients[rep % len(clients) :] + clients[: rep % len(clients)]
+                per_rep.append({c: measure(c, url, streams, requests, client_cpus) for c in order})
+            for client in clients:
+                print(row(streams, client, median_figures([r[client] for r in per_rep])), flush=True)
+            if "plain" in clients:
+                for client in clients[1:]:
+                    print(compare(per_rep, client))
+            for client in clients:
+                if client != "plain":
+                    print(f"  detector ({client}): {detector([r[client] for r in per_rep])}")
+            print()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
     return 0
 
 

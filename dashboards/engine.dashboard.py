@@ -1,9 +1,11 @@
 """Engine: the engine's own signals (re-exported as ``fluidity_engine_*``) on the same time axis as the
 fluidity users feel, so that a dip in fluidity can be read against queueing, batch size, KV-cache
-pressure, preemptions and prefill load at that moment.
+pressure, preemptions and prefill load at that moment; and, for a target behind a gateway (llm-d's
+endpoint picker, ``fluidity_gateway_*``), the gateway's view of TTFT and TPOT between the probes' and the
+engine's, so the time each hop adds can be read off one panel.
 
-Engine families carry only a ``target`` label (one engine per target); the fluidity panels are also
-narrowed by ``module``.
+Engine and gateway families carry only a ``target`` label (one engine and one gateway per target); the
+fluidity panels are also narrowed by ``module``.
 """
 
 from __future__ import annotations
@@ -178,6 +180,83 @@ tbt_p99 = timeseries(
         ),
     ],
 )
+
+
+def window_percentile(spec: MetricSpec, percentile: str) -> str:
+    """One percentile of a window gauge of the engine or the gateway."""
+    return f'{spec.name}{{target=~"$target",window="$window",percentile="{percentile}"}}'
+
+
+three_ttft = timeseries(
+    "TTFT p50: probes, gateway, engine",
+    "Median time to first token at each hop: as the probes receive it (client), as the gateway sees "
+    "it (request received to first response byte, streaming requests) and as the engine stamps it. "
+    "Each gap is time spent in between: probes minus gateway is the network to the gateway, gateway "
+    "minus engine the routing and the hop to the pod. Good: the three close together.",
+    SECONDS,
+    [
+        Query(quantile(0.5, names.PROBE_TTFT, ["target"]), "{{target}} probes"),
+        Query(window_percentile(names.GATEWAY_WINDOW_TTFT, "50"), "{{target}} gateway"),
+        Query(window_percentile(names.ENGINE_WINDOW_TTFT, "50"), "{{target}} engine"),
+    ],
+)
+three_tpot = timeseries(
+    "TPOT p50: probes, gateway, engine",
+    "Median time per output token, (E2E - TTFT) / (tokens - 1) per request, at each hop (OpenTelemetry's "
+    "gen_ai.server.time_per_output_token on the engine and the gateway). The probes are a small part of "
+    "the gateway's and the engine's traffic, so the three agree only when the probes are typical. Good: "
+    "the three close together and below the decode deadline.",
+    SECONDS,
+    [
+        Query(quantile(0.5, names.PROBE_TPOT, ["target"]), "{{target}} probes"),
+        Query(window_percentile(names.GATEWAY_WINDOW_TPOT, "50"), "{{target}} gateway"),
+        Query(window_percentile(names.ENGINE_WINDOW_TPOT, "50"), "{{target}} engine"),
+    ],
+)
+gateway_traffic = timeseries(
+    "Gateway requests, errors and SLO violations",
+    "Requests the gateway routed, answered with an error, and flagged as breaking its own latency SLO "
+    "(TTFT or TPOT, llm-d's predicted-latency plugin), per second, every client included. Good: errors "
+    "and violations at 0.",
+    REQUESTS_PER_SECOND,
+    [
+        Query(rate(names.GATEWAY_REQUESTS, ENGINE), "{{target}} requests"),
+        Query(rate(names.GATEWAY_REQUEST_ERRORS, ENGINE), "{{target}} errors"),
+        Query(rate(names.GATEWAY_SLO_VIOLATIONS, ENGINE), "{{target}} SLO violations"),
+    ],
+)
+gateway_running = timeseries(
+    "Gateway requests in flight",
+    "Requests the gateway has in flight for the model, across every pod behind it. Good: steady; read "
+    "it with the engine's running requests to see how the load is spread.",
+    COUNT,
+    [Query(gauge(names.GATEWAY_RUNNING), "{{target}}")],
+)
+gateway_up = stat(
+    "Gateway /metrics scrape",
+    "Whether the latest scrape of the gateway's /metrics succeeded (targets with gateway_metrics). Good: "
+    "up; empty for a target without a gateway.",
+    STATE,
+    [Query(gauge(names.GATEWAY_SCRAPE_SUCCESS), "{{target}}")],
+    thresholds=steps("red", (1, "green")),
+    mappings=value_text({1: ("up", "green"), 0: ("down", "red")}),
+    sparkline=False,
+)
+gateway_kind = stat(
+    "Gateway recognised",
+    "Whose metric names the exporter recognised in the gateway's /metrics (gateway_metrics.kind, or "
+    "detected when it is auto): llm-d-epp. Good: the gateway you deployed.",
+    "none",
+    [Query(gauge(names.GATEWAY_INFO), "{{target}}: {{gateway}}")],
+    sparkline=False,
+)
+gateway_scrape_duration = timeseries(
+    "Gateway scrape duration",
+    "How long the latest scrape of the gateway's /metrics took. Good: well under the scrape interval.",
+    SECONDS,
+    [Query(gauge(names.GATEWAY_SCRAPE_DURATION), "{{target}}")],
+)
+
 jobs_running = timeseries(
     "Capacity and profiling jobs running",
     "Jobs sending load to the target now (a capacity search drives it to saturation on purpose). Good: "
@@ -257,6 +336,36 @@ dashboard = new_dashboard(
                     "End-to-end request latency as the engine measures it, p50/p90/p99 over the window. "
                     "Good: stable for a steady workload; compare with the probes' E2E on the overview.",
                 ),
+                server_percentiles(
+                    "Server TPOT percentiles",
+                    names.ENGINE_WINDOW_TPOT,
+                    "Time per output token as the engine measures it, one value per request ((E2E - TTFT) "
+                    "/ (tokens - 1)), p50/p90/p99 over the window. Good: below the decode deadline.",
+                ),
+            ],
+        ),
+        Section(
+            "Gateway beside the probes and the engine",
+            [
+                Cell(three_ttft, 12),
+                Cell(three_tpot, 12),
+                server_percentiles(
+                    "Gateway inter-token latency percentiles",
+                    names.GATEWAY_WINDOW_ITL,
+                    "Time between response body chunks as the gateway forwards them, p50/p90/p99 over the "
+                    "window. Good: p99 below the decode deadline, close to the engine's.",
+                ),
+                server_percentiles(
+                    "Gateway E2E latency percentiles",
+                    names.GATEWAY_WINDOW_E2E,
+                    "End-to-end request latency at the gateway, p50/p90/p99 over the window. Good: the "
+                    "engine's plus a few milliseconds.",
+                ),
+                Cell(gateway_traffic, 6),
+                Cell(gateway_running, 6),
+                Cell(gateway_up, 3, 6),
+                Cell(gateway_kind, 3, 6),
+                Cell(gateway_scrape_duration, 6, 6),
             ],
         ),
         Section(

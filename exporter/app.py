@@ -23,12 +23,13 @@ import numpy as np
 from prometheus_client import CollectorRegistry
 
 from exporter.config import Config, ConfigError, load_config_file
-from exporter.config.model import Module, Target
+from exporter.config.model import BUCKET_NAMES, Module, Target
 from exporter.daemon.budget import BudgetTracker
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
+from exporter.engine.families import GATEWAY_CATALOGUE
 from exporter.engine.scrape import scrape
 from exporter.exposition import render
-from exporter.exposition.buckets import HistogramBuckets
+from exporter.exposition.buckets import BUCKET_PRESETS, HistogramBuckets
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.jobs import (
     CapacitySnapshot,
@@ -101,9 +102,10 @@ def jobs_folder(config: Config) -> Path | None:
 
 
 def histogram_buckets(config: Config) -> HistogramBuckets:
-    """The default buckets with the config's overrides."""
-    overrides = {name: value for name, value in vars(config.global_.buckets).items() if value is not None}
-    return HistogramBuckets(**overrides)
+    """The config's bucket preset with its per-histogram overrides on top."""
+    chosen = config.global_.buckets
+    overrides = {name: getattr(chosen, name) for name in BUCKET_NAMES if getattr(chosen, name) is not None}
+    return dataclasses.replace(BUCKET_PRESETS[chosen.preset], **overrides)
 
 
 class Daemon:
@@ -238,6 +240,12 @@ class Daemon:
                 )
                 self.metrics.track_job(job_id)
                 self.metrics.track_target(target.name)
+            if target.gateway_metrics is not None:
+                job_id = f"gateway:{target.name}"
+                wanted.add(job_id)
+                schedule = Schedule(target.gateway_metrics.interval_s)
+                self.jobs.put(job_id, self._gateway_scrape_job(target.name), schedule, run_now=True)
+                self.metrics.track_job(job_id)
         for scheduled in config.jobs.schedules:
             job_id = f"job:{scheduled.name}"
             wanted.add(job_id)
@@ -245,7 +253,11 @@ class Daemon:
             self.metrics.track_job(job_id)
         for job_id in self.jobs.keep_only(wanted):
             self.metrics.forget_job(job_id)
-        self.store.retain([(t.name, m.name) for t, m in config.probes()], [t.name for t in config.targets])
+        self.store.retain(
+            [(t.name, m.name) for t, m in config.probes()],
+            [t.name for t in config.targets],
+            [t.name for t in config.targets if t.gateway_metrics is not None],
+        )
 
     async def _sync_targets(self, config: Config) -> None:
         names = {target.name for target in config.targets}
@@ -420,10 +432,37 @@ class Daemon:
             engine = target.engine_metrics
             timeout = min(engine.interval_s, ENGINE_SCRAPE_TIMEOUT_S)
             result = await scrape(
-                self.scrape_session, engine.url, timeout, kind=engine.kind, model=engine.model
+                self.scrape_session,
+                engine.url,
+                timeout,
+                kind=engine.kind,
+                model=engine.model,
+                headers=engine.headers(),
             )
             self.store.add_engine_scrape(target.name, result)
             self.metrics.engine_scraped(target.name, result)
+
+        return run
+
+    def _gateway_scrape_job(self, target_name: str) -> JobFunction:
+        @self._tracked
+        async def run() -> None:
+            target = self.config.target(target_name)
+            if target.gateway_metrics is None or self.scrape_session is None:
+                return
+            gateway = target.gateway_metrics
+            timeout = min(gateway.interval_s, ENGINE_SCRAPE_TIMEOUT_S)
+            result = await scrape(
+                self.scrape_session,
+                gateway.url,
+                timeout,
+                kind=gateway.kind,
+                model=gateway.model,
+                catalogue=GATEWAY_CATALOGUE,
+                headers=gateway.headers(),
+            )
+            # Its health is fluidity_gateway_scrape_success; the engine scrape counters stay the engine's.
+            self.store.add_gateway_scrape(target.name, result)
 
         return run
 

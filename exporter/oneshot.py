@@ -10,7 +10,6 @@ a CSV per metric, and plots with the ``plots`` extra). ``--json`` prints the sum
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import sys
@@ -35,6 +34,7 @@ from exporter.load.runner import LoadRun, load_run_from_results, run_load
 from exporter.load.shard_local import local_shards
 from exporter.load.traces import TRACE_FORMATS, load_trace, trace_arrivals, trace_specs, trace_workload
 from exporter.load.workloads import IndependentLengths, Workload
+from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult, intervals
 from exporter.probe.target import APIS, Api, RequestSpec, Secret, TargetSettings, Timeouts
@@ -565,7 +565,7 @@ def _run(options: dict[str, Any]) -> int:
             )
         total = len(plan.specs) if isinstance(plan.specs, list) and plan.duration is None else None
         live = LiveLine(total, spec, not quiet)
-        load = asyncio.run(drive(settings, plan, workers, live))
+        load = event_loop.run(drive(settings, plan, workers, live))
         live.close()
     return report(load, spec, options)
 

@@ -15,6 +15,7 @@ Schema (every key is optional unless marked *required*; the values shown are the
       probe_token: null                # {env: NAME} or {file: PATH}: bearer token /probe requires; without
                                        # one, /probe only probes simulated targets
       buckets:                         # histogram bucket overrides (upper bounds; +Inf is added):
+        preset: default                #   default | opentelemetry (GenAI semconv advice; the rest on top)
         ttft: [...]                    #   ttft, tbt, tpot, e2e, normalized_latency (seconds, >= 0) and
         fluidity: [...]                #   fluidity (in [0, 1]); strictly ascending, finite
     targets:                           # *required*, at least one
@@ -27,8 +28,11 @@ Schema (every key is optional unless marked *required*; the values shown are the
         extra_body: {}                 # merged into every request body (JSON data)
         timeouts: {connect: 10s, ttft: 60s, idle: 30s, total: 10m}   # null: no limit
         tls: {verify: true, ca_file: null}
-        engine_metrics: null           # {url: *required*, kind: auto, interval: 15s, model: null};
+        engine_metrics: null           # {url: *required*, kind: auto, interval: 15s, model: null,
+                                       #  bearer_token: null ({env: NAME} or {file: PATH})};
                                        # kind: auto, llamacpp, sglang, tgi, vllm
+        gateway_metrics: null          # the gateway in front of the target, the same keys; kind: auto,
+                                       # llm-d-epp (its endpoint picker's /metrics); fluidity_gateway_*
         modules: [...]                 # module names; default: every module (an empty list: none)
         slo: default                   # a name under slos ("default" exists even when not written)
         budget: {max_requests_per_hour: null, max_tokens_per_hour: null,     # null: no limit

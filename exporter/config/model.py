@@ -35,8 +35,9 @@ class UnknownNameError(LookupError):
 
 @dataclass(frozen=True)
 class Buckets:
-    """Histogram bucket overrides (upper bounds; None: the exporter's own buckets)."""
+    """Histogram bucket overrides (upper bounds; None: the preset's buckets) on a named preset."""
 
+    preset: str = "default"  # a name of exposition.buckets.BUCKET_PRESETS
     ttft: tuple[float, ...] | None = None
     tbt: tuple[float, ...] | None = None
     tpot: tuple[float, ...] | None = None
@@ -69,12 +70,18 @@ class Tls:
 
 @dataclass(frozen=True)
 class EngineMetrics:
-    """Where and how often to scrape the engine's own /metrics."""
+    """Where and how often to scrape the engine's own /metrics (or a gateway's: the same keys)."""
 
     url: str
     kind: str = "auto"
     interval_s: float = 15.0
     model: str | None = None
+    bearer_token: Secret | None = None  # sent as "Authorization: Bearer ..." with every scrape
+
+    def headers(self) -> dict[str, str]:
+        """The scrape's extra request headers."""
+        token = self.bearer_token
+        return {} if token is None else {"Authorization": f"Bearer {token.reveal()}"}
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,8 @@ class Target:
     timeouts: Timeouts = field(default_factory=Timeouts)
     tls: Tls = field(default_factory=Tls)
     engine_metrics: EngineMetrics | None = None
+    # The gateway in front of the target (llm-d's endpoint picker), scraped apart from the engine.
+    gateway_metrics: EngineMetrics | None = None
     modules: tuple[str, ...] = ()
     slo: str = DEFAULT_SLO
     budget: Budget = field(default_factory=Budget)

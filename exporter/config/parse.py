@@ -32,6 +32,7 @@ from exporter.config.modules import MODULE_KEYS, SLO_KEYS, ModuleReader
 from exporter.config.reader import Context, Problems, Section, child_path, expand_env, resolve_scalar, show
 from exporter.config.targets import TargetReader, read_secret
 from exporter.config.values import bucket_bound, check_listen_address, check_name, positive_duration
+from exporter.exposition.buckets import BUCKET_PRESET_NAMES
 
 TOP_KEYS = ("global", "targets", "modules", "slos", "jobs")
 GLOBAL_KEYS = ("listen_address", "windows", "max_results_per_window", "state_dir", "buckets", "probe_token")
@@ -177,7 +178,7 @@ def _named(
 
 
 def _global(ctx: Context, sec: Section) -> GlobalConfig:
-    buckets = sec.section("buckets", BUCKET_NAMES)
+    buckets = sec.section("buckets", ("preset", *BUCKET_NAMES))
     state_dir = sec.opt_string("state_dir")
     return GlobalConfig(
         listen_address=sec.read(
@@ -206,7 +207,8 @@ def _windows(ctx: Context, sec: Section) -> tuple[float, ...]:
 
 
 def _buckets(ctx: Context, sec: Section) -> Buckets:
-    return Buckets(**{name: _bucket_list(ctx, sec, name) for name in BUCKET_NAMES if sec.has(name)})
+    overrides = {name: _bucket_list(ctx, sec, name) for name in BUCKET_NAMES if sec.has(name)}
+    return Buckets(preset=sec.choice("preset", "default", BUCKET_PRESET_NAMES), **overrides)
 
 
 def _bucket_list(ctx: Context, sec: Section, name: str) -> tuple[float, ...] | None:

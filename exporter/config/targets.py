@@ -1,5 +1,5 @@
 """The ``targets`` section: endpoints, how to reach them (auth, headers, timeouts, TLS), their engine
-metrics, which modules probe them under which SLO, and their probe budget.
+metrics and those of the gateway in front of them, which modules probe them under which SLO, and their probe budget.
 
 An API key is read here, from ``{env: NAME}`` or ``{file: PATH}``; a literal key is refused, and no
 message ever holds a key's value.
@@ -15,15 +15,15 @@ from typing import Any, cast
 from exporter.config.model import DEFAULT_SLO, Budget, EngineMetrics, Target, Tls
 from exporter.config.reader import Context, Section, Substituted, Unresolved, child_path, show
 from exporter.config.values import check_name, check_target_url, check_url, reference, string_value
-from exporter.engine.families import VALID_KINDS
+from exporter.engine.families import VALID_GATEWAY_KINDS, VALID_KINDS
 from exporter.probe.target import APIS, Api, Secret, Timeouts
 
 TARGET_KEYS = (
     "name", "url", "api", "model", "api_key", "headers", "extra_body", "timeouts", "tls",
-    "engine_metrics", "modules", "slo", "budget", "simulated",
+    "engine_metrics", "gateway_metrics", "modules", "slo", "budget", "simulated",
 )  # fmt: skip
 TIMEOUT_KEYS = ("connect", "ttft", "idle", "total")
-ENGINE_KEYS = ("url", "kind", "interval", "model")
+ENGINE_KEYS = ("url", "kind", "interval", "model", "bearer_token")
 BUDGET_KEYS = ("max_requests_per_hour", "max_tokens_per_hour", "backoff_after_failures", "max_backoff")
 LITERAL_SECRET = (
     "a literal key is not accepted (it would sit in the config file, its backups and diffs); "
@@ -89,6 +89,7 @@ class TargetReader:
         url = sec.read("url", "", check_target_url, resolve=False) if sec.required("url") else ""
         timeouts, tls = sec.section("timeouts", TIMEOUT_KEYS), sec.section("tls", ("verify", "ca_file"))
         engine, budget = sec.section("engine_metrics", ENGINE_KEYS), sec.section("budget", BUDGET_KEYS)
+        gateway = sec.section("gateway_metrics", ENGINE_KEYS)
         return Target(
             name=name,
             url=url,
@@ -100,6 +101,9 @@ class TargetReader:
             timeouts=self.timeouts(timeouts) if timeouts is not None else Timeouts(),
             tls=self.tls(tls) if tls is not None else Tls(),
             engine_metrics=self.engine_metrics(engine) if engine is not None else None,
+            gateway_metrics=self.engine_metrics(gateway, VALID_GATEWAY_KINDS)
+            if gateway is not None
+            else None,
             modules=self.module_refs(sec),
             slo=self.reference(sec, "slo", DEFAULT_SLO, "slo", self.slo_names),
             budget=self.budget(budget) if budget is not None else Budget(),
@@ -156,13 +160,15 @@ class TargetReader:
         )
         return Tls(verify=sec.boolean("verify", True), ca_file=ca_file)
 
-    def engine_metrics(self, sec: Section) -> EngineMetrics:
+    def engine_metrics(self, sec: Section, kinds: tuple[str, ...] = VALID_KINDS) -> EngineMetrics:
+        """An engine's (or, with the gateway ``kinds``, a gateway's) /metrics scrape."""
         url = sec.read("url", "", check_url, resolve=False) if sec.required("url") else ""
         return EngineMetrics(
             url=url,
-            kind=sec.choice("kind", "auto", VALID_KINDS),
+            kind=sec.choice("kind", "auto", kinds),
             interval_s=sec.duration("interval", 15.0),
             model=sec.opt_string("model"),
+            bearer_token=read_secret(self.ctx, sec, "bearer_token", "the /metrics bearer token"),
         )
 
     def module_refs(self, sec: Section) -> tuple[str, ...]:

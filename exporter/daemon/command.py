@@ -22,6 +22,7 @@ from aiohttp import web
 from exporter.app import Daemon
 from exporter.cli import Command
 from exporter.config import Config, ConfigError, default_config, load_config_file
+from exporter.probe import loop as event_loop
 from exporter.sim.process import SimProcess
 from exporter.web.routes import build_app
 
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         with embedded_or_file(args) as config:
             address = args.listen_address or config.global_.listen_address
             split_address(address)
-            asyncio.run(serve(Daemon(config, config_path=args.config_file), address))
+            event_loop.run(serve(Daemon(config, config_path=args.config_file), address))
     except ConfigError as exc:
         print(f"fluidity-exporter: {args.config_file}: {len(exc.problems)} problems", file=sys.stderr)
         for problem in exc.problems:

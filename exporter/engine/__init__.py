@@ -1,4 +1,5 @@
-"""Tailing the inference engine's own ``/metrics``: vLLM, SGLang, TGI and llama.cpp server.
+"""Tailing the inference engine's own ``/metrics`` (vLLM, SGLang, TGI, llama.cpp server) and a gateway's
+(llm-d's endpoint picker, from the Kubernetes Gateway API inference extension).
 
 The flow is one-way. ``families`` knows each engine's metric names and maps them to canonical
 ``Signal`` s; ``snapshot`` parses one scraped page into an ``EngineSnapshot`` (pure); ``scrape`` fetches
@@ -25,8 +26,13 @@ from exporter.engine.derive import (
 )
 from exporter.engine.families import (
     AUTO,
+    ENGINE_CATALOGUE,
     ENGINES,
+    GATEWAY_CATALOGUE,
+    GATEWAYS,
+    VALID_GATEWAY_KINDS,
     VALID_KINDS,
+    Catalogue,
     EngineFamilies,
     Signal,
     SignalType,
@@ -42,7 +48,12 @@ __all__ = [
     "AUTO",
     "DEFAULT_QUANTILES",
     "ENGINES",
+    "ENGINE_CATALOGUE",
+    "GATEWAYS",
+    "GATEWAY_CATALOGUE",
+    "VALID_GATEWAY_KINDS",
     "VALID_KINDS",
+    "Catalogue",
     "EngineFamilies",
     "EngineSnapshot",
     "ExpositionError",

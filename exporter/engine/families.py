@@ -39,6 +39,27 @@ llama.cpp server (``llamacpp:``): ``tools/server/server-task.cpp`` (``to_metrics
 ``prompt_seconds_total``, ``tokens_predicted_seconds_total``, ``n_decode_total``; gauges
 ``requests_processing``, ``requests_deferred``; ``kv_cache_usage_ratio`` only in older builds. No
 labels, no histograms, no success counter. Builds before the ``llamacpp:`` prefix are not recognised.
+
+Later renames (issue 17). vLLM 0.9.2 renamed ``gpu_cache_usage_perc`` to ``kv_cache_usage_perc`` and dropped
+the old name in 0.12; ``time_per_output_token_seconds`` was deprecated in 0.11 and removed in 0.13, which
+leaves ``inter_token_latency_seconds`` (per token) and ``request_time_per_output_token_seconds`` (one
+observation per request: ``(e2e - TTFT) / (output tokens - 1)``, read as ``SERVER_TPOT_SECONDS``). SGLang
+behind its router exposes the same families as ``sglang_*`` (issue 17's report; dashboards and clients
+written against such deployments use ``sglang_time_to_first_token_seconds`` and the like, and a pipeline
+that cannot carry ``:`` in names, such as OpenTelemetry's Prometheus translation, gives the same), so
+every SGLang name is tried in both spellings, ``sglang:`` first.
+
+Gateways are tables of their own (``GATEWAYS``), read from a separate scrape, so that a sidecar behind a
+gateway keeps the engine's view and the gateway's apart. The Kubernetes Gateway API inference extension's
+endpoint picker, now llm-d's router (``pkg/epp/metrics/llm_d_router_metrics.go``, ``docs/metrics.md`` and
+``pkg/epp/framework/plugins/requestcontrol/dataproducer/predictedlatency/metrics.go`` in llm-d/llm-d-router),
+exports ``llm_d_epp_*``: ``request_ttft_seconds`` (request received to first response byte; label
+``streaming``, and a non-streaming request's TTFT is its whole duration, so only ``streaming="true"`` is
+read), ``request_streaming_itl_seconds`` (between response body chunks), ``request_streaming_tpot_seconds``
+(``(e2e - TTFT) / (output tokens - 1)`` per request), ``request_duration_seconds``, ``request_total``,
+``request_error_total``, ``request_running`` and ``request_slo_violation_total`` (label ``type``: ttft or
+tpot). Earlier releases used ``inference_objective_*`` for the request families (still emitted beside the
+new names); they are read after the new ones.
 """
 
 from __future__ import annotations
@@ -64,6 +85,13 @@ class Signal(StrEnum):
     SERVER_ITL_SECONDS = "server_itl_seconds"
     SERVER_E2E_SECONDS = "server_e2e_seconds"
     SERVER_QUEUE_SECONDS = "server_queue_seconds"
+    # One observation per request: (e2e - TTFT) / (output tokens - 1), what OpenTelemetry calls
+    # gen_ai.server.time_per_output_token. Kept apart from ITL, which has one observation per token.
+    SERVER_TPOT_SECONDS = "server_tpot_seconds"
+    # Gateways: requests routed and failed, and the gateway's own SLO verdicts.
+    REQUESTS_TOTAL = "requests_total"
+    REQUEST_ERRORS_TOTAL = "request_errors_total"
+    SLO_VIOLATIONS_TOTAL = "slo_violations_total"
 
 
 class SignalType(Enum):
@@ -86,6 +114,10 @@ SIGNAL_TYPES: Mapping[Signal, SignalType] = {
     Signal.SERVER_ITL_SECONDS: SignalType.HISTOGRAM,
     Signal.SERVER_E2E_SECONDS: SignalType.HISTOGRAM,
     Signal.SERVER_QUEUE_SECONDS: SignalType.HISTOGRAM,
+    Signal.SERVER_TPOT_SECONDS: SignalType.HISTOGRAM,
+    Signal.REQUESTS_TOTAL: SignalType.COUNTER,
+    Signal.REQUEST_ERRORS_TOTAL: SignalType.COUNTER,
+    Signal.SLO_VIOLATIONS_TOTAL: SignalType.COUNTER,
 }
 
 
@@ -109,6 +141,8 @@ class Source:
     unit: Unit = Unit.SAME
     # The value is the ``_sum`` of a histogram of per-request counts (TGI's token histograms).
     from_histogram_sum: bool = False
+    # Only samples carrying every one of these label values count (the gateway's streaming TTFT).
+    labels: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.names:
@@ -117,10 +151,10 @@ class Source:
 
 @dataclass(frozen=True)
 class EngineFamilies:
-    """One engine kind's name table."""
+    """One engine (or gateway) kind's name table; ``prefixes`` are the spellings its names start with."""
 
     kind: str
-    prefix: str
+    prefixes: tuple[str, ...]
     sources: Mapping[Signal, Source] = field(default_factory=dict)
 
     def known_keys(self) -> frozenset[str]:
@@ -138,13 +172,23 @@ def to_canonical(value: float, unit: Unit) -> float:
     return value * unit.value
 
 
-def _src(*names: str, unit: Unit = Unit.SAME, from_histogram_sum: bool = False) -> Source:
-    return Source(names, unit, from_histogram_sum)
+def _src(
+    *names: str,
+    unit: Unit = Unit.SAME,
+    from_histogram_sum: bool = False,
+    labels: tuple[tuple[str, str], ...] = (),
+) -> Source:
+    return Source(names, unit, from_histogram_sum, labels)
+
+
+def _sglang(*names: str) -> Source:
+    """SGLang's ``sglang:`` names, each followed by its ``sglang_`` spelling (behind the router)."""
+    return Source(tuple(spelling for name in names for spelling in (name, name.replace(":", "_", 1))))
 
 
 VLLM = EngineFamilies(
     "vllm",
-    "vllm:",
+    ("vllm:",),
     {
         Signal.QUEUE_DEPTH: _src("vllm:num_requests_waiting"),
         Signal.RUNNING_REQUESTS: _src("vllm:num_requests_running"),
@@ -159,32 +203,33 @@ VLLM = EngineFamilies(
         ),
         Signal.SERVER_E2E_SECONDS: _src("vllm:e2e_request_latency_seconds"),
         Signal.SERVER_QUEUE_SECONDS: _src("vllm:request_queue_time_seconds"),
+        Signal.SERVER_TPOT_SECONDS: _src("vllm:request_time_per_output_token_seconds"),
     },
 )
 
 SGLANG = EngineFamilies(
     "sglang",
-    "sglang:",
+    ("sglang:", "sglang_"),
     {
-        Signal.QUEUE_DEPTH: _src("sglang:num_queue_reqs"),
-        Signal.RUNNING_REQUESTS: _src("sglang:num_running_reqs"),
-        Signal.KV_CACHE_USAGE: _src("sglang:token_usage"),
-        Signal.PREEMPTIONS_TOTAL: _src("sglang:num_retracted_requests_total"),
-        Signal.PROMPT_TOKENS_TOTAL: _src("sglang:prompt_tokens_total"),
-        Signal.GENERATION_TOKENS_TOTAL: _src("sglang:generation_tokens_total"),
-        Signal.REQUEST_SUCCESS_TOTAL: _src("sglang:num_requests_total"),
-        Signal.SERVER_TTFT_SECONDS: _src("sglang:time_to_first_token_seconds"),
-        Signal.SERVER_ITL_SECONDS: _src(
+        Signal.QUEUE_DEPTH: _sglang("sglang:num_queue_reqs"),
+        Signal.RUNNING_REQUESTS: _sglang("sglang:num_running_reqs"),
+        Signal.KV_CACHE_USAGE: _sglang("sglang:token_usage"),
+        Signal.PREEMPTIONS_TOTAL: _sglang("sglang:num_retracted_requests_total"),
+        Signal.PROMPT_TOKENS_TOTAL: _sglang("sglang:prompt_tokens_total"),
+        Signal.GENERATION_TOKENS_TOTAL: _sglang("sglang:generation_tokens_total"),
+        Signal.REQUEST_SUCCESS_TOTAL: _sglang("sglang:num_requests_total"),
+        Signal.SERVER_TTFT_SECONDS: _sglang("sglang:time_to_first_token_seconds"),
+        Signal.SERVER_ITL_SECONDS: _sglang(
             "sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"
         ),
-        Signal.SERVER_E2E_SECONDS: _src("sglang:e2e_request_latency_seconds"),
-        Signal.SERVER_QUEUE_SECONDS: _src("sglang:queue_time_seconds"),
+        Signal.SERVER_E2E_SECONDS: _sglang("sglang:e2e_request_latency_seconds"),
+        Signal.SERVER_QUEUE_SECONDS: _sglang("sglang:queue_time_seconds"),
     },
 )
 
 TGI = EngineFamilies(
     "tgi",
-    "tgi_",
+    ("tgi_",),
     {
         Signal.QUEUE_DEPTH: _src("tgi_queue_size"),
         Signal.RUNNING_REQUESTS: _src("tgi_batch_current_size"),
@@ -199,7 +244,7 @@ TGI = EngineFamilies(
 
 LLAMACPP = EngineFamilies(
     "llamacpp",
-    "llamacpp:",
+    ("llamacpp:",),
     {
         Signal.QUEUE_DEPTH: _src("llamacpp:requests_deferred"),
         Signal.RUNNING_REQUESTS: _src("llamacpp:requests_processing"),
@@ -209,42 +254,96 @@ LLAMACPP = EngineFamilies(
     },
 )
 
+LLM_D_EPP = EngineFamilies(
+    "llm-d-epp",
+    ("llm_d_epp_", "inference_objective_"),
+    {
+        Signal.RUNNING_REQUESTS: _src("llm_d_epp_request_running", "inference_objective_running_requests"),
+        Signal.REQUESTS_TOTAL: _src("llm_d_epp_request_total", "inference_objective_request_total"),
+        Signal.REQUEST_ERRORS_TOTAL: _src(
+            "llm_d_epp_request_error_total", "inference_objective_request_error_total"
+        ),
+        Signal.SLO_VIOLATIONS_TOTAL: _src(
+            "llm_d_epp_request_slo_violation_total", "inference_objective_request_slo_violation_total"
+        ),
+        # A non-streaming request's TTFT is its whole duration; the probes stream, so only streaming.
+        Signal.SERVER_TTFT_SECONDS: _src("llm_d_epp_request_ttft_seconds", labels=(("streaming", "true"),)),
+        Signal.SERVER_ITL_SECONDS: _src("llm_d_epp_request_streaming_itl_seconds"),
+        Signal.SERVER_TPOT_SECONDS: _src("llm_d_epp_request_streaming_tpot_seconds"),
+        Signal.SERVER_E2E_SECONDS: _src(
+            "llm_d_epp_request_duration_seconds", "inference_objective_request_duration_seconds"
+        ),
+    },
+)
+
 ENGINES: Mapping[str, EngineFamilies] = {table.kind: table for table in (VLLM, SGLANG, TGI, LLAMACPP)}
 VALID_KINDS: tuple[str, ...] = (AUTO, *sorted(ENGINES))
+GATEWAYS: Mapping[str, EngineFamilies] = {table.kind: table for table in (LLM_D_EPP,)}
+VALID_GATEWAY_KINDS: tuple[str, ...] = (AUTO, *sorted(GATEWAYS))
 
 
 class UnknownEngineError(ValueError):
     """The engine kind could not be chosen: a misspelt kind, or a scrape that matches no table."""
 
 
+@dataclass(frozen=True)
+class Catalogue:
+    """A set of name tables that one scrape chooses from: the engines, or the gateways."""
+
+    noun: str  # what a kind names, for messages: "engine" or "gateway"
+    tables: Mapping[str, EngineFamilies]
+
+    @property
+    def valid_kinds(self) -> tuple[str, ...]:
+        """``auto`` and every kind, sorted: the choices a config offers."""
+        return (AUTO, *sorted(self.tables))
+
+    def families_for(self, kind: str) -> EngineFamilies:
+        """The name table of an explicit ``kind`` (not ``auto``)."""
+        try:
+            return self.tables[kind]
+        except KeyError:
+            valid = ", ".join(self.valid_kinds)
+            raise UnknownEngineError(f'unknown {self.noun} kind "{kind}"; valid: {valid}') from None
+
+    def detect(self, present: Iterable[str]) -> EngineFamilies:
+        """The table that recognises the most of the ``present`` family names.
+
+        A tie between tables with at least one match is an error rather than a guess, because a
+        gateway re-exporting two engines' metrics needs an explicit kind.
+        """
+        keys = {family_key(name) for name in present}
+        scores = {kind: len(keys & table.known_keys()) for kind, table in self.tables.items()}
+        best = max(scores.values())
+        winners = sorted(kind for kind, score in scores.items() if score == best)
+        if best == 0:
+            prefixes = ", ".join(p for table in self.tables.values() for p in table.prefixes)
+            raise UnknownEngineError(f"no known {self.noun} metrics found (looked for prefixes {prefixes})")
+        if len(winners) > 1:
+            raise UnknownEngineError(
+                f"metrics match several {self.noun}s equally ({', '.join(winners)}); set the {self.noun} kind"
+            )
+        return self.tables[winners[0]]
+
+    def resolve(self, kind: str, present: Iterable[str]) -> EngineFamilies:
+        """The table for ``kind``, detecting it from the ``present`` family names when it is ``auto``."""
+        return self.detect(present) if kind == AUTO else self.families_for(kind)
+
+
+ENGINE_CATALOGUE = Catalogue("engine", ENGINES)
+GATEWAY_CATALOGUE = Catalogue("gateway", GATEWAYS)
+
+
 def families_for(kind: str) -> EngineFamilies:
     """The name table of an explicit engine ``kind`` (not ``auto``)."""
-    try:
-        return ENGINES[kind]
-    except KeyError:
-        raise UnknownEngineError(f'unknown engine kind "{kind}"; valid: {", ".join(VALID_KINDS)}') from None
+    return ENGINE_CATALOGUE.families_for(kind)
 
 
 def detect_kind(present: Iterable[str]) -> EngineFamilies:
-    """The table that recognises the most of the ``present`` family names.
-
-    A tie between engines with at least one match is an error rather than a guess, because a gateway
-    re-exporting two engines' metrics needs an explicit kind.
-    """
-    keys = {family_key(name) for name in present}
-    scores = {kind: len(keys & table.known_keys()) for kind, table in ENGINES.items()}
-    best = max(scores.values())
-    winners = sorted(kind for kind, score in scores.items() if score == best)
-    if best == 0:
-        prefixes = ", ".join(table.prefix for table in ENGINES.values())
-        raise UnknownEngineError(f"no known engine metrics found (looked for prefixes {prefixes})")
-    if len(winners) > 1:
-        raise UnknownEngineError(
-            f"metrics match several engines equally ({', '.join(winners)}); set the engine kind"
-        )
-    return ENGINES[winners[0]]
+    """The engine table that recognises the most of the ``present`` family names (see ``Catalogue``)."""
+    return ENGINE_CATALOGUE.detect(present)
 
 
 def resolve_families(kind: str, present: Iterable[str]) -> EngineFamilies:
-    """The table for ``kind``, detecting it from the ``present`` family names when it is ``auto``."""
-    return detect_kind(present) if kind == AUTO else families_for(kind)
+    """The engine table for ``kind``, detecting it from the ``present`` family names when it is ``auto``."""
+    return ENGINE_CATALOGUE.resolve(kind, present)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
 import aiohttp
 
-from exporter.engine.families import AUTO, EngineFamilies, families_for
+from exporter.engine.families import AUTO, ENGINE_CATALOGUE, Catalogue, EngineFamilies
 from exporter.engine.snapshot import EngineSnapshot, ExpositionError, parse_exposition
 
 # Ask for the classic text format: a prometheus_client server would otherwise answer OpenMetrics to a
@@ -63,14 +63,21 @@ async def scrape(
     model: str | None = None,
     clock: Clock = time.monotonic,
     max_body_bytes: int = MAX_BODY_BYTES,
+    catalogue: Catalogue = ENGINE_CATALOGUE,
+    headers: Mapping[str, str] | None = None,
 ) -> ScrapeResult:
-    """GET ``url`` within ``timeout`` seconds and parse it; never raises for a target failure."""
+    """GET ``url`` within ``timeout`` seconds and parse it; never raises for a target failure.
+
+    ``catalogue`` is where ``kind`` is looked up: the engines, or the gateways (a second scrape).
+    ``headers`` go with the request (an ``Authorization`` header: llm-d's endpoint picker checks a
+    Kubernetes bearer token on /metrics by default).
+    """
     if isinstance(kind, str) and kind != AUTO:
-        families_for(kind)  # a misspelt kind is our configuration error: raise before any I/O
+        catalogue.families_for(kind)  # a misspelt kind is our configuration error: raise before any I/O
     started = clock()
     try:
         async with asyncio.timeout(timeout):
-            status, body = await _fetch(session, url, max_body_bytes)
+            status, body = await _fetch(session, url, max_body_bytes, headers or {})
     except TimeoutError:
         return _failed(ScrapeFailure.TIMEOUT, f"no complete answer within {timeout:g} s", started, clock)
     except BodyTooLargeError as exc:
@@ -80,11 +87,13 @@ async def scrape(
     at = clock()
     if status != 200:
         return _failed(ScrapeFailure.HTTP_STATUS, f"HTTP {status}", started, clock)
-    return _parse(body, at, kind, model, started)
+    return _parse(body, at, kind, model, started, catalogue)
 
 
-async def _fetch(session: aiohttp.ClientSession, url: str, limit: int) -> tuple[int, bytes]:
-    async with session.get(url, headers={"Accept": ACCEPT}) as response:
+async def _fetch(
+    session: aiohttp.ClientSession, url: str, limit: int, headers: Mapping[str, str]
+) -> tuple[int, bytes]:
+    async with session.get(url, headers={**headers, "Accept": ACCEPT}) as response:
         if response.status != 200:
             return response.status, b""
         return response.status, await _read_capped(response, limit)
@@ -106,12 +115,17 @@ class BodyTooLargeError(Exception):
 
 
 def _parse(
-    body: bytes, at: float, kind: str | EngineFamilies, model: str | None, started: float
+    body: bytes,
+    at: float,
+    kind: str | EngineFamilies,
+    model: str | None,
+    started: float,
+    catalogue: Catalogue,
 ) -> ScrapeResult:
     duration = at - started
     try:
         text = body.decode("utf-8")
-        snapshot = parse_exposition(text, at, kind=kind, model=model)
+        snapshot = parse_exposition(text, at, kind=kind, model=model, catalogue=catalogue)
     except UnicodeDecodeError as exc:
         return ScrapeResult(None, ScrapeFailure.PARSE_ERROR, f"body is not UTF-8: {exc.reason}", duration)
     except ExpositionError as exc:

@@ -2,7 +2,8 @@
 
 ``parse_exposition(text, at)`` parses Prometheus text format with ``prometheus_client``'s own parser,
 chooses the engine's name table (``families.py``), and sums every signal over the label sets that
-belong to the chosen model. Label sets are summed because engines split one fact across labels that
+belong to the chosen model (and carry a source's required labels, e.g. a gateway's
+``streaming="true"``). Label sets are summed because engines split one fact across labels that
 we do not need apart (vLLM's ``engine`` index under data parallelism, ``finished_reason`` on the
 success counter); a 0-1 usage is averaged instead (``AVERAGED_SIGNALS``). A sample without a
 ``model_name`` label (TGI, llama.cpp) belongs to every model.
@@ -28,14 +29,15 @@ from prometheus_client.samples import Sample
 from exporter.engine.families import (
     AUTO,
     AVERAGED_SIGNALS,
+    ENGINE_CATALOGUE,
     SIGNAL_TYPES,
+    Catalogue,
     EngineFamilies,
     Signal,
     SignalType,
     Source,
     UnknownEngineError,
     family_key,
-    resolve_families,
     to_canonical,
 )
 
@@ -77,23 +79,39 @@ FamilyIndex = Mapping[str, list[Metric]]
 SampleFilter = Callable[[Metric, Sample], bool]
 
 
+@dataclass(frozen=True)
+class _Selector:
+    """Which label sets of a family count: the chosen model's, carrying the source's required labels."""
+
+    model: str | None
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def __call__(self, sample: Sample) -> bool:
+        return _of_model(sample, self.model) and all(sample.labels.get(k) == v for k, v in self.labels)
+
+
 def parse_exposition(
-    text: str, at: float, *, kind: str | EngineFamilies = AUTO, model: str | None = None
+    text: str,
+    at: float,
+    *,
+    kind: str | EngineFamilies = AUTO,
+    model: str | None = None,
+    catalogue: Catalogue = ENGINE_CATALOGUE,
 ) -> EngineSnapshot:
     """Read ``text`` (Prometheus text format) scraped at monotonic time ``at`` into a snapshot.
 
-    ``kind`` is ``auto`` (detect from the family names present), an engine kind name, or a name table
-    of one's own. ``model`` keeps only samples whose ``model_name`` is it (or that have none).
-    Raises ``ExpositionError`` for malformed text or when no engine is recognised, and
-    ``UnknownEngineError`` for a ``kind`` name that does not exist.
+    ``kind`` is ``auto`` (detect from the family names present), a kind name of ``catalogue`` (the
+    engines by default, or the gateways), or a name table of one's own. ``model`` keeps only samples
+    whose ``model_name`` is it (or that have none). Raises ``ExpositionError`` for malformed text or
+    when nothing is recognised, and ``UnknownEngineError`` for a ``kind`` name that does not exist.
     """
     index = index_families(text)
-    table = kind if isinstance(kind, EngineFamilies) else _resolve(kind, index)
+    table = kind if isinstance(kind, EngineFamilies) else _resolve(kind, index, catalogue)
     values: dict[Signal, float] = {}
     histograms: dict[Signal, HistogramData] = {}
     sources: dict[Signal, str] = {}
     for signal, source in table.sources.items():
-        found = _read_signal(index, signal, source, model)
+        found = _read_signal(index, signal, source, _Selector(model, source.labels))
         if found is None:
             continue
         name, reading = found
@@ -119,37 +137,37 @@ def index_families(text: str) -> FamilyIndex:
     return index
 
 
-def _resolve(kind: str, index: FamilyIndex) -> EngineFamilies:
+def _resolve(kind: str, index: FamilyIndex, catalogue: Catalogue) -> EngineFamilies:
     if kind != AUTO:
-        return resolve_families(kind, ())
+        return catalogue.families_for(kind)
     names = [family.name for families in index.values() for family in families]
     try:
-        return resolve_families(AUTO, names)
+        return catalogue.detect(names)
     except UnknownEngineError as exc:
         raise ExpositionError(str(exc)) from None
 
 
 def _read_signal(
-    index: FamilyIndex, signal: Signal, source: Source, model: str | None
+    index: FamilyIndex, signal: Signal, source: Source, selector: _Selector
 ) -> tuple[str, float | HistogramData] | None:
     """The first of the source's names that yields a reading, with that reading."""
     for name in source.names:
         families = index.get(family_key(name), [])
-        reading = _read(families, signal, source, model)
+        reading = _read(families, signal, source, selector)
         if reading is not None:
             return name, reading
     return None
 
 
 def _read(
-    families: list[Metric], signal: Signal, source: Source, model: str | None
+    families: list[Metric], signal: Signal, source: Source, selector: _Selector
 ) -> float | HistogramData | None:
     if SIGNAL_TYPES[signal] is SignalType.HISTOGRAM:
-        return read_histogram(families, model)
+        return read_histogram(families, selector)
     if source.from_histogram_sum:
-        values = _values(families, _SUM_TYPES, _is_sum_sample, model)
+        values = _values(families, _SUM_TYPES, _is_sum_sample, selector)
     else:
-        values = _values(families, _SCALAR_TYPES, _is_scalar_sample, model)
+        values = _values(families, _SCALAR_TYPES, _is_scalar_sample, selector)
     if not values:
         return None
     total = math.fsum(values) / (len(values) if signal in AVERAGED_SIGNALS else 1)
@@ -169,20 +187,20 @@ def _values(
     families: Iterable[Metric],
     types: frozenset[str],
     wanted: SampleFilter,
-    model: str | None,
+    selector: _Selector,
 ) -> list[float]:
-    """The finite values of the wanted samples of the chosen model, one per label set."""
+    """The finite values of the wanted samples of the selected label sets, one per label set."""
     return [
         float(sample.value)
         for family in families
         if family.type in types
         for sample in family.samples
-        if wanted(family, sample) and _of_model(sample, model) and math.isfinite(sample.value)
+        if wanted(family, sample) and selector(sample) and math.isfinite(sample.value)
     ]
 
 
-def read_histogram(families: Iterable[Metric], model: str | None) -> HistogramData | None:
-    """The histogram summed over the chosen model's label sets; None if there is none."""
+def read_histogram(families: Iterable[Metric], keep: Callable[[Sample], bool]) -> HistogramData | None:
+    """The histogram summed over the label sets that ``keep`` selects; None if there is none."""
     counts: defaultdict[float, float] = defaultdict(float)
     sums: list[float] = []
     totals: list[float] = []
@@ -190,7 +208,7 @@ def read_histogram(families: Iterable[Metric], model: str | None) -> HistogramDa
         if family.type != "histogram":
             continue
         for sample in family.samples:
-            if _of_model(sample, model):
+            if keep(sample):
                 _add_histogram_sample(family.name, sample, counts, sums, totals)
     if not counts and not totals:
         return None

@@ -1,4 +1,5 @@
-"""Histogram bucket bounds of the probe histograms: defaults with the reason for each, overridable.
+"""Histogram bucket bounds of the probe histograms: defaults with the reason for each, an OpenTelemetry
+preset, overridable.
 
 ``histogram_quantile`` interpolates linearly inside a bucket, so its answer is only as good as the
 buckets around the quantile asked for. Bounds are therefore dense where decisions are made (the decode
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Final
 
@@ -66,6 +67,30 @@ FLUIDITY_BUCKETS: Final = (
 LOOP_LAG_BUCKETS: Final = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
+# OpenTelemetry's GenAI semantic conventions advise ExplicitBucketBoundaries per metric
+# (docs/gen-ai/gen-ai-metrics.md of open-telemetry/semantic-conventions up to v1.41, since moved unchanged
+# to open-telemetry/semantic-conventions-genai). Doubling from 10 ms to 81.92 s is their advice for
+# gen_ai.client.operation.duration, .time_to_first_chunk, .time_per_output_chunk and
+# gen_ai.server.request.duration: coarse around the decode deadlines (25/50/100 ms are not bounds), but
+# identical bounds are what lets a team's OTel-instrumented clients and these probes be read together.
+OTEL_GENAI_DURATION_BUCKETS: Final = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+
+# Their advice for gen_ai.server.time_per_output_token, the same (E2E - TTFT) / (tokens - 1) per request
+# as our TPOT (OTel has no client-side TPOT).
+OTEL_GENAI_TPOT_BUCKETS: Final = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+)  # fmt: skip
+
+# Their advice for gen_ai.server.time_to_first_token (an engine's own TTFT, not a client's). Not a probe
+# histogram's preset (the probe's TTFT is the client's: time_to_first_chunk); kept for the mapping doc
+# and for comparing an engine's buckets with it.
+OTEL_GENAI_SERVER_TTFT_BUCKETS: Final = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class HistogramBuckets:
     """Upper bounds of each probe histogram (``+Inf`` implied); the config may override any of them."""
@@ -95,3 +120,20 @@ def checked_bounds(name: str, bounds: Sequence[float]) -> tuple[float, ...]:
 
 
 DEFAULT_BUCKETS: Final = HistogramBuckets()
+
+# The probe histograms on OpenTelemetry's advice where it has a counterpart (docs/opentelemetry.md):
+# TTFT as time_to_first_chunk, TBT as time_per_output_chunk, TPOT as server.time_per_output_token, E2E as
+# client.operation.duration. Normalized latency and fluidity have none and keep ours.
+OPENTELEMETRY_BUCKETS: Final = HistogramBuckets(
+    ttft=OTEL_GENAI_DURATION_BUCKETS,
+    tbt=OTEL_GENAI_DURATION_BUCKETS,
+    tpot=OTEL_GENAI_TPOT_BUCKETS,
+    e2e=OTEL_GENAI_DURATION_BUCKETS,
+)
+
+BUCKET_PRESETS: Final[Mapping[str, HistogramBuckets]] = {
+    "default": DEFAULT_BUCKETS,
+    "opentelemetry": OPENTELEMETRY_BUCKETS,
+}
+"""Named starting points for ``global.buckets.preset``; per-histogram overrides apply on top."""
+BUCKET_PRESET_NAMES: Final = tuple(sorted(BUCKET_PRESETS))

@@ -1,4 +1,4 @@
-"""The Prometheus collector of probe and engine metrics, built afresh from the store on every scrape.
+"""The Prometheus collector of probe, engine and gateway metrics, built afresh from the store on every scrape.
 
 ``FluidityCollector`` is a plain prometheus_client custom collector: ``collect()`` takes a snapshot of
 the ``ResultStore`` and builds new ``*MetricFamily`` objects from it; nothing global is mutated.
@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
@@ -44,21 +45,62 @@ _HISTOGRAM_SPECS: Mapping[str, MetricSpec] = {
     "e2e": names.PROBE_E2E,
     "normalized_latency": names.PROBE_NORMALIZED_LATENCY,
 }
-_ENGINE_VALUES: Mapping[Signal, MetricSpec] = {
-    Signal.QUEUE_DEPTH: names.ENGINE_QUEUE_DEPTH,
-    Signal.RUNNING_REQUESTS: names.ENGINE_RUNNING,
-    Signal.KV_CACHE_USAGE: names.ENGINE_KV_CACHE_USAGE,
-    Signal.PREEMPTIONS_TOTAL: names.ENGINE_PREEMPTIONS,
-    Signal.PROMPT_TOKENS_TOTAL: names.ENGINE_PROMPT_TOKENS,
-    Signal.GENERATION_TOKENS_TOTAL: names.ENGINE_GENERATION_TOKENS,
-    Signal.REQUEST_SUCCESS_TOTAL: names.ENGINE_REQUEST_SUCCESS,
-}
-_ENGINE_WINDOW_QUANTILES: Mapping[Signal, MetricSpec] = {
-    Signal.SERVER_TTFT_SECONDS: names.ENGINE_WINDOW_TTFT,
-    Signal.SERVER_ITL_SECONDS: names.ENGINE_WINDOW_ITL,
-    Signal.SERVER_E2E_SECONDS: names.ENGINE_WINDOW_E2E,
-    Signal.SERVER_QUEUE_SECONDS: names.ENGINE_WINDOW_QUEUE,
-}
+
+
+@dataclass(frozen=True)
+class _Plane:
+    """How one scraped component (the engine, or the gateway in front of it) is re-exported."""
+
+    name: str  # the store's key for it, and the cache's
+    success: MetricSpec
+    duration: MetricSpec
+    info: MetricSpec  # labels (target, kind)
+    values: Mapping[Signal, MetricSpec]
+    window_quantiles: Mapping[Signal, MetricSpec]
+
+
+ENGINE_PLANE = _Plane(
+    "engine",
+    names.ENGINE_SCRAPE_SUCCESS,
+    names.ENGINE_SCRAPE_DURATION,
+    names.ENGINE_INFO,
+    {
+        Signal.QUEUE_DEPTH: names.ENGINE_QUEUE_DEPTH,
+        Signal.RUNNING_REQUESTS: names.ENGINE_RUNNING,
+        Signal.KV_CACHE_USAGE: names.ENGINE_KV_CACHE_USAGE,
+        Signal.PREEMPTIONS_TOTAL: names.ENGINE_PREEMPTIONS,
+        Signal.PROMPT_TOKENS_TOTAL: names.ENGINE_PROMPT_TOKENS,
+        Signal.GENERATION_TOKENS_TOTAL: names.ENGINE_GENERATION_TOKENS,
+        Signal.REQUEST_SUCCESS_TOTAL: names.ENGINE_REQUEST_SUCCESS,
+    },
+    {
+        Signal.SERVER_TTFT_SECONDS: names.ENGINE_WINDOW_TTFT,
+        Signal.SERVER_ITL_SECONDS: names.ENGINE_WINDOW_ITL,
+        Signal.SERVER_E2E_SECONDS: names.ENGINE_WINDOW_E2E,
+        Signal.SERVER_QUEUE_SECONDS: names.ENGINE_WINDOW_QUEUE,
+        Signal.SERVER_TPOT_SECONDS: names.ENGINE_WINDOW_TPOT,
+    },
+)
+GATEWAY_PLANE = _Plane(
+    "gateway",
+    names.GATEWAY_SCRAPE_SUCCESS,
+    names.GATEWAY_SCRAPE_DURATION,
+    names.GATEWAY_INFO,
+    {
+        Signal.RUNNING_REQUESTS: names.GATEWAY_RUNNING,
+        Signal.REQUESTS_TOTAL: names.GATEWAY_REQUESTS,
+        Signal.REQUEST_ERRORS_TOTAL: names.GATEWAY_REQUEST_ERRORS,
+        Signal.SLO_VIOLATIONS_TOTAL: names.GATEWAY_SLO_VIOLATIONS,
+    },
+    {
+        Signal.SERVER_TTFT_SECONDS: names.GATEWAY_WINDOW_TTFT,
+        Signal.SERVER_ITL_SECONDS: names.GATEWAY_WINDOW_ITL,
+        Signal.SERVER_TPOT_SECONDS: names.GATEWAY_WINDOW_TPOT,
+        Signal.SERVER_E2E_SECONDS: names.GATEWAY_WINDOW_E2E,
+    },
+)
+PLANES: tuple[_Plane, ...] = (ENGINE_PLANE, GATEWAY_PLANE)
+PlaneKey = tuple[str, str]  # (plane name, target)
 
 
 def new_family(spec: MetricSpec) -> Metric:
@@ -163,11 +205,12 @@ class FluidityCollector(Collector):
         self.lateness_quantiles = tuple(lateness_quantiles)
         self.engine_quantiles = tuple(engine_quantiles)
         self.client_ttft_quantile = client_ttft_quantile
-        # Engine window figures by target: (newest snapshot time, snapshot count) -> figures per window.
-        self._engine_cache: dict[str, tuple[tuple[float, int], dict[str, WindowFigures]]] = {}
+        # Engine and gateway window figures by (plane, target): (newest snapshot time, snapshot count)
+        # -> figures per window.
+        self._engine_cache: dict[PlaneKey, tuple[tuple[float, int], dict[str, WindowFigures]]] = {}
         # Rendered cumulative samples by series: (version, {family name: (header, sample lines)}).
         self._text_cache: dict[tuple[str, str], tuple[object, dict[str, tuple[str, str]]]] = {}
-        self._engine_text_cache: dict[str, tuple[object, object, dict[str, tuple[str, str]]]] = {}
+        self._engine_text_cache: dict[PlaneKey, tuple[object, object, dict[str, tuple[str, str]]]] = {}
         self._window_text_cache: dict[
             tuple[str, str, str], tuple[ProbeWindow, WindowFigures | None, dict[str, tuple[str, str]]]
         ] = {}
@@ -197,10 +240,10 @@ class FluidityCollector(Collector):
                     continue
                 labels = (*key, label)
                 window_keys.add(labels)
-                figures = engine_figures.get(key[0], {}).get(label)
+                figures = engine_figures.get((ENGINE_PLANE.name, key[0]), {}).get(label)
                 parts.add_text(self._window_text(labels, window, figures))
-        for view in engines.values():
-            parts.add_text(self._engine_text(view, engine_figures[view.target]))
+        for plane_key, view in engines.items():
+            parts.add_text(self._engine_text(plane_key, view, engine_figures[plane_key]))
         self._text_cache = {k: v for k, v in self._text_cache.items() if k in cumulative_keys}
         self._window_text_cache = {k: v for k, v in self._window_text_cache.items() if k in window_keys}
         self._engine_text_cache = {k: v for k, v in self._engine_text_cache.items() if k in engines}
@@ -231,15 +274,17 @@ class FluidityCollector(Collector):
         self._window_text_cache[labels] = (window, figures, text)
         return text
 
-    def _engine_text(self, view: EngineView, figures: dict[str, WindowFigures]) -> dict[str, tuple[str, str]]:
+    def _engine_text(
+        self, key: PlaneKey, view: EngineView, figures: dict[str, WindowFigures]
+    ) -> dict[str, tuple[str, str]]:
         # A scrape result and the figures derived from the window change together, on a new scrape.
-        cached = self._engine_text_cache.get(view.target)
+        cached = self._engine_text_cache.get(key)
         if cached is not None and cached[0] is view.last and cached[1] is figures:
             return cached[2]
         out = Families()
-        self._add_engine(out, view, figures)
+        self._add_engine(out, _plane(key), view, figures)
         text = _family_texts(out)
-        self._engine_text_cache[view.target] = (view.last, figures, text)
+        self._engine_text_cache[key] = (view.last, figures, text)
         return text
 
     def _window(self, series: SeriesView, seconds: float, now: float) -> ProbeWindow | None:
@@ -254,10 +299,12 @@ class FluidityCollector(Collector):
             lateness_quantiles=self.lateness_quantiles,
         )
 
-    def _engine_state(self) -> tuple[dict[str, EngineView], dict[str, dict[str, WindowFigures]]]:
-        engines = {view.target: view for view in self.store.engines()}
-        figures = {target: self._engine_windows(view) for target, view in engines.items()}
-        self._engine_cache = {t: c for t, c in self._engine_cache.items() if t in engines}
+    def _engine_state(self) -> tuple[dict[PlaneKey, EngineView], dict[PlaneKey, dict[str, WindowFigures]]]:
+        """Every scraped component by (plane, target), engines first, with its window figures."""
+        engines = {(ENGINE_PLANE.name, view.target): view for view in self.store.engines()}
+        engines.update({(GATEWAY_PLANE.name, view.target): view for view in self.store.gateways()})
+        figures = {key: self._engine_windows(key, view) for key, view in engines.items()}
+        self._engine_cache = {k: c for k, c in self._engine_cache.items() if k in engines}
         return engines, figures
 
     def _build(self, now: float) -> Families:
@@ -270,40 +317,42 @@ class FluidityCollector(Collector):
                 if window is not None:
                     labels = (series.target, series.module, label)
                     _add_window(out, labels, window)
-                    figures = engine_figures.get(series.target, {}).get(label)
+                    figures = engine_figures.get((ENGINE_PLANE.name, series.target), {}).get(label)
                     self._add_client_minus_server(out, labels, window, figures)
-        for view in engines.values():
-            self._add_engine(out, view, engine_figures[view.target])
+        for key, view in engines.items():
+            self._add_engine(out, _plane(key), view, engine_figures[key])
         return out
 
-    def _engine_windows(self, view: EngineView) -> dict[str, WindowFigures]:
+    def _engine_windows(self, key: PlaneKey, view: EngineView) -> dict[str, WindowFigures]:
         latest = view.window.latest
         if view.last is None or not view.last.ok or latest is None:
             return {}
-        key = (latest.at, len(view.window))
-        cached = self._engine_cache.get(view.target)
-        if cached is not None and cached[0] == key:
+        version = (latest.at, len(view.window))
+        cached = self._engine_cache.get(key)
+        if cached is not None and cached[0] == version:
             return cached[1]
         figures = {label: view.window.figures(seconds) for label, seconds in self.windows.items()}
         kept = {label: f for label, f in figures.items() if f is not None}
-        self._engine_cache[view.target] = (key, kept)
+        self._engine_cache[key] = (version, kept)
         return kept
 
-    def _add_engine(self, out: Families, view: EngineView, figures: Mapping[str, WindowFigures]) -> None:
+    def _add_engine(
+        self, out: Families, plane: _Plane, view: EngineView, figures: Mapping[str, WindowFigures]
+    ) -> None:
         last = view.last
         if last is None:
             return
-        out.add(names.ENGINE_SCRAPE_SUCCESS, (view.target,), 1.0 if last.ok else 0.0)
-        out.add(names.ENGINE_SCRAPE_DURATION, (view.target,), last.duration_s)
+        out.add(plane.success, (view.target,), 1.0 if last.ok else 0.0)
+        out.add(plane.duration, (view.target,), last.duration_s)
         if last.snapshot is None:
             return
-        out.add(names.ENGINE_INFO, (view.target, last.snapshot.kind), 1.0)
-        for signal, spec in _ENGINE_VALUES.items():
+        out.add(plane.info, (view.target, last.snapshot.kind), 1.0)
+        for signal, spec in plane.values.items():
             value = last.snapshot.value(signal)
             if value is not None:
                 out.add(spec, (view.target,), value)
         for label, window in figures.items():
-            for signal, spec in _ENGINE_WINDOW_QUANTILES.items():
+            for signal, spec in plane.window_quantiles.items():
                 for q in self.engine_quantiles:
                     value = window.quantile(signal, q)
                     if value is not None:
@@ -322,6 +371,10 @@ class FluidityCollector(Collector):
         mean_gap = client_minus_server_mean_ttft(window.client_ttfts.tolist(), server)
         if mean_gap is not None:
             out.add(names.WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT, labels, mean_gap)
+
+
+def _plane(key: PlaneKey) -> _Plane:
+    return next(plane for plane in PLANES if plane.name == key[0])
 
 
 def _add_cumulative(out: Families, series: SeriesView) -> None:

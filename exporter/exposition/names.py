@@ -5,7 +5,7 @@ units in the name (``_seconds``, ``_ratio`` for 0-1); counters end in ``_total``
 separate counter or an ``outcome`` label whose values are all exported from the start; no per-pod
 labels (``instance`` and ``job`` come from Prometheus' scrape). Probe families are histograms and
 counters so that many sidecars aggregate exactly in PromQL; the few pre-computed figures are gauges
-whose names start ``fluidity_window_`` (or ``fluidity_engine_window_``) so that nobody mistakes them
+whose names start ``fluidity_window_`` (or ``fluidity_engine_window_``, ``fluidity_gateway_window_``) so that nobody mistakes them
 for something that can be summed or averaged across sidecars.
 
 Names that differ from the first draft of issue 5, and why:
@@ -46,6 +46,7 @@ STATE: Final = "state"  # how a job ended
 TRIAL: Final = "trial"  # index of a capacity-search trial, from 1
 PROMPT_TOKENS: Final = "prompt_tokens"
 ENGINE: Final = "engine"  # the engine whose metric names were recognised: vllm, sglang, tgi, llamacpp
+GATEWAY: Final = "gateway"  # the gateway whose metric names were recognised: llm-d-epp
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
 
@@ -313,6 +314,94 @@ ENGINE_WINDOW_QUEUE = MetricSpec(
     f"Server-side time requests waited in the queue, percentile over the window. {_ENGINE_WINDOW}",
     (TARGET, WINDOW, PERCENTILE),
 )
+ENGINE_WINDOW_TPOT = MetricSpec(
+    "fluidity_engine_window_tpot_seconds",
+    "gauge",
+    "Server-side time per output token, (E2E - TTFT) / (tokens - 1) with one observation per request "
+    f"(vLLM's request_time_per_output_token_seconds), percentile over the window. {_ENGINE_WINDOW}",
+    (TARGET, WINDOW, PERCENTILE),
+)
+
+# --- Per target: the gateway's view (llm-d's endpoint picker), from a second scrape -----------------
+
+GATEWAY_SCRAPE_SUCCESS = MetricSpec(
+    "fluidity_gateway_scrape_success",
+    "gauge",
+    "1 when the latest scrape of the gateway's /metrics succeeded, else 0; the other fluidity_gateway_ "
+    "series are absent while it is 0.",
+    (TARGET,),
+)
+GATEWAY_SCRAPE_DURATION = MetricSpec(
+    "fluidity_gateway_scrape_duration_seconds",
+    "gauge",
+    "How long the latest scrape of the gateway's /metrics took.",
+    (TARGET,),
+)
+GATEWAY_INFO = MetricSpec(
+    "fluidity_gateway_info",
+    "gauge",
+    "Always 1 while the latest gateway scrape succeeded; the gateway label says whose metric names were "
+    "recognised (set by gateway_metrics.kind, or detected when it is auto).",
+    (TARGET, GATEWAY),
+)
+_GATEWAY = (
+    "Read from the gateway's /metrics at its latest scrape: every request it routed for the model, the "
+    "probes' among them."
+)
+GATEWAY_RUNNING = MetricSpec(
+    "fluidity_gateway_running_requests",
+    "gauge",
+    f"Requests the gateway has in flight. {_GATEWAY}",
+    (TARGET,),
+)
+GATEWAY_REQUESTS = MetricSpec(
+    "fluidity_gateway_requests_total",
+    "counter",
+    f"Requests the gateway processed. {_GATEWAY}",
+    (TARGET,),
+)
+GATEWAY_REQUEST_ERRORS = MetricSpec(
+    "fluidity_gateway_request_errors_total",
+    "counter",
+    f"Requests the gateway answered with an error. {_GATEWAY}",
+    (TARGET,),
+)
+GATEWAY_SLO_VIOLATIONS = MetricSpec(
+    "fluidity_gateway_slo_violations_total",
+    "counter",
+    "Requests that broke the gateway's own latency SLO (TTFT and TPOT violations together; llm-d's "
+    f"predicted-latency plugin). {_GATEWAY}",
+    (TARGET,),
+)
+_GATEWAY_WINDOW = (
+    "Measured at the gateway (request received to response bytes), interpolated from its histogram "
+    "increase over the window, as histogram_quantile does; no finer than its buckets."
+)
+GATEWAY_WINDOW_TTFT = MetricSpec(
+    "fluidity_gateway_window_ttft_seconds",
+    "gauge",
+    f"Gateway time to first byte of streaming requests, percentile over the window. {_GATEWAY_WINDOW}",
+    (TARGET, WINDOW, PERCENTILE),
+)
+GATEWAY_WINDOW_ITL = MetricSpec(
+    "fluidity_gateway_window_itl_seconds",
+    "gauge",
+    f"Gateway time between response body chunks, percentile over the window. {_GATEWAY_WINDOW}",
+    (TARGET, WINDOW, PERCENTILE),
+)
+GATEWAY_WINDOW_TPOT = MetricSpec(
+    "fluidity_gateway_window_tpot_seconds",
+    "gauge",
+    "Gateway time per output token of streaming requests, (E2E - TTFT) / (tokens - 1) per request, "
+    f"percentile over the window. {_GATEWAY_WINDOW}",
+    (TARGET, WINDOW, PERCENTILE),
+)
+GATEWAY_WINDOW_E2E = MetricSpec(
+    "fluidity_gateway_window_e2e_seconds",
+    "gauge",
+    f"Gateway end-to-end request latency, percentile over the window. {_GATEWAY_WINDOW}",
+    (TARGET, WINDOW, PERCENTILE),
+)
 
 # --- Job results: the latest capacity search per (target, module), the stored prefill profiles ------
 
@@ -503,6 +592,18 @@ COLLECTED: Final = (
     ENGINE_WINDOW_ITL,
     ENGINE_WINDOW_E2E,
     ENGINE_WINDOW_QUEUE,
+    ENGINE_WINDOW_TPOT,
+    GATEWAY_SCRAPE_SUCCESS,
+    GATEWAY_SCRAPE_DURATION,
+    GATEWAY_INFO,
+    GATEWAY_RUNNING,
+    GATEWAY_REQUESTS,
+    GATEWAY_REQUEST_ERRORS,
+    GATEWAY_SLO_VIOLATIONS,
+    GATEWAY_WINDOW_TTFT,
+    GATEWAY_WINDOW_ITL,
+    GATEWAY_WINDOW_TPOT,
+    GATEWAY_WINDOW_E2E,
 )
 """The families ``FluidityCollector`` builds on every scrape (``describe()`` yields them empty)."""
 

@@ -230,6 +230,7 @@ class ResultStore:
         self.clock = clock  # unix seconds: row ages and the last-success timestamp
         self._series: dict[SeriesKey, _Series] = {}
         self._engines: dict[str, EngineView] = {}
+        self._gateways: dict[str, EngineView] = {}  # the gateway in front of a target, scraped apart
 
     def add(
         self,
@@ -266,20 +267,35 @@ class ResultStore:
 
     def add_engine_scrape(self, target: str, result: ScrapeResult) -> None:
         """Record an engine scrape: its snapshot joins the target's window; its status is the latest."""
-        view = self._engines.get(target)
+        self._add_scrape(self._engines, target, result)
+
+    def add_gateway_scrape(self, target: str, result: ScrapeResult) -> None:
+        """Record a scrape of the gateway in front of a target, kept apart from the engine's."""
+        self._add_scrape(self._gateways, target, result)
+
+    def _add_scrape(self, views: dict[str, EngineView], target: str, result: ScrapeResult) -> None:
+        view = views.get(target)
         if view is None:
             window = SnapshotWindow(self.limits.max_age_s, self.limits.engine_max_items)
             view = EngineView(target, None, window)
         if result.snapshot is not None:
             view.window.add(result.snapshot)
-        self._engines[target] = EngineView(target, result, view.window)
+        views[target] = EngineView(target, result, view.window)
 
-    def retain(self, keys: Iterable[SeriesKey], targets: Iterable[str] | None = None) -> None:
-        """Drop every series not in ``keys`` (and every engine not in ``targets``), e.g. after a reload."""
+    def retain(
+        self,
+        keys: Iterable[SeriesKey],
+        targets: Iterable[str] | None = None,
+        gateways: Iterable[str] | None = None,
+    ) -> None:
+        """Drop every series not in ``keys``, every engine not in ``targets`` and every gateway not in
+        ``gateways`` (default: ``targets``), e.g. after a reload."""
         keep = set(keys)
         self._series = {key: s for key, s in self._series.items() if key in keep}
         engines = set(targets) if targets is not None else {target for target, _ in keep}
+        fronted = set(gateways) if gateways is not None else engines
         self._engines = {t: e for t, e in self._engines.items() if t in engines}
+        self._gateways = {t: g for t, g in self._gateways.items() if t in fronted}
 
     def series(self, now: float | None = None) -> list[SeriesView]:
         """Every (target, module) at ``now`` (default: the clock), rows older than the longest window gone."""
@@ -297,6 +313,10 @@ class ResultStore:
     def engines(self) -> list[EngineView]:
         """Every target's engine state."""
         return list(self._engines.values())
+
+    def gateways(self) -> list[EngineView]:
+        """The state of every target's gateway (only targets with ``gateway_metrics``)."""
+        return list(self._gateways.values())
 
     def window(
         self,

@@ -11,7 +11,6 @@ capacity marked) into ``--output``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import math
@@ -41,6 +40,7 @@ from exporter.oneshot import (
     target_url,
     workload_from_options,
 )
+from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
 from exporter.report.summary import DeadlinePolicy
@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
         params = capacity_params(options)
         slo = trial_slo(options, params)  # bad deadlines fail before any load is sent
         with target_url(options) as (url, simulated):
-            result = asyncio.run(_search(options, params, slo, url, simulated))
+            result = event_loop.run(_search(options, params, slo, url, simulated))
     except BenchError as exc:
         print(f"fluidity-exporter capacity: error: {exc}", file=sys.stderr)
         return 2

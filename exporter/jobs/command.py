@@ -9,7 +9,6 @@ fitted curve, and writes the model as JSON: ``bench --prefill-model FILE`` and t
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, geometri
 from exporter.jobs.runners import PROFILE_POOL, one_at_a_time
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
 from exporter.oneshot import BenchError, add_target_arguments, merged_options, target_settings, target_url
+from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient
 from exporter.stats.prefill import dump_json
 
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             raise BenchError("--workers must be >= 1")
         lengths(options)
         with target_url(options) as (url, simulated):
-            profile = asyncio.run(_profile(options, url, simulated))
+            profile = event_loop.run(_profile(options, url, simulated))
     except BenchError as exc:
         print(f"fluidity-exporter profile: error: {exc}", file=sys.stderr)
         return 2

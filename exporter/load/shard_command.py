@@ -11,7 +11,6 @@ environment (``FLUIDITY_SHARD_TOKEN``, ``FLUIDITY_SHARD_API_KEY``), never from t
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -19,6 +18,7 @@ import sys
 from exporter.cli import Command
 from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
 from exporter.load.shard_runner import serve_shard
+from exporter.probe import loop as event_loop
 from exporter.probe.target import Secret
 
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every pod of an Indexed Job
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s shard %(levelname)s %(message)s")
     key = os.environ.get(API_KEY_ENV)
     api_key = Secret(key) if key else None
-    return asyncio.run(
+    return event_loop.run(
         serve_shard(
             args.coordinator, int(shard), os.environ.get(TOKEN_ENV), api_key, idle_exit_s=args.idle_exit
         )

@@ -1,57 +1,51 @@
-"""``ProbeClient``: one aiohttp session that sends streaming requests and stamps every token.
+"""``ProbeClient``: sends streaming requests to one target and stamps every token.
 
-Network code only stamps times; ``stream.py`` and ``result.py`` give them meaning. The hot path is one
-``resp.content.readany()`` per socket read, one clock read per read (all events decoded from that read
-share it), and the incremental SSE decoder. ``sent_at`` is stamped just before ``session.post``, so TTFT
-includes connecting and writing the request, as a user's does, but not the client's own lateness, which
-is ``send_overhead_s`` (``sent_at - scheduled_at``).
+Network code only stamps times; ``reader.py``, ``stream.py`` and ``result.py`` give them meaning. The
+transport is ``http.py``: raw ``asyncio.Protocol`` connections whose ``data_received`` stamps each socket
+read first (every event decoded from that read shares the stamp) and hands the bytes to the request's
+``StreamReader``, which decodes them on arrival only until the first token and in one go at the end of
+the stream after that. ``sent_at`` is stamped just before a connection is taken (or opened) and the
+request written, so TTFT includes connecting and writing the request, as a user's does, but not the
+client's own lateness, which is ``send_overhead_s`` (``sent_at - scheduled_at``). The event loop is
+whatever runs the caller: ``exporter.probe.loop`` starts uvloop's where the CLI and the daemon start one.
 
 Target failures never raise: every one ends as an ``Outcome`` on the result, with whatever timings it
-got. Cancellation always propagates. A bug of ours (anything that is not a network, HTTP or stream
-failure) raises too, rather than hiding in a failure count.
+got. Cancellation always propagates (the tokens received so far are decoded into the result first). A
+bug of ours (anything that is not a network, HTTP or stream failure) raises too, rather than hiding in a
+failure count.
 
-Timeouts (``TargetSettings.timeouts``), each its own outcome: ``connect`` (the TCP connect, by aiohttp),
+Timeouts (``TargetSettings.timeouts``), each its own outcome: ``connect`` (the TCP and TLS connect),
 and, from one lazily re-armed timer per request (no timer work per read), ``ttft`` (request write to the
 first token), ``idle`` (silence between reads once tokens flow) and ``total``.
 
 A request that fails before any response byte on a *reused* keep-alive connection (the server closed it
 while idle, as llama.cpp and uvicorn do after 5 s, or after its last allowed request, as llama.cpp
 does after 5 per connection, and our write raced its FIN) is resent once on a fresh connection and
-counted in ``retries``; on a fresh connection the same failure is a ``CONNECT_ERROR``. The resend goes
-through a second session that opens a new connection for every request: taken from the pool, it could
-meet the next stale connection (under load several go stale at once).
+counted in ``retries``; on a fresh connection the same failure is a ``CONNECT_ERROR``. The resend opens
+a new connection rather than taking one from the pool: under load several go stale at once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import ssl
 import time
 from collections.abc import Callable
-from types import SimpleNamespace, TracebackType
-from typing import Any
+from types import TracebackType
 
-import aiohttp
-
+from exporter.probe.http import ConnectionPool, Endpoint, HttpConnection, HttpError, request_bytes
 from exporter.probe.openai import FORMATS, ApiFormat
+from exporter.probe.reader import StreamReader, error_text
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.saturation import LagMonitor, is_unreliable
-from exporter.probe.sse import SseDecoder, SseError
 from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
 from exporter.probe.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
-
-# Hundreds of concurrent streams are the point; aiohttp's default pool of 100 would queue them unseen.
-MAX_CONNECTIONS = 4096
-ERROR_BODY_LIMIT = 4096
-DRAIN_LIMIT_S = 1.0  # after [DONE], how long to wait for the end of the HTTP body
-_STALE_ERRORS = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
 class TargetError(Exception):
@@ -72,24 +66,13 @@ def _api_root(base_url: str) -> str:
     return root if root.endswith("/v1") else root + "/v1"
 
 
-def _ssl_setting(settings: TargetSettings) -> ssl.SSLContext | bool:
+def _ssl_context(settings: TargetSettings) -> ssl.SSLContext:
     if not settings.verify_tls:
-        return False
-    if settings.ca_file is not None:
-        return ssl.create_default_context(cafile=settings.ca_file)
-    return True
-
-
-async def _on_reuse(_session: Any, trace: SimpleNamespace, _params: Any) -> None:
-    ctx = trace.trace_request_ctx
-    if ctx is not None:
-        ctx.reused = True
-
-
-def _trace_config() -> aiohttp.TraceConfig:
-    config = aiohttp.TraceConfig()
-    config.on_connection_reuseconn.append(_on_reuse)
-    return config
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    return ssl.create_default_context(cafile=settings.ca_file)
 
 
 class ProbeClient:
@@ -99,17 +82,16 @@ class ProbeClient:
         self,
         settings: TargetSettings,
         *,
-        session: aiohttp.ClientSession | None = None,
         clock: Callable[[], float] = time.perf_counter,
         monitor_lag: bool = True,
     ) -> None:
         self.settings = settings
         self._clock = clock
-        self._session = session
-        self._owns_session = session is None
-        self._fresh_session: aiohttp.ClientSession | None = None  # for resends; opened on first use
+        self._pool: ConnectionPool | None = None
         self._format: ApiFormat = FORMATS[settings.api]
-        self._url = _api_root(settings.base_url) + self._format.path.removeprefix("/v1")
+        self._endpoint = Endpoint.parse(_api_root(settings.base_url))  # its path ends in /v1
+        self._path = self._format.path.removeprefix("/v1")
+        self._url = _api_root(settings.base_url) + self._path
         self._headers = self._build_headers()
         self._model = settings.model
         self._model_lock = asyncio.Lock()
@@ -126,41 +108,37 @@ class ProbeClient:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if self.settings.api_key is not None:
             headers["Authorization"] = f"Bearer {self.settings.api_key.reveal()}"
-        headers.update(self.settings.headers)  # an explicit header wins, Authorization included
+        # An explicit header wins, Authorization included; the framing headers are the client's own.
+        for name, value in self.settings.headers:
+            for known in [k for k in headers if k.lower() == name.lower()]:
+                del headers[known]
+            if name.lower() not in ("host", "content-length", "transfer-encoding", "accept-encoding"):
+                headers[name] = value
         return headers
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def __aenter__(self) -> ProbeClient:
-        if self._session is None:
-            self._session = self._new_session(force_close=False)
+        if self._pool is None:
+            tls = _ssl_context(self.settings) if self._endpoint.tls else None
+            self._pool = ConnectionPool(self._clock, tls)
         return self
-
-    def _new_session(self, *, force_close: bool) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=MAX_CONNECTIONS, limit_per_host=0, ssl=_ssl_setting(self.settings), force_close=force_close
-        )
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.settings.timeouts.connect)
-        return aiohttp.ClientSession(connector=connector, timeout=timeout, trace_configs=[_trace_config()])
 
     async def __aexit__(
         self, _type: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None
     ) -> None:
         if self.monitor is not None:
             self.monitor.stop()
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
-        if self._fresh_session is not None:
-            await self._fresh_session.close()
-            self._fresh_session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     @property
-    def session(self) -> aiohttp.ClientSession:
-        """The one session (only inside ``async with``)."""
-        if self._session is None:
+    def pool(self) -> ConnectionPool:
+        """The connection pool (only inside ``async with``)."""
+        if self._pool is None:
             raise RuntimeError("ProbeClient is not open: use it as `async with ProbeClient(...) as client`")
-        return self._session
+        return self._pool
 
     # -- the model -----------------------------------------------------------------------------------
 
@@ -178,12 +156,11 @@ class ProbeClient:
         url = _api_root(self.settings.base_url) + "/models"
         limit = self.settings.timeouts.ttft or self.settings.timeouts.total
         try:
-            async with asyncio.timeout(limit), self.session.get(url, headers=self._headers) as resp:
-                body = await resp.read()
-                status = resp.status
+            async with asyncio.timeout(limit):
+                status, body = await self.get("/models")
         except TimeoutError:  # before OSError, of which it is a subclass
             raise TargetError(Outcome.TOTAL_TIMEOUT, f"GET {url}: no answer within {limit} s") from None
-        except (aiohttp.ClientError, OSError) as exc:
+        except (HttpError, OSError) as exc:
             raise TargetError(Outcome.CONNECT_ERROR, f"GET {url}: {self._scrub(str(exc))}") from None
         if status != 200:
             raise TargetError(Outcome.HTTP_STATUS, f"GET {url}: HTTP {status}", status)
@@ -191,6 +168,35 @@ class ProbeClient:
             return str(json.loads(body)["data"][0]["id"])
         except (ValueError, KeyError, IndexError, TypeError):
             raise TargetError(Outcome.MALFORMED_STREAM, f"GET {url}: no model listed in the answer") from None
+
+    async def get(self, path: str, limit_bytes: int = 1 << 20) -> tuple[int, bytes]:
+        """``GET /v1{path}`` on the target: its status and body (up to ``limit_bytes``). Raises
+        ``HttpError`` or ``OSError`` when the exchange fails (the caller bounds its time)."""
+        headers = [(k, v) for k, v in self._headers.items() if k.lower() != "content-type"]
+        request = request_bytes("GET", self._endpoint, path, headers)
+        conn, _ = await self._connect(fresh=False)
+        sink = _BodySink(limit_bytes)
+        try:
+            conn.start(request, sink)
+            await sink.finished
+        except BaseException:
+            self.pool.discard(conn)
+            raise
+        if sink.error is not None:
+            self.pool.discard(conn)
+            raise sink.error
+        self.pool.release(self._endpoint, conn)
+        return sink.status, bytes(sink.body)
+
+    async def _connect(self, *, fresh: bool) -> tuple[HttpConnection, bool]:
+        connect = self.settings.timeouts.connect
+        try:
+            async with asyncio.timeout(connect):
+                return await self.pool.acquire(self._endpoint, fresh=fresh)
+        except TimeoutError:
+            raise HttpError(f"connect timed out after {connect} s") from None
+        except (OSError, ssl.SSLError) as exc:
+            raise HttpError(f"cannot connect to {self._endpoint.host}:{self._endpoint.port}: {exc}") from None
 
     # -- one request ---------------------------------------------------------------------------------
 
@@ -221,12 +227,12 @@ class ProbeClient:
         except TargetError as exc:
             return self._failed(result, exc.outcome, str(exc), exc.status)
         body = json.dumps(self._format.build_body(self.settings, spec, model)).encode()
+        request = request_bytes("POST", self._endpoint, self._path, self._headers.items(), body)
         self._enter_flight()
         try:
             mark = self.monitor.mark() if self.monitor is not None else 0
-            cpu_start, wall_start = time.process_time(), self._clock()
-            await self._send_with_retry(result, body)
-            self._judge(result, mark, cpu_start, wall_start)
+            await self._send_with_retry(result, request)
+            self._judge(result, mark)
         finally:
             self._leave_flight()
         return result
@@ -242,22 +248,18 @@ class ProbeClient:
         if self._in_flight == 0 and self.monitor is not None:
             self.monitor.stop()
 
-    async def _send_with_retry(self, result: ProbeResult, body: bytes) -> None:
+    async def _send_with_retry(self, result: ProbeResult, request: bytes) -> None:
         try:
-            await self._attempt(result, body, self.session, retry_allowed=True)
+            await self._attempt(result, request, fresh=False)
         except _StaleConnectionError:
             result.retries += 1
-            if self._fresh_session is None:
-                self._fresh_session = self._new_session(force_close=True)
-            await self._attempt(result, body, self._fresh_session, retry_allowed=False)
+            await self._attempt(result, request, fresh=True)
 
-    def _judge(self, result: ProbeResult, mark: int, cpu_start: float, wall_start: float) -> None:
+    def _judge(self, result: ProbeResult, mark: int) -> None:
         """Record the saturation evidence and apply the rule of ``saturation.py``."""
-        wall = self._clock() - wall_start
-        if wall > 0:
-            result.cpu_share = min((time.process_time() - cpu_start) / wall, 1.0)
         if self.monitor is not None:
             result.loop_lag_s, result.loop_lag_share = self.monitor.since(mark)
+            result.cpu_share = self.monitor.cpu_share_since(mark)
         reads = int(result.extra.get("token_reads", 0))
         result.unreliable = is_unreliable(
             result.loop_lag_s, result.loop_lag_share, result.multi_event_reads, reads
@@ -278,9 +280,7 @@ class ProbeClient:
         key = self.settings.api_key
         return text.replace(key.reveal(), "********") if key is not None else text
 
-    async def _attempt(
-        self, result: ProbeResult, body: bytes, session: aiohttp.ClientSession, *, retry_allowed: bool
-    ) -> None:
+    async def _attempt(self, result: ProbeResult, request: bytes, *, fresh: bool) -> None:
         state = StreamState(result, self._format, TokenCounter(self._text_counter))
         result.sent_at = sent = self._clock()
         if result.scheduled_at is not None:
@@ -290,7 +290,7 @@ class ProbeClient:
             async with asyncio.timeout(None) as scope:
                 watchdog.start(scope)
                 try:
-                    await self._exchange(result, body, state, session, retry_allowed=retry_allowed)
+                    await self._exchange(result, request, state, watchdog, fresh=fresh)
                 finally:
                     watchdog.cancel()
         except TimeoutError:
@@ -307,79 +307,71 @@ class ProbeClient:
         result.extra["token_reads"] = state.token_reads
 
     async def _exchange(
+        self, result: ProbeResult, request: bytes, state: StreamState, watchdog: Watchdog, *, fresh: bool
+    ) -> None:
+        try:
+            conn, reused = await self._connect(fresh=fresh)
+        except HttpError as exc:
+            self._failed(result, Outcome.CONNECT_ERROR, str(exc))
+            return
+        reader = StreamReader(state, self.settings.max_line_bytes, on_first_token=watchdog.rearm)
+        try:
+            try:
+                conn.start(request, reader)
+            except HttpError as exc:  # closed between the pool's check and the write
+                reader.on_end(self._clock(), exc)
+            await reader.finished
+        except BaseException:
+            reader.flush_quietly()  # given up (cancelled, timed out): the tokens received still count
+            self.pool.discard(conn)
+            raise
+        self._settle(result, state, reader, conn, reused=reused and not fresh)
+
+    def _settle(
         self,
         result: ProbeResult,
-        body: bytes,
         state: StreamState,
-        session: aiohttp.ClientSession,
+        reader: StreamReader,
+        conn: HttpConnection,
         *,
-        retry_allowed: bool,
+        reused: bool,
     ) -> None:
-        trace = SimpleNamespace(reused=not self._owns_session)  # a foreign session: assume reuse
-        try:
-            async with session.post(
-                self._url, data=body, headers=self._headers, trace_request_ctx=trace
-            ) as resp:
-                result.headers_at = self._clock()
-                result.http_status = resp.status
-                await self._check_response(resp)
-                await self._read_stream(resp, state)
-        except _STALE_ERRORS as exc:
-            if result.headers_at is None and trace.reused and retry_allowed:
-                raise _StaleConnectionError from exc
-            self._network_failure(result, exc)
-        except aiohttp.ClientError as exc:
-            self._network_failure(result, exc)
-        except OSError as exc:  # raw socket errors aiohttp did not wrap
-            self._network_failure(result, exc)
-
-    def _network_failure(self, result: ProbeResult, exc: BaseException) -> None:
-        if result.headers_at is None or isinstance(exc, aiohttp.ClientConnectorError):
-            outcome = Outcome.CONNECT_ERROR
+        failure = reader.failure
+        if reader.body_complete and failure is None:
+            self.pool.release(self._endpoint, conn)
         else:
-            outcome = Outcome.STREAM_ABORTED
-        self._failed(result, outcome, f"{type(exc).__name__}: {exc}")
-
-    async def _check_response(self, resp: aiohttp.ClientResponse) -> None:
-        if resp.status != 200:
-            raw = await resp.content.read(ERROR_BODY_LIMIT)
-            outcome = Outcome.RATE_LIMITED if resp.status == 429 else Outcome.HTTP_STATUS
-            raise StreamFailureError(outcome, f"HTTP {resp.status}: {_error_text(raw)}")
-        if resp.content_type != "text/event-stream":
-            raise StreamFailureError(
-                Outcome.MALFORMED_STREAM, f"expected Content-Type text/event-stream, got {resp.content_type}"
-            )
-
-    async def _read_stream(self, resp: aiohttp.ClientResponse, state: StreamState) -> None:
-        decoder = SseDecoder(self.settings.max_line_bytes)
-        clock, reader = self._clock, resp.content
-        try:
-            while data := await reader.readany():
-                now = state.last_read = clock()
-                events = decoder.feed(data)
-                if events and state.on_events(now, events):
-                    break
-        except SseError as exc:
-            raise StreamFailureError(Outcome.MALFORMED_STREAM, str(exc)) from None
-        result = state.result
-        if not state.done:
-            result.finished_at = clock()
-            if result.finish_reason is None or decoder.pending:
-                raise StreamFailureError(Outcome.STREAM_ABORTED, "the stream ended before [DONE]")
+            self.pool.discard(conn)
+        if failure is None:
+            state.finish(exact_length=self.settings.ignore_eos or self.settings.send_min_tokens)
+        elif isinstance(failure, StreamFailureError):
+            raise failure
+        elif not reader.headers_received and not conn.bytes_received and reused:
+            raise _StaleConnectionError(str(failure))
         else:
-            # Read the end of the HTTP body so the connection goes back to the pool for reuse; a server
-            # that never ends it costs its connection, not the request.
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                async with asyncio.timeout(DRAIN_LIMIT_S):
-                    while await reader.readany():
-                        pass
-        state.finish(exact_length=self.settings.ignore_eos or self.settings.send_min_tokens)
+            outcome = Outcome.CONNECT_ERROR if not reader.headers_received else Outcome.STREAM_ABORTED
+            self._failed(result, outcome, str(failure))
 
 
-def _error_text(raw: bytes) -> str:
-    """OpenAI's ``error.message`` when the body has one, else the start of the body."""
-    text = raw.decode("utf-8", errors="replace")
-    with contextlib.suppress(ValueError, KeyError, IndexError, AttributeError, TypeError):
-        error = json.loads(text)["error"]
-        return str(error["message"] if isinstance(error, dict) else error)[:200]
-    return text[:200].strip() or "(empty body)"
+class _BodySink:
+    """Collects a whole (small) response body: ``GET /v1/models`` and the like."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.status = 0
+        self.body = bytearray()
+        self.error: HttpError | None = None
+        self._limit = limit_bytes
+
+    def on_headers(self, now: float, status: int, headers: dict[str, str]) -> None:
+        self.status = status
+
+    def on_read(self, now: float, body: bytes) -> None:
+        self.body += body[: max(self._limit - len(self.body), 0)]
+
+    def on_end(self, now: float, error: HttpError | None) -> None:
+        self.error = error
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+
+__all__ = ["ProbeClient", "TargetError", "error_text"]

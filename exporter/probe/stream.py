@@ -10,13 +10,25 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
+
+import msgspec
 
 from exporter.probe.openai import ApiFormat, Chunk, read_chunk
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.probe.sse import DONE, SseEvent
 from exporter.probe.tokens import TokenCounter, reconcile
 
-_loads = json.loads
+_fast_loads = msgspec.json.Decoder().decode  # strict JSON, ~8x json.loads on a typical chunk
+
+
+def loads(data: str) -> Any:
+    """One chunk's JSON: msgspec's decoder, and the standard library's for what it refuses but JSON
+    servers send anyway (NaN, Infinity, numbers beyond float range), so no chunk is judged by speed."""
+    try:
+        return _fast_loads(data)
+    except ValueError:  # msgspec's DecodeError and ValidationError are ValueErrors
+        return json.loads(data)
 
 
 class StreamFailureError(Exception):
@@ -61,7 +73,7 @@ class StreamState:
 
     def _parse(self, data: str) -> Chunk:
         try:
-            return read_chunk(self.fmt, _loads(data))
+            return read_chunk(self.fmt, loads(data))
         except ValueError as exc:  # JSONDecodeError is a ValueError
             raise StreamFailureError(Outcome.MALFORMED_STREAM, f"bad chunk: {exc}") from None
 

@@ -4,6 +4,10 @@ A timer per socket read would cost a timer handle per chunk; instead the watchdo
 earliest limit *could* have passed, then looks at the request's state (``StreamState.has_token`` and
 ``last_read``) and either ends the request, by rescheduling its ``asyncio.timeout`` scope to now, or
 sleeps again until the new earliest limit. ``expired`` then says which limit it was.
+
+The earliest limit moves earlier once, when the first token arrives (the time-to-first-token limit
+gives way to the idle limit, which may be much shorter): the reader then calls ``rearm``, so a stall
+right after the first token is caught at ``idle``, not at ``ttft``.
 """
 
 from __future__ import annotations
@@ -42,6 +46,13 @@ class Watchdog:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+    def rearm(self) -> None:
+        """Look again now: the earliest limit may have moved earlier (the first token arrived)."""
+        if self._scope is None or self.expired is not None:
+            return
+        self.cancel()
+        self._check()
 
     def _limit(self) -> tuple[float, Outcome]:
         t, inf = self._timeouts, math.inf

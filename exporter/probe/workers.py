@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
@@ -43,8 +44,8 @@ async def run_plan(client: ProbeClient, plan: Plan, *, start: float | None = Non
         for index in order:
             offset, spec = plan[index]
             due = start + offset
-            delay = due - time.perf_counter()
-            if delay > 0:
+            # Again after an early wake-up: uvloop's timers have millisecond grain and may fire early.
+            while (delay := due - time.perf_counter()) > 0:
                 await asyncio.sleep(delay)
             tasks[index] = asyncio.create_task(client.send(spec, scheduled_at=due))
         return list(await asyncio.gather(*(t for t in tasks if t is not None)))
@@ -97,7 +98,7 @@ def _worker_main(
 ) -> None:
     """A worker process: connect, report ready, wait for the common start, run its share, send results."""
     try:
-        conn.send(("done", asyncio.run(_worker_async(settings, share, conn))))
+        conn.send(("done", event_loop.run(_worker_async(settings, share, conn))))
     except BaseException as exc:  # report it to the parent rather than dying silently
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         raise

@@ -67,6 +67,9 @@ class SimStats:
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
     e2e: Histogram = field(default_factory=lambda: Histogram(REQUEST_LATENCY_BUCKETS))
     queue: Histogram = field(default_factory=lambda: Histogram(REQUEST_LATENCY_BUCKETS))
+    # One observation per finished request, on the ITL buckets, as vLLM's
+    # request_time_per_output_token_seconds.
+    request_tpot: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,11 @@ class SimCollector(Collector):
             "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", stats.e2e
         )
         yield self._histogram("vllm:request_queue_time_seconds", _QUEUE_DOC, stats.queue)
+        yield self._histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            stats.request_tpot,
+        )
 
 
 def make_registry(model: str, stats: SimStats, gauges: Callable[[], EngineGauges]) -> CollectorRegistry:

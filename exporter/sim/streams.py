@@ -52,6 +52,7 @@ class TokenStream:
         self.token_ids: list[int] = []
         self.prepared = 0
         self.sent = 0
+        self.first_token_at: float | None = None
         self.last_token_at: float | None = None
         self.queue_time = 0.0
         self.finish_reason: str | None = None
@@ -103,6 +104,7 @@ class TokenStream:
         if self.sent == 0:
             stats.ttft.observe(now - self.arrival)
             stats.prompt_tokens += len(self.req.prompt_ids)
+            self.first_token_at = now
         elif self.last_token_at is not None:
             stats.itl.observe(now - self.last_token_at)
         self.sent += delivery.tokens
@@ -113,7 +115,14 @@ class TokenStream:
             stats.success[delivery.finish_reason or "stop"] += 1
             stats.e2e.observe(now - self.arrival)
             stats.queue.observe(self.queue_time)
+            stats.request_tpot.observe(self._tpot(now))
             self.done.set_result(None)
+
+    def _tpot(self, now: float) -> float:
+        """(E2E - TTFT) / (tokens - 1), and 0 for a request of one token, as vLLM records it."""
+        if self.sent <= 1 or self.first_token_at is None:
+            return 0.0
+        return (now - self.first_token_at) / (self.sent - 1)
 
     def abort(self) -> None:
         """End the stream early (client gone, or server stopping); vLLM counts it as an abort."""

@@ -33,7 +33,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "unknown-target-key": (
         "targets:\n  - name: a\n    url: http://h:8000\n    urll: http://x\n",
         [
-            'targets[0]: unknown key "urll"; valid: api, api_key, budget, engine_metrics, extra_body, headers, model, modules, name, simulated, slo, timeouts, tls, url'
+            'targets[0]: unknown key "urll"; valid: api, api_key, budget, engine_metrics, extra_body, gateway_metrics, headers, model, modules, name, simulated, slo, timeouts, tls, url'
         ],
     ),
     "unknown-timeouts-key": (
@@ -42,7 +42,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     ),
     "unknown-engine-metrics-key": (
         T + "    engine_metrics: {url: http://h:8000/metrics, every: 5s}\n",
-        ['targets[0].engine_metrics: unknown key "every"; valid: interval, kind, model, url'],
+        ['targets[0].engine_metrics: unknown key "every"; valid: bearer_token, interval, kind, model, url'],
     ),
     "unknown-budget-key": (
         T + "    budget: {max_rps: 3}\n",
@@ -75,7 +75,9 @@ CASES: dict[str, tuple[str, list[str]]] = {
     ),
     "unknown-bucket-name": (
         T + "global:\n  buckets: {itl: [0.1]}\n",
-        ['global.buckets: unknown key "itl"; valid: e2e, fluidity, normalized_latency, tbt, tpot, ttft'],
+        [
+            'global.buckets: unknown key "itl"; valid: e2e, fluidity, normalized_latency, preset, tbt, tpot, ttft'
+        ],
     ),
     "unknown-tls-key": (
         T + "    tls: {verify: true, ca: /x}\n",
@@ -283,6 +285,25 @@ CASES: dict[str, tuple[str, list[str]]] = {
             'targets[0].api: unknown value "responses"; valid: chat, completions',
             'targets[0].engine_metrics.kind: unknown value "ollama"; valid: auto, llamacpp, sglang, tgi, vllm',
         ],
+    ),
+    "gateway-kind-is-no-engine-kind": (
+        T + "    gateway_metrics: {url: http://epp:9090/metrics, kind: vllm}\n",
+        ['targets[0].gateway_metrics.kind: unknown value "vllm"; valid: auto, llm-d-epp'],
+    ),
+    "gateway-metrics-without-url-and-unknown-key": (
+        T + "    gateway_metrics: {kind: llm-d-epp, every: 5s}\n",
+        [
+            'targets[0].gateway_metrics: unknown key "every"; valid: bearer_token, interval, kind, model, url',
+            "targets[0].gateway_metrics.url: missing (required)",
+        ],
+    ),
+    "gateway-bearer-token-literal": (
+        T + "    gateway_metrics: {url: http://epp:9090/metrics, bearer_token: eyJhbGci}\n",
+        ["targets[0].gateway_metrics.bearer_token: " + LITERAL_SECRET],
+    ),
+    "unknown-bucket-preset": (
+        T + "global:\n  buckets: {preset: otel, tbt: [0.01, 0.1]}\n",
+        ['global.buckets.preset: unknown value "otel"; valid: default, opentelemetry'],
     ),
     "headers-and-extra-body": (
         T + "    headers: {X-Id: 5, 'bad header': x}\n    extra_body: [1]\n",

@@ -478,3 +478,21 @@ def test_a_schedule_change_is_a_config_change() -> None:
     )
     assert before == parse_config(JOBS, environ={"JOBS_TOKEN": "t"})
     assert before != after
+
+
+def test_gateway_metrics_with_a_bearer_token_from_a_file(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("k8s-sa-token\n")
+    text = (
+        "targets:\n  - name: a\n    url: http://h:8000\n"
+        "    engine_metrics: {url: http://h:8000/metrics}\n"
+        f"    gateway_metrics: {{url: http://epp:9090/metrics, kind: llm-d-epp, interval: 5s, model: llama,"
+        f" bearer_token: {{file: {token}}}}}\n"
+    )
+    target = parse_config(text, environ={}).target("a")
+    gateway = target.gateway_metrics
+    assert gateway is not None
+    assert (gateway.kind, gateway.interval_s, gateway.model) == ("llm-d-epp", 5.0, "llama")
+    assert gateway.headers() == {"Authorization": "Bearer k8s-sa-token"}
+    assert "k8s-sa-token" not in repr(target)
+    assert target.engine_metrics is not None and target.engine_metrics.headers() == {}

@@ -28,6 +28,7 @@ from exporter.sim import SimConfig, SimServer
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate
 from exporter.web.routes import build_app
+from tests.integration.gateway import fake_gateway
 from tests.net import free_port
 
 CONFIG = """
@@ -358,3 +359,31 @@ async def test_a_dead_target_is_counted_and_the_daemon_stays_up(tmp_path: Path) 
     assert (
         value(series, "fluidity_exporter_job_errors_total", job_id="probe:sim:fast") == 0
     )  # no bug, a result
+
+
+async def test_the_gateway_view_is_scraped_beside_the_engines(sim: str, tmp_path: Path) -> None:
+    async with fake_gateway() as gateway:
+        path = tmp_path / "config.yaml"
+        gateway_line = f'    gateway_metrics: {{url: "{gateway}/metrics", interval: 1s}}\n'
+        text = CONFIG.format(url=sim, extra_module="").replace("modules:\n", gateway_line + "modules:\n", 1)
+        path.write_text(text)
+        daemon = Daemon(load_config_file(path), config_path=str(path), seed=1)
+        async with serving(daemon) as url:
+            assert "gateway:sim" in daemon.jobs.job_ids()
+            await wait_for(lambda: any(len(view.window) >= 3 for view in daemon.store.gateways()))
+            await wait_for(lambda: any(len(view.window) >= 2 for view in daemon.store.engines()))
+            status, body = await get(url + "/metrics")
+    assert status == 200
+    series = samples(body)
+    assert value(series, "fluidity_gateway_info", target="sim", gateway="llm-d-epp") == 1
+    assert value(series, "fluidity_engine_info", target="sim", engine="vllm") == 1
+    assert value(series, "fluidity_gateway_scrape_success", target="sim") == 1
+    assert value(series, "fluidity_gateway_requests_total", target="sim") % 100 == 0  # 100 per scrape
+    # Every scrape adds the fixture's histogram once, so any window's quantile is the fixture's own.
+    p50 = value(series, "fluidity_gateway_window_ttft_seconds", target="sim", window="1m", percentile="50")
+    assert p50 == pytest.approx(0.15)
+    assert (
+        "fluidity_engine_window_ttft_seconds",
+        (("percentile", "50"), ("target", "sim"), ("window", "1m")),
+    ) in series
+    assert value(series, "fluidity_probe_ttft_seconds_count", target="sim", module="fast") > 0

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from exporter.engine.derive import derive
-from exporter.engine.families import Signal, UnknownEngineError
+from exporter.engine.families import GATEWAY_CATALOGUE, Signal, UnknownEngineError
 from exporter.engine.scrape import ScrapeFailure, ScrapeResult, scrape
 from exporter.sim import SimConfig, SimServer, tokenizer
 from tests.engine import fixtures
@@ -84,6 +84,7 @@ async def test_simulator_page_matches_the_traffic_sent(
         Signal.SERVER_ITL_SECONDS: 4.0 + 5.0 + 6.0,  # one gap per token after the first
         Signal.SERVER_E2E_SECONDS: 3.0,
         Signal.SERVER_QUEUE_SECONDS: 3.0,
+        Signal.SERVER_TPOT_SECONDS: 3.0,  # one per request, not per token
     }
     for histogram in snap.histograms.values():
         assert histogram.buckets[-1][1] == histogram.count
@@ -173,6 +174,25 @@ async def test_stalled_server_is_timeout_and_cancellation_propagates(
             await task
     finally:
         release.set()
+
+
+async def test_headers_are_sent_and_a_gateway_page_is_read_with_its_catalogue(
+    aiohttp_server: ServerFactory, session: aiohttp.ClientSession
+) -> None:
+    async def guarded(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer k8s-token":
+            return web.Response(status=401)
+        return web.Response(text=fixtures.LLM_D_EPP)
+
+    url = await serve(aiohttp_server, guarded)
+    refused = await scrape(session, url, timeout=5.0, catalogue=GATEWAY_CATALOGUE)
+    assert (refused.failure, refused.detail) == (ScrapeFailure.HTTP_STATUS, "HTTP 401")
+    headers = {"Authorization": "Bearer k8s-token"}
+    result = await scrape(session, url, timeout=5.0, catalogue=GATEWAY_CATALOGUE, headers=headers)
+    assert result.snapshot is not None and result.snapshot.kind == "llm-d-epp"
+    assert result.snapshot.value(Signal.REQUESTS_TOTAL) == 100.0
+    with pytest.raises(UnknownEngineError, match='unknown gateway kind "vllm"'):
+        await scrape(session, url, timeout=5.0, kind="vllm", catalogue=GATEWAY_CATALOGUE)
 
 
 async def test_misspelt_kind_raises_before_any_io(session: aiohttp.ClientSession) -> None:

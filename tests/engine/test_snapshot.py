@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.engine.families import EngineFamilies, Signal, Source, Unit, UnknownEngineError
+from exporter.engine.families import (
+    GATEWAY_CATALOGUE,
+    EngineFamilies,
+    Signal,
+    Source,
+    Unit,
+    UnknownEngineError,
+)
 from exporter.engine.snapshot import EngineSnapshot, ExpositionError, HistogramData, parse_exposition
 from tests.engine import fixtures
 
@@ -67,6 +74,92 @@ def test_sglang_current_names() -> None:
     )
     assert snap.histograms[Signal.SERVER_QUEUE_SECONDS].buckets == ((0.0, 5.0), (0.1, 15.0), (INF, 20.0))
     assert snap.sources[Signal.SERVER_ITL_SECONDS] == "sglang:inter_token_latency_seconds"
+
+
+def test_vllm_0_13_without_the_removed_names_reads_every_signal() -> None:
+    snap = parse_exposition(fixtures.VLLM_0_13, at=0.0)
+    assert snap.kind == "vllm"
+    assert snap.values == {
+        Signal.RUNNING_REQUESTS: 6.0,
+        Signal.QUEUE_DEPTH: 2.0,
+        Signal.KV_CACHE_USAGE: 0.4,
+        Signal.PREEMPTIONS_TOTAL: 1.0,
+        Signal.PROMPT_TOKENS_TOTAL: 4096.0,
+        Signal.GENERATION_TOKENS_TOTAL: 1024.0,
+        Signal.REQUEST_SUCCESS_TOTAL: 4.0,
+    }
+    assert snap.sources[Signal.KV_CACHE_USAGE] == "vllm:kv_cache_usage_perc"
+    assert snap.sources[Signal.SERVER_ITL_SECONDS] == "vllm:inter_token_latency_seconds"
+    assert snap.histograms[Signal.SERVER_ITL_SECONDS].count == 1020.0
+    # Per-request TPOT stays apart from per-token ITL: 4 requests, not 1020 gaps.
+    assert snap.histograms[Signal.SERVER_TPOT_SECONDS] == HistogramData(
+        ((0.01, 1.0), (0.025, 4.0), (INF, 4.0)), 0.06, 4.0
+    )
+    assert set(snap.histograms) == {
+        Signal.SERVER_TTFT_SECONDS,
+        Signal.SERVER_ITL_SECONDS,
+        Signal.SERVER_TPOT_SECONDS,
+        Signal.SERVER_E2E_SECONDS,
+        Signal.SERVER_QUEUE_SECONDS,
+    }
+
+
+def test_sglang_behind_its_router_underscore_names() -> None:
+    snap = parse_exposition(fixtures.SGLANG_ROUTER, at=0.0)
+    assert snap.kind == "sglang"
+    assert snap.values == {
+        Signal.RUNNING_REQUESTS: 12.0,
+        Signal.QUEUE_DEPTH: 5.0,
+        Signal.KV_CACHE_USAGE: 0.5,
+        Signal.REQUEST_SUCCESS_TOTAL: 300.0,
+        Signal.GENERATION_TOKENS_TOTAL: 9000.0,
+    }
+    assert snap.sources[Signal.SERVER_TTFT_SECONDS] == "sglang_time_to_first_token_seconds"
+    assert snap.histograms[Signal.SERVER_TTFT_SECONDS] == HistogramData(
+        ((0.1, 10.0), (0.2, 30.0), (INF, 30.0)), 6.0, 30.0
+    )
+    assert snap.sources[Signal.SERVER_ITL_SECONDS] == "sglang_inter_token_latency_seconds"
+
+
+def test_sglang_colon_names_win_over_underscore_twins() -> None:
+    both = fixtures.SGLANG + fixtures.SGLANG_ROUTER
+    snap = parse_exposition(both, at=0.0)
+    assert snap.value(Signal.RUNNING_REQUESTS) == 162.0
+    assert snap.sources[Signal.RUNNING_REQUESTS] == "sglang:num_running_reqs"
+
+
+def test_llm_d_epp_gateway_reads_streaming_ttft_and_new_names_first() -> None:
+    snap = parse_exposition(fixtures.LLM_D_EPP, at=3.0, catalogue=GATEWAY_CATALOGUE)
+    assert (snap.kind, snap.at) == ("llm-d-epp", 3.0)
+    assert snap.values == {
+        Signal.REQUESTS_TOTAL: 100.0,  # summed over fairness ids; not the deprecated twin's 999
+        Signal.REQUEST_ERRORS_TOTAL: 3.0,
+        Signal.RUNNING_REQUESTS: 7.0,
+        Signal.SLO_VIOLATIONS_TOTAL: 6.0,  # ttft and tpot violations together
+    }
+    # streaming="false" observations (20 requests whose "TTFT" is their whole duration) are left out.
+    assert snap.histograms[Signal.SERVER_TTFT_SECONDS] == HistogramData(
+        ((0.1, 20.0), (0.2, 60.0), (INF, 80.0)), 12.0, 80.0
+    )
+    assert snap.histograms[Signal.SERVER_ITL_SECONDS].count == 8000.0
+    assert snap.histograms[Signal.SERVER_TPOT_SECONDS].sum == 2.0
+    assert snap.histograms[Signal.SERVER_E2E_SECONDS].buckets == ((5.0, 50.0), (10.0, 100.0), (INF, 100.0))
+    assert snap.sources[Signal.REQUESTS_TOTAL] == "llm_d_epp_request_total"
+
+
+def test_llm_d_epp_model_filter_and_deprecated_prefix() -> None:
+    other = parse_exposition(fixtures.LLM_D_EPP, at=0.0, catalogue=GATEWAY_CATALOGUE, model="mistral")
+    assert other.values == {} and other.histograms == {}
+    old = parse_exposition(
+        fixtures.INFERENCE_OBJECTIVE, at=0.0, kind="llm-d-epp", catalogue=GATEWAY_CATALOGUE
+    )
+    assert old.value(Signal.REQUESTS_TOTAL) == 40.0
+    assert old.sources[Signal.SERVER_E2E_SECONDS] == "inference_objective_request_duration_seconds"
+
+
+def test_a_gateway_page_read_as_an_engine_is_a_parse_error() -> None:
+    with pytest.raises(ExpositionError, match="no known engine metrics"):
+        parse_exposition(fixtures.LLM_D_EPP, at=0.0)
 
 
 def test_sglang_old_itl_name() -> None:

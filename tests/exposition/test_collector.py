@@ -12,6 +12,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.engine.derive import client_minus_server_mean_ttft, client_minus_server_ttft, histogram_quantile
+from exporter.engine.families import GATEWAY_CATALOGUE
+from exporter.engine.snapshot import EngineSnapshot, HistogramData, parse_exposition
 from exporter.exposition import names
 from exporter.exposition.collector import FluidityCollector, probe_registry
 from exporter.exposition.self_metrics import SelfMetrics
@@ -21,6 +23,7 @@ from exporter.report.summary import EvaluationSpec, measure
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from exporter.stats.slo import GoodputBounds, parse_slo
+from tests.engine import fixtures as engine_fixtures
 from tests.exposition.builders import (
     POLICY,
     engine_snapshot,
@@ -179,8 +182,6 @@ def test_engine_signals_reexported_with_target_and_window_figures_derived() -> N
         is not None
     )
     client = [float(v) for v in measure(mixed_run(), EvaluationSpec(POLICY)).latency.ttft]
-    from exporter.engine.snapshot import HistogramData
-
     server = HistogramData(increase, 4.0, 20.0)
     window = {**SERIES, "window": "5m"}
     gap = get("fluidity_window_client_minus_server_ttft_seconds", {**window, "percentile": "50"})
@@ -351,3 +352,92 @@ def test_promtool_accepts_the_fast_text() -> None:
     assert check.returncode == 0 and not check.stdout.strip() and not check.stderr.strip(), (
         check.stdout + check.stderr
     )
+
+
+def _scaled(snapshot: EngineSnapshot, at: float, factor: float) -> EngineSnapshot:
+    """``snapshot`` as if every counter and histogram had grown ``factor``-fold by ``at``."""
+    histograms = {
+        signal: HistogramData(tuple((b, c * factor) for b, c in h.buckets), h.sum * factor, h.count * factor)
+        for signal, h in snapshot.histograms.items()
+    }
+    values = {signal: value * factor for signal, value in snapshot.values.items()}
+    return EngineSnapshot(snapshot.kind, at, values, histograms, snapshot.sources)
+
+
+def _engine_and_gateway_store() -> ResultStore:
+    """The probes' own view, vLLM 0.13 behind llm-d's endpoint picker, each scraped twice."""
+    store = filled_store()
+    engine = parse_exposition(engine_fixtures.VLLM_0_13, at=0.0)
+    gateway = parse_exposition(engine_fixtures.LLM_D_EPP, at=0.0, catalogue=GATEWAY_CATALOGUE)
+    for at, factor in ((NOW - 60, 1.0), (NOW - 5, 3.0)):
+        store.add_engine_scrape("llm", scraped(_scaled(engine, at, factor)))
+        store.add_gateway_scrape("llm", scraped(_scaled(gateway, at, factor)))
+    return store
+
+
+def test_gateway_view_sits_beside_the_engines_and_the_probes() -> None:
+    store = _engine_and_gateway_store()
+    get = registry_of(store).get_sample_value
+    target, p50 = {"target": "llm"}, {"target": "llm", "window": "5m", "percentile": "50"}
+    assert get("fluidity_gateway_info", {"target": "llm", "gateway": "llm-d-epp"}) == 1
+    assert get("fluidity_engine_info", {"target": "llm", "engine": "vllm"}) == 1
+    assert get("fluidity_gateway_scrape_success", target) == 1
+    # Latest values, 3x the fixture's: requests summed over fairness ids, violations over types.
+    assert get("fluidity_gateway_requests_total", target) == 300.0
+    assert get("fluidity_gateway_request_errors_total", target) == 9.0
+    assert get("fluidity_gateway_slo_violations_total", target) == 18.0
+    assert get("fluidity_gateway_running_requests", target) == 21.0
+    # The window's increase is 2x the fixture, so its quantiles are the fixture's own: the gateway's
+    # streaming TTFT (80 requests: 20 <= 0.1 s, 40 more <= 0.2 s) and the engine's TTFT and TPOT.
+    gateway_ttft = histogram_quantile(0.5, ((0.1, 20.0), (0.2, 60.0), (math.inf, 80.0)))
+    assert get("fluidity_gateway_window_ttft_seconds", p50) == pytest.approx(gateway_ttft) == 0.15
+    engine_ttft = histogram_quantile(0.5, ((0.1, 1.0), (0.25, 3.0), (math.inf, 4.0)))
+    assert get("fluidity_engine_window_ttft_seconds", p50) == pytest.approx(engine_ttft)
+    engine_tpot = histogram_quantile(0.5, ((0.01, 1.0), (0.025, 4.0), (math.inf, 4.0)))
+    assert get("fluidity_engine_window_tpot_seconds", p50) == pytest.approx(engine_tpot)
+    assert get("fluidity_gateway_window_tpot_seconds", p50) == pytest.approx(0.02)
+    assert get("fluidity_gateway_window_itl_seconds", p50) == pytest.approx(0.02)
+    assert get("fluidity_gateway_window_e2e_seconds", p50) == pytest.approx(5.0)
+    # And the probes' own TTFT of the same target, with the engine's (not the gateway's) gap to it.
+    assert get("fluidity_probe_ttft_seconds_count", SERIES) is not None
+    window = {**SERIES, "window": "5m"}
+    client = [float(v) for v in measure(mixed_run(), EvaluationSpec(POLICY)).latency.ttft]
+    doubled = HistogramData(((0.1, 2.0), (0.25, 6.0), (math.inf, 8.0)), 1.6, 8.0)
+    gap = get("fluidity_window_client_minus_server_mean_ttft_seconds", window)
+    assert gap == pytest.approx(client_minus_server_mean_ttft(client, doubled))
+    # No gateway signal leaks into the engine's families, nor the reverse.
+    assert get("fluidity_engine_queue_depth", target) == 6.0
+    assert get("fluidity_gateway_queue_depth", target) is None
+    assert get("fluidity_engine_window_queue_seconds", p50) is not None
+    assert get("fluidity_gateway_window_queue_seconds", p50) is None
+
+
+def test_gateway_families_match_their_specs_and_the_fast_text() -> None:
+    store = _engine_and_gateway_store()
+    collector = FluidityCollector(store, {"5m": 300.0}, clock=lambda: NOW)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    specs = {spec.name.removesuffix("_total"): spec for spec in names.COLLECTED}
+    seen = set()
+    for family in registry.collect():
+        spec = specs[family.name]
+        seen.add(spec.name)
+        assert family.type == spec.type and family.documentation == spec.help
+        for sample in family.samples:
+            assert set(sample.labels) - {"le"} == set(spec.labels), family.name
+    gateway_specs = {spec.name for spec in names.COLLECTED if spec.name.startswith("fluidity_gateway_")}
+    assert gateway_specs <= seen  # every gateway family is exported from the fixture
+    assert _parsed(collector.render_text()) == _parsed(generate_latest(registry).decode())
+
+
+def test_failed_gateway_scrape_hides_the_gateway_only() -> None:
+    store = _engine_and_gateway_store()
+    store.add_gateway_scrape("llm", scrape_failed())
+    get = registry_of(store).get_sample_value
+    assert get("fluidity_gateway_scrape_success", {"target": "llm"}) == 0
+    assert get("fluidity_gateway_requests_total", {"target": "llm"}) is None
+    assert get("fluidity_engine_scrape_success", {"target": "llm"}) == 1
+    store.retain([("llm", "chat")], ["llm"], gateways=[])  # a reload that drops gateway_metrics
+    get = registry_of(store).get_sample_value
+    assert get("fluidity_gateway_scrape_success", {"target": "llm"}) is None
+    assert get("fluidity_engine_scrape_success", {"target": "llm"}) == 1

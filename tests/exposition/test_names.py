@@ -48,7 +48,7 @@ def test_window_gauges_say_they_are_windows() -> None:
     windowed = [
         spec
         for spec in names.COLLECTED
-        if spec.name.startswith(("fluidity_window_", "fluidity_engine_window_"))
+        if spec.name.startswith(("fluidity_window_", "fluidity_engine_window_", "fluidity_gateway_window_"))
     ]
     assert windowed
     for spec in windowed:

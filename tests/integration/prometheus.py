@@ -2,8 +2,8 @@
 truth for tests of PromQL written outside the exporter (dashboard panels, alerting and recording rules).
 
 ``running_stack(folder)`` starts, on free loopback ports: the simulator (with its vLLM-style engine
-/metrics), a ``Daemon`` probing two modules of it every second, scraping its engine every second and
-serving the jobs API, and Debian's ``prometheus`` binary scraping the daemon every second (optionally
+/metrics), a stand-in gateway (``tests.integration.gateway``), a ``Daemon`` probing two modules of the
+simulator every second, scraping its engine and the gateway every second and serving the jobs API, and Debian's ``prometheus`` binary scraping the daemon every second (optionally
 loading rule files). ``Stack.query`` runs an instant query through Prometheus' HTTP API; ``Stack.run_job``
 runs a capacity search or prefill profile through the daemon's jobs API, so job-result gauges exist too.
 
@@ -42,6 +42,7 @@ from exporter.app import Daemon
 from exporter.config import load_config_file
 from exporter.sim import SimConfig, SimServer
 from tests.daemon.test_daemon_live import serving
+from tests.integration.gateway import fake_gateway
 from tests.net import free_port
 
 T = TypeVar("T")
@@ -68,6 +69,7 @@ targets:
     api: completions
     simulated: true
     engine_metrics: {{url: "{url}/metrics", kind: vllm, interval: 1s}}
+    gateway_metrics: {{url: "{gateway}/metrics", kind: llm-d-epp, interval: 1s}}
 modules:
   chat:
     workload: {{prompt_tokens: "uniform:low=32,high=128", output_tokens: "fixed:24"}}
@@ -194,18 +196,21 @@ def running_stack(
 ) -> Iterator[Stack]:
     """Simulator, daemon and Prometheus running; yields once Prometheus has scraped the daemon.
 
-    ``daemon_config`` is formatted with ``url`` (the simulator), ``state`` and ``token`` (a file
-    holding ``JOBS_TOKEN``). ``rule_files`` are loaded by Prometheus and evaluated every ``interval``,
+    ``daemon_config`` is formatted with ``url`` (the simulator), ``gateway`` (the stand-in gateway),
+    ``state`` and ``token`` (a file holding ``JOBS_TOKEN``). ``rule_files`` are loaded by Prometheus and evaluated every ``interval``,
     which is also its scrape interval.
     """
     loop = _LoopThread()
     services = contextlib.AsyncExitStack()
     try:
         sim_url = loop.call(_start_sim(services, sim or SimConfig(preset="tiny")))
+        gateway_url = loop.call(services.enter_async_context(fake_gateway()))
         token = folder / "jobs-token"
         token.write_text(JOBS_TOKEN)
         path = folder / "daemon.yaml"
-        path.write_text(daemon_config.format(url=sim_url, state=folder / "state", token=token))
+        path.write_text(
+            daemon_config.format(url=sim_url, gateway=gateway_url, state=folder / "state", token=token)
+        )
         daemon_url = loop.call(_start_daemon(services, path))
         with _prometheus(folder, daemon_url, rule_files, interval) as (prometheus_url, log):
             stack = Stack(sim_url, daemon_url, prometheus_url, log)

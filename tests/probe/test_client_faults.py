@@ -105,3 +105,29 @@ async def test_cancellation_propagates_and_the_client_stays_usable(sim: SimServe
             await task
         after = await client.send(RequestSpec(prompt="hi", max_tokens=3))
     assert after.outcome is Outcome.OK
+
+
+@pytest.mark.parametrize(
+    ("tokens", "stall_at"),
+    [
+        (6, 1),  # a stall right after the first token, long before the TTFT limit would look
+        (60, 50),  # a stall late in a long stream
+    ],
+)
+async def test_idle_limit_holds_before_the_ttft_limit_would_have_passed(
+    sim: SimServer, tokens: int, stall_at: int
+) -> None:
+    """With ``ttft: 10 s, idle: 0.4 s`` a 1.5 s silence once tokens flow is an idle timeout: the watchdog
+    re-arms at the first token instead of sleeping until the TTFT limit (which would see a stream that
+    had long resumed and call it ok)."""
+    timeouts = Timeouts(connect=1.0, ttft=10.0, idle=0.4, total=20.0)
+    spec = RequestSpec(
+        prompt="hi", max_tokens=tokens, extra_body=fault({"mode": "stall", "at": stall_at, "duration": 1.5})
+    )
+    async with ProbeClient(settings_for(sim, api="completions", timeouts=timeouts)) as client:
+        result = await client.send(spec)
+    assert result.outcome is Outcome.IDLE_TIMEOUT, result.error
+    assert len(result.token_times) == stall_at  # partial timings kept, up to the stall
+    assert result.finished_at is not None and result.token_times
+    silence = result.finished_at - result.token_times[-1]
+    assert 0.4 <= silence < 1.4  # ended by the idle limit, not by the stall's end (1.5 s)

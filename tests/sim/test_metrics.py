@@ -46,6 +46,7 @@ async def test_metric_names_types_and_buckets_are_vllms(
         "vllm:time_to_first_token_seconds": "histogram",
         "vllm:inter_token_latency_seconds": "histogram",
         "vllm:e2e_request_latency_seconds": "histogram",
+        "vllm:request_time_per_output_token_seconds": "histogram",
         "vllm:request_queue_time_seconds": "histogram",
     }
     assert {name: families[name].type for name in expected} == expected
@@ -77,6 +78,10 @@ async def test_counters_match_the_traffic_sent(sim: SimServer, session: aiohttp.
     assert value(families, "vllm:time_to_first_token_seconds_count") == 4
     assert value(families, "vllm:e2e_request_latency_seconds_count") == 4
     assert value(families, "vllm:inter_token_latency_seconds_count") == 4 + 5 + 6 + 3
+    # One per request; its sum is each request's decode span over its gaps, so at most the ITL sum.
+    assert value(families, "vllm:request_time_per_output_token_seconds_count") == 4
+    tpot_sum = value(families, "vllm:request_time_per_output_token_seconds_sum")
+    assert 0 < tpot_sum <= value(families, "vllm:inter_token_latency_seconds_sum") + 1e-9
     assert value(families, "vllm:num_requests_running") == 0
 
 

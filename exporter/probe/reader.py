@@ -1,0 +1,184 @@
+"""``StreamReader``: one response's bytes, as the connection stamps them, turned into a ``ProbeResult``.
+
+It is the ``ResponseSink`` of one request (``http.py`` calls it from ``data_received``) and does as
+little as it can on that path. Until the first token has arrived it decodes every read at once (the
+time-to-first-token limit and a capacity trial's give-up wait need to know), then it only keeps each
+read's bytes with its stamp and decodes them together at the end of the stream: the network loop stamps,
+and the SSE, JSON and token bookkeeping (``sse.py``, ``stream.py``) run once per stream, in one go, off
+the path that decides when the next socket gets read. Each read is still decoded on its own, with its
+own stamp, so the result is exactly what decoding it on arrival would have given.
+
+Decoding happens early anyway when a read may end the stream (it holds ``[DONE]`` or an ``"error"``
+object) or when the kept bytes pass ``FLUSH_BYTES`` (a bound on memory and on how long a too-long line
+goes unnoticed). After ``[DONE]`` the reader waits ``DRAIN_LIMIT_S`` for the end of the HTTP body, so
+the connection can be reused; a server that never ends it costs its connection, not the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+
+from exporter.probe.http import HttpError
+from exporter.probe.result import Outcome
+from exporter.probe.sse import SseDecoder, SseError
+from exporter.probe.stream import StreamFailureError, StreamState
+
+ERROR_BODY_LIMIT = 4096
+DRAIN_LIMIT_S = 1.0  # after [DONE], how long to wait for the end of the HTTP body
+FLUSH_BYTES = 256 * 1024
+
+
+class StreamReader:
+    """Receives one response; ``finished`` resolves when the request's fate is known."""
+
+    def __init__(
+        self, state: StreamState, max_line_bytes: int, on_first_token: Callable[[], None] | None = None
+    ) -> None:
+        self.state = state
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.failure: StreamFailureError | HttpError | None = None
+        self.headers_received = False
+        self.body_complete = False  # the HTTP body ended (the connection may be reused)
+        self._decoder = SseDecoder(max_line_bytes)
+        self._on_first_token = on_first_token
+        self._kept: list[tuple[float, bytes]] | None = None  # None: decoding as reads arrive
+        self._kept_bytes = 0
+        self._error_body: bytearray | None = None
+        self._drain: asyncio.TimerHandle | None = None
+
+    # -- ResponseSink ----------------------------------------------------------------------------------
+
+    def on_headers(self, now: float, status: int, headers: dict[str, str]) -> None:
+        self.headers_received = True
+        result = self.state.result
+        result.headers_at, result.http_status = now, status
+        if status != 200:
+            self._error_body = bytearray()
+            return
+        content_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+        if content_type != "text/event-stream":
+            message = f"expected Content-Type text/event-stream, got {content_type or '(none)'}"
+            self._fail(StreamFailureError(Outcome.MALFORMED_STREAM, message))
+
+    def on_read(self, now: float, body: bytes) -> None:
+        if self.finished.done():
+            return
+        self.state.last_read = now
+        if self._error_body is not None:
+            self._keep_error_body(body)
+        elif self._kept is not None:
+            self._kept.append((now, body))
+            self._kept_bytes += len(body)
+            if b"[DONE]" in body or b'"error"' in body or self._kept_bytes > FLUSH_BYTES:
+                self._guarded(self._flush)
+        else:
+            self._guarded(self._decode, now, body)
+
+    def on_end(self, now: float, error: HttpError | None) -> None:
+        if self.finished.done():
+            return
+        self._guarded(self._end, now, error)
+
+    # -- decoding ---------------------------------------------------------------------------------------
+
+    def _decode(self, now: float, body: bytes) -> None:
+        state = self.state
+        had_token = state.has_token
+        try:
+            events = self._decoder.feed(body)
+        except SseError as exc:
+            raise StreamFailureError(Outcome.MALFORMED_STREAM, str(exc)) from None
+        if events and state.on_events(now, events):
+            self._arm_drain()
+            return
+        if state.has_token and not had_token:
+            self._kept = []  # from now on, keep the bytes and decode later
+            if self._on_first_token is not None:
+                self._on_first_token()
+
+    def _flush(self) -> None:
+        """Decode every kept read, in order, each with its own stamp."""
+        kept, self._kept = self._kept or [], []
+        self._kept_bytes = 0
+        for now, body in kept:
+            if self.state.done:
+                break
+            self._decode(now, body)
+
+    def flush_quietly(self) -> None:
+        """Decode what was kept, for a request given up (its tokens still count); failures ignored."""
+        with contextlib.suppress(StreamFailureError):
+            self._flush()
+
+    def _end(self, now: float, error: HttpError | None) -> None:
+        self._flush()
+        if self.state.done:
+            self._complete(error is None)
+            return
+        if self._error_body is not None:
+            raise _error_status(self.state.result.http_status or 0, bytes(self._error_body))
+        if error is not None:
+            self.failure = error
+            self._resolve()
+            return
+        self.state.result.finished_at = now
+        if self.state.result.finish_reason is None or self._decoder.pending:
+            raise StreamFailureError(Outcome.STREAM_ABORTED, "the stream ended before [DONE]")
+        self._complete(True)
+
+    def _keep_error_body(self, body: bytes) -> None:
+        assert self._error_body is not None
+        self._error_body += body[: ERROR_BODY_LIMIT - len(self._error_body)]
+        if len(self._error_body) >= ERROR_BODY_LIMIT:
+            status = self.state.result.http_status or 0
+            self._fail(_error_status(status, bytes(self._error_body)))
+
+    # -- the end -----------------------------------------------------------------------------------------
+
+    def _arm_drain(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._drain = loop.call_later(DRAIN_LIMIT_S, self._complete, False)
+
+    def _complete(self, body_complete: bool) -> None:
+        if self.finished.done():
+            return
+        self.body_complete = body_complete
+        self._resolve()
+
+    def _fail(self, failure: StreamFailureError) -> None:
+        self.failure = failure
+        self._resolve()
+
+    def _resolve(self) -> None:
+        if self._drain is not None:
+            self._drain.cancel()
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+    def _guarded(self, step: Callable[..., None], *args: object) -> None:
+        # Called from the protocol: a stream failure ends the request; anything else is a bug of ours,
+        # and it must reach the request's task (where it raises), not the loop's exception handler.
+        try:
+            step(*args)
+        except StreamFailureError as exc:
+            self._fail(exc)
+        except Exception as exc:
+            if not self.finished.done():
+                self.finished.set_exception(exc)
+
+
+def _error_status(status: int, raw: bytes) -> StreamFailureError:
+    outcome = Outcome.RATE_LIMITED if status == 429 else Outcome.HTTP_STATUS
+    return StreamFailureError(outcome, f"HTTP {status}: {error_text(raw)}")
+
+
+def error_text(raw: bytes) -> str:
+    """OpenAI's ``error.message`` when the body has one, else the start of the body."""
+    text = raw.decode("utf-8", errors="replace")
+    with contextlib.suppress(ValueError, KeyError, IndexError, AttributeError, TypeError):
+        error = json.loads(text)["error"]
+        return str(error["message"] if isinstance(error, dict) else error)[:200]
+    return text[:200].strip() or "(empty body)"
