@@ -84,7 +84,8 @@ async def test_the_same_plan_gives_the_same_results_over_one_process_and_two_sha
             sharded["fluidity"]["tiers"][tier]["share_at_or_above_target"]
             == one_process["fluidity"]["tiers"][tier]["share_at_or_above_target"]
         )
-    assert sharded["latency"]["ttft"]["p50"] == pytest.approx(one_process["latency"]["ttft"]["p50"], abs=0.01)
+    # Scripted 20 ms, measured by two different runs on a VM other jobs share: equivalent, not equal.
+    assert sharded["latency"]["ttft"]["p50"] == pytest.approx(one_process["latency"]["ttft"]["p50"], abs=0.05)
     assert all(s.late_s is not None and s.late_s < 0.1 for s in report.states)
     # The schedule is the plan's, on this process's clock: every result scheduled at origin + offset
     # (up to the shard's own start lateness and the clocks' conversion, microseconds here).
