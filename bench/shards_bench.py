@@ -5,7 +5,8 @@ The simulator runs in a child process and serves scripted streams (``TOKENS`` to
 local shard processes (``exporter.load.shard_local``), open loop at a rising rate for ``DURATION_S``
 seconds each. Per run: the achieved send rate, output tokens received per second, the p99 of the send
 lateness (scheduled to sent), the share of requests the probe flagged unreliable (a saturated client),
-the client CPU per token (the shards' ``process_time``), and whether the run was healthy: every request
+the client CPU per token (the shards' ``process_time``), the coordinator's CPU per request (merging
+the streamed results: this process's ``process_time``), and whether the run was healthy: every request
 OK, lateness p99 <= 25 ms, at the planned rate ("on schedule"), and at most 1% unreliable
 (``load.health``'s bounds). The aggregate rate of a client is the highest rate it stays on schedule
 (and, separately, healthy).
@@ -21,6 +22,7 @@ import asyncio
 import os
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +56,7 @@ class Run:
     lateness_p99_ms: float
     unreliable: float
     cpu_us_per_token: float
+    coordinator_us_per_request: float
     failed: int
     problems: list[str]
 
@@ -83,7 +86,9 @@ async def run(url: str, workers: int, rate: float, duration: float) -> Run:
     settings = TargetSettings(url, api="completions", timeouts=Timeouts(ttft=10, idle=10, total=60))
     specs, offsets = plan(rate, duration)
     async with local_shards(workers, None, LENIENT) as pool:
+        coordinator_cpu = time.process_time()
         report = await pool.run_plan(settings, specs, offsets=offsets)
+        coordinator_cpu = time.process_time() - coordinator_cpu
     results = report.in_order()
     sends = sorted(r.sent_at for r in results if r.sent_at is not None)
     late = sorted(r.send_overhead_s or 0.0 for r in results)
@@ -99,6 +104,7 @@ async def run(url: str, workers: int, rate: float, duration: float) -> Run:
         late[min(len(late) - 1, int(0.99 * len(late)))] * 1e3,
         sum(r.unreliable for r in results) / len(results),
         cpu / tokens * 1e6 if tokens else float("nan"),
+        coordinator_cpu / len(specs) * 1e6,
         sum(r.outcome is not Outcome.OK for r in results) + len(specs) - len(results),
         report.problems,
     )
@@ -108,7 +114,7 @@ def show(result: Run) -> None:
     verdict = "healthy" if result.healthy else ("on schedule" if result.on_schedule else "behind")
     print(
         f"{result.client:>12} {result.rate:>6.0f} {result.achieved:>9.1f} {result.tokens_per_s:>9.0f} "
-        f"{result.lateness_p99_ms:>9.2f} {result.unreliable:>9.1%} {result.cpu_us_per_token:>8.1f}  {verdict}",
+        f"{result.lateness_p99_ms:>9.2f} {result.unreliable:>9.1%} {result.cpu_us_per_token:>8.1f} {result.coordinator_us_per_request:>9.0f}  {verdict}",
         flush=True,
     )
     for problem in result.problems:
@@ -119,7 +125,7 @@ def show(result: Run) -> None:
 async def main_async(url: str, workers: int, rates: tuple[float, ...], duration: float) -> None:
     await run(url, 1, 10, 1.0)  # warm-up: imports, first connections
     print(
-        f"{'client':>12} {'req/s':>6} {'achieved':>9} {'tokens/s':>9} {'late p99':>9} {'flagged':>9} {'us/tok':>8}"
+        f"{'client':>12} {'req/s':>6} {'achieved':>9} {'tokens/s':>9} {'late p99':>9} {'flagged':>9} {'us/tok':>8} {'coord/req':>9}"
     )
     best: dict[tuple[str, str], float] = {}
     for rate in rates:
