@@ -44,6 +44,7 @@ from exporter.stats.accounting import (
 from exporter.stats.batch import ColumnLayout, FloatArray, IntervalBatch
 from exporter.stats.deadline_loop import loop_request
 from exporter.stats.deadline_points import evaluate_by_points
+from exporter.stats.deadline_search import min_deadlines_by_search
 from exporter.stats.deadline_sweep import DeadlineSweep
 from exporter.stats.distribution import nearest_rank
 
@@ -192,6 +193,8 @@ def min_decode_deadlines(
                 for i in range(len(batch))
             ]
         )
+    if slack_cap is None:
+        return min_deadlines_by_search(batch, target_fluidity, variant).minima
     return _min_deadlines_by_sweep(batch, target_fluidity, options)
 
 
