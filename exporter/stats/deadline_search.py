@@ -48,11 +48,13 @@ BOUND_MARGIN = 1e-9
 
 @dataclass(frozen=True, eq=False)
 class DeadlineSearch:
-    """Per request (in request order) the minimum decode deadline, and how many step verdicts the
-    exact engines had to give (0 on measured data; more on streams that sit exactly on deadlines)."""
+    """Per request (in request order) the minimum decode deadline; how many step verdicts the exact
+    engines had to give (0 on measured data; more on streams that sit exactly on deadlines); how many
+    requests finished their search frozen (see ``_Verdicts._freeze``)."""
 
     minima: FloatArray
     exact_verdicts: int
+    frozen: int
 
 
 def min_deadlines_by_search(batch: IntervalBatch, target: float, variant: Variant) -> DeadlineSearch:
@@ -81,7 +83,7 @@ def min_deadlines_by_search(batch: IntervalBatch, target: float, variant: Varian
         low[rows] = np.where(passes, low[rows], middle)
     # Ending on the smallest positive float means every positive deadline passes: report 0.0.
     minima = np.where(searching & (high > 1), high.view(np.float64), 0.0)
-    return DeadlineSearch(minima, verdicts.exact_verdicts)
+    return DeadlineSearch(minima, verdicts.exact_verdicts, int(np.count_nonzero(verdicts.frozen)))
 
 
 @dataclass(frozen=True, eq=False)
