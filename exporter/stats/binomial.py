@@ -160,11 +160,21 @@ def regularized_incomplete_beta(x: float, a: float, b: float) -> float:
 
 def beta_quantile(q: float, a: float, b: float) -> float:
     """The ``x`` with ``I_x(a, b) = q``, by bisection on ``[0, 1]`` until the bracket is two adjacent
-    floats (``I`` is increasing in ``x``), so as exact as ``regularized_incomplete_beta`` allows."""
+    floats (``I`` is increasing in ``x``), so as exact as ``regularized_incomplete_beta`` allows.
+
+    Above the median it is found as ``1 - x'`` with ``I_x'(b, a) = 1 - q``: near 1, a double holds
+    ``1 - x`` (and ``1 - q``) far more precisely than ``x``.
+    """
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"quantile must be in [0, 1], got {q!r}")
     if q in (0.0, 1.0):
         return q
+    if q > 0.5:
+        return 1.0 - _lower_quantile(1.0 - q, b, a)
+    return _lower_quantile(q, a, b)
+
+
+def _lower_quantile(q: float, a: float, b: float) -> float:
     low, high = 0.0, 1.0
     for _ in range(_QUANTILE_STEPS):
         middle = (low + high) / 2
