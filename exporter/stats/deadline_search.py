@@ -396,10 +396,11 @@ class _Verdicts:
 class _Replays:
     """The loop's slack over runs of tokens, ``s = 0; s += D - t`` in order, for many runs at once.
 
-    Runs are laid out as padded rows (grouped by length class, so padding at most doubles the work)
-    and summed with ``np.add.accumulate``, which adds sequentially and so rounds exactly as the loop.
-    The layout is kept while the runs stay the same (the last dozen steps of a search replay the same
-    runs at ever closer deadlines).
+    Runs are laid out as padded columns (grouped by length class, so padding at most doubles the work)
+    and summed with ``np.add.accumulate`` down the columns: each column is added sequentially, so it
+    rounds exactly as the loop, and each step adds one contiguous row across all runs. The layout is
+    kept while the runs stay the same (the last dozen steps of a search replay the same runs at ever
+    closer deadlines).
     """
 
     def __init__(self, values: FloatArray) -> None:
@@ -412,9 +413,10 @@ class _Replays:
             self.key, self.blocks = (first, stop), self._layout(first, stop)
         out = np.zeros(len(first))
         for rows, gaps, inside in self.blocks:
-            terms = deadline[rows, None] - gaps
+            terms = deadline[rows] - gaps
             terms *= inside  # padding adds (+-)0.0, which leaves every float unchanged
-            out[rows] = np.add.accumulate(terms, axis=1)[:, -1]
+            np.add.accumulate(terms, axis=0, out=terms)
+            out[rows] = terms[-1]
         return out
 
     def _layout(self, first: IntArray, stop: IntArray) -> list[tuple[IntArray, FloatArray, FloatArray]]:
@@ -423,9 +425,9 @@ class _Replays:
         blocks = []
         for group in np.unique(length_class[lengths > 0]):
             rows = np.flatnonzero((length_class == group) & (lengths > 0))
-            column = np.arange(int(lengths[rows].max()), dtype=np.int64)
-            inside = column < lengths[rows, None]
-            gaps = self.values[np.where(inside, first[rows, None] + column, 0)]
+            step = np.arange(int(lengths[rows].max()), dtype=np.int64)[:, None]
+            inside = step < lengths[rows]
+            gaps = self.values[np.where(inside, first[rows] + step, 0)]
             blocks.append((rows, gaps, inside.astype(np.float64)))
         return blocks
 
