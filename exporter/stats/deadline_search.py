@@ -321,6 +321,8 @@ class _Verdicts:
         points but the unsteady one are fixed, and so is where its run starts (the last certain reset):
         later steps replay that one run. ``band`` is 0 where the bracket is still too wide to try.
         """
+        if not (band > 0).any():
+            return
         low, high = bracket
         size = len(rows)
         point_band = band[p.slot]
