@@ -78,9 +78,7 @@ def wilson_interval(successes: int, trials: int, confidence: float = DEFAULT_CON
     return Interval(low, high)
 
 
-def clopper_pearson_interval(
-    successes: int, trials: int, confidence: float = DEFAULT_CONFIDENCE
-) -> Interval:
+def clopper_pearson_interval(successes: int, trials: int, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
     """The Clopper-Pearson ("exact") interval for ``successes`` of ``trials`` at ``confidence``.
 
     Its ends are the fractions at which seeing at least (at most) ``successes`` has probability
@@ -151,7 +149,7 @@ def regularized_incomplete_beta(x: float, a: float, b: float) -> float:
         raise ValueError(f"beta shapes must be > 0, got a={a!r}, b={b!r}")
     if not 0.0 <= x <= 1.0:
         raise ValueError(f"x must be in [0, 1], got {x!r}")
-    if x == 0.0 or x == 1.0:
+    if x in (0.0, 1.0):
         return x
     if x > (a + 1) / (a + b + 2):
         return 1.0 - _incomplete_beta_by_fraction(1.0 - x, b, a)

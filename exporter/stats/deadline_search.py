@@ -26,6 +26,7 @@ Steps far below the answer need no token at all: the total lateness of a request
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -127,7 +128,9 @@ class _Fixed:
     def empty(cls, size: int) -> _Fixed:
         return cls(np.zeros(size), np.zeros(size), np.zeros(size, np.int64), np.zeros(size, np.int64))
 
-    def set(self, rows: IntArray, late: FloatArray, missed: FloatArray, token: IntArray, first: IntArray) -> None:
+    def set(
+        self, rows: IntArray, late: FloatArray, missed: FloatArray, token: IntArray, first: IntArray
+    ) -> None:
         self.late[rows], self.missed[rows], self.token[rows], self.first[rows] = late, missed, token, first
 
 
@@ -261,8 +264,7 @@ class _Verdicts:
             late[replay], missed[replay] = self._replay(p, last_reset[replay], replay, self.replays)
         uncertain = np.bincount(p.slot[critical], minlength=size) > 1
         uncertain |= np.bincount(p.slot[replay[tangled]], minlength=size) > 0
-        late_count = np.bincount(p.slot, weights=late, minlength=size)
-        missed_count = np.bincount(p.slot, weights=missed, minlength=size)
+        late_count, missed_count = _per_slot(p.slot, late, size), _per_slot(p.slot, missed, size)
         met = self.decode_count[rows] - late_count
         verdict = self._fluidity_passes(met, missed_count, late_count)
         return _Tally(margin, ratio, verdict, uncertain, late, missed, replay, last_reset)
@@ -311,7 +313,12 @@ class _Verdicts:
         return late.astype(np.float64), missed
 
     def _freeze(
-        self, rows: IntArray, p: _Points, tally: _Tally, band: FloatArray, bracket: tuple[FloatArray, FloatArray]
+        self,
+        rows: IntArray,
+        p: _Points,
+        tally: _Tally,
+        band: FloatArray,
+        bracket: tuple[FloatArray, FloatArray],
     ) -> None:
         """Freeze the requests whose every decision but one holds across the bracket.
 
@@ -339,8 +346,8 @@ class _Verdicts:
             return
         keep = ok[p.slot]
         keep[pick] = False
-        late = np.bincount(p.slot[keep], weights=tally.late[keep], minlength=size)[p.slot[pick]]
-        missed = np.bincount(p.slot[keep], weights=tally.missed[keep], minlength=size)[p.slot[pick]]
+        late = _per_slot(p.slot[keep], tally.late[keep], size)[p.slot[pick]]
+        missed = _per_slot(p.slot[keep], tally.missed[keep], size)[p.slot[pick]]
         request = rows[p.slot[pick]]
         reset = tally.last_reset[pick]
         first = np.where(reset >= 0, p.token[np.maximum(reset, 0)] + 1, self.batch.offsets[request] + 1)
@@ -363,7 +370,9 @@ class _Verdicts:
             with np.errstate(over="ignore", invalid="ignore"):
                 ratio = (own - slack - deadline) / deadline
                 missed = np.where(margin < 0, np.floor(ratio) + 1.0, 0.0)
-                fuzzy = np.abs(ratio - np.round(ratio)) <= 4 * tol / deadline + 8 * EPSILON * (np.abs(ratio) + 1)
+                fuzzy = np.abs(ratio - np.round(ratio)) <= 4 * tol / deadline + 8 * EPSILON * (
+                    np.abs(ratio) + 1
+                )
             close |= (margin < 0) & fuzzy
         if close.any():
             which = np.flatnonzero(close)
@@ -386,7 +395,9 @@ class _Verdicts:
         options = FluidityOptions(ignore_first_token=True, variant=self.variant)
         if len(rows) <= LOOP_MAX_UNCERTAIN:
             pairs = zip(rows.tolist(), deadline.tolist(), strict=True)
-            return np.array([_loop_passes(self.batch, r, d, self.target, options) for r, d in pairs], dtype=np.bool_)
+            return np.array(
+                [_loop_passes(self.batch, r, d, self.target, options) for r, d in pairs], dtype=np.bool_
+            )
         layout = _sub_batch(self.batch, rows).columns
         by_rank = deadline[layout.rank_to_request]
         fluidity = DeadlineSweep(layout, options, with_stall_stats=False).run(by_rank, by_rank).fluidity
@@ -434,7 +445,9 @@ class _Replays:
         return blocks
 
 
-def _loop_passes(batch: IntervalBatch, row: int, deadline: float, target: float, options: FluidityOptions) -> bool:
+def _loop_passes(
+    batch: IntervalBatch, row: int, deadline: float, target: float, options: FluidityOptions
+) -> bool:
     try:
         return loop_request(batch.request(row).tolist(), deadline, deadline, options).fluidity >= target
     except OverflowError:  # a stall spans infinitely many of these deadlines: fluidity 0
@@ -468,6 +481,11 @@ def _running_decode_sums(batch: IntervalBatch) -> FloatArray:
         previous = current
     sums[layout.order] = transposed
     return sums
+
+
+def _per_slot(slot: IntArray, weights: FloatArray, size: int) -> FloatArray:
+    """Sums of ``weights`` per slot (exact for whole counts below 2**53)."""
+    return cast(FloatArray, np.bincount(slot, weights=weights, minlength=size))
 
 
 def _previous_minimum(values: FloatArray, segment: IntArray) -> FloatArray:

@@ -48,7 +48,9 @@ def assert_close(ours: Interval, theirs: Interval, tolerance: float) -> None:
     ],
 )  # fmt: skip
 @pytest.mark.parametrize("confidence", [0.8, 0.95, 0.99, 0.999])
-def test_intervals_equal_scipy_on_a_table(successes: int, trials: int, confidence: float, method: Method) -> None:
+def test_intervals_equal_scipy_on_a_table(
+    successes: int, trials: int, confidence: float, method: Method
+) -> None:
     tolerance = CP_TOLERANCE if method == "clopper-pearson" else WILSON_TOLERANCE
     ours = interval(successes, trials, confidence, method)
     assert_close(ours, scipy_interval(successes, trials, confidence, method), tolerance)
@@ -56,7 +58,9 @@ def test_intervals_equal_scipy_on_a_table(successes: int, trials: int, confidenc
 
 counts = st.integers(1, 3000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n)))
 large_counts = st.integers(10_000, 2_000_000).flatmap(
-    lambda n: st.tuples(st.sampled_from([0, 1, n // 2, n - n // 100, n - 1, n]) | st.integers(0, n), st.just(n))
+    lambda n: st.tuples(
+        st.sampled_from([0, 1, n // 2, n - n // 100, n - 1, n]) | st.integers(0, n), st.just(n)
+    )
 )
 
 
@@ -114,7 +118,9 @@ def test_incomplete_beta_equals_scipy(x: float, a: float, b: float) -> None:
     # The documented error: a few units of 1e-16 times lgamma(a + b) (the log-beta's cancellation).
     # (Subnormal x is left out: there scipy is the one that is off, e.g. by 1% at x=5e-324, a=1/32, b=2.)
     tolerance = 1e-15 * max(10.0, math.lgamma(a + b))
-    assert regularized_incomplete_beta(x, a, b) == pytest.approx(special.betainc(a, b, x), rel=tolerance, abs=1e-14)
+    assert regularized_incomplete_beta(x, a, b) == pytest.approx(
+        special.betainc(a, b, x), rel=tolerance, abs=1e-14
+    )
 
 
 def exact_incomplete_beta(x: float, a: int, b: int) -> Fraction:
@@ -124,7 +130,11 @@ def exact_incomplete_beta(x: float, a: int, b: int) -> Fraction:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from([1e-300, 1e-30, 1e-6, 0.025, 0.5, 0.975, 1 - 1e-9]), st.integers(1, 60), st.integers(1, 60))
+@given(
+    st.sampled_from([1e-300, 1e-30, 1e-6, 0.025, 0.5, 0.975, 1 - 1e-9]),
+    st.integers(1, 60),
+    st.integers(1, 60),
+)
 def test_beta_quantile_is_exact_in_rational_arithmetic(q: float, a: int, b: int) -> None:
     # Also in far tails, where scipy's betainc loses digits (at q=1e-300, a=55, b=17 it is off by 4e-3).
     x = beta_quantile(q, a, b)
@@ -137,7 +147,11 @@ def test_beta_quantile_equals_scipy_and_inverts(q: float, a: int, b: int) -> Non
     x = beta_quantile(q, a, b)
     assert x == pytest.approx(stats.beta.ppf(q, a, b), rel=1e-9, abs=CP_TOLERANCE)
     if 0.0 < x < 1.0 and q <= 0.5:  # the bracket ends on adjacent floats (above, on 1 - x's)
-        assert regularized_incomplete_beta(math.nextafter(x, 0.0), a, b) < q <= regularized_incomplete_beta(x, a, b)
+        assert (
+            regularized_incomplete_beta(math.nextafter(x, 0.0), a, b)
+            < q
+            <= regularized_incomplete_beta(x, a, b)
+        )
 
 
 # --- the verdict ------------------------------------------------------------------------------------
@@ -194,7 +208,10 @@ def test_verdict_follows_the_interval(count: tuple[int, int], required: float, m
         (lambda: clopper_pearson_interval(-1, 4), "successes must be in [0, trials=4], got -1"),
         (lambda: wilson_interval(1, 2, confidence=1.0), "confidence must be in (0, 1), got 1.0"),
         (lambda: classify_fraction(1, 2, 1.5), "required fraction must be in [0, 1], got 1.5"),
-        (lambda: interval(1, 2, method="wald"), 'unknown interval method "wald"; valid: clopper-pearson, wilson'),  # type: ignore[arg-type]
+        (
+            lambda: interval(1, 2, method="wald"),
+            'unknown interval method "wald"; valid: clopper-pearson, wilson',
+        ),  # type: ignore[arg-type]
         (lambda: regularized_incomplete_beta(0.5, 0.0, 1.0), "beta shapes must be > 0, got a=0.0, b=1.0"),
         (lambda: beta_quantile(1.5, 1.0, 1.0), "quantile must be in [0, 1], got 1.5"),
     ],

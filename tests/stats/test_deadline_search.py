@@ -77,7 +77,9 @@ def test_stall_heavy_traces_equal_the_loop_bisection(
     rng = np.random.default_rng(seed)
     batch = stall_trace(rng, 12, stall_share, ragged=True)
     requests = [batch.request(i).tolist() for i in range(len(batch))]
-    assert min_deadlines_by_search(batch, target, variant).minima.tolist() == by_loop(requests, target, variant)
+    assert min_deadlines_by_search(batch, target, variant).minima.tolist() == by_loop(
+        requests, target, variant
+    )
 
 
 @pytest.mark.parametrize("stall_share", [0.01, 0.05, 0.3])
