@@ -175,9 +175,14 @@ class _Verdicts:
         request = np.repeat(np.arange(len(self.batch), dtype=np.int64), self.batch.lengths)
         above = self.batch.values > floor[request]
         above[self.batch.offsets[:-1][self.batch.lengths > 0]] = False  # the first token: no deadline
+        # Parallel arrays, narrowed together: a step reads them in order instead of gathering at random
+        # from arrays as long as the batch.
         self.cand_token = np.flatnonzero(above)
         self.cand_request = request[self.cand_token]
         self.cand_gap = self.batch.values[self.cand_token]
+        self.cand_index = (self.cand_token - self.batch.offsets[self.cand_request]).astype(np.float64)
+        self.cand_sum_at = self.sums[self.cand_token]
+        self.cand_sum_before = self.sums[self.cand_token - 1]
         self.cand_open = len(self.batch)
 
     def forget_closed(self, open_rows: IntArray) -> None:
@@ -193,6 +198,9 @@ class _Verdicts:
         self.cand_token = self.cand_token[keep]
         self.cand_request = self.cand_request[keep]
         self.cand_gap = self.cand_gap[keep]
+        self.cand_index = self.cand_index[keep]
+        self.cand_sum_at = self.cand_sum_at[keep]
+        self.cand_sum_before = self.cand_sum_before[keep]
 
     def passes(
         self, rows: IntArray, deadline: FloatArray, bracket: tuple[FloatArray, FloatArray]
@@ -232,13 +240,11 @@ class _Verdicts:
     def _points(self, near: IntArray, point_slot: IntArray, deadline: FloatArray, tol: FloatArray) -> _Points:
         """The step's points with the slack before each; the minimum runs over points only, since only
         they can be late."""
-        token = self.cand_token[near]
-        d = deadline[point_slot]
-        k = (token - self.batch.offsets[self.cand_request[near]]).astype(np.float64)
-        prefix_at = k * d - self.sums[token]
+        d, k = deadline[point_slot], self.cand_index[near]
+        prefix_at = k * d - self.cand_sum_at[near]
         lowest = np.minimum(_previous_minimum(prefix_at, point_slot), 0.0)
-        slack = (k - 1.0) * d - self.sums[token - 1] - lowest
-        return _Points(token, point_slot, d, tol[point_slot], self.cand_gap[near], slack)
+        slack = (k - 1.0) * d - self.cand_sum_before[near] - lowest
+        return _Points(self.cand_token[near], point_slot, d, tol[point_slot], self.cand_gap[near], slack)
 
     def _tally(self, rows: IntArray, p: _Points) -> _Tally:
         """Margins of the points, the verdict, and whether rounding could still change it.
