@@ -168,7 +168,8 @@ class _Verdicts:
         if self.variant != "deadlines":
             return np.zeros(len(self.batch))
         m = np.maximum(self.decode_count, 1.0)
-        return self.decode_sum / (m / self.target + 1.0) * (1.0 - BOUND_MARGIN)
+        bound = self.decode_sum / (m / self.target + 1.0) * (1.0 - BOUND_MARGIN)
+        return np.where(np.isfinite(bound), bound, 0.0)  # gaps whose sum overflows: no shortcut
 
     def _candidates_above(self, floor: FloatArray) -> None:
         """Candidates: decode tokens that can be points at some deadline still to be asked."""
@@ -241,9 +242,10 @@ class _Verdicts:
         """The step's points with the slack before each; the minimum runs over points only, since only
         they can be late."""
         d, k = deadline[point_slot], self.cand_index[near]
-        prefix_at = k * d - self.cand_sum_at[near]
-        lowest = np.minimum(_previous_minimum(prefix_at, point_slot), 0.0)
-        slack = (k - 1.0) * d - self.cand_sum_before[near] - lowest
+        with np.errstate(over="ignore", invalid="ignore"):  # overflowing sums: see _tally
+            prefix_at = k * d - self.cand_sum_at[near]
+            lowest = np.minimum(_previous_minimum(prefix_at, point_slot), 0.0)
+            slack = (k - 1.0) * d - self.cand_sum_before[near] - lowest
         return _Points(self.cand_token[near], point_slot, d, tol[point_slot], self.cand_gap[near], slack)
 
     def _tally(self, rows: IntArray, p: _Points) -> _Tally:
@@ -256,7 +258,8 @@ class _Verdicts:
         one with no certain reset between, is left uncertain.
         """
         size = len(rows)
-        margin = (p.deadline + p.slack) - p.gap
+        with np.errstate(invalid="ignore"):
+            margin = (p.deadline + p.slack) - p.gap
         critical = np.abs(margin) <= 4 * p.tol
         certain_late = (margin < 0) & ~critical
         late = certain_late.astype(np.float64)
@@ -269,6 +272,7 @@ class _Verdicts:
         if len(replay):
             late[replay], missed[replay] = self._replay(p, last_reset[replay], replay, self.replays)
         uncertain = np.bincount(p.slot[critical], minlength=size) > 1
+        uncertain |= np.bincount(p.slot[~np.isfinite(margin)], minlength=size) > 0  # sums that overflowed
         uncertain |= np.bincount(p.slot[replay[tangled]], minlength=size) > 0
         late_count, missed_count = _per_slot(p.slot, late, size), _per_slot(p.slot, missed, size)
         met = self.decode_count[rows] - late_count

@@ -110,6 +110,29 @@ def test_streams_on_their_deadlines_go_through_the_exact_engines() -> None:
     assert fluid_token_rate([uniform] * 100) == 50.0
 
 
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([1, 5, 20]), st.sampled_from(TARGETS))
+def test_quantized_gaps_equal_the_sweep(seed: int, step_ms: int, target: float) -> None:
+    # Gaps on a coarse grid tie with each other and sum exactly onto candidate deadlines, so freezing,
+    # replays and the exact engines all meet in one search.
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(2, 300, 60)
+    gaps = np.round(rng.lognormal(math.log(0.02), 0.5, int(lengths.sum())) * 1000 / step_ms) * step_ms / 1000
+    stalls = rng.random(len(gaps)) < 0.03
+    gaps[stalls] = rng.integers(1, 10, int(stalls.sum())) * 0.1
+    batch = IntervalBatch.from_flat(gaps, lengths)
+    for variant in ("deadlines", "tokens"):
+        assert min_deadlines_by_search(batch, target, variant).minima.tolist() == by_sweep(
+            batch, target, variant
+        )
+
+
+def test_overflowing_gap_sums_take_no_shortcut() -> None:
+    requests = [[0.1, 1e308, 1e308, 0.5], [0.1, 1.7e308, 1.7e308, 1.0]]
+    search = min_deadlines_by_search(IntervalBatch.from_sequences(requests), 0.5, "deadlines")
+    assert search.minima.tolist() == by_loop(requests, 0.5, "deadlines")
+
+
 def test_requests_without_decode_gaps_need_no_deadline() -> None:
     requests = [[0.5], [0.1, 0.0, 0.0], [], [0.2, 0.05]]
     search = min_deadlines_by_search(IntervalBatch.from_sequences(requests), 0.9, "deadlines")
