@@ -11,7 +11,10 @@ late exactly when that clips. With ``S(k) = k*D - T[k]`` (``T`` the running sum 
 loop needed. A token faster than ``D`` raises ``S``: it is on time and never sets the running minimum,
 so only *points* (gaps near or above ``D``) are looked at. And since slack never falls as ``D`` grows,
 a token on time at a failing deadline stays on time for the rest of the search: after the first failing
-steps only the late tokens are left (a few per request).
+steps only the late tokens are left (a few per request). Once the bracket is narrow enough that every
+decision of a request but one holds across it (the slack moves by at most ``(m + 1)`` times the
+bracket's width), the request is frozen: its other counts are kept, and later steps decide that one
+token alone.
 
 Exactness. The prefix form rounds differently from the loop's one-by-one slack updates, by at most a
 bounded amount per request (``tolerance``, as in ``deadline_points``). Decisions that clear that bound
