@@ -124,3 +124,24 @@ async def test_a_search_stops_at_a_trial_with_shard_problems() -> None:
     result = await search_capacity(SearchSettings(1.0, 100.0, 0.05, 8), trial)
     assert len(result.trials) == 1 and result.capacity is None
     assert result.stopped_by == "shards: shard 1 died: exit code -9"
+
+
+async def test_a_closed_loop_trial_is_judged_the_same_over_shards(sim: SimServer, pool: ShardPool) -> None:
+    trial = plan(24, slow_every=3)
+    closed = TrialPlan(4.0, trial.specs, trial.warmup, None, 4, None, False)
+    alone, sharded = await both(sim, pool, closed)
+    assert {k: sharded.figures[k] for k in COMPARED} == {k: alone.figures[k] for k in COMPARED}
+    assert sharded.requests_sent == alone.requests_sent == 24
+    assert (sharded.passed, sharded.reason) == (alone.passed, alone.reason) == (False, "slo")
+
+
+async def test_requests_waiting_past_hope_stop_a_sharded_trial(sim: SimServer, pool: ShardPool) -> None:
+    # No first token for 3 s, while Dp is 0.1 s: each request is certain to fail long before it ends.
+    specs = tuple(RequestSpec(f"p{i}", 10, 3, None, f"r{i}", script(ttft=3.0, gaps=0.005)) for i in range(44))
+    trial = TrialPlan(10.0, specs, 4, np.arange(44) * 0.03, None, None, True)
+    alone, sharded = await both(sim, pool, trial)
+    for report in (alone, sharded):
+        assert report.stopped_early and report.reason == "slo" and not report.passed
+        assert report.duration_s < 2.5  # decided on waits alone: no request got its first token
+        assert report.figures["completed"] == 0
+    assert sharded.figures["shards"]["problems"] == []
