@@ -17,6 +17,7 @@ import pytest
 
 from exporter.app import Daemon
 from exporter.config import load_config_file
+from exporter.load.cpus import available_cpus
 from exporter.load.shard_protocol import TOKEN_ENV
 from exporter.sim import SimServer
 from tests.daemon.test_daemon_live import serving
@@ -153,3 +154,18 @@ async def test_a_capacity_search_sharded_over_an_indexed_jobs_pods(
         shards = trial["figures"]["shards"]["shards"]
         assert [s["shard"] for s in shards] == [0, 1] and all(s["done"] for s in shards)
         assert sum(s["results"] for s in shards) == trial["requests_sent"]
+
+
+def test_jobs_workers_is_bounded_by_the_containers_cpus(tmp_path: Path) -> None:
+    config = load_config_file(write_config(tmp_path, "http://127.0.0.1:9", "  workers: 4\n"))
+    assert config.jobs.limits.max_workers == 4
+    daemon = Daemon(config, seed=1)
+    daemon.cpus = 2  # what the cgroup quota allows
+    assert daemon.job_limits().max_workers == 2
+    daemon.cpus = 8
+    assert daemon.job_limits().max_workers == 4
+
+
+def test_jobs_workers_auto_is_the_cpus_this_container_may_use(tmp_path: Path) -> None:
+    config = load_config_file(write_config(tmp_path, "http://127.0.0.1:9", "  workers: auto\n"))
+    assert config.jobs.limits.max_workers == available_cpus()
