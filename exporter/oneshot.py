@@ -10,6 +10,7 @@ a CSV per metric, and plots with the ``plots`` extra). ``--json`` prints the sum
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
@@ -497,14 +498,15 @@ async def drive_sharded(
     """The plan dealt over ``workers`` shard processes (open loop by due time, or the concurrency
     split), the results merged in plan order; what made the load other than planned is printed."""
     offsets = None if plan.offsets is None else plan.offsets.tolist()
-    try:
-        async with local_shards(workers, settings.api_key) as pool:
-            report = await pool.run_plan(
-                settings, specs, offsets=offsets, concurrency=plan.concurrency, duration_s=plan.duration,
-                on_result=lambda _index, result: live(result),
-            )  # fmt: skip
-    except TimeoutError as exc:
-        raise BenchError(f"--workers: {exc}") from exc
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            pool = await stack.enter_async_context(local_shards(workers, settings.api_key))
+        except TimeoutError as exc:  # a worker that never started
+            raise BenchError(f"--workers: {exc}") from exc
+        report = await pool.run_plan(
+            settings, specs, offsets=offsets, concurrency=plan.concurrency, duration_s=plan.duration,
+            on_result=lambda _index, result: live(result),
+        )  # fmt: skip
     for problem in report.problems:
         print(f"fluidity-exporter bench: {problem}", file=sys.stderr)
     sent = [i for i in sorted(report.results) if i not in report.cancelled]

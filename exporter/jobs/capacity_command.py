@@ -231,11 +231,12 @@ async def worker_pool(
     cpus = available_cpus()
     if workers > cpus:
         print(f"note: {workers} workers on {cpus} usable CPUs: they will share them", file=sys.stderr)
-    try:
-        async with local_shards(workers, settings.api_key, pool_settings) as pool:
-            yield pool
-    except TimeoutError as exc:
-        raise BenchError(f"--workers: {exc}") from exc
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            pool = await stack.enter_async_context(local_shards(workers, settings.api_key, pool_settings))
+        except TimeoutError as exc:  # a worker that never started
+            raise BenchError(f"--workers: {exc}") from exc
+        yield pool
 
 
 def run(args: argparse.Namespace) -> int:

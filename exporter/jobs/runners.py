@@ -239,19 +239,20 @@ async def job_shards(
     """The shards a job sends through: the Indexed Job's pods when ``jobs.shards`` is configured (they
     present the jobs token), else ``asked`` (or ``jobs.workers``) local worker processes, else none
     (this process sends)."""
-    try:
-        if remote is not None and token is not None:
-            async with remote_shards(remote.count, token.reveal(), remote.listen, remote.pool) as pool:
-                yield pool
-            return
-        workers = asked or env.job_limits().max_workers
-        if workers <= 1:
-            yield None
-            return
-        async with local_shards(workers, client.settings.api_key, local) as pool:
-            yield pool
-    except TimeoutError as exc:  # shards that never came: the job fails with who and why
-        raise JobFailedError(str(exc)) from None
+    workers = asked or env.job_limits().max_workers
+    if remote is not None and token is not None:
+        pools = remote_shards(remote.count, token.reveal(), remote.listen, remote.pool)
+    elif workers > 1:
+        pools = local_shards(workers, client.settings.api_key, local)
+    else:
+        yield None
+        return
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            pool = await stack.enter_async_context(pools)
+        except TimeoutError as exc:  # shards that never came: the job fails with who and why
+            raise JobFailedError(str(exc)) from None
+        yield pool
 
 
 def shards_used(pool: ShardPool | None) -> dict[str, int]:

@@ -169,3 +169,20 @@ def test_jobs_workers_is_bounded_by_the_containers_cpus(tmp_path: Path) -> None:
 def test_jobs_workers_auto_is_the_cpus_this_container_may_use(tmp_path: Path) -> None:
     config = load_config_file(write_config(tmp_path, "http://127.0.0.1:9", "  workers: auto\n"))
     assert config.jobs.limits.max_workers == available_cpus()
+
+
+async def test_a_search_whose_pods_never_come_fails_saying_which(
+    sim: tuple[str, SimServer],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    jobs = f"  shards: {{count: 2, listen: '127.0.0.1:{port}', ready_timeout: 1s}}\n"
+    with daemon_for(tmp_path, sim[0], jobs) as daemon:
+        async with serving(daemon) as url:
+            status, record = await call("POST", f"{url}/api/v1/jobs/capacity", SMALL_SEARCH)
+            assert status == 202
+            done = await finished(url, record["id"])
+    assert done["state"] == "failed"
+    assert done["error"] == (
+        f"shards [0, 1] of 2 did not reach the coordinator at http://127.0.0.1:{port} within 1 s"
+    )
