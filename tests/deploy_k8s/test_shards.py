@@ -5,6 +5,13 @@ config says, and reach vLLM at the URL the config gives them."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -12,11 +19,13 @@ from typing import Any
 import yaml
 
 from exporter.config import load_config_file
+from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
 from tests.deploy_k8s.manifests import (
     BASE,
     EXPORTER_CONTAINER,
     KUBERNETES,
+    REPO,
     container,
     exporter_config,
     of_kind,
@@ -63,7 +72,6 @@ def test_the_job_is_indexed_with_one_pod_per_configured_shard() -> None:
 def test_the_pods_reach_the_daemons_shard_port_with_its_token() -> None:
     resources = rendered(SHARDED)
     (shard,) = job()["spec"]["template"]["spec"]["containers"]
-    assert shard["args"][0] == "shard"
     url = urllib.parse.urlsplit(
         next(a for a in shard["args"] if a.startswith("--coordinator=")).split("=", 1)[1]
     )
@@ -108,3 +116,28 @@ def test_the_overlays_config_is_the_bases_plus_shards(tmp_path: Path) -> None:
     loaded = load_config_file(path, environ=dict.fromkeys(names, "placeholder"))
     assert loaded.jobs.shards is not None and loaded.jobs.shards.count == shards["count"]
     assert loaded.jobs.shards.url_for("vllm") == shards["target_urls"]["vllm"]
+
+
+async def test_the_pods_command_serves_as_a_shard_here() -> None:
+    """The Job's container command and args, word for word but for the coordinator's address, against a
+    coordinator on loopback: it registers as the shard of its JOB_COMPLETION_INDEX and exits 0 when told."""
+    (shard,) = job()["spec"]["template"]["spec"]["containers"]
+    found = re.search(r"^ENTRYPOINT (.+)$", (REPO / "Dockerfile").read_text(), re.MULTILINE)
+    assert found is not None
+    entrypoint = json.loads(found[1])  # ["fluidity-exporter", "run"]: the Job must replace it
+    assert shard["command"][0] == entrypoint[0] and shard["command"][1] == "shard"
+    pool = ShardPool(2, "pod-token")
+    url = await pool.start()
+    args = [a if not a.startswith("--coordinator=") else f"--coordinator={url}" for a in shard["args"]]
+    binary = str(Path(sys.executable).parent / shard["command"][0])
+    env = {**os.environ, TOKEN_ENV: "pod-token", "JOB_COMPLETION_INDEX": "1"}
+    proc = subprocess.Popen([binary, *shard["command"][1:], *args], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while 1 not in pool.seen:
+            assert proc.poll() is None and time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+    finally:
+        await pool.close()
+        code = await asyncio.to_thread(proc.wait, 10)
+    assert code == 0
