@@ -252,6 +252,9 @@ async def job_shards(
             pool = await stack.enter_async_context(pools)
         except TimeoutError as exc:  # shards that never came: the job fails with who and why
             raise JobFailedError(str(exc)) from None
+        except OSError as exc:  # the port is taken, e.g. by another target's sharded search
+            listen = remote.listen if remote is not None else "127.0.0.1"
+            raise JobFailedError(f"cannot listen for shards on {listen}: {exc.strerror or exc}") from None
         yield pool
 
 

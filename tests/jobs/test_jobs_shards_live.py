@@ -18,6 +18,7 @@ import pytest
 from exporter.app import Daemon
 from exporter.config import load_config_file
 from exporter.load.cpus import available_cpus
+from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import TOKEN_ENV
 from exporter.sim import SimServer
 from tests.daemon.test_daemon_live import serving
@@ -186,3 +187,22 @@ async def test_a_search_whose_pods_never_come_fails_saying_which(
     assert done["error"] == (
         f"shards [0, 1] of 2 did not reach the coordinator at http://127.0.0.1:{port} within 1 s"
     )
+
+
+async def test_a_search_whose_shard_port_is_taken_fails_saying_so(
+    sim: tuple[str, SimServer],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    other = ShardPool(1, "x")  # another sharded search holds the port
+    port = int((await other.start("127.0.0.1", 0)).rpartition(":")[2])
+    try:
+        jobs = f"  shards: {{count: 2, listen: '127.0.0.1:{port}', ready_timeout: 1s}}\n"
+        with daemon_for(tmp_path, sim[0], jobs) as daemon:
+            async with serving(daemon) as url:
+                status, record = await call("POST", f"{url}/api/v1/jobs/capacity", SMALL_SEARCH)
+                assert status == 202
+                done = await finished(url, record["id"])
+    finally:
+        await other.close()
+    assert done["state"] == "failed"
+    assert done["error"].startswith(f"cannot listen for shards on 127.0.0.1:{port}: "), done["error"]
