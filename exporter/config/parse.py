@@ -90,8 +90,10 @@ def load_config_file(path: str | os.PathLike[str], *, environ: Mapping[str, str]
         raise ConfigError([f"{path}: cannot read the config file: {exc.strerror}"]) from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(
-            [f"{path}: not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
-             "a config is YAML text"]
+            [
+                f"{path}: not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                "a config is YAML text"
+            ]
         ) from None
     return parse_config(text, base_dir=Path(path).parent, environ=environ, source=str(path))
 

@@ -131,7 +131,9 @@ def check_state_dir(path: str) -> str:
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{path} does not exist and cannot be created ({parent} is not a writable directory)")
+        raise ValueError(
+            f"{path} does not exist and cannot be created ({parent} is not a writable directory)"
+        )
     return path
 
 
