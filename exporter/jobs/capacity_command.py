@@ -30,6 +30,7 @@ from exporter.jobs.trial import TrialReport, TrialSlo
 from exporter.oneshot import (
     BenchError,
     add_target_arguments,
+    discover,
     merged_options,
     prefill_model_file,
     refuse_overwrite,
@@ -202,7 +203,10 @@ def write_plot(path: Path, result: CapacityResult) -> Path:
 async def _search(
     options: dict[str, Any], params: CapacityParams, slo: TrialSlo, url: str, simulated: bool
 ) -> CapacityResult:
-    workload = workload_from_options(options, simulated)
+    facts = await discover(target_settings(options, url), simulated)  # calibrated prompts, context fit
+    for line in facts.describe():
+        print(line, file=sys.stderr)
+    workload = workload_from_options(options, simulated, facts)
 
     def show(trial: TrialReport) -> None:
         if not options["json"]:
