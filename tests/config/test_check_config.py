@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from exporter.cli import main
 from exporter.config import load_config
+from exporter.config.targets import TARGET_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "deploy" / "config").glob("*.y*ml"))
@@ -92,3 +94,19 @@ def test_state_dir_must_be_a_directory_the_daemon_can_write(
     good = tmp_path / "good.yaml"
     good.write_text("global: {state_dir: new/state}\n" + target, encoding="utf-8")
     assert main(["check-config", str(good)]) == 0
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_a_shipped_config_run_as_it_is_probes_only_this_machine(path: Path) -> None:
+    # A newcomer runs the example literally: it must not send load to a host outside the machine.
+    config = load_config(path, environ={})
+    urls = [target.url for target in config.targets]
+    urls += [m.url for t in config.targets for m in (t.engine_metrics, t.gateway_metrics) if m is not None]
+    for url in urls:
+        assert urlsplit(url).hostname in {"127.0.0.1", "localhost", "::1"}, url
+
+
+def test_the_example_documents_every_target_key() -> None:
+    text = (REPO / "deploy" / "config" / "example.yaml").read_text(encoding="utf-8")
+    for key in TARGET_KEYS:
+        assert f" {key}:" in text, key
