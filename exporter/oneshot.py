@@ -86,6 +86,12 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--ttft-timeout", type=float, help="seconds to the first token (default 60)")
     target.add_argument("--idle-timeout", type=float, help="longest silence mid-stream, seconds (default 30)")
     target.add_argument("--total-timeout", type=float, help="seconds per request (default 600)")
+    target.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        default=None,
+        help="do not calibrate prompts to the server's token counts (3 requests before the load)",
+    )
 
 
 def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
@@ -314,9 +320,15 @@ class TargetFacts:
         }
 
 
-async def discover(settings: TargetSettings, simulated: bool) -> TargetFacts:
+def skip_calibration(options: dict[str, Any], simulated: bool) -> bool:
+    """The simulator's prompts are exact already; ``--no-calibrate`` keeps the server's counters to the
+    measured load alone (the real-engine tests compare them with the report)."""
+    return simulated or bool(options["no_calibrate"])
+
+
+async def discover(settings: TargetSettings, exact_prompts: bool) -> TargetFacts:
     """Ask the target for its model, context length and prompt token counts (three 1-token requests
-    calibrate our approximate prompts; the simulator's are exact already)."""
+    calibrate our approximate prompts unless ``exact_prompts``)."""
     async with ProbeClient(settings) as client:
         await client.resolve_model()
         try:
@@ -325,7 +337,7 @@ async def discover(settings: TargetSettings, simulated: bool) -> TargetFacts:
             context = max_model_len(body) if status == 200 else None
         except (TimeoutError, OSError, HttpError):
             context = None
-        calibration = None if simulated else await calibrate_prompts(client.send, settings.api)
+        calibration = None if exact_prompts else await calibrate_prompts(client.send, settings.api)
     return TargetFacts(context, calibration)
 
 
@@ -613,7 +625,7 @@ def _run(options: dict[str, Any]) -> int:
         raise BenchError("--workers must be >= 1")
     with target_url(options) as (url, simulated):
         settings = target_settings(options, url)
-        facts = event_loop.run(discover(settings, simulated))
+        facts = event_loop.run(discover(settings, skip_calibration(options, simulated)))
         plan = load_plan(options, simulated, facts)
         quiet = bool(options["quiet"] or options["json"])
         if not quiet:

@@ -34,6 +34,7 @@ from exporter.oneshot import (
     merged_options,
     prefill_model_file,
     refuse_overwrite,
+    skip_calibration,
     target_settings,
     target_url,
     timestamped,
@@ -203,7 +204,8 @@ def write_plot(path: Path, result: CapacityResult) -> Path:
 async def _search(
     options: dict[str, Any], params: CapacityParams, slo: TrialSlo, url: str, simulated: bool
 ) -> CapacityResult:
-    facts = await discover(target_settings(options, url), simulated)  # calibrated prompts, context fit
+    settings = target_settings(options, url)
+    facts = await discover(settings, skip_calibration(options, simulated))  # calibrated prompts, context
     for line in facts.describe():
         print(line, file=sys.stderr)
     workload = workload_from_options(options, simulated, facts)

@@ -25,6 +25,7 @@ from exporter.oneshot import (
     discover,
     merged_options,
     refuse_overwrite,
+    skip_calibration,
     target_settings,
     target_url,
 )
@@ -85,7 +86,7 @@ def fit_ladder(ladder: tuple[int, ...], facts: TargetFacts, exact: bool) -> tupl
 
 async def _profile(options: dict[str, Any], url: str, simulated: bool) -> PrefillProfile:
     settings = target_settings(options, url)
-    facts = await discover(settings, simulated)
+    facts = await discover(settings, skip_calibration(options, simulated))
     for line in facts.describe():
         print(line, file=sys.stderr)
     builder: PromptBuilder = SimPromptBuilder() if simulated else ApproxPromptBuilder()

@@ -17,7 +17,7 @@ from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.sim import SimConfig, SimServer
 from exporter.sim.presets import PRESETS, isolated_ttft
 from exporter.stats.prefill import parse_json
-from tests.test_oneshot import assert_measured
+from tests.measured import assert_measured
 
 PRESET = "llama-3.1-8b-h100"
 
