@@ -217,7 +217,7 @@ def _describe(index: int, result: ProbeResult) -> str:
 
 
 def _describe_recent(item: RecentResult) -> str:
-    status = f" HTTP {item.http_status}" if item.http_status is not None else ""
+    status = f" HTTP {item.http_status}" if item.http_status not in (None, 200) else ""
     error = f" ({item.error})" if item.error else ""
     ttft = f"{item.ttft_s:.3f}s" if item.ttft_s is not None else "-"
     e2e = f"{item.e2e_s:.3f}s" if item.e2e_s is not None else "-"
