@@ -25,6 +25,8 @@ MAX_REQUESTS_PER_RUN = 10_000  # modules.*.requests_per_run: every request of a 
 MAX_CONCURRENCY = 1_000  # modules.*.concurrency
 MAX_RESULTS_PER_WINDOW = 1_000_000  # global.max_results_per_window: the memory bound itself
 MAX_BACKOFF_AFTER_FAILURES = 1_000  # targets[].budget.backoff_after_failures
+MAX_REQUESTS_PER_HOUR = 10_000_000  # targets[].budget.max_requests_per_hour (about 2,800 req/s)
+MAX_TOKENS_PER_HOUR = 10_000_000_000_000  # targets[].budget.max_tokens_per_hour
 MAX_JOB_HISTORY = 100_000  # jobs.history
 MAX_JOB_RATE = 10_000.0  # jobs.limits.max_rate (requests/s)
 MAX_JOB_CONCURRENCY = 10_000  # jobs.limits.max_concurrency
@@ -48,9 +50,11 @@ __all__ = [
     "MAX_JOB_TRIALS",
     "MAX_OUTPUT_TOKENS",
     "MAX_PROMPT_TOKENS",
+    "MAX_REQUESTS_PER_HOUR",
     "MAX_REQUESTS_PER_RUN",
     "MAX_RESULTS_PER_WINDOW",
     "MAX_SCRAPE_INTERVAL_S",
     "MAX_TIMEOUT_S",
+    "MAX_TOKENS_PER_HOUR",
     "MAX_WINDOW_S",
 ]

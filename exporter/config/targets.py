@@ -194,8 +194,10 @@ class TargetReader:
 
     def budget(self, sec: Section) -> Budget:
         return Budget(
-            max_requests_per_hour=sec.opt_integer("max_requests_per_hour", None, minimum=1),
-            max_tokens_per_hour=sec.opt_integer("max_tokens_per_hour", None, minimum=1),
+            max_requests_per_hour=sec.opt_integer(
+                "max_requests_per_hour", None, 1, bounds.MAX_REQUESTS_PER_HOUR
+            ),
+            max_tokens_per_hour=sec.opt_integer("max_tokens_per_hour", None, 1, bounds.MAX_TOKENS_PER_HOUR),
             backoff_after_failures=sec.integer(
                 "backoff_after_failures", 3, 1, bounds.MAX_BACKOFF_AFTER_FAILURES
             ),

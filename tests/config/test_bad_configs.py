@@ -475,13 +475,14 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "durations-and-counts-beyond-their-bounds": (
         "global: {windows: [40d], max_results_per_window: 2000000}\n"
         + T
-        + "    timeouts: {total: 2d}\n    budget: {max_backoff: 2d}\n"
+        + "    timeouts: {total: 2d}\n    budget: {max_backoff: 2d, max_requests_per_hour: 20000000}\n"
         + "    engine_metrics: {url: 'http://h:8000/metrics', interval: 2h}\n",
         [
             'global.windows[0]: must be a duration of at most 31d, got "40d"',
             "global.max_results_per_window: must be an integer in [1, 1000000], got 2000000",
             'targets[0].timeouts.total: must be a duration of at most 1d, got "2d"',
             'targets[0].engine_metrics.interval: must be a duration of at most 1h, got "2h"',
+            "targets[0].budget.max_requests_per_hour: must be an integer in [1, 10000000], got 20000000",
             'targets[0].budget.max_backoff: must be a duration of at most 1d, got "2d"',
         ],
     ),
