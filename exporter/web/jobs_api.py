@@ -29,6 +29,7 @@ from exporter.probe.target import Secret
 from exporter.web.openapi import committed_document, document_for
 
 PREFIX: Final = "/api/v1"
+LIST_PARAMETERS: Final = ("limit", "state", "target")
 DISABLED: Final = (
     "the jobs API is disabled: set jobs.api_token ({env: NAME} or {file: PATH}) in the config, "
     "then send it as Authorization: Bearer <token>"
@@ -90,7 +91,14 @@ async def start_prefill_profile(request: web.Request) -> web.Response:
 
 async def list_jobs(request: web.Request) -> web.Response:
     manager = _authorize(request).job_manager
+    unknown = sorted(set(request.query) - set(LIST_PARAMETERS))
+    if unknown:
+        _fail(
+            web.HTTPBadRequest, f'unknown query parameter "{unknown[0]}"; valid: {", ".join(LIST_PARAMETERS)}'
+        )
     target, state = request.query.get("target"), request.query.get("state")
+    if target == "":
+        _fail(web.HTTPBadRequest, "target: give a target name, or leave the parameter out")
     if state is not None and state not in JOB_STATES:
         _fail(web.HTTPBadRequest, f'state "{state}" is not a job state; valid: {", ".join(JOB_STATES)}')
     records = [r for r in manager.list() if target in (None, r.target) and state in (None, r.state)]

@@ -41,7 +41,16 @@ def document_for(targets: Mapping[str, tuple[str, ...]], limits: JobLimits) -> d
     _capacity(schemas["CapacityParams"], targets, limits)
     _profile(schemas["ProfileParams"], limits)
     _slo(schemas["SloSpec"], schemas["GoodputBounds"])
+    _nulls(schemas)
     return document
+
+
+def _nulls(schemas: dict[str, Any]) -> None:
+    """The fields the API reads ``null`` in as "left out" (their default), said in the schema too."""
+    slo = schemas["CapacityParams"]["properties"]["slo"]
+    schemas["CapacityParams"]["properties"]["slo"] = {"anyOf": [slo, {"type": "null"}]}
+    schemas["ProfileParams"]["properties"]["lengths"]["oneOf"].append({"type": "null"})
+    schemas["SloSpec"]["properties"]["objectives"]["type"] = ["array", "null"]
 
 
 # A duration as seconds: the form the served document gives (strings such as "30s" are accepted too,

@@ -401,3 +401,12 @@ async def test_a_405_allows_the_paths_own_methods(
     assert response.status == 405
     assert response.headers["Allow"] == allowed
     assert "is not allowed" in (await response.json())["error"]
+
+
+async def test_the_list_refuses_what_its_document_does_not_allow(client: Client) -> None:
+    for query, message in (
+        ("?tagret=a", 'unknown query parameter "tagret"; valid: limit, state, target'),
+        ("?target=", "target: give a target name, or leave the parameter out"),
+    ):
+        response = await client.get(f"{PREFIX}/jobs{query}", headers=AUTH)
+        assert response.status == 400 and (await response.json())["error"] == message

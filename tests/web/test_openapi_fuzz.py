@@ -1,6 +1,6 @@
 """The jobs API against the document it serves, fuzzed by schemathesis (bounded, loopback only): no
-server error, every status and body as documented, 405s whose ``Allow`` is the path's own, and the
-requests the document calls valid accepted. The daemon side is the real routes over a real socket;
+server error, every status and body as documented, the requests the document calls valid accepted and
+those it calls invalid refused (405s and their ``Allow``: tests/web/test_jobs_api.py). The daemon side is the real routes over a real socket;
 the jobs end at once (their runner sends no load)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import pytest
 import schemathesis
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
 
 from exporter.jobs.manager import JobContext, JobManager
 from exporter.jobs.params import JobLimits, JobParams
@@ -21,7 +22,7 @@ from exporter.jobs.store import JobStore
 from exporter.web.jobs_api import add_job_routes
 from tests.web.test_jobs_api import AUTH, Service
 
-FUZZ_EXAMPLES = 15  # per operation and phase: about 20 s in all on the project's 2-core VM
+FUZZ_EXAMPLES = 15  # per operation and mode (valid, invalid): 150 cases, 15-40 s on the 2-core VM
 
 
 async def instant(params: JobParams, context: JobContext) -> dict[str, Any]:
@@ -87,10 +88,13 @@ def test_the_api_is_what_its_served_document_says(api_url: str) -> None:
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) == 5  # the document itself is not documented as an operation
     for operation in operations:
+        valid = operation.as_strategy().filter(lambda case: within_cross_field_rules(case.body))
+        invalid = operation.as_strategy(GenerationMode.NEGATIVE)  # must be refused, never accepted
+        for strategy in (valid, invalid):
 
-        @given(case=operation.as_strategy().filter(lambda case: within_cross_field_rules(case.body)))
-        @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-        def call(case: Any) -> None:
-            case.call_and_validate(base_url=api_url, headers=AUTH, timeout=10)
+            @given(case=strategy)
+            @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+            def call(case: Any) -> None:
+                case.call_and_validate(base_url=api_url, headers=AUTH, timeout=10)
 
-        call()
+            call()
