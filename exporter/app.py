@@ -20,11 +20,12 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter.config import Config, ConfigError, load_config_file
 from exporter.config.model import BUCKET_NAMES, Module, Target
 from exporter.daemon.budget import BudgetTracker
+from exporter.daemon.health import TargetHealth
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
 from exporter.engine.families import GATEWAY_CATALOGUE
 from exporter.engine.scrape import scrape
@@ -62,7 +63,12 @@ SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are
 
 
 class ProbeRefusedError(Exception):
-    """A probe that may not run now (budget, back-off, or one already running); the message says why."""
+    """A probe that may not run now (budget, back-off, or one already running); the message says why,
+    ``reason`` names it: ``paused``, ``busy``, ``backing_off``, ``over_requests`` or ``over_tokens``."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass
@@ -78,6 +84,7 @@ class _TargetState:
     config: Target
     client: ProbeClient
     budget: BudgetTracker
+    health: TargetHealth
     busy: set[str] = field(default_factory=set)  # modules with a probe in flight
 
 
@@ -117,6 +124,9 @@ class Daemon:
         self.config_path = config_path
         self.registry = CollectorRegistry(auto_describe=True)  # the exporter's own health
         self.metrics = SelfMetrics(self.registry)
+        # The standard process_* and python_* families every Prometheus client exports.
+        for collector in (ProcessCollector, PlatformCollector, GCCollector):
+            collector(registry=self.registry)
         limits = StoreLimits(
             max_age_s=max(config.global_.windows_s), max_records=config.global_.max_results_per_window
         )
@@ -145,9 +155,12 @@ class Daemon:
         self.targets: dict[str, _TargetState] = {}
         self.rng = np.random.default_rng(seed)
         self.scrape_session: aiohttp.ClientSession | None = None
+        self.listen_address: str | None = None  # where the web app listens (set by whoever serves it)
+        self.listen_flag = False  # whether --web.listen-address chose it, over global.listen_address
         self._lag_task: asyncio.Task[None] | None = None
         self._running: set[asyncio.Task[object]] = set()
         self.ready = False
+        self.stopping = False  # set by stop(): the jobs it cancels end quietly
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -163,6 +176,7 @@ class Daemon:
     async def stop(self) -> None:
         """Stop scheduling, let nothing new start, close every connection."""
         self.ready = False
+        self.stopping = True
         self.jobs.shutdown()
         await self.job_manager.shutdown()  # running jobs end "interrupted", as after a restart
         await self._finish_running(SHUTDOWN_GRACE_S)
@@ -199,14 +213,40 @@ class Daemon:
             return False, "no --config.file to reload (running on the embedded default)"
         try:
             config = load_config_file(self.config_path)
-        except (ConfigError, OSError) as exc:
-            self.metrics.config_loaded(False, time.time())
-            LOG.error("config reload failed, keeping the previous config:\n%s", exc)
-            return False, str(exc)
-        await self._apply(config)
+        except ConfigError as exc:
+            count = len(exc.problems)
+            lines = "\n".join(f"  {problem}" for problem in exc.problems)
+            return self._reload_failed(f"{self.config_path}: {count} problem{'s' * (count != 1)}\n{lines}")
+        old = self.config
+        try:
+            await self._apply(config)
+        except Exception:  # a bug of ours (check-config accepted the file): keep the old config running
+            LOG.exception("config reload failed while applying it: a bug, not a config problem")
+            await self._apply(old)
+            return self._reload_failed(f"{self.config_path}: applying it failed (a bug; see the log)")
         self.metrics.config_loaded(True, time.time())
+        notes = self._not_applied(old, config)
+        for note in notes:
+            LOG.warning("config reloaded, but %s", note)
         LOG.info("config reloaded from %s", self.config_path)
-        return True, f"reloaded {self.config_path}"
+        return True, "\n".join([f"reloaded {self.config_path}", *notes])
+
+    def _reload_failed(self, message: str) -> tuple[bool, str]:
+        self.metrics.config_loaded(False, time.time())
+        LOG.error("config reload failed, keeping the previous config:\n%s", message)
+        return False, message
+
+    def _not_applied(self, old: Config, new: Config) -> list[str]:
+        """What a reload cannot change in a running process, said aloud instead of ignored."""
+        before, after = old.global_.listen_address, new.global_.listen_address
+        if before == after:
+            return []
+        where = self.listen_address or before
+        return [
+            f"global.listen_address changed from {before} to {after}: the exporter keeps listening on "
+            f"{where} until it is restarted"
+            + (" (and --web.listen-address wins over the file)" if self.listen_flag else "")
+        ]
 
     async def _apply(self, config: Config) -> None:
         old = self.config
@@ -271,8 +311,10 @@ class Daemon:
             if state is not None:  # new settings: in-flight probes keep the old client until they end
                 asyncio.get_running_loop().create_task(_close_later(state))
             client = await ProbeClient(target.settings()).__aenter__()
+            # A target whose settings changed keeps its state and last error: the operator still needs them.
+            health = state.health if state is not None else TargetHealth(target.name, time.time)
             self.targets[target.name] = _TargetState(
-                target, client, BudgetTracker(target.budget, time.monotonic)
+                target, client, BudgetTracker(target.budget, time.monotonic), health
             )
 
     # -- probing ------------------------------------------------------------------------------------
@@ -287,7 +329,9 @@ class Daemon:
             try:
                 probe = await self.probe_now(target, module, on_demand=False)
             except ProbeRefusedError as exc:
-                LOG.info("probe %s/%s skipped: %s", target, module, exc)
+                # A back-off was logged at WARNING with its cause when it began (daemon.health); one line
+                # per skipped run would bury it.
+                LOG.debug("probe %s/%s skipped: %s", target, module, exc)
                 self.metrics.job_was_skipped(f"probe:{target}:{module}")
                 return
             slo = self.config.slo_for(target)
@@ -388,22 +432,24 @@ class Daemon:
         target, module = self.config.target(target_name), self.config.module(module_name)
         state = self.targets[target.name]
         if target.name in self.paused:
-            raise ProbeRefusedError(f"a job runs on {target.name}; its probes wait until it ends")
+            raise ProbeRefusedError(f"a job runs on {target.name}; its probes wait until it ends", "paused")
         key = f"{module.name}:{'on-demand' if on_demand else 'scheduled'}"
         if key in state.busy:
-            raise ProbeRefusedError(f"a probe of {target.name}/{module.name} is already running")
+            raise ProbeRefusedError(f"a probe of {target.name}/{module.name} is already running", "busy")
         specs = module.workload_for(target).sample(module.requests_per_run, self.rng)
         planned_tokens = sum(spec.max_tokens + (spec.prompt_tokens or 0) for spec in specs)
         reason = state.budget.skip_reason(len(specs), planned_tokens)
         if reason is not None:
-            raise ProbeRefusedError(f"target {target.name}: {reason.replace('_', ' ')}")
+            detail = state.health.describe() if reason == "backing_off" else "see targets[].budget"
+            raise ProbeRefusedError(f"target {target.name}: {reason.replace('_', ' ')}; {detail}", reason)
         state.busy.add(key)
         started = time.perf_counter()
         try:
             results = await _send(state.client, module, specs, self.rng)
         finally:
             state.busy.discard(key)
-        state.budget.record(results)
+        backoff_s = state.budget.record(results)
+        state.health.observe(module.name, results, state.budget.failed_runs, backoff_s)
         return ProbeRun(results, time.perf_counter() - started)
 
     def _tracked(self, job: JobFunction) -> JobFunction:
@@ -415,6 +461,12 @@ class Daemon:
                 self._running.add(task)
             try:
                 await job()
+            except asyncio.CancelledError:
+                if not self.stopping:
+                    raise
+                # Our own shutdown ended it after the grace period: a normal end, not a job error for
+                # the scheduler to log as a bug with a traceback.
+                LOG.debug("job cancelled by the shutdown")
             finally:
                 if task is not None:
                     self._running.discard(task)

@@ -3,6 +3,11 @@
 Each command lives in its own module and registers here as a ``Command``: a function that adds its
 arguments to a sub-parser and a function that runs it and returns the process exit code. This module
 only dispatches; it holds no logic of its own.
+
+Exit codes, the same for ``bench``, ``capacity`` and ``profile`` (README "Exit codes"): 0 the target
+was measured and the measurement is reliable; 1 the target failed (did not answer, every request or
+every trial failed) or the measurement is not reliable; 2 usage or config (a bad flag, a bad file, an
+output folder that would be overwritten). ``check-config`` and ``run`` exit 0 or 1.
 """
 
 from __future__ import annotations
@@ -13,6 +18,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from exporter import __version__
+
+EXIT_MEASURED = 0
+EXIT_FAILED = 1  # the target failed, or the measurement is not reliable
+EXIT_USAGE = 2  # a bad flag, file or config; nothing was measured
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ a CSV per metric, and plots with the ``plots`` extra). ``--json`` prints the sum
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -18,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -25,18 +27,20 @@ from typing import Any, cast
 import numpy as np
 import yaml
 
-from exporter.cli import Command
+from exporter.cli import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.load.arrivals import ArrivalProcess, offsets_within, parse_arrival_spec
+from exporter.load.calibration import Calibration, calibrate_prompts, max_model_len
 from exporter.load.cpus import available_cpus
 from exporter.load.distributions import parse_length_spec
 from exporter.load.presets import PRESET_NAMES, preset
-from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
+from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.runner import LoadRun, load_run_from_results, run_load
 from exporter.load.shard_local import local_shards
 from exporter.load.traces import TRACE_FORMATS, load_trace, trace_arrivals, trace_specs, trace_workload
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient
+from exporter.probe.http import HttpError
 from exporter.probe.result import ProbeResult, intervals
 from exporter.probe.target import APIS, Api, RequestSpec, Secret, TargetSettings, Timeouts
 from exporter.report.files import write_outputs
@@ -84,6 +88,12 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--ttft-timeout", type=float, help="seconds to the first token (default 60)")
     target.add_argument("--idle-timeout", type=float, help="longest silence mid-stream, seconds (default 30)")
     target.add_argument("--total-timeout", type=float, help="seconds per request (default 600)")
+    target.add_argument(
+        "--no-calibrate",
+        action="store_true",
+        default=None,
+        help="do not calibrate prompts to the server's token counts (3 requests before the load)",
+    )
 
 
 def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
@@ -282,10 +292,61 @@ class LoadPlan:
     description: str
 
 
-def load_plan(options: dict[str, Any], simulated: bool) -> LoadPlan:
+@dataclass(frozen=True)
+class TargetFacts:
+    """What the target said about itself before the load: its context length (``max_model_len`` from
+    ``/v1/models``, when it says) and how it counts our prompts (None: exact prompts, the simulator)."""
+
+    context: int | None = None
+    calibration: Calibration | None = None
+
+    def describe(self) -> list[str]:
+        lines = [self.calibration.describe()] if self.calibration is not None else []
+        if self.context is not None:
+            lines.append(
+                f"context: the server serves {self.context} tokens (max_model_len); requests fit in it"
+            )
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        calibration = self.calibration
+        return {
+            "max_model_len": self.context,
+            "prompt_calibration": None
+            if calibration is None
+            else {
+                "tokens_per_word": calibration.tokens_per_word,
+                "overhead_tokens": calibration.overhead_tokens,
+                "residual": calibration.residual,
+            },
+        }
+
+
+def skip_calibration(options: dict[str, Any], simulated: bool) -> bool:
+    """The simulator's prompts are exact already; ``--no-calibrate`` keeps the server's counters to the
+    measured load alone (the real-engine tests compare them with the report)."""
+    return simulated or bool(options["no_calibrate"])
+
+
+async def discover(settings: TargetSettings, exact_prompts: bool) -> TargetFacts:
+    """Ask the target for its model, context length and prompt token counts (three 1-token requests
+    calibrate our approximate prompts unless ``exact_prompts``)."""
+    async with ProbeClient(settings) as client:
+        await client.resolve_model()
+        try:
+            async with asyncio.timeout(settings.timeouts.connect or 10.0):
+                status, body = await client.get("/models")
+            context = max_model_len(body) if status == 200 else None
+        except (TimeoutError, OSError, HttpError):
+            context = None
+        calibration = None if exact_prompts else await calibrate_prompts(client.send, settings.api)
+    return TargetFacts(context, calibration)
+
+
+def load_plan(options: dict[str, Any], simulated: bool, facts: TargetFacts | None = None) -> LoadPlan:
     """Requests and their schedule from the load flags."""
     rng = np.random.default_rng(options["seed"] or 0)
-    workload = workload_from_options(options, simulated)
+    workload = workload_from_options(options, simulated, facts)
     count, duration = options["requests"], options["duration"]
     if count is None and duration is None:
         count = 100
@@ -314,9 +375,15 @@ def _sample(workload: Workload, count: int, rng: np.random.Generator) -> list[Re
         raise BenchError(str(exc)) from exc
 
 
-def workload_from_options(options: dict[str, Any], simulated: bool) -> Workload:
-    """The workload the flags describe: a preset (fitted to the simulator's context) or custom lengths."""
-    builder = SimPromptBuilder() if simulated else ApproxPromptBuilder()
+def workload_from_options(
+    options: dict[str, Any], simulated: bool, facts: TargetFacts | None = None
+) -> Workload:
+    """The workload the flags describe: a preset or custom lengths, fitted to the target's context
+    (the simulator's, or the ``max_model_len`` the target reported), with calibrated prompts."""
+    facts = facts or TargetFacts()
+    builder: PromptBuilder = SimPromptBuilder() if simulated else ApproxPromptBuilder()
+    if facts.calibration is not None:
+        builder = facts.calibration.builder
     api = _api(options)
     limits = {
         "max_prompt_tokens": options["max_prompt_tokens"],
@@ -325,22 +392,31 @@ def workload_from_options(options: dict[str, Any], simulated: bool) -> Workload:
     if options["prompt_tokens"] or options["output_tokens"]:
         if options["workload"]:
             raise BenchError("--workload and --prompt-tokens/--output-tokens exclude each other")
-        return Workload("custom", _custom_lengths(options), builder, api, **limits)
-    try:
-        workload = preset(options["workload"] or "sharegpt", builder=builder, api=api, **limits)
-    except ValueError as exc:
-        raise BenchError(f"--workload: {exc}") from exc
-    return _fit_simulator_context(workload, options) if simulated else workload
+        workload = Workload("custom", _custom_lengths(options), builder, api, **limits)
+    else:
+        try:
+            workload = preset(options["workload"] or "sharegpt", builder=builder, api=api, **limits)
+        except ValueError as exc:
+            raise BenchError(f"--workload: {exc}") from exc
+    context = facts.context
+    if context is None and simulated:
+        context = SIM_PRESETS[options["sim_preset"] or DEFAULT_SIM_PRESET].engine.max_model_len
+    return _fit_context(workload, options, context, exact=simulated)
 
 
-def _fit_simulator_context(workload: Workload, options: dict[str, Any]) -> Workload:
-    """Keep prompt + output within the built-in simulator's context (the presets allow 16K prompts;
-    the simulator, like the model it imitates, answers 400 beyond ``max_model_len``)."""
-    if options["max_prompt_tokens"] is not None:
+def _fit_context(workload: Workload, options: dict[str, Any], context: int | None, exact: bool) -> Workload:
+    """Keep prompt + output within the target's context (the presets allow 16K prompts; a server
+    answers 400 beyond ``max_model_len``). Calibrated prompts keep a margin for their residual error."""
+    if context is None or options["max_prompt_tokens"] is not None:
         return workload  # the user's filter wins, and a 400 for an over-long request is a finding
-    context = SIM_PRESETS[options["sim_preset"] or DEFAULT_SIM_PRESET].engine.max_model_len
+    if not exact:
+        context = int(context * (1 - CONTEXT_MARGIN))
     output_cap = min(workload.max_output_tokens or context // 2, context // 2)
     return workload.with_options(max_prompt_tokens=context - output_cap, max_output_tokens=output_cap)
+
+
+# Calibrated prompts come out within a few percent of the asked length: keep that much of the context free.
+CONTEXT_MARGIN = 0.03
 
 
 def _api(options: dict[str, Any]) -> Api:
@@ -533,6 +609,18 @@ def target_url(options: dict[str, Any]) -> Iterator[tuple[str, bool]]:
         raise BenchError(str(exc)) from exc
 
 
+def timestamped(folder: str) -> Path:
+    """``folder/20261123T184000Z``: a fresh place for each run's files, so none overwrites another."""
+    return Path(folder) / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def refuse_overwrite(path: Path, force: bool) -> None:
+    """An earlier result at ``path`` is kept unless ``--force`` says to replace it (checked before any
+    load is sent, so a search is never run only to be refused at the end)."""
+    if path.exists() and not force:
+        raise BenchError(f"{path} exists (an earlier result); choose another --output, or add --force")
+
+
 def output_directory(options: dict[str, Any]) -> Path:
     if options["output"]:
         return Path(options["output"])
@@ -540,12 +628,14 @@ def output_directory(options: dict[str, Any]) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The bench command: exit 0 when the evaluation ran (whatever it found), 2 on bad input."""
+    """The bench command: exit 0 when the measurement is reliable, 1 when the target failed or the
+    measurement is not reliable (a health check failed: ``summary.json``'s ``failed_checks``), 2 on bad
+    input (usage or config)."""
     try:
         return _run(merged_options(args))
     except BenchError as exc:
         print(f"fluidity-exporter bench: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
 
 def _run(options: dict[str, Any]) -> int:
@@ -558,26 +648,32 @@ def _run(options: dict[str, Any]) -> int:
         print(f"note: {workers} workers on {cpus} usable CPUs: they will share them", file=sys.stderr)
     with target_url(options) as (url, simulated):
         settings = target_settings(options, url)
-        plan = load_plan(options, simulated)
+        facts = event_loop.run(discover(settings, skip_calibration(options, simulated)))
+        plan = load_plan(options, simulated, facts)
         quiet = bool(options["quiet"] or options["json"])
         if not quiet:
             print(
                 f"target {url}{' (built-in simulator)' if simulated else ''}; {plan.description}",
+                *facts.describe(),
+                sep="\n",
                 file=sys.stderr,
             )
         total = len(plan.specs) if isinstance(plan.specs, list) and plan.duration is None else None
         live = LiveLine(total, spec, not quiet)
         load = event_loop.run(drive(settings, plan, workers, live))
         live.close()
-    return report(load, spec, options)
+    return report(load, spec, options, facts)
 
 
-def report(load: LoadRun, spec: EvaluationSpec, options: dict[str, Any]) -> int:
+def report(
+    load: LoadRun, spec: EvaluationSpec, options: dict[str, Any], facts: TargetFacts | None = None
+) -> int:
     """Compute the summary, write the files, print the tables (or the JSON)."""
     measured = measure(load.results, spec)
     checks = [dataclasses.asdict(check) for check in load.checks]
     duration = max(load.finished_at - load.started_at, 1e-9)
     summary = summarize(load.results, measured, spec, duration, checks)
+    summary["target"] = (facts or TargetFacts()).to_dict()
     directory = output_directory(options)
     written = write_outputs(directory, load.results, measured, summary, spec)
     if options["plots"]:
@@ -589,10 +685,11 @@ def report(load: LoadRun, spec: EvaluationSpec, options: dict[str, Any]) -> int:
             print(f"fluidity-exporter bench: {exc}", file=sys.stderr)
     if options["json"]:
         print(json.dumps(summary, indent=2))
+        print(f"wrote {len(written)} files to {directory}", file=sys.stderr)
     else:
         print(render_summary(summary))
         print(f"\nwrote {len(written)} files to {directory}")
-    return 0
+    return EXIT_MEASURED if summary["reliable"] else EXIT_FAILED
 
 
 BENCH_COMMAND = Command("run a one-shot evaluation of an endpoint and write a report", add_arguments, run)

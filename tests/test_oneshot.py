@@ -12,6 +12,7 @@ from exporter.cli import main
 from exporter.sim.process import SimProcess
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
+from tests.measured import assert_measured
 
 SMALL = ["--prompt-tokens", "uniform:low=16,high=256", "--output-tokens", "uniform:low=8,high=48", "--quiet"]
 
@@ -33,7 +34,7 @@ def test_bench_writes_every_file_and_its_summary_is_the_metric_core(
     code, out = bench(
         tmp_path, "--url", sim_url, "--api", "completions", "--requests", "30", "--rate", "20", *SMALL
     )
-    assert code == 0
+    assert_measured(code, out)
     names = {p.name for p in out.iterdir()}
     assert {"requests.jsonl", "summary.json", "ttft.csv", "tbt.csv", "tpot.csv", "e2e.csv"} <= names
     assert {"normalized_latency.csv", "fluidity_medium.csv", "deadline_miss_rate.csv"} <= names
@@ -55,8 +56,8 @@ def test_json_closed_loop_with_slos_and_goodput(
 ) -> None:
     flags = ["--url", sim_url, "--concurrency", "4", "--requests", "12", "--json", *SMALL]
     flags += ["--slo", "ttft:p99<=5", "--slo", "fluidity:p99>=0.5", "--goodput", "ttft<=5,min_fluidity>=0.5"]
-    code, _ = bench(tmp_path, *flags)
-    assert code == 0
+    code, out = bench(tmp_path, *flags)
+    assert_measured(code, out)
     summary = json.loads(capsys.readouterr().out)
     assert summary["requests"]["completed"] == 12
     assert [s["met"] for s in summary["slos"]] == [True, True]
@@ -64,26 +65,29 @@ def test_json_closed_loop_with_slos_and_goodput(
     assert any(check["name"] == "concurrency" for check in summary["health_checks"])
 
 
-def test_failures_are_counted_not_fatal(
+def test_failures_are_counted_and_a_failed_target_exits_1(
     sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     flags = ["--url", sim_url, "--requests", "6", "--rate", "30", "--json", *SMALL]
     code, out = bench(tmp_path, *flags, "--extra-body", '{"sim": {"fault": "http_503"}}')
-    assert code == 0
-    summary = json.loads(capsys.readouterr().out)
+    assert code == 1  # every request failed: the exit code says so (it was 0)
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
     assert summary["requests"]["by_outcome"] == {"http_status": 6}
     assert summary["requests"]["http_status"] == {"503": 6}
     assert summary["reliable"] is False  # the success check fails, and says so
+    assert "success" in summary["failed_checks"]
+    assert f"files to {out}" in captured.err  # --json keeps stdout for the JSON, and still says where
     assert len((out / "requests.jsonl").read_text().splitlines()) == 6
 
 
 def test_worker_processes_spread_an_open_load(
     sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _ = bench(
+    code, out = bench(
         tmp_path, "--url", sim_url, "--requests", "20", "--rate", "25", "--workers", "2", "--json", *SMALL
     )
-    assert code == 0
+    assert_measured(code, out)
     summary = json.loads(capsys.readouterr().out)
     assert summary["requests"]["by_outcome"] == {"ok": 20}
 
@@ -104,7 +108,7 @@ def test_worker_processes_split_a_closed_loop(
         "--json",
         *SMALL,
     )
-    assert code == 0
+    assert_measured(code, out)
     summary = json.loads(capsys.readouterr().out)
     assert summary["requests"]["by_outcome"] == {"ok": 12}
     lines = (out / "requests.jsonl").read_text().splitlines()
@@ -147,8 +151,8 @@ def test_config_file_keys_are_flags_and_unknown_keys_are_named(
 ) -> None:
     config = tmp_path / "bench.yaml"
     config.write_text(f"url: {sim_url}\nrequests: 3\nrate: 30\noutput-tokens: 16\nprompt_tokens: 128\n")
-    code, _ = bench(tmp_path, "--config", str(config), "--json", "--quiet")
-    assert code == 0
+    code, out = bench(tmp_path, "--config", str(config), "--json", "--quiet")
+    assert_measured(code, out)
     assert json.loads(capsys.readouterr().out)["requests"]["completed"] == 3
     config.write_text("rates: 3\n")
     code, _ = bench(tmp_path, "--config", str(config))
@@ -170,9 +174,9 @@ def test_api_key_never_reaches_the_report(
         "30",
         "--api-key-env",
         "FLUIDITY_TEST_KEY",
-        *SMALL,
+        *["--prompt-tokens", "fixed:200", "--output-tokens", "fixed:8", "--quiet"],
     )
-    assert code == 0
+    assert_measured(code, out)
     captured = capsys.readouterr()
     everything = captured.out + captured.err + "".join(p.read_text() for p in out.iterdir())
     assert "sk-very-secret-value" not in everything
@@ -182,8 +186,8 @@ def test_api_key_never_reaches_the_report(
 def test_duration_limited_loads(
     sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], load: list[str]
 ) -> None:
-    code, _ = bench(tmp_path, "--url", sim_url, *load, "--duration", "1.0", "--json", *SMALL)
-    assert code == 0
+    code, out = bench(tmp_path, "--url", sim_url, *load, "--duration", "1.0", "--json", *SMALL)
+    assert_measured(code, out)
     summary = json.loads(capsys.readouterr().out)
     assert summary["requests"]["completed"] >= 4
     assert summary["duration_s"] < 10
@@ -193,8 +197,10 @@ def test_default_target_is_the_simulator_and_presets_fit_its_context(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # sharegpt allows 16K prompts; the simulator's context is 8K: without a fit some requests would 400.
-    code, _ = bench(tmp_path, "--sim-preset", "tiny", "--requests", "12", "--rate", "20", "--json", "--quiet")
-    assert code == 0
+    code, out = bench(
+        tmp_path, "--sim-preset", "tiny", "--requests", "12", "--rate", "20", "--json", "--quiet"
+    )
+    assert_measured(code, out)
     summary = json.loads(capsys.readouterr().out)
     assert summary["requests"]["by_outcome"] == {"ok": 12}
     assert summary["latency"]["output_tokens"]["max"] <= 4096

@@ -7,11 +7,11 @@ refuse it for; its target must be a configured one, and its module one of that t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
+from exporter.config import bounds
 from exporter.config.model import (
     DEFAULT_SHARD_POOL,
     DEFAULT_SHARDS_LISTEN,
@@ -70,7 +70,7 @@ class JobsReader:
         return JobsConfig(
             api_token=api_token,
             limits=parsed_limits,
-            history=sec.integer("history", JobsConfig.history, minimum=1),
+            history=sec.integer("history", JobsConfig.history, 1, bounds.MAX_JOB_HISTORY),
             schedules=self.schedules(sec, parsed_limits),
             shards=self.shards(shards) if shards is not None else None,
         )
@@ -99,17 +99,24 @@ class JobsReader:
     def limits(self, sec: Section) -> JobLimits:
         default = JobLimits()
         return JobLimits(
-            max_rate=sec.number("max_rate", default.max_rate, 0.0, math.inf, low_open=True),
-            max_concurrency=sec.integer("max_concurrency", default.max_concurrency, minimum=1),
-            max_duration_s=sec.duration("max_duration", default.max_duration_s),
-            max_tokens=sec.integer("max_tokens", default.max_tokens, minimum=1),
-            max_trials=sec.integer("max_trials", default.max_trials, minimum=1),
+            max_rate=sec.number("max_rate", default.max_rate, 0.0, bounds.MAX_JOB_RATE, low_open=True),
+            max_concurrency=sec.integer(
+                "max_concurrency", default.max_concurrency, 1, bounds.MAX_JOB_CONCURRENCY
+            ),
+            max_duration_s=sec.duration(
+                "max_duration", default.max_duration_s, maximum=bounds.MAX_JOB_DURATION_S
+            ),
+            max_tokens=sec.integer("max_tokens", default.max_tokens, 1, bounds.MAX_JOB_TOKENS),
+            max_trials=sec.integer("max_trials", default.max_trials, 1, bounds.MAX_JOB_TRIALS),
             max_requests_per_trial=sec.integer(
                 "max_requests_per_trial",
                 default.max_requests_per_trial,
-                minimum=job_parse.MIN_REQUESTS_PER_TRIAL,
+                job_parse.MIN_REQUESTS_PER_TRIAL,
+                bounds.MAX_JOB_REQUESTS_PER_TRIAL,
             ),
-            max_prompt_tokens=sec.integer("max_prompt_tokens", default.max_prompt_tokens, minimum=1),
+            max_prompt_tokens=sec.integer(
+                "max_prompt_tokens", default.max_prompt_tokens, 1, bounds.MAX_PROMPT_TOKENS
+            ),
         )
 
     def schedules(self, sec: Section, limits: JobLimits) -> tuple[JobSchedule, ...]:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from exporter.config import bounds
 from exporter.config.model import Module, ProbeSchedule, SloConfig, Target, WorkloadSpec
 from exporter.config.reader import Context, Section, show
 from exporter.config.values import (
@@ -23,7 +24,7 @@ from exporter.config.values import (
 )
 from exporter.load.arrivals import ArrivalProcess
 from exporter.load.traces import TRACE_FORMATS, load_trace
-from exporter.load.workloads import PairedLengths
+from exporter.load.workloads import PairedLengths, Workload
 from exporter.stats.prefill import PrefillModel
 from exporter.stats.slo import GoodputBounds, Slo, parse_slo
 
@@ -48,11 +49,13 @@ class ModuleReader:
         module = Module(
             name=name,
             workload=self.workload(sec),
-            max_prompt_tokens=sec.opt_integer("max_prompt_tokens", None, minimum=1),
-            max_output_tokens=sec.opt_integer("max_output_tokens", None, minimum=1),
-            requests_per_run=sec.integer("requests_per_run", 2, minimum=1),
+            max_prompt_tokens=sec.opt_integer("max_prompt_tokens", None, 1, bounds.MAX_PROMPT_TOKENS),
+            max_output_tokens=sec.opt_integer("max_output_tokens", None, 1, bounds.MAX_OUTPUT_TOKENS),
+            requests_per_run=sec.integer("requests_per_run", 2, 1, bounds.MAX_REQUESTS_PER_RUN),
             arrival=arrival,
-            concurrency=None if arrival is not None else sec.opt_integer("concurrency", 1, minimum=1) or 1,
+            concurrency=None
+            if arrival is not None
+            else sec.opt_integer("concurrency", 1, 1, bounds.MAX_CONCURRENCY) or 1,
             schedule=self.schedule(schedule) if schedule is not None else ProbeSchedule(),
         )
         if len(self.ctx.problems.items) == before:
@@ -113,18 +116,33 @@ class ModuleReader:
         cron = sec.read("cron", None, check_cron, resolve=False)
         if sec.has("cron") and sec.has("interval"):
             self.ctx.problems.add(sec.path, "give either interval or cron, not both")
-        interval = None if sec.has("cron") else sec.duration("interval", 30.0)
-        jitter = sec.duration("jitter", 0.0, positive=False)
+        interval = None if sec.has("cron") else sec.duration("interval", 30.0, maximum=bounds.MAX_INTERVAL_S)
+        jitter = sec.duration("jitter", 0.0, positive=False, maximum=bounds.MAX_INTERVAL_S)
         if interval is not None and jitter >= interval:
             sec.fail("jitter", f"must be less than the interval ({interval:g} s), got {jitter:g} s")
         return ProbeSchedule(interval_s=interval, jitter_s=jitter, cron=cron)
 
     def check_filters(self, sec: Section, module: Module) -> None:
         """A workload whose length filters reject (nearly) every draw is an error now, not at run time."""
+        workload = module.workload_for(Target("check", "http://check"))
         try:
-            module.workload_for(Target("check", "http://check")).sample_lengths(1, np.random.default_rng(0))
+            workload.sample_lengths(1, np.random.default_rng(0))
         except ValueError as exc:
-            self.ctx.problems.add(sec.path, str(exc))
+            self.ctx.problems.add(sec.path, self.ceiling_problem(workload) or str(exc))
+
+    def ceiling_problem(self, workload: Workload) -> str | None:
+        """Why no draw is kept when it is the ceilings' doing (lengths no request may have)."""
+        prompts, outputs = workload.lengths.sample(256, np.random.default_rng(0))
+        for what, drawn, ceiling in (
+            ("prompt", prompts, bounds.MAX_PROMPT_TOKENS),
+            ("output", outputs, bounds.MAX_OUTPUT_TOKENS),
+        ):
+            if int(drawn.min()) > ceiling:
+                return (
+                    f"workload {workload.name}: every {what} length drawn is above the ceiling of "
+                    f"{ceiling} tokens a request may have (e.g. {int(drawn.min())})"
+                )
+        return None
 
     def slo(self, name: str, sec: Section) -> SloConfig:
         prefill = sec.section("prefill", ("deadline", "model_file", "scheduling_slack"))

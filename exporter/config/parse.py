@@ -16,8 +16,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import yaml
 
+from exporter.config import bounds
 from exporter.config.jobs import JOBS_KEYS, JobsReader
 from exporter.config.model import (
     BUCKET_NAMES,
@@ -31,7 +33,14 @@ from exporter.config.model import (
 from exporter.config.modules import MODULE_KEYS, SLO_KEYS, ModuleReader
 from exporter.config.reader import Context, Problems, Section, child_path, expand_env, resolve_scalar, show
 from exporter.config.targets import TargetReader, read_secret
-from exporter.config.values import bucket_bound, check_listen_address, check_name, positive_duration
+from exporter.config.values import (
+    bucket_bound,
+    check_listen_address,
+    check_name,
+    check_state_dir,
+    positive_duration,
+    string_value,
+)
 from exporter.exposition.buckets import BUCKET_PRESET_NAMES
 
 TOP_KEYS = ("global", "targets", "modules", "slos", "jobs")
@@ -79,6 +88,13 @@ def load_config_file(path: str | os.PathLike[str], *, environ: Mapping[str, str]
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read the config file: {exc.strerror}"]) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            [
+                f"{path}: not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                "a config is YAML text"
+            ]
+        ) from None
     return parse_config(text, base_dir=Path(path).parent, environ=environ, source=str(path))
 
 
@@ -154,7 +170,9 @@ def _config(ctx: Context, tree: Any, source: str) -> Config | None:
     jobs = JobsReader(ctx, targets).jobs(jobs_section) if jobs_section is not None else JobsConfig()
     if ctx.problems:
         return None
-    return Config(global_, targets, modules, slos, source, jobs)
+    config = Config(global_, targets, modules, slos, source, jobs)
+    check_runs_fit(ctx, config)
+    return None if ctx.problems else config
 
 
 def _named(
@@ -179,14 +197,16 @@ def _named(
 
 def _global(ctx: Context, sec: Section) -> GlobalConfig:
     buckets = sec.section("buckets", ("preset", *BUCKET_NAMES))
-    state_dir = sec.opt_string("state_dir")
+    state_dir = sec.read(
+        "state_dir", None, lambda v: None if v is None else check_state_dir(ctx.path(string_value(v))), False
+    )
     return GlobalConfig(
         listen_address=sec.read(
             "listen_address", DEFAULT_LISTEN_ADDRESS, check_listen_address, resolve=False
         ),
         windows_s=_windows(ctx, sec) if sec.has("windows") else DEFAULT_WINDOWS_S,
-        max_results_per_window=sec.integer("max_results_per_window", 2000, minimum=1),
-        state_dir=ctx.path(state_dir) if state_dir is not None else None,
+        max_results_per_window=sec.integer("max_results_per_window", 2000, 1, bounds.MAX_RESULTS_PER_WINDOW),
+        state_dir=state_dir,
         buckets=_buckets(ctx, buckets) if buckets is not None else Buckets(),
         probe_token=read_secret(ctx, sec, "probe_token", "the /probe bearer token"),
     )
@@ -198,7 +218,7 @@ def _windows(ctx: Context, sec: Section) -> tuple[float, ...]:
         sec.fail("windows", "must list at least one window, e.g. [5m, 1h]")
     windows: list[float] = []
     for path, raw in items:
-        seconds = ctx.value(path, raw, positive_duration)
+        seconds = ctx.value(path, raw, lambda v: positive_duration(v, bounds.MAX_WINDOW_S))
         if seconds is not None and seconds in windows:
             ctx.problems.add(path, f"duplicate window {show(raw)}")
         elif seconds is not None:
@@ -229,3 +249,33 @@ def _bucket_list(ctx: Context, sec: Section, name: str) -> tuple[float, ...] | N
             )
         bounds.append(value)
     return tuple(bounds)
+
+
+def check_runs_fit(ctx: Context, config: Config) -> None:
+    """Every module a target probes must be able to run at all: its prompts within the ceiling, and a
+    whole run within the target's hourly budget (a run over it is skipped every time, without a word)."""
+    rng = np.random.default_rng(0)
+    for index, target in enumerate(config.targets):
+        budget, path = target.budget, f"targets[{index}].budget"
+        for name in target.modules:
+            module = config.modules[name]
+            runs = module.requests_per_run
+            if budget.max_requests_per_hour is not None and runs > budget.max_requests_per_hour:
+                ctx.problems.add(
+                    f"{path}.max_requests_per_hour",
+                    f"{budget.max_requests_per_hour} is below modules.{name}.requests_per_run ({runs}): "
+                    "that module could never run; raise the budget or lower requests_per_run",
+                )
+            if budget.max_tokens_per_hour is None:
+                continue
+            try:
+                prompts, outputs = module.workload_for(target).sample_lengths(256, rng)
+            except ValueError:
+                continue  # reported by the module's own check
+            least = runs * int((prompts + outputs).min())
+            if least > budget.max_tokens_per_hour:
+                ctx.problems.add(
+                    f"{path}.max_tokens_per_hour",
+                    f"{budget.max_tokens_per_hour} is below the smallest run of modules.{name} "
+                    f"({runs} requests, at least {least} tokens): that module could never run",
+                )

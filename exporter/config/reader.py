@@ -26,6 +26,10 @@ import yaml
 
 T = TypeVar("T")
 
+# The bound of a duration that has no tighter one (exporter.config.bounds, which imports this module,
+# holds the others): far above any sensible value, far below where timers and timedelta overflow.
+MAX_DURATION_S = 366 * 86400.0
+
 DURATION_HELP = "use seconds (a number) or a number with a unit: ms, s, m, h, d (e.g. 250ms, 30s, 5m, 1h)"
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -241,11 +245,13 @@ class Section:
     def boolean(self, key: str, default: bool) -> bool:
         return self.read(key, default, _boolean)
 
-    def integer(self, key: str, default: int, minimum: int = 0) -> int:
-        return self.read(key, default, lambda v: _integer(v, minimum))
+    def integer(self, key: str, default: int, minimum: int = 0, maximum: int | None = None) -> int:
+        return self.read(key, default, lambda v: _integer(v, minimum, maximum))
 
-    def opt_integer(self, key: str, default: int | None, minimum: int = 0) -> int | None:
-        return self.read(key, default, _optional(lambda v: _integer(v, minimum)))
+    def opt_integer(
+        self, key: str, default: int | None, minimum: int = 0, maximum: int | None = None
+    ) -> int | None:
+        return self.read(key, default, _optional(lambda v: _integer(v, minimum, maximum)))
 
     def number(self, key: str, default: float, low: float, high: float, low_open: bool = False) -> float:
         return self.read(key, default, lambda v: _number(v, low, high, low_open))
@@ -255,11 +261,15 @@ class Section:
     ) -> float | None:
         return self.read(key, default, _optional(lambda v: _number(v, low, high, low_open)))
 
-    def duration(self, key: str, default: float, positive: bool = True) -> float:
-        return self.read(key, default, lambda v: _duration(v, positive))
+    def duration(
+        self, key: str, default: float, positive: bool = True, maximum: float = MAX_DURATION_S
+    ) -> float:
+        return self.read(key, default, lambda v: _duration(v, positive, maximum))
 
-    def opt_duration(self, key: str, default: float | None, positive: bool = True) -> float | None:
-        return self.read(key, default, _optional(lambda v: _duration(v, positive)))
+    def opt_duration(
+        self, key: str, default: float | None, positive: bool = True, maximum: float = MAX_DURATION_S
+    ) -> float | None:
+        return self.read(key, default, _optional(lambda v: _duration(v, positive, maximum)))
 
     def choice(self, key: str, default: str, options: Sequence[str]) -> str:
         return self.read(key, default, lambda v: _choice(v, options))
@@ -291,9 +301,12 @@ def _boolean(value: Any) -> bool:
     return value
 
 
-def _integer(value: Any, minimum: int) -> int:
+def _integer(value: Any, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"must be an integer >= {minimum}, got {show(value)}")
+        expected = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ValueError(f"must be an integer {expected}, got {show(value)}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"must be an integer in [{minimum}, {maximum}], got {show(value)}")
     return value
 
 
@@ -307,11 +320,21 @@ def _number(value: Any, low: float, high: float, low_open: bool) -> float:
     return float(value)
 
 
-def _duration(value: Any, positive: bool) -> float:
+def _duration(value: Any, positive: bool, maximum: float = MAX_DURATION_S) -> float:
     seconds = parse_duration(value)
     if positive and seconds <= 0:
         raise ValueError(f"must be a duration > 0, got {show(value)}")
+    if seconds > maximum:
+        raise ValueError(f"must be a duration of at most {show_seconds(maximum)}, got {show(value)}")
     return seconds
+
+
+def show_seconds(seconds: float) -> str:
+    """A bound in the largest whole unit: ``604800 -> "7d"``, ``3600 -> "1h"``, ``90 -> "90s"``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def _choice(value: Any, options: Sequence[str]) -> str:

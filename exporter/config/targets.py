@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, cast
 
+from exporter.config import bounds
 from exporter.config.model import DEFAULT_SLO, Budget, EngineMetrics, Target, Tls
 from exporter.config.reader import Context, Section, Substituted, Unresolved, child_path, show
 from exporter.config.values import check_name, check_target_url, check_url, reference, string_value
@@ -147,7 +148,12 @@ class TargetReader:
 
     def timeouts(self, sec: Section) -> Timeouts:
         default = Timeouts()
-        timeouts = Timeouts(**{key: sec.opt_duration(key, getattr(default, key)) for key in TIMEOUT_KEYS})
+        timeouts = Timeouts(
+            **{
+                key: sec.opt_duration(key, getattr(default, key), maximum=bounds.MAX_TIMEOUT_S)
+                for key in TIMEOUT_KEYS
+            }
+        )
         for key in ("connect", "ttft", "idle"):
             value = getattr(timeouts, key)
             if value is not None and timeouts.total is not None and value > timeouts.total:
@@ -166,7 +172,7 @@ class TargetReader:
         return EngineMetrics(
             url=url,
             kind=sec.choice("kind", "auto", kinds),
-            interval_s=sec.duration("interval", 15.0),
+            interval_s=sec.duration("interval", 15.0, maximum=bounds.MAX_SCRAPE_INTERVAL_S),
             model=sec.opt_string("model"),
             bearer_token=read_secret(self.ctx, sec, "bearer_token", "the /metrics bearer token"),
         )
@@ -188,8 +194,12 @@ class TargetReader:
 
     def budget(self, sec: Section) -> Budget:
         return Budget(
-            max_requests_per_hour=sec.opt_integer("max_requests_per_hour", None, minimum=1),
-            max_tokens_per_hour=sec.opt_integer("max_tokens_per_hour", None, minimum=1),
-            backoff_after_failures=sec.integer("backoff_after_failures", 3, minimum=1),
-            max_backoff_s=sec.duration("max_backoff", 600.0),
+            max_requests_per_hour=sec.opt_integer(
+                "max_requests_per_hour", None, 1, bounds.MAX_REQUESTS_PER_HOUR
+            ),
+            max_tokens_per_hour=sec.opt_integer("max_tokens_per_hour", None, 1, bounds.MAX_TOKENS_PER_HOUR),
+            backoff_after_failures=sec.integer(
+                "backoff_after_failures", 3, 1, bounds.MAX_BACKOFF_AFTER_FAILURES
+            ),
+            max_backoff_s=sec.duration("max_backoff", 600.0, maximum=bounds.MAX_BACKOFF_S),
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from exporter.config.model import WorkloadSpec
-from exporter.config.reader import parse_duration, show
+from exporter.config.reader import MAX_DURATION_S, parse_duration, show, show_seconds
 from exporter.load.arrivals import ArrivalProcess, parse_arrival_spec
 from exporter.load.distributions import LengthDistribution, parse_length_spec
 from exporter.load.presets import PRESET_NAMES
@@ -108,11 +109,32 @@ def arrival_spec(value: Any) -> ArrivalProcess:
     return parse_arrival_spec(value)
 
 
-def positive_duration(value: Any) -> float:
+def positive_duration(value: Any, maximum: float = MAX_DURATION_S) -> float:
     seconds = parse_duration(value)
     if seconds <= 0:
         raise ValueError(f"must be a duration > 0, got {show(value)}")
+    if seconds > maximum:
+        raise ValueError(f"must be a duration of at most {show_seconds(maximum)}, got {show(value)}")
     return seconds
+
+
+def check_state_dir(path: str) -> str:
+    """A folder the daemon can write (profiles and job history go there), or one it can create: checked
+    now, so that ``check-config`` refuses what would fail at the first write."""
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise ValueError(f"{path} exists and is not a directory")
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ValueError(f"the directory {path} is not writable by this user")
+        return path
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"{path} does not exist and cannot be created ({parent} is not a writable directory)"
+        )
+    return path
 
 
 def bucket_bound(value: Any, high: float) -> float:

@@ -47,8 +47,8 @@ class BudgetTracker:
             return "over_tokens"
         return None
 
-    def record(self, results: Sequence[ProbeResult]) -> None:
-        """Charge a finished run and update the failure streak."""
+    def record(self, results: Sequence[ProbeResult]) -> float:
+        """Charge a finished run and update the failure streak; returns the back-off it starts (0: none)."""
         now = self.clock()
         tokens = sum(r.output_tokens + (r.prompt_tokens_intended or 0) for r in results)
         self.spent.append((now, len(results), tokens))
@@ -57,8 +57,11 @@ class BudgetTracker:
         if results and (saturated or not any(r.ok for r in results)):
             self.failed_runs += 1
             if self.failed_runs >= self.budget.backoff_after_failures:
-                steps = self.failed_runs - self.budget.backoff_after_failures
-                self.resume_at = now + min(FIRST_BACKOFF_S * 2**steps, self.budget.max_backoff_s)
+                steps = min(self.failed_runs - self.budget.backoff_after_failures, 64)  # no overflow
+                delay = min(FIRST_BACKOFF_S * 2.0**steps, self.budget.max_backoff_s)
+                self.resume_at = now + delay
+                return delay
         else:
             self.failed_runs = 0
             self.resume_at = 0.0
+        return 0.0

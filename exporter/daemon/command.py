@@ -2,8 +2,10 @@
 
 Without ``--config.file`` it starts the built-in simulated engine in a child process on a loopback port
 and probes it with a small default module, so a newcomer sees live metrics with no GPU. Flags follow the
-Prometheus exporters: ``--config.file``, ``--web.listen-address`` (default ``0.0.0.0:9468``),
-``--log.level``. SIGHUP reloads the config; SIGTERM and Ctrl-C shut down gracefully.
+Prometheus exporters: ``--config.file``, ``--web.listen-address`` (default ``0.0.0.0:9468``: every
+interface, so that Prometheus can scrape a sidecar), ``--web.enable-lifecycle`` (``POST /-/reload``),
+``--log.level``. SIGHUP reloads the config; SIGTERM and Ctrl-C shut down gracefully. Start-up and
+shutdown problems (a port in use, a bad config) are one line each, never a traceback.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -21,7 +24,7 @@ from aiohttp import web
 
 from exporter.app import Daemon
 from exporter.cli import Command
-from exporter.config import Config, ConfigError, default_config, load_config_file
+from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
 from exporter.probe import loop as event_loop
 from exporter.sim.process import SimProcess
 from exporter.web.routes import build_app
@@ -37,7 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config.file", dest="config_file", help="YAML config (default: probe the simulator)"
     )
     parser.add_argument(
-        "--web.listen-address", dest="listen_address", help="HOST:PORT (default 0.0.0.0:9468)"
+        "--web.listen-address",
+        dest="listen_address",
+        help=f"HOST:PORT (default: global.listen_address, else {DEFAULT_LISTEN_ADDRESS}: every interface)",
+    )
+    parser.add_argument(
+        "--web.enable-lifecycle",
+        dest="enable_lifecycle",
+        action="store_true",
+        help="allow POST /-/reload (as in Prometheus; SIGHUP always reloads)",
     )
     parser.add_argument("--log.level", dest="log_level", default="info", choices=LOG_LEVELS)
     parser.add_argument(
@@ -64,11 +75,23 @@ def embedded_or_file(args: argparse.Namespace) -> Iterator[Config]:
         yield default_config(sim.url)
 
 
-async def serve(daemon: Daemon, address: str) -> None:
+class ListenError(OSError):
+    """The web app cannot listen where it was told to (the message says where and why)."""
+
+
+async def serve(daemon: Daemon, address: str, *, enable_lifecycle: bool = False) -> None:
     """Run the daemon and its web app until SIGTERM/SIGINT; SIGHUP reloads."""
     host, port = split_address(address)
-    runner = web.AppRunner(build_app(daemon), access_log=None)
+    runner = web.AppRunner(build_app(daemon, enable_lifecycle=enable_lifecycle), access_log=None)
     await runner.setup()
+    try:
+        # Listen first: a port in use must stop us before any probe starts (and is cancelled mid-way).
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:
+        await runner.cleanup()
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise ListenError(f"cannot listen on {address}: {reason.lower()}") from None
+    daemon.listen_address = address
     await daemon.start()
     # Everything allocated so far lives as long as the process: moving it out of the collector's sight
     # keeps full collections (tens of ms, in the middle of a probe's stream or a scrape) short.
@@ -79,15 +102,20 @@ async def serve(daemon: Daemon, address: str) -> None:
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(daemon.reload()))
     try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        print(f"fluidity-exporter: serving http://{shown}:{port}/metrics", flush=True)
+        print(f"fluidity-exporter: {startup_line(host, port)}", flush=True)
         await stop.wait()
     finally:
         await daemon.stop()
         await runner.cleanup()
         print("fluidity-exporter: stopped", flush=True)
+
+
+def startup_line(host: str, port: int) -> str:
+    """Where the exporter listens, as bound, and the URL to open from this machine."""
+    if host in ("0.0.0.0", "::", ""):
+        return f"listening on {host or '0.0.0.0'}:{port} (every interface); serving http://127.0.0.1:{port}/metrics"
+    shown = f"[{host}]" if ":" in host else host
+    return f"listening on {shown}:{port}; serving http://{shown}:{port}/metrics"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
         with embedded_or_file(args) as config:
             address = args.listen_address or config.global_.listen_address
             split_address(address)
-            event_loop.run(serve(Daemon(config, config_path=args.config_file), address))
+            daemon = Daemon(config, config_path=args.config_file)
+            daemon.listen_flag = args.listen_address is not None
+            event_loop.run(serve(daemon, address, enable_lifecycle=args.enable_lifecycle))
     except ConfigError as exc:
         print(f"fluidity-exporter: {args.config_file}: {len(exc.problems)} problems", file=sys.stderr)
         for problem in exc.problems:

@@ -434,15 +434,27 @@ def _check_quantiles(name: str, quantiles: Sequence[float], *, allow_zero: bool)
 class _ProbeOutcome(Collector):
     """``fluidity_probe_success`` and ``fluidity_probe_duration_seconds`` of one ``/probe`` answer."""
 
-    def __init__(self, labels: tuple[str, str], success: bool, duration_s: float | None) -> None:
-        self._labels, self._success, self._duration_s = labels, success, duration_s
+    def __init__(self, labels: tuple[str, str], failure: str | None, duration_s: float | None) -> None:
+        self._labels, self._failure, self._duration_s = labels, failure, duration_s
 
     def collect(self) -> Iterator[Metric]:
         out = Families()
-        out.add(names.PROBE_SUCCESS, self._labels, 1.0 if self._success else 0.0)
+        out.add(names.PROBE_SUCCESS, self._labels, 1.0 if self._failure is None else 0.0)
         if self._duration_s is not None:
             out.add(names.PROBE_DURATION, self._labels, self._duration_s)
+        if self._failure is not None:
+            out.add(names.PROBE_FAILURE, (*self._labels, self._failure), 1.0)
         yield from out
+
+
+def failed_probe_registry(
+    target: str, module: str, reason: str, duration_s: float | None = None
+) -> CollectorRegistry:
+    """The ``/probe`` answer for a probe that never finished (timed out, or was not allowed to run):
+    ``fluidity_probe_success 0`` and the reason, as blackbox_exporter answers a failed probe."""
+    registry = CollectorRegistry()
+    registry.register(_ProbeOutcome((target, module), reason, duration_s))
+    return registry
 
 
 def probe_registry(
@@ -480,6 +492,7 @@ def probe_registry(
     )
     registry = CollectorRegistry()
     registry.register(collector)
-    success = bool(results) and all(result.ok for result in results)
-    registry.register(_ProbeOutcome((target, module), success, duration_s))
+    failed = next((result.outcome.value for result in results if not result.ok), None)
+    failure = failed if results else "no_requests"
+    registry.register(_ProbeOutcome((target, module), failure, duration_s))
     return registry

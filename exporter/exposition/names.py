@@ -56,7 +56,8 @@ SERIES: Final = (TARGET, MODULE)
 # The window label of the figures ``/probe`` computes over the one probe it ran.
 PROBE_WINDOW: Final = "probe"
 
-_CACHED = "Cached from scheduled probes (not measured at scrape time)."
+# True of both endpoints: /metrics counts the scheduled probes, /probe the one probe it just ran.
+_CACHED = "Counted over completed probe runs (on /probe: this probe alone), not measured at scrape time."
 _WINDOW = "Computed at scrape time over the requests of the rolling window; do not sum across sidecars."
 
 
@@ -234,6 +235,14 @@ PROBE_DURATION = MetricSpec(
     "gauge",
     "How long this probe took, all requests included (/probe only).",
     SERIES,
+)
+PROBE_FAILURE = MetricSpec(
+    "fluidity_probe_failure_info",
+    "gauge",
+    "1 with the reason this probe failed (a request outcome such as http_status or connect_error, or "
+    "scrape_timeout, backing_off, over_requests, over_tokens, busy, paused); absent when it succeeded "
+    "(/probe only).",
+    (*SERIES, REASON),
 )
 
 # --- Per target: the engine's own metrics, re-exported ----------------------------------------------
@@ -520,7 +529,9 @@ JOB_MISFIRES = MetricSpec(
 JOB_SKIPPED = MetricSpec(
     "fluidity_exporter_job_skipped_total",
     "counter",
-    "Scheduled job runs skipped because the previous run was still going (max_instances=1).",
+    "Scheduled job runs skipped: the previous run was still going (max_instances=1), or a probe run "
+    "held back (a capacity search or prefill profile runs on its target, its budget is spent, or it "
+    "backs off after failed runs; the log says which).",
     (JOB_ID,),
 )
 EVENT_LOOP_LAG = MetricSpec(
@@ -621,7 +632,7 @@ SELF: Final = (
 )
 """The exporter's own health metrics (``SelfMetrics``)."""
 
-PROBE_ONLY: Final = (PROBE_SUCCESS, PROBE_DURATION)
+PROBE_ONLY: Final = (PROBE_SUCCESS, PROBE_DURATION, PROBE_FAILURE)
 """Families only a ``/probe`` answer carries."""
 
 JOB_RESULTS: Final = (

@@ -5,7 +5,9 @@ daemon's ``POST /api/v1/jobs/capacity``: the flags become the same parameters, p
 parser (``exporter.jobs.parse``), without the daemon's ceilings (the person at the terminal is the
 authority). It prints a progress bar and one line per trial, then a report, and writes
 ``capacity.json`` (and ``capacity.png`` with the ``plots`` extra: headroom against load, the
-capacity marked) into ``--output``.
+capacity marked) into ``--output`` (default: a new ``capacity-results/<UTC time>/``; an existing
+result is replaced only with ``--force``) and says where. Exit codes as ``bench``'s (``exporter.cli``):
+1 when the target failed (every trial sunk by errors).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from exporter.cli import Command
+from exporter.cli import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.config.model import SloConfig
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.manager import JobFailedError
@@ -34,10 +36,14 @@ from exporter.load.shard_protocol import PoolSettings
 from exporter.oneshot import (
     BenchError,
     add_target_arguments,
+    discover,
     merged_options,
     prefill_model_file,
+    refuse_overwrite,
+    skip_calibration,
     target_settings,
     target_url,
+    timestamped,
     workload_from_options,
 )
 from exporter.probe import loop as event_loop
@@ -97,7 +103,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     slo.add_argument("--percentile", type=float, help="share of requests that must reach it, in %% (99)")
     slo.add_argument("--objective", action="append", help="an extra SLO, e.g. ttft:p99<=2 (repeatable)")
     out = parser.add_argument_group("output")
-    out.add_argument("--output", default="capacity-results", help="directory for capacity.json (and .png)")
+    out.add_argument(
+        "--output", help="directory for capacity.json (and .png); default capacity-results/<UTC time>/"
+    )
+    out.add_argument("--force", action="store_true", default=None, help="replace an earlier result")
     out.add_argument("--json", action="store_true", default=None, help="print the result as JSON")
     out.add_argument("--no-plot", action="store_true", default=None, help="skip capacity.png")
     parser.add_argument("--config", help="YAML file whose keys are these flags' names")
@@ -205,13 +214,16 @@ def write_plot(path: Path, result: CapacityResult) -> Path:
 async def _search(
     options: dict[str, Any], params: CapacityParams, slo: TrialSlo, url: str, simulated: bool
 ) -> CapacityResult:
-    workload = workload_from_options(options, simulated)
+    settings = target_settings(options, url)
+    facts = await discover(settings, skip_calibration(options, simulated))  # calibrated prompts, context
+    for line in facts.describe():
+        print(line, file=sys.stderr)
+    workload = workload_from_options(options, simulated, facts)
 
     def show(trial: TrialReport) -> None:
         if not options["json"]:
             print(progress_line(trial, params), file=sys.stderr)
 
-    settings = target_settings(options, url)
     async with ProbeClient(settings) as client, worker_pool(params.workers, settings) as pool:
         return await run_capacity_search(
             params, search_settings(params, NO_CEILINGS), workload, slo, lambda: client, on_trial=show,
@@ -240,26 +252,32 @@ async def worker_pool(
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 when the search ran (whatever it found), 2 on bad input."""
+    """Exit 0 when the search measured the target, 1 when every trial was sunk by the target's errors or
+    a worker process made a trial's load other than planned, 2 on bad input (or an earlier result in
+    the way)."""
     try:
         options = merged_options(args)
         params = capacity_params(options)
         slo = trial_slo(options, params)  # bad deadlines fail before any load is sent
+        directory = Path(options["output"]) if options["output"] else timestamped("capacity-results")
+        refuse_overwrite(directory / "capacity.json", bool(options["force"]))
         with target_url(options) as (url, simulated):
             result = event_loop.run(_search(options, params, slo, url, simulated))
     except BenchError as exc:
         print(f"fluidity-exporter capacity: error: {exc}", file=sys.stderr)
-        return 2
-    directory = Path(options["output"])
+        return EXIT_USAGE
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "capacity.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result.to_dict(), indent=2) if options["json"] else report(result))
+    print(f"wrote {directory / 'capacity.json'}", file=sys.stderr)
     if not options["no_plot"]:
         try:
             print(f"wrote {write_plot(directory / 'capacity.png', result)}", file=sys.stderr)
         except RuntimeError as exc:  # the plots extra is not installed
             print(f"no plot: {exc}", file=sys.stderr)
-    return 0
+    target_failed = all(trial.reason == "errors" for trial in result.trials)
+    unreliable = result.stopped_by.startswith("shards: ")  # a worker late, dead or saturated
+    return EXIT_FAILED if target_failed or unreliable else EXIT_MEASURED
 
 
 CAPACITY_COMMAND = Command("search the highest load that meets a fluidity SLO", add_arguments, run)

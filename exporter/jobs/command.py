@@ -14,12 +14,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from exporter.cli import Command
+from exporter.cli import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.jobs.capacity_command import worker_pool
+from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, geometric_ladder, profile_prefill
 from exporter.jobs.runners import PROFILE_POOL, one_at_a_time
-from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
-from exporter.oneshot import BenchError, add_target_arguments, merged_options, target_settings, target_url
+from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
+from exporter.oneshot import (
+    CONTEXT_MARGIN,
+    BenchError,
+    TargetFacts,
+    add_target_arguments,
+    discover,
+    merged_options,
+    refuse_overwrite,
+    skip_calibration,
+    target_settings,
+    target_url,
+)
 from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient
 from exporter.stats.prefill import dump_json
@@ -37,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers", type=int, help="client processes taking turns (requests stay one at a time; default 1)"
     )
     parser.add_argument("--output", default="prefill-model.json", help="where to write the model")
+    parser.add_argument("--force", action="store_true", default=None, help="replace an existing --output")
     parser.add_argument("--json", action="store_true", default=None, help="print model and samples as JSON")
     parser.add_argument("--config", help="YAML file whose keys are these flags' names")
 
@@ -58,15 +71,40 @@ def lengths(options: dict[str, Any]) -> tuple[int, ...]:
         raise BenchError(f"--max-length: {exc}") from exc
 
 
+def fit_ladder(ladder: tuple[int, ...], facts: TargetFacts, exact: bool) -> tuple[int, ...]:
+    """The lengths that fit the target's context with their one output token (a default ladder to
+    16384 sent two requests the default 8192-token simulator must refuse); the top becomes the longest
+    prompt that fits. Calibrated prompts keep a margin for their residual error."""
+    if facts.context is None:
+        return ladder
+    room = facts.context - 1 if exact else int(facts.context * (1 - CONTEXT_MARGIN)) - 1
+    kept = tuple(length for length in ladder if length <= room)
+    if len(kept) < len(ladder):
+        left_out = ", ".join(str(length) for length in ladder if length > room)
+        print(
+            f"prompt lengths {left_out} left out: the server's context is {facts.context} tokens",
+            file=sys.stderr,
+        )
+        if room not in kept and room > (kept[-1] if kept else 0):
+            kept = (*kept, room)
+    return kept
+
+
 async def _profile(options: dict[str, Any], url: str, simulated: bool) -> PrefillProfile:
     settings = target_settings(options, url)
-    builder = SimPromptBuilder() if simulated else ApproxPromptBuilder()
+    facts = await discover(settings, skip_calibration(options, simulated))
+    for line in facts.describe():
+        print(line, file=sys.stderr)
+    builder: PromptBuilder = SimPromptBuilder() if simulated else ApproxPromptBuilder()
+    if facts.calibration is not None:
+        builder = facts.calibration.builder
+    ladder = fit_ladder(lengths(options), facts, exact=simulated)
     workers = worker_pool(options["workers"], settings, PROFILE_POOL)
     async with ProbeClient(settings) as client, workers as pool:
         await client.resolve_model()
         send = client.send if pool is None else one_at_a_time(pool, settings)
         return await profile_prefill(
-            send, builder, settings.api, lengths(options), options["repeats"], _progress(options)
+            send, builder, settings.api, ladder, options["repeats"], _progress(options)
         )
 
 
@@ -93,7 +131,8 @@ def report(profile: PrefillProfile) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 with a model written, 1 when no length answered, 2 on bad input."""
+    """Exit 0 with a model written, 1 when no length answered (the target failed), 2 on bad input or
+    an existing ``--output`` without ``--force`` (exit codes: ``exporter.cli``)."""
     try:
         options = merged_options(args)
         if options["repeats"] < 1:
@@ -101,22 +140,25 @@ def run(args: argparse.Namespace) -> int:
         if options["workers"] is not None and options["workers"] < 1:
             raise BenchError("--workers must be >= 1")
         lengths(options)
+        refuse_overwrite(Path(options["output"]), bool(options["force"]))
         with target_url(options) as (url, simulated):
             profile = event_loop.run(_profile(options, url, simulated))
     except BenchError as exc:
         print(f"fluidity-exporter profile: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except JobFailedError as exc:  # a worker process died or started late: no profile to trust
+        print(f"fluidity-exporter profile: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     if options["json"]:
         print(json.dumps(profile.to_dict(), indent=2))
     else:
         print(report(profile))
     if profile.model is None:
         print("fluidity-exporter profile: no prompt length got an answer; no model written", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     Path(options["output"]).write_text(dump_json(profile.model) + "\n", encoding="utf-8")
-    if not options["json"]:
-        print(f"wrote {options['output']}")
-    return 0
+    print(f"wrote {options['output']}", file=sys.stderr if options["json"] else sys.stdout)
+    return EXIT_MEASURED
 
 
 PROFILE_COMMAND = Command("profile prefill time by prompt length and write the Dp model", add_arguments, run)

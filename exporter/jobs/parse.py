@@ -43,6 +43,7 @@ SLO_SPEC_KEYS = tuple(f.name for f in fields(SloSpec))
 GOODPUT_KEYS = tuple(f.name for f in fields(GoodputBounds))
 LADDER_KEYS = ("low", "high")
 MIN_REQUESTS_PER_TRIAL = 10  # fewer cannot tell a p99 from the maximum
+MAX_REPEATS = 100  # requests per prefill length: the minimum of 100 is as good as it gets
 
 T = TypeVar("T")
 
@@ -279,7 +280,7 @@ def _profile(sec: Section, limits: JobLimits) -> ProfileParams:
     return ProfileParams(
         target=_target(sec),
         lengths=_lengths(sec, limits),
-        repeats=sec.integer("repeats", ProfileParams.repeats, minimum=1),
+        repeats=sec.integer("repeats", ProfileParams.repeats, 1, MAX_REPEATS),
         apply=sec.boolean("apply", ProfileParams.apply),
         workers=_workers(sec, limits),
     )

@@ -134,10 +134,15 @@ WORDS = tuple(_WORD_TEXT.split())
 
 @dataclass
 class ApproxPromptBuilder:
-    """Approximate prompts for servers whose tokenizer we do not have (words ≈ tokens)."""
+    """Approximate prompts for servers whose tokenizer we do not have (words ≈ tokens).
+
+    ``tokens_per_word`` and ``overhead_tokens`` (a chat template's own tokens) come from
+    ``exporter.load.calibration`` when the server's counts were measured: ``n`` tokens are then
+    ``(n - overhead_tokens) / tokens_per_word`` words."""
 
     tokens_per_word: float = 1.0
     seed: int = 0
+    overhead_tokens: float = 0.0
     _base: list[str] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -160,7 +165,7 @@ class ApproxPromptBuilder:
     def text(self, n_tokens: int, key: int) -> tuple[str, int]:
         if n_tokens < 0:
             raise ValueError(f"prompt length must be >= 0 tokens, got {n_tokens}")
-        n_words = round(n_tokens / self.tokens_per_word)
+        n_words = max(round((n_tokens - self.overhead_tokens) / self.tokens_per_word), 0)
         prefix_len = min(_PREFIX_TOKENS, n_words)
         prefix = [WORDS[d] for d in _key_digits(key, len(WORDS), prefix_len)]
         words = prefix + self._filler(n_words - prefix_len, key)

@@ -3,7 +3,7 @@
 ``Workload.sample(n, rng)`` returns ``n`` ``RequestSpec``s: lengths drawn from the workload's
 ``LengthSource``, kept only where ``prompt <= max_prompt_tokens`` and ``output <= max_output_tokens``
 (rejection sampling: the filters *truncate* the distribution as filtering a trace would, rather than
-clipping it), then a unique prompt of that length from the ``PromptBuilder`` and ``max_tokens`` set to
+clipping it; ``MAX_PROMPT_TOKENS`` and ``MAX_OUTPUT_TOKENS`` always apply), then a unique prompt of that length from the ``PromptBuilder`` and ``max_tokens`` set to
 the output length. The same seed gives the same requests.
 
 Lengths come either from two independent distributions (``IndependentLengths``, the presets) or from
@@ -26,6 +26,11 @@ from exporter.probe.target import APIS, Api, RequestSpec
 
 # Below this share of accepted draws the filters leave too little of the distribution to sample.
 _MIN_ACCEPTANCE = 1e-3
+# Ceilings that hold whatever the filters say: a prompt is built in memory (about 5 bytes a token)
+# before it is sent, so a length spec of 10**12 tokens must never reach the prompt builder. No served
+# model has a context of a million tokens or more today; a longer prompt is refused by any server.
+MAX_PROMPT_TOKENS = 1_048_576
+MAX_OUTPUT_TOKENS = 1_048_576
 
 
 @runtime_checkable
@@ -120,7 +125,7 @@ class Workload:
         )
 
     def _keep(self, prompts: IntArray, outputs: IntArray) -> np.ndarray:
-        keep = np.ones(len(prompts), dtype=bool)
+        keep = (prompts <= MAX_PROMPT_TOKENS) & (outputs <= MAX_OUTPUT_TOKENS)
         if self.max_prompt_tokens is not None:
             keep &= prompts <= self.max_prompt_tokens
         if self.max_output_tokens is not None:

@@ -138,9 +138,22 @@ def summarize(
         "slos": _slos(measured, spec),
         "health_checks": [dict(check) for check in health_checks],
     }
-    unreliable = sum(r.unreliable for r in results)
-    summary["reliable"] = unreliable == 0 and all(check.get("passed", True) for check in health_checks)
+    summary["reliable"], summary["failed_checks"] = reliability(health_checks)
+    summary["reliability_rule"] = RELIABILITY_RULE
     return cast(dict[str, Any], _json_safe(summary))
+
+
+RELIABILITY_RULE = (
+    "the measurement is reliable when every health check of the load passed (each has its own "
+    "threshold, e.g. at most 1% of requests with unreliable timings); one that could not be judged fails"
+)
+
+
+def reliability(health_checks: Sequence[Mapping[str, Any]]) -> tuple[bool, list[str]]:
+    """Whether the measurement is reliable, and the checks that say it is not: ``RELIABILITY_RULE``,
+    the one rule the table, the verdict line, ``summary.json`` and the exit code all follow."""
+    failed = [str(check.get("name", "?")) for check in health_checks if check.get("passed") is not True]
+    return not failed, failed
 
 
 def _request_counts(results: Sequence[ProbeResult], measured: Measured) -> dict[str, Any]:

@@ -31,9 +31,17 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         parts.append(_slos(summary["slos"]))
     if summary.get("health_checks"):
         parts.append(_health(summary["health_checks"]))
-    verdict = "reliable" if summary.get("reliable") else "NOT reliable: see the flagged checks and requests"
-    parts.append(f"measurement: {verdict}")
+    parts.append(verdict_line(summary))
     return "\n\n".join(parts)
+
+
+def verdict_line(summary: Mapping[str, Any]) -> str:
+    """``measurement: reliable ...`` or ``measurement: NOT reliable: <checks> failed``, from the summary's
+    own ``reliable`` and ``failed_checks`` (the rule is ``exporter.report.summary.RELIABILITY_RULE``)."""
+    if summary.get("reliable"):
+        return "measurement: reliable (every health check of the load passed)"
+    failed = ", ".join(summary.get("failed_checks") or ()) or "?"
+    return f"measurement: NOT reliable: {failed} failed (every health check must pass)"
 
 
 def _number(value: Any, fmt: str, scale: float = 1.0) -> str:
@@ -110,6 +118,7 @@ def _slos(slos: list[Mapping[str, Any]]) -> str:
 def _health(checks: list[Mapping[str, Any]]) -> str:
     lines = ["health of the load itself:"]
     for check in checks:
-        mark = "ok  " if check.get("passed") else "FAIL"
+        passed = check.get("passed")
+        mark = "ok  " if passed is True else "FAIL" if passed is False else "n/a "  # n/a fails too
         lines.append(f"  {mark} {check.get('name', '?')}: {check.get('message', '')}")
     return "\n".join(lines)

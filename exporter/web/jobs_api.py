@@ -4,7 +4,8 @@
 * ``GET /api/v1/jobs[?target=&state=&limit=]``, ``GET /api/v1/jobs/{id}``: records, newest first.
 * ``DELETE /api/v1/jobs/{id}``: cancel; answers once the job's load has stopped.
 * ``GET /api/v1/openapi.json``: the OpenAPI document describing all of these (``openapi.json`` beside
-  this file), served without a token: it holds no secrets.
+  this file, made exact for the running config by ``exporter.web.openapi``: its targets, modules and
+  ``jobs.limits``), served without a token: it holds no secrets.
 
 Jobs send load to production systems, so every other route needs ``Authorization: Bearer <token>``
 (``jobs.api_token``); with no token configured the API is off and answers 404 saying how to turn it on.
@@ -13,9 +14,7 @@ Every error body is JSON: ``{"error": "...", ...}``.
 
 from __future__ import annotations
 
-import functools
 import hmac
-import importlib.resources
 import json
 from collections.abc import Mapping
 from typing import Any, Final, NoReturn, Protocol
@@ -27,8 +26,10 @@ from exporter.jobs.params import CapacityParams, JobKind, JobLimits, JobParams
 from exporter.jobs.parse import ParamsError, params_to_dict, parse_params
 from exporter.jobs.store import JOB_STATES, JobRecord
 from exporter.probe.target import Secret
+from exporter.web.openapi import committed_document, document_for
 
 PREFIX: Final = "/api/v1"
+LIST_PARAMETERS: Final = ("limit", "state", "target")
 DISABLED: Final = (
     "the jobs API is disabled: set jobs.api_token ({env: NAME} or {file: PATH}) in the config, "
     "then send it as Authorization: Bearer <token>"
@@ -56,6 +57,7 @@ JOB_SERVICE: Final = web.AppKey[JobService]("job_service")
 def add_job_routes(app: web.Application, service: JobService) -> None:
     """Serve the jobs API of ``service`` under ``/api/v1`` on ``app``."""
     app[JOB_SERVICE] = service
+    app.middlewares.append(_method_not_allowed)
     router = app.router
     router.add_post(f"{PREFIX}/jobs/capacity", start_capacity)
     router.add_post(f"{PREFIX}/jobs/prefill-profile", start_prefill_profile)
@@ -65,17 +67,18 @@ def add_job_routes(app: web.Application, service: JobService) -> None:
     router.add_get(f"{PREFIX}/openapi.json", openapi, allow_head=False)
 
 
-@functools.cache
 def openapi_document() -> bytes:
-    """The committed OpenAPI document, read from the package once."""
-    return importlib.resources.files("exporter.web").joinpath("openapi.json").read_bytes()
+    """The committed OpenAPI document (``exporter.web.openapi`` makes it exact for a config)."""
+    return committed_document()
 
 
 # -- handlers ----------------------------------------------------------------------------------------
 
 
-async def openapi(_: web.Request) -> web.Response:
-    return web.Response(body=openapi_document(), content_type="application/json")
+async def openapi(request: web.Request) -> web.Response:
+    service = request.app[JOB_SERVICE]  # asked now: a reload may have changed targets or limits
+    document = document_for(service.job_targets(), service.job_limits())
+    return web.json_response(document)
 
 
 async def start_capacity(request: web.Request) -> web.Response:
@@ -88,7 +91,14 @@ async def start_prefill_profile(request: web.Request) -> web.Response:
 
 async def list_jobs(request: web.Request) -> web.Response:
     manager = _authorize(request).job_manager
+    unknown = sorted(set(request.query) - set(LIST_PARAMETERS))
+    if unknown:
+        _fail(
+            web.HTTPBadRequest, f'unknown query parameter "{unknown[0]}"; valid: {", ".join(LIST_PARAMETERS)}'
+        )
     target, state = request.query.get("target"), request.query.get("state")
+    if target == "":
+        _fail(web.HTTPBadRequest, "target: give a target name, or leave the parameter out")
     if state is not None and state not in JOB_STATES:
         _fail(web.HTTPBadRequest, f'state "{state}" is not a job state; valid: {", ".join(JOB_STATES)}')
     records = [r for r in manager.list() if target in (None, r.target) and state in (None, r.state)]
@@ -112,6 +122,32 @@ async def cancel_job(request: web.Request) -> web.Response:
 
 
 # -- the parts -----------------------------------------------------------------------------------------
+
+# The methods of each fixed path. aiohttp's 405 lists every method of every route matching the path, so
+# PUT /jobs/capacity said "Allow: DELETE,GET,POST" (GET and DELETE are /jobs/{id}'s, with id "capacity").
+STATIC_METHODS: Final = {
+    f"{PREFIX}/jobs/capacity": ("POST",),
+    f"{PREFIX}/jobs/prefill-profile": ("POST",),
+    f"{PREFIX}/jobs": ("GET",),
+    f"{PREFIX}/openapi.json": ("GET",),
+}
+
+
+@web.middleware
+async def _method_not_allowed(request: web.Request, handler: Any) -> web.StreamResponse:
+    """A 405 under the API: ``Allow`` lists the path's own methods, and the body is JSON like every
+    other error of the API."""
+    try:
+        response: web.StreamResponse = await handler(request)
+    except web.HTTPMethodNotAllowed as exc:
+        if not request.path.startswith(PREFIX):
+            raise
+        allowed = STATIC_METHODS.get(request.path, tuple(sorted(exc.allowed_methods)))
+        message = f"{request.method} is not allowed on {request.path}; allowed: {', '.join(allowed)}"
+        raise web.HTTPMethodNotAllowed(
+            request.method, allowed, text=json.dumps({"error": message}), content_type="application/json"
+        ) from None
+    return response
 
 
 async def _start(request: web.Request, kind: JobKind) -> web.Response:
@@ -163,7 +199,19 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
         _fail(web.HTTPBadRequest, f'request body must be a JSON object, e.g. {{"target": "NAME"}}: {reason}')
     if not isinstance(body, dict):
         _fail(web.HTTPBadRequest, f"request body must be a JSON object, got a JSON {type(body).__name__}")
-    return body
+    return {key: _whole_numbers(value) for key, value in body.items()}
+
+
+def _whole_numbers(node: Any) -> Any:
+    """``5.0`` read as ``5``: JSON Schema's ``integer`` accepts a number with a zero fraction, and a
+    client (or a fuzzer) that writes one meant the whole number; every number field takes ints too."""
+    if isinstance(node, dict):
+        return {key: _whole_numbers(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_whole_numbers(value) for value in node]
+    if isinstance(node, float) and node.is_integer() and abs(node) < 2**53:
+        return int(node)
+    return node
 
 
 def _check_names(params: JobParams, targets: Mapping[str, tuple[str, ...]]) -> None:

@@ -1,43 +1,56 @@
 """aiohttp routes of the daemon, in the Prometheus exporters' style.
 
-* ``GET /metrics``: everything the daemon knows (probe values are cached from scheduled probes).
+* ``GET /metrics``: everything the daemon knows (probe families from the scheduled probes), the
+  exporter's own health and the standard ``process_*`` and ``python_*`` collectors.
 * ``GET /probe?target=&module=[&debug=true]``: run one probe now (blackbox_exporter style) and return
   only its metrics, in a fresh registry; bounded by the target's probe budget, one at a time per
   (target, module), and by the scrape timeout Prometheus sends (``X-Prometheus-Scrape-Timeout-Seconds``);
-  authenticated by ``global.probe_token`` (without one, only simulated targets can be probed on demand). ``debug=true`` returns a readable log of
-  this probe and the recent results of that (target, module), failures kept longer.
+  authenticated by ``global.probe_token`` (without one, only simulated targets can be probed on demand).
+  As in blackbox_exporter, a probe that fails, times out or may not run now is data, not an outage: the
+  answer is 200 with ``fluidity_probe_success 0`` and the reason in ``fluidity_probe_failure_info``.
+  ``debug=true`` returns a readable log of this probe, the target's state and last error, and the
+  recent results of that (target, module), failures kept longer.
 * ``/api/v1/jobs...``: capacity searches and prefill profiles on demand (``exporter.web.jobs_api``).
 * ``GET /-/healthy``, ``GET /-/ready`` (ready once the config is loaded and the scheduler runs),
-  ``POST /-/reload``, and ``GET /`` linking them.
+  ``POST /-/reload`` (only with ``--web.enable-lifecycle``, as in Prometheus: it re-reads files and
+  changes what load is generated), and ``GET /`` linking them with each target's state and last error.
+
+Both metric endpoints answer in the text format 0.0.4, gzip-compressed when the scraper accepts it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hmac
 import html
+import time
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from exporter import __version__
 from exporter.app import Daemon, ProbeRefusedError, ProbeRun
 from exporter.config import UnknownNameError
+from exporter.daemon.health import iso
 from exporter.exposition import render
-from exporter.exposition.collector import probe_registry
+from exporter.exposition.collector import failed_probe_registry, probe_registry
+from exporter.exposition.store import RecentResult
 from exporter.probe.result import ProbeResult, intervals
 from exporter.web.jobs_api import add_job_routes
 
 DAEMON = web.AppKey("daemon", Daemon)
+LIFECYCLE = web.AppKey("lifecycle", bool)
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 DEFAULT_PROBE_TIMEOUT_S = 120.0
 TIMEOUT_MARGIN_S = 0.5  # answer before Prometheus gives up on the scrape
+GZIP_LEVEL = 1  # as prometheus_client: a /metrics body shrinks ~10x even at the fastest level
 
 
-def build_app(daemon: Daemon) -> web.Application:
-    """The aiohttp application serving ``daemon``."""
+def build_app(daemon: Daemon, *, enable_lifecycle: bool = False) -> web.Application:
+    """The aiohttp application serving ``daemon``; ``enable_lifecycle`` allows ``POST /-/reload``."""
     app = web.Application()
     app[DAEMON] = daemon
+    app[LIFECYCLE] = enable_lifecycle
     app.router.add_get("/", index)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/probe", probe)
@@ -55,18 +68,30 @@ async def index(request: web.Request) -> web.Response:
         f"{html.escape(t.name)} / {html.escape(m.name)}</a></li>"
         for t, m in daemon.config.probes()
     )
+    states = "".join(
+        f"<li>{html.escape(name)}: {html.escape(state.health.describe())}</li>"
+        for name, state in daemon.targets.items()
+    )
     body = (
         f"<html><head><title>Fluidity Exporter</title></head><body><h1>Fluidity Exporter {__version__}</h1>"
         '<p><a href="/metrics">Metrics</a> | <a href="/-/healthy">Healthy</a> | <a href="/-/ready">Ready</a></p>'
+        f"<h2>Targets</h2><ul>{states}</ul>"
         f"<h2>Probe now (debug view)</h2><ul>{probes}</ul></body></html>"
     )
     return web.Response(text=body, content_type="text/html")
 
 
+def exposition(request: web.Request, text: bytes) -> web.Response:
+    """A metrics answer: the text format, gzip-compressed when the scraper accepts it (Prometheus does)."""
+    headers = {"Content-Type": render.CONTENT_TYPE}
+    if "gzip" in request.headers.get("Accept-Encoding", ""):
+        headers["Content-Encoding"] = "gzip"
+        return web.Response(body=gzip.compress(text, compresslevel=GZIP_LEVEL), headers=headers)
+    return web.Response(body=text, headers=headers)
+
+
 async def metrics(request: web.Request) -> web.Response:
-    return web.Response(
-        body=request.app[DAEMON].metrics_text(), headers={"Content-Type": render.CONTENT_TYPE}
-    )
+    return exposition(request, request.app[DAEMON].metrics_text())
 
 
 async def healthy(_: web.Request) -> web.Response:
@@ -83,6 +108,11 @@ async def ready(request: web.Request) -> web.Response:
 
 
 async def reload(request: web.Request) -> web.Response:
+    if not request.app[LIFECYCLE]:
+        # A reload re-reads files and changes what load is sent: like Prometheus, only when asked for.
+        raise web.HTTPForbidden(
+            text="Lifecycle API is not enabled: start with --web.enable-lifecycle, or send SIGHUP\n"
+        )
     ok, message = await request.app[DAEMON].reload()
     return web.Response(status=200 if ok else 500, text=message + "\n")
 
@@ -125,15 +155,22 @@ async def probe(request: web.Request) -> web.Response:
         raise web.HTTPBadRequest(text=f"{exc}\n") from None
     _authorize_probe(request, daemon, target)
     timeout = _probe_timeout(request)
+    debug = request.query.get("debug", "").lower() == "true"
+    started = time.perf_counter()
     try:
         run = await asyncio.wait_for(daemon.probe_now(target, module), timeout)
-    except ProbeRefusedError as exc:
-        raise web.HTTPTooManyRequests(text=f"{exc}\n") from None
-    except TimeoutError:
-        raise web.HTTPGatewayTimeout(
-            text=f"probe {target}/{module} took longer than {timeout:.1f} s\n"
-        ) from None
-    if request.query.get("debug", "").lower() == "true":
+    except (ProbeRefusedError, TimeoutError) as exc:
+        # A probe that cannot run or finish is a failed probe (data), not a failed scrape (an outage).
+        refused = isinstance(exc, ProbeRefusedError)
+        reason = exc.reason if isinstance(exc, ProbeRefusedError) else "scrape_timeout"
+        why = str(exc) if refused else f"the probe took longer than {timeout:.1f} s (the scrape timeout)"
+        if debug:
+            return web.Response(text=_debug_failed(daemon, target, module, why))
+        elapsed = None if refused else time.perf_counter() - started
+        return exposition(
+            request, render.render(failed_probe_registry(target, module, reason, elapsed).collect()).encode()
+        )
+    if debug:
         return web.Response(text=_debug(daemon, target, module, run))
     slo = daemon.config.slo_for(target)
     registry = probe_registry(
@@ -146,14 +183,26 @@ async def probe(request: web.Request) -> web.Response:
         duration_s=run.duration_s,
         buckets=daemon.store.buckets,
     )
-    return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return exposition(request, render.render(registry.collect()).encode())
+
+
+def _target_lines(daemon: Daemon, target: str, module: str) -> list[str]:
+    state = daemon.targets.get(target)
+    lines = [f"target {target}: {state.health.describe() if state is not None else 'unknown'}", ""]
+    lines += ["recent results of scheduled probes, newest first (failures kept longer):"]
+    lines += [_describe_recent(item) for item in daemon.store.recent(target, module)] or ["  none yet"]
+    return lines
 
 
 def _debug(daemon: Daemon, target: str, module: str, run: ProbeRun) -> str:
     lines = [f"probe {target}/{module}: {len(run.results)} requests in {run.duration_s:.3f} s", ""]
     lines += [_describe(i, r) for i, r in enumerate(run.results)]
-    lines += ["", "recent results of scheduled probes (failures kept longer):"]
-    lines += [f"  {item}" for item in daemon.store.recent(target, module)] or ["  none yet"]
+    lines += ["", *_target_lines(daemon, target, module)]
+    return "\n".join(lines) + "\n"
+
+
+def _debug_failed(daemon: Daemon, target: str, module: str, why: str) -> str:
+    lines = [f"probe {target}/{module} failed: {why}", "", *_target_lines(daemon, target, module)]
     return "\n".join(lines) + "\n"
 
 
@@ -164,4 +213,16 @@ def _describe(index: int, result: ProbeResult) -> str:
     return (
         f"  #{index}: {result.outcome.value}{detail}; tokens {result.output_tokens} ({result.token_source.value}); "
         f"ttft {ttft}; longest gap {max(values[1:], default=0.0):.3f}s; unreliable {result.unreliable}"
+    )
+
+
+def _describe_recent(item: RecentResult) -> str:
+    status = f" HTTP {item.http_status}" if item.http_status not in (None, 200) else ""
+    error = f" ({item.error})" if item.error else ""
+    ttft = f"{item.ttft_s:.3f}s" if item.ttft_s is not None else "-"
+    e2e = f"{item.e2e_s:.3f}s" if item.e2e_s is not None else "-"
+    flag = "; timings unreliable" if item.unreliable else ""
+    return (
+        f"  {iso(item.at)} {item.outcome.value}{status}{error}; tokens {item.output_tokens}; "
+        f"ttft {ttft}; e2e {e2e}{flag}"
     )

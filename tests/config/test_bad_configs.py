@@ -104,7 +104,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     ),
     "wrong-type-integer": (
         T + "modules:\n  m:\n    requests_per_run: four\n",
-        ['modules.m.requests_per_run: must be an integer >= 1, got "four"'],
+        ['modules.m.requests_per_run: must be an integer in [1, 10000], got "four"'],
     ),
     "wrong-type-list": (
         "global:\n  windows: 5m\n" + T,
@@ -390,11 +390,11 @@ CASES: dict[str, tuple[str, list[str]]] = {
         T
         + "jobs:\n  limits: {max_rate: 0, max_concurrency: 0, max_duration: 0s, max_requests_per_trial: 5}\n  history: 0\n",
         [
-            "jobs.limits.max_rate: must be a number > 0, got 0",
-            "jobs.limits.max_concurrency: must be an integer >= 1, got 0",
+            "jobs.limits.max_rate: must be a number in (0, 10000], got 0",
+            "jobs.limits.max_concurrency: must be an integer in [1, 10000], got 0",
             'jobs.limits.max_duration: must be a duration > 0, got "0s"',
-            "jobs.limits.max_requests_per_trial: must be an integer >= 10, got 5",
-            "jobs.history: must be an integer >= 1, got 0",
+            "jobs.limits.max_requests_per_trial: must be an integer in [10, 1000000], got 5",
+            "jobs.history: must be an integer in [1, 100000], got 0",
         ],
     ),
     "job-schedule-missing-everything": (
@@ -478,6 +478,65 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "job-schedule-params-not-a-mapping": (
         J + "a}\n",
         ['jobs.schedules[0].params: must be a mapping, got "a"'],
+    ),
+    # Values check-config accepted once and run could not start, serve or reload (issue 15).
+    "interval-beyond-its-bound": (
+        T + "modules:\n  m:\n    schedule: {interval: 99999999999h, jitter: 8d}\n",
+        [
+            'modules.m.schedule.interval: must be a duration of at most 7d, got "99999999999h"',
+            'modules.m.schedule.jitter: must be a duration of at most 7d, got "8d"',
+        ],
+    ),
+    "requests-per-run-beyond-its-bound": (
+        T + "modules:\n  m:\n    requests_per_run: 1000000000000000000000000000000\n    concurrency: 1001\n",
+        [
+            "modules.m.requests_per_run: must be an integer in [1, 10000], got 1000000000000000000000000000000",
+            "modules.m.concurrency: must be an integer in [1, 1000], got 1001",
+        ],
+    ),
+    "prompt-beyond-the-ceiling": (
+        T + "modules:\n  m:\n    workload: {prompt_tokens: 1000000000000, output_tokens: 8}\n",
+        [
+            "modules.m: workload m: every prompt length drawn is above the ceiling of 1048576 tokens a "
+            "request may have (e.g. 1000000000000)"
+        ],
+    ),
+    "length-filter-beyond-the-ceiling": (
+        T + "modules:\n  m:\n    max_prompt_tokens: 2000000\n",
+        ["modules.m.max_prompt_tokens: must be an integer in [1, 1048576], got 2000000"],
+    ),
+    "durations-and-counts-beyond-their-bounds": (
+        "global: {windows: [40d], max_results_per_window: 2000000}\n"
+        + T
+        + "    timeouts: {total: 2d}\n    budget: {max_backoff: 2d, max_requests_per_hour: 20000000}\n"
+        + "    engine_metrics: {url: 'http://h:8000/metrics', interval: 2h}\n",
+        [
+            'global.windows[0]: must be a duration of at most 31d, got "40d"',
+            "global.max_results_per_window: must be an integer in [1, 1000000], got 2000000",
+            'targets[0].timeouts.total: must be a duration of at most 1d, got "2d"',
+            'targets[0].engine_metrics.interval: must be a duration of at most 1h, got "2h"',
+            "targets[0].budget.max_requests_per_hour: must be an integer in [1, 10000000], got 20000000",
+            'targets[0].budget.max_backoff: must be a duration of at most 1d, got "2d"',
+        ],
+    ),
+    "job-limits-beyond-their-bounds": (
+        T + "jobs:\n  limits: {max_rate: 20000, max_trials: 1000, max_duration: 30d}\n",
+        [
+            "jobs.limits.max_rate: must be a number in (0, 10000], got 20000",
+            'jobs.limits.max_duration: must be a duration of at most 7d, got "30d"',
+            "jobs.limits.max_trials: must be an integer in [1, 100], got 1000",
+        ],
+    ),
+    "run-larger-than-the-hourly-budget": (
+        T
+        + "    budget: {max_requests_per_hour: 5, max_tokens_per_hour: 100}\n"
+        + "modules:\n  m:\n    requests_per_run: 10\n    workload: {prompt_tokens: 64, output_tokens: 8}\n",
+        [
+            "targets[0].budget.max_requests_per_hour: 5 is below modules.m.requests_per_run (10): that "
+            "module could never run; raise the budget or lower requests_per_run",
+            "targets[0].budget.max_tokens_per_hour: 100 is below the smallest run of modules.m (10 requests, "
+            "at least 720 tokens): that module could never run",
+        ],
     ),
     "duplicate-module-reference": (
         T + "    modules: [m, m]\nmodules:\n  m: {}\n",

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from exporter.cli import main
 from exporter.config import load_config
+from exporter.config.targets import TARGET_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "deploy" / "config").glob("*.y*ml"))
@@ -60,3 +62,51 @@ def test_check_config_several_files_fails_if_one_does(tmp_path: Path) -> None:
     bad.write_text("targets: []\n", encoding="utf-8")
     assert main(["check-config", str(good)]) == 0
     assert main(["check-config", str(good), str(bad)]) == 1
+
+
+def test_a_binary_file_is_one_problem_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "binary.yaml"
+    path.write_bytes(b"targets:\n  - name: \xd0\x00\xff\n")
+    assert main(["check-config", str(path)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{path}: 1 problem",
+        f"  {path}: not a UTF-8 text file (byte 0xd0 at offset 19); a config is YAML text",
+    ]
+
+
+def test_state_dir_must_be_a_directory_the_daemon_can_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "afile").write_text("", encoding="utf-8")
+    target = "targets:\n  - {name: a, url: 'http://h:1'}\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("global: {state_dir: afile}\n" + target, encoding="utf-8")
+    assert main(["check-config", str(bad)]) == 1
+    assert capsys.readouterr().err.splitlines()[1] == (
+        f"  global.state_dir: {tmp_path / 'afile'} exists and is not a directory"
+    )
+    below_a_file = tmp_path / "below.yaml"
+    below_a_file.write_text("global: {state_dir: afile/state}\n" + target, encoding="utf-8")
+    assert main(["check-config", str(below_a_file)]) == 1
+    assert "cannot be created" in capsys.readouterr().err
+    good = tmp_path / "good.yaml"
+    good.write_text("global: {state_dir: new/state}\n" + target, encoding="utf-8")
+    assert main(["check-config", str(good)]) == 0
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_a_shipped_config_run_as_it_is_probes_only_this_machine(path: Path) -> None:
+    # A newcomer runs the example literally: it must not send load to a host outside the machine.
+    config = load_config(path, environ={})
+    urls = [target.url for target in config.targets]
+    urls += [m.url for t in config.targets for m in (t.engine_metrics, t.gateway_metrics) if m is not None]
+    for url in urls:
+        assert urlsplit(url).hostname in {"127.0.0.1", "localhost", "::1"}, url
+
+
+def test_the_example_documents_every_target_key() -> None:
+    text = (REPO / "deploy" / "config" / "example.yaml").read_text(encoding="utf-8")
+    for key in TARGET_KEYS:
+        assert f" {key}:" in text, key

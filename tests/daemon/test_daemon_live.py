@@ -96,7 +96,7 @@ async def daemon(sim: str, tmp_path: Path) -> AsyncIterator[tuple[Daemon, str, P
 @contextlib.asynccontextmanager
 async def serving(daemon: Daemon) -> AsyncIterator[str]:
     """The daemon started with its web app on a free loopback port; yields the base URL."""
-    runner = web.AppRunner(build_app(daemon))
+    runner = web.AppRunner(build_app(daemon, enable_lifecycle=True))
     await runner.setup()
     await daemon.start()
     site = web.TCPSite(runner, "127.0.0.1", 0)

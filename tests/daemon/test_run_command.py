@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -77,3 +78,46 @@ def test_listen_addresses(address: str, expected: tuple[str, int]) -> None:
 def test_a_bad_listen_address_names_the_flag() -> None:
     with pytest.raises(ValueError, match=re.escape('--web.listen-address "9468": expected HOST:PORT')):
         split_address("9468")
+
+
+def _start(config: Path, port: int) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "exporter", "run", f"--config.file={config}"]
+    command.append(f"--web.listen-address=127.0.0.1:{port}")
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_port_in_use_is_one_line_before_any_probe_starts(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("targets:\n  - {name: a, url: 'http://127.0.0.1:9'}\nmodules: {m: {}}\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = _start(config, port)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert err == f"fluidity-exporter: error: cannot listen on 127.0.0.1:{port}: address already in use\n"
+    assert "Traceback" not in out
+
+
+def test_sigterm_during_a_probe_stops_without_a_traceback(tmp_path: Path) -> None:
+    with socket.socket() as silent:  # accepts connections and never answers: the probe hangs
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        target = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            f"targets:\n  - {{name: a, url: '{target}', model: m}}\nmodules: {{m: {{schedule: {{interval: 1h}}}}}}\n"
+        )
+        port = free_port()
+        process = _start(config, port)
+        try:
+            assert process.stdout is not None
+            assert "listening on" in process.stdout.readline()
+            time.sleep(1.0)  # the first probe is in flight, waiting for an answer
+        finally:
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err and "CancelledError" not in err and "a bug" not in err, err
+    assert "stopped" in out

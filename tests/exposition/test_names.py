@@ -34,14 +34,17 @@ def test_spec_follows_conventions(spec: MetricSpec) -> None:
         assert spec.name.endswith(("_seconds", "_index"))
 
 
-def test_probe_values_say_they_are_cached() -> None:
+def test_probe_values_say_what_they_count_on_both_endpoints() -> None:
+    # The same HELP text goes out on /metrics (scheduled probes) and /probe (the one probe just run),
+    # so it must be true of both: "cached from scheduled probes" was false on /probe.
     for spec in (
         *names.PROBE_HISTOGRAMS,
         names.PROBE_FLUIDITY,
         names.PROBE_REQUESTS,
         names.PROBE_LAST_SUCCESS,
     ):
-        assert "Cached from scheduled probes" in spec.help
+        assert "not measured at scrape time" in spec.help and "on /probe: this probe alone" in spec.help
+        assert "cached from scheduled probes" not in spec.help.lower()
 
 
 def test_window_gauges_say_they_are_windows() -> None:

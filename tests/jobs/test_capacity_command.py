@@ -30,7 +30,7 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
     out = tmp_path / "out"
     flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16"]
     flags += ["--start", "20", "--max-trials", "2", "--requests-per-trial", "20", "--warmup-requests", "2"]
-    assert main(["capacity", *flags, "--workers", "2", "--output", str(out), "--no-plot"]) == 0
+    code = main(["capacity", *flags, "--workers", "2", "--output", str(out), "--no-plot"])
     result = json.loads((out / "capacity.json").read_text())
     first = result["trials"][0]
     assert first["figures"]["requests"] == 20 and first["requests_sent"] == 22
@@ -40,6 +40,7 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
     # On this 2-core VM the simulator and two shards may saturate a shard: then the search says so.
     problems = first["figures"]["shards"]["problems"]
     assert (first["reason"] == "shards") == bool(problems)
+    assert code == (1 if problems else 0)  # a search stopped by its workers is not a measurement
     if problems:
         assert result["stopped_by"].startswith("shards: ") and len(result["trials"]) == 1
 
@@ -73,3 +74,33 @@ def test_a_target_that_does_not_answer_is_an_error_not_a_traceback(
     err = capsys.readouterr().err
     assert f"fluidity-exporter {command[0]}: error: the target did not answer: GET {url}/v1/models" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("command", "existing"),
+    [(["capacity", "--no-plot"], "out/capacity.json"), (["profile", "--lengths", "128"], "out")],
+)
+def test_an_earlier_result_is_kept_unless_forced(
+    command: list[str], existing: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    earlier = tmp_path / existing
+    earlier.parent.mkdir(parents=True, exist_ok=True)
+    earlier.write_text("earlier result\n")
+    url = f"http://127.0.0.1:{free_port()}"  # refused before any load: nothing needs to listen
+    assert main([*command, "--url", url, "--output", str(tmp_path / "out")]) == 2
+    assert f"{earlier} exists (an earlier result); choose another --output, or add --force" in (
+        capsys.readouterr().err
+    )
+    assert earlier.read_text() == "earlier result\n"
+
+
+def test_capacity_writes_to_a_fresh_timestamped_folder_and_says_where(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:32", "--output-tokens", "fixed:8"]
+    flags += ["--start", "20", "--max-trials", "1", "--requests-per-trial", "10", "--warmup-requests", "0"]
+    assert main(["capacity", *flags, "--no-plot"]) == 0
+    (folder,) = (tmp_path / "capacity-results").iterdir()
+    assert (folder / "capacity.json").is_file()
+    assert f"wrote capacity-results/{folder.name}/capacity.json" in capsys.readouterr().err

@@ -166,7 +166,7 @@ BAD: dict[str, tuple[str, Any, list[str]]] = {
             "lengths[1]: must be a prompt length in tokens (an integer >= 1), got 0",
             'lengths[2]: must be a prompt length in tokens (an integer >= 1), got "x"',
             "lengths[3]: 40000 exceeds jobs.limits.max_prompt_tokens (32768)",
-            "repeats: must be an integer >= 1, got 0",
+            "repeats: must be an integer in [1, 100], got 0",
             "apply: must be true or false, got 1",
         ],
     ),

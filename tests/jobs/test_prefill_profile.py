@@ -17,6 +17,7 @@ from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.sim import SimConfig, SimServer
 from exporter.sim.presets import PRESETS, isolated_ttft
 from exporter.stats.prefill import parse_json
+from tests.measured import assert_measured
 
 PRESET = "llama-3.1-8b-h100"
 
@@ -72,7 +73,8 @@ def test_profile_command_writes_a_model_bench_can_read(
     model = parse_json(output.read_text())
     assert model.deadline(1024.0, 0.25) > 0.25
     bench = ["bench", "--sim-preset", "tiny", "--requests", "3", "--rate", "20", "--json", "--quiet"]
-    assert main([*bench, "--prefill-model", str(output), "--output", str(tmp_path / "b")]) == 0
+    code = main([*bench, "--prefill-model", str(output), "--output", str(tmp_path / "b")])
+    assert_measured(code, tmp_path / "b")
     summary = json.loads(capsys.readouterr().out)
     assert summary["fluidity"]["deadlines"]["prefill"]["kind"] == "model"
 

@@ -35,6 +35,7 @@ from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from tests.daemon.test_daemon_live import get, serving
 from tests.daemon.test_daemon_live import samples as samples_of
+from tests.measured import assert_measured
 
 # Small enough that a run takes seconds on 2 cores, varied enough that prompts and outputs differ.
 PROMPTS = "uniform:low=16,high=384"
@@ -82,8 +83,9 @@ def run_bench(
     flags += ["--prompt-tokens", PROMPTS, "--output-tokens", OUTPUTS]
     if extra_body is not None:
         flags += ["--extra-body", extra_body]
-    code = main([*flags, "--quiet", "--output", str(out)])
-    assert code == 0, f"bench exited {code}"
+    # No calibration requests: the engine's counters must hold the measured load alone.
+    code = main([*flags, "--quiet", "--no-calibrate", "--output", str(out)])
+    assert_measured(code, out)
     after = engine_samples(base_url)
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     records = [json.loads(line) for line in (out / "requests.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -147,7 +149,14 @@ def run_capacity_search(base_url: str, out: Path, *, start: float) -> dict[str, 
     """A short ``fluidity-exporter capacity`` run (128-token prompts, 32-token answers, the default SLO:
     99% of requests reach fluidity 0.9 at Dd 50 ms); returns its capacity.json."""
     flags = ["capacity", "--url", base_url, "--api", "completions", "--start", str(start)]
-    flags += ["--prompt-tokens", "fixed:128", "--output-tokens", "fixed:32", *SEARCH.split()]
+    flags += [
+        "--prompt-tokens",
+        "fixed:128",
+        "--output-tokens",
+        "fixed:32",
+        "--no-calibrate",
+        *SEARCH.split(),
+    ]
     assert main([*flags, "--output", str(out), "--json"]) == 0
     result: dict[str, Any] = json.loads((out / "capacity.json").read_text(encoding="utf-8"))
     return result

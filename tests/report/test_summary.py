@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -171,3 +172,30 @@ def test_no_completed_request_still_gives_a_report() -> None:
     assert summary["rates"]["fluid_token_rate"] is None
     assert math.isnan(float("nan"))  # the JSON form has no NaN, the table renders dashes
     assert "-" in render_summary(summary)
+
+
+def test_one_rule_for_reliability_in_the_table_the_verdict_and_the_json() -> None:
+    # 1 unreliable request of 200 is within the 1% the "unreliable" check allows: every check passes,
+    # so the verdict is "reliable" (it said "NOT reliable" under a table of "ok" checks).
+    from exporter.load.health import HealthThresholds, check_success, check_unreliable
+
+    results = [streamed(0.2, [0.02] * 5) for _ in range(200)]
+    results[7].unreliable = True
+    limits = HealthThresholds()
+    checks = [
+        dataclasses.asdict(check_unreliable(results, limits)),
+        dataclasses.asdict(check_success(results, limits)),
+    ]
+    summary = summarize(results, measure(results, SPEC), SPEC, duration_s=10.0, health_checks=checks)
+    assert summary["reliable"] is True and summary["failed_checks"] == []
+    assert "every health check" in summary["reliability_rule"]
+    text = render_summary(summary)
+    assert "  ok   unreliable: " in text and "FAIL" not in text
+    assert text.endswith("measurement: reliable (every health check of the load passed)")
+    results[8].unreliable = results[9].unreliable = True  # 3 of 200: above 1%
+    checks[0] = dataclasses.asdict(check_unreliable(results, limits))
+    summary = summarize(results, measure(results, SPEC), SPEC, duration_s=10.0, health_checks=checks)
+    assert summary["reliable"] is False and summary["failed_checks"] == ["unreliable"]
+    text = render_summary(summary)
+    assert "  FAIL unreliable: " in text
+    assert text.endswith("measurement: NOT reliable: unreliable failed (every health check must pass)")

@@ -283,9 +283,11 @@ def test_the_openapi_document_describes_exactly_the_routes() -> None:
     assert documented == routes
 
 
-async def test_the_served_document_is_the_committed_one(client: Client) -> None:
+async def test_the_served_document_is_the_committed_one_made_exact(client: Client) -> None:
     response = await client.get(f"{PREFIX}/openapi.json")
-    assert response.content_type == "application/json" and await response.read() == openapi_document()
+    served, committed = await response.json(), json.loads(openapi_document())
+    assert response.content_type == "application/json" and served["paths"] == committed["paths"]
+    assert served["components"]["schemas"].keys() == committed["components"]["schemas"].keys()
 
 
 def _schema(name: str) -> dict[str, Any]:
@@ -354,3 +356,57 @@ def test_the_json_form_of_parameters_fits_the_documented_schema(params: JobParam
             "error": None,
         }
     )
+
+
+async def test_the_served_document_is_exact_for_the_config(client: Client, service: Service) -> None:
+    import jsonschema
+
+    document = await (await client.get(f"{PREFIX}/openapi.json")).json()
+    validate(document)
+    schemas = document["components"]["schemas"]
+    capacity = schemas["CapacityParams"]
+    assert capacity["properties"]["target"]["enum"] == ["a", "b"]
+    assert capacity["properties"]["max_trials"]["maximum"] == service.limits.max_trials
+    resolver_free = {
+        **capacity,
+        "properties": {k: v for k, v in capacity["properties"].items() if k != "slo"},
+    }
+    checker = jsonschema.Draft202012Validator(resolver_free)
+    assert not checker.is_valid({"target": ""})  # the API refuses it: so must the document
+    assert not checker.is_valid({"target": "b", "module": "code"})  # not one of b's modules
+    assert not checker.is_valid({"target": "a", "max_load": 10.5})  # over jobs.limits.max_rate
+    assert checker.is_valid({"target": "a", "load": "concurrency", "max_load": 64})
+    assert not checker.is_valid({"target": "a", "load": "concurrency", "max_load": 2.5})
+    for body in ({"target": "a", "max_load": 10}, {"target": "b", "module": "chat", "seed": 3.0}):
+        status, _ = await start(client, "capacity", body)
+        assert status == 202, body
+        record = (await (await client.get(f"{PREFIX}/jobs", headers=AUTH)).json())["jobs"][0]
+        await client.delete(f"{PREFIX}/jobs/{record['id']}", headers=AUTH)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("PUT", "/jobs/capacity", "POST"),
+        ("PUT", "/jobs/prefill-profile", "POST"),
+        ("PATCH", "/jobs", "GET"),
+        ("POST", "/openapi.json", "GET"),
+        ("POST", "/jobs/x", "DELETE,GET"),
+    ],
+)
+async def test_a_405_allows_the_paths_own_methods(
+    client: Client, method: str, path: str, allowed: str
+) -> None:
+    response = await client.request(method, PREFIX + path, headers=AUTH)
+    assert response.status == 405
+    assert response.headers["Allow"] == allowed
+    assert "is not allowed" in (await response.json())["error"]
+
+
+async def test_the_list_refuses_what_its_document_does_not_allow(client: Client) -> None:
+    for query, message in (
+        ("?tagret=a", 'unknown query parameter "tagret"; valid: limit, state, target'),
+        ("?target=", "target: give a target name, or leave the parameter out"),
+    ):
+        response = await client.get(f"{PREFIX}/jobs{query}", headers=AUTH)
+        assert response.status == 400 and (await response.json())["error"] == message

@@ -1,0 +1,139 @@
+"""What an operator needs to know about a failing target: its state, its last error, and a log line
+for every change of state, not one per skipped probe.
+
+A target is ``ok``, ``failing`` (its last run failed: nothing completed, or it answered 429) or
+``backing_off`` (the budget holds its probes back after consecutive failed runs). Each change is
+logged once at WARNING, with the cause: the first failure with its outcome and error, a back-off with
+its delay and the last error, a recovery with how many runs had failed. A failed request inside a run
+that still succeeded is logged too, at most once per ``PARTIAL_LOG_INTERVAL_S`` per target, so a dead
+target or a flaky one never floods the log. The last error stays for ``/probe?debug=true`` and ``/``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from exporter.probe.result import ProbeResult
+
+LOG = logging.getLogger(__name__)
+PARTIAL_LOG_INTERVAL_S = 300.0  # at most one line per target this often for failures in good runs
+
+State = Literal["ok", "failing", "backing_off"]
+
+
+def iso(unix_s: float) -> str:
+    """``2026-11-23T18:40:12Z``: how the log, the debug view and the index show an instant."""
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class LastError:
+    """The last failed request of a target: when, in which module, how it ended and why."""
+
+    at: float  # unix seconds
+    module: str
+    outcome: str
+    message: str
+
+    def describe(self) -> str:
+        return f"{self.outcome}: {self.message} (module {self.module}, at {iso(self.at)})"
+
+
+def _error_of(results: Sequence[ProbeResult]) -> tuple[str, str] | None:
+    """(outcome, message) of the last failed request of a run, if any failed."""
+    for result in reversed(results):
+        if not result.ok:
+            status = f"HTTP {result.http_status}" if result.http_status is not None else ""
+            message = result.error or status or "no detail"
+            return result.outcome.value, message
+    return None
+
+
+class TargetHealth:
+    """One target's state and last error; ``clock`` is unix seconds."""
+
+    def __init__(self, target: str, clock: Callable[[], float]) -> None:
+        self.target = target
+        self.clock = clock
+        self.state: State = "ok"
+        self.since = clock()
+        self.failed_runs = 0
+        self.last_error: LastError | None = None
+        self.resume_at: float | None = None  # unix seconds, while backing off
+        self._partial_logged_at = float("-inf")
+
+    def observe(
+        self, module: str, results: Sequence[ProbeResult], failed_runs: int, backoff_s: float
+    ) -> None:
+        """Take a finished run: ``failed_runs`` and ``backoff_s`` (0: none) are the budget's verdict."""
+        now = self.clock()
+        error = _error_of(results)
+        if error is not None:
+            self.last_error = LastError(now, module, *error)
+        if failed_runs == 0:
+            self._succeeded(now, results, partial=error is not None)
+        elif backoff_s > 0:
+            self._backing_off(now, failed_runs, backoff_s)
+        else:
+            self._failing(now, failed_runs)
+        self.failed_runs = failed_runs
+
+    def _succeeded(self, now: float, results: Sequence[ProbeResult], *, partial: bool) -> None:
+        if self.state != "ok":
+            LOG.warning(
+                "target %s recovered after %d failed runs (last error: %s)",
+                self.target,
+                self.failed_runs,
+                self.last_error.describe() if self.last_error else "none",
+            )
+            self._enter("ok", now)
+        elif partial and self.last_error and now - self._partial_logged_at >= PARTIAL_LOG_INTERVAL_S:
+            self._partial_logged_at = now
+            LOG.warning(
+                "target %s: %d of %d requests failed, last %s (logged at most every %.0f s)",
+                self.target,
+                sum(not r.ok for r in results),
+                len(results),
+                self.last_error.describe(),
+                PARTIAL_LOG_INTERVAL_S,
+            )
+        self.resume_at = None
+
+    def _failing(self, now: float, failed_runs: int) -> None:
+        if self.state == "ok":
+            LOG.warning(
+                "target %s failing: %s",
+                self.target,
+                self.last_error.describe() if self.last_error else "every request failed",
+            )
+            self._enter("failing", now)
+
+    def _backing_off(self, now: float, failed_runs: int, backoff_s: float) -> None:
+        # One line per back-off: the delay doubles up to max_backoff, so these lines are that far apart.
+        LOG.warning(
+            "target %s backing off for %.0f s after %d failed runs in a row; last error: %s",
+            self.target,
+            backoff_s,
+            failed_runs,
+            self.last_error.describe() if self.last_error else "none",
+        )
+        self.resume_at = now + backoff_s
+        if self.state != "backing_off":
+            self._enter("backing_off", now)
+
+    def _enter(self, state: State, now: float) -> None:
+        self.state, self.since = state, now
+
+    def describe(self) -> str:
+        """One line for the debug view and the index page."""
+        line = f"{self.state} since {iso(self.since)}"
+        if self.state != "ok":
+            line += f", {self.failed_runs} failed runs in a row"
+        if self.state == "backing_off" and self.resume_at is not None:
+            line += f", next probe after {iso(self.resume_at)}"
+        error = self.last_error.describe() if self.last_error is not None else "none"
+        return f"{line}; last error: {error}"

@@ -1,0 +1,89 @@
+"""Fit our approximate prompts to a server's own tokenizer, and read how long a context it serves.
+
+Against a server whose tokenizer we do not have, ``ApproxPromptBuilder`` writes one common English
+word per intended token. Real tokenizers disagree (the simulator's counts a word of four letters or more
+as two tokens: its prompts came out 82% longer than asked, and 12% of requests went over its context),
+and a chat template adds tokens of its own. So before the load, ``calibrate_prompts`` sends two
+one-token requests with prompts of ``PROBE_TOKENS`` lengths, reads the prompt tokens the server reports
+in its usage, fits ``reported = overhead + tokens_per_word * words`` through them, and checks the fit
+on a third length: the residual is reported beside the figures. A server that reports no usage leaves
+the builder as it was (and says so).
+
+``context_length`` reads ``max_model_len`` from ``GET /v1/models`` where the server gives it (vLLM and
+the simulator do), so that workloads and prefill ladders keep ``prompt + output`` within it instead of
+sending requests the server must refuse.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from exporter.load.prompts import ApproxPromptBuilder
+from exporter.probe.result import ProbeResult
+from exporter.probe.target import Api, RequestSpec
+
+PROBE_TOKENS = (256, 1024)  # the two lengths of the fit (intended, in words)
+CHECK_TOKENS = 512  # the length the fit is checked on
+CALIBRATION_KEY = 7_777_000  # prompt keys of the calibration requests (unique texts: no prompt cache)
+
+Send = Callable[[RequestSpec], Awaitable[ProbeResult]]
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How the server counts our prompts, and the builder that asks for the right number of words."""
+
+    builder: ApproxPromptBuilder
+    tokens_per_word: float | None  # None: the server reported no usage; nothing was fitted
+    overhead_tokens: float
+    residual: float | None  # |reported - intended| / intended on the check length, after the fit
+
+    def describe(self) -> str:
+        if self.tokens_per_word is None:
+            return "prompt calibration: the server reported no prompt tokens; prompt lengths are approximate"
+        residual = f"{self.residual:.1%}" if self.residual is not None else "unknown"
+        return (
+            f"prompt calibration: the server counts {self.tokens_per_word:.3f} tokens per prompt word "
+            f"+ {self.overhead_tokens:.0f}; residual error after fitting {residual}"
+        )
+
+
+def _spec(builder: ApproxPromptBuilder, api: Api, tokens: int, key: int) -> RequestSpec:
+    if api == "chat":
+        messages, intended = builder.chat(tokens, key)
+        return RequestSpec(messages[-1][1], 1, intended, messages, f"calibration-{key}")
+    text, intended = builder.text(tokens, key)
+    return RequestSpec(text, 1, intended, None, f"calibration-{key}")
+
+
+async def _reported(send: Send, builder: ApproxPromptBuilder, api: Api, tokens: int, key: int) -> int | None:
+    result = await send(_spec(builder, api, tokens, key))
+    return result.prompt_tokens_reported if result.ok else None
+
+
+async def calibrate_prompts(send: Send, api: Api, salt: int = 0) -> Calibration:
+    """Two fitting requests and one check, each of one output token; see the module docstring."""
+    plain = ApproxPromptBuilder()
+    low, high = PROBE_TOKENS
+    key = CALIBRATION_KEY + salt
+    reported_low = await _reported(send, plain, api, low, key)
+    reported_high = await _reported(send, plain, api, high, key + 1)
+    if reported_low is None or reported_high is None or reported_high <= reported_low:
+        return Calibration(plain, None, 0.0, None)
+    per_word = (reported_high - reported_low) / (high - low)
+    overhead = max(reported_low - per_word * low, 0.0)
+    builder = ApproxPromptBuilder(tokens_per_word=per_word, overhead_tokens=overhead)
+    checked = await _reported(send, builder, api, CHECK_TOKENS, key + 2)
+    residual = abs(checked - CHECK_TOKENS) / CHECK_TOKENS if checked is not None else None
+    return Calibration(builder, per_word, overhead, residual)
+
+
+def max_model_len(models_body: bytes) -> int | None:
+    """``max_model_len`` of the first model a ``GET /v1/models`` answer lists, when it says."""
+    try:
+        value = json.loads(models_body)["data"][0].get("max_model_len")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

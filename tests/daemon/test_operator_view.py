@@ -1,0 +1,217 @@
+"""What an operator sees when things go wrong: a failing target named in the log and on the debug
+views, /probe answering failed probes as data (blackbox_exporter's convention), reloads that are
+refused aloud, the lifecycle switch, and the standard collectors and gzip on /metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import logging
+import re
+import socket
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from exporter.app import Daemon
+from exporter.config import load_config_file
+from exporter.exposition import render
+from exporter.web.routes import build_app
+from tests.daemon.test_daemon_live import samples, serving, value, wait_for
+
+FAILING = """
+targets:
+  - name: t
+    url: {url}
+    model: m
+    api: completions
+    simulated: true
+    budget: {{backoff_after_failures: 2, max_backoff: 1h}}
+modules:
+  m:
+    workload: {{prompt_tokens: "fixed:16", output_tokens: "fixed:4"}}
+    requests_per_run: 1
+    schedule: {{interval: 0.2s}}
+"""
+
+
+@pytest.fixture
+async def failing_server() -> AsyncIterator[str]:
+    """A target that answers every completion with HTTP 503 and OpenAI's error JSON."""
+
+    async def unavailable(_: web.Request) -> web.Response:
+        error = {"error": {"message": "engine overloaded", "type": "server_error", "code": 503}}
+        return web.json_response(error, status=503)
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", unavailable)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+@contextlib.contextmanager
+def silent_target() -> Iterator[str]:
+    """A port that accepts connections and never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+async def fetch(url: str, **kwargs: object) -> tuple[int, str, dict[str, str]]:
+    async with aiohttp.ClientSession() as session, session.get(url, **kwargs) as response:  # type: ignore[arg-type]
+        return response.status, await response.text(), dict(response.headers)
+
+
+async def test_a_failing_target_is_named_once_per_state_change(
+    failing_server: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    daemon = Daemon(load_config_file(write(tmp_path, FAILING.format(url=failing_server))))
+    async with serving(daemon) as url:
+        await wait_for(lambda: daemon.targets["t"].health.state == "backing_off")
+        for _ in range(3):  # skipped runs while backing off add no warning
+            status, debug, _ = await fetch(url + "/probe?target=t&module=m&debug=true")
+        _, index, _ = await fetch(url + "/")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("target t failing: http_status: ")
+    assert "503" in warnings[0] and "module m" in warnings[0]
+    assert re.match(
+        r"target t backing off for 30 s after 2 failed runs in a row; last error: http_status", warnings[1]
+    )
+    assert status == 200
+    assert debug.startswith("probe t/m failed: target t: backing off; backing_off since ")
+    assert "last error: http_status" in debug and "next probe after 20" in debug
+    assert re.search(r"\n  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ http_status HTTP 503", debug)  # no reprs
+    assert "RecentResult(" not in debug
+    assert "t: backing_off since" in index and "last error: http_status" in index
+
+
+async def test_a_recovery_is_logged_with_the_last_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from exporter.daemon.health import TargetHealth
+    from exporter.probe.result import Outcome, ProbeResult
+
+    caplog.set_level(logging.WARNING)
+    now = [1_800_000_000.0]
+    health = TargetHealth("t", lambda: now[0])
+    failed = ProbeResult("chat", outcome=Outcome.CONNECT_ERROR, error="connection refused")
+    health.observe("m", [failed], failed_runs=1, backoff_s=0.0)
+    health.observe("m", [failed], failed_runs=2, backoff_s=0.0)  # still failing: no new line
+    now[0] += 60
+    health.observe("m", [ProbeResult("chat")], failed_runs=0, backoff_s=0.0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "target t failing: connect_error: connection refused (module m, at 2027-01-15T08:00:00Z)",
+        "target t recovered after 2 failed runs (last error: connect_error: connection refused "
+        "(module m, at 2027-01-15T08:00:00Z))",
+    ]
+    assert health.describe().startswith("ok since 2027-01-15T08:01:00Z; last error: connect_error")
+
+
+async def test_probe_answers_a_failed_probe_as_data(failing_server: str, tmp_path: Path) -> None:
+    config = FAILING.format(url=failing_server).replace("interval: 0.2s", "interval: 1h")
+    daemon = Daemon(load_config_file(write(tmp_path, config)))
+    async with serving(daemon) as url:
+        await wait_for(lambda: daemon.targets["t"].health.failed_runs >= 1)
+        status, text, headers = await fetch(url + "/probe?target=t&module=m")
+        assert status == 200 and headers["Content-Type"] == render.CONTENT_TYPE
+        series = samples(text)
+        assert value(series, "fluidity_probe_success", target="t", module="m") == 0
+        assert value(series, "fluidity_probe_failure_info", target="t", module="m", reason="http_status") == 1
+        status, text, _ = await fetch(url + "/probe?target=t&module=m")  # now backing off: still data
+        assert status == 200
+        assert (
+            value(samples(text), "fluidity_probe_failure_info", target="t", module="m", reason="backing_off")
+            == 1
+        )
+        assert "Cached from scheduled probes" not in text
+
+
+async def test_probe_timing_out_is_a_failed_probe_not_a_504(tmp_path: Path) -> None:
+    with silent_target() as target:
+        config = FAILING.format(url=target).replace("interval: 0.2s", "interval: 1h")
+        daemon = Daemon(load_config_file(write(tmp_path, config)))
+        async with serving(daemon) as url:
+            headers = {"X-Prometheus-Scrape-Timeout-Seconds": "1.5"}
+            status, text, _ = await fetch(url + "/probe?target=t&module=m", headers=headers)
+    assert status == 200
+    series = samples(text)
+    assert value(series, "fluidity_probe_success", target="t", module="m") == 0
+    assert value(series, "fluidity_probe_failure_info", target="t", module="m", reason="scrape_timeout") == 1
+    assert 0.9 <= value(series, "fluidity_probe_duration_seconds", target="t", module="m") <= 1.5
+
+
+async def test_metrics_has_the_standard_collectors_and_gzip(failing_server: str, tmp_path: Path) -> None:
+    daemon = Daemon(load_config_file(write(tmp_path, FAILING.format(url=failing_server))))
+    async with serving(daemon) as url, aiohttp.ClientSession(auto_decompress=False) as session:
+        async with session.get(url + "/metrics", headers={"Accept-Encoding": "gzip"}) as response:
+            assert response.headers["Content-Encoding"] == "gzip"
+            assert response.headers["Content-Type"] == render.CONTENT_TYPE
+            text = gzip.decompress(await response.read()).decode()
+        async with session.get(url + "/metrics", headers={"Accept-Encoding": "identity"}) as response:
+            assert "Content-Encoding" not in response.headers
+    names = {name for name, _ in samples(text)}
+    assert {"process_resident_memory_bytes", "process_cpu_seconds_total", "python_info"} <= names
+    assert any(name.startswith("python_gc_") for name in names)
+
+
+async def test_reload_refuses_what_run_could_not_apply_and_says_so(
+    failing_server: str, tmp_path: Path
+) -> None:
+    path = write(tmp_path, FAILING.format(url=failing_server).replace("interval: 0.2s", "interval: 1h"))
+    daemon = Daemon(load_config_file(path), config_path=str(path))
+    async with serving(daemon) as url, aiohttp.ClientSession() as session:
+        path.write_text(path.read_text().replace("interval: 1h", "interval: 99999999999h"))
+        async with session.post(url + "/-/reload") as response:
+            assert response.status == 500
+            assert await response.text() == (
+                f"{path}: 1 problem\n"
+                '  modules.m.schedule.interval: must be a duration of at most 7d, got "99999999999h"\n'
+            )
+        _, text, _ = await fetch(url + "/metrics")
+        assert value(samples(text), "fluidity_exporter_config_last_reload_successful") == 0
+        path.write_text(
+            "global: {listen_address: '127.0.0.1:19999'}\n" + path.read_text().replace("99999999999h", "1h")
+        )
+        async with session.post(url + "/-/reload") as response:
+            assert response.status == 200
+            assert (
+                "global.listen_address changed from 0.0.0.0:9468 to 127.0.0.1:19999" in await response.text()
+            )
+        _, text, _ = await fetch(url + "/metrics")
+        assert value(samples(text), "fluidity_exporter_config_last_reload_successful") == 1
+
+
+async def test_reload_over_http_needs_the_lifecycle_flag(failing_server: str, tmp_path: Path) -> None:
+    path = write(tmp_path, FAILING.format(url=failing_server))
+    daemon = Daemon(load_config_file(path), config_path=str(path))
+    runner = web.AppRunner(build_app(daemon))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(f"http://127.0.0.1:{port}/-/reload") as response,
+        ):
+            assert response.status == 403
+            assert "--web.enable-lifecycle" in await response.text()
+    finally:
+        await runner.cleanup()

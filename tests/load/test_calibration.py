@@ -1,0 +1,87 @@
+"""Prompt calibration and context fitting against the simulator, whose tokenizer differs from the
+words-as-tokens guess (a word of four letters or more is two of its tokens), over real sockets."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from exporter.cli import main
+from exporter.load.calibration import calibrate_prompts, max_model_len
+from exporter.load.prompts import ApproxPromptBuilder
+from exporter.probe.client import ProbeClient
+from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.sim import SimConfig, SimServer
+from exporter.sim.process import SimProcess
+
+
+@pytest.fixture
+async def sim_url() -> AsyncIterator[str]:
+    server = SimServer(SimConfig(preset="tiny"))
+    host, port = await server.start("127.0.0.1", 0)
+    yield f"http://{host}:{port}"
+    await server.stop()
+
+
+@pytest.fixture(scope="module")
+def small_context_sim() -> Iterator[str]:
+    with SimProcess(["--preset", "tiny", "--max-model-len", "2048"]) as sim:
+        yield sim.url
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+async def test_calibrated_prompts_are_the_length_asked_for(sim_url: str, api: str) -> None:
+    async with ProbeClient(TargetSettings(base_url=sim_url, api=api)) as client:  # type: ignore[arg-type]
+        uncalibrated = await client.send(RequestSpec(*ApproxPromptBuilder().text(1000, 1), 1))
+        calibration = await calibrate_prompts(client.send, api)  # type: ignore[arg-type]
+        assert calibration.tokens_per_word is not None and calibration.residual is not None
+        assert calibration.residual <= 0.02
+        for asked in (300, 2000):
+            if api == "chat":
+                messages, _ = calibration.builder.chat(asked, 42 + asked)
+                spec = RequestSpec(messages[-1][1], 1, asked, messages)
+            else:
+                spec = RequestSpec(calibration.builder.text(asked, 42 + asked)[0], 1, asked)
+            result = await client.send(spec)
+            assert result.prompt_tokens_reported is not None
+            assert abs(result.prompt_tokens_reported - asked) <= 0.05 * asked
+    # Without calibration the same builder is far off (the issue saw +82%).
+    assert uncalibrated.prompt_tokens_reported is not None and uncalibrated.prompt_tokens_reported > 1500
+    assert "residual error after fitting" in calibration.describe()
+
+
+def test_max_model_len_is_read_when_the_server_gives_it() -> None:
+    assert max_model_len(b'{"data": [{"id": "m", "max_model_len": 8192}]}') == 8192
+    assert max_model_len(b'{"data": [{"id": "m"}]}') is None
+    assert max_model_len(b"not json") is None
+
+
+def test_bench_against_a_foreign_tokenizer_sends_what_it_asks_for(
+    small_context_sim: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "report"
+    flags = ["bench", "--url", small_context_sim, "--workload", "sharegpt", "--requests", "30"]
+    main([*flags, "--rate", "20", "--json", "--quiet", "--output", str(out)])
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["requests"]["by_outcome"] == {"ok": 30}  # none over the 2048-token context
+    assert summary["target"]["max_model_len"] == 2048
+    assert summary["target"]["prompt_calibration"]["residual"] <= 0.02
+    check = next(c for c in summary["health_checks"] if c["name"] == "prompt_tokens")
+    assert check["passed"] is True and check["observed"] <= 0.05
+
+
+def test_profile_fits_its_ladder_to_the_context(
+    small_context_sim: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    output = tmp_path / "model.json"
+    flags = ["profile", "--url", small_context_sim, "--api", "completions", "--repeats", "1"]
+    assert main([*flags, "--max-length", "8192", "--output", str(output), "--json"]) == 0
+    captured = capsys.readouterr()
+    samples = json.loads(captured.out)["samples"]
+    assert [s["prompt_tokens"] for s in samples] == [128, 256, 512, 1024, 1985]
+    assert all(s["outcomes"] == {"ok": 1} for s in samples), samples  # nothing sent that must fail
+    assert "prompt lengths 2048, 4096, 8192 left out: the server's context is 2048 tokens" in captured.err
+    assert f"wrote {output}" in captured.err
