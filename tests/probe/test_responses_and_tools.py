@@ -224,3 +224,7 @@ async def test_a_repeated_conversation_reports_cached_prompt_tokens(sim: SimServ
     assert second.prompt_tokens_cached is not None and second.prompt_tokens_reported is not None
     block = sim.resolved.engine.block_size
     assert second.prompt_tokens_cached == (second.prompt_tokens_reported // block) * block
+    labels = {"model_name": sim.model, "engine": "0"}
+    assert sim.registry.get_sample_value("vllm:prefix_cache_hits_total", labels) == second.prompt_tokens_cached
+    queries = sim.registry.get_sample_value("vllm:prefix_cache_queries_total", labels)
+    assert queries == 2 * second.prompt_tokens_reported
