@@ -280,9 +280,9 @@ CASES: dict[str, tuple[str, list[str]]] = {
         ["targets[0].name: missing (required)", "targets[0].url: missing (required)"],
     ),
     "unknown-api-and-engine-kind": (
-        T + "    api: responses\n    engine_metrics: {url: http://h:8000/metrics, kind: ollama}\n",
+        T + "    api: embeddings\n    engine_metrics: {url: http://h:8000/metrics, kind: ollama}\n",
         [
-            'targets[0].api: unknown value "responses"; valid: chat, completions',
+            'targets[0].api: unknown value "embeddings"; valid: chat, completions, responses',
             'targets[0].engine_metrics.kind: unknown value "ollama"; valid: auto, llamacpp, sglang, tgi, vllm',
         ],
     ),
