@@ -57,7 +57,8 @@ class ThinkTime:
             values = rng.exponential(p["mean"], size=n)
         else:
             values = np.exp(rng.normal(np.log(p["median"]), p["sigma"], size=n))
-        return np.clip(values, 0.0, self.max if self.max is not None else np.inf)
+        clipped: npt.NDArray[np.float64] = np.clip(values, 0.0, self.max if self.max is not None else np.inf)
+        return clipped
 
     def describe(self) -> str:
         """The spec that rebuilds it."""
@@ -127,7 +128,9 @@ def _seconds(value: object, where: str) -> float:
     return seconds
 
 
-def next_turn(first: RequestSpec, previous: RequestSpec, answer: str, follow: FollowUp, turn: int) -> RequestSpec:
+def next_turn(
+    first: RequestSpec, previous: RequestSpec, answer: str, follow: FollowUp, turn: int
+) -> RequestSpec:
     """Turn ``turn``'s request: the conversation so far (``previous`` and its ``answer``, verbatim)
     and the new user message."""
     if previous.messages is not None:
@@ -158,7 +161,9 @@ async def run_session(
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[tuple[RequestSpec, ProbeResult]]:
     """Send a session's turns in order (see the module docstring); ``(spec, result)`` per sent turn."""
-    spec = replace(first, followups=(), keep_text=bool(first.followups), session=first.session or first.request_id)
+    spec = replace(
+        first, followups=(), keep_text=bool(first.followups), session=first.session or first.request_id
+    )
     sent: list[tuple[RequestSpec, ProbeResult]] = [(spec, await send(spec, scheduled_at))]
     for turn, follow in enumerate(first.followups, start=2):
         previous, result = sent[-1]

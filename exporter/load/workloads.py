@@ -279,7 +279,9 @@ class Workload:
     def describe(self) -> str:
         filters = f"prompt <= {self.max_prompt_tokens}, output <= {self.max_output_tokens}"
         exactness = "exact" if self.prompt_tokens_exact else "approximate"
-        text = f"{self.name}: {self.lengths.describe()}; filters {filters}; {exactness} prompts; api {self.api}"
+        text = (
+            f"{self.name}: {self.lengths.describe()}; filters {filters}; {exactness} prompts; api {self.api}"
+        )
         if self.turns is not None:
             text += f"; sessions of {self.turns.describe()} turns, think time {self.think_time.describe()}"
         return text + ("; tool calls" if self.tool_calls else "")

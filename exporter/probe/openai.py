@@ -199,7 +199,7 @@ _REASONING_EVENTS = frozenset(
 
 
 def _responses_usage(response: object, chunk: Chunk) -> Chunk:
-    usage = response.get("usage") if response.__class__ is dict else None  # type: ignore[attr-defined]
+    usage = response.get("usage") if isinstance(response, dict) else None
     if usage.__class__ is dict:
         chunk.completion_tokens = _count(usage.get("output_tokens"))
         chunk.prompt_tokens = _count(usage.get("input_tokens"))
@@ -212,7 +212,7 @@ def _responses_usage(response: object, chunk: Chunk) -> Chunk:
 def _responses_end(kind: str, response: object) -> Chunk:
     if kind == "response.completed":
         return _responses_usage(response, Chunk(finish_reason="stop", end=True))
-    details = response.get("incomplete_details") if response.__class__ is dict else None  # type: ignore[attr-defined]
+    details = response.get("incomplete_details") if isinstance(response, dict) else None
     reason = details.get("reason") if details.__class__ is dict else None
     reason = reason if reason.__class__ is str else "unknown"
     if reason == "max_output_tokens":
@@ -276,7 +276,7 @@ def read_chunk(fmt: ApiFormat, obj: object, event: str | None = None) -> Chunk:
     if obj.__class__ is not dict:
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     if fmt.read_event is not None:
-        return fmt.read_event(obj, event)  # type: ignore[arg-type]
+        return fmt.read_event(obj, event)
     usage = obj.get("usage")
     completion = prompt = cached = None
     if usage.__class__ is dict:

@@ -136,7 +136,9 @@ class SimCollector(Collector):
             snap.cache_queries,
         )
         yield self._counter(
-            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", snap.cache_hits
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            snap.cache_hits,
         )
         yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", stats.prompt_tokens)
         yield self._counter(

@@ -444,7 +444,9 @@ class ChunkBuilder:
             "function": {"name": self.req.tool, "arguments": ""},
         }
         delta = json.dumps({"tool_calls": [call]}, separators=(",", ":"))
-        return self._head + f',"choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":null}}]}}'
+        return (
+            self._head + f',"choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":null}}]}}'
+        )
 
     def open_events(self) -> list[str]:
         """Events before the first content chunk: a chat stream's role delta (and a tool call's name)."""

@@ -82,7 +82,13 @@ class ResponsesBuilder(ChunkBuilder):
             call_id = f"call_{self.request_id}"
             item = {"id": self._item, "type": "function_call", "call_id": call_id, "name": self.req.tool}
             return item | {"arguments": "", "status": "in_progress"}
-        return {"id": self._item, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+        return {
+            "id": self._item,
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
 
     def open_events(self) -> list[str]:
         events = [
@@ -149,6 +155,7 @@ def full_responses_body(
 ) -> dict[str, Any]:
     """The non-streaming ``/v1/responses`` body."""
     text = tokenizer.decode(token_ids)
+    output: list[dict[str, Any]]
     if req.tool is not None:
         arguments = _dumps({"query": text})
         call = {"id": f"fc_{request_id}", "call_id": f"call_{request_id}", "name": req.tool}

@@ -235,7 +235,9 @@ class SimServer:
                 400,
                 f"This model's maximum context length is {limit} tokens. However, you requested "
                 f"{prompt + wanted} tokens ({prompt} in the prompt, {wanted} in the completion).",
-                param="max_tokens" if wanted else ("input" if responses else "messages" if chat else "prompt"),
+                param="max_tokens"
+                if wanted
+                else ("input" if responses else "messages" if chat else "prompt"),
             )
         return req
 
@@ -250,7 +252,9 @@ class SimServer:
             draw -= rate
         return None
 
-    async def _generate(self, request: web.Request, chat: bool, responses: bool = False) -> web.StreamResponse:
+    async def _generate(
+        self, request: web.Request, chat: bool, responses: bool = False
+    ) -> web.StreamResponse:
         arrival = time.monotonic()
         try:
             req = await self._parse(request, chat, responses)
@@ -320,7 +324,12 @@ class SimServer:
         if len(self.engine.waiting) >= self.resolved.engine.max_waiting:
             return _error(self._queue_full())
         sim_request = SimRequest(
-            len(job.req.prompt_ids), job.tokens, job.reason, job.arrival, job.seed, prompt_ids=job.req.prompt_ids
+            len(job.req.prompt_ids),
+            job.tokens,
+            job.reason,
+            job.arrival,
+            job.seed,
+            prompt_ids=job.req.prompt_ids,
         )
         resp, stream = await self._open(job)
         if not self._runner.submit(sim_request, stream):
@@ -351,7 +360,9 @@ class SimServer:
                 if req.responses
                 else full_response(req, job.request_id, int(time.time()), token_ids, reason)
             )
-            return await run_fault(job.request, fault, normal_pieces([], body), False, _script_gap(req.script))
+            return await run_fault(
+                job.request, fault, normal_pieces([], body), False, _script_gap(req.script)
+            )
         events = builder.open_events()
         for index, token_id in enumerate(token_ids):
             last = index == tokens - 1

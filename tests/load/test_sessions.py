@@ -43,7 +43,10 @@ def test_think_time_specs(spec: Any, describe: str, mean: float) -> None:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("gamma:shape=2", 'unknown think-time distribution "gamma"; valid: fixed, uniform, exponential, lognormal'),
+        (
+            "gamma:shape=2",
+            'unknown think-time distribution "gamma"; valid: fixed, uniform, exponential, lognormal',
+        ),
         ("uniform:low=3", "uniform think time needs low, high (and optionally max), got 'uniform:low=3'"),
         ("uniform:low=3,high=1", "uniform think time: low must be <= high, got 'uniform:low=3,high=1'"),
         ("fixed:-1", "think time fixed.value: expected seconds >= 0, got '-1'"),
@@ -215,7 +218,7 @@ async def test_live_sessions_hit_the_prefix_cache_and_answer_follow_ups_faster()
     for r in follow:  # everything but the new message (and the partial last block) came from the cache
         assert r.prompt_tokens_reported is not None and r.prompt_tokens_cached is not None
         assert r.prompt_tokens_reported - 16 - 40 - 16 <= r.prompt_tokens_cached < r.prompt_tokens_reported
-    assert server.engine.cache_hits == sum(r.prompt_tokens_cached or 0 for r in run.results + [cold])
+    assert server.engine.cache_hits == sum(r.prompt_tokens_cached or 0 for r in [*run.results, cold])
 
     def ttft(r: ProbeResult) -> float:
         assert r.sent_at is not None

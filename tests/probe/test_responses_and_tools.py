@@ -22,7 +22,9 @@ RESPONSES = FORMATS["responses"]
 FAST = Timeouts(connect=1.0, ttft=2.0, idle=1.0, total=5.0)
 
 
-def _completed(output: int, cached: int = 0, kind: str = "response.completed", **extra: Any) -> dict[str, Any]:
+def _completed(
+    output: int, cached: int = 0, kind: str = "response.completed", **extra: Any
+) -> dict[str, Any]:
     usage = {"input_tokens": 9, "input_tokens_details": {"cached_tokens": cached}, "output_tokens": output}
     return {"type": kind, "response": {"status": kind.removeprefix("response."), "usage": usage, **extra}}
 
@@ -75,7 +77,11 @@ def test_read_responses_events(obj: dict[str, Any], event: str | None, expected:
     [
         ({"role": "assistant", "content": ""}, ("", "", False)),
         (  # the opening tool-call delta names the function: no token
-            {"tool_calls": [{"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}]},
+            {
+                "tool_calls": [
+                    {"index": 0, "id": "c", "type": "function", "function": {"name": "f", "arguments": ""}}
+                ]
+            },
             ("", "", False),
         ),
         ({"tool_calls": [{"index": 0, "function": {"arguments": '{"q'}}]}, ('{"q', "", True)),
@@ -140,7 +146,9 @@ def test_failed_and_error_events_abort_the_stream(obj: dict[str, Any]) -> None:
 
 
 def test_tool_call_tokens_are_counted_apart_and_after_reconciliation() -> None:
-    state = StreamState(ProbeResult(api="chat", max_tokens=6), FORMATS["chat"], TokenCounter(), keep_text=True)
+    state = StreamState(
+        ProbeResult(api="chat", max_tokens=6), FORMATS["chat"], TokenCounter(), keep_text=True
+    )
     call = {"index": 0, "function": {"arguments": '{"q":"'}}
     state.on_events(0.1, [SseEvent(json.dumps({"choices": [{"delta": {"tool_calls": [call]}}]}))])
     state.on_events(0.2, [SseEvent(json.dumps({"choices": [{"delta": {"content": " hi"}}]}))])
@@ -225,6 +233,8 @@ async def test_a_repeated_conversation_reports_cached_prompt_tokens(sim: SimServ
     block = sim.resolved.engine.block_size
     assert second.prompt_tokens_cached == (second.prompt_tokens_reported // block) * block
     labels = {"model_name": sim.model, "engine": "0"}
-    assert sim.registry.get_sample_value("vllm:prefix_cache_hits_total", labels) == second.prompt_tokens_cached
+    assert (
+        sim.registry.get_sample_value("vllm:prefix_cache_hits_total", labels) == second.prompt_tokens_cached
+    )
     queries = sim.registry.get_sample_value("vllm:prefix_cache_queries_total", labels)
     assert queries == 2 * second.prompt_tokens_reported

@@ -167,7 +167,9 @@ async def test_configured_fault_rates_apply_to_a_share_of_requests(
 async def test_error_event_ends_the_stream_after_some_chunks(
     sim: SimServer, session: aiohttp.ClientSession
 ) -> None:
-    async with session.post(sim.url + "/v1/completions", json=faulted({"mode": "error_event", "at": 2})) as resp:
+    async with session.post(
+        sim.url + "/v1/completions", json=faulted({"mode": "error_event", "at": 2})
+    ) as resp:
         lines = data_lines(await resp.read())
     assert resp.status == 200 and len(lines) == 3 and b"[DONE]" not in lines
     assert json.loads(lines[-1])["error"]["message"] == "simulated failure in the middle of the stream"

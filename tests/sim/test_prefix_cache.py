@@ -11,7 +11,11 @@ from exporter.sim.engine import Emission, Engine, EngineParams, SimRequest, run_
 from exporter.sim.prefix_cache import PrefixCache, block_hashes
 
 COST = CostModel(
-    step_overhead_s=0.002, per_seq_s=1e-5, kv_read_per_token_s=5e-9, prefill_per_token_s=2e-5, attn_per_pair_s=2e-9
+    step_overhead_s=0.002,
+    per_seq_s=1e-5,
+    kv_read_per_token_s=5e-9,
+    prefill_per_token_s=2e-5,
+    attn_per_pair_s=2e-9,
 )
 PARAMS = EngineParams(
     max_num_seqs=8,
