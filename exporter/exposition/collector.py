@@ -394,6 +394,11 @@ def _add_cumulative(out: Families, series: SeriesView) -> None:
         out.add(names.PROBE_GOOD_REQUESTS, labels, series.good_requests)
     if series.last_success is not None:
         out.add(names.PROBE_LAST_SUCCESS, labels, series.last_success)
+    for kind, turn in series.turns.items():
+        out.histogram(names.PROBE_TURN_TTFT, (*labels, kind), turn.ttft)
+        out.add(names.PROBE_TURN_REQUESTS, (*labels, kind), turn.completed)
+        out.add(names.PROBE_PROMPT_TOKENS, (*labels, kind), turn.prompt_tokens)
+        out.add(names.PROBE_PROMPT_CACHED_TOKENS, (*labels, kind), turn.cached_tokens)
 
 
 def _add_window(out: Families, labels: tuple[str, str, str], window: ProbeWindow) -> None:

@@ -47,6 +47,8 @@ TRIAL: Final = "trial"  # index of a capacity-search trial, from 1
 PROMPT_TOKENS: Final = "prompt_tokens"
 ENGINE: Final = "engine"  # the engine whose metric names were recognised: vllm, sglang, tgi, llamacpp
 GATEWAY: Final = "gateway"  # the gateway whose metric names were recognised: llm-d-epp
+TURN: Final = "turn"  # of a multi-turn session: first or followup (bounded: never the turn number)
+TURN_KINDS: Final = ("first", "followup")
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
 
@@ -152,6 +154,39 @@ PROBE_GOOD_REQUESTS = MetricSpec(
     "Probe requests that met every configured goodput bound (failed requests never do); divide by "
     f"fluidity_probe_requests_total for the goodput ratio. {_CACHED}",
     SERIES,
+)
+# --- Per (target, module, turn): first turns of sessions apart from follow-ups ----------------------
+
+_TURN = (
+    'turn="first" is a session\'s first request (and every single-turn request), turn="followup" a later '
+    "turn that re-sends the conversation so far."
+)
+PROBE_TURN_TTFT = MetricSpec(
+    "fluidity_probe_turn_ttft_seconds",
+    "histogram",
+    f"Time to first token of completed probe requests by turn. {_TURN} {_CACHED}",
+    (*SERIES, TURN),
+)
+PROBE_TURN_REQUESTS = MetricSpec(
+    "fluidity_probe_turn_requests_total",
+    "counter",
+    f"Completed probe requests by turn. {_TURN} {_CACHED}",
+    (*SERIES, TURN),
+)
+PROBE_PROMPT_TOKENS = MetricSpec(
+    "fluidity_probe_prompt_tokens_total",
+    "counter",
+    "Prompt tokens of probe requests whose server reported how many of them it served from its prefix "
+    f"cache, by turn. {_TURN} {_CACHED}",
+    (*SERIES, TURN),
+)
+PROBE_PROMPT_CACHED_TOKENS = MetricSpec(
+    "fluidity_probe_prompt_cached_tokens_total",
+    "counter",
+    "Prompt tokens the server reported as served from its prefix cache (usage.prompt_tokens_details."
+    "cached_tokens, llama.cpp's timings.cache_n), by turn; divide by fluidity_probe_prompt_tokens_total "
+    f"for the hit ratio. {_TURN} {_CACHED}",
+    (*SERIES, TURN),
 )
 PROBE_LAST_SUCCESS = MetricSpec(
     "fluidity_probe_last_success_timestamp_seconds",
@@ -569,6 +604,10 @@ COLLECTED: Final = (
     PROBE_DEADLINES_MISSED,
     PROBE_GOOD_REQUESTS,
     PROBE_LAST_SUCCESS,
+    PROBE_TURN_TTFT,
+    PROBE_TURN_REQUESTS,
+    PROBE_PROMPT_TOKENS,
+    PROBE_PROMPT_CACHED_TOKENS,
     WINDOW_REQUESTS,
     WINDOW_FLUIDITY,
     WINDOW_SERVICE_LEVEL,

@@ -286,6 +286,8 @@ def read_chunk(fmt: ApiFormat, obj: object, event: str | None = None) -> Chunk:
     elif (timings := obj.get("timings")).__class__ is dict:
         # llama.cpp with ``timings_per_token``: the tokens predicted so far, on every chunk.
         completion = _count(timings.get("predicted_n"))
+    if cached is None and (timings := obj.get("timings")).__class__ is dict:
+        cached = _count(timings.get("cache_n"))  # llama.cpp: prompt tokens reused from its cache
     choices = obj.get("choices")
     choice = choices[0] if choices.__class__ is list and choices else None
     if choice.__class__ is not dict:
