@@ -179,3 +179,16 @@ async def run_session(
 def session_turns(specs: Sequence[RequestSpec]) -> int:
     """Requests the sessions among ``specs`` will send at most (every turn)."""
     return sum(1 + len(spec.followups) for spec in specs)
+
+
+def planned_tokens(spec: RequestSpec) -> int:
+    """Prompt and output tokens a request (a whole session) will cost at most: every turn re-sends the
+    conversation so far, so a session's prompt tokens grow with each turn (for budgets)."""
+    context = spec.prompt_tokens or 0
+    total = context + spec.max_tokens
+    answer = spec.max_tokens
+    for follow in spec.followups:
+        context += answer + (follow.content_tokens or 0)
+        total += context + follow.max_tokens
+        answer = follow.max_tokens
+    return total
