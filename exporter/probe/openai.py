@@ -210,7 +210,9 @@ def _responses_usage(response: object, chunk: Chunk) -> Chunk:
 
 
 def _responses_end(kind: str, response: object) -> Chunk:
-    if kind == "response.completed":
+    # vLLM ends an answer cut at max_output_tokens with response.completed whose status is incomplete.
+    status = response.get("status") if isinstance(response, dict) else None
+    if kind == "response.completed" and status != "incomplete":
         return _responses_usage(response, Chunk(finish_reason="stop", end=True))
     details = response.get("incomplete_details") if isinstance(response, dict) else None
     reason = details.get("reason") if details.__class__ is dict else None

@@ -60,6 +60,14 @@ def _completed(
                 incomplete="content_filter",
             ),
         ),
+        (  # vLLM: an answer cut at max_output_tokens ends with a completed event of status incomplete
+            {
+                "type": "response.completed",
+                "response": {"status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}},
+            },
+            None,
+            Chunk(finish_reason="length", end=True),
+        ),
         (
             {"type": "response.failed", "response": {"status": "failed", "error": {"message": "oom"}}},
             None,
