@@ -312,6 +312,19 @@ ENGINE_PREEMPTIONS = MetricSpec(
 ENGINE_PROMPT_TOKENS = MetricSpec(
     "fluidity_engine_prompt_tokens_total", "counter", f"Prompt tokens processed. {_ENGINE}", (TARGET,)
 )
+ENGINE_PREFIX_CACHE_QUERIES = MetricSpec(
+    "fluidity_engine_prefix_cache_queries_total",
+    "counter",
+    f"Prompt tokens the engine looked up in its prefix cache (vLLM). {_ENGINE}",
+    (TARGET,),
+)
+ENGINE_PREFIX_CACHE_HITS = MetricSpec(
+    "fluidity_engine_prefix_cache_hits_total",
+    "counter",
+    "Prompt tokens the engine served from its prefix cache (vLLM; llama.cpp's prompt_tokens_cached, whose "
+    f"prompt tokens counter leaves them out). {_ENGINE}",
+    (TARGET,),
+)
 ENGINE_GENERATION_TOKENS = MetricSpec(
     "fluidity_engine_generation_tokens_total", "counter", f"Tokens generated. {_ENGINE}", (TARGET,)
 )
@@ -625,6 +638,8 @@ COLLECTED: Final = (
     ENGINE_KV_CACHE_USAGE,
     ENGINE_PREEMPTIONS,
     ENGINE_PROMPT_TOKENS,
+    ENGINE_PREFIX_CACHE_QUERIES,
+    ENGINE_PREFIX_CACHE_HITS,
     ENGINE_GENERATION_TOKENS,
     ENGINE_REQUEST_SUCCESS,
     ENGINE_WINDOW_TTFT,

@@ -42,6 +42,8 @@ REEXPORTED = {
     "fluidity_engine_kv_cache_usage_ratio",
     "fluidity_engine_preemptions_total",
     "fluidity_engine_prompt_tokens_total",
+    "fluidity_engine_prefix_cache_queries_total",
+    "fluidity_engine_prefix_cache_hits_total",
     "fluidity_engine_generation_tokens_total",
     "fluidity_engine_request_success_total",
     "fluidity_engine_window_ttft_seconds",
