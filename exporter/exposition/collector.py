@@ -398,7 +398,6 @@ def _add_cumulative(out: Families, series: SeriesView) -> None:
         out.add(names.PROBE_LAST_SUCCESS, labels, series.last_success)
     for kind, turn in series.turns.items():
         out.histogram(names.PROBE_TURN_TTFT, (*labels, kind), turn.ttft)
-        out.add(names.PROBE_TURN_REQUESTS, (*labels, kind), turn.completed)
         out.add(names.PROBE_PROMPT_TOKENS, (*labels, kind), turn.prompt_tokens)
         out.add(names.PROBE_PROMPT_CACHED_TOKENS, (*labels, kind), turn.cached_tokens)
 

@@ -164,13 +164,8 @@ _TURN = (
 PROBE_TURN_TTFT = MetricSpec(
     "fluidity_probe_turn_ttft_seconds",
     "histogram",
-    f"Time to first token of completed probe requests by turn. {_TURN} {_CACHED}",
-    (*SERIES, TURN),
-)
-PROBE_TURN_REQUESTS = MetricSpec(
-    "fluidity_probe_turn_requests_total",
-    "counter",
-    f"Completed probe requests by turn. {_TURN} {_CACHED}",
+    f"Time to first token of completed probe requests by turn (its _count: the completed requests). {_TURN} "
+    f"{_CACHED}",
     (*SERIES, TURN),
 )
 PROBE_PROMPT_TOKENS = MetricSpec(
@@ -618,7 +613,6 @@ COLLECTED: Final = (
     PROBE_GOOD_REQUESTS,
     PROBE_LAST_SUCCESS,
     PROBE_TURN_TTFT,
-    PROBE_TURN_REQUESTS,
     PROBE_PROMPT_TOKENS,
     PROBE_PROMPT_CACHED_TOKENS,
     WINDOW_REQUESTS,

@@ -180,10 +180,10 @@ class EngineView:
 
 @dataclass(frozen=True)
 class TurnCounts:
-    """First turns or follow-ups of one series: TTFT, completed requests, prompt and cached tokens."""
+    """First turns or follow-ups of one series: TTFT (its count: completed requests), prompt and cached
+    tokens."""
 
     ttft: HistogramCounts
-    completed: int
     prompt_tokens: int
     cached_tokens: int
 
@@ -191,20 +191,18 @@ class TurnCounts:
 @dataclass
 class _Turn:
     ttft: Histogram
-    completed: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0
 
     def add(self, results: Sequence[ProbeResult], ttfts: FloatArray) -> None:
         self.ttft.observe(ttfts)
-        self.completed += len(ttfts)
         for result in results:
             if result.prompt_tokens_cached is not None and result.prompt_tokens_reported:
                 self.prompt_tokens += result.prompt_tokens_reported
                 self.cached_tokens += result.prompt_tokens_cached
 
     def snapshot(self) -> TurnCounts:
-        return TurnCounts(self.ttft.snapshot(), self.completed, self.prompt_tokens, self.cached_tokens)
+        return TurnCounts(self.ttft.snapshot(), self.prompt_tokens, self.cached_tokens)
 
 
 def turn_kind(result: ProbeResult) -> str:

@@ -424,8 +424,8 @@ async def test_a_module_with_turns_sends_sessions_and_metrics_show_follow_ups_ap
     assert sorted((r.session, r.turn) for r in results) == sorted((s, t) for s in sessions for t in (1, 2, 3))
     series = samples(text)
     labels = {"target": "sim", "module": "talk"}
-    assert value(series, "fluidity_probe_turn_requests_total", **labels, turn="first") == 2
-    assert value(series, "fluidity_probe_turn_requests_total", **labels, turn="followup") == 4
+    assert value(series, "fluidity_probe_turn_ttft_seconds_count", **labels, turn="first") == 2
+    assert value(series, "fluidity_probe_turn_ttft_seconds_count", **labels, turn="followup") == 4
     cached = value(series, "fluidity_probe_prompt_cached_tokens_total", **labels, turn="followup")
     prompt = value(series, "fluidity_probe_prompt_tokens_total", **labels, turn="followup")
     # Each follow-up's conversation so far came back from the simulator's prefix cache: all but its new

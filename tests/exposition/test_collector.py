@@ -455,8 +455,7 @@ def test_first_turns_and_follow_ups_are_apart_under_a_bounded_turn_label() -> No
     def value(name: str, turn: str) -> float | None:
         return registry.get_sample_value(name, {**SERIES, "turn": turn})
 
-    assert value("fluidity_probe_turn_requests_total", "first") == 1  # the failed one did not complete
-    assert value("fluidity_probe_turn_requests_total", "followup") == 2
+    assert value("fluidity_probe_turn_ttft_seconds_count", "first") == 1  # the failed one did not complete
     assert value("fluidity_probe_turn_ttft_seconds_count", "followup") == 2
     assert value("fluidity_probe_turn_ttft_seconds_sum", "followup") == pytest.approx(0.12)
     assert value("fluidity_probe_turn_ttft_seconds_sum", "first") == pytest.approx(0.3)
@@ -469,5 +468,11 @@ def test_first_turns_and_follow_ups_are_apart_under_a_bounded_turn_label() -> No
 
 def test_turn_families_are_exported_at_zero_before_any_session() -> None:
     registry = registry_of(filled_store())
-    assert registry.get_sample_value("fluidity_probe_turn_requests_total", {**SERIES, "turn": "followup"}) == 0
-    assert registry.get_sample_value("fluidity_probe_prompt_cached_tokens_total", {**SERIES, "turn": "first"}) == 0
+    assert (
+        registry.get_sample_value("fluidity_probe_turn_ttft_seconds_count", {**SERIES, "turn": "followup"})
+        == 0
+    )
+    assert (
+        registry.get_sample_value("fluidity_probe_prompt_cached_tokens_total", {**SERIES, "turn": "first"})
+        == 0
+    )
