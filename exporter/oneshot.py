@@ -354,22 +354,22 @@ def _sample_units(workload: Workload, count: int, rng: np.random.Generator) -> l
 def session_options(workload: Workload, options: dict[str, Any]) -> Workload:
     """``--turns``, ``--think-time``, ``--tool-calls`` and ``--response-format`` applied to ``workload``."""
     changes: dict[str, Any] = {}
-    turns = options["turns"]
+    turns = options.get("turns")
     if turns is not None and str(turns).strip() != "trace":
         try:
             changes["turns"] = None if str(turns).strip() == "1" else parse_length_spec(turns)
         except ValueError as exc:
             raise BenchError(f"--turns: {exc}") from exc
-    if options["think_time"] is not None:
+    if options.get("think_time") is not None:
         try:
             changes["think_time"] = parse_think_time(options["think_time"])
         except ValueError as exc:
             raise BenchError(f"--think-time: {exc}") from exc
-    if options["tool_calls"]:
+    if options.get("tool_calls"):
         if workload.api == "completions":
             raise BenchError("--tool-calls: needs --api chat or responses")
         changes["tool_calls"] = True
-    if options["response_format"] is not None:
+    if options.get("response_format") is not None:
         changes["extra_body"] = (
             ("response_format", _json_object(options["response_format"], "--response-format")),
         )
