@@ -14,7 +14,8 @@ the (prompt, output) pairs of a real trace, drawn jointly so their correlation s
 (``exporter.load.sessions``): each is its first request, whose prompt length comes from ``lengths``,
 with follow-ups whose *new* user message lengths come from ``followup_lengths`` (default: ``lengths``)
 and whose think times come from ``think_time``. ``sample(n)`` then gives sessions that send ``n``
-requests in all (the last one cut short), ``sample_sessions(k)`` gives ``k`` sessions. A conversation
+requests in all (the last one cut short, and as many sessions as that takes), ``sample_sessions(k)``
+gives ``k`` sessions. A conversation
 ends early where its next prompt (the context so far plus the new message) would pass
 ``max_prompt_tokens``. ``tool_calls`` asks every request for a tool call; ``extra_body`` is merged into
 every request (structured output: ``{"response_format": {"type": "json_schema", ...}}``).
@@ -183,7 +184,7 @@ class Workload:
         """``n`` requests (with ``turns``: sessions that send ``n`` requests in all); prompt texts are
         unique within the call and across calls (``fresh_salt``)."""
         if self.turns is not None:
-            return self._sessions(rng, requests=n)
+            return self._sessions_of_requests(n, rng)
         prompts, outputs = self.sample_lengths(n, rng)
         salt = fresh_salt(rng)
         return [
@@ -193,27 +194,23 @@ class Workload:
 
     def sample_sessions(self, k: int, rng: np.random.Generator) -> list[RequestSpec]:
         """``k`` sessions (``k`` single requests without ``turns``)."""
-        return self._sessions(rng, sessions=k) if self.turns is not None else self.sample(k, rng)
+        return self._sessions(rng, k) if self.turns is not None else self.sample(k, rng)
 
-    def _turn_counts(self, rng: np.random.Generator, requests: int | None, sessions: int | None) -> list[int]:
-        assert self.turns is not None
-        if sessions is not None:
-            return [max(int(t), 1) for t in self.turns.sample(sessions, rng)]
-        counts: list[int] = []
-        while sum(counts) < (requests or 0):
-            counts.extend(max(int(t), 1) for t in self.turns.sample(64, rng))
-        total, cut = 0, []
-        for count in counts:
-            if total >= (requests or 0):
+    def _sessions_of_requests(self, n: int, rng: np.random.Generator) -> list[RequestSpec]:
+        """Sessions whose turns (after the context filter) add up to ``n``; the last one is cut short.
+        Every session sends at least one request, so ``n`` sessions always suffice."""
+        specs: list[RequestSpec] = []
+        total = 0
+        for session in self._sessions(rng, n):
+            if total >= n:
                 break
-            cut.append(min(count, (requests or 0) - total))
-            total += cut[-1]
-        return cut
-
-    def _sessions(
-        self, rng: np.random.Generator, *, requests: int | None = None, sessions: int | None = None
-    ) -> list[RequestSpec]:
-        counts = self._turn_counts(rng, requests, sessions)
+            cut = replace(session, followups=session.followups[: n - total - 1])
+            specs.append(cut)
+            total += 1 + len(cut.followups)
+        return specs
+    def _sessions(self, rng: np.random.Generator, sessions: int) -> list[RequestSpec]:
+        assert self.turns is not None
+        counts = [max(int(t), 1) for t in self.turns.sample(sessions, rng)]
         prompts, outputs = self.sample_lengths(len(counts), rng)
         later = sum(counts) - len(counts)
         source = replace(self, lengths=self.followup_lengths or self.lengths, turns=None)
@@ -256,7 +253,7 @@ class Workload:
         duration. It draws in batches, so its first ``n`` requests differ from ``sample(n, rng)``."""
         if self.turns is not None:
             while True:
-                yield from self._sessions(rng, sessions=batch)
+                yield from self._sessions(rng, batch)
         salt = fresh_salt(rng)
         index = 0
         while True:
