@@ -93,15 +93,8 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--total-timeout", type=float, help="seconds per request (default 600)")
 
 
-def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
-    load = parser.add_argument_group("load")
-    load.add_argument("--workload", help=f"preset: {', '.join(PRESET_NAMES)} (default sharegpt)")
-    load.add_argument("--trace", help="a trace file to replay (lengths and, with --arrival trace, times)")
-    load.add_argument("--trace-format", help=f"format of --trace: {', '.join(TRACE_FORMATS)}")
-    load.add_argument("--prompt-tokens", help="custom prompt lengths instead of a preset, e.g. fixed:512")
-    load.add_argument("--output-tokens", help="custom output lengths, e.g. uniform:low=64,high=256")
-    load.add_argument("--max-prompt-tokens", type=int, help="filter: longest prompt (default per preset)")
-    load.add_argument("--max-output-tokens", type=int, help="filter: longest output (default per preset)")
+def _add_session_arguments(load: argparse._ArgumentGroup) -> None:
+    """Multi-turn sessions, tool calls and structured output."""
     load.add_argument(
         "--turns",
         help="turns per session: N, a distribution (uniform:low=2,high=6) or trace (a conversation "
@@ -114,6 +107,18 @@ def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
         "--tool-calls", action="store_true", default=None, help="ask for tool calls instead of text"
     )
     load.add_argument("--response-format", metavar="JSON", help="structured output: a response_format object")
+
+
+def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
+    load = parser.add_argument_group("load")
+    load.add_argument("--workload", help=f"preset: {', '.join(PRESET_NAMES)} (default sharegpt)")
+    load.add_argument("--trace", help="a trace file to replay (lengths and, with --arrival trace, times)")
+    load.add_argument("--trace-format", help=f"format of --trace: {', '.join(TRACE_FORMATS)}")
+    load.add_argument("--prompt-tokens", help="custom prompt lengths instead of a preset, e.g. fixed:512")
+    load.add_argument("--output-tokens", help="custom output lengths, e.g. uniform:low=64,high=256")
+    load.add_argument("--max-prompt-tokens", type=int, help="filter: longest prompt (default per preset)")
+    load.add_argument("--max-output-tokens", type=int, help="filter: longest output (default per preset)")
+    _add_session_arguments(load)
     load.add_argument(
         "--rate",
         type=float,

@@ -208,6 +208,7 @@ class Workload:
             specs.append(cut)
             total += 1 + len(cut.followups)
         return specs
+
     def _sessions(self, rng: np.random.Generator, sessions: int) -> list[RequestSpec]:
         assert self.turns is not None
         counts = [max(int(t), 1) for t in self.turns.sample(sessions, rng)]
