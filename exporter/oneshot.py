@@ -629,6 +629,9 @@ def _run(options: dict[str, Any]) -> int:
     with target_url(options) as (url, simulated):
         settings = target_settings(options, url)
         plan = load_plan(options, simulated)
+        if workers > 1 and isinstance(plan.specs, list) and any(spec.followups for spec in plan.specs):
+            # A worker process sends single requests: a session's turns need the answers in one place.
+            raise BenchError("--workers: multi-turn sessions (--turns) run in one process; drop --workers")
         quiet = bool(options["quiet"] or options["json"])
         if not quiet:
             print(

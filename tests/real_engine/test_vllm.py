@@ -50,6 +50,7 @@ REEXPORTED = {
     "fluidity_engine_window_itl_seconds",
     "fluidity_engine_window_e2e_seconds",
     "fluidity_engine_window_queue_seconds",
+    "fluidity_engine_window_tpot_seconds",  # vLLM's request_time_per_output_token_seconds
 }
 
 
