@@ -235,7 +235,10 @@ def test_responses_api_with_tool_calls(
         (["--turns", "zipf:a=0"], "--turns: "),
         (["--think-time", "gamma:k=1"], '--think-time: unknown think-time distribution "gamma"'),
         (["--response-format", "[1]"], "--response-format: expected a JSON object"),
-        (["--turns", "2", "--workers", "2"], "--workers: multi-turn sessions (--turns) run in one process"),
+        (
+            ["--turns", "2", "--requests", "4", "--workers", "2"],
+            "--workers: multi-turn sessions (--turns) run in one",
+        ),
     ],
 )
 def test_bad_session_flags(
