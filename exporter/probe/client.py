@@ -89,10 +89,9 @@ class ProbeClient:
         self._clock = clock
         self._pool: ConnectionPool | None = None
         self._format: ApiFormat = FORMATS[settings.api]
-        root = Endpoint.parse(_api_root(settings.base_url))
-        self._endpoint = root
+        self._endpoint = Endpoint.parse(_api_root(settings.base_url))  # its path ends in /v1
         self._path = self._format.path.removeprefix("/v1")
-        self._url = f"{settings.base_url.rstrip('/').removesuffix('/v1')}/v1{self._path}"
+        self._url = _api_root(settings.base_url) + self._path
         self._headers = self._build_headers()
         self._model = settings.model
         self._model_lock = asyncio.Lock()

@@ -114,6 +114,10 @@ class HttpConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._now = now = self._clock()  # first: the stamp is the point of this client
+        if self._sink is None and self._complete:
+            self.abort()  # bytes nobody asked for, on an idle connection: it cannot be trusted again
+            self.closed = True
+            return
         self.bytes_received = True
         parts = self._parts
         try:

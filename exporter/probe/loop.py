@@ -11,6 +11,7 @@ to run its timer-heavy emitter better.
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -42,6 +43,9 @@ def loop_name(loop: asyncio.AbstractEventLoop | None = None) -> str:
 
 
 def run(main: Coroutine[Any, Any, T], *, loop: str | None = None) -> T:
-    """``asyncio.run`` on the chosen loop."""
+    """``asyncio.run`` on the chosen loop, after moving everything start-up allocated (modules, config,
+    tables) out of the garbage collector's sight: a full collection then scans only what the command
+    allocates while it measures, and pauses the loop (and every stamp behind it) that much less."""
+    gc.freeze()
     with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
         return runner.run(main)

@@ -75,6 +75,11 @@ class SseDecoder:
             chunk = self._trim_start(chunk)
         if not chunk:
             return []
+        if self._lone_event(chunk):
+            try:
+                return [SseEvent(chunk[6:-2].decode("utf-8"))]
+            except UnicodeDecodeError as exc:
+                raise SseInvalidUtf8Error(f"invalid UTF-8 in an SSE line at byte {exc.start}") from None
         buffer = self._buffer + chunk if self._buffer else chunk
         if b"\r" in buffer:
             lines = _LINE_END.split(buffer)
@@ -90,6 +95,20 @@ class SseDecoder:
         except UnicodeDecodeError as exc:
             raise SseInvalidUtf8Error(f"invalid UTF-8 in an SSE line at byte {exc.start}") from None
         return events
+
+    def _lone_event(self, chunk: bytes) -> bool:
+        """Whether ``chunk`` is exactly one whole ``data: ...`` event and nothing is pending: what one
+        read of a streaming server nearly always is, decoded without splitting it into lines."""
+        return (
+            chunk[:6] == b"data: "
+            and chunk[-2:] == b"\n\n"
+            and not self._buffer
+            and not self._data
+            and self._event is None
+            and chunk.count(b"\n") == 2
+            and b"\r" not in chunk
+            and len(chunk) <= self._max_line
+        )
 
     def _lines(self, lines: list[bytes], events: list[SseEvent]) -> None:
         # The hot path (one "data: {...}" line, then a blank line) stays inline: no call per line.

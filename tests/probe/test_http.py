@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -44,7 +45,9 @@ Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]
 
 async def read_request(reader: asyncio.StreamReader) -> bytes:
     head = await reader.readuntil(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
     return head + await reader.readexactly(length)
 
 
@@ -54,7 +57,9 @@ async def client_for(handler: Handler, host: str = "127.0.0.1") -> AsyncIterator
     port = server.sockets[0].getsockname()[1]
     url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     try:
-        async with ProbeClient(TargetSettings(base_url=url, api="completions", model="m", timeouts=FAST)) as client:
+        async with ProbeClient(
+            TargetSettings(base_url=url, api="completions", model="m", timeouts=FAST)
+        ) as client:
             yield client
     finally:
         server.close()
@@ -134,7 +139,12 @@ async def test_request_bytes_carry_host_length_and_headers_and_ipv6_hosts_are_br
 
 def test_endpoint_keeps_the_base_path_and_default_ports() -> None:
     endpoint = Endpoint.parse("https://gw.example/proxy/v1/")
-    assert (endpoint.host, endpoint.port, endpoint.tls, endpoint.path) == ("gw.example", 443, True, "/proxy/v1")
+    assert (endpoint.host, endpoint.port, endpoint.tls, endpoint.path) == (
+        "gw.example",
+        443,
+        True,
+        "/proxy/v1",
+    )
     assert endpoint.host_header == "gw.example"
     assert request_bytes("GET", endpoint, "/models", []).startswith(b"GET /proxy/v1/models HTTP/1.1\r\n")
     with pytest.raises(ValueError, match="http:// or https://"):
@@ -165,7 +175,7 @@ async def read_in_pieces(body: bytes, cuts: list[int], *, defer: bool) -> ProbeR
     reader = StreamReader(state, 1 << 20)
     reader.on_headers(0.5, 200, {"content-type": "text/event-stream"})
     bounds = [0, *sorted(set(cuts)), len(body)]
-    for stamp, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False), start=1):
+    for stamp, (start, end) in enumerate(itertools.pairwise(bounds), start=1):
         if end > start:
             reader.on_read(float(stamp), body[start:end])
             if not defer and reader._kept is not None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.probe.sse import SseDecoder, SseEvent, SseInvalidUtf8Error, SseLineTooLongError
+from exporter.probe.sse import DONE, SseDecoder, SseEvent, SseInvalidUtf8Error, SseLineTooLongError
 
 
 def decode(*reads: bytes, max_line: int = 1 << 20) -> list[SseEvent]:
@@ -130,3 +130,24 @@ def test_any_split_of_a_stream_gives_the_same_events(
     assert decode(*reads) == expected
     assert decode(raw) == expected
     assert decode(*(raw[i : i + 1] for i in range(len(raw)))) == expected
+
+
+@pytest.mark.parametrize(
+    ("reads", "expected"),
+    [
+        # One whole event per read: the fast path, event after event.
+        ((b'data: {"a":1}\n\n', b"data: [DONE]\n\n"), [SseEvent('{"a":1}'), SseEvent(DONE)]),
+        # An ``event:`` line pending from the read before: the event keeps its type.
+        ((b"event: delta\n", b"data: x\n\n"), [SseEvent("x", "delta")]),
+        # A data line pending from the read before: both lines join.
+        ((b"data: a\n", b"data: b\n\n"), [SseEvent("a\nb")]),
+        # A CR inside is a line end, not data.
+        ((b"data: a\rdata: b\n\n",), [SseEvent("a\nb")]),
+        # Leftover bytes of an unfinished line.
+        ((b"da", b"ta: x\n\n"), [SseEvent("x")]),
+    ],
+)
+def test_a_read_that_is_one_whole_event_decodes_like_any_other(
+    reads: tuple[bytes, ...], expected: list[SseEvent]
+) -> None:
+    assert decode(*reads) == expected
