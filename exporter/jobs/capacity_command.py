@@ -69,6 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--max-prompt-tokens", type=int, help="filter: longest prompt")
     load.add_argument("--max-output-tokens", type=int, help="filter: longest output")
     load.add_argument(
+        "--turns", help="turns per session: N or a distribution (default 1; the load is then sessions)"
+    )
+    load.add_argument("--think-time", help="seconds between a session's turns, e.g. fixed:2")
+    load.add_argument(
         "--load", choices=("rate", "concurrency"), help="search requests/s or concurrency (rate)"
     )
     load.add_argument(
