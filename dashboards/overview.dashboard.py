@@ -284,6 +284,48 @@ jobs_running = timeseries(
     step=True,
 )
 
+TURNS = ("target", "module", "turn")
+turn_ttft = timeseries(
+    "TTFT of first turns and follow-ups",
+    "Time to first token of a session's first request and of its later turns (p50 and p99), which "
+    "re-send the whole conversation so far. A follow-up's prompt is longer, but what the engine has "
+    "seen comes from its prefix cache, so follow-ups should be no slower than first turns. Good: "
+    "follow-ups at or below first turns; follow-ups far slower mean the prefix cache misses "
+    "(evicted, or routed to another replica). Empty for modules without turns.",
+    SECONDS,
+    [
+        Query(
+            quantile(q, names.PROBE_TURN_TTFT, TURNS),
+            f"{{{{target}}}}/{{{{module}}}} {{{{turn}}}} p{q * 100:g}",
+        )
+        for q in (0.5, 0.99)
+    ],
+)
+cache_hits = timeseries(
+    "Prompt tokens served from the prefix cache",
+    "Share of prompt tokens the server reported as cached, for first turns and follow-ups of the probes "
+    "(usage cached_tokens; llama.cpp's cache_n), beside the engine's own hit ratio over all its traffic "
+    "(vLLM: prefix-cache hits / queries; llama.cpp: cached / (cached + evaluated) prompt tokens). Good: "
+    "follow-ups close to 1 minus their new message's share; first turns near 0 (probe prompts are "
+    "unique). Servers that do not report cached tokens (vLLM without --enable-prompt-tokens-details) "
+    "show only the engine's line.",
+    RATIO,
+    [
+        Query(
+            f"{sum_rate(names.PROBE_PROMPT_CACHED_TOKENS, TURNS)} / {sum_rate(names.PROBE_PROMPT_TOKENS, TURNS)}",
+            "{{target}}/{{module}} {{turn}}",
+        ),
+        Query(
+            f"{sum_rate(names.ENGINE_PREFIX_CACHE_HITS, ['target'], ENGINE)} / "
+            f"({sum_rate(names.ENGINE_PREFIX_CACHE_QUERIES, ['target'], ENGINE)} or "
+            f"({sum_rate(names.ENGINE_PREFIX_CACHE_HITS, ['target'], ENGINE)} + "
+            f"{sum_rate(names.ENGINE_PROMPT_TOKENS, ['target'], ENGINE)}))",
+            "{{target}} engine",
+        ),
+    ],
+    high=1,
+)
+
 dashboard = new_dashboard(
     "Fluidity / Overview",
     "fluidity-overview",
@@ -340,6 +382,7 @@ dashboard = new_dashboard(
                 ),
             ],
         ),
+        Section("Conversations (multi-turn sessions)", [Cell(turn_ttft, 12), Cell(cache_hits, 12)]),
         Section(
             "Requests and probing",
             [

@@ -50,6 +50,7 @@ from exporter.jobs.runners import capacity_runner, profile_runner
 from exporter.jobs.store import JOB_STATES, JobRecord, JobStore
 from exporter.load.cpus import available_cpus
 from exporter.load.runner import run_load
+from exporter.load.sessions import planned_tokens, session_turns
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, Secret
@@ -437,8 +438,8 @@ class Daemon:
         if key in state.busy:
             raise ProbeRefusedError(f"a probe of {target.name}/{module.name} is already running", "busy")
         specs = module.workload_for(target).sample(module.requests_per_run, self.rng)
-        planned_tokens = sum(spec.max_tokens + (spec.prompt_tokens or 0) for spec in specs)
-        reason = state.budget.skip_reason(len(specs), planned_tokens)
+        # A session counts every turn, each re-sending the conversation so far.
+        reason = state.budget.skip_reason(session_turns(specs), sum(planned_tokens(spec) for spec in specs))
         if reason is not None:
             detail = state.health.describe() if reason == "backing_off" else "see targets[].budget"
             raise ProbeRefusedError(f"target {target.name}: {reason.replace('_', ' ')}; {detail}", reason)

@@ -35,8 +35,16 @@ from exporter.load.distributions import parse_length_spec
 from exporter.load.presets import PRESET_NAMES, preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.runner import LoadRun, load_run_from_results, run_load
+from exporter.load.sessions import DEFAULT_THINK_TIME, parse_think_time, session_turns
 from exporter.load.shard_local import local_shards
-from exporter.load.traces import TRACE_FORMATS, load_trace, trace_arrivals, trace_specs, trace_workload
+from exporter.load.traces import (
+    TRACE_FORMATS,
+    load_trace,
+    trace_arrivals,
+    trace_specs,
+    trace_turns,
+    trace_workload,
+)
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient
@@ -76,7 +84,7 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument(
         "--url", help="base URL of an OpenAI-compatible server (default: start the simulator)"
     )
-    target.add_argument("--api", choices=APIS, help="chat or completions (default chat)")
+    target.add_argument("--api", choices=APIS, help="chat, completions or responses (default chat)")
     target.add_argument("--model", help="model name (default: the first of /v1/models)")
     target.add_argument("--api-key-env", help="environment variable holding the API key")
     target.add_argument("--api-key-file", help="file holding the API key")
@@ -96,6 +104,22 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_session_arguments(load: argparse._ArgumentGroup) -> None:
+    """Multi-turn sessions, tool calls and structured output."""
+    load.add_argument(
+        "--turns",
+        help="turns per session: N, a distribution (uniform:low=2,high=6) or trace (a conversation "
+        "trace's own turns); default 1, the mooncake preset 1-5",
+    )
+    load.add_argument(
+        "--think-time", help=f"seconds between turns, e.g. fixed:2 (default {DEFAULT_THINK_TIME})"
+    )
+    load.add_argument(
+        "--tool-calls", action="store_true", default=None, help="ask for tool calls instead of text"
+    )
+    load.add_argument("--response-format", metavar="JSON", help="structured output: a response_format object")
+
+
 def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
     load = parser.add_argument_group("load")
     load.add_argument("--workload", help=f"preset: {', '.join(PRESET_NAMES)} (default sharegpt)")
@@ -105,7 +129,12 @@ def _add_load_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--output-tokens", help="custom output lengths, e.g. uniform:low=64,high=256")
     load.add_argument("--max-prompt-tokens", type=int, help="filter: longest prompt (default per preset)")
     load.add_argument("--max-output-tokens", type=int, help="filter: longest output (default per preset)")
-    load.add_argument("--rate", type=float, help=f"requests per second, open loop (default {DEFAULT_RATE:g})")
+    _add_session_arguments(load)
+    load.add_argument(
+        "--rate",
+        type=float,
+        help=f"requests (with --turns: sessions) per second, open loop (default {DEFAULT_RATE:g})",
+    )
     load.add_argument("--arrival", help=f"arrival process: {', '.join(ARRIVALS)}, trace (default poisson)")
     load.add_argument("--burstiness", type=float, help="gamma shape (1 = Poisson; < 1 burstier)")
     load.add_argument("--concurrency", type=int, help="closed loop: requests in flight")
@@ -361,10 +390,16 @@ def load_plan(options: dict[str, Any], simulated: bool, facts: TargetFacts | Non
         specs = _sample(workload, count, rng) if count else workload.stream(rng)
         return LoadPlan(specs, None, concurrency, None, duration, exact, described)
     process = _arrival(options)
+    if workload.sessions and count:  # count requests in all; the arrivals start sessions
+        specs = _sample(workload, count, rng)
+        offsets = process.offsets(len(specs), rng)
+        if duration is not None:
+            offsets = offsets[offsets < duration]
+        return LoadPlan(specs[: len(offsets)], offsets, None, process.rate, duration, exact, described)
     offsets = process.offsets(count, rng) if count else offsets_within(process, duration, rng)
     if count and duration is not None:
         offsets = offsets[offsets < duration]
-    specs = _sample(workload, len(offsets), rng)
+    specs = _sample_units(workload, len(offsets), rng)
     return LoadPlan(specs, offsets, None, process.rate, duration, exact, f"{described}; {process.describe()}")
 
 
@@ -373,6 +408,56 @@ def _sample(workload: Workload, count: int, rng: np.random.Generator) -> list[Re
         return workload.sample(count, rng)
     except ValueError as exc:
         raise BenchError(str(exc)) from exc
+
+
+def _sample_units(workload: Workload, count: int, rng: np.random.Generator) -> list[RequestSpec]:
+    """``count`` sessions (or single requests): one per open-loop arrival."""
+    try:
+        return workload.sample_sessions(count, rng)
+    except ValueError as exc:
+        raise BenchError(str(exc)) from exc
+
+
+def session_options(workload: Workload, options: dict[str, Any]) -> Workload:
+    """``--turns``, ``--think-time``, ``--tool-calls`` and ``--response-format`` applied to ``workload``."""
+    changes: dict[str, Any] = {}
+    turns = options.get("turns")
+    if turns is not None and str(turns).strip() != "trace":
+        try:
+            changes["turns"] = None if str(turns).strip() == "1" else parse_length_spec(turns)
+        except ValueError as exc:
+            raise BenchError(f"--turns: {exc}") from exc
+    if options.get("think_time") is not None:
+        try:
+            changes["think_time"] = parse_think_time(options["think_time"])
+        except ValueError as exc:
+            raise BenchError(f"--think-time: {exc}") from exc
+    if options.get("tool_calls"):
+        if workload.api == "completions":
+            raise BenchError("--tool-calls: needs --api chat or responses")
+        changes["tool_calls"] = True
+    if options.get("response_format") is not None:
+        changes["extra_body"] = (
+            ("response_format", _json_object(options["response_format"], "--response-format")),
+        )
+    session_turns_on = changes.get("turns", workload.turns) is not None or str(turns or "").strip() == "trace"
+    if session_turns_on and changes.get("tool_calls", workload.tool_calls):
+        raise BenchError(
+            "--tool-calls and --turns above 1 exclude each other: a conversation would need tool results"
+        )
+    return dataclasses.replace(workload, **changes) if changes else workload
+
+
+def _json_object(text: str | dict[str, Any], flag: str) -> dict[str, Any]:
+    if isinstance(text, dict):
+        return text
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BenchError(f"{flag}: not valid JSON ({exc.msg})") from exc
+    if not isinstance(value, dict):
+        raise BenchError(f"{flag}: expected a JSON object")
+    return value
 
 
 def workload_from_options(
@@ -398,6 +483,7 @@ def workload_from_options(
             workload = preset(options["workload"] or "sharegpt", builder=builder, api=api, **limits)
         except ValueError as exc:
             raise BenchError(f"--workload: {exc}") from exc
+    workload = session_options(workload, options)
     context = facts.context
     if context is None and simulated:
         context = SIM_PRESETS[options["sim_preset"] or DEFAULT_SIM_PRESET].engine.max_model_len
@@ -469,7 +555,13 @@ def _trace_plan(
         raise BenchError(f"--trace: {exc}") from exc
     records = records[:count] if count else records
     replay = trace_workload(records, workload)
-    specs = trace_specs(records, replay, salt=int(rng.integers(0, 2**40)))
+    sessions = str(options["turns"] or "").strip() == "trace"
+    if sessions and not trace_turns(records):
+        raise BenchError(f"--turns trace: {options['trace']} holds no conversation with more than one turn")
+    thinks = workload.think_time.sample(trace_turns(records), rng).tolist() if sessions else []
+    specs = trace_specs(
+        records, replay, salt=int(rng.integers(0, 2**40)), sessions=sessions, think_times=thinks
+    )
     description = f"trace {options['trace']} ({len(records)} requests)"
     if (options["arrival"] or "") == "trace":
         arrivals = trace_arrivals(records)
@@ -650,6 +742,9 @@ def _run(options: dict[str, Any]) -> int:
         settings = target_settings(options, url)
         facts = event_loop.run(discover(settings, skip_calibration(options, simulated)))
         plan = load_plan(options, simulated, facts)
+        if workers > 1 and isinstance(plan.specs, list) and any(spec.followups for spec in plan.specs):
+            # A worker process sends single requests: a session's turns need the answers in one place.
+            raise BenchError("--workers: multi-turn sessions (--turns) run in one process; drop --workers")
         quiet = bool(options["quiet"] or options["json"])
         if not quiet:
             print(
@@ -658,7 +753,7 @@ def _run(options: dict[str, Any]) -> int:
                 sep="\n",
                 file=sys.stderr,
             )
-        total = len(plan.specs) if isinstance(plan.specs, list) and plan.duration is None else None
+        total = session_turns(plan.specs) if isinstance(plan.specs, list) and plan.duration is None else None
         live = LiveLine(total, spec, not quiet)
         load = event_loop.run(drive(settings, plan, workers, live))
         live.close()

@@ -204,3 +204,75 @@ def test_default_target_is_the_simulator_and_presets_fit_its_context(
     summary = json.loads(capsys.readouterr().out)
     assert summary["requests"]["by_outcome"] == {"ok": 12}
     assert summary["latency"]["output_tokens"]["max"] <= 4096
+
+
+def test_multi_turn_sessions_report_first_and_follow_up_turns_apart(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = [
+        "--url",
+        sim_url,
+        "--requests",
+        "12",
+        "--rate",
+        "10",
+        "--turns",
+        "3",
+        "--think-time",
+        "fixed:0.05",
+    ]
+    code, out = bench(tmp_path, *flags, "--json", *SMALL)
+    assert_measured(code, out)
+    summary = json.loads(capsys.readouterr().out)
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert len(records) == 12 and summary["requests"]["by_outcome"] == {"ok": 12}
+    sessions: dict[str, list[int]] = {}
+    for record in records:
+        sessions.setdefault(record["session"], []).append(record["turn"])
+    assert sorted(sessions.values()) == [[1, 2, 3]] * 4
+    turns = summary["turns"]
+    assert (turns["sessions"], turns["first"]["requests"], turns["followup"]["requests"]) == (4, 4, 8)
+    assert turns["first"]["prompt_tokens_cached"]["cached_tokens"] == 0
+    # Follow-ups re-send the conversation: most of each prompt comes from the simulator's prefix cache.
+    assert turns["followup"]["prompt_tokens_cached"]["hit_ratio"] > 0.5
+    cached = sum(r["prompt_tokens_cached"] for r in records if r["turn"] > 1)
+    assert cached == turns["followup"]["prompt_tokens_cached"]["cached_tokens"]
+    assert turns["followup"]["ttft"]["count"] == 8
+
+
+def test_responses_api_with_tool_calls(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["--url", sim_url, "--api", "responses", "--tool-calls", "--requests", "6", "--rate", "20"]
+    code, out = bench(tmp_path, *flags, "--json", *SMALL)
+    assert_measured(code, out)
+    summary = json.loads(capsys.readouterr().out)
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert summary["requests"]["by_outcome"] == {"ok": 6}
+    assert all(r["api"] == "responses" and r["tool_call_tokens"] == r["output_tokens"] > 0 for r in records)
+    assert summary["turns"]["first"]["output_tokens"] == {
+        "text": 0,
+        "tool_call": sum(r["output_tokens"] for r in records),
+    }
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--api", "completions", "--tool-calls"], "--tool-calls: needs --api chat or responses"),
+        (["--turns", "3", "--tool-calls"], "--tool-calls and --turns above 1 exclude each other"),
+        (["--turns", "zipf:a=0"], "--turns: "),
+        (["--think-time", "gamma:k=1"], '--think-time: unknown think-time distribution "gamma"'),
+        (["--response-format", "[1]"], "--response-format: expected a JSON object"),
+        (
+            ["--turns", "2", "--requests", "4", "--workers", "2"],
+            "--workers: multi-turn sessions (--turns) run in one",
+        ),
+    ],
+)
+def test_bad_session_flags(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    code, _ = bench(tmp_path, "--url", sim_url, "--requests", "1", *flags)
+    assert code == 2
+    assert message in capsys.readouterr().err

@@ -6,7 +6,10 @@ draw is a config problem rather than a failing job.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +26,8 @@ from exporter.config.values import (
     string_value,
 )
 from exporter.load.arrivals import ArrivalProcess
+from exporter.load.distributions import Fixed
+from exporter.load.sessions import ThinkTime, parse_think_time
 from exporter.load.traces import TRACE_FORMATS, load_trace
 from exporter.load.workloads import PairedLengths, Workload
 from exporter.stats.prefill import PrefillModel
@@ -34,6 +39,24 @@ MODULE_KEYS = (
 )  # fmt: skip
 SLO_KEYS = ("prefill", "decode_tiers", "target_fluidity", "percentile", "objectives", "goodput")
 GOODPUT_KEYS = ("ttft", "tpot", "e2e", "max_tbt", "normalized_latency", "min_fluidity")
+# A workload mapping: one source of lengths (a preset, a trace, or two distributions) and sessions.
+WORKLOAD_KEYS = ("preset", "prompt_tokens", "output_tokens", "trace", "format")
+SESSION_KEYS = ("turns", "think_time", "tool_calls", "response_format")
+
+
+def think_spec(value: Any) -> ThinkTime:
+    if not isinstance(value, str | int | float | Mapping) or isinstance(value, bool):
+        raise ValueError(f"must be a think-time spec like lognormal:median=10,sigma=0.8, got {show(value)}")
+    return parse_think_time(value)
+
+
+def response_format_spec(value: Any) -> str:
+    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+        raise ValueError(
+            'must be a response_format object with a "type", e.g. {type: json_schema, json_schema: {...}}, '
+            f"got {show(value)}"
+        )
+    return json.dumps(value, sort_keys=True)
 
 
 class ModuleReader:
@@ -68,17 +91,45 @@ class ModuleReader:
             return WorkloadSpec()
         if isinstance(raw, str):
             return sec.read("workload", WorkloadSpec(), preset_spec, resolve=False)
-        keys = ("prompt_tokens", "output_tokens", "trace", "format")
-        lengths = Section.open(raw, sec.at("workload"), self.ctx.problems, keys)
+        lengths = Section.open(raw, sec.at("workload"), self.ctx.problems, (*WORKLOAD_KEYS, *SESSION_KEYS))
         if lengths is None:
             return WorkloadSpec()
-        if lengths.has("trace") or lengths.has("format"):
-            return self.trace_workload(lengths)
+        return self.sessions(lengths, self.lengths(lengths))
+
+    def lengths(self, sec: Section) -> WorkloadSpec:
+        if sec.has("preset"):
+            if any(sec.has(key) for key in WORKLOAD_KEYS[1:]):
+                self.ctx.problems.add(
+                    sec.path, "give one of preset, trace (with format) or prompt_tokens/output_tokens"
+                )
+            return sec.read("preset", WorkloadSpec(), preset_spec, resolve=False)
+        if sec.has("trace") or sec.has("format"):
+            return self.trace_workload(sec)
         default = WorkloadSpec()
         return WorkloadSpec(
-            prompt_tokens=lengths.read("prompt_tokens", default.prompt_tokens, length_spec),
-            output_tokens=lengths.read("output_tokens", default.output_tokens, length_spec),
+            prompt_tokens=sec.read("prompt_tokens", default.prompt_tokens, length_spec),
+            output_tokens=sec.read("output_tokens", default.output_tokens, length_spec),
         )
+
+    def sessions(self, sec: Section, spec: WorkloadSpec) -> WorkloadSpec:
+        """``turns``, ``think_time``, ``tool_calls`` and ``response_format`` of a workload mapping."""
+        spec = replace(
+            spec,
+            turns=sec.read("turns", None, length_spec),
+            think_time=sec.read("think_time", None, think_spec, resolve=False),
+            tool_calls=sec.boolean("tool_calls", False),
+            response_format=sec.read("response_format", None, response_format_spec, resolve=False),
+        )
+        if (
+            spec.tool_calls
+            and spec.turns is not None
+            and not (isinstance(spec.turns, Fixed) and spec.turns.value == 1)
+        ):
+            self.ctx.problems.add(
+                sec.path,
+                "tool_calls and turns above 1 exclude each other (a conversation would need tool results)",
+            )
+        return spec
 
     def trace_workload(self, sec: Section) -> WorkloadSpec:
         """``{trace: PATH, format: sharegpt|azure|mooncake|jsonl}``: (prompt, output) pairs of a real trace,

@@ -50,7 +50,10 @@ class BudgetTracker:
     def record(self, results: Sequence[ProbeResult]) -> float:
         """Charge a finished run and update the failure streak; returns the back-off it starts (0: none)."""
         now = self.clock()
-        tokens = sum(r.output_tokens + (r.prompt_tokens_intended or 0) for r in results)
+        # A session's later turns have no intended length: the server's count of the prompt is the cost.
+        tokens = sum(
+            r.output_tokens + (r.prompt_tokens_intended or r.prompt_tokens_reported or 0) for r in results
+        )
         self.spent.append((now, len(results), tokens))
         # A run with nothing completed, or one the target answered with 429, says "leave me alone".
         saturated = any(r.outcome is Outcome.RATE_LIMITED for r in results)

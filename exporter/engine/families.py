@@ -81,6 +81,8 @@ class Signal(StrEnum):
     PROMPT_TOKENS_TOTAL = "prompt_tokens_total"
     GENERATION_TOKENS_TOTAL = "generation_tokens_total"
     REQUEST_SUCCESS_TOTAL = "request_success_total"
+    PREFIX_CACHE_QUERIES_TOTAL = "prefix_cache_queries_total"  # prompt tokens looked up in the cache
+    PREFIX_CACHE_HITS_TOTAL = "prefix_cache_hits_total"  # prompt tokens served from it
     SERVER_TTFT_SECONDS = "server_ttft_seconds"
     SERVER_ITL_SECONDS = "server_itl_seconds"
     SERVER_E2E_SECONDS = "server_e2e_seconds"
@@ -110,6 +112,8 @@ SIGNAL_TYPES: Mapping[Signal, SignalType] = {
     Signal.PROMPT_TOKENS_TOTAL: SignalType.COUNTER,
     Signal.GENERATION_TOKENS_TOTAL: SignalType.COUNTER,
     Signal.REQUEST_SUCCESS_TOTAL: SignalType.COUNTER,
+    Signal.PREFIX_CACHE_QUERIES_TOTAL: SignalType.COUNTER,
+    Signal.PREFIX_CACHE_HITS_TOTAL: SignalType.COUNTER,
     Signal.SERVER_TTFT_SECONDS: SignalType.HISTOGRAM,
     Signal.SERVER_ITL_SECONDS: SignalType.HISTOGRAM,
     Signal.SERVER_E2E_SECONDS: SignalType.HISTOGRAM,
@@ -197,6 +201,13 @@ VLLM = EngineFamilies(
         Signal.PROMPT_TOKENS_TOTAL: _src("vllm:prompt_tokens_total"),
         Signal.GENERATION_TOKENS_TOTAL: _src("vllm:generation_tokens_total"),
         Signal.REQUEST_SUCCESS_TOTAL: _src("vllm:request_success_total"),
+        # Counted in tokens; vLLM V1 before 0.10 spelled them with gpu_.
+        Signal.PREFIX_CACHE_QUERIES_TOTAL: _src(
+            "vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"
+        ),
+        Signal.PREFIX_CACHE_HITS_TOTAL: _src(
+            "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"
+        ),
         Signal.SERVER_TTFT_SECONDS: _src("vllm:time_to_first_token_seconds"),
         Signal.SERVER_ITL_SECONDS: _src(
             "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"
@@ -251,6 +262,8 @@ LLAMACPP = EngineFamilies(
         Signal.KV_CACHE_USAGE: _src("llamacpp:kv_cache_usage_ratio"),
         Signal.PROMPT_TOKENS_TOTAL: _src("llamacpp:prompt_tokens_total"),
         Signal.GENERATION_TOKENS_TOTAL: _src("llamacpp:tokens_predicted_total"),
+        # Its prompt counter leaves the cached tokens out: queries are the two together (see the docs).
+        Signal.PREFIX_CACHE_HITS_TOTAL: _src("llamacpp:prompt_tokens_cached_total"),
     },
 )
 

@@ -70,6 +70,8 @@ ENGINE_PLANE = _Plane(
         Signal.KV_CACHE_USAGE: names.ENGINE_KV_CACHE_USAGE,
         Signal.PREEMPTIONS_TOTAL: names.ENGINE_PREEMPTIONS,
         Signal.PROMPT_TOKENS_TOTAL: names.ENGINE_PROMPT_TOKENS,
+        Signal.PREFIX_CACHE_QUERIES_TOTAL: names.ENGINE_PREFIX_CACHE_QUERIES,
+        Signal.PREFIX_CACHE_HITS_TOTAL: names.ENGINE_PREFIX_CACHE_HITS,
         Signal.GENERATION_TOKENS_TOTAL: names.ENGINE_GENERATION_TOKENS,
         Signal.REQUEST_SUCCESS_TOTAL: names.ENGINE_REQUEST_SUCCESS,
     },
@@ -394,6 +396,10 @@ def _add_cumulative(out: Families, series: SeriesView) -> None:
         out.add(names.PROBE_GOOD_REQUESTS, labels, series.good_requests)
     if series.last_success is not None:
         out.add(names.PROBE_LAST_SUCCESS, labels, series.last_success)
+    for kind, turn in series.turns.items():
+        out.histogram(names.PROBE_TURN_TTFT, (*labels, kind), turn.ttft)
+        out.add(names.PROBE_PROMPT_TOKENS, (*labels, kind), turn.prompt_tokens)
+        out.add(names.PROBE_PROMPT_CACHED_TOKENS, (*labels, kind), turn.cached_tokens)
 
 
 def _add_window(out: Families, labels: tuple[str, str, str], window: ProbeWindow) -> None:

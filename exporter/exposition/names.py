@@ -47,6 +47,8 @@ TRIAL: Final = "trial"  # index of a capacity-search trial, from 1
 PROMPT_TOKENS: Final = "prompt_tokens"
 ENGINE: Final = "engine"  # the engine whose metric names were recognised: vllm, sglang, tgi, llamacpp
 GATEWAY: Final = "gateway"  # the gateway whose metric names were recognised: llm-d-epp
+TURN: Final = "turn"  # of a multi-turn session: first or followup (bounded: never the turn number)
+TURN_KINDS: Final = ("first", "followup")
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
 
@@ -153,6 +155,34 @@ PROBE_GOOD_REQUESTS = MetricSpec(
     "Probe requests that met every configured goodput bound (failed requests never do); divide by "
     f"fluidity_probe_requests_total for the goodput ratio. {_CACHED}",
     SERIES,
+)
+# --- Per (target, module, turn): first turns of sessions apart from follow-ups ----------------------
+
+_TURN = (
+    'turn="first" is a session\'s first request (and every single-turn request), turn="followup" a later '
+    "turn that re-sends the conversation so far."
+)
+PROBE_TURN_TTFT = MetricSpec(
+    "fluidity_probe_turn_ttft_seconds",
+    "histogram",
+    f"Time to first token of completed probe requests by turn (its _count: the completed requests). {_TURN} "
+    f"{_CACHED}",
+    (*SERIES, TURN),
+)
+PROBE_PROMPT_TOKENS = MetricSpec(
+    "fluidity_probe_prompt_tokens_total",
+    "counter",
+    "Prompt tokens of probe requests whose server reported how many of them it served from its prefix "
+    f"cache, by turn. {_TURN} {_CACHED}",
+    (*SERIES, TURN),
+)
+PROBE_PROMPT_CACHED_TOKENS = MetricSpec(
+    "fluidity_probe_prompt_cached_tokens_total",
+    "counter",
+    "Prompt tokens the server reported as served from its prefix cache (usage.prompt_tokens_details."
+    "cached_tokens, llama.cpp's timings.cache_n), by turn; divide by fluidity_probe_prompt_tokens_total "
+    f"for the hit ratio. {_TURN} {_CACHED}",
+    (*SERIES, TURN),
 )
 PROBE_LAST_SUCCESS = MetricSpec(
     "fluidity_probe_last_success_timestamp_seconds",
@@ -285,6 +315,19 @@ ENGINE_PREEMPTIONS = MetricSpec(
 )
 ENGINE_PROMPT_TOKENS = MetricSpec(
     "fluidity_engine_prompt_tokens_total", "counter", f"Prompt tokens processed. {_ENGINE}", (TARGET,)
+)
+ENGINE_PREFIX_CACHE_QUERIES = MetricSpec(
+    "fluidity_engine_prefix_cache_queries_total",
+    "counter",
+    f"Prompt tokens the engine looked up in its prefix cache (vLLM). {_ENGINE}",
+    (TARGET,),
+)
+ENGINE_PREFIX_CACHE_HITS = MetricSpec(
+    "fluidity_engine_prefix_cache_hits_total",
+    "counter",
+    "Prompt tokens the engine served from its prefix cache (vLLM; llama.cpp's prompt_tokens_cached, whose "
+    f"prompt tokens counter leaves them out). {_ENGINE}",
+    (TARGET,),
 )
 ENGINE_GENERATION_TOKENS = MetricSpec(
     "fluidity_engine_generation_tokens_total", "counter", f"Tokens generated. {_ENGINE}", (TARGET,)
@@ -580,6 +623,9 @@ COLLECTED: Final = (
     PROBE_DEADLINES_MISSED,
     PROBE_GOOD_REQUESTS,
     PROBE_LAST_SUCCESS,
+    PROBE_TURN_TTFT,
+    PROBE_PROMPT_TOKENS,
+    PROBE_PROMPT_CACHED_TOKENS,
     WINDOW_REQUESTS,
     WINDOW_FLUIDITY,
     WINDOW_SERVICE_LEVEL,
@@ -597,6 +643,8 @@ COLLECTED: Final = (
     ENGINE_KV_CACHE_USAGE,
     ENGINE_PREEMPTIONS,
     ENGINE_PROMPT_TOKENS,
+    ENGINE_PREFIX_CACHE_QUERIES,
+    ENGINE_PREFIX_CACHE_HITS,
     ENGINE_GENERATION_TOKENS,
     ENGINE_REQUEST_SUCCESS,
     ENGINE_WINDOW_TTFT,

@@ -37,6 +37,7 @@ from numpy.typing import ArrayLike
 from exporter.engine.scrape import ScrapeResult
 from exporter.engine.window import SnapshotWindow
 from exporter.exposition.buckets import DEFAULT_BUCKETS, HistogramBuckets
+from exporter.exposition.names import TURN_KINDS
 from exporter.exposition.window import (
     AT,
     DEADLINES,
@@ -165,6 +166,7 @@ class SeriesView:
     histograms: Mapping[str, HistogramCounts]  # by spec name of names.PROBE_HISTOGRAMS' kind
     fluidity: Mapping[str, HistogramCounts]  # by tier
     records: Records
+    turns: Mapping[str, TurnCounts] = field(default_factory=dict)  # by names.TURN_KINDS
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,38 @@ class EngineView:
     target: str
     last: ScrapeResult | None
     window: SnapshotWindow
+
+
+@dataclass(frozen=True)
+class TurnCounts:
+    """First turns or follow-ups of one series: TTFT (its count: completed requests), prompt and cached
+    tokens."""
+
+    ttft: HistogramCounts
+    prompt_tokens: int
+    cached_tokens: int
+
+
+@dataclass
+class _Turn:
+    ttft: Histogram
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+    def add(self, results: Sequence[ProbeResult], ttfts: FloatArray) -> None:
+        self.ttft.observe(ttfts)
+        for result in results:
+            if result.prompt_tokens_cached is not None and result.prompt_tokens_reported:
+                self.prompt_tokens += result.prompt_tokens_reported
+                self.cached_tokens += result.prompt_tokens_cached
+
+    def snapshot(self) -> TurnCounts:
+        return TurnCounts(self.ttft.snapshot(), self.prompt_tokens, self.cached_tokens)
+
+
+def turn_kind(result: ProbeResult) -> str:
+    """``first`` or ``followup``: the bounded ``turn`` label of a result."""
+    return "followup" if result.turn > 1 else "first"
 
 
 # The latency histograms by kind; keys are the ``HistogramBuckets`` fields.
@@ -198,6 +232,7 @@ class _Series:
     last_success: float | None = None
     histograms: dict[str, Histogram] = field(default_factory=dict)
     fluidity: dict[str, Histogram] = field(default_factory=dict)
+    turns: dict[str, _Turn] = field(default_factory=dict)
     records: Records = field(init=False)
     recent: deque[RecentResult] = field(init=False)
     recent_failures: deque[RecentResult] = field(init=False)
@@ -209,6 +244,7 @@ class _Series:
         self.recent = deque(maxlen=self.limits.recent_results)
         self.recent_failures = deque(maxlen=self.limits.recent_failures)
         self.histograms = {kind: Histogram(getattr(self.buckets, kind)) for kind in LATENCY_KINDS}
+        self.turns = {kind: _Turn(Histogram(self.buckets.ttft)) for kind in TURN_KINDS}
 
     def set_rows(self, records: Records) -> None:
         self.records = records
@@ -257,6 +293,7 @@ class ResultStore:
         failed = [r for r in results if id(r) not in completed]
         good = _good_flags(goodput, measured, policy, len(failed))
         _accumulate(series, measured, good, now)
+        _accumulate_turns(series, results, measured)
         # Rows stay in time order even if a caller's clock steps back: ``Records.since`` bisects on it.
         stamp = max(now, float(series.records.at[-1])) if len(series.records) else now
         rows = _rows(measured, failed, good, policy, stamp)
@@ -407,6 +444,7 @@ class ResultStore:
             histograms={kind: h.snapshot() for kind, h in series.histograms.items()},
             fluidity={tier: h.snapshot() for tier, h in series.fluidity.items()},
             records=self._current_rows(series, now),
+            turns={kind: turn.snapshot() for kind, turn in series.turns.items()},
         )
 
 
@@ -446,6 +484,12 @@ def _accumulate(series: _Series, measured: Measured, good: FloatArray, now: floa
         series.good_requests = (series.good_requests or 0) + int(np.nansum(good))
     if measured.results:
         series.last_success = now
+
+
+def _accumulate_turns(series: _Series, results: Sequence[ProbeResult], measured: Measured) -> None:
+    kinds = np.array([turn_kind(r) for r in measured.results], dtype=object)
+    for kind, turn in series.turns.items():
+        turn.add([r for r in results if turn_kind(r) == kind], measured.latency.ttft[kinds == kind])
 
 
 def _rows(

@@ -76,6 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--max-prompt-tokens", type=int, help="filter: longest prompt")
     load.add_argument("--max-output-tokens", type=int, help="filter: longest output")
     load.add_argument(
+        "--turns", help="turns per session: N or a distribution (default 1; the load is then sessions)"
+    )
+    load.add_argument("--think-time", help="seconds between a session's turns, e.g. fixed:2")
+    load.add_argument(
         "--load", choices=("rate", "concurrency"), help="search requests/s or concurrency (rate)"
     )
     load.add_argument(
@@ -263,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
         refuse_overwrite(directory / "capacity.json", bool(options["force"]))
         with target_url(options) as (url, simulated):
             result = event_loop.run(_search(options, params, slo, url, simulated))
-    except BenchError as exc:
+    except (BenchError, JobFailedError) as exc:
         print(f"fluidity-exporter capacity: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     directory.mkdir(parents=True, exist_ok=True)

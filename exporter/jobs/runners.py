@@ -189,6 +189,11 @@ async def run_capacity_search(
             budget.spent += report.tokens
         return report
 
+    if pool is not None and workload.sessions:
+        # A shard sends single requests: a session's later turns need its earlier answers in one place.
+        raise JobFailedError(
+            "multi-turn sessions run in one process: drop workers (or jobs.shards) for this workload"
+        )
     # Every trial sends the same lengths (common random numbers) whatever its load, so one plan gives
     # the worst case of them all.
     worst_case = plan(0, settings.start, False).planned_tokens if budget is not None else 0

@@ -32,6 +32,7 @@ import numpy as np
 
 from exporter.load.arrivals import parse_arrival_spec
 from exporter.load.runner import run_load
+from exporter.load.sessions import planned_tokens, session_turns
 from exporter.load.workloads import Workload, specs_with_lengths
 from exporter.probe.result import ProbeResult, intervals
 from exporter.probe.target import RequestSpec
@@ -261,12 +262,14 @@ class TrialPlan:
 
     @property
     def measured(self) -> int:
-        return len(self.specs) - self.warmup
+        """Measured requests: every turn of the measured sessions."""
+        return session_turns(self.specs[self.warmup :])
 
     @property
     def planned_tokens(self) -> int:
-        """An upper bound on the tokens the trial can spend: every prompt and every allowed output."""
-        return sum((s.prompt_tokens or 0) + s.max_tokens for s in self.specs)
+        """An upper bound on the tokens the trial can spend: every prompt (a session's turns re-send
+        the conversation) and every allowed output."""
+        return sum(planned_tokens(s) for s in self.specs)
 
 
 @dataclass
@@ -391,10 +394,15 @@ def plan_trial(
     """The specs and schedule of a trial at ``load``: the same lengths and unit-rate gaps for every
     trial of a search (``seed``), unique prompt texts per trial (``salt``)."""
     rng = np.random.default_rng(seed)
-    prompts, outputs = workload.sample_lengths(warmup + requests, rng)
-    specs = specs_with_lengths(
-        workload, list(zip(prompts.tolist(), outputs.tolist(), strict=True)), salt=salt
-    )
+    if workload.sessions:  # sessions of warmup, then of measured requests; the same lengths every trial
+        warm = workload.sample(warmup, rng)
+        specs = warm + workload.sample(requests, rng)
+        warmup = len(warm)
+    else:
+        prompts, outputs = workload.sample_lengths(warmup + requests, rng)
+        specs = specs_with_lengths(
+            workload, list(zip(prompts.tolist(), outputs.tolist(), strict=True)), salt=salt
+        )
     if concurrency:
         return TrialPlan(load, tuple(specs), warmup, None, int(load), duration_s, early_stop)
     unit = parse_arrival_spec(f"{arrival}:rate=1" if ":" not in arrival else f"{arrival},rate=1")
@@ -405,11 +413,12 @@ def plan_trial(
 async def run_trial(index: int, plan: TrialPlan, slo: TrialSlo, send: StartedSend) -> TrialReport:
     """Send ``plan`` through ``send(spec, scheduled_at, on_start)`` and judge it."""
     tally = Tally(plan, slo)
-    warm = {id(spec) for spec in plan.specs[: plan.warmup]}
+    # By session: a warm-up session's later turns are warm-up too (single requests are their own).
+    warm = {spec.session or spec.request_id or id(spec) for spec in plan.specs[: plan.warmup]}
 
     async def tracked_send(spec: RequestSpec, scheduled_at: float | None) -> ProbeResult:
         def started(result: ProbeResult) -> None:
-            result.extra["measured"] = id(spec) not in warm
+            result.extra["measured"] = (spec.session or spec.request_id or id(spec)) not in warm
             tally.started.append(result)
 
         return await send(spec, scheduled_at, started)

@@ -242,14 +242,18 @@ def load_health(
     overhead), then lateness, lengths, reliability and success for both. Works on results from the
     in-process runner and from worker processes alike."""
     limits = limits or HealthThresholds()
-    first = (
-        check_send_rate(results, target_rate, limits)
-        if concurrency is None
-        else check_concurrency(results, concurrency, limits)
-    )
+    # The schedule starts sessions: a session's later turns follow its answers, not the schedule.
+    starts = [r for r in results if r.turn <= 1]
+    if concurrency is None:
+        first = check_send_rate(starts, target_rate, limits)
+    elif len(starts) < len(results):
+        message = "a closed loop of sessions: think times leave slots idle by design; not judged"
+        first = HealthCheck("concurrency", None, concurrency * limits.min_concurrency_ratio, None, message)
+    else:
+        first = check_concurrency(results, concurrency, limits)
     return [
         first,
-        check_lateness(results, limits),
+        check_lateness(starts, limits),
         check_prompt_tokens(results, prompt_tokens_exact, limits),
         check_output_tokens(results, limits),
         check_unreliable(results, limits),

@@ -38,6 +38,12 @@ Sources and choices:
   published statistics; check before quoting). Spread is an *estimate*: sigma 0.6 and 0.8 (medians
   10,000 and 250 before filtering); the 16K prefill filter drops about 20% of the long prompts (the
   generated mean is 8,861).
+  *Sessions*: the trace is of conversations whose context grows turn by turn and is served from the
+  prefix cache, so the preset sends multi-turn sessions by default: 1-5 turns (uniform; an
+  *estimate*, the public trace has no session ids, only shared ``hash_ids`` blocks), the first prompt
+  from the distribution above (the long context: a document, a history) and each follow-up a short
+  new user message (``lmsys``'s prompt lengths: median 40 tokens) with mooncake's output lengths.
+  ``--turns 1`` (``turns: 1``) sends single requests as before.
 * ``azure-code`` (Azure LLM inference trace, code; Splitwise, Patel et al., ISCA 2024): Splitwise
   reports a median prompt of about 1,500 tokens for coding (as recalled); decodes are very short:
   the Etalon paper's suite uses ~8-token decodes (Splitwise's 2023 sample has a median near 13).
@@ -57,7 +63,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.load.distributions import LogNormal
+from exporter.load.distributions import LogNormal, Uniform
 from exporter.load.prompts import PromptBuilder, SimPromptBuilder
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.target import Api
@@ -87,7 +93,12 @@ class Preset:
     max_output_tokens: int
     stats: PresetStats
     description: str
+    sessions: bool = False  # multi-turn by default (see the mooncake notes above)
 
+
+# Sessions of the presets that have them: turns per session and the new user message of each follow-up.
+SESSION_TURNS = Uniform(1, 5)
+FOLLOWUP_PROMPT = LogNormal(40, 1.1)  # lmsys's prompt lengths
 
 PRESETS: dict[str, Preset] = {
     "sharegpt": Preset(
@@ -103,7 +114,8 @@ PRESETS: dict[str, Preset] = {
     "mooncake": Preset(
         10000, 0.6, 250, 0.8, 16384, 1024,
         PresetStats(8555, 14067, 8861, 240, 604, 298),
-        "Mooncake conversation trace: long contexts (means from the trace; spread estimated)",
+        "Mooncake conversation trace: long contexts, 1-5 turns per session (means from the trace; spread and turns estimated)",
+        sessions=True,
     ),
     "azure-code": Preset(
         1500, 1.0, 8, 1.0, 8192, 1024,
@@ -141,6 +153,7 @@ def preset(
     lengths = IndependentLengths(
         LogNormal(p.prompt_median, p.prompt_sigma), LogNormal(p.output_median, p.output_sigma)
     )
+    followups = IndependentLengths(FOLLOWUP_PROMPT, lengths.output) if p.sessions else None
     return Workload(
         name=key,
         lengths=lengths,
@@ -149,4 +162,6 @@ def preset(
         max_prompt_tokens=max_prompt_tokens or p.max_prompt_tokens,
         max_output_tokens=max_output_tokens or p.max_output_tokens,
         description=p.description,
+        turns=SESSION_TURNS if p.sessions else None,
+        followup_lengths=followups,
     )

@@ -10,6 +10,10 @@ It knows nothing of HTTP: it takes ``send(spec, scheduled_at) -> ProbeResult`` (
 * Closed loop (``concurrency``): N workers each send the next request as soon as their previous one
   ends, so exactly N are in flight; ``scheduled_at`` is the moment the slot freed.
 
+A spec with ``followups`` is a multi-turn session (``sessions.py``): it is one unit of the schedule (an
+open loop's arrival starts a session, a closed loop's slot runs one session at a time), its turns go one
+after the other, and each turn is a result of its own. ``max_requests`` counts sessions then.
+
 Either stops after ``max_requests``, after ``duration`` seconds (no new sends after it; requests in
 flight finish under their own timeouts), or when specs (or arrivals) run out. Cancelling the run
 cancels every send in flight and re-raises; so does a send that raises (a bug: target failures come
@@ -32,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from exporter.load.health import HealthCheck, HealthThresholds, Lateness, lateness, load_health, rates
+from exporter.load.sessions import run_session
 from exporter.probe.result import ProbeResult, intervals
 from exporter.probe.target import RequestSpec
 
@@ -135,19 +140,29 @@ class _Context:
     on_result: OnResult | None
 
 
+Sent = list[tuple[RequestSpec, ProbeResult]]
+
+
 async def _send_one(
     ctx: _Context, spec: RequestSpec, scheduled: float, slots: asyncio.Semaphore | None
-) -> ProbeResult:
+) -> Sent:
+    """One request, or every turn of one session: ``(spec, result)`` per request sent."""
+
+    async def one(turn: RequestSpec, at: float | None) -> ProbeResult:
+        result = await ctx.send(turn, at)
+        if result.scheduled_at is None:
+            result.scheduled_at = at
+        if ctx.on_result is not None:
+            ctx.on_result(result)
+        return result
+
     try:
-        result = await ctx.send(spec, scheduled)
+        if spec.followups:
+            return await run_session(one, spec, scheduled, ctx.wait_until, ctx.clock)
+        return [(spec, await one(spec, scheduled))]
     finally:
         if slots is not None:
             slots.release()
-    if result.scheduled_at is None:
-        result.scheduled_at = scheduled
-    if ctx.on_result is not None:
-        ctx.on_result(result)
-    return result
 
 
 async def _cancel_all(tasks: Sequence[asyncio.Future[Any]]) -> None:
@@ -165,8 +180,7 @@ async def _open_loop(
     max_in_flight: int | None,
 ) -> tuple[list[RequestSpec], list[ProbeResult], float, bool]:
     slots = asyncio.Semaphore(max_in_flight) if max_in_flight else None
-    sent: list[RequestSpec] = []
-    tasks: list[asyncio.Task[ProbeResult]] = []
+    tasks: list[asyncio.Task[Sent]] = []
     crashed = asyncio.Event()  # a send raised (a bug: target failures are results): stop sending
     start = ctx.clock()
     hit_duration = False
@@ -185,19 +199,17 @@ async def _open_loop(
             task = asyncio.create_task(_send_one(ctx, spec, scheduled, slots))
             task.add_done_callback(lambda t: crashed.set() if not t.cancelled() and t.exception() else None)
             tasks.append(task)
-            sent.append(spec)
-        results = list(await asyncio.gather(*tasks))
+        pairs = [pair for done in await asyncio.gather(*tasks) for pair in done]
     except BaseException:
         await _cancel_all(tasks)
         raise
-    return sent, results, start, hit_duration
+    return [s for s, _ in pairs], [r for _, r in pairs], start, hit_duration
 
 
 async def _closed_loop(
     ctx: _Context, specs: Iterator[RequestSpec], concurrency: int, duration: float | None
 ) -> tuple[list[RequestSpec], list[ProbeResult], float, bool]:
-    sent: list[RequestSpec] = []
-    results: list[ProbeResult | None] = []
+    units: list[Sent | None] = []  # per session (or request) started, in order
     start = ctx.clock()
     expired = False
 
@@ -210,11 +222,10 @@ async def _closed_loop(
             spec = next(specs, None)
             if spec is None:
                 return
-            index = len(sent)
-            sent.append(spec)
-            results.append(None)
+            index = len(units)
+            units.append(None)
             # No await between the previous request's end and this send: the slot never idles.
-            results[index] = await _send_one(ctx, spec, ctx.clock(), None)
+            units[index] = await _send_one(ctx, spec, ctx.clock(), None)
 
     workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
     try:
@@ -222,7 +233,8 @@ async def _closed_loop(
     except BaseException:
         await _cancel_all(workers)
         raise
-    return sent, [r for r in results if r is not None], start, expired
+    pairs = [pair for unit in units if unit is not None for pair in unit]
+    return [s for s, _ in pairs], [r for _, r in pairs], start, expired
 
 
 def _validate(arrivals: Offsets | None, concurrency: int | None, duration: float | None) -> None:
@@ -268,7 +280,7 @@ async def run_load(
         sent, results, start, hit = await _open_loop(ctx, source, arrivals, duration, max_in_flight)
     else:
         sent, results, start, hit = await _closed_loop(ctx, source, concurrency or 1, duration)
-    reached = max_requests is not None and len(results) == max_requests
+    reached = max_requests is not None and len(results) >= max_requests
     stopped: StopReason = "duration" if hit else ("requests" if reached else "exhausted")
     return load_run_from_results(
         results,

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
-from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import FollowUp, RequestSpec, TargetSettings, Timeouts
 
 PROTOCOL_VERSION = 1
 API_KEY_ENV = "FLUIDITY_SHARD_API_KEY"  # the target's API key, in a shard's environment only
@@ -121,15 +121,16 @@ def spec_to_json(spec: RequestSpec) -> dict[str, Any]:
 
 
 def spec_from_json(data: dict[str, Any]) -> RequestSpec:
-    messages = data.get("messages")
-    return RequestSpec(
-        prompt=str(data["prompt"]),
-        max_tokens=int(data["max_tokens"]),
-        prompt_tokens=data.get("prompt_tokens"),
-        messages=None if messages is None else tuple((str(r), str(c)) for r, c in messages),
-        request_id=data.get("request_id"),
-        extra_body=tuple((str(k), v) for k, v in data.get("extra_body", ())),
-    )
+    fields = dict(data)
+    messages = fields.get("messages")
+    fields["messages"] = None if messages is None else tuple((str(r), str(c)) for r, c in messages)
+    fields["extra_body"] = tuple((str(k), v) for k, v in fields.get("extra_body", ()))
+    fields["followups"] = tuple(FollowUp(**f) for f in fields.get("followups", ()))
+    known = {f.name for f in dataclasses.fields(RequestSpec)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ProtocolError(f"unknown request fields {unknown}; valid: {', '.join(sorted(known))}")
+    return RequestSpec(**fields)
 
 
 def settings_to_json(settings: TargetSettings) -> dict[str, Any]:

@@ -5,7 +5,10 @@ Formats (``TRACE_FORMATS``):
 * ``sharegpt``: ShareGPT JSON, a list of ``{"conversations": [{"from": "human", "value": ...},
   {"from": "gpt", "value": ...}, ...]}``. Each conversation gives one request: its first human turn
   is the prompt, the reply that follows sets the output length. Conversations without such a pair are
-  skipped (as vLLM's benchmark does). Token counts come from ``count_tokens`` when given (e.g. the
+  skipped (as vLLM's benchmark does). Its later (human, reply) pairs are kept as the conversation's
+  follow-ups: with ``sessions`` (``bench --turns trace``) each conversation is replayed as a
+  multi-turn session of its own turns, the human messages verbatim, each reply's length as the turn's
+  ``max_tokens`` (the answers themselves are the server's, streamed back into the next turn). Token counts come from ``count_tokens`` when given (e.g. the
   simulator's tokenizer), else a tokenizer-free estimate of one token per 4 characters (the usual
   rule of thumb for English BPE text; expect +-25% on other text).
 * ``azure``: the Azure LLM inference trace CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``);
@@ -28,14 +31,14 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from exporter.load.arrivals import TraceReplay
 from exporter.load.workloads import PairedLengths, Workload
-from exporter.probe.target import RequestSpec
+from exporter.probe.target import FollowUp, RequestSpec
 
 CountTokens = Callable[[str], int]
 CHARS_PER_TOKEN = 4.0
@@ -50,6 +53,7 @@ class TraceRequest:
     timestamp: float | None = None
     prompt: str | None = None
     hash_ids: tuple[int, ...] = ()
+    followups: tuple[tuple[str, int, int], ...] = ()  # later turns: (user text, its tokens, reply tokens)
 
 
 def estimate_tokens(text: str) -> int:
@@ -211,7 +215,7 @@ def load_azure(path: str | Path) -> list[TraceRequest]:
 # --- ShareGPT JSON -------------------------------------------------------------------------------
 
 
-def _sharegpt_pair(where: str, entry: Any) -> tuple[str, str] | None:
+def _sharegpt_pairs(where: str, entry: Any) -> list[tuple[str, str]]:
     if not isinstance(entry, dict):
         raise ValueError(f'{where}: expected an object with "conversations", got {type(entry).__name__}')
     turns = _field(where, entry, "conversations")
@@ -223,10 +227,11 @@ def _sharegpt_pair(where: str, entry: Any) -> tuple[str, str] | None:
         turn_where = f'{where}: field "conversations[{index}]"'
         if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
             raise ValueError(f'{turn_where} must be an object with a string "value"')
-    for first, second in itertools.pairwise(turns):
-        if first.get("from") == "human" and second.get("from") == "gpt":
-            return first["value"], second["value"]
-    return None
+    return [
+        (first["value"], second["value"])
+        for first, second in itertools.pairwise(turns)
+        if first.get("from") == "human" and second.get("from") == "gpt"
+    ]
 
 
 def load_sharegpt(path: str | Path, *, count_tokens: CountTokens | None = None) -> list[TraceRequest]:
@@ -241,9 +246,11 @@ def load_sharegpt(path: str | Path, *, count_tokens: CountTokens | None = None) 
     count = count_tokens or estimate_tokens
     out = []
     for index, entry in enumerate(data):
-        pair = _sharegpt_pair(f"{path}: entry {index}", entry)
-        if pair is not None:
-            out.append(TraceRequest(count(pair[0]), count(pair[1]), prompt=pair[0]))
+        pairs = _sharegpt_pairs(f"{path}: entry {index}", entry)
+        if pairs:
+            (prompt, reply), later = pairs[0], pairs[1:]
+            followups = tuple((text, count(text), count(answer)) for text, answer in later)
+            out.append(TraceRequest(count(prompt), count(reply), prompt=prompt, followups=followups))
     return _non_empty(path, out)
 
 
@@ -277,15 +284,7 @@ def trace_workload(records: Sequence[TraceRequest], base: Workload) -> Workload:
     lengths = PairedLengths(
         tuple(r.prompt_tokens for r in records), tuple(r.output_tokens for r in records), source="trace"
     )
-    return Workload(
-        name=base.name,
-        lengths=lengths,
-        builder=base.builder,
-        api=base.api,
-        max_prompt_tokens=base.max_prompt_tokens,
-        max_output_tokens=base.max_output_tokens,
-        description=base.description,
-    )
+    return replace(base, lengths=lengths)
 
 
 def has_texts(records: Sequence[TraceRequest]) -> bool:
@@ -293,20 +292,49 @@ def has_texts(records: Sequence[TraceRequest]) -> bool:
     return any(r.prompt is not None for r in records)
 
 
-def trace_specs(records: Sequence[TraceRequest], workload: Workload, *, salt: int = 0) -> list[RequestSpec]:
+def trace_specs(
+    records: Sequence[TraceRequest],
+    workload: Workload,
+    *,
+    salt: int = 0,
+    sessions: bool = False,
+    think_times: Sequence[float] = (),
+) -> list[RequestSpec]:
     """One request per trace row, in order (for timestamp replay). Rows with text send that text
     (its token count is the loader's estimate: run with ``prompt_tokens_exact=False``); rows without
-    get a unique prompt of their length from the workload's builder. Filters are not applied here."""
-    return [
+    get a unique prompt of their length from the workload's builder. Filters are not applied here.
+    With ``sessions`` a row's later turns become its follow-ups, ``think_times`` giving their pauses
+    (in order over all follow-ups; missing ones are 0)."""
+    specs = [
         _trace_spec(r, workload, salt + i, f"{workload.name}-{salt:010x}-{i}") for i, r in enumerate(records)
     ]
+    if not sessions:
+        return specs
+    thinks = iter(think_times)
+    return [
+        replace(spec, followups=tuple(FollowUp(t, out, n, next(thinks, 0.0)) for t, n, out in r.followups))
+        for spec, r in zip(specs, records, strict=True)
+    ]
+
+
+def trace_turns(records: Sequence[TraceRequest]) -> int:
+    """Follow-up turns over all conversations of a trace."""
+    return sum(len(r.followups) for r in records)
 
 
 def _trace_spec(record: TraceRequest, workload: Workload, key: int, request_id: str) -> RequestSpec:
     if record.prompt is None:
         return workload.spec(record.prompt_tokens, record.output_tokens, key, request_id)
-    messages = (("user", record.prompt),) if workload.api == "chat" else None
-    return RequestSpec(record.prompt, record.output_tokens, record.prompt_tokens, messages, request_id)
+    messages = (("user", record.prompt),) if workload.api != "completions" else None
+    return RequestSpec(
+        record.prompt,
+        record.output_tokens,
+        record.prompt_tokens,
+        messages,
+        request_id,
+        extra_body=workload.extra_body,
+        tool_calls=workload.tool_calls,
+    )
 
 
 def trace_arrivals(records: Sequence[TraceRequest], *, time_scale: float = 1.0) -> TraceReplay:

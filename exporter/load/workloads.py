@@ -9,6 +9,16 @@ the output length. The same seed gives the same requests.
 Lengths come either from two independent distributions (``IndependentLengths``, the presets) or from
 the (prompt, output) pairs of a real trace, drawn jointly so their correlation survives
 (``PairedLengths``).
+
+*Sessions.* With ``turns`` (a distribution of turns per session) the workload yields conversations
+(``exporter.load.sessions``): each is its first request, whose prompt length comes from ``lengths``,
+with follow-ups whose *new* user message lengths come from ``followup_lengths`` (default: ``lengths``)
+and whose think times come from ``think_time``. ``sample(n)`` then gives sessions that send ``n``
+requests in all (the last one cut short, and as many sessions as that takes), ``sample_sessions(k)``
+gives ``k`` sessions. A conversation
+ends early where its next prompt (the context so far plus the new message) would pass
+``max_prompt_tokens``. ``tool_calls`` asks every request for a tool call; ``extra_body`` is merged into
+every request (structured output: ``{"response_format": {"type": "json_schema", ...}}``).
 """
 
 from __future__ import annotations
@@ -16,13 +26,14 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from exporter.load.distributions import IntArray, LengthDistribution
 from exporter.load.prompts import PromptBuilder, SimPromptBuilder
-from exporter.probe.target import APIS, Api, RequestSpec
+from exporter.load.sessions import DEFAULT_THINK_TIME, ThinkTime, parse_think_time
+from exporter.probe.target import APIS, Api, FollowUp, RequestSpec
 
 # Below this share of accepted draws the filters leave too little of the distribution to sample.
 _MIN_ACCEPTANCE = 1e-3
@@ -31,6 +42,9 @@ _MIN_ACCEPTANCE = 1e-3
 # model has a context of a million tokens or more today; a longer prompt is refused by any server.
 MAX_PROMPT_TOKENS = 1_048_576
 MAX_OUTPUT_TOKENS = 1_048_576
+# Tokens a chat template adds per message (the simulator's adds 5-14): room kept when a conversation's
+# next prompt is checked against max_prompt_tokens.
+_MESSAGE_OVERHEAD = 16
 
 
 @runtime_checkable
@@ -91,10 +105,17 @@ class Workload:
     max_prompt_tokens: int | None = None  # filter: keep prompts of at most this many tokens
     max_output_tokens: int | None = None  # filter: keep outputs of at most this many tokens
     description: str = ""
+    turns: LengthDistribution | None = None  # turns per session; None: single requests
+    followup_lengths: LengthSource | None = None  # (new message, output) lengths of later turns
+    think_time: ThinkTime = field(default_factory=lambda: parse_think_time(DEFAULT_THINK_TIME))
+    tool_calls: bool = False
+    extra_body: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.api not in APIS:
             raise ValueError(f'workload {self.name}: unknown api "{self.api}"; valid: {", ".join(APIS)}')
+        if self.tool_calls and self.api == "completions":
+            raise ValueError(f"workload {self.name}: tool calls need the chat or responses api")
         for name, value in (
             ("max_prompt_tokens", self.max_prompt_tokens),
             ("max_output_tokens", self.max_output_tokens),
@@ -159,8 +180,16 @@ class Workload:
             f"max_output_tokens={self.max_output_tokens} keep only {kept} of {drawn} draws; loosen them"
         )
 
+    @property
+    def sessions(self) -> bool:
+        """Whether the workload sends multi-turn sessions."""
+        return self.turns is not None
+
     def sample(self, n: int, rng: np.random.Generator) -> list[RequestSpec]:
-        """``n`` requests; prompt texts are unique within the call and across calls (``fresh_salt``)."""
+        """``n`` requests (with ``turns``: sessions that send ``n`` requests in all); prompt texts are
+        unique within the call and across calls (``fresh_salt``)."""
+        if self.turns is not None:
+            return self._sessions_of_requests(n, rng)
         prompts, outputs = self.sample_lengths(n, rng)
         salt = fresh_salt(rng)
         return [
@@ -168,9 +197,69 @@ class Workload:
             for i, (p, o) in enumerate(zip(prompts, outputs, strict=True))
         ]
 
+    def sample_sessions(self, k: int, rng: np.random.Generator) -> list[RequestSpec]:
+        """``k`` sessions (``k`` single requests without ``turns``)."""
+        return self._sessions(rng, k) if self.turns is not None else self.sample(k, rng)
+
+    def _sessions_of_requests(self, n: int, rng: np.random.Generator) -> list[RequestSpec]:
+        """Sessions whose turns (after the context filter) add up to ``n``; the last one is cut short.
+        Every session sends at least one request, so ``n`` sessions always suffice."""
+        specs: list[RequestSpec] = []
+        total = 0
+        for session in self._sessions(rng, n):
+            if total >= n:
+                break
+            cut = replace(session, followups=session.followups[: n - total - 1])
+            specs.append(cut)
+            total += 1 + len(cut.followups)
+        return specs
+
+    def _sessions(self, rng: np.random.Generator, sessions: int) -> list[RequestSpec]:
+        assert self.turns is not None
+        counts = [max(int(t), 1) for t in self.turns.sample(sessions, rng)]
+        prompts, outputs = self.sample_lengths(len(counts), rng)
+        later = sum(counts) - len(counts)
+        source = replace(self, lengths=self.followup_lengths or self.lengths, turns=None)
+        messages, answers = source.sample_lengths(later, rng)
+        thinks = self.think_time.sample(later, rng)
+        salt = fresh_salt(rng)
+        specs, used = [], 0
+        for i, count in enumerate(counts):
+            first = self.spec(int(prompts[i]), int(outputs[i]), salt + i, f"{self.name}-{salt:010x}-{i}")
+            rows = range(used, used + count - 1)
+            used += count - 1
+            keys = (salt + len(counts) + row for row in rows)
+            follow = [
+                self._follow_up(int(messages[row]), int(answers[row]), float(thinks[row]), key)
+                for row, key in zip(rows, keys, strict=True)
+            ]
+            specs.append(replace(first, followups=self._fit_context(first, follow)))
+        return specs
+
+    def _follow_up(self, tokens: int, output: int, think: float, key: int) -> FollowUp:
+        text, intended = self.builder.text(tokens, key)
+        return FollowUp(text, output, intended, think)
+
+    def _fit_context(self, first: RequestSpec, follow: list[FollowUp]) -> tuple[FollowUp, ...]:
+        """The follow-ups whose prompts (the conversation so far) stay within ``max_prompt_tokens``."""
+        if self.max_prompt_tokens is None:
+            return tuple(follow)
+        context = (first.prompt_tokens or 0) + first.max_tokens + _MESSAGE_OVERHEAD
+        kept: list[FollowUp] = []
+        for item in follow:
+            context += (item.content_tokens or 0) + _MESSAGE_OVERHEAD
+            if context > self.max_prompt_tokens:
+                break
+            kept.append(item)
+            context += item.max_tokens + _MESSAGE_OVERHEAD
+        return tuple(kept)
+
     def stream(self, rng: np.random.Generator, *, batch: int = 256) -> Iterator[RequestSpec]:
-        """An endless, lazy supply of requests (for loads whose length is a duration). It draws in
-        batches, so its first ``n`` requests differ from ``sample(n, rng)`` with the same seed."""
+        """An endless, lazy supply of requests (sessions with ``turns``) for loads whose length is a
+        duration. It draws in batches, so its first ``n`` requests differ from ``sample(n, rng)``."""
+        if self.turns is not None:
+            while True:
+                yield from self._sessions(rng, batch)
         salt = fresh_salt(rng)
         index = 0
         while True:
@@ -183,18 +272,22 @@ class Workload:
         self, prompt_tokens: int, output_tokens: int, key: int, request_id: str | None = None
     ) -> RequestSpec:
         """One request of exactly these lengths (``key`` makes its prompt unique)."""
-        if self.api == "chat":
+        extras: dict[str, Any] = {"extra_body": self.extra_body, "tool_calls": self.tool_calls}
+        if self.api != "completions":
             messages, intended = self.builder.chat(prompt_tokens, key)
-            return RequestSpec(messages[-1][1], output_tokens, intended, messages, request_id)
+            return RequestSpec(messages[-1][1], output_tokens, intended, messages, request_id, **extras)
         text, intended = self.builder.text(prompt_tokens, key)
-        return RequestSpec(text, output_tokens, intended, None, request_id)
+        return RequestSpec(text, output_tokens, intended, None, request_id, **extras)
 
     def describe(self) -> str:
         filters = f"prompt <= {self.max_prompt_tokens}, output <= {self.max_output_tokens}"
         exactness = "exact" if self.prompt_tokens_exact else "approximate"
-        return (
+        text = (
             f"{self.name}: {self.lengths.describe()}; filters {filters}; {exactness} prompts; api {self.api}"
         )
+        if self.turns is not None:
+            text += f"; sessions of {self.turns.describe()} turns, think time {self.think_time.describe()}"
+        return text + ("; tool calls" if self.tool_calls else "")
 
 
 def fresh_salt(rng: np.random.Generator) -> int:

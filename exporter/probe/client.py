@@ -36,7 +36,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from exporter.probe.http import ConnectionPool, Endpoint, HttpConnection, HttpError, request_bytes
-from exporter.probe.openai import FORMATS, ApiFormat
+from exporter.probe.openai import FORMATS, ApiFormat, exact_length
 from exporter.probe.reader import StreamReader, error_text
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.saturation import LagMonitor, is_unreliable
@@ -217,6 +217,8 @@ class ProbeClient:
             scheduled_at=scheduled_at,
             max_tokens=spec.max_tokens,
             prompt_tokens_intended=spec.prompt_tokens,
+            session=spec.session or spec.request_id,
+            turn=spec.turn,
         )
         if on_start is not None:
             on_start(result)
@@ -231,7 +233,7 @@ class ProbeClient:
         self._enter_flight()
         try:
             mark = self.monitor.mark() if self.monitor is not None else 0
-            await self._send_with_retry(result, request)
+            await self._send_with_retry(result, request, spec)
             self._judge(result, mark)
         finally:
             self._leave_flight()
@@ -248,12 +250,12 @@ class ProbeClient:
         if self._in_flight == 0 and self.monitor is not None:
             self.monitor.stop()
 
-    async def _send_with_retry(self, result: ProbeResult, request: bytes) -> None:
+    async def _send_with_retry(self, result: ProbeResult, request: bytes, spec: RequestSpec) -> None:
         try:
-            await self._attempt(result, request, fresh=False)
+            await self._attempt(result, request, spec, fresh=False)
         except _StaleConnectionError:
             result.retries += 1
-            await self._attempt(result, request, fresh=True)
+            await self._attempt(result, request, spec, fresh=True)
 
     def _judge(self, result: ProbeResult, mark: int) -> None:
         """Record the saturation evidence and apply the rule of ``saturation.py``."""
@@ -280,8 +282,14 @@ class ProbeClient:
         key = self.settings.api_key
         return text.replace(key.reveal(), "********") if key is not None else text
 
-    async def _attempt(self, result: ProbeResult, request: bytes, *, fresh: bool) -> None:
-        state = StreamState(result, self._format, TokenCounter(self._text_counter))
+    async def _attempt(self, result: ProbeResult, request: bytes, spec: RequestSpec, *, fresh: bool) -> None:
+        state = StreamState(
+            result,
+            self._format,
+            TokenCounter(self._text_counter),
+            exact_length=exact_length(self.settings, spec),
+            keep_text=spec.keep_text,
+        )
         result.sent_at = sent = self._clock()
         if result.scheduled_at is not None:
             result.send_overhead_s = sent - result.scheduled_at
@@ -342,7 +350,7 @@ class ProbeClient:
         else:
             self.pool.discard(conn)
         if failure is None:
-            state.finish(exact_length=self.settings.ignore_eos or self.settings.send_min_tokens)
+            state.finish()
         elif isinstance(failure, StreamFailureError):
             raise failure
         elif not reader.headers_received and not conn.bytes_received and reused:

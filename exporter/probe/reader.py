@@ -8,8 +8,8 @@ and the SSE, JSON and token bookkeeping (``sse.py``, ``stream.py``) run once per
 the path that decides when the next socket gets read. Each read is still decoded on its own, with its
 own stamp, so the result is exactly what decoding it on arrival would have given.
 
-Decoding happens early anyway when a read may end the stream (it holds ``[DONE]`` or an ``"error"``
-object) or when the kept bytes pass ``FLUSH_BYTES`` (a bound on memory and on how long a too-long line
+Decoding happens early anyway when a read may end the stream (it holds one of the format's end
+markers: ``[DONE]``, an ``"error"`` object, the Responses API's completed event) or when the kept bytes pass ``FLUSH_BYTES`` (a bound on memory and on how long a too-long line
 goes unnoticed). After ``[DONE]`` the reader waits ``DRAIN_LIMIT_S`` for the end of the HTTP body, so
 the connection can be reused; a server that never ends it costs its connection, not the request.
 """
@@ -43,6 +43,7 @@ class StreamReader:
         self.headers_received = False
         self.body_complete = False  # the HTTP body ended (the connection may be reused)
         self._decoder = SseDecoder(max_line_bytes)
+        self._end_markers = state.fmt.end_markers
         self._on_first_token = on_first_token
         self._kept: list[tuple[float, bytes]] | None = None  # None: decoding as reads arrive
         self._kept_bytes = 0
@@ -72,7 +73,7 @@ class StreamReader:
         elif self._kept is not None:
             self._kept.append((now, body))
             self._kept_bytes += len(body)
-            if b"[DONE]" in body or b'"error"' in body or self._kept_bytes > FLUSH_BYTES:
+            if self._kept_bytes > FLUSH_BYTES or any(marker in body for marker in self._end_markers):
                 self._guarded(self._flush)
         else:
             self._guarded(self._decode, now, body)
@@ -126,7 +127,8 @@ class StreamReader:
             return
         self.state.result.finished_at = now
         if self.state.result.finish_reason is None or self._decoder.pending:
-            raise StreamFailureError(Outcome.STREAM_ABORTED, "the stream ended before [DONE]")
+            end = self.state.fmt.end_name
+            raise StreamFailureError(Outcome.STREAM_ABORTED, f"the stream ended before {end}")
         self._complete(True)
 
     def _keep_error_body(self, body: bytes) -> None:

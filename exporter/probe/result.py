@@ -44,7 +44,7 @@ class TokenSource(StrEnum):
 class ProbeResult:
     """Everything one request recorded. Timestamps are ``time.perf_counter()`` seconds or None."""
 
-    api: str  # "chat" or "completions"
+    api: str  # "chat", "completions" or "responses"
     outcome: Outcome = Outcome.OK
     http_status: int | None = None
     error: str | None = None  # a short human-readable reason for a failure (never secrets)
@@ -60,6 +60,11 @@ class ProbeResult:
     prompt_tokens_intended: int | None = None
     prompt_tokens_reported: int | None = None  # the server's usage.prompt_tokens
     completion_tokens_reported: int | None = None  # the server's usage.completion_tokens
+    prompt_tokens_cached: int | None = None  # the server's usage.prompt_tokens_details.cached_tokens
+    tool_call_tokens: int = 0  # of the output tokens, those that were tool-call arguments
+    session: str | None = None  # the conversation (multi-turn sessions; else the request's own id)
+    turn: int = 1  # its turn in the conversation, from 1
+    output_text: str | None = None  # the answer's text, kept only when the request asked (a session's)
     max_tokens: int | None = None
     finish_reason: str | None = None
     send_overhead_s: float | None = None  # client time from scheduled to sent (its own lateness)
@@ -78,8 +83,13 @@ class ProbeResult:
 
     @property
     def output_tokens(self) -> int:
-        """Tokens received (sum over content events)."""
+        """Tokens received (sum over content events, tool-call arguments included)."""
         return sum(self.token_counts)
+
+    @property
+    def text_tokens(self) -> int:
+        """Output tokens that were text, not tool-call arguments."""
+        return self.output_tokens - self.tool_call_tokens
 
 
 def intervals(result: ProbeResult, *, from_scheduled: bool = False) -> list[float]:

@@ -43,19 +43,44 @@ class StreamFailureError(Exception):
 class StreamState:
     """One response's events, as they arrive."""
 
-    __slots__ = ("counter", "done", "fmt", "has_token", "last_read", "result", "token_reads")
+    __slots__ = (
+        "counter",
+        "done",
+        "exact_length",
+        "fmt",
+        "has_token",
+        "incomplete",
+        "last_read",
+        "result",
+        "text",
+        "token_reads",
+        "tool_events",
+    )
 
-    def __init__(self, result: ProbeResult, fmt: ApiFormat, counter: TokenCounter) -> None:
+    def __init__(
+        self,
+        result: ProbeResult,
+        fmt: ApiFormat,
+        counter: TokenCounter,
+        *,
+        exact_length: bool = True,
+        keep_text: bool = False,
+    ) -> None:
         self.result = result
         self.fmt = fmt
         self.counter = counter
-        self.done = False  # [DONE] seen
+        self.exact_length = exact_length  # the request asked for exactly max_tokens tokens
+        self.done = False  # [DONE] (or the format's last event) seen
         self.has_token = False  # a content or reasoning token arrived (the TTFT clock stopped)
         self.token_reads = 0  # reads that carried at least one token event
         self.last_read = 0.0  # stamp of the latest read, for the idle-gap limit
+        self.text: list[str] | None = [] if keep_text else None  # the answer's text, when kept
+        self.incomplete: str | None = None  # why the server ended the answer incomplete
+        self.tool_events: list[int] = []  # indexes of the token events that were tool-call arguments
 
     def on_events(self, now: float, events: Sequence[SseEvent]) -> bool:
-        """Account for the events of one read stamped ``now``; returns True once ``[DONE]`` came."""
+        """Account for the events of one read stamped ``now``; returns True once the stream's last
+        event (``[DONE]``, or the format's own) came."""
         tokens = 0
         for event in events:
             data = event.data
@@ -63,7 +88,12 @@ class StreamState:
                 self.done = True
                 self.result.finished_at = now
                 break
-            tokens += self._on_chunk(now, self._parse(data))
+            chunk = self._parse(data, event.event)
+            tokens += self._on_chunk(now, chunk)
+            if chunk.end:
+                self.done = True
+                self.result.finished_at = now
+                break
         if tokens:
             self.has_token = True
             self.token_reads += 1
@@ -71,9 +101,9 @@ class StreamState:
                 self.result.multi_event_reads += 1
         return self.done
 
-    def _parse(self, data: str) -> Chunk:
+    def _parse(self, data: str, event: str | None) -> Chunk:
         try:
-            return read_chunk(self.fmt, loads(data))
+            return read_chunk(self.fmt, loads(data), event)
         except ValueError as exc:  # JSONDecodeError is a ValueError
             raise StreamFailureError(Outcome.MALFORMED_STREAM, f"bad chunk: {exc}") from None
 
@@ -88,9 +118,19 @@ class StreamState:
             result.prompt_tokens_reported = chunk.prompt_tokens
         if chunk.finish_reason is not None:
             result.finish_reason = chunk.finish_reason
+        if chunk.cached_tokens is not None:
+            result.prompt_tokens_cached = chunk.cached_tokens
+        if chunk.incomplete is not None:
+            self.incomplete = chunk.incomplete
         if chunk.text:
             result.token_times.append(now)
-            result.token_counts.append(self.counter.count(chunk))
+            count = self.counter.count(chunk)
+            result.token_counts.append(count)
+            if chunk.tool:
+                self.tool_events.append(len(result.token_counts) - 1)
+                result.tool_call_tokens += count
+            if self.text is not None:
+                self.text.append(chunk.text)
             return 1
         if chunk.reasoning:
             result.reasoning_times.append(now)
@@ -99,9 +139,14 @@ class StreamState:
         self.counter.hold(chunk)
         return 0
 
-    def finish(self, *, exact_length: bool) -> None:
-        """Settle a stream that ended normally: token source, reconciliation, and its outcome."""
+    def finish(self, *, exact_length: bool | None = None) -> None:
+        """Settle a stream that ended normally: token source, reconciliation, and its outcome
+        (``exact_length`` defaults to what the request asked for)."""
         result, counter = self.result, self.counter
+        if exact_length is None:
+            exact_length = self.exact_length
+        if self.text is not None:
+            result.output_text = "".join(self.text)
         result.token_source = counter.source or TokenSource.CHUNKS
         if counter.fallback_chunks:
             result.extra["token_fallback_chunks"] = counter.fallback_chunks
@@ -115,8 +160,13 @@ class StreamState:
         if held and result.token_counts:
             result.token_counts[-1] += held
             result.extra["held_tokens_at_end"] = held
+        if self.tool_events:  # the counts may have moved: recount the tool-call share
+            result.tool_call_tokens = sum(result.token_counts[i] for i in self.tool_events)
         result.outcome = completed_outcome(result, exact_length=exact_length)
-        if result.outcome is Outcome.TRUNCATED:
+        if self.incomplete is not None:
+            result.outcome = Outcome.TRUNCATED
+            result.error = f"the response ended incomplete ({self.incomplete})"
+        elif result.outcome is Outcome.TRUNCATED:
             result.error = (
                 f"{self.total_tokens()} of {result.max_tokens} tokens (finish {result.finish_reason})"
             )

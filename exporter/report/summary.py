@@ -136,6 +136,7 @@ def summarize(
         "rates": _rates(measured, spec.deadlines),
         "goodput": _goodput(results, measured, spec, duration_s),
         "slos": _slos(measured, spec),
+        "turns": turns_summary(results, spec),
         "health_checks": [dict(check) for check in health_checks],
     }
     summary["reliable"], summary["failed_checks"] = reliability(health_checks)
@@ -206,6 +207,47 @@ def _fluidity(measured: Measured, policy: DeadlinePolicy) -> dict[str, Any]:
             "first_miss_fraction": describe(result.first_miss_fraction).to_dict(),
         }
     return {"deadlines": policy.describe(), "tiers": tiers}
+
+
+def turns_summary(results: Sequence[ProbeResult], spec: EvaluationSpec) -> dict[str, Any]:
+    """First turns apart from follow-up turns (multi-turn sessions; every single request is a first
+    turn): requests, TTFT, TBT, fluidity per tier, and the prompt tokens the server reported cached."""
+    parts = {
+        "first": [r for r in results if r.turn <= 1],
+        "followup": [r for r in results if r.turn > 1],
+    }
+    out: dict[str, Any] = {"sessions": len({r.session for r in results if r.session is not None})}
+    for name, part in parts.items():
+        measured = measure(part, spec)
+        out[name] = {
+            "requests": len(part),
+            "completed": len(measured.results),
+            "ttft": describe(measured.latency.ttft).to_dict(),
+            "tbt": describe(measured.latency.tbt).to_dict(),
+            "fluidity": {
+                tier: {"service_level": batch.service_level, "fluidity": describe(batch.fluidity).to_dict()}
+                for tier, batch in measured.tiers.items()
+            },
+            "prompt_tokens_cached": _cached(part),
+            "output_tokens": {
+                "text": sum(r.text_tokens for r in measured.results),
+                "tool_call": sum(r.tool_call_tokens for r in measured.results),
+            },
+        }
+    return out
+
+
+def _cached(results: Sequence[ProbeResult]) -> dict[str, Any]:
+    """Prompt tokens the server reported as served from its cache, over the requests that reported it."""
+    reported = [r for r in results if r.prompt_tokens_cached is not None and r.prompt_tokens_reported]
+    cached = sum(r.prompt_tokens_cached or 0 for r in reported)
+    prompt = sum(r.prompt_tokens_reported or 0 for r in reported)
+    return {
+        "requests_reporting": len(reported),
+        "cached_tokens": cached,
+        "prompt_tokens": prompt,
+        "hit_ratio": cached / prompt if prompt else None,
+    }
 
 
 def _share_at_least(values: FloatArray, target: float) -> float | None:
@@ -289,10 +331,14 @@ def request_record(result: ProbeResult, spec: EvaluationSpec) -> dict[str, Any]:
         "http_status": result.http_status,
         "error": result.error,
         "api": result.api,
+        "session": result.session,
+        "turn": result.turn,
         "prompt_tokens_intended": result.prompt_tokens_intended,
         "prompt_tokens_reported": result.prompt_tokens_reported,
+        "prompt_tokens_cached": result.prompt_tokens_cached,
         "max_tokens": result.max_tokens,
         "output_tokens": result.output_tokens,
+        "tool_call_tokens": result.tool_call_tokens,
         "completion_tokens_reported": result.completion_tokens_reported,
         "token_source": result.token_source.value,
         "token_adjustment": result.token_adjustment,

@@ -25,6 +25,9 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         _fluidity(summary["fluidity"]),
         _rates(summary["rates"]),
     ]
+    turns = summary.get("turns") or {}
+    if turns.get("followup", {}).get("requests"):
+        parts.append(_turns(turns))
     if summary.get("goodput"):
         parts.append(_goodput(summary["goodput"]))
     if summary.get("slos"):
@@ -42,6 +45,29 @@ def verdict_line(summary: Mapping[str, Any]) -> str:
         return "measurement: reliable (every health check of the load passed)"
     failed = ", ".join(summary.get("failed_checks") or ()) or "?"
     return f"measurement: NOT reliable: {failed} failed (every health check must pass)"
+
+
+def _turns(turns: Mapping[str, Any]) -> str:
+    """First turns beside follow-up turns: what a user feels on turn 1 and later in a conversation."""
+    lines = [f"{'sessions: ' + str(turns['sessions']):<32}{'first turns':>16}{'follow-ups':>16}"]
+    first, follow = turns["first"], turns["followup"]
+
+    def row(label: str, pick: Any, fmt: str, scale: float = 1.0) -> None:
+        values = [_number(pick(part), fmt, scale) for part in (first, follow)]
+        lines.append(f"{label:<32}{values[0]:>16}{values[1]:>16}")
+
+    row("requests", lambda p: p["requests"], "{:.0f}")
+    row("TTFT p50 (s)", lambda p: p["ttft"]["p50"], "{:.3f}")
+    row("TTFT p99 (s)", lambda p: p["ttft"]["p99"], "{:.3f}")
+    row("TBT p99 (ms)", lambda p: p["tbt"]["p99"], "{:.1f}", 1e3)
+    for tier in first["fluidity"]:
+        row(
+            f"fluidity service level ({tier})",
+            lambda p, t=tier: p["fluidity"].get(t, {}).get("service_level"),
+            "{:.3f}",
+        )
+    row("prompt tokens cached (share)", lambda p: p["prompt_tokens_cached"]["hit_ratio"], "{:.3f}")
+    return "\n".join(lines)
 
 
 def _number(value: Any, fmt: str, scale: float = 1.0) -> str:

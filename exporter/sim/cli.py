@@ -28,6 +28,7 @@ _FLAG_FIELDS = (
     "host",
     "port",
     "chunked_prefill",
+    "prefix_caching",
     "max_num_seqs",
     "max_num_batched_tokens",
     "num_kv_blocks",
@@ -56,6 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="split prefills into chunks (Sarathi-Serve, vLLM V1) or run them whole (vLLM V0)",
+    )
+    parser.add_argument(
+        "--prefix-caching",
+        dest="prefix_caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="serve repeated prompt prefixes from an LRU prefix cache (default on, as in vLLM V1)",
     )
     for name in ("max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size", "max_model_len"):
         parser.add_argument(

@@ -47,6 +47,7 @@ class SimConfig:
     fault_rates: Mapping[str, float] = field(default_factory=dict)
     cost: Mapping[str, float] = field(default_factory=dict)
     record_lateness: bool = False
+    prefix_caching: bool = True
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ _INT_MIN = {
     "seed": 0,
 }
 _PROBABILITIES = ("spec_acceptance", "eos_rate")
-_BOOLS = ("chunked_prefill", "record_lateness")
+_BOOLS = ("chunked_prefill", "record_lateness", "prefix_caching")
 _STRINGS = ("preset", "model", "host")
 _COST_FIELDS = tuple(f.name for f in dataclasses.fields(CostModel))
 FIELDS = tuple(f.name for f in dataclasses.fields(SimConfig))
@@ -180,6 +181,7 @@ def resolve(config: SimConfig) -> Resolved:
         max_waiting=config.max_waiting,
         spec_k=config.spec_k,
         spec_acceptance=config.spec_acceptance,
+        prefix_caching=config.prefix_caching,
     )
     if not engine.chunked_prefill and config.max_num_batched_tokens is None:
         # vLLM V0 without chunked prefill: max(max_model_len, 2048), so any prompt fits one step.

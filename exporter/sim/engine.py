@@ -17,7 +17,10 @@ Scheduling follows vLLM:
   preempts the most recently admitted request (recompute: its KV is dropped and it re-queues at the
   front, later re-prefilling prompt + generated tokens);
 * speculative decoding: each decode verifies ``spec_k`` draft tokens and emits 1 + accepted of them in
-  one chunk, acceptance drawn per request from a seeded generator.
+  one chunk, acceptance drawn per request from a seeded generator;
+* prefix caching (``prefix_caching``, on by default as in vLLM V1): a request that lists its prompt's
+  token ids starts its prefill after the leading blocks found in the prefix cache (``prefix_cache.py``),
+  and counts the prompt tokens looked up and found (``vllm:prefix_cache_queries`` and ``_hits``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from exporter.sim import tokenizer
 from exporter.sim.costmodel import CostModel, StepShape, step_time
+from exporter.sim.prefix_cache import PrefixCache, block_hashes
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class EngineParams:
     max_waiting: int = 1024
     spec_k: int = 0
     spec_acceptance: float = 0.0
+    prefix_caching: bool = True
+    prefix_cache_blocks: int | None = None  # None: as many as num_kv_blocks
 
 
 class Phase(Enum):
@@ -73,6 +80,9 @@ class SimRequest:
     first_scheduled: float | None = None
     preemptions: int = 0
     rng: random.Random = field(default_factory=random.Random)
+    prompt_ids: tuple[int, ...] = ()  # the prompt's token ids, for the prefix cache (empty: no lookup)
+    cached_tokens: int = 0  # prompt tokens the prefix cache served at the first admission
+    looked_up: bool = False  # the prefix cache was consulted since the last (re)queueing
 
     @property
     def prefill_target(self) -> int:
@@ -121,6 +131,10 @@ class Engine:
         self.free_blocks = params.num_kv_blocks
         self.num_preemptions = 0
         self.prompt_tokens = 0
+        self.cache_queries = 0  # prompt tokens looked up in the prefix cache
+        self.cache_hits = 0  # of those, tokens found
+        blocks = params.prefix_cache_blocks or params.num_kv_blocks
+        self.prefix_cache = PrefixCache(blocks) if params.prefix_caching else None
 
     # -- queue -----------------------------------------------------------------------------------
 
@@ -174,6 +188,7 @@ class Engine:
         self._release(victim)
         victim.computed = 0
         victim.decoding = False
+        victim.looked_up = False
         victim.phase = Phase.WAITING
         victim.preemptions += 1
         self.num_preemptions += 1
@@ -220,6 +235,7 @@ class Engine:
         admitted: list[tuple[SimRequest, int]] = []
         while self.waiting and budget > 0 and len(self.running) < self.params.max_num_seqs:
             request = self.waiting[0]
+            self._lookup(request)
             remaining = request.prefill_target - request.computed
             if whole_only and remaining > budget:
                 break
@@ -234,6 +250,28 @@ class Engine:
             admitted.append((request, chunk))
             budget -= chunk
         return admitted
+
+    def _lookup(self, request: SimRequest) -> None:
+        """Start a (re)queued request's prefill after its cached prefix."""
+        if self.prefix_cache is None or request.looked_up or not request.prompt_ids or request.computed:
+            return
+        request.looked_up = True
+        hits = self.prefix_cache.match(block_hashes(request.prompt_ids, self.params.block_size))
+        cached = min(hits * self.params.block_size, request.prefill_target - 1)
+        request.computed = cached
+        if request.generated == 0 and request.preemptions == 0:
+            request.cached_tokens = cached
+        self.cache_queries += request.prompt_len
+        self.cache_hits += cached
+
+    def _remember(self, request: SimRequest, with_output: bool) -> None:
+        """Cache the prompt's blocks (and the output's, once the request is done)."""
+        if self.prefix_cache is None or not request.prompt_ids:
+            return
+        ids = list(request.prompt_ids)
+        if with_output:
+            ids += [tokenizer.generated_token_id(request.seed, i) for i in range(request.generated)]
+        self.prefix_cache.insert(block_hashes(ids, self.params.block_size))
 
     def schedule(self, now: float) -> Batch | None:
         """The next iteration starting at ``now``, or None when there is nothing to run."""
@@ -280,6 +318,7 @@ class Engine:
                 request.decoding = True
                 if request.generated == 0:
                     self.prompt_tokens += request.prompt_len
+                    self._remember(request, with_output=False)
                 emissions.append(self._emit(request, 1))
         return emissions
 
@@ -291,6 +330,7 @@ class Engine:
             request.phase = Phase.FINISHED
             self.running.remove(request)
             self._release(request)
+            self._remember(request, with_output=True)
         return Emission(request, tokens, first, finished)
 
 

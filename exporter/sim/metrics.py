@@ -80,6 +80,8 @@ class EngineGauges:
     waiting: int
     kv_usage: float
     preemptions: int
+    cache_queries: int = 0  # prompt tokens looked up in the prefix cache
+    cache_hits: int = 0  # prompt tokens found there
 
 
 class SimCollector(Collector):
@@ -127,6 +129,16 @@ class SimCollector(Collector):
         )
         yield self._counter(
             "vllm:num_preemptions", "Cumulative number of preemption from the engine.", snap.preemptions
+        )
+        yield self._counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            snap.cache_queries,
+        )
+        yield self._counter(
+            "vllm:prefix_cache_hits",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            snap.cache_hits,
         )
         yield self._counter("vllm:prompt_tokens", "Number of prefill tokens processed.", stats.prompt_tokens)
         yield self._counter(

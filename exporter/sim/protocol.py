@@ -28,6 +28,8 @@ FAULT_MODES = (
     "slow_drip",
     "wrong_content_type",
     "oversized_line",
+    "error_event",
+    "no_end",
 )
 
 
@@ -104,6 +106,8 @@ class ParsedRequest:
     seed: int | None
     script: Script | None
     fault: FaultSpec | None
+    responses: bool = False  # /v1/responses (typed events) rather than chat or completions
+    tool: str | None = None  # stream a call of this function rather than text (tools + tool_choice)
 
 
 # -- field readers ---------------------------------------------------------------------------------
@@ -157,6 +161,47 @@ def _messages_ids(body: Mapping[str, Any]) -> tuple[int, ...]:
             raise _bad(f"messages[{index}]", 'expected an object with a string "role"')
         if "content" in message and not isinstance(message["content"], str | list | None):
             raise _bad(f"messages[{index}].content", "expected a string or a list of content parts")
+    return tuple(tokenizer.encode(tokenizer.render_chat(messages)))
+
+
+def _tool(body: Mapping[str, Any], responses: bool) -> str | None:
+    """The function to call: ``tool_choice`` names it (or is ``required``/``auto``: the first tool);
+    None without tools or with ``tool_choice: none``."""
+    tools = body.get("tools")
+    if tools is None or tools == []:
+        return None
+    if not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools):
+        raise _bad("tools", "expected a list of tool objects")
+    names = [str((t if responses else t.get("function") or {}).get("name") or "") for t in tools]
+    if not all(names):
+        raise _bad("tools", "every tool needs a function name")
+    choice = body.get("tool_choice", "auto")
+    if choice == "none":
+        return None
+    if isinstance(choice, Mapping):
+        named = choice.get("name") if responses else (choice.get("function") or {}).get("name")
+        if named not in names:
+            raise _bad("tool_choice", f"names no tool of the request; valid: {', '.join(names)}")
+        return str(named)
+    if choice not in ("auto", "required"):
+        raise _bad("tool_choice", 'expected "none", "auto", "required" or a named function')
+    return names[0]
+
+
+def _input_ids(body: Mapping[str, Any]) -> tuple[int, ...]:
+    """The Responses API's ``input`` (a string, or messages whose content is a string or parts) and its
+    ``instructions`` (a system message), through the chat template."""
+    raw = body.get("input")
+    messages: list[Mapping[str, Any]]
+    if isinstance(raw, str) and raw:
+        messages = [{"role": "user", "content": raw}]
+    elif isinstance(raw, list) and raw and all(isinstance(m, Mapping) for m in raw):
+        messages = [{"role": str(m.get("role", "user")), "content": m.get("content")} for m in raw]
+    else:
+        raise _bad("input", "expected a non-empty string or a non-empty list of messages")
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        messages.insert(0, {"role": "system", "content": instructions})
     return tuple(tokenizer.encode(tokenizer.render_chat(messages)))
 
 
@@ -240,16 +285,27 @@ def _sim_extension(body: Mapping[str, Any], modes: Sequence[str]) -> tuple[Scrip
     return script, fault
 
 
-def parse_request(body: object, chat: bool, fault_modes: Sequence[str]) -> ParsedRequest:
-    """Validate a request body; raises ``RequestError`` (400) naming the offending field."""
+def _prompt(body: Mapping[str, Any], chat: bool, responses: bool) -> tuple[int, ...]:
+    if responses:
+        return _input_ids(body)
+    return _messages_ids(body) if chat else _prompt_ids(body)
+
+
+def parse_request(
+    body: object, chat: bool, fault_modes: Sequence[str], *, responses: bool = False
+) -> ParsedRequest:
+    """Validate a request body (``responses``: of ``/v1/responses``); raises ``RequestError`` (400)
+    naming the offending field."""
     if not isinstance(body, Mapping):
         raise RequestError(400, "request body must be a JSON object")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise _bad("model", "expected a non-empty string")
     stream = _bool(body, "stream")
-    include_usage, continuous = _stream_options(body, stream)
+    include_usage, continuous = (True, False) if responses else _stream_options(body, stream)
     max_tokens = _int(body, "max_completion_tokens", 1) if chat else None
+    if responses:
+        max_tokens = _int(body, "max_output_tokens", 1)
     max_tokens = max_tokens if max_tokens is not None else _int(body, "max_tokens", 1)
     min_tokens = _int(body, "min_tokens", 0) or 0
     if max_tokens is not None and min_tokens > max_tokens:
@@ -258,7 +314,7 @@ def parse_request(body: object, chat: bool, fault_modes: Sequence[str]) -> Parse
     return ParsedRequest(
         chat=chat,
         model=model,
-        prompt_ids=_messages_ids(body) if chat else _prompt_ids(body),
+        prompt_ids=_prompt(body, chat, responses),
         max_tokens=max_tokens,
         min_tokens=min_tokens,
         ignore_eos=_bool(body, "ignore_eos"),
@@ -270,18 +326,21 @@ def parse_request(body: object, chat: bool, fault_modes: Sequence[str]) -> Parse
         seed=_int(body, "seed", 0),
         script=script,
         fault=fault,
+        responses=responses,
+        tool=_tool(body, responses) if chat or responses else None,
     )
 
 
 # -- responses -------------------------------------------------------------------------------------
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    """OpenAI's usage object."""
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI's usage object, with the prompt tokens served from the prefix cache."""
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -313,35 +372,47 @@ def full_response(
     }
 
 
-def _usage_json(prompt_tokens: int, completion_tokens: int) -> str:
+def _usage_json(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> str:
     total = prompt_tokens + completion_tokens
     return (
-        f'{{"prompt_tokens":{prompt_tokens},"total_tokens":{total},"completion_tokens":{completion_tokens}}}'
+        f'{{"prompt_tokens":{prompt_tokens},"total_tokens":{total},"completion_tokens":{completion_tokens},'
+        f'"prompt_tokens_details":{{"cached_tokens":{cached_tokens}}}}}'
     )
 
 
 class ChunkBuilder:
-    """Builds the SSE bytes of one streaming response, chunk by chunk, from prebuilt templates."""
+    """Builds the SSE bytes of one streaming response, chunk by chunk, from prebuilt templates.
+
+    A chat request with a tool (``ParsedRequest.tool``) streams a tool call: its opening delta names
+    the function, and every token is a ``delta.tool_calls[0].function.arguments`` piece; the arguments
+    open with ``{"query":"`` and close with ``"}`` so that together they are JSON."""
 
     def __init__(self, req: ParsedRequest, request_id: str, created: int, http_chunked: bool) -> None:
         self.req = req
         self.prompt_tokens = len(req.prompt_ids)
+        self.cached_tokens = 0  # prompt tokens served from the prefix cache (set once admitted)
         self.http_chunked = http_chunked
+        self.request_id = request_id
         kind = "chat.completion.chunk" if req.chat else "text_completion"
         self._head = (
             f'{{"id":"{request_id}","object":"{kind}","created":{created},"model":{json.dumps(req.model)}'
         )
-        self._open = (
-            self._head + ',"choices":[{"index":0,"delta":{"content":"'
-            if req.chat
-            else self._head + ',"choices":[{"index":0,"text":"'
-        )
-        self._close = (
-            '"},"logprobs":null,"finish_reason":' if req.chat else '","logprobs":null,"finish_reason":'
-        )
+        if req.tool is not None:
+            delta = '"delta":{"tool_calls":[{"index":0,"function":{"arguments":"'
+            self._open = self._head + ',"choices":[{"index":0,' + delta
+            self._close = '"}}]},"logprobs":null,"finish_reason":'
+        elif req.chat:
+            self._open = self._head + ',"choices":[{"index":0,"delta":{"content":"'
+            self._close = '"},"logprobs":null,"finish_reason":'
+        else:
+            self._open = self._head + ',"choices":[{"index":0,"text":"'
+            self._close = '","logprobs":null,"finish_reason":'
         # Generated text and the escaped model name are ASCII, so the fast path can encode as ASCII.
         self._data_open = "data: " + self._open
         self._plain_close = self._close + ("null}]}" if req.chat else 'null,"stop_reason":null}]}') + "\n\n"
+
+    def _usage(self, completion_tokens: int) -> str:
+        return _usage_json(self.prompt_tokens, completion_tokens, self.cached_tokens)
 
     def _tail(self, finish_reason: str | None, ids: Sequence[int], first: bool, sent: int) -> str:
         parts = ["null" if finish_reason is None else f'"{finish_reason}"']
@@ -355,15 +426,42 @@ class ChunkBuilder:
             parts.append(f',"token_ids":{json.dumps(list(ids), separators=(",", ":"))}')
         parts.append("}]")
         if self.req.continuous_usage:
-            parts.append(f',"usage":{_usage_json(self.prompt_tokens, sent)}')
+            parts.append(f',"usage":{self._usage(sent)}')
         parts.append("}")
         return "".join(parts)
 
     def role(self) -> str:
         """The role-only delta that opens a chat stream, as vLLM sends it."""
-        tail = "" if not self.req.continuous_usage else f',"usage":{_usage_json(self.prompt_tokens, 0)}'
+        tail = "" if not self.req.continuous_usage else f',"usage":{self._usage(0)}'
         delta = '"delta":{"role":"assistant","content":""}'
         return self._head + f',"choices":[{{"index":0,{delta},"logprobs":null,"finish_reason":null}}]{tail}}}'
+
+    def _tool_opening(self) -> str:
+        call = {
+            "index": 0,
+            "id": f"call_{self.request_id}",
+            "type": "function",
+            "function": {"name": self.req.tool, "arguments": ""},
+        }
+        delta = json.dumps({"tool_calls": [call]}, separators=(",", ":"))
+        return (
+            self._head + f',"choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":null}}]}}'
+        )
+
+    def open_events(self) -> list[str]:
+        """Events before the first content chunk: a chat stream's role delta (and a tool call's name)."""
+        if not self.req.chat:
+            return []
+        return [self.role(), self._tool_opening()] if self.req.tool is not None else [self.role()]
+
+    def close_events(self, completion_tokens: int, finish_reason: str | None = None) -> list[str]:
+        """Events after the last content chunk: the usage chunk when asked for, and ``[DONE]``."""
+        usage_events = [self.usage_chunk(completion_tokens)] if self.req.include_usage else []
+        return [*usage_events, DONE]
+
+    def _tool_text(self, text: str, first: bool, last: bool) -> str:
+        # The arguments' JSON, escaped as a JSON string's content: generated text needs no escaping.
+        return ('{\\"query\\":\\"' if first else "") + text + ('\\"}' if last else "")
 
     def content(
         self,
@@ -376,6 +474,8 @@ class ChunkBuilder:
         """One content chunk of ``ids`` (``text`` if known); ``sent_after`` counts tokens sent with it."""
         if text is None:
             text = "".join(tokenizer.token_text(t) for t in ids)
+        if self.req.tool is not None:
+            text = self._tool_text(text, first, finish_reason is not None)
         return self._open + text + self._close + self._tail(finish_reason, ids, first, sent_after)
 
     @property
@@ -390,7 +490,11 @@ class ChunkBuilder:
 
     def usage_chunk(self, completion_tokens: int) -> str:
         """The final usage-only chunk (``stream_options.include_usage``)."""
-        return self._head + f',"choices":[],"usage":{_usage_json(self.prompt_tokens, completion_tokens)}}}'
+        return self._head + f',"choices":[],"usage":{self._usage(completion_tokens)}}}'
+
+    def error_event(self, message: str) -> str:
+        """An in-stream error, as vLLM sends one when generation fails mid-stream."""
+        return json.dumps(error_body(message, "server_error", None, "500"), separators=(",", ":"))
 
     def frame(self, events: Sequence[str]) -> bytes:
         """SSE ``data:`` events as bytes, wrapped as one HTTP/1.1 chunk when the response is chunked."""

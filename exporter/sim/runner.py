@@ -70,6 +70,10 @@ class EngineRunner:
         stream = self.streams[request]
         if emission.first and request.first_scheduled is not None:
             stream.queue_time = request.first_scheduled - request.arrival
+        if emission.first:
+            stream.cached_tokens = request.cached_tokens
+            if stream.builder is not None:
+                stream.builder.cached_tokens = request.cached_tokens
         delivery = stream.prepare(emission.tokens, emission.finished, request.finish_reason)
         return request, stream, delivery
 

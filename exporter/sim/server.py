@@ -1,6 +1,7 @@
 """The simulator's aiohttp server: OpenAI-compatible routes over the engine, scripts and faults.
 
-Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``,
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``POST /v1/responses`` (the Responses
+API's event stream, ``responses.py``), ``GET /v1/models``, ``GET /health``,
 ``GET /metrics`` (vLLM's metric names), and ``GET /debug/lateness`` when ``record_lateness`` is on (the
 benchmark reads write lateness from it). ``SimServer`` embeds it: ``await server.start(host, port)``
 inside a running loop returns the bound ``(host, port)`` (port 0 picks a free one), ``await
@@ -35,7 +36,6 @@ from exporter.sim.engine import Engine, SimRequest
 from exporter.sim.faults import FAULT_MODES, normal_pieces, run_fault
 from exporter.sim.metrics import EngineGauges, SimStats, make_registry
 from exporter.sim.protocol import (
-    DONE,
     ChunkBuilder,
     FaultSpec,
     ParsedRequest,
@@ -44,6 +44,7 @@ from exporter.sim.protocol import (
     full_response,
     parse_request,
 )
+from exporter.sim.responses import ResponsesBuilder, full_responses_body
 from exporter.sim.runner import EngineRunner
 from exporter.sim.scripted import ScriptPlayer, plan_script
 from exporter.sim.streams import TokenStream
@@ -127,6 +128,7 @@ class SimServer:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", make_aiohttp_handler(self.registry))
@@ -180,6 +182,8 @@ class SimServer:
             waiting=len(self.engine.waiting),
             kv_usage=self.engine.kv_usage,
             preemptions=self.engine.num_preemptions,
+            cache_queries=self.engine.cache_queries,
+            cache_hits=self.engine.cache_hits,
         )
 
     # -- simple routes ---------------------------------------------------------------------------
@@ -211,12 +215,15 @@ class SimServer:
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._generate(request, chat=True)
 
-    async def _parse(self, request: web.Request, chat: bool) -> ParsedRequest:
+    async def _responses(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False, responses=True)
+
+    async def _parse(self, request: web.Request, chat: bool, responses: bool) -> ParsedRequest:
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RequestError(400, f"request body is not valid JSON: {exc}") from exc
-        req = parse_request(body, chat, FAULT_MODES)
+        req = parse_request(body, chat, FAULT_MODES, responses=responses)
         if req.model != self.model:
             raise RequestError(
                 404, f"The model `{req.model}` does not exist.", param="model", code="model_not_found"
@@ -228,7 +235,9 @@ class SimServer:
                 400,
                 f"This model's maximum context length is {limit} tokens. However, you requested "
                 f"{prompt + wanted} tokens ({prompt} in the prompt, {wanted} in the completion).",
-                param="max_tokens" if wanted else ("messages" if chat else "prompt"),
+                param="max_tokens"
+                if wanted
+                else ("input" if responses else "messages" if chat else "prompt"),
             )
         return req
 
@@ -243,15 +252,18 @@ class SimServer:
             draw -= rate
         return None
 
-    async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def _generate(
+        self, request: web.Request, chat: bool, responses: bool = False
+    ) -> web.StreamResponse:
         arrival = time.monotonic()
         try:
-            req = await self._parse(request, chat)
+            req = await self._parse(request, chat, responses)
         except RequestError as exc:
             return _error(exc)
         number = next(self._ids)
         seed = req.seed if req.seed is not None else number
-        request_id = f"{'chatcmpl' if chat else 'cmpl'}-sim{number:08d}"
+        kind = "resp" if responses else ("chatcmpl" if chat else "cmpl")
+        request_id = f"{kind}-sim{number:08d}"
         tokens, reason = output_plan(req, self.resolved, random.Random(seed))
         job = _Job(request, req, request_id, seed, arrival, tokens, reason)
         fault = req.fault or self._draw_fault()
@@ -274,7 +286,7 @@ class SimServer:
         await resp.prepare(job.request)
         transport = job.request.transport
         assert isinstance(transport, asyncio.Transport)
-        builder = ChunkBuilder(req, job.request_id, int(time.time()), http_chunked=chunked)
+        builder = _builder(req, job.request_id, chunked)
         stream = TokenStream(
             req,
             job.seed,
@@ -295,9 +307,13 @@ class SimServer:
         finally:
             self._streams.discard(stream)
         if resp is None:
-            body = full_response(
-                job.req, job.request_id, int(time.time()), stream.token_ids, stream.finish_reason or "abort"
-            )
+            reason, created = stream.finish_reason or "abort", int(time.time())
+            if job.req.responses:
+                cached = stream.cached_tokens
+                body = full_responses_body(job.req, job.request_id, created, stream.token_ids, reason, cached)
+            else:
+                body = full_response(job.req, job.request_id, created, stream.token_ids, reason)
+                body["usage"]["prompt_tokens_details"]["cached_tokens"] = stream.cached_tokens
             return web.json_response(body)
         with contextlib.suppress(ConnectionError):  # a client that left needs no end-of-stream
             await resp.write_eof()
@@ -307,7 +323,14 @@ class SimServer:
         assert self._runner is not None
         if len(self.engine.waiting) >= self.resolved.engine.max_waiting:
             return _error(self._queue_full())
-        sim_request = SimRequest(len(job.req.prompt_ids), job.tokens, job.reason, job.arrival, job.seed)
+        sim_request = SimRequest(
+            len(job.req.prompt_ids),
+            job.tokens,
+            job.reason,
+            job.arrival,
+            job.seed,
+            prompt_ids=job.req.prompt_ids,
+        )
         resp, stream = await self._open(job)
         if not self._runner.submit(sim_request, stream):
             stream.abort()  # the queue filled while the headers were sent: end the stream
@@ -329,18 +352,34 @@ class SimServer:
 
     async def _fault(self, job: _Job, fault: FaultSpec) -> web.StreamResponse:
         req, tokens, reason = job.req, job.tokens, job.reason
-        builder = ChunkBuilder(req, job.request_id, int(time.time()), http_chunked=False)
+        builder = _builder(req, job.request_id, http_chunked=False)
         token_ids = [tokenizer.generated_token_id(job.seed, index) for index in range(tokens)]
-        events: list[str] = [builder.role()] if req.chat and req.stream else []
+        if not req.stream:
+            body = (
+                full_responses_body(req, job.request_id, int(time.time()), token_ids, reason)
+                if req.responses
+                else full_response(req, job.request_id, int(time.time()), token_ids, reason)
+            )
+            return await run_fault(
+                job.request, fault, normal_pieces([], body), False, _script_gap(req.script)
+            )
+        events = builder.open_events()
         for index, token_id in enumerate(token_ids):
             last = index == tokens - 1
             events.append(builder.content([token_id], index == 0, index + 1, reason if last else None))
-        if req.include_usage:
-            events.append(builder.usage_chunk(tokens))
-        events.append(DONE)
-        body = None if req.stream else full_response(req, job.request_id, int(time.time()), token_ids, reason)
-        pieces = normal_pieces(events, body)
-        return await run_fault(job.request, fault, pieces, req.stream, _script_gap(req.script))
+        closing = builder.close_events(tokens, reason)
+        pieces = [builder.frame([event]) for event in events]
+        if fault.mode == "error_event":  # an error event after `at` chunks ends the stream
+            message = "simulated failure in the middle of the stream"
+            pieces = [*pieces[: fault.at], builder.frame([builder.error_event(message)])]
+        elif fault.mode != "no_end":  # no_end: the body ends without the stream's last events
+            pieces += [builder.frame([event]) for event in closing]
+        return await run_fault(job.request, fault, pieces, True, _script_gap(req.script))
+
+
+def _builder(req: ParsedRequest, request_id: str, http_chunked: bool) -> ChunkBuilder:
+    kind = ResponsesBuilder if req.responses else ChunkBuilder
+    return kind(req, request_id, int(time.time()), http_chunked=http_chunked)
 
 
 def _script_gap(script: Script | None) -> float:

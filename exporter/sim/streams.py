@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from exporter.sim import tokenizer
 from exporter.sim.emitter import LatenessRecorder
 from exporter.sim.metrics import SimStats
-from exporter.sim.protocol import DONE, ChunkBuilder, ParsedRequest
+from exporter.sim.protocol import ChunkBuilder, ParsedRequest
 
 
 @dataclass
@@ -56,6 +56,7 @@ class TokenStream:
         self.last_token_at: float | None = None
         self.queue_time = 0.0
         self.finish_reason: str | None = None
+        self.cached_tokens = 0  # prompt tokens the engine's prefix cache served
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     @property
@@ -80,12 +81,10 @@ class TokenStream:
     def _frame(
         self, builder: ChunkBuilder, ids: list[int], text: str, first: bool, reason: str | None
     ) -> bytes:
-        events = [builder.role()] if first and self.req.chat else []
+        events = builder.open_events() if first else []
         events.append(builder.content(ids, first, self.prepared, reason, text))
         if reason is not None:
-            if self.req.include_usage:
-                events.append(builder.usage_chunk(self.prepared))
-            events.append(DONE)
+            events.extend(builder.close_events(self.prepared, reason))
         return builder.frame(events)
 
     def deliver(self, delivery: Delivery, intended: float) -> None:

@@ -92,7 +92,33 @@ CASES: dict[str, tuple[str, list[str]]] = {
     ),
     "unknown-workload-key": (
         T + "modules:\n  m:\n    workload: {prompt: 100, output_tokens: 10}\n",
-        ['modules.m.workload: unknown key "prompt"; valid: format, output_tokens, prompt_tokens, trace'],
+        [
+            'modules.m.workload: unknown key "prompt"; valid: format, output_tokens, preset, prompt_tokens, '
+            "response_format, think_time, tool_calls, trace, turns"
+        ],
+    ),
+    "bad-session-workload": (
+        T + "modules:\n  m:\n    workload: {preset: lmsys, turns: zero, think_time: 'gamma:k=2', "
+        "response_format: json}\n",
+        [
+            'modules.m.workload.turns: unknown length distribution "zero"; valid: empirical, fixed, lognormal, '
+            "normal, uniform, zipf",
+            'modules.m.workload.think_time: unknown think-time distribution "gamma"; valid: fixed, uniform, '
+            "exponential, lognormal",
+            'modules.m.workload.response_format: must be a response_format object with a "type", e.g. '
+            '{type: json_schema, json_schema: {...}}, got "json"',
+        ],
+    ),
+    "tool-calls-in-conversations": (
+        T + "modules:\n  m:\n    workload: {preset: lmsys, turns: 3, tool_calls: true}\n",
+        [
+            "modules.m.workload: tool_calls and turns above 1 exclude each other (a conversation would need "
+            "tool results)"
+        ],
+    ),
+    "preset-and-lengths": (
+        T + "modules:\n  m:\n    workload: {preset: lmsys, prompt_tokens: 100}\n",
+        ["modules.m.workload: give one of preset, trace (with format) or prompt_tokens/output_tokens"],
     ),
     "timeout-above-total": (
         T + "    timeouts: {ttft: 2m, total: 1m}\n",
@@ -280,9 +306,9 @@ CASES: dict[str, tuple[str, list[str]]] = {
         ["targets[0].name: missing (required)", "targets[0].url: missing (required)"],
     ),
     "unknown-api-and-engine-kind": (
-        T + "    api: responses\n    engine_metrics: {url: http://h:8000/metrics, kind: ollama}\n",
+        T + "    api: embeddings\n    engine_metrics: {url: http://h:8000/metrics, kind: ollama}\n",
         [
-            'targets[0].api: unknown value "responses"; valid: chat, completions',
+            'targets[0].api: unknown value "embeddings"; valid: chat, completions, responses',
             'targets[0].engine_metrics.kind: unknown value "ollama"; valid: auto, llamacpp, sglang, tgi, vllm',
         ],
     ),

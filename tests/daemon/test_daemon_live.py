@@ -387,3 +387,54 @@ async def test_the_gateway_view_is_scraped_beside_the_engines(sim: str, tmp_path
         (("percentile", "50"), ("target", "sim"), ("window", "1m")),
     ) in series
     assert value(series, "fluidity_probe_ttft_seconds_count", target="sim", module="fast") > 0
+
+
+SESSION_MODULE = """  talk:
+    workload:
+      prompt_tokens: "fixed:300"
+      output_tokens: "fixed:16"
+      turns: 3
+      think_time: "fixed:0.05"
+    requests_per_run: 6
+    concurrency: 2
+    schedule: {interval: 1h}
+"""
+
+
+async def test_a_module_with_turns_sends_sessions_and_metrics_show_follow_ups_apart(
+    sim: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        CONFIG.format(url=sim, extra_module=SESSION_MODULE).replace("api: completions", "api: chat")
+    )
+    daemon = Daemon(load_config_file(path), config_path=str(path), seed=2)
+    spy = Spy(daemon.store.add)
+    daemon.store.add = spy  # type: ignore[method-assign]
+    async with serving(daemon) as url:
+        await wait_for(lambda: any(module == "talk" for _, module, _ in spy.runs))
+        _, text = await get(url + "/metrics")
+        _, engine = await get(sim + "/metrics")
+        status, probed = await get(url + "/probe?target=sim&module=talk")
+        spent = list(daemon.targets["sim"].budget.spent)
+    assert status == 200 and "fluidity_probe_turn_ttft_seconds_bucket" in probed
+    results = next(results for _, module, results in spy.runs if module == "talk")
+    sessions = {r.session for r in results}
+    assert len(sessions) == 2 and all(r.ok for r in results)
+    assert sorted((r.session, r.turn) for r in results) == sorted((s, t) for s in sessions for t in (1, 2, 3))
+    series = samples(text)
+    labels = {"target": "sim", "module": "talk"}
+    assert value(series, "fluidity_probe_turn_ttft_seconds_count", **labels, turn="first") == 2
+    assert value(series, "fluidity_probe_turn_ttft_seconds_count", **labels, turn="followup") == 4
+    cached = value(series, "fluidity_probe_prompt_cached_tokens_total", **labels, turn="followup")
+    prompt = value(series, "fluidity_probe_prompt_tokens_total", **labels, turn="followup")
+    # Each follow-up's conversation so far came back from the simulator's prefix cache: all but its new
+    # 300-token message, the answer before it, the template's tokens and a partial last block.
+    assert 0.5 < cached / prompt < 1
+    for r in results:
+        if r.turn > 1:
+            assert (r.prompt_tokens_reported or 0) - 300 - 16 - 2 * 16 <= (r.prompt_tokens_cached or 0)
+    assert value(series, "fluidity_probe_prompt_cached_tokens_total", **labels, turn="first") == 0
+    # The engine's own counter saw at least these hits.
+    assert value(samples(engine), "vllm:prefix_cache_hits_total", model_name="sim-tiny", engine="0") >= cached
+    assert any(requests == 6 for _, requests, _ in spent)  # the budget counts every turn

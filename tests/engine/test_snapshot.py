@@ -344,3 +344,34 @@ tgi_request_duration_count 10
     assert snap.kind == "tgi"
     assert snap.histograms == {}
     assert snap.value(Signal.QUEUE_DEPTH) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "queries", "hits"),
+    [
+        (
+            '# TYPE vllm:prefix_cache_queries counter\nvllm:prefix_cache_queries_total{engine="0"} 900\n'
+            '# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{engine="0"} 512\n',
+            "vllm",
+            900.0,
+            512.0,
+        ),
+        (  # vLLM V1 before 0.10
+            "# TYPE vllm:gpu_prefix_cache_queries counter\nvllm:gpu_prefix_cache_queries_total 70\n"
+            "# TYPE vllm:gpu_prefix_cache_hits counter\nvllm:gpu_prefix_cache_hits_total 64\n",
+            "vllm",
+            70.0,
+            64.0,
+        ),
+        (
+            "# TYPE llamacpp:prompt_tokens_cached_total counter\nllamacpp:prompt_tokens_cached_total 2680\n",
+            "llamacpp",
+            None,
+            2680.0,
+        ),
+    ],
+)
+def test_prefix_cache_counters_are_read(text: str, kind: str, queries: float | None, hits: float) -> None:
+    snap = parse_exposition(text, at=0.0, kind=kind)
+    assert snap.value(Signal.PREFIX_CACHE_QUERIES_TOTAL) == queries
+    assert snap.value(Signal.PREFIX_CACHE_HITS_TOTAL) == hits

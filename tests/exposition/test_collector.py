@@ -441,3 +441,38 @@ def test_failed_gateway_scrape_hides_the_gateway_only() -> None:
     get = registry_of(store).get_sample_value
     assert get("fluidity_gateway_scrape_success", {"target": "llm"}) is None
     assert get("fluidity_engine_scrape_success", {"target": "llm"}) == 1
+
+
+def test_first_turns_and_follow_ups_are_apart_under_a_bounded_turn_label() -> None:
+    first, follow, later, cold = smooth(ttft=0.3), smooth(ttft=0.05), smooth(ttft=0.07), failed()
+    first.prompt_tokens_reported, first.prompt_tokens_cached = 500, 0
+    follow.turn, follow.prompt_tokens_reported, follow.prompt_tokens_cached = 2, 620, 496
+    later.turn, later.prompt_tokens_reported, later.prompt_tokens_cached = 7, 700, 608
+    store = ResultStore(clock=lambda: NOW)
+    store.add("llm", "chat", [first, follow, later, cold], POLICY, now=NOW - 10)
+    registry = registry_of(store)
+
+    def value(name: str, turn: str) -> float | None:
+        return registry.get_sample_value(name, {**SERIES, "turn": turn})
+
+    assert value("fluidity_probe_turn_ttft_seconds_count", "first") == 1  # the failed one did not complete
+    assert value("fluidity_probe_turn_ttft_seconds_count", "followup") == 2
+    assert value("fluidity_probe_turn_ttft_seconds_sum", "followup") == pytest.approx(0.12)
+    assert value("fluidity_probe_turn_ttft_seconds_sum", "first") == pytest.approx(0.3)
+    assert value("fluidity_probe_prompt_cached_tokens_total", "followup") == 496 + 608
+    assert value("fluidity_probe_prompt_tokens_total", "followup") == 620 + 700
+    assert value("fluidity_probe_prompt_tokens_total", "first") == 500
+    turns = {s.labels["turn"] for f in registry.collect() for s in f.samples if "turn" in s.labels}
+    assert turns == {"first", "followup"}  # never the turn number
+
+
+def test_turn_families_are_exported_at_zero_before_any_session() -> None:
+    registry = registry_of(filled_store())
+    assert (
+        registry.get_sample_value("fluidity_probe_turn_ttft_seconds_count", {**SERIES, "turn": "followup"})
+        == 0
+    )
+    assert (
+        registry.get_sample_value("fluidity_probe_prompt_cached_tokens_total", {**SERIES, "turn": "first"})
+        == 0
+    )

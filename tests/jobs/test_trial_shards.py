@@ -14,13 +14,18 @@ import pytest
 
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_search import SearchSettings
+from exporter.jobs.manager import JobFailedError
+from exporter.jobs.params import CapacityParams
+from exporter.jobs.runners import run_capacity_search
 from exporter.jobs.trial import SHARDS_REASON, TrialPlan, TrialReport, TrialSlo, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
+from exporter.load.distributions import Fixed
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
+from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import RequestSpec
+from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.report.summary import DeadlinePolicy
 from exporter.sim import SimConfig, SimServer
 from tests.probe.helpers import script, settings_for
@@ -145,3 +150,13 @@ async def test_requests_waiting_past_hope_stop_a_sharded_trial(sim: SimServer, p
         assert report.duration_s < 2.5  # decided on waits alone: no request got its first token
         assert report.figures["completed"] == 0
     assert sharded.figures["shards"]["problems"] == []
+
+
+async def test_sessions_are_refused_over_shards(pool: ShardPool) -> None:
+    workload = Workload("chats", IndependentLengths(Fixed(16), Fixed(4)), turns=Fixed(3))
+    params = CapacityParams(target="t", workers=2)
+    with pytest.raises(JobFailedError, match="multi-turn sessions run in one process"):
+        await run_capacity_search(
+            params, SearchSettings(1.0, 2.0, 0.05, 1), workload, SLO, lambda: ProbeClient(TargetSettings("http://x")),
+            pool=pool,
+        )  # fmt: skip

@@ -133,7 +133,7 @@ def test_workload_validation_messages() -> None:
     lengths = IndependentLengths(Fixed(1), Fixed(1))
     with pytest.raises(ValueError) as caught:
         Workload("w", lengths, api="embeddings")  # type: ignore[arg-type]
-    assert str(caught.value) == 'workload w: unknown api "embeddings"; valid: chat, completions'
+    assert str(caught.value) == 'workload w: unknown api "embeddings"; valid: chat, completions, responses'
     with pytest.raises(ValueError) as caught:
         Workload("w", lengths, max_output_tokens=0)
     assert str(caught.value) == "workload w: max_output_tokens must be >= 1, got 0"

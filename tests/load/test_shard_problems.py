@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 
 import pytest
@@ -22,7 +23,7 @@ from exporter.load.shard_protocol import (
     task_to_json,
 )
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
-from exporter.probe.target import RequestSpec, Secret, TargetSettings, Timeouts
+from exporter.probe.target import FollowUp, RequestSpec, Secret, TargetSettings, Timeouts
 
 SETTINGS = PoolSettings(max_start_lateness_s=0.1, max_unreliable_share=0.01)
 
@@ -113,3 +114,12 @@ def test_a_result_round_trips_with_its_stamps_rebased() -> None:
     assert pickle.loads(pickle.dumps(back)) == back
     with pytest.raises(ProtocolError, match="malformed result"):
         result_from_json({**data, "outcome": "fine"}, 0.0)
+
+
+def test_every_request_field_crosses_the_protocol() -> None:
+    spec = RequestSpec(
+        "hi", 8, 2, (("user", "hi"),), "id-1", (("top_p", 0.5),), tool_calls=True, session="s-1", turn=2,
+        followups=(FollowUp("more", 4, 1, 2.5),), keep_text=True,
+    )  # fmt: skip
+    task = ShardTask("r", 0, 1, TargetSettings("http://x"), (ShardEntry(0, 0.0, spec),))
+    assert task_from_json(json.loads(json.dumps(task_to_json(task)))).entries[0].spec == spec

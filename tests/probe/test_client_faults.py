@@ -36,6 +36,9 @@ CASES: dict[str, tuple[Any, Outcome, int | None, int]] = {
         200,
         1,
     ),
+    "error_event": ({"mode": "error_event", "at": 3}, Outcome.STREAM_ABORTED, 200, 3),
+    # Completions end with a finish_reason chunk: a body that stops there without [DONE] is complete.
+    "no_end": ("no_end", Outcome.OK, 200, 6),
 }
 
 

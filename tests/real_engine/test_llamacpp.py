@@ -43,6 +43,7 @@ REEXPORTED = {
     "fluidity_engine_queue_depth",
     "fluidity_engine_running_requests",
     "fluidity_engine_prompt_tokens_total",
+    "fluidity_engine_prefix_cache_hits_total",
     "fluidity_engine_generation_tokens_total",
 }
 

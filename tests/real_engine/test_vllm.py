@@ -42,12 +42,15 @@ REEXPORTED = {
     "fluidity_engine_kv_cache_usage_ratio",
     "fluidity_engine_preemptions_total",
     "fluidity_engine_prompt_tokens_total",
+    "fluidity_engine_prefix_cache_queries_total",
+    "fluidity_engine_prefix_cache_hits_total",
     "fluidity_engine_generation_tokens_total",
     "fluidity_engine_request_success_total",
     "fluidity_engine_window_ttft_seconds",
     "fluidity_engine_window_itl_seconds",
     "fluidity_engine_window_e2e_seconds",
     "fluidity_engine_window_queue_seconds",
+    "fluidity_engine_window_tpot_seconds",  # vLLM's request_time_per_output_token_seconds
 }
 
 

@@ -164,6 +164,24 @@ async def test_configured_fault_rates_apply_to_a_share_of_requests(
     assert 8 <= statuses.count(503) <= 32
 
 
+async def test_error_event_ends_the_stream_after_some_chunks(
+    sim: SimServer, session: aiohttp.ClientSession
+) -> None:
+    async with session.post(
+        sim.url + "/v1/completions", json=faulted({"mode": "error_event", "at": 2})
+    ) as resp:
+        lines = data_lines(await resp.read())
+    assert resp.status == 200 and len(lines) == 3 and b"[DONE]" not in lines
+    assert json.loads(lines[-1])["error"]["message"] == "simulated failure in the middle of the stream"
+
+
+async def test_no_end_leaves_out_the_closing_events(sim: SimServer, session: aiohttp.ClientSession) -> None:
+    body = faulted("no_end", stream_options={"include_usage": True})
+    async with session.post(sim.url + "/v1/completions", json=body) as resp:
+        lines = data_lines(await resp.read())
+    assert len(lines) == 6 and b"[DONE]" not in lines and all(b'"usage"' not in line for line in lines)
+
+
 def test_every_fault_mode_is_tested_here() -> None:
     source = open(__file__, encoding="utf-8").read()  # noqa: SIM115
     assert all(f'"{mode}"' in source for mode in FAULT_MODES)

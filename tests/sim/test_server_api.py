@@ -64,6 +64,7 @@ async def test_chat_stream_opens_with_role_only_delta_and_reports_usage(
         "prompt_tokens": prompt_tokens,
         "completion_tokens": 7,
         "total_tokens": prompt_tokens + 7,
+        "prompt_tokens_details": {"cached_tokens": 0},
     }
     assert all("usage" not in c for c in chunks[:-1])  # no continuous usage unless asked
 
@@ -74,7 +75,12 @@ async def test_usage_counts_match_the_tokenizer(sim: SimServer, session: aiohttp
     async with session.post(sim.url + "/v1/completions", json=body) as resp:
         data = await resp.json()
     assert resp.status == 200
-    assert data["usage"] == {"prompt_tokens": 123, "completion_tokens": 9, "total_tokens": 132}
+    assert data["usage"] == {
+        "prompt_tokens": 123,
+        "completion_tokens": 9,
+        "total_tokens": 132,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
     text = data["choices"][0]["text"]
     assert len(tokenizer.encode(text)) == 9 and data["choices"][0]["finish_reason"] == "length"
 
@@ -94,7 +100,12 @@ async def test_token_ids_and_continuous_usage_on_every_chunk(
     for done, chunk in enumerate(content, start=1):
         choice = chunk["choices"][0]
         assert tokenizer.decode(choice["token_ids"]) == choice["text"]
-        assert chunk["usage"] == {"prompt_tokens": 3, "completion_tokens": done, "total_tokens": 3 + done}
+        assert chunk["usage"] == {
+            "prompt_tokens": 3,
+            "completion_tokens": done,
+            "total_tokens": 3 + done,
+            "prompt_tokens_details": {"cached_tokens": 0},
+        }
     assert chunks[-1]["usage"]["completion_tokens"] == 6
 
 
