@@ -1,17 +1,24 @@
 """``StreamReader``: one response's bytes, as the connection stamps them, turned into a ``ProbeResult``.
 
 It is the ``ResponseSink`` of one request (``http.py`` calls it from ``data_received``) and does as
-little as it can on that path. Until the first token has arrived it decodes every read at once (the
-time-to-first-token limit and a capacity trial's give-up wait need to know), then it only keeps each
-read's bytes with its stamp and decodes them together at the end of the stream: the network loop stamps,
-and the SSE, JSON and token bookkeeping (``sse.py``, ``stream.py``) run once per stream, in one go, off
-the path that decides when the next socket gets read. Each read is still decoded on its own, with its
-own stamp, so the result is exactly what decoding it on arrival would have given.
+little as it can there. Until the first token has arrived it decodes every read at once (the
+time-to-first-token limit and a capacity trial's give-up wait need to know); after that it only keeps
+each read's bytes with its stamp. The SSE, JSON and token bookkeeping (``sse.py``, ``stream.py``) of the
+kept reads runs in a loop callback (``call_soon``) once ``FLUSH_READS`` reads are kept, and the end of the
+stream is settled the same way: every socket that became readable in the same turn of the event loop is
+stamped first, and the decoding comes after. Each read is still decoded on its own, with its own stamp,
+so the result is exactly what decoding it on arrival would have given.
 
-Decoding happens early anyway when a read may end the stream (it holds one of the format's end
-markers: ``[DONE]``, an ``"error"`` object, the Responses API's completed event) or when the kept bytes pass ``FLUSH_BYTES`` (a bound on memory and on how long a too-long line
-goes unnoticed). After ``[DONE]`` the reader waits ``DRAIN_LIMIT_S`` for the end of the HTTP body, so
-the connection can be reused; a server that never ends it costs its connection, not the request.
+Why in small batches, not all at the end: measured with 100 streams of 64 tokens in a closed loop, the
+streams end within one 20 ms gap of each other; decoding every stream's 63 reads at its end (~0.35 ms
+each, 35 ms for all) held the loop so long that the last token of the later streams was stamped 15-60 ms
+late. Batches of ``FLUSH_READS`` spread that work over the stream.
+
+Decoding is scheduled early anyway when a read may end the stream (it holds ``[DONE]``, an ``"error"``
+object or the format's own end events) or when the kept bytes pass ``FLUSH_BYTES`` (a bound on memory and
+on how long a too-long line goes unnoticed). After ``[DONE]`` the reader waits ``DRAIN_LIMIT_S`` for the
+end of the HTTP body, so the connection can be reused; a server that never ends it costs its connection,
+not the request.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from exporter.probe.stream import StreamFailureError, StreamState
 ERROR_BODY_LIMIT = 4096
 DRAIN_LIMIT_S = 1.0  # after [DONE], how long to wait for the end of the HTTP body
 FLUSH_BYTES = 256 * 1024
+FLUSH_READS = 8  # kept reads decoded together: ~50 us of work per batch at most
 
 
 class StreamReader:
@@ -49,6 +57,8 @@ class StreamReader:
         self._kept_bytes = 0
         self._error_body: bytearray | None = None
         self._drain: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
+        self._flush_due = False  # a decoding callback is scheduled
 
     # -- ResponseSink ----------------------------------------------------------------------------------
 
@@ -71,17 +81,33 @@ class StreamReader:
         if self._error_body is not None:
             self._keep_error_body(body)
         elif self._kept is not None:
-            self._kept.append((now, body))
+            kept = self._kept
+            kept.append((now, body))
             self._kept_bytes += len(body)
-            if self._kept_bytes > FLUSH_BYTES or any(marker in body for marker in self._end_markers):
-                self._guarded(self._flush)
+            if not self._flush_due and (
+                len(kept) >= FLUSH_READS
+                or self._kept_bytes > FLUSH_BYTES
+                or any(marker in body for marker in self._end_markers)
+            ):
+                self._flush_due = True
+                self._loop.call_soon(self._scheduled_flush)
         else:
             self._guarded(self._decode, now, body)
 
     def on_end(self, now: float, error: HttpError | None) -> None:
         if self.finished.done():
             return
-        self._guarded(self._end, now, error)
+        # After the reads stamped in this turn of the loop, like every decoding step.
+        self._loop.call_soon(self._scheduled_end, now, error)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_due = False
+        if not self.finished.done():
+            self._guarded(self._flush)
+
+    def _scheduled_end(self, now: float, error: HttpError | None) -> None:
+        if not self.finished.done():
+            self._guarded(self._end, now, error)
 
     # -- decoding ---------------------------------------------------------------------------------------
 
