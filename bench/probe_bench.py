@@ -23,7 +23,7 @@ excluded and shown apart. ``flagged`` is the share of requests the client's satu
 unreliable; its precision is judged against the truth: a request is *really off* when one of its gaps
 is wrong by more than ``OFF_MS`` (5 ms).
 
-Usage: ``python bench/probe_bench.py [--quick] [--loads 100,300] [--reps 3] [--requests 3]``. The default
+Usage: ``python bench/probe_bench.py [--quick] [--loads 100,300] [--reps 3] [--requests 3] [--synchronized]``. The default
 run takes about 3 minutes; ``--quick`` about one.
 """
 
@@ -59,9 +59,18 @@ LOADS = (100, 300)
 
 
 def truth(user: int, round_: int, streams: int) -> dict[str, Any]:
-    """The script of one request: users' phases spread evenly over one gap."""
-    ttft = (FIRST_TTFT_S if round_ == 0 else TTFT_S) + GAP_S * user / streams
-    return {"id": f"{user}-{round_}", "ttft": ttft, "gap": GAP_S}
+    """The script of one request. Users' phases are spread evenly over one gap; in the steady state
+    (the default) their first requests also start spread over one stream's length, so streams end (and
+    the next ones start) evenly over time, as in a closed loop that has run for a while with varied
+    lengths; ``SYNCHRONIZED`` starts them together, so all of them end within one gap of each other."""
+    phase = GAP_S * user / streams
+    if round_ > 0:
+        return {"id": f"{user}-{round_}", "ttft": TTFT_S + phase, "gap": GAP_S}
+    spread = 0.0 if SYNCHRONIZED else TOKENS * GAP_S * user / streams
+    return {"id": f"{user}-{round_}", "ttft": FIRST_TTFT_S + spread + phase, "gap": GAP_S}
+
+
+SYNCHRONIZED = os.environ.get("PROBE_BENCH_SYNCHRONIZED") == "1"  # set by --synchronized, for the clients
 
 
 async def plain_request(session: Any, url: str, body: dict[str, Any]) -> tuple[float, list[float]]:
@@ -371,6 +380,11 @@ def main() -> int:
     parser.add_argument("--reps", type=int, help="repetitions per load (default 3; quick 1)")
     parser.add_argument("--requests", type=int, help="requests per user (default 3; quick 2)")
     parser.add_argument("--clients", default=",".join(CLIENTS), help="which clients, comma-separated")
+    parser.add_argument(
+        "--synchronized",
+        action="store_true",
+        help="start every user at once: all streams end within one gap (a stress case for end-of-stream work)",
+    )
     parser.add_argument("--client-run", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--streams", type=int, help=argparse.SUPPRESS)
@@ -384,6 +398,8 @@ def main() -> int:
     requests = args.requests or (2 if args.quick else 3)
     loads = tuple(int(x) for x in args.loads.split(",")) if args.loads else LOADS
     clients = tuple(args.clients.split(","))
+    if args.synchronized:
+        os.environ["PROBE_BENCH_SYNCHRONIZED"] = "1"  # the client processes inherit it
     cpus = sorted(os.sched_getaffinity(0))
     server_cpu = cpus[0] if len(cpus) > 1 else None
     client_cpus = ",".join(str(c) for c in (cpus[1:] if len(cpus) > 1 else cpus))
@@ -391,7 +407,8 @@ def main() -> int:
     try:
         print(
             f"truth server at {url} on CPU {server_cpu}; clients on CPU(s) {client_cpus}; {TOKENS} tokens per "
-            f"request, {GAP_S * 1e3:.0f} ms gaps, closed loop, {requests} requests per user, {reps} rep(s); "
+            f"request, {GAP_S * 1e3:.0f} ms gaps, closed loop ({'synchronized' if args.synchronized else 'steady state'}), "
+            f"{requests} requests per user, {reps} rep(s); "
             f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
         )
         print(HEADER)
