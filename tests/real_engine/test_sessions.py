@@ -21,6 +21,7 @@ import pytest
 
 from exporter.cli import main
 from scripts.real_engines.server import EngineServer
+from tests.measured import assert_measured
 from tests.real_engine.checks import engine_samples
 
 pytestmark = pytest.mark.real_engine
@@ -35,7 +36,7 @@ VLLM_BLOCK = 128  # vLLM's default KV block on this build (cache_config_info blo
 def _bench(base_url: str, out: Path, *flags: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     args = ["bench", "--url", base_url, "--requests", str(SESSIONS * TURNS), "--rate", "2"]
     args += ["--prompt-tokens", f"fixed:{PROMPT}", "--output-tokens", f"fixed:{OUTPUT}", *flags]
-    assert main([*args, "--quiet", "--output", str(out)]) == 0
+    assert_measured(main([*args, "--quiet", "--output", str(out)]), out)
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     records = [json.loads(line) for line in (out / "requests.jsonl").read_text(encoding="utf-8").splitlines()]
     return summary, records
@@ -109,4 +110,7 @@ def test_vllm_responses_api(vllm: EngineServer, tmp_path: Path) -> None:
     for record in records:
         assert record["api"] == "responses" and record["finish_reason"] == "length", record
         assert record["output_tokens"] == record["completion_tokens_reported"] == OUTPUT, record
-        assert record["prompt_tokens_reported"] >= PROMPT and len(record["intervals"]) == OUTPUT, record
+        # Prompts are calibrated to the server's own count, within its residual (about 1%).
+        assert record["prompt_tokens_reported"] >= 0.95 * PROMPT and len(record["intervals"]) == OUTPUT, (
+            record
+        )
