@@ -62,7 +62,14 @@ class DeadlineSearch:
 
 
 def min_deadlines_by_search(batch: IntervalBatch, target: float, variant: Variant) -> DeadlineSearch:
-    """The reference bisection for every request at once (no slack cap), each step decided cheaply."""
+    """The reference bisection for every request at once (no slack cap), each step decided cheaply.
+    Sums that overflow (absurd gaps near the float range) are expected and sent to the exact engines,
+    so numpy's overflow warnings would only be noise on a user's terminal."""
+    with np.errstate(over="ignore"):
+        return _search(batch, target, variant)
+
+
+def _search(batch: IntervalBatch, target: float, variant: Variant) -> DeadlineSearch:
     verdicts = _Verdicts(batch, target, variant)
     high = _longest_decode_gap(batch).view(np.int64)
     low = np.zeros_like(high)  # bit pattern of 0.0: fails by convention (no deadline is 0)
