@@ -46,7 +46,8 @@ class StreamReader:
         self, state: StreamState, max_line_bytes: int, on_first_token: Callable[[], None] | None = None
     ) -> None:
         self.state = state
-        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._loop = asyncio.get_running_loop()
+        self.finished: asyncio.Future[None] = self._loop.create_future()
         self.failure: StreamFailureError | HttpError | None = None
         self.headers_received = False
         self.body_complete = False  # the HTTP body ended (the connection may be reused)
@@ -57,7 +58,6 @@ class StreamReader:
         self._kept_bytes = 0
         self._error_body: bytearray | None = None
         self._drain: asyncio.TimerHandle | None = None
-        self._loop = asyncio.get_running_loop()
         self._flush_due = False  # a decoding callback is scheduled
 
     # -- ResponseSink ----------------------------------------------------------------------------------
@@ -167,8 +167,7 @@ class StreamReader:
     # -- the end -----------------------------------------------------------------------------------------
 
     def _arm_drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._drain = loop.call_later(DRAIN_LIMIT_S, self._complete, False)
+        self._drain = self._loop.call_later(DRAIN_LIMIT_S, self._complete, False)
 
     def _complete(self, body_complete: bool) -> None:
         if self.finished.done():

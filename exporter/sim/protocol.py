@@ -472,11 +472,18 @@ class ChunkBuilder:
         text: str | None = None,
     ) -> str:
         """One content chunk of ``ids`` (``text`` if known); ``sent_after`` counts tokens sent with it."""
+        text = self._content_text(ids, first, finish_reason, text)
+        return self._open + text + self._close + self._tail(finish_reason, ids, first, sent_after)
+
+    def _content_text(
+        self, ids: Sequence[int], first: bool, finish_reason: str | None, text: str | None
+    ) -> str:
+        """The text a content chunk carries: the tokens' text, or a tool call's arguments made of it."""
         if text is None:
             text = "".join(tokenizer.token_text(t) for t in ids)
         if self.req.tool is not None:
             text = self._tool_text(text, first, finish_reason is not None)
-        return self._open + text + self._close + self._tail(finish_reason, ids, first, sent_after)
+        return text
 
     @property
     def plain(self) -> bool:

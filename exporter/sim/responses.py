@@ -120,11 +120,7 @@ class ResponsesBuilder(ChunkBuilder):
         finish_reason: str | None,
         text: str | None = None,
     ) -> str:
-        if text is None:
-            text = "".join(tokenizer.token_text(t) for t in ids)
-        if self.req.tool is not None:
-            text = self._tool_text(text, first, finish_reason is not None)
-        return self._delta(text)
+        return self._delta(self._content_text(ids, first, finish_reason, text))
 
     @property
     def plain(self) -> bool:
