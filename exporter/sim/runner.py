@@ -29,6 +29,7 @@ class EngineRunner:
         self.clock = clock
         self.streams: dict[SimRequest, TokenStream] = {}
         self.stepping = False
+        self._timeline_end = 0.0  # the intended end of the last iteration run
 
     def submit(self, request: SimRequest, stream: TokenStream) -> bool:
         """Queue a request; False when the engine's waiting queue is full."""
@@ -36,8 +37,20 @@ class EngineRunner:
             return False
         self.streams[request] = stream
         if not self.stepping:
-            self._start(self.clock())
+            self._start(self._resume_at(request.arrival))
         return True
+
+    def _resume_at(self, arrival: float) -> float:
+        """Where an idle engine's timeline resumes for a request that arrived at ``arrival``.
+
+        From the arrival, not from now: reading, parsing and tokenizing the request is Python work here
+        (about 1.2 us per prompt token, 5 ms for 4k tokens on this project's VM) that a preset, fitted to a
+        real engine's TTFT, already counts. Never before the last iteration's end, which would overlap it,
+        and never more than ``REBASE_S`` back.
+        """
+        now = self.clock()
+        start = max(arrival, self._timeline_end)
+        return start if now - start < REBASE_S else now
 
     def abort(self, request: SimRequest) -> None:
         """Drop a request (its client went away or the server is stopping)."""
@@ -62,7 +75,7 @@ class EngineRunner:
                 # A bug must not stall every other stream: log it, drop this request, keep stepping.
                 log.exception("preparing a delivery failed; aborting the request")
                 self.abort(emission.request)
-        end = batch.end
+        end = self._timeline_end = batch.end
         self.emitter.call_at(end, lambda: self._finish(end, deliveries))
 
     def _prepare(self, emission: Emission) -> tuple[SimRequest, TokenStream, Delivery]:
