@@ -19,8 +19,10 @@ playback buffer; unbounded by default, which is Etalon's behaviour).
 Exactness. Every result here equals, bit for bit, what the literal per-token loop over Python floats
 gives (``deadline_loop``; the tests keep their own copy as the reference). Two vectorised engines do
 the work: ``evaluate`` looks one by one only at the tokens that can be late (``deadline_points``) and
-hands a request to the loop when rounding could decide it; the minimum-deadline bisection sweeps token
-positions across all requests, replaying the loop's float operations (``deadline_sweep``).
+hands a request to the loop when rounding could decide it; the minimum-deadline bisection decides each
+step from the late tokens by Lindley's prefix form, replaying the loop's float additions where rounding
+could decide (``deadline_search``), or, with a slack cap, sweeps token positions across all requests,
+replaying the loop's float operations (``deadline_sweep``).
 
 Counts are float64 internally: exact up to 2**53 missed deadlines per request.
 """
@@ -44,6 +46,7 @@ from exporter.stats.accounting import (
 from exporter.stats.batch import ColumnLayout, FloatArray, IntervalBatch
 from exporter.stats.deadline_loop import loop_request
 from exporter.stats.deadline_points import evaluate_by_points
+from exporter.stats.deadline_search import min_deadlines_by_search
 from exporter.stats.deadline_sweep import DeadlineSweep
 from exporter.stats.distribution import nearest_rank
 
@@ -69,6 +72,9 @@ DEFAULT_PERCENTILE = 99.0
 # Below this many requests the deadline bisection runs the per-token loop per request: a sweep costs a
 # few numpy calls per token position however few requests share it (measured crossover ~50 requests).
 LOOP_BISECTION_MAX_REQUESTS = 32
+# The same for the search that needs no slack cap (deadline_search): its cost per step is a few dozen
+# numpy calls, whatever the length (measured crossover ~4 requests of 256 tokens: 18 ms either way).
+LOOP_SEARCH_MAX_REQUESTS = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -179,12 +185,15 @@ def min_decode_deadlines(
     request's longest decode gap, so the answer lies in ``(0, longest gap]``. It is found by bisection
     on the bit patterns of positive floats (ordered like the floats themselves), which ends on two
     adjacent floats: the result passes and the float just below it fails, i.e. machine precision, not a
-    grid. All requests are bisected together, one vectorised sweep per step (at most 63 steps).
+    grid. All requests are bisected together (at most 63 steps): without a slack cap each step is
+    decided from the late tokens only (``deadline_search``), with one a vectorised sweep per step.
     A request with fewer than two tokens, or whose decode gaps are all zero, meets any positive
     deadline: its result is 0.0.
     """
     _check_target_fluidity(target_fluidity)
     options = FluidityOptions(ignore_first_token=True, slack_cap=slack_cap, variant=variant)
+    if slack_cap is None and len(batch) > LOOP_SEARCH_MAX_REQUESTS:
+        return min_deadlines_by_search(batch, target_fluidity, variant).minima
     if len(batch) <= LOOP_BISECTION_MAX_REQUESTS:
         return np.array(
             [

@@ -15,6 +15,7 @@ from exporter.stats.deadline_loop import loop_request
 from exporter.stats.deadline_sweep import DeadlineSweep
 from exporter.stats.fluidity import (
     LOOP_BISECTION_MAX_REQUESTS,
+    LOOP_SEARCH_MAX_REQUESTS,
     FluidityOptions,
     deadline_miss_curve,
     deadline_misses,
@@ -346,13 +347,19 @@ def test_deadline_sweep_equals_per_token_loop(
 
 
 @settings(max_examples=25, deadline=None)
-@given(traces(), st.sampled_from([0.5, 0.9, 1.0]), st.sampled_from(["deadlines", "tokens"]))
-def test_both_bisection_paths_agree(
-    trace: tuple[list[list[float]], float, float], target: float, variant: str
+@given(
+    traces(),
+    st.sampled_from([0.5, 0.9, 1.0]),
+    st.sampled_from(["deadlines", "tokens"]),
+    st.sampled_from([None, 0.05]),
+)
+def test_every_bisection_path_agrees(
+    trace: tuple[list[list[float]], float, float], target: float, variant: str, cap: float | None
 ) -> None:
     requests, _, _ = trace
-    many = (requests * 40)[:40]  # more requests than the loop path takes: the sweep runs
-    assert len(many) > LOOP_BISECTION_MAX_REQUESTS
-    by_sweep = min_decode_deadlines(IntervalBatch.from_sequences(many), target, variant=variant)  # type: ignore[arg-type]
-    by_loop = [min_decode_deadline(r, target, variant=variant) for r in many]  # type: ignore[arg-type]
-    assert by_sweep.tolist() == by_loop
+    # More requests than the loop paths take: the search runs without a cap, the sweep with one.
+    many = (requests * 40)[:40]
+    assert len(many) > max(LOOP_BISECTION_MAX_REQUESTS, LOOP_SEARCH_MAX_REQUESTS)
+    batched = min_decode_deadlines(IntervalBatch.from_sequences(many), target, slack_cap=cap, variant=variant)  # type: ignore[arg-type]
+    by_loop = [min_decode_deadline(r, target, slack_cap=cap, variant=variant) for r in many]  # type: ignore[arg-type]
+    assert batched.tolist() == by_loop
