@@ -47,6 +47,7 @@ from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_with_profile
 from exporter.jobs.runners import capacity_runner, profile_runner
 from exporter.jobs.store import JOB_STATES, JobRecord, JobStore
+from exporter.load.cpus import available_cpus
 from exporter.load.runner import run_load
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
@@ -112,6 +113,7 @@ class Daemon:
 
     def __init__(self, config: Config, *, config_path: str | None = None, seed: int | None = None) -> None:
         self.config = config
+        self.cpus = available_cpus()  # the container's CPU quota bounds jobs.workers
         self.config_path = config_path
         self.registry = CollectorRegistry(auto_describe=True)  # the exporter's own health
         self.metrics = SelfMetrics(self.registry)
@@ -209,6 +211,11 @@ class Daemon:
     async def _apply(self, config: Config) -> None:
         old = self.config
         self.config = config
+        if config.jobs.limits.max_workers > self.cpus:
+            LOG.warning(
+                "jobs.workers is %d but this container may use %d CPUs (cgroup quota): jobs use at most %d",
+                config.jobs.limits.max_workers, self.cpus, self.cpus,
+            )  # fmt: skip
         await self._sync_targets(config)
         wanted: set[str] = set()
         for target, module in config.probes():
@@ -305,7 +312,9 @@ class Daemon:
         return self.config.jobs.api_token
 
     def job_limits(self) -> JobLimits:
-        return self.config.jobs.limits
+        """The configured ceilings, ``jobs.workers`` bounded by the CPUs this container may use."""
+        limits = self.config.jobs.limits
+        return dataclasses.replace(limits, max_workers=min(limits.max_workers, self.cpus))
 
     def job_targets(self) -> dict[str, tuple[str, ...]]:
         return {target.name: target.modules for target in self.config.targets}

@@ -31,6 +31,7 @@ def _commands() -> dict[str, Command]:
     from exporter.demo import DEMO_COMMAND
     from exporter.jobs.capacity_command import CAPACITY_COMMAND
     from exporter.jobs.command import PROFILE_COMMAND
+    from exporter.load.shard_command import SHARD_COMMAND
     from exporter.oneshot import BENCH_COMMAND
     from exporter.sim.cli import SIM_COMMAND
 
@@ -42,6 +43,7 @@ def _commands() -> dict[str, Command]:
         "check-config": CHECK_CONFIG_COMMAND,
         "demo": DEMO_COMMAND,
         "sim": SIM_COMMAND,
+        "shard": SHARD_COMMAND,
     }
 
 

@@ -10,7 +10,6 @@ a CSV per metric, and plots with the ``plots`` extra). ``--json`` prints the sum
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import sys
@@ -27,17 +26,18 @@ import yaml
 
 from exporter.cli import Command
 from exporter.load.arrivals import ArrivalProcess, offsets_within, parse_arrival_spec
+from exporter.load.cpus import available_cpus
 from exporter.load.distributions import parse_length_spec
 from exporter.load.presets import PRESET_NAMES, preset
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
-from exporter.load.runner import LoadRun, build_plan, load_run_from_results, run_load
+from exporter.load.runner import LoadRun, load_run_from_results, run_load
+from exporter.load.shard_local import local_shards
 from exporter.load.traces import TRACE_FORMATS, load_trace, trace_arrivals, trace_specs, trace_workload
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult, intervals
 from exporter.probe.target import APIS, Api, RequestSpec, Secret, TargetSettings, Timeouts
-from exporter.probe.workers import run_plan_in_workers
 from exporter.report.files import write_outputs
 from exporter.report.summary import DeadlinePolicy, EvaluationSpec, measure, summarize
 from exporter.report.table import render_summary
@@ -473,18 +473,9 @@ class LiveLine:
 
 
 async def drive(settings: TargetSettings, plan: LoadPlan, workers: int, live: LiveLine) -> LoadRun:
-    """Send the plan in this process (live progress) or over worker processes (progress at the end)."""
-    if workers > 1 and plan.offsets is not None and isinstance(plan.specs, list):
-        pairs = build_plan(plan.specs, plan.offsets, duration=plan.duration)
-        results = await asyncio.to_thread(run_plan_in_workers, settings, pairs, workers)
-        for result in results:
-            live(result)
-        return load_run_from_results(
-            results,
-            [spec for _, spec in pairs],
-            target_rate=plan.rate,
-            prompt_tokens_exact=plan.prompt_tokens_exact,
-        )
+    """Send the plan in this process or over worker processes (shards), with live progress either way."""
+    if workers > 1 and isinstance(plan.specs, list):
+        return await drive_sharded(settings, plan, plan.specs, workers, live)
     async with ProbeClient(settings) as client:
         await client.resolve_model()
         return await run_load(
@@ -498,6 +489,32 @@ async def drive(settings: TargetSettings, plan: LoadPlan, workers: int, live: Li
             from_scheduled=False,
             on_result=live,
         )
+
+
+async def drive_sharded(
+    settings: TargetSettings, plan: LoadPlan, specs: list[RequestSpec], workers: int, live: LiveLine
+) -> LoadRun:
+    """The plan dealt over ``workers`` shard processes (open loop by due time, or the concurrency
+    split), the results merged in plan order; what made the load other than planned is printed."""
+    offsets = None if plan.offsets is None else plan.offsets.tolist()
+    try:
+        async with local_shards(workers, settings.api_key) as pool:
+            report = await pool.run_plan(
+                settings, specs, offsets=offsets, concurrency=plan.concurrency, duration_s=plan.duration,
+                on_result=lambda _index, result: live(result),
+            )  # fmt: skip
+    except TimeoutError as exc:
+        raise BenchError(f"--workers: {exc}") from exc
+    for problem in report.problems:
+        print(f"fluidity-exporter bench: {problem}", file=sys.stderr)
+    sent = [i for i in sorted(report.results) if i not in report.cancelled]
+    return load_run_from_results(
+        report.in_order(),
+        [specs[i] for i in sent],
+        target_rate=plan.rate,
+        concurrency=plan.concurrency,
+        prompt_tokens_exact=plan.prompt_tokens_exact,
+    )
 
 
 @contextmanager
@@ -534,6 +551,9 @@ def _run(options: dict[str, Any]) -> int:
     workers = options["workers"] or 1
     if workers < 1:
         raise BenchError("--workers must be >= 1")
+    cpus = available_cpus()
+    if workers > cpus and not options["quiet"]:
+        print(f"note: {workers} workers on {cpus} usable CPUs: they will share them", file=sys.stderr)
     with target_url(options) as (url, simulated):
         settings = target_settings(options, url)
         plan = load_plan(options, simulated)

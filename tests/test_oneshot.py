@@ -88,6 +88,29 @@ def test_worker_processes_spread_an_open_load(
     assert summary["requests"]["by_outcome"] == {"ok": 20}
 
 
+def test_worker_processes_split_a_closed_loop(
+    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = bench(
+        tmp_path,
+        "--url",
+        sim_url,
+        "--requests",
+        "12",
+        "--concurrency",
+        "3",
+        "--workers",
+        "2",
+        "--json",
+        *SMALL,
+    )
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["requests"]["by_outcome"] == {"ok": 12}
+    lines = (out / "requests.jsonl").read_text().splitlines()
+    assert len(lines) == 12
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -9,24 +9,47 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import cast
+from dataclasses import replace
+from typing import Any, cast
 
-from exporter.config.model import JobSchedule, JobsConfig, Target
+from exporter.config.model import (
+    DEFAULT_SHARD_POOL,
+    DEFAULT_SHARDS_LISTEN,
+    JobSchedule,
+    JobsConfig,
+    ShardsConfig,
+    Target,
+)
 from exporter.config.reader import Context, Section, show
 from exporter.config.targets import read_secret
-from exporter.config.values import check_cron, check_name
+from exporter.config.values import check_cron, check_listen_address, check_name, check_target_url
 
 # Imported as a module, not by name: exporter.jobs.parse reads values with this package's reader, so
 # whichever of the two is imported first finds the other still loading.
 from exporter.jobs import parse as job_parse
 from exporter.jobs.params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
+from exporter.load.cpus import available_cpus
 
-JOBS_KEYS = ("api_token", "limits", "history", "schedules")
+JOBS_KEYS = ("api_token", "limits", "history", "schedules", "workers", "shards")
 LIMIT_KEYS = (
     "max_rate", "max_concurrency", "max_duration", "max_tokens", "max_trials", "max_requests_per_trial",
     "max_prompt_tokens",
 )  # fmt: skip
 SCHEDULE_KEYS = ("name", "kind", "cron", "params")
+SHARDS_KEYS = (
+    "count", "listen", "target_urls", "start_delay", "max_start_lateness", "ready_timeout", "heartbeat_timeout",
+)  # fmt: skip
+
+
+def check_workers(value: Any) -> int:
+    """``jobs.workers``: a number of client processes >= 1, or ``auto`` (the CPUs the container may use)."""
+    if value == "auto":
+        return available_cpus()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"must be an integer >= 1 or auto (the CPUs this container may use), got {show(value)}"
+        )
+    return value
 
 
 class JobsReader:
@@ -40,12 +63,38 @@ class JobsReader:
         api_token = read_secret(self.ctx, sec, "api_token", "the jobs API bearer token")
         limits = sec.section("limits", LIMIT_KEYS)
         parsed_limits = self.limits(limits) if limits is not None else JobLimits()
+        parsed_limits = replace(parsed_limits, max_workers=sec.read("workers", 1, check_workers))
+        shards = sec.section("shards", SHARDS_KEYS)
+        if shards is not None and api_token is None and not sec.has("api_token"):
+            sec.fail("shards", "needs jobs.api_token: the shards present it to the daemon")
         return JobsConfig(
             api_token=api_token,
             limits=parsed_limits,
             history=sec.integer("history", JobsConfig.history, minimum=1),
             schedules=self.schedules(sec, parsed_limits),
+            shards=self.shards(shards) if shards is not None else None,
         )
+
+    def shards(self, sec: Section) -> ShardsConfig | None:
+        count = sec.integer("count", 1, minimum=1) if sec.required("count") else 1
+        default = DEFAULT_SHARD_POOL
+        pool = replace(
+            default,
+            start_delay_s=sec.duration("start_delay", default.start_delay_s),
+            max_start_lateness_s=sec.duration("max_start_lateness", default.max_start_lateness_s),
+            ready_timeout_s=sec.duration("ready_timeout", default.ready_timeout_s),
+            heartbeat_timeout_s=sec.duration("heartbeat_timeout", default.heartbeat_timeout_s),
+        )
+        listen = sec.read("listen", DEFAULT_SHARDS_LISTEN, check_listen_address)
+        return ShardsConfig(count, listen, pool, self.target_urls(sec))
+
+    def target_urls(self, sec: Section) -> tuple[tuple[str, str], ...]:
+        """Target name -> its URL as the shard pods reach it (a sidecar's loopback is not theirs)."""
+        raw = sec.section("target_urls", tuple(self.targets))
+        if raw is None:
+            return ()
+        urls = ((name, raw.read(name, "", check_target_url, resolve=False)) for name in self.targets)
+        return tuple((name, url) for name, url in urls if url)
 
     def limits(self, sec: Section) -> JobLimits:
         default = JobLimits()

@@ -17,6 +17,7 @@ from exporter.load.arrivals import ArrivalProcess
 from exporter.load.distributions import Fixed, LengthDistribution, LogNormal
 from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
+from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import IndependentLengths, LengthSource, PairedLengths, Workload
 from exporter.probe.target import Api, Secret, TargetSettings, Timeouts
 from exporter.report.summary import DEFAULT_PREFILL_DEADLINE_S, DeadlinePolicy, EvaluationSpec
@@ -252,6 +253,26 @@ class JobsConfig:
     limits: JobLimits = field(default_factory=JobLimits)
     history: int = 200  # finished jobs kept in state_dir/jobs
     schedules: tuple[JobSchedule, ...] = ()
+    shards: ShardsConfig | None = None  # capacity trials over the pods of an Indexed Job
+
+
+DEFAULT_SHARDS_LISTEN = "0.0.0.0:9469"
+# Pods are slower to start and further apart than local processes.
+DEFAULT_SHARD_POOL = PoolSettings(start_delay_s=2.0, ready_timeout_s=300.0, heartbeat_timeout_s=10.0)
+
+
+@dataclass(frozen=True)
+class ShardsConfig:
+    """Capacity trials sharded over ``count`` pods of an Indexed Job (``deploy/kubernetes/shards/``):
+    the daemon coordinates them on ``listen`` while a search runs; they present ``jobs.api_token``."""
+
+    count: int
+    listen: str = DEFAULT_SHARDS_LISTEN
+    pool: PoolSettings = DEFAULT_SHARD_POOL
+    target_urls: tuple[tuple[str, str], ...] = ()  # target -> URL from the pods (default: the target's)
+
+    def url_for(self, target: str) -> str | None:
+        return dict(self.target_urls).get(target)
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.jobs.capacity_search import Observation, SearchSettings, bracket, capacity, converged, next_load
-from exporter.jobs.trial import TrialReport
+from exporter.jobs.trial import SHARDS_REASON, TrialReport
 
 RunTrial = Callable[[int, float, bool], Awaitable[TrialReport]]  # (index, load, may stop early)
 OnTrial = Callable[[TrialReport], None]
@@ -30,7 +30,7 @@ class CapacityResult:
     capacity: float | None
     bracketed: bool
     converged: bool
-    stopped_by: str  # "converged", "max_load", "min_load", "max_trials", or a budget reason
+    stopped_by: str  # "converged", "max_load", "min_load", "max_trials", a budget reason, or "shards: ..."
     trials: list[TrialReport] = field(default_factory=list)
     slo: dict[str, Any] = field(default_factory=dict)
 
@@ -110,6 +110,13 @@ async def search_capacity(
         may_stop = early_stop and any(not t.passed for t in trials)
         trial = await run_trial(len(trials) + 1, load, may_stop)
         trials.append(trial)
+        if trial.reason == SHARDS_REASON:
+            # The load was not the planned one (a shard late, dead or saturated): nothing to learn
+            # about the target from it, and the next trial's shards are no safer.
+            stopped_by = "shards: " + "; ".join(trial.figures["shards"]["problems"])
+            if on_trial is not None:
+                on_trial(trial)
+            break
         history.append(observation(trial))
         if on_trial is not None:
             on_trial(trial)

@@ -11,9 +11,11 @@ capacity marked) into ``--output``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,10 @@ from exporter.jobs.params import CapacityParams, JobLimits
 from exporter.jobs.parse import ParamsError, parse_params
 from exporter.jobs.runners import resolve_trial_slo, run_capacity_search, search_settings
 from exporter.jobs.trial import TrialReport, TrialSlo
+from exporter.load.cpus import available_cpus
+from exporter.load.shard_local import local_shards
+from exporter.load.shard_pool import ShardPool
+from exporter.load.shard_protocol import PoolSettings
 from exporter.oneshot import (
     BenchError,
     add_target_arguments,
@@ -36,12 +42,13 @@ from exporter.oneshot import (
 )
 from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient
+from exporter.probe.target import TargetSettings
 from exporter.report.summary import DeadlinePolicy
 from exporter.stats.slo import DECODE_TIERS
 
 NO_CEILINGS = JobLimits(
     max_rate=1e9, max_concurrency=10**9, max_duration_s=1e12, max_tokens=10**15, max_trials=1000,
-    max_requests_per_trial=10**9, max_prompt_tokens=10**9,
+    max_requests_per_trial=10**9, max_prompt_tokens=10**9, max_workers=10**6,
 )  # fmt: skip
 BAR_WIDTH = 24
 SLO_FLAGS = (
@@ -77,6 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--trial-duration", type=float, help="also end a trial after this many seconds")
     load.add_argument("--no-early-stop", action="store_true", default=None, help="run every trial in full")
     load.add_argument("--seed", type=int, help="random seed of the workload (default 0)")
+    load.add_argument(
+        "--workers", type=int, help="client processes sending each trial, results merged (default 1)"
+    )
     slo = parser.add_argument_group("SLO (default: 99%% of requests reach fluidity >= 0.9 at Dd 50 ms)")
     slo.add_argument("--decode-tier", help=f"decode deadline tier: {', '.join(DECODE_TIERS)} (medium)")
     slo.add_argument("--decode-deadline", type=float, help="decode deadline in seconds instead of a tier")
@@ -100,7 +110,7 @@ def capacity_params(options: dict[str, Any]) -> CapacityParams:
         ("load", "load"), ("arrival", "arrival"), ("start", "start"), ("max_load", "max_load"),
         ("tolerance", "tolerance"), ("max_trials", "max_trials"), ("seed", "seed"),
         ("requests_per_trial", "requests_per_trial"), ("warmup_requests", "warmup_requests"),
-        ("trial_duration", "trial_duration_s"),
+        ("trial_duration", "trial_duration_s"), ("workers", "workers"),
     ):  # fmt: skip
         if options[flag] is not None:
             body[key] = options[flag]
@@ -201,10 +211,31 @@ async def _search(
         if not options["json"]:
             print(progress_line(trial, params), file=sys.stderr)
 
-    async with ProbeClient(target_settings(options, url)) as client:
+    settings = target_settings(options, url)
+    async with ProbeClient(settings) as client, worker_pool(params.workers, settings) as pool:
         return await run_capacity_search(
-            params, search_settings(params, NO_CEILINGS), workload, slo, lambda: client, on_trial=show
-        )
+            params, search_settings(params, NO_CEILINGS), workload, slo, lambda: client, on_trial=show,
+            pool=pool,
+        )  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def worker_pool(
+    workers: int | None, settings: TargetSettings, pool_settings: PoolSettings | None = None
+) -> AsyncIterator[ShardPool | None]:
+    """``workers`` local shard processes (None for one: this process sends), with a word on stderr when
+    there are more than the CPUs this machine or container may use."""
+    if not workers or workers <= 1:
+        yield None
+        return
+    cpus = available_cpus()
+    if workers > cpus:
+        print(f"note: {workers} workers on {cpus} usable CPUs: they will share them", file=sys.stderr)
+    try:
+        async with local_shards(workers, settings.api_key, pool_settings) as pool:
+            yield pool
+    except TimeoutError as exc:
+        raise BenchError(f"--workers: {exc}") from exc
 
 
 def run(args: argparse.Namespace) -> int:

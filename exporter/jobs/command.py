@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from exporter.cli import Command
+from exporter.jobs.capacity_command import worker_pool
 from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, geometric_ladder, profile_prefill
+from exporter.jobs.runners import PROFILE_POOL, one_at_a_time
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
 from exporter.oneshot import BenchError, add_target_arguments, merged_options, target_settings, target_url
 from exporter.probe import loop as event_loop
@@ -31,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-length", type=int, help="top of the default ladder (default 16384)")
     parser.add_argument("--repeats", type=int, default=3, help="requests per length; the minimum counts (3)")
+    parser.add_argument(
+        "--workers", type=int, help="client processes taking turns (requests stay one at a time; default 1)"
+    )
     parser.add_argument("--output", default="prefill-model.json", help="where to write the model")
     parser.add_argument("--json", action="store_true", default=None, help="print model and samples as JSON")
     parser.add_argument("--config", help="YAML file whose keys are these flags' names")
@@ -56,10 +61,12 @@ def lengths(options: dict[str, Any]) -> tuple[int, ...]:
 async def _profile(options: dict[str, Any], url: str, simulated: bool) -> PrefillProfile:
     settings = target_settings(options, url)
     builder = SimPromptBuilder() if simulated else ApproxPromptBuilder()
-    async with ProbeClient(settings) as client:
+    workers = worker_pool(options["workers"], settings, PROFILE_POOL)
+    async with ProbeClient(settings) as client, workers as pool:
         await client.resolve_model()
+        send = client.send if pool is None else one_at_a_time(pool, settings)
         return await profile_prefill(
-            client.send, builder, settings.api, lengths(options), options["repeats"], _progress(options)
+            send, builder, settings.api, lengths(options), options["repeats"], _progress(options)
         )
 
 
@@ -91,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
         options = merged_options(args)
         if options["repeats"] < 1:
             raise BenchError("--repeats must be >= 1")
+        if options["workers"] is not None and options["workers"] < 1:
+            raise BenchError("--workers must be >= 1")
         lengths(options)
         with target_url(options) as (url, simulated):
             profile = event_loop.run(_profile(options, url, simulated))

@@ -33,6 +33,8 @@ class JobLimits:
     max_trials: int = 12
     max_requests_per_trial: int = 2000
     max_prompt_tokens: int = 32768  # longest prompt a prefill profile may send
+    # Client processes a job may use (``jobs.workers``; the daemon bounds it by the container's CPUs).
+    max_workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class CapacityParams:
     early_stop: bool = True  # stop a trial as soon as its outcome is decided
     seed: int = 0
     slo: SloSpec = field(default_factory=SloSpec)
+    workers: int | None = None  # client processes sending each trial; None: jobs.workers
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class ProfileParams:
     lengths: tuple[int, ...] = field(default_factory=geometric_ladder)
     repeats: int = 3
     apply: bool = True  # store the fitted model for the target and use it for its deadlines
+    workers: int | None = None  # client processes taking turns (one request at a time); None: jobs.workers
 
 
 JobParams = CapacityParams | ProfileParams

@@ -135,6 +135,7 @@ def _capacity(sec: Section, limits: JobLimits) -> CapacityParams:
         early_stop=sec.boolean("early_stop", CapacityParams.early_stop),
         seed=sec.integer("seed", CapacityParams.seed),
         slo=_slo(slo) if slo is not None else SloSpec(),
+        workers=_workers(sec, limits),
     )
 
 
@@ -280,7 +281,20 @@ def _profile(sec: Section, limits: JobLimits) -> ProfileParams:
         lengths=_lengths(sec, limits),
         repeats=sec.integer("repeats", ProfileParams.repeats, minimum=1),
         apply=sec.boolean("apply", ProfileParams.apply),
+        workers=_workers(sec, limits),
     )
+
+
+def _workers(sec: Section, limits: JobLimits) -> int | None:
+    """Client processes for the job, at most ``jobs.workers`` (None: that many)."""
+    workers = sec.opt_integer("workers", None, minimum=1)
+    if workers is not None and workers > limits.max_workers:
+        sec.fail(
+            "workers",
+            f"{workers} exceeds jobs.workers ({limits.max_workers}), the most client processes a job may "
+            "use (bounded by the CPUs the exporter's container may use)",
+        )
+    return workers
 
 
 def _lengths(sec: Section, limits: JobLimits) -> tuple[int, ...]:

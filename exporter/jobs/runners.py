@@ -8,27 +8,38 @@ runners can be driven by the daemon or by a test with a simulator on loopback.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import itertools
 import math
 import secrets
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
-from exporter.config.model import Config, SloConfig, Target
+from exporter.config.model import Config, ShardsConfig, SloConfig, Target
 from exporter.jobs.capacity import CapacityResult, search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
 from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, profile_prefill
 from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, plan_trial, run_trial
+from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
+from exporter.load.shard_local import local_shards
+from exporter.load.shard_pool import ShardPool, remote_shards
+from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec
+from exporter.probe.target import RequestSpec, Secret, TargetSettings
 from exporter.report.summary import DeadlinePolicy
 from exporter.stats.slo import DECODE_TIERS
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}
+PROFILE_START_DELAY_S = 0.05  # a profile's request waits this long for its shard to start it
+# A profile keeps the minimum TTFT of its repeats, which a late stamp cannot lower, and its in-process
+# form does not judge saturation either: a shard's flagged result is kept (the flag stays on it).
+PROFILE_POOL = PoolSettings(max_unreliable_share=1.0)
 
 
 class JobEnvironment(Protocol):
@@ -118,15 +129,20 @@ def capacity_runner(env: JobEnvironment) -> Runner:
         module = module_of(params, target)
         workload = config.workload(target.name, module)
         slo = resolve_trial_slo(params.slo, config.slo_for(target), env.deadline_policy(target.name))
-        await model_of(env.client_for(target.name))
+        client = env.client_for(target.name)
+        await model_of(client)
         await env.wait_idle(target.name)
-        result = await run_capacity_search(
-            params, search_settings(params, env.job_limits()), workload, slo, lambda: env.client_for(target.name),
-            budget=TokenBudget(env.job_limits().max_tokens), on_trial=_reporter(ctx, params),
-        )  # fmt: skip
+        remote = config.jobs.shards
+        async with job_shards(remote, config.jobs.api_token, params.workers, env, client) as pool:
+            result = await run_capacity_search(
+                params, search_settings(params, env.job_limits()), workload, slo,
+                lambda: env.client_for(target.name), budget=TokenBudget(env.job_limits().max_tokens),
+                on_trial=_reporter(ctx, params), pool=pool,
+                shard_url=remote.url_for(target.name) if remote is not None else None,
+            )  # fmt: skip
         if not result.trials:
             raise JobFailedError(result.stopped_by)
-        return {"target": target.name, "module": module, **result.to_dict()}
+        return {"target": target.name, "module": module, **shards_used(pool), **result.to_dict()}
 
     return run
 
@@ -140,9 +156,13 @@ async def run_capacity_search(
     *,
     budget: TokenBudget | None = None,
     on_trial: Callable[[TrialReport], None] | None = None,
+    pool: ShardPool | None = None,
+    shard_url: str | None = None,
 ) -> CapacityResult:
     """A whole search (the daemon's job and the CLI share it). ``client()`` is asked for the target's
-    client at every send: a reload that changes the target's settings swaps it mid-search."""
+    client at every send: a reload that changes the target's settings swaps it mid-search. With a
+    ``pool`` every trial is sharded over its shards (worker processes or pods), which reach the target
+    at ``shard_url`` when given (pods of their own cannot use a sidecar's loopback)."""
     salt = secrets.randbits(40)  # fresh prompt texts per search: no prefix cache from an earlier one
 
     def plan(index: int, load: float, may_stop: bool) -> TrialPlan:
@@ -158,7 +178,13 @@ async def run_capacity_search(
         return await client().send(spec, at, on_start=started)
 
     async def trial(index: int, load: float, may_stop: bool) -> TrialReport:
-        report = await run_trial(index, plan(index, load, may_stop), slo, send)
+        if pool is not None:
+            settings = client().settings
+            if shard_url is not None:
+                settings = dataclasses.replace(settings, base_url=shard_url)
+            report = await run_sharded_trial(index, plan(index, load, may_stop), slo, pool, settings)
+        else:
+            report = await run_trial(index, plan(index, load, may_stop), slo, send)
         if budget is not None:
             budget.spent += report.tokens
         return report
@@ -198,6 +224,56 @@ def _reporter(ctx: JobContext, params: CapacityParams) -> Callable[[TrialReport]
     return report
 
 
+# -- worker processes and shards ----------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def job_shards(
+    remote: ShardsConfig | None,
+    token: Secret | None,
+    asked: int | None,
+    env: JobEnvironment,
+    client: ProbeClient,
+    local: PoolSettings | None = None,
+) -> AsyncIterator[ShardPool | None]:
+    """The shards a job sends through: the Indexed Job's pods when ``jobs.shards`` is configured (they
+    present the jobs token), else ``asked`` (or ``jobs.workers``) local worker processes, else none
+    (this process sends)."""
+    try:
+        if remote is not None and token is not None:
+            async with remote_shards(remote.count, token.reveal(), remote.listen, remote.pool) as pool:
+                yield pool
+            return
+        workers = asked or env.job_limits().max_workers
+        if workers <= 1:
+            yield None
+            return
+        async with local_shards(workers, client.settings.api_key, local) as pool:
+            yield pool
+    except TimeoutError as exc:  # shards that never came: the job fails with who and why
+        raise JobFailedError(str(exc)) from None
+
+
+def shards_used(pool: ShardPool | None) -> dict[str, int]:
+    """How many client processes sent the job's requests (for its result)."""
+    return {"workers": pool.shards if pool is not None else 1}
+
+
+def one_at_a_time(
+    pool: ShardPool, settings: TargetSettings
+) -> Callable[[RequestSpec], Awaitable[ProbeResult]]:
+    """A ``send`` for the prefill profile: each request alone, the shards taking turns."""
+    turn = itertools.count()
+
+    async def send(spec: RequestSpec) -> ProbeResult:
+        report = await pool.run_one(settings, spec, next(turn) % pool.shards, PROFILE_START_DELAY_S)
+        if report.problems or not report.in_order():
+            raise JobFailedError("; ".join(report.problems) or "a shard returned no result")
+        return report.in_order()[0]
+
+    return send
+
+
 # -- prefill profile ---------------------------------------------------------------------------------
 
 
@@ -221,15 +297,16 @@ def profile_runner(env: JobEnvironment) -> Runner:
         client = env.client_for(target.name)
         await model_of(client)
         await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
-        profile = await profile_prefill(
-            client.send, prompt_builder(target), target.api, params.lengths, params.repeats,
-            _sample_reporter(ctx, len(params.lengths)),
-        )  # fmt: skip
+        async with job_shards(None, None, params.workers, env, client, PROFILE_POOL) as pool:
+            profile = await profile_prefill(
+                client.send if pool is None else one_at_a_time(pool, client.settings), prompt_builder(target),
+                target.api, params.lengths, params.repeats, _sample_reporter(ctx, len(params.lengths)),
+            )  # fmt: skip
         if profile.model is None:
             raise JobFailedError("no prompt length got an answer; see the steps for each length's outcomes")
         if params.apply:
             env.store_profile(target.name, profile)
-        return {"target": target.name, "applied": params.apply, **profile.to_dict()}
+        return {"target": target.name, "applied": params.apply, **shards_used(pool), **profile.to_dict()}
 
     return run
 

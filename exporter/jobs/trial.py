@@ -51,6 +51,7 @@ from exporter.stats.headroom import (
 from exporter.stats.slo import GoodputBounds, Slo, SloMetric, evaluate_slos, goodput
 
 TRIAL_TIER = "trial"  # the one decode deadline a trial is judged at
+SHARDS_REASON = "shards"  # a sharded trial whose shards made the load other than planned
 WATCH_INTERVAL_S = 0.05  # how often waiting requests are checked against their give-up wait
 StartedSend = Callable[[RequestSpec, float | None, Callable[[ProbeResult], None]], Awaitable[ProbeResult]]
 
@@ -106,7 +107,7 @@ class Verdict:
     """How a trial fared: pass/fail, why, its headroom and the figures behind them."""
 
     passed: bool
-    reason: str  # "pass", "slo", "errors" (failed requests alone sank it), "no data"
+    reason: str  # "pass", "slo", "errors" (failed requests alone sank it), "no data", "shards"
     headroom: float
     figures: dict[str, Any]
 
@@ -309,7 +310,7 @@ class TrialReport:
 
 
 @dataclass
-class _Tally:
+class Tally:
     """Results as they finish, the started ones (for their tokens), and the early-stop verdict."""
 
     plan: TrialPlan
@@ -403,7 +404,7 @@ def plan_trial(
 
 async def run_trial(index: int, plan: TrialPlan, slo: TrialSlo, send: StartedSend) -> TrialReport:
     """Send ``plan`` through ``send(spec, scheduled_at, on_start)`` and judge it."""
-    tally = _Tally(plan, slo)
+    tally = Tally(plan, slo)
     warm = {id(spec) for spec in plan.specs[: plan.warmup]}
 
     async def tracked_send(spec: RequestSpec, scheduled_at: float | None) -> ProbeResult:
@@ -414,7 +415,7 @@ async def run_trial(index: int, plan: TrialPlan, slo: TrialSlo, send: StartedSen
         return await send(spec, scheduled_at, started)
 
     began = time.perf_counter()
-    watcher = asyncio.ensure_future(_watch(tally)) if plan.early_stop else None
+    watcher = asyncio.ensure_future(watch(tally)) if plan.early_stop else None
     load = asyncio.ensure_future(
         run_load(
             tracked_send,
@@ -443,7 +444,7 @@ async def run_trial(index: int, plan: TrialPlan, slo: TrialSlo, send: StartedSen
     )
 
 
-async def _watch(tally: _Tally, every_s: float = WATCH_INTERVAL_S) -> None:
+async def watch(tally: Tally, every_s: float = WATCH_INTERVAL_S) -> None:
     while True:
         await asyncio.sleep(every_s)
         tally.check_waiting(time.perf_counter())

@@ -9,6 +9,11 @@ workers)`` deals the plan round-robin to ``workers`` processes (``spawn`` contex
 or sockets), each with one event loop and one ``ProbeClient``, so one core's saturation no longer bends
 the timestamps; every worker first connects and reports ready, then all start at one common start time,
 and the results come back in plan order. Everything crossing processes pickles (settings, specs, results).
+
+The commands' ``--workers`` (bench, capacity, profile) and the daemon's jobs use the shard protocol
+instead (``exporter.load.shard_pool``): results stream back while the load runs, so a capacity trial can
+stop early, and the same protocol reaches pods on other machines. This module remains the minimal form
+the probe benchmark compares against.
 """
 
 from __future__ import annotations

@@ -372,7 +372,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "unknown-jobs-key": (
         T + "jobs: {token: {env: KEY}, limits: {max_rps: 3}}\n",
         [
-            'jobs: unknown key "token"; valid: api_token, history, limits, schedules',
+            'jobs: unknown key "token"; valid: api_token, history, limits, schedules, shards, workers',
             'jobs.limits: unknown key "max_rps"; valid: max_concurrency, max_duration, max_prompt_tokens, max_rate, max_requests_per_trial, max_tokens, max_trials',
         ],
     ),
@@ -417,6 +417,39 @@ CASES: dict[str, tuple[str, list[str]]] = {
             'jobs.schedules[0].cron: bad cron expression "0 3 * *": Wrong number of fields; got 4, expected 5',
         ],
     ),
+    "bad-jobs-workers": (
+        T + "jobs: {workers: many}\n",
+        ['jobs.workers: must be an integer >= 1 or auto (the CPUs this container may use), got "many"'],
+    ),
+    "zero-jobs-workers": (
+        T + "jobs: {workers: 0}\n",
+        ["jobs.workers: must be an integer >= 1 or auto (the CPUs this container may use), got 0"],
+    ),
+    "job-schedule-workers-above-jobs-workers": (
+        J + "{target: a, workers: 3}}\n  workers: 2\n",
+        [
+            "jobs.schedules[0].params.workers: 3 exceeds jobs.workers (2), the most client processes a job "
+            "may use (bounded by the CPUs the exporter's container may use)"
+        ],
+    ),
+    "jobs-shards-problems": (
+        T + "jobs:\n  shards: {listen: 9469, start_delay: soon, replicas: 4}\n",
+        [
+            'jobs.shards: unknown key "replicas"; valid: count, heartbeat_timeout, listen, max_start_lateness, ready_timeout, start_delay, target_urls',
+            "jobs.shards: needs jobs.api_token: the shards present it to the daemon",
+            "jobs.shards.count: missing (required)",
+            'jobs.shards.start_delay: bad duration "soon"; use seconds (a number) or a number with a unit: ms, s, m, h, d (e.g. 250ms, 30s, 5m, 1h)',
+            "jobs.shards.listen: must be a non-empty string, got 9469",
+        ],
+    ),
+    "jobs-shards-target-urls": (
+        T
+        + "jobs:\n  api_token: {env: KEY}\n  shards: {count: 2, target_urls: {b: 'http://vllm:8000', a: 'http://vllm:8000/v1'}}\n",
+        [
+            'jobs.shards.target_urls: unknown key "b"; valid: a',
+            'jobs.shards.target_urls.a: leave out the trailing /v1 (requests add it), got "http://vllm:8000/v1"',
+        ],
+    ),
     "job-schedule-duplicate-names": (
         J + "{target: a}}\n    - {name: s, kind: prefill-profile, cron: '0 2 * * 0', params: {target: a}}\n",
         ['jobs.schedules[1].name: duplicate schedule name "s" (also jobs.schedules[0])'],
@@ -432,7 +465,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "job-schedule-params-problems": (
         J + "{target: a, max_load: 50, slo: {decode_tier: fast}, speed: 1}}\n",
         [
-            'jobs.schedules[0].params: unknown key "speed"; valid: arrival, early_stop, load, max_load, max_trials, module, requests_per_trial, seed, slo, start, target, tolerance, trial_duration_s, warmup_requests',
+            'jobs.schedules[0].params: unknown key "speed"; valid: arrival, early_stop, load, max_load, max_trials, module, requests_per_trial, seed, slo, start, target, tolerance, trial_duration_s, warmup_requests, workers',
             "jobs.schedules[0].params.max_load: 50 exceeds jobs.limits.max_rate (20)",
             'jobs.schedules[0].params.slo.decode_tier: unknown decode tier "fast"; valid: strict, medium, relaxed (or give decode_deadline_s)',
         ],

@@ -25,6 +25,25 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
     assert "capacity:" in captured.out and f"{len(result['trials'])} trials" in captured.out
 
 
+@pytest.mark.slow
+def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16"]
+    flags += ["--start", "20", "--max-trials", "2", "--requests-per-trial", "20", "--warmup-requests", "2"]
+    assert main(["capacity", *flags, "--workers", "2", "--output", str(out), "--no-plot"]) == 0
+    result = json.loads((out / "capacity.json").read_text())
+    first = result["trials"][0]
+    assert first["figures"]["requests"] == 20 and first["requests_sent"] == 22
+    shards = first["figures"]["shards"]["shards"]
+    assert [s["shard"] for s in shards] == [0, 1] and sum(s["results"] for s in shards) == 22
+    assert all(s["start_lateness_s"] is not None and s["done"] for s in shards)
+    # On this 2-core VM the simulator and two shards may saturate a shard: then the search says so.
+    problems = first["figures"]["shards"]["problems"]
+    assert (first["reason"] == "shards") == bool(problems)
+    if problems:
+        assert result["stopped_by"].startswith("shards: ") and len(result["trials"]) == 1
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -32,6 +51,7 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
         (["--decode-tier", "sluggish"], "decode_tier"),
         (["--load", "concurrency", "--start", "2.5"], "start"),
         (["--objective", "ttft:p99>=2"], "objectives"),
+        (["--workers", "0"], "workers: must be an integer >= 1"),
     ],
 )
 def test_bad_flags_fail_before_any_load(

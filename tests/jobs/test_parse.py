@@ -16,7 +16,7 @@ from exporter.stats.slo import GoodputBounds, parse_slo
 LIMITS = JobLimits()
 CAPACITY_VALID = (
     "arrival, early_stop, load, max_load, max_trials, module, requests_per_trial, seed, slo, start, target, "
-    "tolerance, trial_duration_s, warmup_requests"
+    "tolerance, trial_duration_s, warmup_requests, workers"
 )
 
 BAD: dict[str, tuple[str, Any, list[str]]] = {
@@ -196,7 +196,7 @@ BAD: dict[str, tuple[str, Any, list[str]]] = {
     "profile-unknown-key": (
         "prefill-profile",
         {"target": "a", "module": "m"},
-        ['(top level): unknown key "module"; valid: apply, lengths, repeats, target'],
+        ['(top level): unknown key "module"; valid: apply, lengths, repeats, target, workers'],
     ),
 }
 
@@ -327,10 +327,26 @@ def test_the_json_form_shows_every_field() -> None:
     profile = params_to_dict(
         parse_params("prefill-profile", {"target": "a", "lengths": {"low": 1, "high": 4}}, LIMITS)
     )
-    assert profile == {"target": "a", "lengths": [1, 2, 4], "repeats": 3, "apply": True}
+    assert profile == {"target": "a", "lengths": [1, 2, 4], "repeats": 3, "apply": True, "workers": None}
 
 
 @pytest.mark.parametrize("first", ["exporter.jobs.parse", "exporter.config.jobs", "exporter.config"])
 def test_either_side_of_the_config_and_jobs_imports_can_come_first(first: str) -> None:
     code = f"import {first}; from exporter.jobs.parse import parse_params; from exporter.config import load_config"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("kind", ["capacity", "prefill-profile"])
+def test_workers_are_bounded_by_jobs_workers(kind: str) -> None:
+    limits = JobLimits(max_workers=2)
+    assert parse_params(kind, {"target": "a"}, limits).workers is None  # jobs.workers decides
+    assert parse_params(kind, {"target": "a", "workers": 2}, limits).workers == 2
+    with pytest.raises(ParamsError) as caught:
+        parse_params(kind, {"target": "a", "workers": 3}, limits)
+    assert caught.value.problems == [
+        "workers: 3 exceeds jobs.workers (2), the most client processes a job may use (bounded by the CPUs "
+        "the exporter's container may use)"
+    ]
+    with pytest.raises(ParamsError) as caught:
+        parse_params(kind, {"target": "a", "workers": 0}, limits)
+    assert caught.value.problems == ["workers: must be an integer >= 1, got 0"]

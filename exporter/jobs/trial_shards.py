@@ -1,0 +1,92 @@
+"""A capacity trial sharded over K client processes or pods, judged exactly as one process would be.
+
+The trial's plan (the same specs and arrival offsets as in process) is dealt over the shards of a
+``ShardPool`` (``exporter.load.shard_pool``). Shards stream every request's start, first token and
+result back as they happen, so the same tally as in process (``trial.Tally``) sees them: requests
+certain to fail, waits past their give-up point, the early-stop decision. When the verdict is decided
+the pool tells the shards to stop; the requests they cancel come back with the tokens received so far,
+which the trial's token count includes. The verdict is ``trial.judge`` over the merged results in plan
+order: a sharded trial and an in-process one of the same plan differ only in the timings the target
+gave them.
+
+One thing more: a shard late to start, dead, or saturated makes the merged load something other than
+the plan, so such a trial does not pass: its reason is ``"shards"`` and its figures say which shard and
+why (the search stops there rather than read a broken load as the target's failure).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from exporter.jobs.trial import SHARDS_REASON, Tally, TrialPlan, TrialReport, TrialSlo, Verdict, judge, watch
+from exporter.load.shard_pool import ShardPool, ShardRunReport
+from exporter.probe.result import ProbeResult
+from exporter.probe.target import TargetSettings
+
+
+async def run_sharded_trial(
+    index: int, plan: TrialPlan, slo: TrialSlo, pool: ShardPool, settings: TargetSettings
+) -> TrialReport:
+    """Send ``plan`` over ``pool``'s shards and judge the merged results."""
+    tally = Tally(plan, slo)
+
+    def started(position: int, result: ProbeResult) -> None:
+        result.extra["measured"] = position >= plan.warmup
+        tally.started.append(result)
+
+    stop = asyncio.Event()
+    began = time.perf_counter()
+    watcher = asyncio.ensure_future(watch(tally)) if plan.early_stop else None
+    run = asyncio.ensure_future(
+        pool.run_plan(
+            settings, plan.specs, offsets=None if plan.offsets is None else plan.offsets.tolist(),
+            concurrency=plan.concurrency, duration_s=plan.duration_s, on_start=started,
+            on_result=lambda _position, result: tally.on_result(result), stop=stop,
+        )
+    )  # fmt: skip
+    try:
+        stopped_early = await _until_done_or_decided(run, tally, stop)
+        report = run.result()
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+    now = time.perf_counter()
+    if stopped_early:
+        verdict = judge(list(tally.measured), slo, tally.given_up(now))
+    else:
+        verdict = judge([r for r in report.in_order() if r.extra.get("measured")], slo)
+    return TrialReport.of(
+        index, plan.load, with_shards(verdict, report), len(tally.started), now - began, tally.tokens(),
+        stopped_early,
+    )  # fmt: skip
+
+
+async def _until_done_or_decided(
+    run: asyncio.Future[ShardRunReport], tally: Tally, stop: asyncio.Event
+) -> bool:
+    """Wait for the run; once the verdict is decided, stop the shards and wait for their last results.
+    True when stopped early."""
+    decided: asyncio.Future[Any] = asyncio.ensure_future(tally.decided.wait())
+    try:
+        await asyncio.wait({run, decided}, return_when=asyncio.FIRST_COMPLETED)
+        early = not run.done()
+        if early:
+            stop.set()
+            await asyncio.wait({run})
+        return early
+    except asyncio.CancelledError:
+        run.cancel()  # the job was cancelled: the pool calls the run off, the shards hear "stop"
+        await asyncio.gather(run, return_exceptions=True)
+        raise
+    finally:
+        decided.cancel()
+
+
+def with_shards(verdict: Verdict, report: ShardRunReport) -> Verdict:
+    """The verdict with the shards' figures; not a pass when a shard made the load other than planned."""
+    figures = {**verdict.figures, "shards": report.to_dict()}
+    if report.problems:
+        return Verdict(False, SHARDS_REASON, verdict.headroom, figures)
+    return Verdict(verdict.passed, verdict.reason, verdict.headroom, figures)

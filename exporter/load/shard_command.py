@@ -1,0 +1,65 @@
+"""``fluidity-exporter shard``: serve as one shard of a sharded load, for a coordinator over HTTP.
+
+What a local worker process and a pod of the Kubernetes Indexed Job both run: it polls the coordinator
+(the daemon during a sharded capacity search, or a CLI command with ``--workers``) for its slice of each
+trial, sends it and streams the results back (``exporter.load.shard_runner``), until the coordinator
+says it is done or nothing came for ``--idle-exit`` seconds. In an Indexed Job the shard number is the
+pod's ``JOB_COMPLETION_INDEX``. The coordinator's token and the target's API key come from the
+environment (``FLUIDITY_SHARD_TOKEN``, ``FLUIDITY_SHARD_API_KEY``), never from the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from exporter.cli import Command
+from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
+from exporter.load.shard_runner import serve_shard
+from exporter.probe import loop as event_loop
+from exporter.probe.target import Secret
+
+INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every pod of an Indexed Job
+COORDINATOR_ENV = "FLUIDITY_SHARD_COORDINATOR"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``shard``."""
+    parser.add_argument(
+        "--coordinator", default=os.environ.get(COORDINATOR_ENV),
+        help=f"the coordinator's base URL, e.g. http://fluidity-exporter-shards:9469 (${COORDINATOR_ENV})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--shard", type=int, default=None, help=f"this shard's number, 0 to K-1 (default ${INDEX_ENV})"
+    )
+    parser.add_argument(
+        "--idle-exit", type=float, default=600.0, help="exit after this many seconds without a task (600)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 when the coordinator let the shard go (or it idled out), 1 if never reached, 2 on bad input
+    or when the coordinator refused it (a wrong token, another protocol version)."""
+    shard = args.shard if args.shard is not None else os.environ.get(INDEX_ENV)
+    if not args.coordinator or shard is None:
+        print(
+            f"fluidity-exporter shard: error: needs --coordinator (or ${COORDINATOR_ENV}) and --shard "
+            f"(or ${INDEX_ENV})",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s shard %(levelname)s %(message)s")
+    key = os.environ.get(API_KEY_ENV)
+    api_key = Secret(key) if key else None
+    return event_loop.run(
+        serve_shard(
+            args.coordinator, int(shard), os.environ.get(TOKEN_ENV), api_key, idle_exit_s=args.idle_exit
+        )
+    )
+
+
+SHARD_COMMAND = Command(
+    "serve as one shard of a sharded load (a worker process or a Job's pod)", add_arguments, run
+)

@@ -1,0 +1,91 @@
+"""The local-process backend of the shard protocol: K ``fluidity-exporter shard`` processes on this machine.
+
+Each is a fresh interpreter (no inherited event loop, sockets or threads) running exactly what a
+Kubernetes shard pod runs, pointed at a coordinator on loopback; the target's API key and the
+coordinator's token reach it through its environment, never its command line or a file.
+``local_shards`` starts a coordinator (``ShardPool``) on 127.0.0.1, the processes, waits until each has
+reached it, and on exit tells them to leave and reaps them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+
+from exporter.load.shard_pool import ShardPool
+from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV, PoolSettings
+from exporter.probe.target import Secret
+
+REGISTER_TIMEOUT_S = 60.0  # interpreter start-up and imports, on a loaded machine
+EXIT_WAIT_S = 5.0
+
+
+class LocalShards:
+    """``count`` shard processes serving the coordinator at ``url``."""
+
+    def __init__(self, count: int, url: str, token: str, api_key: Secret | None) -> None:
+        self.count, self.url, self.token, self.api_key = count, url, token, api_key
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> None:
+        env = {**os.environ, TOKEN_ENV: self.token}
+        env.pop(API_KEY_ENV, None)
+        if self.api_key is not None:
+            env[API_KEY_ENV] = self.api_key.reveal()
+        for shard in range(self.count):
+            command = [
+                sys.executable,
+                "-m",
+                "exporter",
+                "shard",
+                "--coordinator",
+                self.url,
+                "--shard",
+                str(shard),
+            ]
+            self.procs.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL))
+
+    def gone(self, shard: int) -> str | None:
+        """Why shard ``shard``'s process is gone (its exit code), or None while it runs."""
+        code = self.procs[shard].poll() if shard < len(self.procs) else None
+        return None if code is None else f"exit code {code}"
+
+    def stop(self) -> None:
+        """Wait a moment for each to leave (the coordinator told them), then terminate the rest."""
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=EXIT_WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=EXIT_WAIT_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def local_shards(
+    count: int, api_key: Secret | None, settings: PoolSettings | None = None
+) -> AsyncIterator[ShardPool]:
+    """A coordinator on loopback with ``count`` local shard processes, all registered."""
+    token = secrets.token_urlsafe(24)
+    pool = ShardPool(count, token, settings)
+    shards = LocalShards(count, await pool.start("127.0.0.1", 0), token, api_key)
+    pool.alive = shards.gone
+    try:
+        shards.start()
+        await pool.wait_registered(REGISTER_TIMEOUT_S)
+        yield pool
+    finally:
+        await pool.close()
+        await _reap(shards)
+
+
+async def _reap(shards: LocalShards) -> None:
+    await asyncio.to_thread(shards.stop)

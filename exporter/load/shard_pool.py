@@ -1,0 +1,483 @@
+"""The coordinator's side of the shard protocol: a pool of K shards, each run dealt, started and merged.
+
+Transport, HTTP rather than files on a shared volume: the coordinator (the daemon, or a CLI command)
+serves four small endpoints and every shard is an HTTP client of it, so
+
+* results stream back as they complete (a post every 50 ms), which the trial's early stopping needs,
+  and the answer to each post carries the coordinator's "stop", a control channel at no extra cost;
+  a shared volume would need polling of files for both, and a ReadWriteMany volume, which many
+  clusters do not have;
+* silence is a signal: a shard posts at least every 0.5 s, so a dead one is noticed in seconds;
+* nothing is left behind to clean up, and a shard pod needs only the coordinator's address and token.
+
+Endpoints (``Authorization: Bearer <token>`` on each):
+
+* ``GET /shards/v1/{shard}/task?wait=S``: the shard's next task (200), none yet (204, after up to S s),
+  or the coordinator is done with it (410: exit).
+* ``POST /shards/v1/runs/{run}/{shard}/ready``: answered once every shard of the run is ready, with
+  the common start instant ``{"start_at": <epoch s>}`` (409 when the run was called off).
+* ``POST /shards/v1/runs/{run}/{shard}/events``: events (``shard_runner.Outbox``); answers
+  ``{"stop": bool}``.
+
+``ShardPool.run`` drives one run: it deals the tasks, waits for every shard's ready (``ready_timeout``),
+sets the start ``start_delay`` s ahead, feeds the caller's hooks as events arrive (a stand-in
+``ProbeResult`` per request started, replaced in place by the final one), stops the shards when the
+caller's ``stop`` is set, and returns a ``ShardRunReport``: each shard's start lateness, figures and
+fate, and the problems that make the run unfit to judge (``shard_problems``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import itertools
+import math
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from aiohttp import web
+
+from exporter.load.shard_protocol import (
+    PoolSettings,
+    ProtocolError,
+    ShardEntry,
+    ShardTask,
+    copy_into,
+    plan_tasks,
+    result_from_json,
+    task_to_json,
+)
+from exporter.probe.result import ProbeResult
+from exporter.probe.target import RequestSpec, TargetSettings
+
+Hook = Callable[[int, ProbeResult], None]
+Alive = Callable[[int], str | None]  # why shard k is gone (e.g. "exit code -9"), or None while it runs
+POOL: Final = web.AppKey["ShardPool"]("shard_pool")
+MAX_BODY = 256 * 1024 * 1024  # an events post carries at most a few thousand results
+
+
+@dataclass
+class ShardState:
+    """What one shard of a run did."""
+
+    shard: int
+    requests: int = 0
+    late_s: float | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+    ready: bool = False
+    done: bool = False
+    gone: str | None = None  # why it is dead
+    stats: dict[str, Any] = field(default_factory=dict)
+    results: int = 0
+    unreliable: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "shard": self.shard, "requests_dealt": self.requests, "start_lateness_s": self.late_s,
+            "results": self.results, "unreliable": self.unreliable, "done": self.done, "gone": self.gone,
+            **{k: v for k, v in self.stats.items() if k in ("cpu_s", "wall_s", "requests")},
+        }  # fmt: skip
+
+
+def shard_problems(states: Sequence[ShardState], settings: PoolSettings) -> list[str]:
+    """Why a run cannot be judged as if one process had run it: a shard late to start, dead, never
+    ready, or saturated (pure)."""
+    problems = []
+    for s in states:
+        if s.gone is not None:
+            problems.append(f"shard {s.shard} {s.gone}")
+        elif not s.ready:
+            problems.append(f"shard {s.shard} was not ready within {settings.ready_timeout_s:g} s")
+        elif not s.done:
+            problems.append(f"shard {s.shard} did not report its end")
+        if s.late_s is not None and s.late_s > settings.max_start_lateness_s:
+            problems.append(
+                f"shard {s.shard} started {s.late_s:.3f} s late (bound {settings.max_start_lateness_s:g} s)"
+            )
+        if s.results and s.unreliable / s.results > settings.max_unreliable_share:
+            problems.append(
+                f"shard {s.shard} was saturated: {s.unreliable} of {s.results} results unreliable "
+                f"(bound {settings.max_unreliable_share:.0%})"
+            )
+    return problems
+
+
+@dataclass
+class ShardRunReport:
+    """A run's shards and results: ``results`` maps plan index -> result (cancelled ones included)."""
+
+    states: list[ShardState]
+    results: dict[int, ProbeResult]
+    cancelled: set[int]
+    problems: list[str]
+    origin: float | None
+
+    def in_order(self) -> list[ProbeResult]:
+        """Every finished (not cancelled) result, in plan order: what one process would return."""
+        return [self.results[i] for i in sorted(self.results) if i not in self.cancelled]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shards": [s.to_dict() for s in self.states], "problems": self.problems}
+
+
+@dataclass
+class _Run:
+    id: str
+    tasks: dict[int, ShardTask]
+    specs: dict[int, RequestSpec]
+    on_start: Hook | None
+    on_result: Hook | None
+    states: dict[int, ShardState]
+    all_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    all_done: asyncio.Event = field(default_factory=asyncio.Event)
+    start_at: float | None = None
+    origin: float | None = None
+    stop: bool = False
+    aborted: bool = False
+    results: dict[int, ProbeResult] = field(default_factory=dict)
+    cancelled: set[int] = field(default_factory=set)
+
+    def check(self) -> None:
+        live = [s for s in self.states.values() if s.gone is None]
+        if all(s.ready for s in live):
+            self.all_ready.set()
+        if all(s.done for s in live):
+            self.all_done.set()
+
+
+class ShardPool:
+    """A coordinator of ``shards`` shards over HTTP (see the module docstring)."""
+
+    def __init__(
+        self, shards: int, token: str, settings: PoolSettings | None = None, *, alive: Alive | None = None
+    ) -> None:
+        if shards < 1:
+            raise ValueError(f"shards must be >= 1, got {shards}")
+        self.shards, self.token, self.settings, self.alive = shards, token, settings or PoolSettings(), alive
+        self.seen: dict[int, float] = {}  # shard -> last poll (monotonic)
+        self.registered = asyncio.Event()
+        # None in a queue: the coordinator is done with that shard.
+        self._queues: dict[int, asyncio.Queue[ShardTask | None]] = {k: asyncio.Queue() for k in range(shards)}
+        self._runs: dict[str, _Run] = {}
+        self._closed = False
+        self._runner: web.AppRunner | None = None
+        self._ids = itertools.count(1)
+        self.url = ""
+
+    # -- serving ----------------------------------------------------------------------------------
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._auth])
+        app[POOL] = self
+        app.router.add_get("/shards/v1/{shard}/task", self._task)
+        app.router.add_post("/shards/v1/runs/{run}/{shard}/ready", self._ready)
+        app.router.add_post("/shards/v1/runs/{run}/{shard}/events", self._events)
+        return app
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Listen on ``host:port`` (port 0: any free one); returns the base URL shards use on loopback."""
+        self._runner = web.AppRunner(self.make_app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound = self._runner.addresses[0][1]
+        self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{bound}"
+        return self.url
+
+    async def close(self) -> None:
+        """Tell every shard to exit (410 on its next poll), give them a moment to hear it, stop serving."""
+        self._closed = True
+        for queue in self._queues.values():
+            queue.put_nowait(None)
+        if self._runner is not None:
+            await asyncio.sleep(0.2)  # polls waiting now answer 410
+            await self._runner.cleanup()
+            self._runner = None
+
+    @web.middleware
+    async def _auth(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+            return web.json_response({"error": "a shard needs Authorization: Bearer <token>"}, status=401)
+        return await handler(request)
+
+    def _shard(self, request: web.Request) -> int:
+        try:
+            shard = int(request.match_info["shard"])
+        except ValueError:
+            shard = -1
+        if not 0 <= shard < self.shards:
+            raise web.HTTPNotFound(
+                text=f'{{"error": "shard {request.match_info["shard"]}: valid 0 to {self.shards - 1}"}}',
+                content_type="application/json",
+            )
+        return shard
+
+    async def _task(self, request: web.Request) -> web.StreamResponse:
+        shard = self._shard(request)
+        self.seen[shard] = time.monotonic()
+        if len(self.seen) == self.shards:
+            self.registered.set()
+        wait = min(float(request.query.get("wait", "0") or 0), 60.0)
+        queue = self._queues[shard]
+        try:
+            if queue.empty() and wait > 0 and not self._closed:
+                task = await asyncio.wait_for(queue.get(), wait)
+            else:
+                task = queue.get_nowait()
+        except (TimeoutError, asyncio.QueueEmpty):
+            return web.Response(status=410 if self._closed else 204)
+        if task is None:
+            return web.Response(status=410)
+        return web.json_response(task_to_json(task))
+
+    def _run_state(self, request: web.Request) -> tuple[_Run, ShardState]:
+        run = self._runs.get(request.match_info["run"])
+        shard = self._shard(request)
+        if run is None or shard not in run.states:
+            raise web.HTTPGone(text='{"error": "no such run"}', content_type="application/json")
+        state = run.states[shard]
+        state.last_seen = time.monotonic()
+        return run, state
+
+    async def _ready(self, request: web.Request) -> web.StreamResponse:
+        run, state = self._run_state(request)
+        state.ready = True
+        run.check()
+        await run.started.wait()
+        if run.aborted or run.start_at is None:
+            return web.json_response({"abort": "the run was called off"}, status=409)
+        return web.json_response({"start_at": run.start_at})
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        run, state = self._run_state(request)
+        body = await request.json()
+        if run.origin is None:
+            return web.json_response({"stop": True})
+        try:
+            if body.get("late_s") is not None:
+                state.late_s = float(body["late_s"])
+            self._apply_events(run, state, body)
+        except (ProtocolError, KeyError, TypeError, ValueError) as exc:  # a shard of another version
+            return web.json_response({"error": f"malformed events: {exc}"}, status=400)
+        if body.get("done"):
+            state.done, state.stats = True, dict(body.get("stats") or {})
+            run.check()
+        return web.json_response({"stop": run.stop or run.aborted})
+
+    def _apply_events(self, run: _Run, state: ShardState, body: dict[str, Any]) -> None:
+        origin = run.origin or 0.0
+        for index, scheduled in body.get("started", ()):
+            self._stand_in(run, int(index), origin + float(scheduled))
+        for index, first in body.get("first_tokens", ()):
+            result = run.results.get(int(index))
+            if result is not None and not result.token_times:
+                result.token_times = [origin + float(first)]  # until the final result comes
+        for index, cancelled, data in body.get("results", ()):
+            self._finish(run, state, int(index), bool(cancelled), result_from_json(data, origin))
+
+    def _stand_in(self, run: _Run, index: int, scheduled: float) -> ProbeResult:
+        spec = run.specs[index]
+        result = ProbeResult(
+            api=next(iter(run.tasks.values())).settings.api, scheduled_at=scheduled, max_tokens=spec.max_tokens,
+            prompt_tokens_intended=spec.prompt_tokens,
+        )  # fmt: skip
+        run.results[index] = result
+        if run.on_start is not None:
+            run.on_start(index, result)
+        return result
+
+    def _finish(self, run: _Run, state: ShardState, index: int, cancelled: bool, final: ProbeResult) -> None:
+        held = run.results.get(index)
+        if held is None:
+            held = self._stand_in(run, index, final.scheduled_at or 0.0)
+        extra = held.extra
+        copy_into(held, final)
+        held.extra = {**final.extra, **extra}
+        if cancelled:
+            run.cancelled.add(index)
+            return
+        state.results += 1
+        state.unreliable += int(final.unreliable)
+        if run.on_result is not None:
+            run.on_result(index, held)
+
+    # -- running ----------------------------------------------------------------------------------
+
+    async def wait_registered(self, timeout: float) -> None:
+        """Until every shard has polled once; raises ``TimeoutError`` naming the missing ones."""
+        deadline = time.monotonic() + timeout
+        while not self.registered.is_set():
+            missing = sorted(set(range(self.shards)) - set(self.seen))
+            gone = [f"shard {k} {why}" for k in missing if (why := self._gone(k)) is not None]
+            if gone:
+                raise TimeoutError("; ".join(gone) + " before reaching the coordinator")
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"shards {missing} of {self.shards} did not reach the coordinator at {self.url} within "
+                    f"{timeout:g} s"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.registered.wait(), 0.2)
+
+    def _gone(self, shard: int) -> str | None:
+        return self.alive(shard) if self.alive is not None else None
+
+    async def run(
+        self,
+        tasks: Sequence[ShardTask],
+        specs: dict[int, RequestSpec],
+        *,
+        on_start: Hook | None = None,
+        on_result: Hook | None = None,
+        stop: asyncio.Event | None = None,
+        start_delay_s: float | None = None,
+    ) -> ShardRunReport:
+        """Run ``tasks`` (one per shard taking part; ``specs``: plan index -> spec) and report; the start
+        is ``start_delay_s`` (default: the pool's) after the last shard is ready."""
+        run = _Run(
+            tasks[0].run, {t.shard: t for t in tasks}, specs, on_start, on_result,
+            {t.shard: ShardState(t.shard, len(t.entries)) for t in tasks},
+        )  # fmt: skip
+        self._runs[run.id] = run
+        try:
+            for task in tasks:
+                self._queues[task.shard].put_nowait(task)
+            if await self._all_ready(run):
+                self._start(run, self.settings.start_delay_s if start_delay_s is None else start_delay_s)
+                await self._until_done(run, stop or asyncio.Event())
+            else:
+                run.aborted = True
+                run.started.set()
+        except BaseException:
+            run.aborted = True  # the shards hear "stop" on their next post
+            run.started.set()
+            raise
+        finally:
+            self._runs.pop(run.id, None)
+            self._forget(run)
+        states = [run.states[k] for k in sorted(run.states)]
+        return ShardRunReport(
+            states, run.results, run.cancelled, shard_problems(states, self.settings), run.origin
+        )
+
+    async def run_plan(
+        self,
+        settings: TargetSettings,
+        specs: Sequence[RequestSpec],
+        *,
+        offsets: Sequence[float] | None = None,
+        concurrency: int | None = None,
+        duration_s: float | None = None,
+        on_start: Hook | None = None,
+        on_result: Hook | None = None,
+        stop: asyncio.Event | None = None,
+    ) -> ShardRunReport:
+        """A whole plan (open loop at ``offsets``, or closed loop at ``concurrency``) dealt over the shards."""
+        tasks = plan_tasks(
+            self.new_run_id(), settings, specs, self.shards, offsets=offsets, concurrency=concurrency,
+            duration_s=duration_s,
+        )  # fmt: skip
+        if not tasks:
+            return ShardRunReport([], {}, set(), [], None)
+        return await self.run(
+            tasks, dict(enumerate(specs)), on_start=on_start, on_result=on_result, stop=stop
+        )
+
+    async def run_one(
+        self, settings: TargetSettings, spec: RequestSpec, shard: int, start_delay_s: float
+    ) -> ShardRunReport:
+        """One request alone on shard ``shard``, started ``start_delay_s`` after it is ready."""
+        task = ShardTask(self.new_run_id(), shard, self.shards, settings, (ShardEntry(0, 0.0, spec),))
+        return await self.run([task], {0: spec}, start_delay_s=start_delay_s)
+
+    def new_run_id(self) -> str:
+        return f"r{next(self._ids)}-{secrets.token_hex(4)}"
+
+    async def _all_ready(self, run: _Run) -> bool:
+        deadline = time.monotonic() + self.settings.ready_timeout_s
+        while time.monotonic() < deadline:
+            self._mark_gone(run, ready_phase=True)
+            if run.all_ready.is_set() or all(s.gone for s in run.states.values()):
+                return not any(s.gone for s in run.states.values())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.all_ready.wait(), 0.2)
+        return False
+
+    def _start(self, run: _Run, delay: float) -> None:
+        # Taken together: the wall-clock instant for the shards, its monotonic twin for this process.
+        run.start_at, run.origin = time.time() + delay, time.perf_counter() + delay
+        run.started.set()
+
+    async def _until_done(self, run: _Run, stop: asyncio.Event) -> None:
+        stop_deadline = math.inf
+        while not run.all_done.is_set():
+            if stop.is_set() and not run.stop:
+                run.stop, stop_deadline = True, time.monotonic() + self.settings.stop_grace_s
+            if self._mark_gone(run) and not run.stop:
+                run.stop, stop_deadline = True, time.monotonic() + self.settings.stop_grace_s
+            if time.monotonic() > stop_deadline:
+                return
+            run.check()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(run.all_done.wait(), 0.1)
+
+    def _mark_gone(self, run: _Run, *, ready_phase: bool = False) -> bool:
+        """Mark the shards that died (their process exited, or silence past the heartbeat timeout)."""
+        found = False
+        now = time.monotonic()
+        for state in run.states.values():
+            if state.gone is not None or state.done:
+                continue
+            reason = self._gone(state.shard)
+            silent = now - state.last_seen
+            if (
+                reason is None
+                and not ready_phase
+                and state.ready
+                and silent > self.settings.heartbeat_timeout_s
+            ):
+                reason = f"went silent for {silent:.1f} s (heartbeat timeout)"
+            if reason is not None:
+                state.gone, found = f"died: {reason}", True
+        if found:
+            run.check()
+        return found
+
+    def _forget(self, run: _Run) -> None:
+        """Drop the run's tasks no shard took (a shard that never came)."""
+        for shard in run.tasks:
+            queue = self._queues[shard]
+            kept = [t for t in _drain(queue) if t is None or t.run != run.id]
+            for task in kept:
+                queue.put_nowait(task)
+
+
+def _drain(queue: asyncio.Queue[ShardTask | None]) -> list[ShardTask | None]:
+    items = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
+
+
+@contextlib.asynccontextmanager
+async def remote_shards(
+    count: int, token: str, listen: str, settings: PoolSettings
+) -> AsyncIterator[ShardPool]:
+    """A coordinator listening on ``listen`` (HOST:PORT) for ``count`` shards started elsewhere (the pods
+    of an Indexed Job), once all have reached it (within ``settings.ready_timeout_s``)."""
+    host, _, port = listen.rpartition(":")
+    pool = ShardPool(count, token, settings)
+    await pool.start(host.strip("[]") or "0.0.0.0", int(port))
+    try:
+        await pool.wait_registered(settings.ready_timeout_s)
+        yield pool
+    finally:
+        await pool.close()

@@ -1,0 +1,110 @@
+"""The sharded deployment: the overlay (the daemon listening for its shards) and the Indexed Job whose
+pods are the shards, rendered and validated, and pointing at each other: the Job's pods reach the
+daemon's shard port through the Service, present the token the daemon expects, are as many as the
+config says, and reach vLLM at the URL the config gives them."""
+
+from __future__ import annotations
+
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from exporter.config import load_config_file
+from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
+from tests.deploy_k8s.manifests import (
+    BASE,
+    EXPORTER_CONTAINER,
+    KUBERNETES,
+    container,
+    exporter_config,
+    of_kind,
+    one,
+    pod_specs,
+    rendered,
+    validate,
+)
+from tests.deploy_k8s.test_manifests import assert_locked_down, env_from_secret, has
+
+SHARDED = KUBERNETES / "overlays" / "sharded"
+JOB = KUBERNETES / "shards" / "indexed-job.yaml"
+
+
+def job() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(JOB.read_text())
+    return loaded
+
+
+def sharded_config() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(exporter_config(rendered(SHARDED)))
+    return loaded
+
+
+def test_the_overlay_and_the_job_are_valid_and_locked_down() -> None:
+    for resource in rendered(SHARDED):
+        validate(resource)
+    validate(job())
+    pod = job()["spec"]["template"]["spec"]
+    (shard,) = pod["containers"]
+    assert_locked_down(pod, shard)
+    assert pod["automountServiceAccountToken"] is False
+    assert shard["resources"]["requests"]["cpu"] == shard["resources"]["limits"]["cpu"] == "1"
+
+
+def test_the_job_is_indexed_with_one_pod_per_configured_shard() -> None:
+    spec = job()["spec"]
+    count = sharded_config()["jobs"]["shards"]["count"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == count
+    assert spec["backoffLimit"] == 0 and spec["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_the_pods_reach_the_daemons_shard_port_with_its_token() -> None:
+    resources = rendered(SHARDED)
+    (shard,) = job()["spec"]["template"]["spec"]["containers"]
+    assert shard["args"][0] == "shard"
+    url = urllib.parse.urlsplit(
+        next(a for a in shard["args"] if a.startswith("--coordinator=")).split("=", 1)[1]
+    )
+    service = one(resources, "Service", url.hostname or "")
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == url.port
+    ((_, pod),) = [(n, p) for n, p in pod_specs(resources) if has(p, EXPORTER_CONTAINER)]
+    assert service["spec"]["selector"].items() <= pod_labels(resources).items()
+    exporter = container(pod, EXPORTER_CONTAINER)
+    ports = {p["name"]: p["containerPort"] for p in exporter["ports"]}
+    listen = sharded_config()["jobs"]["shards"]["listen"]
+    assert ports[port["targetPort"]] == int(listen.rpartition(":")[2])
+    # The token the shards present is the daemon's jobs.api_token, from the same Secret key.
+    daemon_secrets = env_from_secret(exporter)
+    assert sharded_config()["jobs"]["api_token"] == {"env": "FLUIDITY_JOBS_TOKEN"}
+    assert env_from_secret(shard)[TOKEN_ENV] == daemon_secrets["FLUIDITY_JOBS_TOKEN"]
+    assert env_from_secret(shard)[API_KEY_ENV] == daemon_secrets["VLLM_API_KEY"]
+
+
+def pod_labels(resources: tuple[dict[str, Any], ...]) -> dict[str, str]:
+    (deployment,) = of_kind(resources, "Deployment")
+    labels: dict[str, str] = deployment["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def test_the_pods_reach_vllm_through_its_service() -> None:
+    urls = sharded_config()["jobs"]["shards"]["target_urls"]
+    for target, url in urls.items():
+        parts = urllib.parse.urlsplit(url)
+        service = one(rendered(SHARDED), "Service", parts.hostname or "")
+        assert parts.port in [p["port"] for p in service["spec"]["ports"]], target
+
+
+def test_the_overlays_config_is_the_bases_plus_shards(tmp_path: Path) -> None:
+    base = yaml.safe_load(exporter_config(rendered(BASE)))
+    sharded = sharded_config()
+    shards = sharded["jobs"].pop("shards")
+    assert sharded == base
+    path = tmp_path / "config.yaml"
+    path.write_text(exporter_config(rendered(SHARDED)))
+    names = ("VLLM_API_KEY", "FLUIDITY_PROBE_TOKEN", "FLUIDITY_JOBS_TOKEN")
+    loaded = load_config_file(path, environ=dict.fromkeys(names, "placeholder"))
+    assert loaded.jobs.shards is not None and loaded.jobs.shards.count == shards["count"]
+    assert loaded.jobs.shards.url_for("vllm") == shards["target_urls"]["vllm"]

@@ -1,0 +1,155 @@
+"""Jobs beyond one process, through the daemon's API: local worker processes (``workers``) and the
+Kubernetes path (``jobs.shards``) with its pods played by ``fluidity-exporter shard`` processes, which
+run exactly what a pod of the Indexed Job runs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from exporter.app import Daemon
+from exporter.config import load_config_file
+from exporter.load.shard_protocol import TOKEN_ENV
+from exporter.sim import SimServer
+from tests.daemon.test_daemon_live import serving
+from tests.jobs.test_jobs_live import CONFIG, TOKEN, call, finished, sim  # noqa: F401 (fixture)
+from tests.net import free_port
+
+pytestmark = pytest.mark.slow
+SMALL_SEARCH = {
+    "target": "sim", "start": 8, "max_trials": 1, "requests_per_trial": 20, "warmup_requests": 2,
+    "slo": {"prefill_deadline_s": 1.0},
+}  # fmt: skip
+
+
+def write_config(tmp_path: Path, url: str, jobs: str) -> Path:
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG.format(url=url, state=tmp_path / "state", token=token) + jobs)
+    return path
+
+
+@contextmanager
+def daemon_for(tmp_path: Path, url: str, jobs: str) -> Iterator[Daemon]:
+    daemon = Daemon(load_config_file(write_config(tmp_path, url, jobs)), seed=1)
+    daemon.cpus = 2  # the container's CPUs, as the cgroup would say (this VM has two)
+    yield daemon
+
+
+@pytest.fixture
+async def with_workers(sim: tuple[str, SimServer], tmp_path: Path) -> AsyncIterator[str]:  # noqa: F811
+    with daemon_for(tmp_path, sim[0], "  workers: 2\n") as daemon:
+        async with serving(daemon) as url:
+            yield url
+
+
+async def test_a_capacity_job_over_two_worker_processes(with_workers: str) -> None:
+    status, record = await call(
+        "POST", f"{with_workers}/api/v1/jobs/capacity", {**SMALL_SEARCH, "workers": 2}
+    )
+    assert status == 202, record
+    done = await finished(with_workers, record["id"])
+    assert done["state"] == "succeeded", done
+    result = done["result"]
+    assert result["workers"] == 2 and done["params"]["workers"] == 2
+    trial = result["trials"][0]
+    assert trial["requests_sent"] == 22 and trial["figures"]["requests"] == 20
+    assert sum(s["results"] for s in trial["figures"]["shards"]["shards"]) == 22
+
+
+async def test_more_workers_than_jobs_workers_is_refused(with_workers: str) -> None:
+    status, answer = await call(
+        "POST", f"{with_workers}/api/v1/jobs/capacity", {**SMALL_SEARCH, "workers": 3}
+    )
+    assert status == 400
+    assert answer["problems"] == [
+        "workers: 3 exceeds jobs.workers (2), the most client processes a job may use (bounded by the CPUs "
+        "the exporter's container may use)"
+    ]
+
+
+async def test_a_prefill_profile_over_two_worker_processes(with_workers: str) -> None:
+    body = {"target": "sim", "lengths": [256, 1024], "repeats": 2, "apply": False}
+    status, record = await call("POST", f"{with_workers}/api/v1/jobs/prefill-profile", body)
+    assert status == 202, record
+    done = await finished(with_workers, record["id"])
+    assert done["state"] == "succeeded", done
+    assert done["result"]["workers"] == 2  # jobs.workers when the body says nothing
+    assert [s["outcomes"] for s in done["result"]["samples"]] == [{"ok": 2}, {"ok": 2}]
+
+
+async def test_cancelling_a_sharded_job_stops_its_load(
+    with_workers: str,
+    sim: tuple[str, SimServer],  # noqa: F811
+) -> None:
+    body = {"target": "sim", "start": 20, "requests_per_trial": 1000, "warmup_requests": 0, "max_trials": 2}
+    status, record = await call("POST", f"{with_workers}/api/v1/jobs/capacity", {**body, "workers": 2})
+    assert status == 202
+    engine = sim[1].engine
+    deadline = time.monotonic() + 30
+    while not (engine.running or engine.waiting):  # the shards start and send
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    status, cancelled = await call("DELETE", f"{with_workers}/api/v1/jobs/{record['id']}")
+    assert status == 200 and cancelled["state"] == "cancelled"
+    await asyncio.sleep(1.5)  # the shards hear "stop" at their next post (50 ms) and cancel
+    assert not engine.running and not engine.waiting
+
+
+@contextmanager
+def shard_processes(count: int, port: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """What the Indexed Job's pods run: the shard command, with the index and the jobs token."""
+    env = {**os.environ, TOKEN_ENV: TOKEN}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "exporter", "shard", "--coordinator", f"http://127.0.0.1:{port}"],
+            env={**env, "JOB_COMPLETION_INDEX": str(index)},
+        )
+        for index in range(count)
+    ]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def test_a_capacity_search_sharded_over_an_indexed_jobs_pods(
+    sim: tuple[str, SimServer],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    jobs = (
+        f"  shards: {{count: 2, listen: '127.0.0.1:{port}', start_delay: 500ms, ready_timeout: 60s,\n"
+        f"           target_urls: {{sim: '{sim[0]}'}}}}\n"  # the pods' way to the target
+    )
+    with daemon_for(tmp_path, sim[0], jobs) as daemon:
+        async with serving(daemon) as url:
+            status, record = await call(
+                "POST", f"{url}/api/v1/jobs/capacity", {**SMALL_SEARCH, "max_trials": 2}
+            )
+            assert status == 202, record
+            # The pods start after the job (they retry until the daemon listens), as kubectl create would.
+            with shard_processes(2, port) as procs:
+                done = await finished(url, record["id"])
+    assert done["state"] == "succeeded", done
+    assert [proc.returncode for proc in procs] == [0, 0]  # told to exit when the search ended
+    result = done["result"]
+    assert result["workers"] == 2
+    for trial in result["trials"]:
+        shards = trial["figures"]["shards"]["shards"]
+        assert [s["shard"] for s in shards] == [0, 1] and all(s["done"] for s in shards)
+        assert sum(s["results"] for s in shards) == trial["requests_sent"]

@@ -1,0 +1,126 @@
+"""A capacity trial sharded over local worker processes is judged exactly as one process judges it.
+
+The simulator plays scripted timings, so each request's fate does not depend on which process sent
+it: the same plan must give the same counts, outcomes and verdict over one process and over two
+shards, stop early the same way, and a shard problem must keep the trial from passing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from exporter.jobs.capacity import search_capacity
+from exporter.jobs.capacity_search import SearchSettings
+from exporter.jobs.trial import SHARDS_REASON, TrialPlan, TrialReport, TrialSlo, run_trial
+from exporter.jobs.trial_shards import run_sharded_trial
+from exporter.load.shard_local import local_shards
+from exporter.load.shard_pool import ShardPool
+from exporter.load.shard_protocol import PoolSettings
+from exporter.probe.client import ProbeClient
+from exporter.probe.target import RequestSpec
+from exporter.report.summary import DeadlinePolicy
+from exporter.sim import SimConfig, SimServer
+from tests.probe.helpers import script, settings_for
+
+pytestmark = pytest.mark.slow
+SLO = TrialSlo(DeadlinePolicy(0.1), decode_deadline=0.05, target_fluidity=0.9, percentile=99.0)
+COMPARED = ("requests", "completed", "failed", "outcomes", "fluid_share")
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimServer]:
+    server = SimServer(SimConfig(preset="tiny"))
+    await server.start("127.0.0.1", 0)
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[ShardPool]:
+    # Saturation is not judged here: on this 2-core VM the simulator, the coordinator and two shards
+    # share the cores and the shards' loops lag (tests/load/test_shard_problems.py covers the rule).
+    settings = PoolSettings(start_delay_s=0.3, max_unreliable_share=1.0)
+    async with local_shards(2, None, settings) as shards:
+        yield shards
+
+
+def plan(
+    count: int, *, slow_every: int, warmup: int = 4, spacing: float = 0.03, early_stop: bool = False
+) -> TrialPlan:
+    """Every ``slow_every``-th request streams at 0.12 s a token (fluidity far below 0.9 at Dd 50 ms)."""
+
+    def gaps(i: int) -> float:
+        return 0.12 if slow_every and i % slow_every == 0 else 0.005
+
+    specs = tuple(
+        RequestSpec(f"p{i}", 10, 3, None, f"r{i}", script(ttft=0.02, gaps=gaps(i))) for i in range(count)
+    )
+    return TrialPlan(10.0, specs, warmup, np.arange(count) * spacing, None, None, early_stop)
+
+
+async def both(sim: SimServer, pool: ShardPool, trial: TrialPlan) -> tuple[TrialReport, TrialReport]:
+    settings = settings_for(sim)
+    async with ProbeClient(settings) as client:
+        alone = await run_trial(1, trial, SLO, lambda s, at, started: client.send(s, at, on_start=started))
+    sharded = await run_sharded_trial(1, trial, SLO, pool, settings)
+    return alone, sharded
+
+
+async def test_the_same_plan_is_judged_the_same_over_one_process_and_two_shards(
+    sim: SimServer, pool: ShardPool
+) -> None:
+    alone, sharded = await both(sim, pool, plan(44, slow_every=4))
+    assert {k: sharded.figures[k] for k in COMPARED} == {k: alone.figures[k] for k in COMPARED}
+    assert alone.figures["requests"] == 40 and alone.figures["fluid_share"] == 0.75
+    assert sharded.figures["shards"]["problems"] == []
+    assert (sharded.passed, sharded.reason) == (alone.passed, alone.reason) == (False, "slo")
+    assert sharded.requests_sent == alone.requests_sent == 44
+    assert sharded.tokens == alone.tokens
+    assert sharded.figures["shards"]["problems"] == []
+    assert sorted(s["results"] for s in sharded.figures["shards"]["shards"]) == [22, 22]
+    # Headroom is a pure function of the timings: only the simulator's jitter between runs differs.
+    assert sharded.headroom == pytest.approx(alone.headroom, rel=0.15)
+
+
+async def test_a_passing_plan_passes_over_shards(sim: SimServer, pool: ShardPool) -> None:
+    alone, sharded = await both(sim, pool, plan(24, slow_every=0))
+    assert alone.passed and sharded.passed and sharded.figures["fluid_share"] == 1.0
+
+
+async def test_a_sharded_trial_stops_early_and_counts_the_cancelled_tokens(
+    sim: SimServer, pool: ShardPool
+) -> None:
+    # Every request fails the target, one every 30 ms for 3 s: decided after the second failure.
+    trial = plan(104, slow_every=1, warmup=4, early_stop=True)
+    alone, sharded = await both(sim, pool, trial)
+    for report in (alone, sharded):
+        assert report.stopped_early and not report.passed and report.reason == "slo"
+        assert report.requests_sent < 60
+        assert report.tokens > 0
+    assert sharded.figures["shards"]["problems"] == []
+
+
+async def test_a_shard_starting_late_keeps_the_trial_from_passing(sim: SimServer) -> None:
+    late = PoolSettings(start_delay_s=-0.5, max_start_lateness_s=0.1)
+    async with local_shards(2, None, late) as shards:
+        report = await run_sharded_trial(1, plan(12, slow_every=0, warmup=0), SLO, shards, settings_for(sim))
+    assert not report.passed and report.reason == SHARDS_REASON
+    assert any("late (bound 0.1 s)" in p for p in report.figures["shards"]["problems"])
+    # Latency counts from the planned send (the trial's from_scheduled): 0.5 s late sinks every request,
+    # and the reason says it was the load, not the target.
+    assert report.figures["fluid_share"] == 0.0
+
+
+async def test_a_search_stops_at_a_trial_with_shard_problems() -> None:
+    problems = ["shard 1 died: exit code -9"]
+
+    async def trial(index: int, load: float, _may_stop: bool) -> TrialReport:
+        figures = {"shards": {"shards": [], "problems": problems}}
+        return TrialReport(index, load, False, SHARDS_REASON, 2.0, figures, 10, 1.0, 100)
+
+    result = await search_capacity(SearchSettings(1.0, 100.0, 0.05, 8), trial)
+    assert len(result.trials) == 1 and result.capacity is None
+    assert result.stopped_by == "shards: shard 1 died: exit code -9"
