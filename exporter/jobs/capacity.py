@@ -194,13 +194,16 @@ async def search_capacity(
     stopped_by = ""
     while (load := next_load(settings, history)) is not None:
         refusal = afford(load) if afford is not None else None
-        if refusal is None and (clock.left() or math.inf) < MIN_TRIAL_S:
+        drained = None
+        if refusal is None and drain is not None and trials:
+            drained = await drain()
+            clock.spent += drained.waited_s
+        left = clock.left()
+        if refusal is None and left is not None and left < MIN_TRIAL_S:
             refusal = "time_budget"
         if refusal is not None:
             stopped_by = refusal
             break
-        drained = await drain() if drain is not None and trials else None
-        clock.spent += drained.waited_s if drained is not None else 0.0
         # The first failure runs in full: its headroom anchors the interpolation, and a trial stopped
         # early shows only the requests quick enough to finish, which hides how far past capacity it
         # was (measured: headroom 0.92 when stopped, 0.28 in full, at 1.5x the capacity). Near the
