@@ -393,8 +393,9 @@ class Daemon:
             {(target.name, kind): 0 for target in self.config.targets for kind in JOB_KINDS}
         )
         running.update((r.target, r.kind) for r in self.job_store.records() if r.state == "running")
+        gpus = {target.name: target.gpus for target in self.config.targets if target.gpus is not None}
         return JobsSnapshot(
-            tuple(latest.values()), profiles, JobCounts(dict(self.jobs_finished), dict(running))
+            tuple(latest.values()), profiles, JobCounts(dict(self.jobs_finished), dict(running)), gpus
         )
 
     async def probe_now(self, target_name: str, module_name: str, *, on_demand: bool = True) -> ProbeRun:

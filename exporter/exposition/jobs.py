@@ -98,6 +98,7 @@ class JobsSnapshot:
     capacity: tuple[CapacitySnapshot, ...] = ()
     profiles: tuple[ProfileSnapshot, ...] = ()
     counts: JobCounts = field(default_factory=JobCounts)
+    gpus: Mapping[str, float] = field(default_factory=dict)  # target -> declared accelerators
 
 
 class JobsCollector(Collector):
@@ -123,6 +124,8 @@ def build_families(snapshot: JobsSnapshot) -> Families:
         _add_capacity(out, capacity)
     for profile in snapshot.profiles:
         _add_profile(out, profile)
+    for target, gpus in snapshot.gpus.items():
+        out.add(names.TARGET_GPUS, (target,), gpus)
     for (kind, state), count in snapshot.counts.finished.items():
         out.add(names.JOBS_FINISHED, (kind, state), count)
     for (target, kind), count in snapshot.counts.running.items():

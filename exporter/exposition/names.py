@@ -471,6 +471,14 @@ CAPACITY_TOKEN_COST = MetricSpec(
     f"price / 3600 / fluid tokens per GPU-second (x 1e6 for a million); absent without a price. {_CAPACITY}",
     (*SERIES, AT),
 )
+TARGET_GPUS = MetricSpec(
+    "fluidity_target_gpus",
+    "gauge",
+    "Accelerators the target declares (targets[].gpus, per replica): the denominator of every "
+    "per-GPU-second figure, e.g. the engine's generated tokens per GPU-second "
+    "rate(fluidity_engine_generation_tokens_total[5m]) / on (target) fluidity_target_gpus.",
+    (TARGET,),
+)
 CAPACITY_FLUID_RATE = MetricSpec(
     "fluidity_capacity_fluid_tokens_per_second",
     "gauge",
@@ -679,6 +687,7 @@ JOB_RESULTS: Final = (
     CAPACITY_FLUID_GOODPUT,
     CAPACITY_TOKENS_PER_GPU_SECOND,
     CAPACITY_TOKEN_COST,
+    TARGET_GPUS,
     CAPACITY_FLUID_RATE,
     CAPACITY_GOODPUT_RATIO,
     CAPACITY_GOODPUT_RATE,
