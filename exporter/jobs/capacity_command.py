@@ -201,7 +201,7 @@ def report(result: CapacityResult) -> str:
             f"{trial.load:>10.4g} {verdict:>14} {trial.headroom:>9.3f} {_fraction(trial):>29} "
             f"{trial.tokens:>10} {trial.duration_s:>8.1f}"
         )
-    lines.append(f"capacity ({result.state}): {result_line(result)}")
+    lines.append(f"answer ({result.state}): {result_line(result)}")
     if result.lower_bound is not None:
         rate, good = result.figure("fluid_token_rate"), result.figure("goodput_rate")
         lines.append(

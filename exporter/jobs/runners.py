@@ -350,8 +350,10 @@ def result_line(result: CapacityResult) -> str:
     if result.state == "lower_bound":
         return f"capacity at least {low:.4g} {unit} (stopped by {result.stopped_by})"
     if result.state == "inconclusive":
-        return f"inconclusive: between {low:.4g} and {high:.4g} {unit}, an end straddles the objective"
-    return f"SLO not met at any load tried (stopped by {result.stopped_by})"
+        return (
+            f"capacity inconclusive: between {low:.4g} and {high:.4g} {unit}, an end straddles the objective"
+        )
+    return f"capacity none: the SLO is not met at any load tried (stopped by {result.stopped_by})"
 
 
 # -- worker processes and shards ----------------------------------------------------------------------
