@@ -1,4 +1,4 @@
-"""Benchmark of the capacity search: accuracy, trials and tokens against a dense sweep and Etalon's bisection.
+"""Benchmark of the capacity search: accuracy, trials and tokens against a dense sweep and three peers.
 
 Every trial runs on the virtual clock (``exporter.jobs.virtual``): the same engine code as the live
 simulator (scheduler, cost model, KV cache), no sockets and no waiting, about 1 s of CPU per trial, so a
@@ -10,8 +10,13 @@ procedures alone.
 * Ground truth: a sweep without early stopping, doubling from 0.125 req/s to the first failure, then 10%
   steps across that doubling, then 1% steps from 5% below the highest coarse pass to the lowest coarse
   failure. The capacity is the highest passing load below the lowest failing one.
-* Ours: ``exporter.jobs.capacity.search_capacity`` with its default settings (tolerance 5%) and early
-  stopping (a trial after the first failure ends once its failure is certain).
+* Ours: ``exporter.jobs.capacity.search_capacity`` as the daemon runs it: tolerance 5%, each trial's
+  pass fraction judged by its 95% Clopper-Pearson interval (an inconclusive end of the final bracket is
+  run again with new lengths and gaps, at most 3 trials per load), early stops only on a confident
+  failure. Its answer is its lower bound whatever the state it reports (found, lower bound,
+  inconclusive), so its error compares with the others'.
+* Point: the same search on point verdicts (no intervals, no repeats), with the same confident early
+  stops: what the honesty costs.
 * Etalon: bisection from its description: the interval starts at ``[0, 2 x start]``, each trial runs at
   the midpoint; a pass raises the lower end and, while no failure has been seen, doubles the upper end
   when it lands above 0.8x of it; a failure lowers the upper end; it stops once ``hi - lo < 0.025 hi``
@@ -21,6 +26,13 @@ The SLO: 99% of requests reach fluidity 0.9 with ``Dp`` = the prefill model fitt
 isolated TTFT (its default engine, chunked) + 0.5 s of scheduling slack, and ``Dd`` of the tier (medium
 50 ms, strict 25 ms). A preset's chunked and unchunked engines are judged by the same SLO, so their
 capacities compare. Workloads are cut to the 8K context (prompts <= 7168, outputs <= 1024 tokens).
+
+* GuideLLM's goodput search, as its documentation describes it: double the rate from the start while
+  the SLO holds, then bisect until the bracket is within 10%; every trial in full; a trial whose 95%
+  Wilson interval straddles the objective is flagged (the search still follows the point verdict).
+* AIPerf's monotonic search, as its documentation describes it: an exponential (doubling) probe to the
+  first failure, then bisection to 5%; a verdict needs two agreeing trials (a third, with new lengths
+  and gaps, breaks a tie); every trial in full.
 
 Goal per run: within +-5% of the truth in <= 6 trials, spending <= 50% of Etalon's tokens (tokens: every
 prompt sent plus every output token received, warm-up included).
@@ -305,8 +317,8 @@ def _flagged(bed: Bed, trials: list[TrialReport]) -> str:
 
 
 def ours_point(bed: Bed, start: float) -> Run:
-    """Our search on point verdicts (no intervals, no repeats; early stops as certain as before): what
-    honesty about the sample costs, measured beside it."""
+    """Our search on point verdicts (no intervals, no repeats), with the same confident early stops:
+    what honesty about the sample costs, measured beside it."""
 
     async def run_trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
         return bed.trial(load, may_stop)

@@ -23,7 +23,10 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
     assert [t["index"] for t in result["trials"]] == [1, 2]
     assert result["trials"][0]["load"] == 40
     assert all(t["figures"]["requests"] == 20 for t in result["trials"])
-    assert "answer (lower_bound): capacity at least" in captured.out and f"{len(result['trials'])} trials" in captured.out
+    assert (
+        "answer (lower_bound): capacity at least" in captured.out
+        and f"{len(result['trials'])} trials" in captured.out
+    )
     # Two passing trials and no failure: a lower bound, said so, with no capacity number.
     assert result["state"] == "lower_bound" and result["capacity"] is None
     assert result["lower_bound"] == max(t["load"] for t in result["trials"])
