@@ -106,7 +106,9 @@ async def test_early_stopping_spends_less_for_the_same_verdict(bed: Bed, overloa
     full, early = bed.trial(load, early_stop=False), bed.trial(load, early_stop=True)
     assert early.stopped_early
     assert not full.passed and not early.passed
-    assert early.tokens < 0.8 * full.tokens
+    # A stop needs a confident failure (at p99 of 100 about 6 misses, where 2 once sufficed), so it saves
+    # less than it did (measured on the Llama bed: 14% of the tokens, once 20% and more).
+    assert early.tokens < 0.9 * full.tokens
     assert early.requests_sent < full.requests_sent
     assert 0.0 < early.headroom < 1.0
     # Near the capacity a stopped trial still gives the verdict of the full trial.
