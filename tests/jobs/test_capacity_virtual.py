@@ -109,7 +109,7 @@ async def test_early_stopping_spends_less_for_the_same_verdict(bed: Bed, overloa
     # A stop needs a confident failure (at p99 of 100 about 6 misses, where 2 once sufficed), so it saves
     # less than it did (measured on the Llama bed: 14% of the tokens, once 20% and more).
     assert early.tokens < 0.9 * full.tokens
-    assert early.requests_sent < full.requests_sent
+    assert early.requests_sent <= full.requests_sent  # here every request was sent: the tail is saved
     assert 0.0 < early.headroom < 1.0
     # Near the capacity a stopped trial still gives the verdict of the full trial.
     for near in (capacity, capacity * 1.03, capacity * 1.1):
