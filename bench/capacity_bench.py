@@ -1,4 +1,4 @@
-"""Benchmark of the capacity search: accuracy, trials and tokens against a dense sweep and Etalon's bisection.
+"""Benchmark of the capacity search: accuracy, trials and tokens against a dense sweep and three peers.
 
 Every trial runs on the virtual clock (``exporter.jobs.virtual``): the same engine code as the live
 simulator (scheduler, cost model, KV cache), no sockets and no waiting, about 1 s of CPU per trial, so a
@@ -10,8 +10,13 @@ procedures alone.
 * Ground truth: a sweep without early stopping, doubling from 0.125 req/s to the first failure, then 10%
   steps across that doubling, then 1% steps from 5% below the highest coarse pass to the lowest coarse
   failure. The capacity is the highest passing load below the lowest failing one.
-* Ours: ``exporter.jobs.capacity.search_capacity`` with its default settings (tolerance 5%) and early
-  stopping (a trial after the first failure ends once its failure is certain).
+* Ours: ``exporter.jobs.capacity.search_capacity`` as the daemon runs it: tolerance 5%, each trial's
+  pass fraction judged by its 95% Clopper-Pearson interval (an inconclusive end of the final bracket is
+  run again with new lengths and gaps, at most 3 trials per load), early stops only on a confident
+  failure. Its answer is its lower bound whatever the state it reports (found, lower bound,
+  inconclusive), so its error compares with the others'.
+* Point: the same search on point verdicts (no intervals, no repeats), with the same confident early
+  stops: what the honesty costs.
 * Etalon: bisection from its description: the interval starts at ``[0, 2 x start]``, each trial runs at
   the midpoint; a pass raises the lower end and, while no failure has been seen, doubles the upper end
   when it lands above 0.8x of it; a failure lowers the upper end; it stops once ``hi - lo < 0.025 hi``
@@ -21,6 +26,13 @@ The SLO: 99% of requests reach fluidity 0.9 with ``Dp`` = the prefill model fitt
 isolated TTFT (its default engine, chunked) + 0.5 s of scheduling slack, and ``Dd`` of the tier (medium
 50 ms, strict 25 ms). A preset's chunked and unchunked engines are judged by the same SLO, so their
 capacities compare. Workloads are cut to the 8K context (prompts <= 7168, outputs <= 1024 tokens).
+
+* GuideLLM's goodput search, as its documentation describes it: double the rate from the start while
+  the SLO holds, then bisect until the bracket is within 10%; every trial in full; a trial whose 95%
+  Wilson interval straddles the objective is flagged (the search still follows the point verdict).
+* AIPerf's monotonic search, as its documentation describes it: an exponential (doubling) probe to the
+  first failure, then bisection to 5%; a verdict needs two agreeing trials (a third, with new lengths
+  and gaps, breaks a tie); every trial in full.
 
 Goal per run: within +-5% of the truth in <= 6 trials, spending <= 50% of Etalon's tokens (tokens: every
 prompt sent plus every output token received, warm-up included).
@@ -50,6 +62,7 @@ from exporter.jobs.virtual import engine_for, virtual_trial
 from exporter.load.presets import preset as workload_preset
 from exporter.report.summary import DeadlinePolicy
 from exporter.sim.presets import PRESETS, isolated_ttft
+from exporter.stats.binomial import Verdict, classify_fraction
 from exporter.stats.prefill import fit_prefill_model
 
 WARMUP, REQUESTS, SEED = 20, 200, 0
@@ -63,6 +76,10 @@ ETALON_RATIO, ETALON_STOP, ETALON_MAX_TRIALS = 0.8, 0.025, 30
 # Starts: 1 req/s and these multiples of the truth. Not powers of two: from truth/2 one doubling, and
 # from 2x truth Etalon's second midpoint, lands exactly on the capacity, which flatters either method.
 START_FACTORS = (0.3, 0.7, 2.5)
+GUIDELLM_WIDTH = 0.10  # GuideLLM bisects until the bracket is within 10%
+AIPERF_TOLERANCE = 0.05  # AIPerf's bisection stops at 5%, as ours
+PEER_MAX_TRIALS = 30
+REPEAT_SEED_STEP = 7919  # as exporter.jobs.runners: a repeat at one load draws new lengths and gaps
 SWEEP_BASE, COARSE_STEP, FINE_STEP, FINE_BELOW, SWEEP_EXTENSIONS = 0.125, 1.10, 1.01, 0.95, 4
 
 
@@ -107,41 +124,43 @@ class Bed:
         workload = workload_preset(
             scenario.workload, max_prompt_tokens=MAX_PROMPT, max_output_tokens=MAX_OUTPUT
         )
-        # Prompt texts (the salt) never reach the virtual engine; lengths and gaps come from the seed.
-        self.unit = plan_trial(
-            workload,
-            1.0,
-            concurrency=False,
-            arrival="poisson",
-            warmup=WARMUP,
-            requests=REQUESTS,
-            seed=SEED,
-            salt=0,
-        )
-        self.cache: dict[tuple[float, bool], TrialReport] = {}
+        self.workload = workload
+        self.units: dict[int, TrialPlan] = {}
+        self.cache: dict[tuple[float, bool, int], TrialReport] = {}
         self.simulated = 0
 
-    def plan(self, load: float, early_stop: bool) -> TrialPlan:
-        assert self.unit.offsets is not None
-        return dataclasses.replace(
-            self.unit, load=load, offsets=self.unit.offsets / load, early_stop=early_stop
-        )
+    def unit(self, part: int) -> TrialPlan:
+        """The unit-rate plan of a load's ``part``-th trial: a repeat draws new lengths and gaps, as
+        the runner's repeats do (the same ones would replay the same sample)."""
+        if part not in self.units:
+            # Prompt texts (the salt) never reach the virtual engine; lengths and gaps come from the seed.
+            self.units[part] = plan_trial(
+                self.workload, 1.0, concurrency=False, arrival="poisson", warmup=WARMUP, requests=REQUESTS,
+                seed=SEED + REPEAT_SEED_STEP * part, salt=0,
+            )  # fmt: skip
+        return self.units[part]
 
-    def trial(self, load: float, early_stop: bool) -> TrialReport:
-        key = (load, early_stop)
+    def plan(self, load: float, early_stop: bool, part: int = 0) -> TrialPlan:
+        unit = self.unit(part)
+        assert unit.offsets is not None
+        return dataclasses.replace(unit, load=load, offsets=unit.offsets / load, early_stop=early_stop)
+
+    def trial(self, load: float, early_stop: bool, part: int = 0) -> TrialReport:
+        key = (load, early_stop, part)
         if key not in self.cache:
             engine = engine_for(self.preset, chunked_prefill=self.scenario.chunked)
-            self.cache[key] = virtual_trial(0, self.plan(load, early_stop), self.slo, engine)
+            self.cache[key] = virtual_trial(0, self.plan(load, early_stop, part), self.slo, engine)
             self.simulated += 1
         return self.cache[key]
 
 
 @dataclass
 class Run:
-    """One search from one start: its answer and every trial it paid for."""
+    """One search from one start: its answer, every trial it paid for, and what it said it found."""
 
     capacity: float | None
     trials: list[TrialReport]
+    state: str = "found"
 
     @property
     def tokens(self) -> int:
@@ -153,12 +172,12 @@ class Run:
 
 @dataclass
 class Outcome:
-    """A scenario's results: truth, and per start our run and Etalon's."""
+    """A scenario's results: truth, and per start every procedure's run (``PROCEDURES`` order)."""
 
     scenario: Scenario
     truth: float
     sweep: dict[float, bool]
-    runs: list[tuple[float, Run, Run]] = field(default_factory=list)
+    runs: list[tuple[float, dict[str, Run]]] = field(default_factory=list)
     simulated: int = 0
     cpu_s: float = 0.0
 
@@ -204,12 +223,18 @@ def _knee(seen: dict[float, bool]) -> tuple[float, float]:
 
 
 def ours(bed: Bed, start: float) -> Run:
-    async def run_trial(index: int, load: float, may_stop: bool) -> TrialReport:
-        return bed.trial(load, may_stop)
+    """Our search as the daemon runs it: pass-fraction intervals at 95% (an inconclusive end is run
+    again, with new lengths and gaps), confident early stops."""
+    parts: dict[float, int] = {}
 
-    settings = SearchSettings(start=start, max_load=MAX_LOAD)
+    async def run_trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+        part = parts.get(load, 0)
+        parts[load] = part + 1
+        return bed.trial(load, may_stop, part)
+
+    settings = SearchSettings(start=start, max_load=MAX_LOAD, required=bed.slo.required)
     result = asyncio.run(search_capacity(settings, run_trial, early_stop=True))
-    return Run(result.capacity, result.trials)
+    return Run(result.lower_bound, result.trials, str(result.state))
 
 
 def etalon(bed: Bed, start: float) -> Run:
@@ -230,6 +255,83 @@ def etalon(bed: Bed, start: float) -> Run:
     return Run(best, trials)
 
 
+def guidellm(bed: Bed, start: float) -> Run:
+    """GuideLLM's goodput search: double the rate from the start while the SLO holds, then bisect the
+    bracket until it is within 10% (of its top); answer the highest passing rate. Every trial runs in
+    full; a trial whose Wilson interval straddles the objective is flagged inconclusive, and the
+    search still follows its point verdict."""
+    trials: list[TrialReport] = []
+    lo, hi, rate = 0.0, math.inf, start
+    while math.isinf(hi) and len(trials) < PEER_MAX_TRIALS:
+        trial = bed.trial(rate, early_stop=False)
+        trials.append(trial)
+        if trial.passed:
+            lo, rate = rate, rate * 2.0
+        else:
+            hi = rate
+    if lo == 0.0:  # the start failed: bisect down from it
+        lo = 0.0
+    while hi - lo > GUIDELLM_WIDTH * hi and len(trials) < PEER_MAX_TRIALS:
+        middle = (lo + hi) / 2.0
+        trial = bed.trial(middle, early_stop=False)
+        trials.append(trial)
+        lo, hi = (middle, hi) if trial.passed else (lo, middle)
+    return Run(lo or None, trials, _flagged(bed, trials))
+
+
+def aiperf(bed: Bed, start: float) -> Run:
+    """AIPerf's monotonic search: an exponential probe (doubling) from the start to the first failing
+    load, then bisection to the tolerance; a verdict needs two trials that agree (a third, with new
+    lengths and gaps, breaks a tie)."""
+    trials: list[TrialReport] = []
+
+    def verdict(load: float) -> bool:
+        votes: list[bool] = []
+        for part in range(3):
+            trial = bed.trial(load, False, part)
+            trials.append(trial)
+            votes.append(trial.passed)
+            if votes.count(True) >= 2 or votes.count(False) >= 2:
+                break
+        return votes.count(True) >= 2
+
+    lo, hi, rate = 0.0, math.inf, start
+    while math.isinf(hi) and len(trials) < PEER_MAX_TRIALS:
+        if verdict(rate):
+            lo, rate = rate, rate * 2.0
+        else:
+            hi = rate
+    while hi - lo > AIPERF_TOLERANCE * hi and len(trials) < PEER_MAX_TRIALS:
+        middle = (lo + hi) / 2.0
+        lo, hi = (middle, hi) if verdict(middle) else (lo, middle)
+    return Run(lo or None, trials)
+
+
+def _flagged(bed: Bed, trials: list[TrialReport]) -> str:
+    """ "inconclusive" when a trial's 95% Wilson interval straddles the objective, as GuideLLM flags it."""
+    for trial in trials:
+        counts = trial.counts()
+        if counts and classify_fraction(*counts, bed.slo.required, method="wilson") is Verdict.INCONCLUSIVE:
+            return "flagged"
+    return "found"
+
+
+def ours_point(bed: Bed, start: float) -> Run:
+    """Our search on point verdicts (no intervals, no repeats), with the same confident early stops:
+    what honesty about the sample costs, measured beside it."""
+
+    async def run_trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+        return bed.trial(load, may_stop)
+
+    result = asyncio.run(search_capacity(SearchSettings(start=start, max_load=MAX_LOAD), run_trial))
+    return Run(result.lower_bound, result.trials, str(result.state))
+
+
+PROCEDURES: dict[str, Callable[[Bed, float], Run]] = {
+    "ours": ours, "point": ours_point, "etalon": etalon, "guidellm": guidellm, "aiperf": aiperf,
+}  # fmt: skip
+
+
 def starts(truth: float) -> list[float]:
     return [1.0, *(truth * factor for factor in START_FACTORS)]
 
@@ -240,7 +342,7 @@ def measure(scenario: Scenario) -> Outcome:
     truth, seen = sweep(bed)
     outcome = Outcome(scenario, truth, seen)
     for start in starts(truth):
-        outcome.runs.append((start, ours(bed, start), etalon(bed, start)))
+        outcome.runs.append((start, {name: search(bed, start) for name, search in PROCEDURES.items()}))
     outcome.simulated, outcome.cpu_s = bed.simulated, time.process_time() - began
     return outcome
 
@@ -261,21 +363,21 @@ def report(outcome: Outcome, verbose: bool) -> None:
         f"\n{s.name}: Dd {TIERS[s.tier] * 1e3:.0f} ms; truth {truth:.4g} req/s "
         f"({len(knee)} sweep trials; {outcome.simulated} simulated, {outcome.cpu_s:.0f} s CPU)"
     )
-    print(
-        f"  {'start':>7} | {'ours':>8} {'err%':>6} {'trials':>6} {'Mtok':>6} | "
-        f"{'etalon':>8} {'err%':>6} {'trials':>6} {'Mtok':>6} | {'tokens':>6} | goal"
-    )
-    for start, mine, theirs in outcome.runs:
-        ratio = mine.tokens / theirs.tokens
+    header = " | ".join(f"{name:>8} {'err%':>6} {'trials':>6} {'Mtok':>6}" for name in PROCEDURES)
+    print(f"  {'start':>7} | {header} | {'ours/et':>7} | goal")
+    for start, runs in outcome.runs:
+        cells = " | ".join(
+            f"{_cap(run)} {run.error(truth) * 100:+6.1f} {len(run.trials):6d} {run.tokens / 1e6:6.2f}"
+            for run in runs.values()
+        )
+        mine, theirs = runs["ours"], runs["etalon"]
         print(
-            f"  {start:7.3g} | {_cap(mine)} {mine.error(truth) * 100:+6.1f} {len(mine.trials):6d} "
-            f"{mine.tokens / 1e6:6.2f} | {_cap(theirs)} {theirs.error(truth) * 100:+6.1f} "
-            f"{len(theirs.trials):6d} {theirs.tokens / 1e6:6.2f} | {ratio:6.0%} | "
-            f"{'yes' if met(mine, theirs, truth) else 'no'}"
+            f"  {start:7.3g} | {cells} | {mine.tokens / theirs.tokens:7.0%} | "
+            f"{'yes' if met(mine, theirs, truth) else 'no'} ({mine.state})"
         )
         if verbose:
-            print(f"      ours:   {_sequence(mine)}")
-            print(f"      etalon: {_sequence(theirs)}")
+            for name, run in runs.items():
+                print(f"      {name:>8}: {_sequence(run)}")
     if verbose:
         trail = " ".join(f"{load:.4g}{'+' if ok else '-'}" for load, ok in sorted(outcome.sweep.items()))
         print(f"      sweep: {trail}")
@@ -287,30 +389,38 @@ def _cap(run: Run) -> str:
 
 def _sequence(run: Run) -> str:
     return " ".join(
-        f"{t.load:.4g}{'+' if t.passed else '-'}(h{t.headroom:.3f}{' early' if t.stopped_early else ''})"
+        f"{t.load:.4g}{'+' if t.passed else '-'}{'?' if t.verdict == 'inconclusive' else ''}"
+        f"(h{t.headroom:.3f}{' early' if t.stopped_early else ''})"
         for t in run.trials
     )
 
 
 def summary(outcomes: list[Outcome]) -> None:
-    runs = [(o.truth, mine, theirs) for o in outcomes for _, mine, theirs in o.runs]
-    errors = [abs(mine.error(truth)) for truth, mine, _ in runs]
-    etalon_errors = [abs(theirs.error(truth)) for truth, _, theirs in runs]
-    trials = [len(mine.trials) for _, mine, _ in runs]
-    etalon_trials = [len(theirs.trials) for _, _, theirs in runs]
-    ratios = [mine.tokens / theirs.tokens for _, mine, theirs in runs]
-    total = sum(m.tokens for _, m, _ in runs) / sum(t.tokens for _, _, t in runs)
-    goal = sum(met(mine, theirs, truth) for truth, mine, theirs in runs)
+    runs = [(o.truth, found) for o in outcomes for _, found in o.runs]
+    print(f"\nsummary over {len(runs)} runs in {len(outcomes)} scenarios:")
     print(
-        f"\nsummary over {len(runs)} runs in {len(outcomes)} scenarios: goal met in {goal}/{len(runs)}\n"
-        f"  ours:   |error| max {max(errors):.1%} mean {statistics.mean(errors):.1%}; "
-        f"trials mean {statistics.mean(trials):.1f} max {max(trials)}; "
-        f"within 5%: {sum(e <= GOAL_ERROR for e in errors)}/{len(runs)}, and in <= {GOAL_TRIALS} trials: "
-        f"{sum(e <= GOAL_ERROR and n <= GOAL_TRIALS for e, n in zip(errors, trials, strict=True))}/{len(runs)}\n"
-        f"  etalon: |error| max {max(etalon_errors):.1%} mean {statistics.mean(etalon_errors):.1%}; "
-        f"trials mean {statistics.mean(etalon_trials):.1f} max {max(etalon_trials)}\n"
-        f"  tokens ours/etalon: all runs {total:.0%}, median {statistics.median(ratios):.0%}, "
-        f"worst {max(ratios):.0%}"
+        f"  {'':>8} {'within 5%':>9} {'<= 6 trials':>11} {'|err| mean':>10} {'max':>6} {'trials':>6} {'max':>4} {'Mtok':>6}"
+    )
+    for name in PROCEDURES:
+        errors = [abs(found[name].error(truth)) for truth, found in runs]
+        trials = [len(found[name].trials) for _, found in runs]
+        tokens = sum(found[name].tokens for _, found in runs) / len(runs)
+        print(
+            f"  {name:>8} {sum(e <= GOAL_ERROR for e in errors):>6}/{len(runs)} "
+            f"{sum(n <= GOAL_TRIALS for n in trials):>8}/{len(runs)} {statistics.mean(errors):>10.1%} "
+            f"{max(errors):>6.1%} {statistics.mean(trials):>6.1f} {max(trials):>4} {tokens / 1e6:>6.2f}"
+        )
+    for peer in ("point", "etalon", "guidellm", "aiperf"):
+        ratios = [found["ours"].tokens / found[peer].tokens for _, found in runs]
+        print(
+            f"  tokens ours/{peer}: median {statistics.median(ratios):.0%}, "
+            f"<= 50% in {sum(r <= GOAL_TOKENS for r in ratios)}/{len(runs)} runs, worst {max(ratios):.0%}"
+        )
+    states = [found["ours"].state for _, found in runs]
+    goal = sum(met(found["ours"], found["etalon"], truth) for truth, found in runs)
+    print(
+        f"  ours said: {', '.join(f'{state} {states.count(state)}' for state in sorted(set(states)))}; "
+        f"goal (+-5%, <= 6 trials, <= 50% of Etalon's tokens) met in {goal}/{len(runs)}"
     )
     pairs: dict[tuple[str, str, str], dict[bool, float]] = {}
     for o in outcomes:

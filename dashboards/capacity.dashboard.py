@@ -69,8 +69,9 @@ def by_name(name: str, *properties: dict[str, Any]) -> dict[str, Any]:
 capacity_rate = stat(
     "Capacity (rate searches)",
     "Highest arrival rate (requests/s) at which the SLO held in the latest rate search (Etalon's "
-    "capacity: by default 99% of requests reach fluidity 0.9 at the medium tier). Absent when no load "
-    "tried passed. Good: at or above the peak load one replica must take, stable across deployments.",
+    "capacity: by default 99% of requests reach fluidity 0.9 at the medium tier), measured: absent after a "
+    "search that found only a lower bound, was inconclusive or passed nowhere (see Search result). Good: "
+    "at or above the peak load one replica must take, stable across deployments.",
     REQUESTS_PER_SECOND,
     [Query(latest(names.CAPACITY_RATE), SERIES_LEGEND)],
     decimals=2,
@@ -78,7 +79,8 @@ capacity_rate = stat(
 capacity_concurrency = stat(
     "Capacity (concurrency searches)",
     "Highest number of requests in flight at which the SLO held in the latest concurrency (closed loop) "
-    "search. Absent when no load tried passed. Good: at or above the concurrency one replica must serve.",
+    "search, measured: absent unless the search ended found (see Search result). Good: at or above the "
+    "concurrency one replica must serve.",
     COUNT,
     [Query(latest(names.CAPACITY_CONCURRENCY), SERIES_LEGEND)],
     decimals=1,
@@ -108,15 +110,89 @@ goodput_rate = stat(
     [Query(latest(names.CAPACITY_GOODPUT_RATE), SERIES_LEGEND)],
     decimals=2,
 )
+# fluidity_capacity_state as one number per (target, module), for the value mappings below.
+STATE_CODES = {"found": 1, "lower_bound": 2, "inconclusive": 3, "not_met": 4}
+STATE_QUERY = " or ".join(
+    f'({names.CAPACITY_STATE.name}{{target=~"$target",module=~"$module",state="{state}"}} == 1) * {code}'
+    for state, code in STATE_CODES.items()
+)
 found = stat(
     "Search result",
-    "Whether the latest search found a load at which the SLO held; 'none passed' means even its lowest "
-    "load failed (lower the start load, or the SLO is out of reach). Good: found.",
+    "How the latest search ended. found: a confident pass below a confident failure within the "
+    "tolerance, the capacity is measured. lower bound: still passing when the load ceiling, the trials "
+    "or a budget stopped it (the capacity is at least the lower bound: raise max_load or the budget). "
+    "inconclusive: bracketed, but a pass fraction's interval straddles the objective (more requests per "
+    "trial). not met: no load tried passed, down to the floor. Only 'found' updates the capacity panels "
+    "and the regression alert. Good: found.",
     STATE,
-    [Query(latest(names.CAPACITY_FOUND), SERIES_LEGEND)],
-    thresholds=steps("red", (1, "green")),
-    mappings=value_text({1: ("found", "green"), 0: ("none passed", "red")}),
+    [Query(STATE_QUERY, SERIES_LEGEND)],
+    thresholds=steps("green", (2, "orange"), (4, "red")),
+    mappings=value_text(
+        {
+            1: ("found", "green"),
+            2: ("lower bound", "orange"),
+            3: ("inconclusive", "orange"),
+            4: ("not met", "red"),
+        }
+    ),
     sparkline=False,
+)
+bounds = stat(
+    "Capacity bracket",
+    "The highest load that passed (at least) and the lowest that failed (less than), requests/s or "
+    "requests in flight: the capacity lies between. With a lower bound only, the first is all that is "
+    "known. Good: close together.",
+    COUNT,
+    [
+        Query(latest(names.CAPACITY_LOWER_BOUND), f"{SERIES_LEGEND} at least"),
+        Query(latest(names.CAPACITY_UPPER_BOUND), f"{SERIES_LEGEND} less than"),
+    ],
+    decimals=2,
+    sparkline=False,
+)
+COST_LEGEND = "{{target}}/{{module}} at {{at}}"
+goodput_tokens = stat(
+    "Fluid goodput",
+    "Output tokens per second of the requests that met the SLO, at the capacity and at the highest load "
+    "tried: what the replica serves within the SLO, and what more load would buy. Good: the capacity's "
+    "close to the highest load's (pushing past the capacity buys little).",
+    TOKENS_PER_SECOND,
+    [Query(latest(names.CAPACITY_FLUID_GOODPUT), COST_LEGEND)],
+    decimals=0,
+    sparkline=False,
+)
+per_gpu = stat(
+    "Fluid tokens per GPU-second",
+    "Fluid goodput over the GPUs the target declares (targets[].gpus): the SLO-meeting output one GPU "
+    "yields per second. Good: stable or rising across deployments.",
+    COUNT,
+    [Query(latest(names.CAPACITY_TOKENS_PER_GPU_SECOND), COST_LEGEND)],
+    decimals=1,
+    sparkline=False,
+)
+token_cost = stat(
+    "Cost of a million fluid tokens",
+    "targets[].gpu_hour_price / 3600 / fluid tokens per GPU-second x 1e6, in the price's currency: the "
+    "cost of a million output tokens served within the SLO, at the capacity and at the highest load tried "
+    "(the gap is the price of the SLO). Good: low, and close to the highest load's.",
+    COUNT,
+    [Query(f"{latest(names.CAPACITY_TOKEN_COST)} * 1e6", COST_LEGEND)],
+    decimals=3,
+    sparkline=False,
+)
+live_per_gpu = timeseries(
+    "Generated tokens per GPU-second (live)",
+    "The engine's own generation counter over the target's declared GPUs, over the rate interval: what "
+    "the replica yields now, beside what it yields at capacity within the SLO. Good: below the capacity "
+    "figure with room to spare at peak.",
+    COUNT,
+    [
+        Query(
+            f"sum by (target) (rate({names.ENGINE_GENERATION_TOKENS.name}{ENGINE}[$__rate_interval])) "
+            f"/ on (target) max by (target) ({names.TARGET_GPUS.name}{ENGINE})",
+            "{{target}}",
+        )
+    ],
 )
 last_search = stat(
     "Last search",
@@ -129,13 +205,19 @@ last_search = stat(
 
 capacity_history = timeseries(
     "Capacity over time",
-    "The capacity found by each search, held until the next one: requests/s for rate searches (left "
-    "axis), requests in flight for concurrency searches (right axis). Good: flat or rising; a step down "
-    "after a deployment is a capacity regression.",
+    "The capacity measured by each search, held until the next one: requests/s for rate searches (left "
+    "axis), requests in flight for concurrency searches (right axis); a search that only found a lower "
+    "bound (or was inconclusive) shows its lower bound as 'at least', apart. Good: flat or rising; a "
+    "step down after a deployment is a capacity regression.",
     REQUESTS_PER_SECOND,
     [
         Query(latest(names.CAPACITY_RATE), f"{SERIES_LEGEND} req/s"),
         Query(latest(names.CAPACITY_CONCURRENCY), f"{SERIES_LEGEND} in flight"),
+        Query(
+            f"{latest(names.CAPACITY_LOWER_BOUND)} unless on (target, module) "
+            f'({names.CAPACITY_STATE.name}{{state="found"}} == 1)',
+            f"{SERIES_LEGEND} at least (not measured)",
+        ),
     ],
     overrides=[unit_override("B", COUNT)],
     step=True,
@@ -273,6 +355,16 @@ dashboard = new_dashboard(
                 Cell(goodput_rate, 3, 5),
                 Cell(found, 3, 5),
                 Cell(last_search, 3, 5),
+            ],
+        ),
+        Section(
+            "What the capacity costs",
+            [
+                Cell(bounds, 4, 6),
+                Cell(goodput_tokens, 5, 6),
+                Cell(per_gpu, 5, 6),
+                Cell(token_cost, 5, 6),
+                Cell(live_per_gpu, 5, 6),
             ],
         ),
         Section(

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import numpy as np
@@ -27,13 +28,14 @@ from exporter.config.model import BUCKET_NAMES, Module, Target
 from exporter.daemon.budget import BudgetTracker
 from exporter.daemon.health import TargetHealth
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
-from exporter.engine.families import GATEWAY_CATALOGUE
+from exporter.engine.families import GATEWAY_CATALOGUE, Signal
 from exporter.engine.scrape import scrape
 from exporter.exposition import render
 from exporter.exposition.buckets import BUCKET_PRESETS, HistogramBuckets
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.jobs import (
     CapacitySnapshot,
+    CostPoint,
     JobCounts,
     JobsCollector,
     JobsSnapshot,
@@ -373,6 +375,22 @@ class Daemon:
         samples = profile.to_dict()["samples"]
         self.set_profile(target, self.profiles.save(target, profile.model, time.time(), samples))
 
+    async def engine_busy(self, target: str) -> float | None:
+        """Running + waiting requests in the target's engine, from a scrape now (None without engine
+        metrics, when the scrape fails or the engine names neither)."""
+        engine = self.config.target(target).engine_metrics
+        if engine is None or self.scrape_session is None:
+            return None
+        result = await scrape(
+            self.scrape_session, engine.url, ENGINE_SCRAPE_TIMEOUT_S, kind=engine.kind, model=engine.model,
+            headers=engine.headers(),
+        )  # fmt: skip
+        if result.snapshot is None:
+            return None
+        counts = [result.snapshot.value(s) for s in (Signal.RUNNING_REQUESTS, Signal.QUEUE_DEPTH)]
+        known = [c for c in counts if c is not None]
+        return sum(known) if known else None
+
     async def wait_idle(self, target: str) -> None:
         """Until the target's probes in flight have ended (their own timeouts bound the wait)."""
         state = self.targets.get(target)
@@ -420,8 +438,9 @@ class Daemon:
             {(target.name, kind): 0 for target in self.config.targets for kind in JOB_KINDS}
         )
         running.update((r.target, r.kind) for r in self.job_store.records() if r.state == "running")
+        gpus = {target.name: target.gpus for target in self.config.targets if target.gpus is not None}
         return JobsSnapshot(
-            tuple(latest.values()), profiles, JobCounts(dict(self.jobs_finished), dict(running))
+            tuple(latest.values()), profiles, JobCounts(dict(self.jobs_finished), dict(running)), gpus
         )
 
     async def probe_now(self, target_name: str, module_name: str, *, on_demand: bool = True) -> ProbeRun:
@@ -545,16 +564,36 @@ def capacity_snapshot(record: JobRecord) -> CapacitySnapshot | None:
         TrialPoint(int(t["index"]), float(t["load"]), bool(t["passed"]), t.get("headroom"))
         for t in result.get("trials", [])
     )
+    # A result stored before states existed said "capacity" for its highest pass, bound or not.
+    lower = result.get("lower_bound", result.get("capacity"))
+    state = result.get("state") or (
+        "found" if result.get("converged") else "not_met" if lower is None else "lower_bound"
+    )
+    costs = {at: _cost_point(point) for at, point in (result.get("costs") or {}).items()}
     return CapacitySnapshot(
         target=record.target,
         module=str(result.get("module") or record.module or ""),
         load_kind=str(result["load_kind"]),
-        capacity=result.get("capacity"),
+        capacity=lower if state == "found" else None,
         fluid_token_rate=result.get("fluid_token_rate_at_capacity"),
         goodput_ratio=result.get("goodput_ratio_at_capacity"),
         goodput_rate=result.get("goodput_rate_at_capacity"),
         finished_at=record.finished_at or record.created_at,
         trials=trials,
+        state=str(state),
+        lower_bound=lower,
+        upper_bound=result.get("upper_bound"),
+        costs=costs,
+    )
+
+
+def _cost_point(point: dict[str, Any]) -> CostPoint:
+    """A stored cost figure as exported: the token cost in base units (per token, not per million)."""
+    per_million = point.get("cost_per_million_fluid_tokens")
+    return CostPoint(
+        point.get("fluid_goodput_tokens_per_s"),
+        point.get("fluid_tokens_per_gpu_second"),
+        None if per_million is None else per_million / 1e6,
     )
 
 

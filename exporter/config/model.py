@@ -116,6 +116,11 @@ class Target:
     slo: str = DEFAULT_SLO
     budget: Budget = field(default_factory=Budget)
     simulated: bool = False
+    # Accelerators behind this endpoint (per replica: what one capacity search loads) and what one of
+    # them costs an hour: capacity results are then priced in GPU-seconds (fluid tokens per GPU-second,
+    # the cost of a million tokens served within the SLO).
+    gpus: float | None = None
+    gpu_hour_price: float | None = None
 
     def settings(self) -> TargetSettings:
         """How the probe client talks to this target."""

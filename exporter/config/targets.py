@@ -21,7 +21,7 @@ from exporter.probe.target import APIS, Api, Secret, Timeouts
 
 TARGET_KEYS = (
     "name", "url", "api", "model", "api_key", "headers", "extra_body", "timeouts", "tls",
-    "engine_metrics", "gateway_metrics", "modules", "slo", "budget", "simulated",
+    "engine_metrics", "gateway_metrics", "modules", "slo", "budget", "simulated", "gpus", "gpu_hour_price",
 )  # fmt: skip
 TIMEOUT_KEYS = ("connect", "ttft", "idle", "total")
 ENGINE_KEYS = ("url", "kind", "interval", "model", "bearer_token")
@@ -109,6 +109,8 @@ class TargetReader:
             slo=self.reference(sec, "slo", DEFAULT_SLO, "slo", self.slo_names),
             budget=self.budget(budget) if budget is not None else Budget(),
             simulated=sec.boolean("simulated", False),
+            gpus=sec.opt_number("gpus", None, 0.0, low_open=True),
+            gpu_hour_price=sec.opt_number("gpu_hour_price", None, 0.0),
         )
 
     def secret(self, sec: Section) -> Secret | None:

@@ -21,6 +21,9 @@ from exporter.stats.prefill import PrefillModel
 # Where fluidity_prefill_profile_predicted_seconds is shown: the default profiling ladder's span, at
 # the lengths dashboards compare (short chat, typical RAG, long context).
 REFERENCE_PROMPT_TOKENS = (128, 512, 1024, 2048, 4096, 8192, 16384)
+# The states of fluidity_capacity_state, every one exported (0 or 1) so a dashboard can read any of them
+# (exporter.jobs.capacity_search.State: exposition does not import jobs).
+CAPACITY_STATES = ("found", "lower_bound", "not_met", "inconclusive")
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,10 @@ class TrialPoint:
 class CapacitySnapshot:
     """The outcome of the latest capacity search of (target, module).
 
-    ``load_kind`` is "rate" (requests/s) or "concurrency" (requests in flight); ``capacity`` is None when
-    no load tried passed. The figures measured at the capacity load are None when not measured.
+    ``load_kind`` is "rate" (requests/s) or "concurrency" (requests in flight); ``capacity`` is the
+    measured capacity, None unless ``state`` is "found"; ``lower_bound`` and ``upper_bound`` bracket it
+    whatever the state. The figures measured at the lower bound are None when not measured; ``costs``
+    maps "capacity" and "highest_load" to their fluid goodput, tokens per GPU-second and token cost.
     """
 
     target: str
@@ -50,6 +55,19 @@ class CapacitySnapshot:
     goodput_rate: float | None
     finished_at: float  # unix time
     trials: tuple[TrialPoint, ...] = ()
+    state: str | None = None  # None: "found" with a capacity, else "not_met"
+    lower_bound: float | None = None
+    upper_bound: float | None = None
+    costs: Mapping[str, CostPoint] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CostPoint:
+    """What the load at one point of a search yields: fluid goodput, per GPU-second, per token cost."""
+
+    fluid_goodput_tokens_per_s: float | None
+    tokens_per_gpu_second: float | None = None
+    token_cost: float | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +98,7 @@ class JobsSnapshot:
     capacity: tuple[CapacitySnapshot, ...] = ()
     profiles: tuple[ProfileSnapshot, ...] = ()
     counts: JobCounts = field(default_factory=JobCounts)
+    gpus: Mapping[str, float] = field(default_factory=dict)  # target -> declared accelerators
 
 
 class JobsCollector(Collector):
@@ -105,6 +124,8 @@ def build_families(snapshot: JobsSnapshot) -> Families:
         _add_capacity(out, capacity)
     for profile in snapshot.profiles:
         _add_profile(out, profile)
+    for target, gpus in snapshot.gpus.items():
+        out.add(names.TARGET_GPUS, (target,), gpus)
     for (kind, state), count in snapshot.counts.finished.items():
         out.add(names.JOBS_FINISHED, (kind, state), count)
     for (target, kind), count in snapshot.counts.running.items():
@@ -114,11 +135,30 @@ def build_families(snapshot: JobsSnapshot) -> Families:
 
 def _add_capacity(out: Families, result: CapacitySnapshot) -> None:
     labels = (result.target, result.module)
-    found = result.capacity is not None
+    # Only a measurement is exported as the capacity: a lower bound read as one would raise the
+    # 7-day maximum of the regression alert, and trigger or clear it, on a number nobody measured.
+    outcome = result.state or ("found" if result.capacity is not None else "not_met")
+    found = result.capacity is not None and outcome == "found"
     out.add(names.CAPACITY_FOUND, labels, 1.0 if found else 0.0)
-    if result.capacity is not None:
+    for state in CAPACITY_STATES:
+        out.add(names.CAPACITY_STATE, (*labels, state), 1.0 if state == outcome else 0.0)
+    if found and result.capacity is not None:
         spec = names.CAPACITY_RATE if result.load_kind == "rate" else names.CAPACITY_CONCURRENCY
         out.add(spec, labels, result.capacity)
+    for spec, bound in (
+        (names.CAPACITY_LOWER_BOUND, result.lower_bound),
+        (names.CAPACITY_UPPER_BOUND, result.upper_bound),
+    ):
+        if bound is not None:
+            out.add(spec, labels, bound)
+    for at, point in result.costs.items():
+        for spec, value in (
+            (names.CAPACITY_FLUID_GOODPUT, point.fluid_goodput_tokens_per_s),
+            (names.CAPACITY_TOKENS_PER_GPU_SECOND, point.tokens_per_gpu_second),
+            (names.CAPACITY_TOKEN_COST, point.token_cost),
+        ):
+            if value is not None:
+                out.add(spec, (*labels, at), value)
     for spec, value in (
         (names.CAPACITY_FLUID_RATE, result.fluid_token_rate),
         (names.CAPACITY_GOODPUT_RATIO, result.goodput_ratio),

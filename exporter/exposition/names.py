@@ -44,6 +44,7 @@ PYTHON_VERSION: Final = "python_version"
 KIND: Final = "kind"  # of a job: capacity, prefill-profile
 STATE: Final = "state"  # how a job ended
 TRIAL: Final = "trial"  # index of a capacity-search trial, from 1
+AT: Final = "at"  # where a capacity cost figure was measured: capacity, highest_load
 PROMPT_TOKENS: Final = "prompt_tokens"
 ENGINE: Final = "engine"  # the engine whose metric names were recognised: vllm, sglang, tgi, llamacpp
 GATEWAY: Final = "gateway"  # the gateway whose metric names were recognised: llm-d-epp
@@ -461,22 +462,74 @@ _CAPACITY = "From the latest finished capacity search of this (target, module)."
 CAPACITY_RATE = MetricSpec(
     "fluidity_capacity_requests_per_second",
     "gauge",
-    "Highest arrival rate at which the SLO held (rate searches); absent when no load tried passed. "
-    + _CAPACITY,
+    "Highest arrival rate at which the SLO held (rate searches), a measurement: present only when "
+    f'fluidity_capacity_state{{state="found"}} is 1. {_CAPACITY}',
     SERIES,
 )
 CAPACITY_CONCURRENCY = MetricSpec(
     "fluidity_capacity_concurrency",
     "gauge",
-    "Highest number of requests in flight at which the SLO held (concurrency searches); absent when no "
-    f"load tried passed. {_CAPACITY}",
+    "Highest number of requests in flight at which the SLO held (concurrency searches), a measurement: "
+    f'present only when fluidity_capacity_state{{state="found"}} is 1. {_CAPACITY}',
     SERIES,
 )
 CAPACITY_FOUND = MetricSpec(
     "fluidity_capacity_found",
     "gauge",
-    f"1 when the search found a load at which the SLO held, 0 when even its lowest load failed. {_CAPACITY}",
+    "1 when the search measured the capacity (state found), else 0: a lower bound, an inconclusive "
+    f"search and a search whose every load failed all read 0 (fluidity_capacity_state says which). {_CAPACITY}",
     SERIES,
+)
+CAPACITY_STATE = MetricSpec(
+    "fluidity_capacity_state",
+    "gauge",
+    "1 for how the search ended, 0 for the others: found (a confident pass below a confident failure, "
+    "within the tolerance), lower_bound (still passing when the load ceiling, the trials or a budget "
+    "stopped it), not_met (no load tried passed), inconclusive (bracketed, but an end's pass-fraction "
+    f"interval straddles the objective). {_CAPACITY}",
+    (*SERIES, STATE),
+)
+CAPACITY_LOWER_BOUND = MetricSpec(
+    "fluidity_capacity_load_lower_bound",
+    "gauge",
+    "Highest load that passed below the lowest that failed (requests/s or requests in flight): the "
+    f"capacity when found, else what it is at least; absent when no load passed. {_CAPACITY}",
+    SERIES,
+)
+CAPACITY_UPPER_BOUND = MetricSpec(
+    "fluidity_capacity_load_upper_bound",
+    "gauge",
+    f"Lowest load that failed (requests/s or requests in flight); absent when none failed. {_CAPACITY}",
+    SERIES,
+)
+CAPACITY_FLUID_GOODPUT = MetricSpec(
+    "fluidity_capacity_fluid_goodput_tokens_per_second",
+    "gauge",
+    "Output tokens per second of the requests that met the SLO (fluid), at the capacity (at=capacity) "
+    f"and at the highest load tried (at=highest_load). {_CAPACITY}",
+    (*SERIES, AT),
+)
+CAPACITY_TOKENS_PER_GPU_SECOND = MetricSpec(
+    "fluidity_capacity_fluid_tokens_per_gpu_second",
+    "gauge",
+    "Fluid goodput per GPU-second: fluidity_capacity_fluid_goodput_tokens_per_second over the target's "
+    f"declared GPUs (targets[].gpus); absent without them. {_CAPACITY}",
+    (*SERIES, AT),
+)
+CAPACITY_TOKEN_COST = MetricSpec(
+    "fluidity_capacity_fluid_token_cost",
+    "gauge",
+    "Cost of one output token served within the SLO, in the currency of targets[].gpu_hour_price: "
+    f"price / 3600 / fluid tokens per GPU-second (x 1e6 for a million); absent without a price. {_CAPACITY}",
+    (*SERIES, AT),
+)
+TARGET_GPUS = MetricSpec(
+    "fluidity_target_gpus",
+    "gauge",
+    "Accelerators the target declares (targets[].gpus, per replica): the denominator of every "
+    "per-GPU-second figure, e.g. the engine's generated tokens per GPU-second "
+    "rate(fluidity_engine_generation_tokens_total[5m]) / on (target) fluidity_target_gpus.",
+    (TARGET,),
 )
 CAPACITY_FLUID_RATE = MetricSpec(
     "fluidity_capacity_fluid_tokens_per_second",
@@ -687,6 +740,13 @@ JOB_RESULTS: Final = (
     CAPACITY_RATE,
     CAPACITY_CONCURRENCY,
     CAPACITY_FOUND,
+    CAPACITY_STATE,
+    CAPACITY_LOWER_BOUND,
+    CAPACITY_UPPER_BOUND,
+    CAPACITY_FLUID_GOODPUT,
+    CAPACITY_TOKENS_PER_GPU_SECOND,
+    CAPACITY_TOKEN_COST,
+    TARGET_GPUS,
     CAPACITY_FLUID_RATE,
     CAPACITY_GOODPUT_RATIO,
     CAPACITY_GOODPUT_RATE,

@@ -2,8 +2,14 @@
 
 ``search_capacity`` knows nothing of HTTP: it asks ``run_trial(index, load)`` for each trial (a live
 trial over the probe client, or one on the simulator's virtual clock in tests and the benchmark) and
-``capacity_search.next_load`` where to go next. The result carries the capacity, the fluid token rate
-and goodput measured at it, and every trial.
+``capacity_search.next_load`` where to go next. The result carries what was found (``state``: found,
+lower bound, not met or inconclusive), the bracket ``[lower_bound, upper_bound)`` with the pass
+fraction's interval at each end, the fluid token rate and goodput measured at the lower bound, and
+every trial.
+
+Bounded: a trial starts only while the wall-clock budget (``time_budget_s``: trial durations and the
+waits for a drained engine, summed, so a virtual clock counts too) has time left, and runs for at most
+what is left; ``stopped_by`` says which bound ended the search.
 """
 
 from __future__ import annotations
@@ -13,31 +19,63 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.jobs.capacity_search import Observation, SearchSettings, bracket, capacity, converged, next_load
+from exporter.jobs.capacity_search import (
+    Observation,
+    SearchSettings,
+    State,
+    bracket,
+    converged,
+    next_load,
+    outcome,
+    pass_interval,
+    pool,
+    verdict,
+)
+from exporter.jobs.drain import Drained
 from exporter.jobs.trial import SHARDS_REASON, TrialReport
 
-RunTrial = Callable[[int, float, bool], Awaitable[TrialReport]]  # (index, load, may stop early)
+# (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's)
+RunTrial = Callable[[int, float, bool, float | None], Awaitable[TrialReport]]
 OnTrial = Callable[[TrialReport], None]
+OnStart = Callable[[int, float], None]  # a trial (index, load) is about to start
 Afford = Callable[[float], str | None]  # a reason not to run a trial at this load, or None
+Drain = Callable[[], Awaitable[Drained]]  # wait until the engine is idle
+MIN_TRIAL_S = 10.0  # a trial with less of the time budget left than this is not started
 
 
 @dataclass
 class CapacityResult:
-    """The outcome of a search. ``capacity`` is None when no load passed; ``bracketed`` is False when
-    the search never saw a failure (the capacity is at least ``capacity``, e.g. capped by max_load)."""
+    """The outcome of a search. ``lower_bound``: the highest passing load below the lowest failing one
+    (``upper_bound``), None when no load passed. ``capacity`` is the lower bound when the state is
+    ``found`` (a measurement), else None; ``bracketed`` is False when no load failed."""
 
     load_kind: str
-    capacity: float | None
-    bracketed: bool
+    state: State
+    lower_bound: float | None
+    upper_bound: float | None
     converged: bool
-    stopped_by: str  # "converged", "max_load", "min_load", "max_trials", a budget reason, or "shards: ..."
+    stopped_by: (
+        str  # "converged", "max_load", "floor", "max_trials", "time_budget", a budget reason, "shards: ..."
+    )
     trials: list[TrialReport] = field(default_factory=list)
     slo: dict[str, Any] = field(default_factory=dict)
+    intervals: dict[str, Any] = field(default_factory=dict)  # pass-fraction interval of each end
+    gpus: float | None = None  # accelerators behind the target (targets[].gpus), for the cost figures
+    gpu_hour_price: float | None = None
+
+    @property
+    def capacity(self) -> float | None:
+        return self.lower_bound if self.state is State.FOUND else None
+
+    @property
+    def bracketed(self) -> bool:
+        return self.upper_bound is not None
 
     @property
     def at_capacity(self) -> TrialReport | None:
-        """The trial that passed at the reported capacity."""
-        return next((t for t in self.trials if t.passed and t.load == self.capacity), None)
+        """The (last) trial that passed at the lower bound."""
+        passed = [t for t in self.trials if t.passed and t.load == self.lower_bound]
+        return passed[-1] if passed else None
 
     @property
     def tokens(self) -> int:
@@ -60,18 +98,40 @@ class CapacityResult:
         }[name]
         return float(value) if value is not None and math.isfinite(value) else None
 
+    @property
+    def highest(self) -> TrialReport | None:
+        """The (last) trial at the highest load tried."""
+        top = max((t.load for t in self.trials), default=None)
+        return next((t for t in reversed(self.trials) if t.load == top), None)
+
+    def costs(self) -> dict[str, dict[str, float | None]]:
+        """At the lower bound ("capacity") and at the highest load tried: the fluid goodput (output
+        tokens/s of requests that met the SLO), per GPU-second with ``gpus``, and with a price the cost
+        of a million tokens served within the SLO: ``price / 3600 / tokens per GPU-second * 1e6``."""
+        points = {"capacity": self.at_capacity, "highest_load": self.highest}
+        return {
+            at: cost_figures(trial, self.gpus, self.gpu_hour_price) for at, trial in points.items() if trial
+        }
+
     def to_dict(self) -> dict[str, Any]:
         unit = "requests_per_second" if self.load_kind == "rate" else "concurrency"
         return {
             "load_kind": self.load_kind,
             "unit": unit,
+            "state": str(self.state),
             "capacity": self.capacity,
+            "lower_bound": self.lower_bound,
+            "upper_bound": self.upper_bound,
+            "pass_intervals": self.intervals,
             "bracketed": self.bracketed,
             "converged": self.converged,
             "stopped_by": self.stopped_by,
             "fluid_token_rate_at_capacity": self.figure("fluid_token_rate"),
             "goodput_ratio_at_capacity": self.figure("goodput_ratio"),
             "goodput_rate_at_capacity": self.figure("goodput_rate"),
+            "costs": self.costs(),
+            "gpus": self.gpus,
+            "gpu_hour_price": self.gpu_hour_price,
             "trial_count": len(self.trials),
             "tokens": self.tokens,
             "duration_s": self.duration_s,
@@ -80,8 +140,37 @@ class CapacityResult:
         }
 
 
+def cost_figures(trial: TrialReport, gpus: float | None, price: float | None) -> dict[str, float | None]:
+    """Fluid goodput of ``trial``, per GPU-second, and the cost of a million fluid tokens."""
+    raw = trial.figures.get("fluid_goodput_tokens_per_s")
+    goodput = float(raw) if isinstance(raw, int | float) and math.isfinite(raw) else None
+    per_gpu = goodput / gpus if goodput is not None and gpus else None
+    cost = price / 3600.0 / per_gpu * 1e6 if price is not None and per_gpu else None
+    return {
+        "load": trial.load,
+        "fluid_goodput_tokens_per_s": goodput,
+        "fluid_tokens_per_gpu_second": per_gpu,
+        "cost_per_million_fluid_tokens": cost,
+    }
+
+
 def observation(trial: TrialReport) -> Observation:
-    return Observation(trial.load, trial.passed, trial.headroom)
+    counts = trial.counts()
+    return Observation(
+        trial.load, trial.passed, trial.headroom, counts[0] if counts else None,
+        counts[1] if counts else None, trial.objectives_met(),
+    )  # fmt: skip
+
+
+@dataclass
+class _Budget:
+    """Seconds of the search's wall-clock budget spent (trials and drain waits)."""
+
+    limit: float | None
+    spent: float = 0.0
+
+    def left(self) -> float | None:
+        return None if self.limit is None else self.limit - self.spent
 
 
 async def search_capacity(
@@ -93,13 +182,25 @@ async def search_capacity(
     on_trial: OnTrial | None = None,
     afford: Afford | None = None,
     early_stop: bool = True,
+    time_budget_s: float | None = None,
+    drain: Drain | None = None,
+    on_start: OnStart | None = None,
 ) -> CapacityResult:
-    """Run trials until ``next_load`` says the search is over (or ``afford`` refuses the next one)."""
+    """Run trials until ``next_load`` says the search is over, ``afford`` refuses the next one or the
+    time budget runs out."""
     trials: list[TrialReport] = []
     history: list[Observation] = []
+    clock = _Budget(time_budget_s)
     stopped_by = ""
     while (load := next_load(settings, history)) is not None:
         refusal = afford(load) if afford is not None else None
+        drained = None
+        if refusal is None and drain is not None and trials:
+            drained = await drain()
+            clock.spent += drained.waited_s
+        left = clock.left()
+        if refusal is None and left is not None and left < MIN_TRIAL_S:
+            refusal = "time_budget"
         if refusal is not None:
             stopped_by = refusal
             break
@@ -108,7 +209,12 @@ async def search_capacity(
         # was (measured: headroom 0.92 when stopped, 0.28 in full, at 1.5x the capacity). Near the
         # capacity, where the later failures land, that bias is small and stopping saves tokens.
         may_stop = early_stop and any(not t.passed for t in trials)
-        trial = await run_trial(len(trials) + 1, load, may_stop)
+        if on_start is not None:
+            on_start(len(trials) + 1, load)
+        trial = await run_trial(len(trials) + 1, load, may_stop, clock.left())
+        if drained is not None:
+            trial.drain_wait_s, trial.drained_by = drained.waited_s, drained.how
+        clock.spent += trial.duration_s
         trials.append(trial)
         if trial.reason == SHARDS_REASON:
             # The load was not the planned one (a shard late, dead or saturated): nothing to learn
@@ -120,24 +226,46 @@ async def search_capacity(
         history.append(observation(trial))
         if on_trial is not None:
             on_trial(trial)
-    found = bracket(history)
+    return _result(settings, history, trials, load_kind, stopped_by, slo or {})
+
+
+def _result(
+    settings: SearchSettings,
+    history: list[Observation],
+    trials: list[TrialReport],
+    load_kind: str,
+    stopped_by: str,
+    slo: dict[str, Any],
+) -> CapacityResult:
+    found = bracket(pool(settings, history))
+    ends = {"lower_bound": found.low, "upper_bound": found.high}
+    intervals: dict[str, Any] = {}
+    for name, end in ends.items():
+        bounds = pass_interval(settings, end) if end is not None else None
+        if end is not None and bounds is not None:
+            intervals[name] = {
+                "successes": end.successes, "requests": end.requests, "low": bounds.low,
+                "high": bounds.high, "verdict": str(verdict(settings, end)), "trials": end.parts,
+            }  # fmt: skip
     return CapacityResult(
         load_kind=load_kind,
-        capacity=capacity(history),
-        bracketed=found.high is not None,
+        state=outcome(settings, history),
+        lower_bound=found.low.load if found.low is not None else None,
+        upper_bound=found.high.load if found.high is not None else None,
         converged=converged(settings, found),
         stopped_by=stopped_by or _why_stopped(settings, history),
         trials=trials,
-        slo=slo or {},
+        slo=slo,
+        intervals=intervals,
     )
 
 
 def _why_stopped(settings: SearchSettings, history: list[Observation]) -> str:
-    found = bracket(history)
+    found = bracket(pool(settings, history))
     if converged(settings, found):
         return "converged"
-    if found.low is None and found.high is not None:
-        return "min_load"  # not even the smallest load tried passed
+    if found.low is None and found.high is not None and found.high.load <= settings.min_load:
+        return "floor"  # not even the floor passed: the SLO is not met at any load we offer
     if found.high is None and found.low is not None and found.low.load >= settings.max_load:
         return "max_load"
     return "max_trials"

@@ -17,7 +17,8 @@ import contextlib
 import json
 import math
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,14 @@ from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.params import CapacityParams, JobLimits
 from exporter.jobs.parse import ParamsError, parse_params
-from exporter.jobs.runners import resolve_trial_slo, run_capacity_search, search_settings
+from exporter.jobs.runners import (
+    SearchProgress,
+    resolve_trial_slo,
+    result_line,
+    run_capacity_search,
+    search_settings,
+    time_budget,
+)
 from exporter.jobs.trial import TrialReport, TrialSlo
 from exporter.load.cpus import available_cpus
 from exporter.load.shard_local import local_shards
@@ -57,6 +65,8 @@ NO_CEILINGS = JobLimits(
     max_requests_per_trial=10**9, max_prompt_tokens=10**9, max_workers=10**6,
 )  # fmt: skip
 BAR_WIDTH = 24
+PROGRESS_EVERY_S = 10.0
+DEFAULT_CLI_BUDGET_S = 3240.0  # as the daemon's default: 90% of jobs.limits.max_duration_s (1 hour)
 SLO_FLAGS = (
     ("decode_tier", "decode_tier"),
     ("decode_deadline", "decode_deadline_s"),
@@ -87,11 +97,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     load.add_argument("--start", type=float, help="first load tried (default 1)")
     load.add_argument("--max-load", type=float, help="never try above this load")
+    load.add_argument(
+        "--min-load", type=float, help="the floor: a failure here means not met (default: a 15-minute trial)"
+    )
+    load.add_argument("--time-budget", type=float, help="seconds the whole search may take (default 3240)")
+    load.add_argument(
+        "--confidence", type=float, help="of each trial's pass-fraction interval (default 0.95)"
+    )
     load.add_argument("--tolerance", type=float, help="relative tolerance of the answer (default 0.05)")
     load.add_argument("--max-trials", type=int, help="most trials (default 8)")
     load.add_argument("--requests-per-trial", type=int, help="measured requests per trial (default 200)")
     load.add_argument("--warmup-requests", type=int, help="unmeasured requests first (default 20)")
-    load.add_argument("--trial-duration", type=float, help="also end a trial after this many seconds")
+    load.add_argument(
+        "--trial-duration",
+        type=float,
+        help="end a trial after this many seconds (default 1.5x its span + 60)",
+    )
     load.add_argument("--no-early-stop", action="store_true", default=None, help="run every trial in full")
     load.add_argument("--seed", type=int, help="random seed of the workload (default 0)")
     load.add_argument(
@@ -106,6 +127,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     slo.add_argument("--target-fluidity", type=float, help="fluidity a request must reach (0.9)")
     slo.add_argument("--percentile", type=float, help="share of requests that must reach it, in %% (99)")
     slo.add_argument("--objective", action="append", help="an extra SLO, e.g. ttft:p99<=2 (repeatable)")
+    cost = parser.add_argument_group("cost")
+    cost.add_argument("--gpus", type=float, help="accelerators behind the target: tokens per GPU-second")
+    cost.add_argument("--gpu-hour-price", type=float, help="price of one GPU-hour: cost of a million tokens")
     out = parser.add_argument_group("output")
     out.add_argument(
         "--output", help="directory for capacity.json (and .png); default capacity-results/<UTC time>/"
@@ -123,7 +147,8 @@ def capacity_params(options: dict[str, Any]) -> CapacityParams:
         ("load", "load"), ("arrival", "arrival"), ("start", "start"), ("max_load", "max_load"),
         ("tolerance", "tolerance"), ("max_trials", "max_trials"), ("seed", "seed"),
         ("requests_per_trial", "requests_per_trial"), ("warmup_requests", "warmup_requests"),
-        ("trial_duration", "trial_duration_s"), ("workers", "workers"),
+        ("trial_duration", "trial_duration_s"), ("workers", "workers"), ("min_load", "min_load"),
+        ("time_budget", "time_budget_s"), ("confidence", "confidence"),
     ):  # fmt: skip
         if options[flag] is not None:
             body[key] = options[flag]
@@ -154,39 +179,72 @@ def trial_slo(options: dict[str, Any], params: CapacityParams) -> TrialSlo:
         raise BenchError(f"--decode-tier: {exc}") from exc
 
 
-def progress_line(trial: TrialReport, params: CapacityParams) -> str:
-    done = min(trial.index / params.max_trials, 1.0)
-    bar = "#" * round(done * BAR_WIDTH)
-    verdict = "pass" if trial.passed else f"FAIL ({trial.reason})"
-    headroom = f"{trial.headroom:.2f}" if math.isfinite(trial.headroom) else "-"
-    early = ", stopped early" if trial.stopped_early else ""
-    return (
-        f"[{bar:<{BAR_WIDTH}}] trial {trial.index}/{params.max_trials}: {trial.load:.4g} {params.load} "
-        f"{verdict}, headroom {headroom}, {trial.tokens} tokens, {trial.duration_s:.1f} s{early}"
-    )
+def progress_line(fraction: float, message: str) -> str:
+    """A bar and what happens now (a trial starting, its requests done, a trial's outcome)."""
+    bar = "#" * round(min(max(fraction, 0.0), 1.0) * BAR_WIDTH)
+    return f"[{bar:<{BAR_WIDTH}}] {fraction:4.0%} {message}"
+
+
+class ProgressPrinter:
+    """Progress lines on stderr: every trial's start and outcome, and its requests at most every
+    ``every_s`` seconds (the first trial of a slow target takes minutes: it must not be silent)."""
+
+    def __init__(
+        self, every_s: float = PROGRESS_EVERY_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.every_s, self.clock, self.last = every_s, clock, -math.inf
+
+    def __call__(self, fraction: float, message: str) -> None:
+        now = self.clock()
+        in_trial = message.endswith(" done") and not message.startswith("capacity")
+        if in_trial and now - self.last < self.every_s:
+            return
+        self.last = now
+        print(progress_line(fraction, message), file=sys.stderr)
 
 
 def report(result: CapacityResult) -> str:
-    unit = "req/s" if result.load_kind == "rate" else "concurrent requests"
     lines = [
-        f"{'load':>10} {'verdict':>14} {'headroom':>9} {'fluid share':>12} {'tokens':>10} {'seconds':>8}"
+        f"{'load':>10} {'verdict':>14} {'headroom':>9} {'pass fraction [95% interval]':>29} {'tokens':>10} "
+        f"{'seconds':>8}"
     ]
     for trial in result.trials:
-        verdict = "pass" if trial.passed else f"fail ({trial.reason})"
-        share = trial.figures.get("fluid_share")
+        verdict = trial.verdict if trial.verdict != "fail" else f"fail ({trial.reason})"
         lines.append(
-            f"{trial.load:>10.4g} {verdict:>14} {trial.headroom:>9.3f} "
-            f"{(share if share is not None else math.nan):>12.3f} {trial.tokens:>10} {trial.duration_s:>8.1f}"
+            f"{trial.load:>10.4g} {verdict:>14} {trial.headroom:>9.3f} {_fraction(trial):>29} "
+            f"{trial.tokens:>10} {trial.duration_s:>8.1f}"
         )
-    if result.capacity is None:
-        lines.append(f"capacity: none: not even the lowest load tried passed ({result.stopped_by})")
-    else:
-        bound = "" if result.bracketed else " (at least: no failing load was reached)"
-        lines.append(f"capacity: {result.capacity:.4g} {unit}{bound}; search {result.stopped_by}")
+    lines.append(f"answer ({result.state}): {result_line(result)}")
+    if result.lower_bound is not None:
         rate, good = result.figure("fluid_token_rate"), result.figure("goodput_rate")
-        lines.append(f"fluid token rate at capacity: {_maybe(rate)} tokens/s; goodput {_maybe(good)} req/s")
+        lines.append(
+            f"at {result.lower_bound:.4g}: fluid token rate {_maybe(rate)} tokens/s; goodput {_maybe(good)} "
+            "req/s (requests meeting the SLO per second of offered load)"
+        )
+    lines += [_cost_line(at, point, result.state == "found") for at, point in result.costs().items()]
     lines.append(f"{len(result.trials)} trials, {result.tokens} tokens, {result.duration_s:.1f} s")
     return "\n".join(lines)
+
+
+def _fraction(trial: TrialReport) -> str:
+    share, bounds = trial.figures.get("fluid_share"), trial.figures.get("pass_interval")
+    if not isinstance(share, float):
+        return "-"
+    return f"{share:.1%} [{bounds[0]:.1%}, {bounds[1]:.1%}]" if bounds else f"{share:.1%}"
+
+
+def _cost_line(at: str, point: dict[str, float | None], found: bool) -> str:
+    where = "at the highest load tried"
+    if at == "capacity":
+        where = "at capacity" if found else "at the lower bound"
+    text = (
+        f"{where} ({point['load']:.4g}): fluid goodput {_maybe(point['fluid_goodput_tokens_per_s'])} tokens/s"
+    )
+    if point["fluid_tokens_per_gpu_second"] is not None:
+        text += f", {point['fluid_tokens_per_gpu_second']:.4g} fluid tokens per GPU-second"
+    if point["cost_per_million_fluid_tokens"] is not None:
+        text += f", {point['cost_per_million_fluid_tokens']:.4g} per million fluid tokens"
+    return text
 
 
 def _maybe(value: float | None) -> str:
@@ -223,16 +281,17 @@ async def _search(
     for line in facts.describe():
         print(line, file=sys.stderr)
     workload = workload_from_options(options, simulated, facts)
-
-    def show(trial: TrialReport) -> None:
-        if not options["json"]:
-            print(progress_line(trial, params), file=sys.stderr)
-
+    printer = ProgressPrinter() if not options["json"] else (lambda fraction, message: None)
+    progress = SearchProgress(params, printer)
     async with ProbeClient(settings) as client, worker_pool(params.workers, settings) as pool:
-        return await run_capacity_search(
-            params, search_settings(params, NO_CEILINGS), workload, slo, lambda: client, on_trial=show,
-            pool=pool,
+        result = await run_capacity_search(
+            params, search_settings(params, NO_CEILINGS, slo), workload, slo, lambda: client,
+            on_trial=progress.trial_done, pool=pool, time_budget_s=time_budget(params, NO_CEILINGS)
+            if params.time_budget_s is not None else DEFAULT_CLI_BUDGET_S, progress=progress,
         )  # fmt: skip
+    result.gpus, result.gpu_hour_price = options["gpus"], options["gpu_hour_price"]
+    progress.finished(result)
+    return result
 
 
 @contextlib.asynccontextmanager

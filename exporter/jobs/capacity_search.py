@@ -33,6 +33,22 @@ once described but never triggered) was measured on ``bench/capacity_bench.py``'
 nine starts each (0.15x to 3.5x the capacity): mean trials 5.26 -> 5.56, runs within 6 trials 99 -> 84
 of 108; bisecting after a missed "ends the search" trial: 5.44 and 88 of 108. Creeping is cheaper: most
 creeps end within two trials, and failing trials near the capacity stop early.
+
+Bounded, and said as found. A search ends: below ``floor`` (``min_load``) a failing load is not halved
+again ("the SLO is not met at any load we can offer"), above ``max_load`` it does not grow, and
+``max_trials`` (with the caller's token and time budgets) bound the rest. ``outcome`` names what it
+found: ``found`` (a confident pass below a confident failure, within the tolerance), ``lower_bound``
+(still passing when the ceiling or a budget stopped it), ``not_met`` (no load tried passed) or
+``inconclusive`` (the two ends are within the tolerance but one of them could not be told apart from
+the objective).
+
+Statistically honest. With ``required`` set (the share of requests that must meet the target), each
+load's verdict is judged from a confidence interval of its pass fraction (``exporter.stats.binomial``):
+a trial of 200 requests at p99 is decided by two or three of them, so an interval straddling the
+objective makes the load *inconclusive*. Trials at one load are pooled. Steering uses the point
+verdicts and the headroom, as before; but where the search would end, an inconclusive end is run again
+(``max_parts`` times per load at most) before the search believes it: a repeat there reduces the
+uncertainty of the answer most, and a repeat far from the answer would change nothing it reports.
 """
 
 from __future__ import annotations
@@ -40,12 +56,28 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+
+from exporter.stats.binomial import DEFAULT_CONFIDENCE, Interval, Method, Verdict, classify_fraction, interval
 
 MIN_RATE = 0.01  # requests/s: below this a rate search gives up ("no capacity")
 # Headroom is clipped to this range (the range ``exporter.stats.headroom`` searches) before its log is
 # taken: a trial whose every request failed has headroom 0.
 HEADROOM_RANGE = (1.0 / 64.0, 64.0)
 EDGE_GUARD = 0.1  # an interpolated load stays this share of the interval away from both ends
+MAX_PARTS = 3  # a load whose verdict is inconclusive where the search would end runs at most this often
+
+
+class State(StrEnum):
+    """What a search found (``capacity.json``, the jobs API and ``fluidity_capacity_state``)."""
+
+    FOUND = "found"  # a confident pass below a confident failure, within the tolerance: a measurement
+    LOWER_BOUND = "lower_bound"  # still passing when the ceiling, the trials or a budget stopped it
+    NOT_MET = "not_met"  # no load tried passed (down to the floor, or until a budget ran out)
+    INCONCLUSIVE = "inconclusive"  # bracketed within the tolerance, but an end straddles the objective
+
+
+STATES: tuple[State, ...] = tuple(State)
 
 
 @dataclass(frozen=True)
@@ -59,6 +91,11 @@ class SearchSettings:
     growth: float = 2.0
     max_growth: float = 4.0
     integer: bool = False
+    floor: float | None = None  # lowest load tried (None: 1 for concurrencies, MIN_RATE for rates)
+    required: float | None = None  # share of requests that must meet the target (None: point verdicts)
+    confidence: float = DEFAULT_CONFIDENCE
+    method: Method = "clopper-pearson"
+    max_parts: int = MAX_PARTS
 
     def __post_init__(self) -> None:
         if not 0.0 < self.start <= self.max_load:
@@ -71,19 +108,70 @@ class SearchSettings:
             raise ValueError(f"max_trials must be >= 1, got {self.max_trials}")
         if not 1.0 < self.growth <= self.max_growth:
             raise ValueError(f"growth must be in (1, max_growth], got {self.growth}")
+        if self.floor is not None and not 0.0 < self.floor <= self.start:
+            raise ValueError(f"floor must be in (0, start], got {self.floor} with start {self.start}")
 
     @property
     def min_load(self) -> float:
+        if self.floor is not None:
+            return self.floor
         return 1.0 if self.integer else MIN_RATE
 
 
 @dataclass(frozen=True)
 class Observation:
-    """One trial as the search sees it. ``headroom``: NaN when the trial measured nothing."""
+    """One trial as the search sees it. ``headroom``: NaN when the trial measured nothing.
+
+    ``successes`` of ``requests`` met the target (None: not counted, the point verdict decides);
+    ``objectives_met``: every other objective of the SLO held (those are judged as points)."""
 
     load: float
     passed: bool
     headroom: float
+    successes: int | None = None
+    requests: int | None = None
+    objectives_met: bool = True
+    parts: int = 1
+
+
+def pool(settings: SearchSettings, history: Sequence[Observation]) -> list[Observation]:
+    """Trials at one load merged into one observation (counts summed, headroom's geometric mean),
+    in order of first appearance. Without counts the load passes only if every trial at it passed."""
+    merged: dict[float, list[Observation]] = {}
+    for item in history:
+        merged.setdefault(item.load, []).append(item)
+    return [_merge(settings, parts) if len(parts) > 1 else parts[0] for parts in merged.values()]
+
+
+def _merge(settings: SearchSettings, parts: Sequence[Observation]) -> Observation:
+    objectives = all(p.objectives_met for p in parts)
+    logs = [_log(p.headroom) for p in parts if not math.isnan(p.headroom)]
+    headroom = math.exp(sum(logs) / len(logs)) if logs else math.nan
+    if settings.required is None or any(p.successes is None or not p.requests for p in parts):
+        return Observation(parts[0].load, all(p.passed for p in parts), headroom, parts=len(parts))
+    successes = sum(p.successes or 0 for p in parts)
+    requests = sum(p.requests or 0 for p in parts)
+    passed = objectives and successes >= math.ceil(settings.required * requests - 1e-9)
+    return Observation(parts[0].load, passed, headroom, successes, requests, objectives, len(parts))
+
+
+def verdict(settings: SearchSettings, item: Observation) -> Verdict:
+    """PASS, FAIL or INCONCLUSIVE: the pass fraction's interval against ``required`` (any other
+    objective missed fails it); without counts or ``required``, the point verdict."""
+    if settings.required is None or item.successes is None or not item.requests:
+        return Verdict.PASS if item.passed else Verdict.FAIL
+    if not item.objectives_met:
+        return Verdict.FAIL
+    return classify_fraction(
+        item.successes, item.requests, settings.required, settings.confidence, settings.method
+    )
+
+
+def pass_interval(settings: SearchSettings, item: Observation) -> Interval | None:
+    """The confidence interval of the load's pass fraction (None without counts)."""
+    if item.successes is None or not item.requests:
+        return None
+    return interval(item.successes, item.requests, settings.confidence, settings.method)
 
 
 @dataclass(frozen=True)
@@ -124,9 +212,10 @@ def next_load(settings: SearchSettings, history: Sequence[Observation]) -> float
         return None
     if not history:
         return _fit(settings, settings.start)
+    history = pool(settings, history)
     found = bracket(history)
     if converged(settings, found):
-        return None
+        return _confirm(settings, found)
     if found.high is None:
         assert found.low is not None  # history is not empty and nothing failed
         return _grow(settings, history, found.low)
@@ -135,10 +224,36 @@ def next_load(settings: SearchSettings, history: Sequence[Observation]) -> float
     return _narrow(settings, history, found.low, found.high)
 
 
+def _confirm(settings: SearchSettings, found: Bracket) -> float | None:
+    """The search would end here: run an end again while its verdict is inconclusive (the answer,
+    ``low``, first), unless it ran ``max_parts`` times already."""
+    for end in (found.low, found.high):
+        if (
+            end is not None
+            and verdict(settings, end) is Verdict.INCONCLUSIVE
+            and end.parts < settings.max_parts
+        ):
+            return end.load
+    return None
+
+
 def capacity(history: Sequence[Observation]) -> float | None:
-    """The answer of a search: the highest passing load below the lowest failing one (None if none)."""
+    """The highest passing load below the lowest failing one (None if none): the answer when the
+    outcome is ``found``, a lower bound otherwise."""
     low = bracket(history).low
     return low.load if low is not None else None
+
+
+def outcome(settings: SearchSettings, history: Sequence[Observation]) -> State:
+    """What the search found (its trials pooled by load)."""
+    found = bracket(pool(settings, history))
+    if found.low is None:
+        return State.NOT_MET
+    if not converged(settings, found):
+        return State.LOWER_BOUND
+    assert found.high is not None
+    confident = verdict(settings, found.low) is Verdict.PASS and verdict(settings, found.high) is Verdict.FAIL
+    return State.FOUND if confident else State.INCONCLUSIVE
 
 
 def _grow(settings: SearchSettings, history: Sequence[Observation], last: Observation) -> float | None:

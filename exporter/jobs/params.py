@@ -68,11 +68,16 @@ class CapacityParams:
     arrival: str = "poisson"  # an arrival spec without its rate: poisson, constant, gamma:cv=2
     start: float | None = None  # first load tried; None: 1 req/s or concurrency 1
     max_load: float | None = None  # never try above this; None: the limit (max_rate / max_concurrency)
+    # Never try below this: a failure here ends the search with "not met" (None: see search_settings)
+    min_load: float | None = None
     tolerance: float = 0.05
     max_trials: int = 8
     requests_per_trial: int = 200  # measured requests per trial, after the warm-up
     warmup_requests: int = 20
-    trial_duration_s: float | None = None  # also end a trial after this long (None: requests only)
+    # A trial ends after this long (None: 1.5x its planned send span + 60 s for rates, none for concurrency)
+    trial_duration_s: float | None = None
+    time_budget_s: float | None = None  # wall clock of the whole search (None: jobs.limits.max_duration_s)
+    confidence: float = 0.95  # of each trial's pass-fraction interval (inconclusive when it straddles)
     early_stop: bool = True  # stop a trial as soon as its outcome is decided
     seed: int = 0
     slo: SloSpec = field(default_factory=SloSpec)

@@ -115,11 +115,18 @@ def _capacity(sec: Section, limits: JobLimits) -> CapacityParams:
     load = cast(LoadKind, sec.choice("load", "rate", LOAD_KINDS))
     arrival = sec.read("arrival", CapacityParams.arrival, arrival_without_rate)
     start, max_load = _loads(sec, load, limits)
+    min_load = _load(sec, "min_load", load, limits)
+    if min_load is not None and start is not None and min_load > start:
+        sec.fail("min_load", f"{min_load:g} is above start ({start:g})")
     tolerance = sec.number("tolerance", CapacityParams.tolerance, 0.0, 0.5, low_open=True)
     max_trials = sec.integer("max_trials", min(CapacityParams.max_trials, limits.max_trials), minimum=1)
     _within(sec, "max_trials", max_trials, "max_trials", limits.max_trials)
     warmup, requests = _requests(sec, limits)
     trial_duration = _trial_duration(sec, limits)
+    budget = sec.opt_duration("time_budget_s", None)
+    if budget is not None:
+        _within(sec, "time_budget_s", budget, "max_duration", limits.max_duration_s)
+    confidence = sec.number("confidence", CapacityParams.confidence, 0.5, 0.999)
     slo = sec.section("slo", SLO_SPEC_KEYS)
     return CapacityParams(
         target=target,
@@ -128,11 +135,14 @@ def _capacity(sec: Section, limits: JobLimits) -> CapacityParams:
         arrival=arrival,
         start=start,
         max_load=max_load,
+        min_load=min_load,
         tolerance=tolerance,
         max_trials=max_trials,
         requests_per_trial=requests,
         warmup_requests=warmup,
         trial_duration_s=trial_duration,
+        time_budget_s=budget,
+        confidence=confidence,
         early_stop=sec.boolean("early_stop", CapacityParams.early_stop),
         seed=sec.integer("seed", CapacityParams.seed),
         slo=_slo(slo) if slo is not None else SloSpec(),

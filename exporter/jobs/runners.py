@@ -11,14 +11,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import math
 import secrets
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from exporter.config.model import Config, ShardsConfig, SloConfig, Target
 from exporter.jobs.capacity import CapacityResult, search_capacity
 from exporter.jobs.capacity_search import SearchSettings
+from exporter.jobs.drain import Busy, Drained, wait_drained
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
 from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, profile_prefill
@@ -36,6 +37,15 @@ from exporter.report.summary import DeadlinePolicy
 from exporter.stats.slo import DECODE_TIERS
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}
+# The default floor of a rate search: the rate at which one trial's requests take this long to send. A
+# search descending below it would plan trials of tens of minutes (seen in CI: 35 minutes at 0.0625
+# req/s), and an operator would rather read "not met at any load we can offer".
+FLOOR_TRIAL_S = 900.0
+# A trial's default time limit: its planned send span times this, plus a tail for the last requests.
+TRIAL_SPAN_FACTOR, TRIAL_TAIL_S = 1.5, 60.0
+BUDGET_SHARE = 0.9  # the default search budget: this share of jobs.limits.max_duration_s
+REPEAT_SEED_STEP = 7919  # seed offset of each repeat at one load (a prime: no overlap with seed + 1)
+EXPECTED_TRIALS = 6  # for progress: a search's typical trials (the bench's mean is 5.4)
 PROFILE_START_DELAY_S = 0.05  # a profile's request waits this long for its shard to start it
 # A profile keeps the minimum TTFT of its repeats, which a late stamp cannot lower, and its in-process
 # form does not judge saturation either: a shard's flagged result is kept (the flag stays on it).
@@ -55,6 +65,10 @@ class JobEnvironment(Protocol):
     def deadline_policy(self, target: str) -> DeadlinePolicy: ...
 
     def store_profile(self, target: str, profile: PrefillProfile) -> None: ...
+
+    async def engine_busy(self, target: str) -> float | None:
+        """Requests running + waiting in the target's engine from a fresh scrape of its metrics (None
+        without engine metrics or when the scrape fails)."""
 
     async def wait_idle(self, target: str) -> None:
         """Until no probe of ours is in flight to ``target`` (new ones are paused by then)."""
@@ -88,12 +102,33 @@ def decode_deadline(spec: SloSpec, configured: SloConfig) -> float:
     return tiers[spec.decode_tier]
 
 
-def search_settings(params: CapacityParams, limits: JobLimits) -> SearchSettings:
+def search_settings(params: CapacityParams, limits: JobLimits, slo: TrialSlo | None = None) -> SearchSettings:
+    """The search's bounds: ``start`` within ``[floor, max_load]``; with ``slo``, its verdicts are
+    judged by the pass fraction's interval at the SLO's percentile and the job's confidence."""
     concurrency = params.load == "concurrency"
     ceiling = float(limits.max_concurrency if concurrency else limits.max_rate)
     max_load = min(params.max_load or ceiling, ceiling)
     start = min(params.start or DEFAULT_START[params.load], max_load)
-    return SearchSettings(start, max_load, params.tolerance, params.max_trials, integer=concurrency)
+    return SearchSettings(
+        start, max_load, params.tolerance, params.max_trials, integer=concurrency,
+        floor=min(default_floor(params), start), required=None if slo is None else slo.required,
+        confidence=params.confidence,
+    )  # fmt: skip
+
+
+def default_floor(params: CapacityParams) -> float:
+    """``min_load``, else concurrency 1, else the rate at which a trial takes ``FLOOR_TRIAL_S`` to send."""
+    if params.min_load is not None:
+        return params.min_load
+    if params.load == "concurrency":
+        return 1.0
+    return (params.warmup_requests + params.requests_per_trial) / FLOOR_TRIAL_S
+
+
+def time_budget(params: CapacityParams, limits: JobLimits) -> float:
+    """``time_budget_s``, else a share of the job's ``max_duration_s`` (which fails a job outright)."""
+    share = limits.max_duration_s * BUDGET_SHARE
+    return min(params.time_budget_s, share) if params.time_budget_s is not None else share
 
 
 def module_of(params: CapacityParams, target: Target) -> str:
@@ -132,16 +167,21 @@ def capacity_runner(env: JobEnvironment) -> Runner:
         client = env.client_for(target.name)
         await model_of(client)
         await env.wait_idle(target.name)
-        remote = config.jobs.shards
+        remote, limits = config.jobs.shards, env.job_limits()
+        progress = SearchProgress(params, ctx.progress)
         async with job_shards(remote, config.jobs.api_token, params.workers, env, client) as pool:
             result = await run_capacity_search(
-                params, search_settings(params, env.job_limits()), workload, slo,
-                lambda: env.client_for(target.name), budget=TokenBudget(env.job_limits().max_tokens),
-                on_trial=_reporter(ctx, params), pool=pool,
+                params, search_settings(params, limits, slo), workload, slo,
+                lambda: env.client_for(target.name), budget=TokenBudget(limits.max_tokens),
+                on_trial=_reporter(ctx, progress), pool=pool,
                 shard_url=remote.url_for(target.name) if remote is not None else None,
+                time_budget_s=time_budget(params, limits), progress=progress,
+                busy=lambda: env.engine_busy(target.name),
             )  # fmt: skip
         if not result.trials:
             raise JobFailedError(result.stopped_by)
+        result.gpus, result.gpu_hour_price = target.gpus, target.gpu_hour_price
+        progress.finished(result)
         return {"target": target.name, "module": module, **shards_used(pool), **result.to_dict()}
 
     return run
@@ -158,33 +198,49 @@ async def run_capacity_search(
     on_trial: Callable[[TrialReport], None] | None = None,
     pool: ShardPool | None = None,
     shard_url: str | None = None,
+    time_budget_s: float | None = None,
+    progress: SearchProgress | None = None,
+    busy: Busy | None = None,
 ) -> CapacityResult:
     """A whole search (the daemon's job and the CLI share it). ``client()`` is asked for the target's
     client at every send: a reload that changes the target's settings swaps it mid-search. With a
     ``pool`` every trial is sharded over its shards (worker processes or pods), which reach the target
-    at ``shard_url`` when given (pods of their own cannot use a sidecar's loopback)."""
+    at ``shard_url`` when given (pods of their own cannot use a sidecar's loopback). Every trial after
+    the first waits for a drained engine (``busy``: its running + waiting requests) and ends at its time
+    limit; the search ends at ``time_budget_s``."""
     salt = secrets.randbits(40)  # fresh prompt texts per search: no prefix cache from an earlier one
 
-    def plan(index: int, load: float, may_stop: bool) -> TrialPlan:
-        return plan_trial(
+    repeats: Counter[float] = Counter()  # trials so far at each load
+
+    def plan(index: int, load: float, may_stop: bool, time_left: float | None = None) -> TrialPlan:
+        # A repeat at a load draws new lengths and gaps: the same ones would only replay the same sample.
+        seed = params.seed + REPEAT_SEED_STEP * repeats[load]
+        planned = plan_trial(
             workload, load, concurrency=params.load == "concurrency", arrival=params.arrival,
-            warmup=params.warmup_requests, requests=params.requests_per_trial, seed=params.seed,
+            warmup=params.warmup_requests, requests=params.requests_per_trial, seed=seed,
             salt=salt + index * 1_000_000, duration_s=params.trial_duration_s, early_stop=may_stop,
         )  # fmt: skip
+        return dataclasses.replace(planned, time_limit_s=trial_time_limit(planned, params, time_left))
 
     async def send(
         spec: RequestSpec, at: float | None, started: Callable[[ProbeResult], None]
     ) -> ProbeResult:
         return await client().send(spec, at, on_start=started)
 
-    async def trial(index: int, load: float, may_stop: bool) -> TrialReport:
+    async def trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+        planned = plan(index, load, may_stop, time_left)
+        repeats[load] += 1
+        if progress is not None:
+            progress.started(index, load, planned)
         if pool is not None:
             settings = client().settings
             if shard_url is not None:
                 settings = dataclasses.replace(settings, base_url=shard_url)
-            report = await run_sharded_trial(index, plan(index, load, may_stop), slo, pool, settings)
+            report = await run_sharded_trial(index, planned, slo, pool, settings)
         else:
-            report = await run_trial(index, plan(index, load, may_stop), slo, send)
+            report = await run_trial(
+                index, planned, slo, send, progress.request_done if progress is not None else None
+            )
         if budget is not None:
             budget.spent += report.tokens
         return report
@@ -201,11 +257,26 @@ async def run_capacity_search(
     def afford(load: float) -> str | None:
         return budget.refusal(worst_case) if budget is not None else None
 
+    async def drain() -> Drained:
+        return await wait_drained(busy)
+
     await client().resolve_model()
     return await search_capacity(
         settings, trial, load_kind=params.load, slo=slo.describe(), on_trial=on_trial, afford=afford,
-        early_stop=params.early_stop,
+        early_stop=params.early_stop, time_budget_s=time_budget_s, drain=drain,
     )  # fmt: skip
+
+
+def trial_time_limit(plan: TrialPlan, params: CapacityParams, time_left: float | None) -> float | None:
+    """``trial_duration_s``, else for an open loop its planned send span x 1.5 + 60 s; never more than
+    the search's time left. A concurrency trial without either has no limit of its own (the job's
+    ``max_duration_s`` still ends it)."""
+    limit = params.trial_duration_s
+    if limit is None and plan.offsets is not None and len(plan.offsets):
+        limit = float(plan.offsets[-1]) * TRIAL_SPAN_FACTOR + TRIAL_TAIL_S
+    if time_left is not None:
+        limit = time_left if limit is None else min(limit, time_left)
+    return limit
 
 
 async def model_of(client: ProbeClient) -> str:
@@ -216,17 +287,78 @@ async def model_of(client: ProbeClient) -> str:
         raise JobFailedError(f"the target did not answer: {exc}") from None
 
 
-def _reporter(ctx: JobContext, params: CapacityParams) -> Callable[[TrialReport], None]:
+def _reporter(ctx: JobContext, progress: SearchProgress) -> Callable[[TrialReport], None]:
     def report(trial: TrialReport) -> None:
         ctx.add_step(trial.to_dict())
-        verdict = "pass" if trial.passed else f"fail ({trial.reason})"
-        headroom = f"{trial.headroom:.2f}" if math.isfinite(trial.headroom) else "-"
-        ctx.progress(
-            min(trial.index / params.max_trials, 0.99),
-            f"trial {trial.index}: {trial.load:.4g} {params.load} {verdict}, headroom {headroom}",
-        )
+        progress.trial_done(trial)
 
     return report
+
+
+class SearchProgress:
+    """Requests done across the search's expected total (``EXPECTED_TRIALS`` trials, or as many as
+    started), told to ``report(fraction, message)`` as requests finish: a line per trial, and 1.0 with
+    the answer at the end."""
+
+    def __init__(self, params: CapacityParams, report: Callable[[float, str], None]) -> None:
+        self.params, self.report = params, report
+        self.expected = min(EXPECTED_TRIALS, params.max_trials)
+        self.index, self.planned, self.done = 0, 1, 0
+        self.line = ""
+
+    def started(self, index: int, load: float, plan: TrialPlan) -> None:
+        self.index, self.planned, self.done = index, max(len(plan.specs), 1), 0
+        limit = f", at most {plan.time_limit_s:.0f} s" if plan.time_limit_s is not None else ""
+        self.line = (
+            f"trial {index}/{self.params.max_trials}: {load:.4g} {self.params.load}, "
+            f"{len(plan.specs)} requests{limit}"
+        )
+        self.report(self.fraction(), self.line)
+
+    def request_done(self, result: ProbeResult) -> None:
+        self.done += 1
+        self.report(self.fraction(), f"{self.line}: {self.done}/{self.planned} done")
+
+    def fraction(self) -> float:
+        trials = max(self.expected, self.index)
+        return min((self.index - 1 + min(self.done / self.planned, 1.0)) / trials, 0.99)
+
+    def trial_done(self, trial: TrialReport) -> None:
+        self.done = self.planned
+        self.report(self.fraction(), trial_line(trial, self.params.load))
+
+    def finished(self, result: CapacityResult) -> None:
+        self.report(1.0, result_line(result))
+
+
+def trial_line(trial: TrialReport, load_kind: str) -> str:
+    """One trial as an operator reads it: load, pass fraction with its interval, verdict, tokens."""
+    bounds = trial.figures.get("pass_interval")
+    share = trial.figures.get("fluid_share")
+    fraction = f"{share:.1%}" if isinstance(share, float) else "-"
+    if bounds:
+        fraction += f" [{bounds[0]:.1%}, {bounds[1]:.1%}]"
+    verdict = trial.verdict if trial.passed or trial.verdict != "fail" else f"fail ({trial.reason})"
+    ended = {"early_stop": ", stopped early", "time_limit": ", time limit"}.get(trial.ended_by, "")
+    return (
+        f"trial {trial.index}: {trial.load:.4g} {load_kind}, pass fraction {fraction}, {verdict}, "
+        f"{trial.tokens} tokens, {trial.duration_s:.1f} s{ended}"
+    )
+
+
+def result_line(result: CapacityResult) -> str:
+    """The answer in one line, said exactly as found."""
+    unit = "req/s" if result.load_kind == "rate" else "concurrent"
+    low, high = result.lower_bound, result.upper_bound
+    if result.state == "found":
+        return f"capacity {low:.4g} {unit} (fails at {high:.4g}); {result.stopped_by}"
+    if result.state == "lower_bound":
+        return f"capacity at least {low:.4g} {unit} (stopped by {result.stopped_by})"
+    if result.state == "inconclusive":
+        return (
+            f"capacity inconclusive: between {low:.4g} and {high:.4g} {unit}, an end straddles the objective"
+        )
+    return f"capacity none: the SLO is not met at any load tried (stopped by {result.stopped_by})"
 
 
 # -- worker processes and shards ----------------------------------------------------------------------

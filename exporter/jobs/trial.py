@@ -12,9 +12,16 @@ prefix cache cannot answer a later trial from an earlier one.
 The verdict (``judge``) is a pure function of the results. A request counts against the SLO when it
 failed (error, timeout, no tokens) or its fluidity-index at ``Dp``/``Dd`` is below the target; the
 trial passes when at least ``percentile`` % of its measured requests count for it and every added
-objective and goodput floor holds. With ``early_stop`` a trial ends as soon as more measured requests
-have failed the target than the whole trial may have (``exporter.stats.headroom.decided_failure``):
-its remaining sends are cancelled and the verdict is the one the full trial would have given.
+objective and goodput floor holds. That point verdict steers the search; beside it the trial reports
+the confidence interval of its pass fraction (``exporter.stats.binomial``, at ``TrialSlo.confidence``)
+and a statistical verdict: pass, fail, or inconclusive when the interval straddles the objective.
+
+With ``early_stop`` a trial ends as soon as its failures make it a *confident* failure even if every
+request still to come met the target (``exporter.stats.headroom.decided_failure`` with a confidence):
+the same confidence a full trial needs, so two slow requests never decide a verdict. Its remaining
+sends are cancelled. A trial also ends at its time limit (``TrialPlan.time_limit_s``); either way the
+unfinished requests that already waited too long for a first token count as failed and the others
+are left out.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from exporter.probe.target import RequestSpec
 from exporter.report.summary import COMPLETED, DeadlinePolicy, EvaluationSpec, measure, metric_values
 from exporter.stats.accounting import FluidityOptions
 from exporter.stats.batch import FloatArray
+from exporter.stats.binomial import DEFAULT_CONFIDENCE, classify_fraction, clopper_pearson_interval
 from exporter.stats.deadline_loop import loop_request
 from exporter.stats.distribution import nearest_rank
 from exporter.stats.fluidity import fluid_token_rate
@@ -68,6 +76,12 @@ class TrialSlo:
     objectives: tuple[Slo, ...] = ()
     goodput: GoodputBounds | None = None
     min_goodput_ratio: float | None = None
+    confidence: float = DEFAULT_CONFIDENCE  # of a trial's pass-fraction interval (Clopper-Pearson)
+
+    @property
+    def required(self) -> float:
+        """The share of requests that must reach the target fluidity."""
+        return self.percentile / 100.0
 
     def describe(self) -> dict[str, Any]:
         prefill = self.deadlines.describe()["prefill"]
@@ -80,6 +94,7 @@ class TrialSlo:
             "objectives": [str(slo) for slo in self.objectives],
             "goodput": None if self.goodput is None else vars(self.goodput),
             "min_goodput_ratio": self.min_goodput_ratio,
+            "confidence": self.confidence,
         }
 
     def request_fails(self, result: ProbeResult) -> bool:
@@ -139,13 +154,17 @@ def judge(results: Sequence[ProbeResult], slo: TrialSlo, given_up: Sequence[floa
     objective_rows = _objectives(values, failed, slo)
     checks += [row["met"] for row in objective_rows]
     headrooms += [row["headroom"] for row in objective_rows]
-    good = _goodput(values, len(scores), slo, duration_s)
+    offered = offered_rate(results)
+    good = _goodput(values, len(scores), slo, offered)
     if good["met"] is not None:
         checks.append(good["met"])
         headrooms.append(good["headroom"])
     passed = all(checks)
+    fluid = int(np.count_nonzero(scores >= slo.target_fluidity))
     figures = {
         "requests": len(scores),
+        "fluid_requests": fluid,
+        **_statistics(fluid, len(scores), all(checks[1:]), slo),
         "duration_s": duration_s,
         "completed": len(done.results),
         "failed": failed,
@@ -153,10 +172,50 @@ def judge(results: Sequence[ProbeResult], slo: TrialSlo, given_up: Sequence[floa
         "fluid_share": fluid_share,
         "fluidity_at_percentile": nearest_rank(scores, slo.percentile / 100.0, largest=True),
         "fluid_token_rate": _fluid_rate(done, slo),
+        "offered_rate_per_s": offered,
+        "fluid_goodput_tokens_per_s": _fluid_goodput_tokens(
+            done.results, fluidity, len(scores), slo, offered
+        ),
         "objectives": objective_rows,
         "goodput": good,
     }
     return Verdict(passed, _reason(passed, errors, len(scores), slo), min(headrooms), figures)
+
+
+def _statistics(fluid: int, total: int, others_met: bool, slo: TrialSlo) -> dict[str, Any]:
+    """The pass fraction's confidence interval and the verdict it supports (any other objective
+    missed makes it a failure, judged as a point)."""
+    if total == 0:
+        return {"pass_interval": None, "verdict": "fail"}
+    bounds = clopper_pearson_interval(fluid, total, slo.confidence)
+    verdict = classify_fraction(fluid, total, slo.required, slo.confidence) if others_met else "fail"
+    return {"pass_interval": [bounds.low, bounds.high], "verdict": str(verdict)}
+
+
+def offered_rate(results: Sequence[ProbeResult]) -> float:
+    """Requests per second as sent: (n - 1) over the span from the first measured send to the last
+    (scheduled times for an open loop). NaN with fewer than two sends."""
+    starts = sorted(
+        t
+        for t in (r.scheduled_at if r.scheduled_at is not None else r.sent_at for r in results)
+        if t is not None
+    )
+    if len(starts) < 2 or starts[-1] <= starts[0]:
+        return math.nan
+    return (len(starts) - 1) / (starts[-1] - starts[0])
+
+
+def _fluid_goodput_tokens(
+    completed: Sequence[ProbeResult], fluidity: FloatArray, total: int, slo: TrialSlo, offered: float
+) -> float:
+    """Output tokens per second of the requests that met the target: their tokens per measured request
+    times the offered rate (the tokens a steady stream at this load serves within the SLO)."""
+    if total == 0 or not math.isfinite(offered):
+        return math.nan
+    tokens = sum(
+        r.output_tokens for r, f in zip(completed, fluidity.tolist(), strict=True) if f >= slo.target_fluidity
+    )
+    return tokens / total * offered
 
 
 def measured_span(results: Sequence[ProbeResult]) -> float:
@@ -211,10 +270,12 @@ def _ratio_headroom(observed: float, threshold: float, higher_is_better: bool) -
 
 
 def _goodput(
-    values: Mapping[SloMetric, FloatArray], total: int, slo: TrialSlo, duration_s: float
+    values: Mapping[SloMetric, FloatArray], total: int, slo: TrialSlo, offered: float
 ) -> dict[str, Any]:
     """Requests meeting every goodput bound (without bounds: fluid requests), of all measured ones;
-    a check only with ``min_goodput_ratio``."""
+    a check only with ``min_goodput_ratio``. Its rate is per second of offered load: the ratio times
+    the rate the requests were sent at (over the span from first to last end, as it once was, the
+    drain of the last requests diluted it: 6.5 req/s at a capacity of 11.2 with every request good)."""
     bounds = slo.goodput or GoodputBounds(min_fluidity=slo.target_fluidity)
     completed = len(values[SloMetric.FLUIDITY])
     good = goodput(bounds, values, 1.0).good if completed else 0
@@ -225,7 +286,7 @@ def _goodput(
         "good": good,
         "total": total,
         "ratio": ratio,
-        "rate_per_s": good / duration_s if duration_s > 0 else math.nan,
+        "rate_per_s": ratio * offered if total else math.nan,
         "min_ratio": floor,
         "met": None if floor is None else ratio >= floor,
         "headroom": None if floor is None else _ratio_headroom(ratio, floor, True),
@@ -259,6 +320,7 @@ class TrialPlan:
     concurrency: int | None = None  # closed loop
     duration_s: float | None = None
     early_stop: bool = True
+    time_limit_s: float | None = None  # the trial ends after this long, whatever is in flight
 
     @property
     def measured(self) -> int:
@@ -286,6 +348,10 @@ class TrialReport:
     duration_s: float
     tokens: int
     stopped_early: bool = False
+    planned: int = 0  # measured requests planned
+    ended_by: str = "requests"  # "requests" (all sent and done), "early_stop" or "time_limit"
+    drain_wait_s: float = 0.0  # waited for a drained engine before it
+    drained_by: str | None = None  # how that wait ended (``exporter.jobs.drain.Drained.how``)
 
     @classmethod
     def of(
@@ -294,8 +360,30 @@ class TrialReport:
         """A report from a trial's verdict and what it cost."""
         return cls(
             index, load, verdict.passed, verdict.reason, verdict.headroom, verdict.figures, sent, duration_s,
-            tokens, early,
+            tokens, early, ended_by="early_stop" if early else "requests",
         )  # fmt: skip
+
+    def counts(self) -> tuple[int, int] | None:
+        """(requests that met the target, requests) for the pass-fraction interval. A trial stopped
+        early counts as if every request it did not wait for had met the target: the stop rule made
+        it a confident failure even then."""
+        total, fluid = self.figures.get("requests"), self.figures.get("fluid_requests")
+        if not isinstance(total, int) or not isinstance(fluid, int) or total == 0:
+            return None
+        if self.ended_by == "early_stop" and self.planned > total:
+            return self.planned - (total - fluid), self.planned
+        return fluid, total
+
+    def objectives_met(self) -> bool:
+        """Every objective besides the fluidity percentile held (goodput floor included)."""
+        rows = self.figures.get("objectives") or []
+        good = (self.figures.get("goodput") or {}).get("met")
+        return all(row.get("met") for row in rows) and good is not False
+
+    @property
+    def verdict(self) -> str:
+        """ "pass", "fail" or "inconclusive" (the pass fraction's interval against the objective)."""
+        return str(self.figures.get("verdict") or ("pass" if self.passed else "fail"))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -308,6 +396,11 @@ class TrialReport:
             "duration_s": self.duration_s,
             "tokens": self.tokens,
             "stopped_early": self.stopped_early,
+            "planned": self.planned,
+            "ended_by": self.ended_by,
+            "drain_wait_s": self.drain_wait_s,
+            "drained_by": self.drained_by,
+            "verdict": self.verdict,
             "figures": _json_ready(self.figures),
         }
 
@@ -363,7 +456,7 @@ class Tally:
     def _failed(self, result: ProbeResult) -> None:
         self.failed.add(id(result))
         if self.plan.early_stop and decided_failure(
-            len(self.failed), self.plan.measured, self.slo.percentile
+            len(self.failed), self.plan.measured, self.slo.percentile, self.slo.confidence
         ):
             self.decided.set()
 
@@ -390,6 +483,7 @@ def plan_trial(
     salt: int,
     duration_s: float | None = None,
     early_stop: bool = True,
+    time_limit_s: float | None = None,
 ) -> TrialPlan:
     """The specs and schedule of a trial at ``load``: the same lengths and unit-rate gaps for every
     trial of a search (``seed``), unique prompt texts per trial (``salt``)."""
@@ -404,14 +498,21 @@ def plan_trial(
             workload, list(zip(prompts.tolist(), outputs.tolist(), strict=True)), salt=salt
         )
     if concurrency:
-        return TrialPlan(load, tuple(specs), warmup, None, int(load), duration_s, early_stop)
+        return TrialPlan(load, tuple(specs), warmup, None, int(load), duration_s, early_stop, time_limit_s)
     unit = parse_arrival_spec(f"{arrival}:rate=1" if ":" not in arrival else f"{arrival},rate=1")
     offsets = unit.offsets(len(specs), np.random.default_rng(seed + 1)) / load
-    return TrialPlan(load, tuple(specs), warmup, offsets, None, duration_s, early_stop)
+    return TrialPlan(load, tuple(specs), warmup, offsets, None, duration_s, early_stop, time_limit_s)
 
 
-async def run_trial(index: int, plan: TrialPlan, slo: TrialSlo, send: StartedSend) -> TrialReport:
-    """Send ``plan`` through ``send(spec, scheduled_at, on_start)`` and judge it."""
+async def run_trial(
+    index: int,
+    plan: TrialPlan,
+    slo: TrialSlo,
+    send: StartedSend,
+    on_result: Callable[[ProbeResult], None] | None = None,
+) -> TrialReport:
+    """Send ``plan`` through ``send(spec, scheduled_at, on_start)`` and judge it (``on_result``: each
+    result as it comes, for progress)."""
     tally = Tally(plan, slo)
     # By session: a warm-up session's later turns are warm-up too (single requests are their own).
     warm = {spec.session or spec.request_id or id(spec) for spec in plan.specs[: plan.warmup]}
@@ -434,23 +535,37 @@ async def run_trial(index: int, plan: TrialPlan, slo: TrialSlo, send: StartedSen
             duration=plan.duration_s,
             target_rate=None if plan.offsets is None else plan.load,
             from_scheduled=True,
-            on_result=tally.on_result,
+            on_result=_both(tally.on_result, on_result),
         )
     )
     try:
-        stopped_early = await _until_done_or_decided(load, tally.decided)
+        ended_by = await _until_done_or_decided(load, tally.decided, plan.time_limit_s)
     finally:
         if watcher is not None:
             watcher.cancel()
     now = time.perf_counter()
-    if stopped_early:
+    if ended_by != "requests":
         verdict = judge(list(tally.measured), slo, tally.given_up(now))
     else:
         verdict = judge(_measured_in_order(load.result().results), slo)
-    duration = now - began
-    return TrialReport.of(
-        index, plan.load, verdict, len(tally.started), duration, tally.tokens(), stopped_early
+    report = TrialReport.of(
+        index, plan.load, verdict, len(tally.started), now - began, tally.tokens(), ended_by == "early_stop"
     )
+    report.planned, report.ended_by = plan.measured, ended_by
+    return report
+
+
+def _both(
+    first: Callable[[ProbeResult], None], second: Callable[[ProbeResult], None] | None
+) -> Callable[[ProbeResult], None]:
+    if second is None:
+        return first
+
+    def both(result: ProbeResult) -> None:
+        first(result)
+        second(result)
+
+    return both
 
 
 async def watch(tally: Tally, every_s: float = WATCH_INTERVAL_S) -> None:
@@ -459,11 +574,14 @@ async def watch(tally: Tally, every_s: float = WATCH_INTERVAL_S) -> None:
         tally.check_waiting(time.perf_counter())
 
 
-async def _until_done_or_decided(load: asyncio.Future[Any], decided: asyncio.Event) -> bool:
-    """Wait for the load to end; cancel it once the verdict is decided. True when stopped early."""
+async def _until_done_or_decided(
+    load: asyncio.Future[Any], decided: asyncio.Event, limit_s: float | None = None
+) -> str:
+    """Wait for the load to end; cancel it once the verdict is decided or the time limit is reached.
+    Says which: "requests", "early_stop" or "time_limit"."""
     waiter = asyncio.ensure_future(decided.wait())
     try:
-        await asyncio.wait({load, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({load, waiter}, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
         await _stop(load)  # the job was cancelled: no request may outlive it
         raise
@@ -471,9 +589,9 @@ async def _until_done_or_decided(load: asyncio.Future[Any], decided: asyncio.Eve
         waiter.cancel()
     if load.done():
         load.result()  # a bug in a send surfaces here
-        return False
+        return "requests"
     await _stop(load)
-    return True
+    return "early_stop" if decided.is_set() else "time_limit"
 
 
 async def _stop(load: asyncio.Future[Any]) -> None:

@@ -6,7 +6,8 @@ dense sweep of loads as ground truth and the tests can compare searches determin
 are ``ProbeResult`` objects stamped with virtual times, judged by exactly the code that judges live
 trials (``exporter.jobs.trial.judge``). Open loop (rates) only.
 
-Early stopping is replayed exactly: each measured request is certain to fail at its finish (a failed or
+A trial's time limit (``TrialPlan.time_limit_s``) ends it on the virtual clock as it would end a live
+one. Early stopping is replayed exactly: each measured request is certain to fail at its finish (a failed or
 non-fluid request) or at the end of its give-up wait (no first token by then), whichever comes first;
 the trial ends at the moment the rule is met, so it spends only the prompts sent and the output tokens
 generated before then, and is judged on what a live trial would have seen at that moment.
@@ -76,6 +77,9 @@ def virtual_trial(index: int, plan: TrialPlan, slo: TrialSlo, engine: Engine) ->
     measured = [r for r in results if r.extra["measured"]]
     stop_at = _decision_time(measured, plan, slo) if plan.early_stop else None
     end = max((r.finished_at or 0.0) for r in results) if results else 0.0
+    ended_by = "early_stop" if stop_at is not None else "requests"
+    if plan.time_limit_s is not None and min(stop_at or end, end) > plan.time_limit_s:
+        stop_at, ended_by = plan.time_limit_s, "time_limit"
     given_up: list[float] = []
     if stop_at is not None:
         end = stop_at
@@ -84,13 +88,15 @@ def virtual_trial(index: int, plan: TrialPlan, slo: TrialSlo, engine: Engine) ->
     verdict = judge(measured, slo, given_up)
     sent = [r for r in results if (r.scheduled_at or 0.0) <= end]
     tokens = sum(_tokens_by(r, end) for r in sent)
-    return TrialReport.of(index, plan.load, verdict, len(sent), end, tokens, stop_at is not None)
+    report = TrialReport.of(index, plan.load, verdict, len(sent), end, tokens, ended_by == "early_stop")
+    report.planned, report.ended_by = plan.measured, ended_by
+    return report
 
 
 def _decision_time(measured: list[ProbeResult], plan: TrialPlan, slo: TrialSlo) -> float | None:
     moments = sorted(t for t in (_certain_failure(r, slo) for r in measured) if t is not None)
     for count, moment in enumerate(moments, start=1):
-        if decided_failure(count, plan.measured, slo.percentile):
+        if decided_failure(count, plan.measured, slo.percentile, slo.confidence):
             return moment
     return None
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from exporter.stats.accounting import FluidityOptions
 from exporter.stats.batch import FloatArray, IntervalBatch
+from exporter.stats.binomial import Verdict, classify_fraction
 from exporter.stats.distribution import nearest_rank, nearest_rank_index
 from exporter.stats.fluidity import evaluate
 
@@ -88,16 +89,24 @@ def allowed_failures(requests: int, percentile: float) -> int:
     return requests - nearest_rank_index(requests, percentile / 100.0)
 
 
-def decided_failure(failures: int, planned: int, percentile: float) -> bool:
+def decided_failure(failures: int, planned: int, percentile: float, confidence: float | None = None) -> bool:
     """The early-stopping rule for a failing trial: once more requests have missed the target than the
     whole trial of ``planned`` requests may miss, no outcome of the rest can make it pass.
 
-    This is a certainty, not a test: a trial stopped by it reports exactly the verdict the full trial
-    would have reported. (Stopping a *passing* trial early cannot be justified this way before nearly
+    This is a certainty about the trial's point verdict: a trial stopped by it reports exactly the
+    verdict the full trial would have reported. It is not a confident verdict about the target: at p99
+    over 120 requests two misses decide it. With ``confidence`` the rule also needs the failure to be
+    confident even if every other request met the target: the Clopper-Pearson interval of
+    ``planned - failures`` successes of ``planned`` lies wholly below ``percentile`` % (about 7 misses
+    of 200 at p99 and 95%), the confidence a full trial's failure needs. (Stopping a *passing* trial early cannot be justified this way before nearly
     every request is in: at p99 even zero misses in 299 requests leave the 95% upper bound on the
     miss rate above 1%, so passing trials run to the end.)
     """
-    return failures > allowed_failures(planned, percentile)
+    certain = failures > allowed_failures(planned, percentile)
+    if confidence is None or not certain:
+        return certain
+    successes = max(planned - failures, 0)
+    return classify_fraction(successes, planned, percentile / 100.0, confidence) is Verdict.FAIL
 
 
 def give_up_wait(

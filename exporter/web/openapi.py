@@ -85,6 +85,7 @@ def _capacity(schema: dict[str, Any], targets: Mapping[str, tuple[str, ...]], li
     props["requests_per_trial"]["maximum"] = ceiling
     props["warmup_requests"]["maximum"] = ceiling - props["requests_per_trial"]["minimum"]
     props["trial_duration_s"].update(_seconds(low_open=True, maximum=limits.max_duration_s))
+    props["time_budget_s"].update(_seconds(low_open=True, maximum=limits.max_duration_s))
     props["arrival"]["pattern"] = ARRIVAL_PATTERN
     props["seed"]["minimum"] = 0
     props["workers"]["maximum"] = limits.max_workers
@@ -102,8 +103,8 @@ def _capacity(schema: dict[str, Any], targets: Mapping[str, tuple[str, ...]], li
     conditions.append(
         {
             "if": concurrency,
-            "then": {"properties": {"start": whole, "max_load": whole}},
-            "else": {"properties": {"start": rate, "max_load": rate}},
+            "then": {"properties": {"start": whole, "max_load": whole, "min_load": whole}},
+            "else": {"properties": {"start": rate, "max_load": rate, "min_load": rate}},
         }
     )
     schema["allOf"] = conditions

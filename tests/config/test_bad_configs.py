@@ -33,7 +33,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "unknown-target-key": (
         "targets:\n  - name: a\n    url: http://h:8000\n    urll: http://x\n",
         [
-            'targets[0]: unknown key "urll"; valid: api, api_key, budget, engine_metrics, extra_body, gateway_metrics, headers, model, modules, name, simulated, slo, timeouts, tls, url'
+            'targets[0]: unknown key "urll"; valid: api, api_key, budget, engine_metrics, extra_body, gateway_metrics, gpu_hour_price, gpus, headers, model, modules, name, simulated, slo, timeouts, tls, url'
         ],
     ),
     "unknown-timeouts-key": (
@@ -491,7 +491,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "job-schedule-params-problems": (
         J + "{target: a, max_load: 50, slo: {decode_tier: fast}, speed: 1}}\n",
         [
-            'jobs.schedules[0].params: unknown key "speed"; valid: arrival, early_stop, load, max_load, max_trials, module, requests_per_trial, seed, slo, start, target, tolerance, trial_duration_s, warmup_requests, workers',
+            'jobs.schedules[0].params: unknown key "speed"; valid: arrival, confidence, early_stop, load, max_load, max_trials, min_load, module, requests_per_trial, seed, slo, start, target, time_budget_s, tolerance, trial_duration_s, warmup_requests, workers',
             "jobs.schedules[0].params.max_load: 50 exceeds jobs.limits.max_rate (20)",
             'jobs.schedules[0].params.slo.decode_tier: unknown decode tier "fast"; valid: strict, medium, relaxed (or give decode_deadline_s)',
         ],
@@ -562,6 +562,13 @@ CASES: dict[str, tuple[str, list[str]]] = {
             "module could never run; raise the budget or lower requests_per_run",
             "targets[0].budget.max_tokens_per_hour: 100 is below the smallest run of modules.m (10 requests, "
             "at least 720 tokens): that module could never run",
+        ],
+    ),
+    "bad-gpus": (
+        T + "    gpus: 0\n    gpu_hour_price: -1\n",
+        [
+            "targets[0].gpus: must be a number > 0, got 0",
+            "targets[0].gpu_hour_price: must be a number >= 0, got -1",
         ],
     ),
     "duplicate-module-reference": (

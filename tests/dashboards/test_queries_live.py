@@ -67,12 +67,26 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, flo
         yield stack, time.monotonic() + SETTLE_S
 
 
+# Series of a measured capacity (state found), which the fixture's quick searches cannot give: the
+# tiny simulator still passes at the job limits (a lower bound). They parse (checked below); their
+# values are covered by tests/exposition/test_jobs.py and promtool's tests of the capacity rules.
+NEEDS_A_FOUND_CAPACITY = {
+    "capacity/Capacity (rate searches)/A",
+    "capacity/Capacity (concurrency searches)/A",
+    "capacity/Capacity over time/A",
+    "capacity/Capacity over time/B",
+    "capacity/Capacity bracket/B",  # the lowest failing load: none failed
+}
+
+
 @pytest.mark.parametrize("query", queries(), ids=lambda query: query.id)
 def test_the_query_parses_and_returns_data(query: PanelQuery, stack: tuple[Stack, float]) -> None:
     prometheus, settle_by = stack
     expr = substitute(query.target["expr"])
     while True:
         result = prometheus.query(expr)  # raises with Prometheus' message when it does not parse
+        if query.id in NEEDS_A_FOUND_CAPACITY:
+            return
         if has_data(result) or time.monotonic() > settle_by:
             break
         time.sleep(0.5)

@@ -30,8 +30,15 @@ SETTLE_S = 20.0
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(tmp_path_factory.mktemp("rules"), rule_files=files.RULE_FILES) as stack:
-        quick = {"target": TARGET, "max_trials": 2, "requests_per_trial": 20, "warmup_requests": 0}
-        stack.run_job("capacity", {**quick, "module": "chat", "start": 50})
+        # A quick search that ends with a measurement (only measurements are recorded): a TTFT objective
+        # no engine meets and a floor half the start, so it ends "not met" (capacity 0) in two trials.
+        # (The tiny simulator passes at the limits' 100 req/s: a quick job cannot end "found" here.)
+        quick = {"target": TARGET, "max_trials": 3, "requests_per_trial": 20, "warmup_requests": 0}
+        impossible = {"objectives": ["ttft:p50<=0.000001"]}
+        record = stack.run_job(
+            "capacity", {**quick, "module": "chat", "start": 50, "min_load": 25, "slo": impossible}
+        )
+        assert record["result"]["state"] == "not_met", record["result"]
         stack.wait_for(
             'fluidity_probe_requests_total{outcome="ok"} > 0',
             accept=lambda result: {s["metric"]["module"] for s in result} == set(MODULES),
@@ -68,7 +75,12 @@ def test_every_rule_group_loads_and_evaluates_without_error(stack: Stack) -> Non
             assert rule["health"] == "ok" and not rule.get("lastError"), (group["name"], rule)
 
 
-@pytest.mark.parametrize("record", sorted(files.recorded_names()))
+# Defined by found capacities only, which the quick search of the fixture cannot give (promtool's unit
+# tests cover it: deploy/prometheus/tests/recording.test.yml).
+NEEDS_A_FOUND_CAPACITY = {"target_module:fluidity_capacity_load:max_over_time7d"}
+
+
+@pytest.mark.parametrize("record", sorted(files.recorded_names() - NEEDS_A_FOUND_CAPACITY))
 def test_every_recording_rule_records_data(record: str, stack: Stack) -> None:
     result = settled(stack, record)
     assert result and finite(result), f"{record}: {result}"

@@ -12,6 +12,7 @@ from exporter.exposition import names
 from exporter.exposition.jobs import (
     REFERENCE_PROMPT_TOKENS,
     CapacitySnapshot,
+    CostPoint,
     JobCounts,
     JobsCollector,
     JobsSnapshot,
@@ -33,6 +34,27 @@ RATE = CapacitySnapshot(
     goodput_rate=6.3,
     finished_at=1_700_000_000.0,
     trials=(TrialPoint(0, 1.0, True, 3.2), TrialPoint(1, 8.0, False, 0.7), TrialPoint(2, 6.5, True, None)),
+    state="found",
+    lower_bound=6.5,
+    upper_bound=6.8,
+    costs={
+        "capacity": CostPoint(1200.0, 600.0, 2.0 / 3600.0 / 600.0),
+        "highest_load": CostPoint(900.0, 450.0, 2.0 / 3600.0 / 450.0),
+    },
+)
+# Stopped by the load ceiling while still passing: 20 req/s is what it is at least, not a measurement.
+CEILING = CapacitySnapshot(
+    target="llm",
+    module="long",
+    load_kind="rate",
+    capacity=None,
+    fluid_token_rate=42.0,
+    goodput_ratio=1.0,
+    goodput_rate=20.0,
+    finished_at=1_700_000_200.0,
+    trials=(TrialPoint(0, 5.0, True, 3.0), TrialPoint(1, 20.0, True, 1.4)),
+    state="lower_bound",
+    lower_bound=20.0,
 )
 NOT_FOUND = CapacitySnapshot(
     target="llm",
@@ -143,7 +165,10 @@ def test_each_scrape_reads_a_fresh_snapshot_and_registering_reads_none() -> None
 
 def test_every_family_is_as_names_defines_it() -> None:
     found = CapacitySnapshot("llm", "long", "concurrency", 12.0, None, None, None, 5.0)
-    full = JobsSnapshot(capacity=(*SNAPSHOT.capacity, found), profiles=SNAPSHOT.profiles, counts=COUNTS)
+    full = JobsSnapshot(
+        capacity=(*SNAPSHOT.capacity, found), profiles=SNAPSHOT.profiles, counts=COUNTS, gpus={"llm": 8.0}
+    )
+    assert registry_of(full).get_sample_value("fluidity_capacity_found", {**CODE, "module": "long"}) == 1.0
     specs = {spec.name.removesuffix("_total"): spec for spec in names.JOB_RESULTS}
     families = list(registry_of(full).collect())
     assert {family.name for family in families} == set(specs)
@@ -168,3 +193,30 @@ def test_promtool_check_metrics_reports_nothing() -> None:
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.strip() == "" and checked.stderr.strip() == ""
+
+
+def test_a_lower_bound_is_no_measured_capacity() -> None:
+    registry = registry_of(JobsSnapshot(capacity=(RATE, NOT_FOUND, CEILING)))
+    long = {"target": "llm", "module": "long"}
+    assert registry.get_sample_value("fluidity_capacity_requests_per_second", long) is None
+    assert registry.get_sample_value("fluidity_capacity_found", long) == 0.0
+    assert registry.get_sample_value("fluidity_capacity_load_lower_bound", long) == 20.0
+    assert registry.get_sample_value("fluidity_capacity_load_upper_bound", long) is None
+    states = {
+        state: registry.get_sample_value("fluidity_capacity_state", {**long, "state": state})
+        for state in ("found", "lower_bound", "not_met", "inconclusive")
+    }
+    assert states == {"found": 0.0, "lower_bound": 1.0, "not_met": 0.0, "inconclusive": 0.0}
+    # Without a state: a capacity is a finding, none is "not met" (results stored before states).
+    assert registry.get_sample_value("fluidity_capacity_state", {**CODE, "state": "not_met"}) == 1.0
+    assert registry.get_sample_value("fluidity_capacity_state", {**CHAT, "state": "found"}) == 1.0
+    assert registry.get_sample_value("fluidity_capacity_requests_per_second", CHAT) == 6.5
+
+
+def test_cost_figures_at_capacity_and_at_the_highest_load() -> None:
+    registry = registry_of(JobsSnapshot(capacity=(RATE,)))
+    at = {**CHAT, "at": "capacity"}
+    assert registry.get_sample_value("fluidity_capacity_fluid_goodput_tokens_per_second", at) == 1200.0
+    assert registry.get_sample_value("fluidity_capacity_fluid_tokens_per_gpu_second", at) == 600.0
+    cost = registry.get_sample_value("fluidity_capacity_fluid_token_cost", {**CHAT, "at": "highest_load"})
+    assert cost == pytest.approx(2.0 / 3600.0 / 450.0)

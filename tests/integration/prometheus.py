@@ -68,6 +68,8 @@ targets:
     url: {url}
     api: completions
     simulated: true
+    gpus: 1
+    gpu_hour_price: 2.5
     engine_metrics: {{url: "{url}/metrics", kind: vllm, interval: 1s}}
     gateway_metrics: {{url: "{gateway}/metrics", kind: llm-d-epp, interval: 1s}}
 modules:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,44 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
     assert [t["index"] for t in result["trials"]] == [1, 2]
     assert result["trials"][0]["load"] == 40
     assert all(t["figures"]["requests"] == 20 for t in result["trials"])
-    assert "capacity:" in captured.out and f"{len(result['trials'])} trials" in captured.out
+    assert (
+        "answer (lower_bound): capacity at least" in captured.out
+        and f"{len(result['trials'])} trials" in captured.out
+    )
+    # Two passing trials and no failure: a lower bound, said so, with no capacity number.
+    assert result["state"] == "lower_bound" and result["capacity"] is None
+    assert result["lower_bound"] == max(t["load"] for t in result["trials"])
+    assert "capacity at least" in captured.out
+
+
+def test_capacity_command_prices_the_fluid_goodput(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16"]
+    flags += ["--start", "10", "--max-trials", "1", "--requests-per-trial", "20", "--warmup-requests", "0"]
+    flags += ["--gpus", "2", "--gpu-hour-price", "3.6"]
+    assert main(["capacity", *flags, "--output", str(out), "--no-plot"]) == 0
+    captured = capsys.readouterr()
+    result = json.loads((out / "capacity.json").read_text())
+    trial = result["trials"][0]
+    point = result["costs"]["capacity"]
+    # 20 requests of 16 tokens, all fluid, sent at ~10 req/s: ~160 fluid tokens/s over 2 GPUs.
+    offered = trial["figures"]["offered_rate_per_s"]
+    assert point["fluid_goodput_tokens_per_s"] == pytest.approx(
+        16 * offered * trial["figures"]["fluid_share"]
+    )
+    assert point["fluid_tokens_per_gpu_second"] == pytest.approx(point["fluid_goodput_tokens_per_s"] / 2)
+    assert point["cost_per_million_fluid_tokens"] == pytest.approx(
+        3.6 / 3600 / point["fluid_tokens_per_gpu_second"] * 1e6
+    )
+    assert result["costs"]["highest_load"]["load"] == 10
+    assert "per million fluid tokens" in captured.out
+    # The progress says when the first trial starts, before any of its requests is done.
+    assert any(
+        re.search(r"0% trial 1/1: 10 rate, 20 requests, at most \d+ s$", line)
+        for line in captured.err.splitlines()
+    )
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from exporter.jobs.capacity_search import (
     Bracket,
     Observation,
     SearchSettings,
+    State,
     bracket,
     capacity,
     converged,
@@ -226,26 +227,33 @@ def report(index: int, load: float, curve: Curve) -> TrialReport:
 
 
 @pytest.mark.parametrize(
-    ("config", "curve", "stopped_by"),
+    ("config", "curve", "stopped_by", "state"),
     [
-        (SearchSettings(start=2.0, max_load=1000.0), log_linear, "converged"),
-        (SearchSettings(start=2.0, max_load=20.0), lambda load: 2.0, "max_load"),
-        (SearchSettings(start=2.0, max_load=20.0, max_trials=30), lambda load: 0.5, "min_load"),
-        (SearchSettings(start=2.0, max_load=1000.0, max_trials=2), log_linear, "max_trials"),
+        (SearchSettings(start=2.0, max_load=1000.0), log_linear, "converged", State.FOUND),
+        (SearchSettings(start=2.0, max_load=20.0), lambda load: 2.0, "max_load", State.LOWER_BOUND),
+        (SearchSettings(start=2.0, max_load=20.0, max_trials=30), lambda load: 0.5, "floor", State.NOT_MET),
+        (
+            SearchSettings(start=2.0, max_load=1000.0, max_trials=2),
+            log_linear,
+            "max_trials",
+            State.LOWER_BOUND,
+        ),
     ],
 )
 async def test_search_capacity_reports_why_it_stopped(
-    config: SearchSettings, curve: Curve, stopped_by: str
+    config: SearchSettings, curve: Curve, stopped_by: str, state: State
 ) -> None:
     may_stop: list[bool] = []
 
-    async def run_trial(index: int, load: float, stop: bool) -> TrialReport:
+    async def run_trial(index: int, load: float, stop: bool, time_left: float | None) -> TrialReport:
         may_stop.append(stop)
         return report(index, load, curve)
 
     result = await search_capacity(config, run_trial)
     assert result.stopped_by == stopped_by
+    assert result.state is state
     assert result.converged is (stopped_by == "converged")
+    assert (result.capacity is not None) is (state is State.FOUND)
     # Early stopping only after the first failure: that one runs in full to anchor the line.
     first_failure = next((t.index for t in result.trials if not t.passed), len(result.trials) + 1)
     assert may_stop == [t.index > first_failure for t in result.trials]

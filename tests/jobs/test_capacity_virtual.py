@@ -62,12 +62,12 @@ class Bed:
         return self.cache[(load, early_stop)]
 
     async def search(self, start: float) -> float | None:
-        async def run_trial(index: int, load: float, may_stop: bool) -> TrialReport:
+        async def run_trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
             return self.trial(load, may_stop)
 
         result = await search_capacity(SearchSettings(start=start, max_load=1000.0), run_trial)
         assert result.converged
-        return result.capacity
+        return result.lower_bound
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +106,10 @@ async def test_early_stopping_spends_less_for_the_same_verdict(bed: Bed, overloa
     full, early = bed.trial(load, early_stop=False), bed.trial(load, early_stop=True)
     assert early.stopped_early
     assert not full.passed and not early.passed
-    assert early.tokens < 0.8 * full.tokens
-    assert early.requests_sent < full.requests_sent
+    # A stop needs a confident failure (at p99 of 100 about 6 misses, where 2 once sufficed), so it saves
+    # less than it did (measured on the Llama bed: 14% of the tokens, once 20% and more).
+    assert early.tokens < 0.9 * full.tokens
+    assert early.requests_sent <= full.requests_sent  # here every request was sent: the tail is saved
     assert 0.0 < early.headroom < 1.0
     # Near the capacity a stopped trial still gives the verdict of the full trial.
     for near in (capacity, capacity * 1.03, capacity * 1.1):

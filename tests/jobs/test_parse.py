@@ -15,8 +15,8 @@ from exporter.stats.slo import GoodputBounds, parse_slo
 
 LIMITS = JobLimits()
 CAPACITY_VALID = (
-    "arrival, early_stop, load, max_load, max_trials, module, requests_per_trial, seed, slo, start, target, "
-    "tolerance, trial_duration_s, warmup_requests, workers"
+    "arrival, confidence, early_stop, load, max_load, max_trials, min_load, module, requests_per_trial, seed, "
+    "slo, start, target, time_budget_s, tolerance, trial_duration_s, warmup_requests, workers"
 )
 
 BAD: dict[str, tuple[str, Any, list[str]]] = {

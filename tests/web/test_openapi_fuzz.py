@@ -59,14 +59,18 @@ def api_url() -> Iterator[str]:
 
 
 def within_cross_field_rules(body: Any) -> bool:
-    """The three rules JSON Schema cannot state (each said in its field's description of the document):
-    ``start <= max_load``, ``requests_per_trial + warmup_requests <= max_requests_per_trial``, and a
+    """The rules JSON Schema cannot state (each said in its field's description of the document):
+    ``min_load <= start <= max_load``, ``requests_per_trial + warmup_requests <= max_requests_per_trial``, and a
     ladder's ``low <= high``. The API refuses a body that breaks one, naming it, as it should."""
     if not isinstance(body, dict):
         return True
     start, max_load = body.get("start"), body.get("max_load")
     if isinstance(start, int | float) and isinstance(max_load, int | float) and start > max_load:
         return False
+    min_load = body.get("min_load")
+    for above in (start, max_load):
+        if isinstance(min_load, int | float) and isinstance(above, int | float) and min_load > above:
+            return False
     ceiling = JobLimits().max_requests_per_trial  # as the parser fills in what is left out
     warmup = body.get("warmup_requests", 20)
     requests = body.get(

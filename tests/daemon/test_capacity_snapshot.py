@@ -1,0 +1,55 @@
+"""A stored capacity result as the daemon exports it: the state decides what is a measurement, and the
+cost figures become gauges in base units (per token, not per million)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from exporter.app import capacity_snapshot
+from exporter.jobs.store import JobRecord
+
+
+def record(result: dict[str, Any]) -> JobRecord:
+    return JobRecord(
+        "j1", "capacity", "llm", "chat", "api", {}, 100.0, "succeeded", 200.0, result=result
+    )  # fmt: skip
+
+
+def test_a_lower_bound_is_exported_as_one_and_not_as_a_capacity() -> None:
+    result = {"load_kind": "rate", "state": "lower_bound", "capacity": None, "lower_bound": 20.0}
+    snapshot = capacity_snapshot(record(result))
+    assert snapshot is not None
+    assert (snapshot.state, snapshot.capacity, snapshot.lower_bound) == ("lower_bound", None, 20.0)
+
+
+def test_results_stored_before_states_are_read_by_what_they_said() -> None:
+    """Old results named their highest pass "capacity", bracketed or not."""
+    found = capacity_snapshot(record({"load_kind": "rate", "capacity": 8.0, "converged": True}))
+    ceiling = capacity_snapshot(record({"load_kind": "rate", "capacity": 20.0, "converged": False}))
+    nothing = capacity_snapshot(record({"load_kind": "rate", "capacity": None, "converged": False}))
+    assert found is not None and (found.state, found.capacity) == ("found", 8.0)
+    assert ceiling is not None and (ceiling.state, ceiling.capacity, ceiling.lower_bound) == (
+        "lower_bound",
+        None,
+        20.0,
+    )
+    assert nothing is not None and nothing.state == "not_met"
+
+
+def test_cost_figures_are_exported_per_token() -> None:
+    costs = {
+        "capacity": {
+            "load": 8.0,
+            "fluid_goodput_tokens_per_s": 900.0,
+            "fluid_tokens_per_gpu_second": 450.0,
+            "cost_per_million_fluid_tokens": 1.5,
+        }
+    }
+    result = {"load_kind": "rate", "state": "found", "lower_bound": 8.0, "costs": costs}
+    snapshot = capacity_snapshot(record(result))
+    assert snapshot is not None and snapshot.capacity == 8.0
+    point = snapshot.costs["capacity"]
+    assert point.tokens_per_gpu_second == 450.0
+    assert point.token_cost == pytest.approx(1.5e-6)

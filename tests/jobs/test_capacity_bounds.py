@@ -1,0 +1,232 @@
+"""A capacity search ends, and says what it found: the floor, the time budget, trial time limits, the
+four states, pass-fraction intervals with repeats where the search ends, confident early stops, the
+drained-engine wait and progress by requests."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from exporter.jobs.capacity import search_capacity
+from exporter.jobs.capacity_search import (
+    Observation,
+    SearchSettings,
+    State,
+    next_load,
+    outcome,
+    pool,
+    verdict,
+)
+from exporter.jobs.drain import wait_drained
+from exporter.jobs.params import CapacityParams, JobLimits
+from exporter.jobs.runners import SearchProgress, default_floor, search_settings, trial_time_limit
+from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, judge
+from exporter.probe.result import Outcome, ProbeResult
+from exporter.report.summary import DeadlinePolicy
+from exporter.stats.binomial import Verdict
+from exporter.stats.headroom import decided_failure
+
+P99 = 0.99
+
+
+def counted(load: float, fluid: int, total: int, headroom: float = 1.0) -> TrialReport:
+    """A trial that ``fluid`` of ``total`` requests passed, its point verdict by the p99 rule."""
+    passed = fluid >= math.ceil(P99 * total)
+    figures = {"requests": total, "fluid_requests": fluid, "objectives": [], "goodput": {"met": None}}
+    return TrialReport(0, load, passed, "pass" if passed else "slo", headroom, figures, total, 100.0, 1000)
+
+
+async def run(settings: SearchSettings, trial: object, **kwargs: object) -> object:
+    return await search_capacity(settings, trial, **kwargs)  # type: ignore[arg-type]
+
+
+# -- bounded ------------------------------------------------------------------------------------------
+
+
+async def test_a_target_failing_at_every_load_ends_at_the_floor_not_met() -> None:
+    """The CI search that descended to 0.0625 req/s: with a floor it ends there, "not met"."""
+    settings = SearchSettings(start=16.0, max_load=20.0, max_trials=30, floor=0.25)
+    loads: list[float] = []
+
+    async def trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+        loads.append(load)
+        return counted(load, 0, 120, headroom=0.1)
+
+    result = await run(settings, trial)
+    assert result.state is State.NOT_MET and result.stopped_by == "floor"  # type: ignore[attr-defined]
+    assert result.capacity is None and result.lower_bound is None  # type: ignore[attr-defined]
+    assert loads[-1] == 0.25 and min(loads) == 0.25 and len(loads) < 30
+
+
+def test_the_default_floor_is_a_trial_of_fifteen_minutes() -> None:
+    params = CapacityParams(target="t", start=16.0, requests_per_trial=100, warmup_requests=20)
+    assert default_floor(params) == pytest.approx(120 / 900)
+    settings = search_settings(params, JobLimits())
+    assert settings.min_load == pytest.approx(120 / 900)
+    assert search_settings(CapacityParams(target="t", start=0.05), JobLimits()).min_load == 0.05  # <= start
+    assert default_floor(CapacityParams(target="t", load="concurrency")) == 1.0
+
+
+async def test_the_time_budget_ends_a_search_and_bounds_each_trial() -> None:
+    settings = SearchSettings(start=1.0, max_load=1000.0, max_trials=20)
+    given: list[float | None] = []
+
+    async def trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+        given.append(time_left)
+        return counted(load, 200, 200, headroom=50.0)  # passes everywhere: only the budget ends it
+
+    result = await run(settings, trial, time_budget_s=350.0)
+    assert result.stopped_by == "time_budget" and result.state is State.LOWER_BOUND  # type: ignore[attr-defined]
+    assert given == [350.0, 250.0, 150.0, 50.0]  # each trial told what is left; none starts with < 10 s
+    assert result.capacity is None  # type: ignore[attr-defined]
+
+
+def test_a_trials_time_limit_follows_its_span_and_the_budget() -> None:
+    import numpy as np
+
+    plan = TrialPlan(2.0, (), 0, offsets=np.array([0.0, 50.0, 100.0]))
+    params = CapacityParams(target="t")
+    assert trial_time_limit(plan, params, None) == pytest.approx(100 * 1.5 + 60)
+    assert trial_time_limit(plan, params, 90.0) == 90.0
+    assert trial_time_limit(plan, CapacityParams(target="t", trial_duration_s=30.0), None) == 30.0
+    closed = TrialPlan(4.0, (), 0, concurrency=4)
+    assert trial_time_limit(closed, params, None) is None and trial_time_limit(closed, params, 70.0) == 70.0
+
+
+# -- statistically honest -----------------------------------------------------------------------------
+
+
+def result_with(fluid: bool, tokens: int = 20) -> ProbeResult:
+    gap = 0.01 if fluid else 1.0
+    times = [0.1 + i * gap for i in range(tokens)]
+    return ProbeResult(
+        api="completions", scheduled_at=0.0, sent_at=0.0, finished_at=times[-1], token_times=times,
+        token_counts=[1] * tokens, max_tokens=tokens, prompt_tokens_intended=10, outcome=Outcome.OK,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("fluid", "total", "expected"),
+    [(200, 200, "inconclusive"), (198, 200, "inconclusive"), (185, 200, "fail"), (40, 40, "inconclusive")],
+)
+def test_a_trial_at_p99_is_inconclusive_unless_its_interval_clears_the_objective(
+    fluid: int, total: int, expected: str
+) -> None:
+    """200 requests cannot vouch for 99% (it takes 367 fluid in a row at 95%): a clean trial is
+    inconclusive, not a pass; 15 misses of 200 are a confident failure."""
+    slo = TrialSlo(DeadlinePolicy(prefill_deadline=1.0), decode_deadline=0.05)
+    results = [result_with(True)] * fluid + [result_with(False)] * (total - fluid)
+    verdict_ = judge(results, slo)
+    assert verdict_.figures["verdict"] == expected
+    assert verdict_.figures["fluid_requests"] == fluid
+    low, high = verdict_.figures["pass_interval"]
+    assert low <= fluid / total <= high
+    assert verdict_.passed is (fluid >= math.ceil(0.99 * total))  # the point verdict still steers
+
+
+def test_trials_at_one_load_are_pooled() -> None:
+    settings = SearchSettings(start=1.0, max_load=100.0, required=P99)
+    history = [Observation(5.0, True, 1.2, 200, 200), Observation(5.0, True, 1.1, 199, 200)]
+    (merged,) = pool(settings, history)
+    assert (merged.successes, merged.requests, merged.parts, merged.passed) == (399, 400, 2, True)
+    assert verdict(settings, merged) is Verdict.INCONCLUSIVE  # 399/400: the interval still reaches 98.7%
+    merged_fail = pool(settings, [*history, Observation(5.0, False, 0.9, 190, 200)])[0]
+    assert merged_fail.passed is False  # 589/600 = 98.2% < 99%: the repeat turned the load over
+
+
+def test_an_inconclusive_end_is_repeated_before_the_search_believes_it() -> None:
+    settings = SearchSettings(start=1.0, max_load=100.0, required=P99, max_parts=3)
+    history = [Observation(10.0, True, 1.01, 200, 200), Observation(10.4, False, 0.9, 170, 200)]
+    assert next_load(settings, history) == 10.0  # converged on points, but 200/200 is not a confident pass
+    history += [Observation(10.0, True, 1.02, 200, 200)]
+    assert next_load(settings, history) is None
+    assert outcome(settings, history) is State.FOUND  # 400/400: the interval starts at 99.08%
+    unsure = [Observation(10.0, True, 1.01, 199, 200)] * 3 + [history[1]]
+    assert next_load(settings, unsure) is None and outcome(settings, unsure) is State.INCONCLUSIVE
+
+
+def test_early_stopping_needs_the_confidence_of_a_full_trial() -> None:
+    """The CI trials decided by their first two requests: at p99 of 120, 2 misses are certain to sink
+    the point verdict but are no confident failure; the stop now waits for one."""
+    assert decided_failure(2, 120, 99.0)  # the old rule
+    assert not decided_failure(2, 120, 99.0, confidence=0.95)
+    needed = next(f for f in range(121) if decided_failure(f, 120, 99.0, confidence=0.95))
+    assert 4 <= needed <= 8
+    # Once confident, the stop agrees with the full trial's interval: a confident failure.
+    slo = TrialSlo(DeadlinePolicy(prefill_deadline=1.0), decode_deadline=0.05)
+    full = judge([result_with(True)] * (120 - needed) + [result_with(False)] * needed, slo)
+    assert full.figures["verdict"] == "fail"
+
+
+# -- drained engine, progress ------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+async def test_a_trial_waits_for_the_engine_to_drain() -> None:
+    clock, readings = FakeClock(), iter([12.0, 5.0, 1.0, 0.0])
+
+    async def busy() -> float | None:
+        return next(readings)
+
+    drained = await wait_drained(busy, poll_s=1.0, sleep=clock.sleep, clock=clock)
+    assert (drained.how, drained.waited_s) == ("engine_idle", 3.0)
+
+
+async def test_the_drain_wait_is_bounded_and_falls_back_to_a_pause() -> None:
+    clock = FakeClock()
+
+    async def stuck() -> float | None:
+        return 3.0
+
+    drained = await wait_drained(stuck, max_wait_s=10.0, poll_s=1.0, sleep=clock.sleep, clock=clock)
+    assert drained.how == "max_wait" and drained.waited_s <= 10.0
+
+    async def unknown() -> float | None:
+        return None
+
+    clock.now = 0.0
+    paused = await wait_drained(unknown, settle_s=2.0, sleep=clock.sleep, clock=clock)
+    assert (paused.how, paused.waited_s) == ("settled", 2.0)
+
+
+async def test_the_search_reports_each_drain_wait_and_counts_it_against_the_budget() -> None:
+    from exporter.jobs.drain import Drained
+
+    async def drain() -> Drained:
+        return Drained(30.0, "engine_idle")
+
+    async def trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+        return counted(load, 200, 200, headroom=50.0)
+
+    settings = SearchSettings(start=1.0, max_load=1000.0, max_trials=20)
+    result = await run(settings, trial, drain=drain, time_budget_s=380.0)
+    waits = [t.drain_wait_s for t in result.trials]  # type: ignore[attr-defined]
+    assert waits[0] == 0.0 and all(w == 30.0 for w in waits[1:])  # the first trial starts at once
+    assert len(waits) == 3  # 100 + 130 + 130 = 360 s, and the next drain leaves less than 10 s
+
+
+def test_progress_counts_requests_and_ends_at_one() -> None:
+    import numpy as np
+
+    told: list[tuple[float, str]] = []
+    progress = SearchProgress(CapacityParams(target="t", max_trials=8), lambda f, m: told.append((f, m)))
+    plan = TrialPlan(2.0, tuple(range(10)), 0, offsets=np.arange(10.0))  # type: ignore[arg-type]
+    progress.started(1, 2.0, plan)
+    assert told[-1][0] == 0.0 and "trial 1/8: 2 rate, 10 requests" in told[-1][1]
+    for _ in range(5):
+        progress.request_done(ProbeResult(api="completions"))
+    assert told[-1][0] == pytest.approx(0.5 / 6)  # half of one of the six expected trials
+    assert "5/10 done" in told[-1][1]
+    fractions = [f for f, _ in told]
+    assert fractions == sorted(fractions)

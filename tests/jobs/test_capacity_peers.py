@@ -1,0 +1,72 @@
+"""The peers' searches in bench/capacity_bench.py follow their documented algorithms: GuideLLM's
+goodput search (double from the start, then bisect to 10%) and AIPerf's monotonic search (exponential
+probe, bisection, two agreeing trials per verdict)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from exporter.jobs.trial import TrialReport
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "capacity_bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("capacity_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["capacity_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Slo:
+    required: float = 0.99
+
+
+@dataclass
+class FakeBed:
+    """Passes at or below ``capacity``; ``flip`` lists (load, part) whose verdict is the other one."""
+
+    capacity: float
+    flip: set[tuple[float, int]] = field(default_factory=set)
+    slo: Slo = field(default_factory=Slo)
+    calls: list[tuple[float, int]] = field(default_factory=list)
+
+    def trial(self, load: float, early_stop: bool, part: int = 0) -> TrialReport:
+        self.calls.append((load, part))
+        passed = (load <= self.capacity) != ((load, part) in self.flip)
+        fluid = 200 if passed else 150
+        figures = {"requests": 200, "fluid_requests": fluid, "objectives": [], "goodput": {"met": None}}
+        return TrialReport(0, load, passed, "pass" if passed else "slo", 1.0, figures, 200, 10.0, 1000)
+
+
+def test_guidellm_doubles_then_bisects_to_ten_percent(bench: ModuleType) -> None:
+    bed = FakeBed(capacity=10.0)
+    run = bench.guidellm(bed, 1.0)
+    loads = [load for load, _ in bed.calls]
+    assert loads[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]  # doubling to the first failure
+    assert loads[5:] == [12.0, 10.0, 11.0]  # bisection of [8, 16] until within 10% of the top
+    assert run.capacity == 10.0 and (11.0 - 10.0) <= 0.10 * 11.0
+    assert all(part == 0 for _, part in bed.calls)  # one trial per load, followed by its point verdict
+    assert run.state == "flagged"  # 200/200 cannot vouch for 99% at 95% (Wilson): flagged inconclusive
+
+
+def test_aiperf_needs_two_agreeing_trials_per_verdict(bench: ModuleType) -> None:
+    bed = FakeBed(capacity=10.0, flip={(4.0, 0)})  # the first trial at 4 fails by chance
+    run = bench.aiperf(bed, 1.0)
+    at_four = [part for load, part in bed.calls if load == 4.0]
+    assert at_four == [0, 1, 2]  # disagreement: a third trial decides
+    assert [part for load, part in bed.calls if load == 1.0] == [0, 1]  # two agreeing: done
+    assert run.capacity is not None and 10.0 / 1.05 <= run.capacity <= 10.0
+    visited = list(dict.fromkeys(load for load, _ in bed.calls))
+    assert visited[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]  # exponential probe to the first failure
+    assert visited[5:7] == [12.0, 10.0]  # then bisection
