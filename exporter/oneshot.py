@@ -28,6 +28,7 @@ import numpy as np
 import yaml
 
 from exporter.cli import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
+from exporter.config.goodput import parse_goodput
 from exporter.load.arrivals import ArrivalProcess, offsets_within, parse_arrival_spec
 from exporter.load.calibration import Calibration, calibrate_prompts, max_model_len
 from exporter.load.cpus import available_cpus
@@ -290,22 +291,13 @@ def _tiers(text: str | dict[str, float] | None) -> dict[str, float]:
     return tiers
 
 
-GOODPUT_KEYS = ("ttft", "tpot", "e2e", "max_tbt", "normalized_latency", "min_fluidity")
-
-
 def _goodput(text: str | None) -> GoodputBounds | None:
     if not text:
         return None
-    bounds: dict[str, float] = {}
-    for item in text.split(","):
-        name, _, value = item.replace(">=", "<=").partition("<=")
-        if name.strip() not in GOODPUT_KEYS:
-            raise BenchError(f'--goodput: unknown bound "{name.strip()}"; valid: {", ".join(GOODPUT_KEYS)}')
-        try:
-            bounds[name.strip()] = float(value)
-        except ValueError:
-            raise BenchError(f'--goodput: "{item}" needs a number, e.g. ttft<=2') from None
-    return GoodputBounds(**bounds)
+    try:
+        return parse_goodput(text)
+    except ValueError as exc:
+        raise BenchError(f"--goodput: {exc}") from exc
 
 
 @dataclasses.dataclass(frozen=True)

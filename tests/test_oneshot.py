@@ -126,6 +126,8 @@ def test_worker_processes_split_a_closed_loop(
         (["--rate", "2", "--concurrency", "3"], "--rate and --concurrency exclude each other"),
         (["--slo", "ttfb:p99<=1"], '--slo: unknown SLO metric "ttfb"'),
         (["--goodput", "latency<=1"], '--goodput: unknown bound "latency"; valid: ttft, tpot'),
+        (["--goodput", "ttft>=2"], '--goodput: "ttft>=2": ttft takes <= only (got >=), e.g. ttft<=2'),
+        (["--goodput", "min_fluidity<=0.9"], '--goodput: "min_fluidity<=0.9": min_fluidity takes >= only'),
         (
             ["--arrival", "burst"],
             '--arrival: unknown arrival process "burst"; valid: poisson, gamma, constant',
