@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.daemon.command import split_address
+from exporter.cli.run import split_address
 from tests.net import free_port
 
 

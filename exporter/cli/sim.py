@@ -1,7 +1,7 @@
 """``fluidity-exporter sim``: run the simulated OpenAI-compatible engine until Ctrl-C or SIGTERM.
 
-Flags override the YAML file given with ``--config``; every value is validated by ``config.py``, and a
-bad one exits with code 2 and a message naming the field and what it accepts.
+Flags override the YAML file given with ``--config``; every value is validated by ``exporter.sim.config``,
+and a bad one exits with code 2 and a message naming the field and what it accepts.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from exporter.cli import Command
+from exporter.cli.command import Command
 from exporter.sim.config import ConfigError, SimConfig, from_mapping, load_yaml, resolve
 from exporter.sim.presets import PRESETS
 from exporter.sim.protocol import FAULT_MODES
@@ -110,8 +110,6 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 
 async def serve(config: SimConfig, stop: asyncio.Event) -> None:
     """Serve until ``stop`` is set."""
-    # Imported here so that parsing flags (and --help) does not load aiohttp.
-
     server = SimServer(config)
     host, port = await server.start()
     # Everything allocated so far lives as long as the process: move it out of the collector's sight.

@@ -23,15 +23,15 @@ from collections.abc import Iterator
 from aiohttp import web
 
 from exporter.app import Daemon
-from exporter.cli import Command
+from exporter.cli.command import Command
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
 from exporter.probe import loop as event_loop
+from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.sim.process import SimProcess
 from exporter.web.routes import build_app
 
 LOG = logging.getLogger("exporter")
 LOG_LEVELS = ("debug", "info", "warn", "error")
-DEFAULT_SIM_PRESET = "llama-3.1-8b-h100"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
