@@ -32,8 +32,7 @@ from exporter.load.options import OptionError, Options
 from exporter.load.plan_runner import send_plan
 from exporter.load.runner import LoadRun
 from exporter.load.sessions import DEFAULT_THINK_TIME, session_turns
-from exporter.load.target_facts import TargetFacts, discover, skip_calibration
-from exporter.load.target_options import target_settings
+from exporter.load.target_facts import TargetFacts, discover_target
 from exporter.load.traces import TRACE_FORMATS
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import bench_report, timestamped
@@ -146,8 +145,7 @@ def _measure(
     options: Options, spec: EvaluationSpec, workers: int, url: str, simulated: bool
 ) -> tuple[TargetFacts, LoadRun]:
     """Ask the target about itself, plan the load, send it with live progress."""
-    settings = target_settings(options, url)
-    facts = event_loop.run(discover(settings, skip_calibration(options, simulated)))
+    settings, facts = event_loop.run(discover_target(options, url, simulated))
     plan = load_plan(options, simulated, facts)
     if workers > 1 and isinstance(plan.specs, list) and any(spec.followups for spec in plan.specs):
         # A worker process sends single requests: a session's turns need the answers in one place.

@@ -34,8 +34,7 @@ from exporter.jobs.manager import JobFailedError
 from exporter.jobs.params import CapacityParams
 from exporter.jobs.trial import TrialSlo
 from exporter.load.options import OptionError, Options
-from exporter.load.target_facts import discover, skip_calibration
-from exporter.load.target_options import target_settings
+from exporter.load.target_facts import discover_target
 from exporter.load.workload_options import workload_from_options
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputExistsError, refuse_overwrite, timestamped
@@ -136,8 +135,7 @@ def run(args: argparse.Namespace) -> int:
 async def _search(
     options: Options, params: CapacityParams, slo: TrialSlo, url: str, simulated: bool
 ) -> CapacityResult:
-    settings = target_settings(options, url)
-    facts = await discover(settings, skip_calibration(options, simulated))  # calibrated prompts, context
+    settings, facts = await discover_target(options, url, simulated)  # calibrated prompts, context
     for line in facts.describe():
         print(line, file=sys.stderr)
     workload = workload_from_options(options, simulated, facts)

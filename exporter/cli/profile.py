@@ -25,8 +25,7 @@ from exporter.jobs.local_profile import fit_ladder, lengths, profile_table, prof
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import LengthSample, OnSample, PrefillProfile
 from exporter.load.options import OptionError, Options
-from exporter.load.target_facts import discover, skip_calibration
-from exporter.load.target_options import target_settings
+from exporter.load.target_facts import discover_target
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputExistsError, refuse_overwrite
 from exporter.sim.process import SimStartError, url_or_simulator
@@ -84,8 +83,7 @@ def _check(options: Options) -> None:
 
 
 async def _profile(options: Options, url: str, simulated: bool) -> PrefillProfile:
-    settings = target_settings(options, url)
-    facts = await discover(settings, skip_calibration(options, simulated))
+    settings, facts = await discover_target(options, url, simulated)
     for line in facts.describe():
         print(line, file=sys.stderr)
     ladder, left_out = fit_ladder(lengths(options), facts, exact=simulated)

@@ -51,20 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="port to listen on (default 8000; 0 = any free port)")
     parser.add_argument("--preset", help=f"model/GPU preset (default tiny): {presets}")
     parser.add_argument("--model", help="served model name (default: the preset's)")
-    parser.add_argument(
-        "--chunked-prefill",
-        dest="chunked_prefill",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="split prefills into chunks (Sarathi-Serve, vLLM V1) or run them whole (vLLM V0)",
-    )
-    parser.add_argument(
-        "--prefix-caching",
-        dest="prefix_caching",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="serve repeated prompt prefixes from an LRU prefix cache (default on, as in vLLM V1)",
-    )
+    for flag, help_line in (
+        (
+            "--chunked-prefill",
+            "split prefills into chunks (Sarathi-Serve, vLLM V1) or run them whole (vLLM V0)",
+        ),
+        (
+            "--prefix-caching",
+            "serve repeated prompt prefixes from an LRU prefix cache (default on, as in vLLM V1)",
+        ),
+    ):
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_line)
     for name in ("max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size", "max_model_len"):
         parser.add_argument(
             f"--{name.replace('_', '-')}", dest=name, type=int, help="(default: the preset's)"

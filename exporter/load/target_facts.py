@@ -13,6 +13,7 @@ from typing import Any
 
 from exporter.load.calibration import Calibration, calibrate_prompts, max_model_len
 from exporter.load.options import Options
+from exporter.load.target_options import target_settings
 from exporter.probe.client import ProbeClient
 from exporter.probe.http import HttpError
 from exporter.probe.target import TargetSettings
@@ -51,10 +52,12 @@ class TargetFacts:
         }
 
 
-def skip_calibration(options: Options, simulated: bool) -> bool:
-    """The simulator's prompts are exact already; ``--no-calibrate`` keeps the server's counters to the
-    measured load alone (the real-engine tests compare them with the report)."""
-    return simulated or bool(options["no_calibrate"])
+async def discover_target(options: Options, url: str, simulated: bool) -> tuple[TargetSettings, TargetFacts]:
+    """How to reach the target at ``url``, and what it says about itself. The simulator's prompts are
+    exact already; ``--no-calibrate`` keeps the server's counters to the measured load alone (the
+    real-engine tests compare them with the report)."""
+    settings = target_settings(options, url)
+    return settings, await discover(settings, simulated or bool(options["no_calibrate"]))
 
 
 async def discover(settings: TargetSettings, exact_prompts: bool) -> TargetFacts:
