@@ -18,6 +18,7 @@ from pathlib import Path
 
 from exporter.cli.command import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.cli.flags import (
+    DeprecatedAlias,
     add_config_argument,
     add_prefill_arguments,
     add_target_arguments,
@@ -55,7 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     output = parser.add_argument_group("output")
     output.add_argument("--output", help="directory for the report files (default bench-results/<time>)")
     output.add_argument(
-        "--plots", action="store_true", default=None, help="also write PNG plots (plots extra)"
+        "--plots",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also write PNG plots (plots extra)",
     )
     output.add_argument("--json", action="store_true", default=None, help="print summary.json to stdout")
     output.add_argument("--quiet", action="store_true", default=None, help="no progress line")
@@ -108,10 +112,16 @@ def _add_evaluation_arguments(evaluation: argparse._ArgumentGroup) -> None:
         "--decode-tiers", help="name=seconds,... (default strict=0.025,medium=0.05,relaxed=0.1)"
     )
     evaluation.add_argument(
-        "--fluid-percentile", type=float, help="share of requests for the fluid rate (99)"
+        "--percentile", type=float, help="share of requests for the fluid rate, in %% (99)"
     )
     evaluation.add_argument(
-        "--slo", action="append", help="e.g. ttft:p99<=2 or fluidity:p99>=0.9 (repeatable)"
+        "--objective", action="append", help="an SLO, e.g. ttft:p99<=2 or fluidity:p99>=0.9 (repeatable)"
+    )
+    evaluation.add_argument(
+        "--fluid-percentile", dest="percentile", type=float, action=DeprecatedAlias, use="--percentile"
+    )
+    evaluation.add_argument(
+        "--slo", dest="objective", action=DeprecatedAlias, use="--objective", kind="append"
     )
     evaluation.add_argument("--goodput", help="per-request bounds, e.g. ttft<=2,tpot<=0.1,min_fluidity>=0.9")
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from exporter.cli.command import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.cli.flags import (
+    DeprecatedAlias,
     add_config_argument,
     add_prefill_arguments,
     add_target_arguments,
@@ -67,7 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     out.add_argument("--force", action="store_true", default=None, help="replace an earlier result")
     out.add_argument("--json", action="store_true", default=None, help="print the result as JSON")
-    out.add_argument("--no-plot", action="store_true", default=None, help="skip capacity.png")
+    out.add_argument(
+        "--plots", action=argparse.BooleanOptionalAction, default=None, help="write capacity.png (default on)"
+    )
+    out.add_argument(
+        "--no-plot", dest="plots", action=DeprecatedAlias, use="--no-plots", kind="const", const=False
+    )
     add_config_argument(parser)
 
 
@@ -122,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     written = write_capacity_json(directory, result)
     print(json.dumps(result.to_dict(), indent=2) if options["json"] else capacity_table(result))
     print(f"wrote {written}", file=sys.stderr)
-    if not options["no_plot"]:
+    if options["plots"] is not False:
         try:
             print(f"wrote {write_plot(directory / 'capacity.png', result)}", file=sys.stderr)
         except RuntimeError as exc:  # the plots extra is not installed

@@ -5,12 +5,17 @@
 ``add_prefill_arguments`` (``Dp``: ``bench``, ``capacity``) keep one spelling and one help line per
 flag. ``merged_options`` lays the flags over a ``--config`` YAML file whose keys are the flags' names;
 the result is the options mapping the layers below read (``exporter.load.options``).
+
+One concept has one spelling in every command. An old spelling still works for one release, as a
+``DeprecatedAlias`` (hidden from ``--help``) that says on stderr which flag to use instead; a ``--config``
+file's old key works the same way (``DEPRECATED_KEYS``).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +73,46 @@ def add_prefill_arguments(group: ArgumentGroup) -> None:
     group.add_argument("--target-fluidity", type=float, help="fluidity a request must reach (default 0.9)")
 
 
+class DeprecatedAlias(argparse.Action):
+    """An old spelling of a flag: a one-line warning on stderr naming the flag to use, then the value
+    stored as the new flag stores it (``kind``: ``store``, ``append``, or ``const`` for a switch)."""
+
+    def __init__(
+        self, option_strings: Sequence[str], dest: str, *, use: str, kind: str = "store", **kwargs: Any
+    ) -> None:
+        if kind == "const":
+            kwargs["nargs"] = 0
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.use, self.kind = use, kind
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        warn_deprecated(option_string or self.dest, self.use)
+        if self.kind == "const":
+            values = self.const
+        elif self.kind == "append":
+            values = [*(getattr(namespace, self.dest, None) or []), values]
+        setattr(namespace, self.dest, values)
+
+
+def warn_deprecated(old: str, new: str) -> None:
+    """The one line an old spelling costs."""
+    print(f"fluidity-exporter: warning: {old} is deprecated and will be removed; use {new}", file=sys.stderr)
+
+
+# A --config file's old keys: the key to use, how the value reads there, and what to write instead.
+DEPRECATED_KEYS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
+    "slo": ("objective", lambda value: value, "objective"),
+    "fluid_percentile": ("percentile", lambda value: value, "percentile"),
+    "no_plot": ("plots", lambda value: None if value is None else not value, "plots: false"),
+}
+
+
 def add_config_argument(parser: argparse.ArgumentParser, example: str = "") -> None:
     """``--config FILE``: the flags' values from a YAML file (flags win)."""
     parser.add_argument("--config", help=f"YAML file whose keys are these flags' names{example}")
@@ -84,12 +129,25 @@ def merged_options(args: argparse.Namespace) -> dict[str, Any]:
         raise OptionError(f"--config {args.config}: {exc}") from exc
     if not isinstance(loaded, dict):
         raise OptionError(f"--config {args.config}: expected a mapping of flag names to values")
-    from_file = {str(key).replace("-", "_"): value for key, value in loaded.items()}
+    from_file = _renamed({str(key).replace("-", "_"): value for key, value in loaded.items()}, flags)
     unknown = sorted(set(from_file) - set(flags))
     if unknown:
         valid = ", ".join(sorted(key.replace("_", "-") for key in flags))
         raise OptionError(f'--config {args.config}: unknown key "{unknown[0]}"; valid: {valid}')
     return {key: flags[key] if flags[key] is not None else from_file.get(key) for key in flags}
+
+
+def _renamed(from_file: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """The file's keys with their old spellings replaced (each with its warning)."""
+    renamed = {}
+    for key, value in from_file.items():
+        new, convert, instead = DEPRECATED_KEYS.get(key, (key, None, key))
+        if convert is not None and key not in flags and new in flags:
+            warn_deprecated(f"--config key {key}", instead)
+            renamed[new] = convert(value)
+        else:
+            renamed[key] = value
+    return renamed
 
 
 def note_shared_cpus(workers: int | None) -> None:

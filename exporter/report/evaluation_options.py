@@ -20,12 +20,12 @@ def evaluation_spec(options: Options) -> EvaluationSpec:
         prefill_deadlines(options),
         decode_tiers=_tiers(options["decode_tiers"]),
         target_fluidity=options["target_fluidity"] or DeadlinePolicy.target_fluidity,
-        percentile=options["fluid_percentile"] or DeadlinePolicy.percentile,
+        percentile=options["percentile"] or DeadlinePolicy.percentile,
     )
     try:
-        slos = tuple(parse_slo(text) for text in options["slo"] or ())
+        slos = tuple(parse_slo(text) for text in options["objective"] or ())
     except ValueError as exc:
-        raise OptionError(f"--slo: {exc}") from exc
+        raise OptionError(f"--objective: {exc}") from exc
     return EvaluationSpec(deadlines, slos, _goodput(options["goodput"]), bool(options["from_scheduled"]))
 
 
