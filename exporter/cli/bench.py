@@ -29,12 +29,12 @@ from exporter.cli.flags import (
 )
 from exporter.cli.progress import LiveLine
 from exporter.load.load_plan import ARRIVALS, DEFAULT_RATE, LoadPlan, load_plan
-from exporter.load.options import OptionError, Options
 from exporter.load.plan_runner import send_plan
 from exporter.load.runner import LoadRun
 from exporter.load.sessions import DEFAULT_THINK_TIME, session_turns
 from exporter.load.target_facts import TargetFacts, discover_target
 from exporter.load.traces import TRACE_FORMATS
+from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import bench_report, timestamped
 from exporter.report.evaluation_options import evaluation_spec

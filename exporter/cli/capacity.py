@@ -34,9 +34,9 @@ from exporter.jobs.local_capacity import capacity_params, search_capacity, trial
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.params import CapacityParams
 from exporter.jobs.trial import TrialSlo
-from exporter.load.options import OptionError, Options
 from exporter.load.target_facts import discover_target
 from exporter.load.workload_options import workload_from_options
+from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputExistsError, refuse_overwrite, timestamped
 from exporter.sim.process import SimStartError, url_or_simulator

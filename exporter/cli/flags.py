@@ -4,7 +4,7 @@
 ``add_workload_arguments`` (a preset or custom lengths: ``bench``, ``capacity``) and
 ``add_prefill_arguments`` (``Dp``: ``bench``, ``capacity``) keep one spelling and one help line per
 flag. ``merged_options`` lays the flags over a ``--config`` YAML file whose keys are the flags' names;
-the result is the options mapping the layers below read (``exporter.load.options``).
+the result is the options mapping the layers below read (``exporter.options.oneshot``).
 
 One concept has one spelling in every command. An old spelling still works for one release, as a
 ``DeprecatedAlias`` (hidden from ``--help``) that says on stderr which flag to use instead; a ``--config``
@@ -22,8 +22,8 @@ from typing import Any
 import yaml
 
 from exporter.load.cpus import available_cpus
-from exporter.load.options import OptionError
 from exporter.load.presets import PRESET_NAMES
+from exporter.options.oneshot import OptionError
 from exporter.probe.target import APIS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 

@@ -24,8 +24,8 @@ from exporter.cli.flags import (
 from exporter.jobs.local_profile import fit_ladder, lengths, profile_table, profile_target
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import LengthSample, OnSample, PrefillProfile
-from exporter.load.options import OptionError, Options
 from exporter.load.target_facts import discover_target
+from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputExistsError, refuse_overwrite
 from exporter.sim.process import SimStartError, url_or_simulator

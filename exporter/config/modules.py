@@ -14,9 +14,7 @@ from typing import Any
 import numpy as np
 
 from exporter.config import bounds
-from exporter.config.goodput import GOODPUT_KEYS, read_goodput
 from exporter.config.model import Module, ProbeSchedule, SloConfig, Target, WorkloadSpec
-from exporter.config.reader import Context, Section, show
 from exporter.config.values import (
     arrival_spec,
     check_cron,
@@ -31,6 +29,8 @@ from exporter.load.distributions import Fixed
 from exporter.load.sessions import ThinkTime, parse_think_time
 from exporter.load.traces import TRACE_FORMATS, load_trace
 from exporter.load.workloads import PairedLengths, Workload
+from exporter.options.goodput import GOODPUT_KEYS, read_goodput
+from exporter.options.reader import Context, Section, show
 from exporter.stats.prefill import PrefillModel
 from exporter.stats.slo import Slo, parse_slo
 

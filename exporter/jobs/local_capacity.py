@@ -24,9 +24,9 @@ from exporter.jobs.runners import (
     time_budget,
 )
 from exporter.jobs.trial import TrialSlo
-from exporter.load.options import OptionError, Options
 from exporter.load.plan_runner import worker_pool
 from exporter.load.workloads import Workload
+from exporter.options.oneshot import OptionError, Options
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
 from exporter.report.evaluation_options import prefill_deadlines

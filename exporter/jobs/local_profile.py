@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from exporter.jobs.prefill_profile import OnSample, PrefillProfile, geometric_ladder, profile_prefill
 from exporter.jobs.runners import PROFILE_POOL, one_at_a_time
-from exporter.load.options import OptionError, Options
 from exporter.load.plan_runner import worker_pool
 from exporter.load.target_facts import CONTEXT_MARGIN, TargetFacts
 from exporter.load.workload_options import prompt_builder
+from exporter.options.oneshot import OptionError, Options
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
 

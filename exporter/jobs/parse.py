@@ -20,8 +20,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any, TypeVar, cast
 
-from exporter.config.goodput import GOODPUT_KEYS, read_goodput
-from exporter.config.reader import Problems, Section, show
 from exporter.config.values import check_name
 from exporter.jobs.params import (
     JOB_KINDS,
@@ -36,6 +34,8 @@ from exporter.jobs.params import (
 )
 from exporter.jobs.prefill_profile import DEFAULT_HIGH, DEFAULT_LOW, geometric_ladder
 from exporter.load.arrivals import parse_arrival_spec
+from exporter.options.goodput import GOODPUT_KEYS, read_goodput
+from exporter.options.reader import Problems, Section, show
 from exporter.stats.slo import DECODE_TIERS, Slo, parse_slo
 
 CAPACITY_KEYS = tuple(f.name for f in fields(CapacityParams))

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from exporter.load.arrivals import ArrivalProcess, offsets_within, parse_arrival_spec
-from exporter.load.options import OptionError, Options
 from exporter.load.target_facts import TargetFacts
 from exporter.load.traces import (
     TRACE_FORMATS,
@@ -22,6 +21,7 @@ from exporter.load.traces import (
 )
 from exporter.load.workload_options import workload_from_options
 from exporter.load.workloads import Workload
+from exporter.options.oneshot import OptionError, Options
 from exporter.probe.target import RequestSpec
 
 ARRIVALS = ("poisson", "gamma", "constant")

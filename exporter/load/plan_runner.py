@@ -11,11 +11,11 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from exporter.load.load_plan import LoadPlan
-from exporter.load.options import OptionError
 from exporter.load.runner import LoadRun, load_run_from_results, run_load
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
+from exporter.options.oneshot import OptionError
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings

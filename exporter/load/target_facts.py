@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.load.calibration import Calibration, calibrate_prompts, max_model_len
-from exporter.load.options import Options
 from exporter.load.target_options import target_settings
+from exporter.options.oneshot import Options
 from exporter.probe.client import ProbeClient
 from exporter.probe.http import HttpError
 from exporter.probe.target import TargetSettings

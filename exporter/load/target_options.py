@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from exporter.load.options import OptionError, Options, json_object
+from exporter.options.oneshot import OptionError, Options, json_object
 from exporter.probe.target import APIS, Api, Secret, TargetSettings, Timeouts
 
 

@@ -7,13 +7,13 @@ import dataclasses
 from typing import Any
 
 from exporter.load.distributions import parse_length_spec
-from exporter.load.options import OptionError, Options, json_object
 from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.sessions import parse_think_time
 from exporter.load.target_facts import CONTEXT_MARGIN, TargetFacts
 from exporter.load.target_options import option_api
 from exporter.load.workloads import IndependentLengths, Workload
+from exporter.options.oneshot import OptionError, Options, json_object
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 

@@ -2,8 +2,9 @@
 
 A run's options are one flat mapping whose keys are the flags' names with underscores (``max_prompt_tokens``
 for ``--max-prompt-tokens``), as the command line and a ``--config`` YAML file give them alike; an option
-not given is None. The modules that build a run's pieces from it (``target_options``, ``workload_options``,
-``load_plan``) name the flag in every message, so the person at the terminal knows what to change.
+not given is None. The modules that build a run's pieces from it (``exporter.load.target_options``,
+``exporter.load.workload_options``, ``exporter.load.load_plan``, ``exporter.report.evaluation_options``)
+name the flag in every message, so the person at the terminal knows what to change.
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config.goodput import GOODPUT_KEYS, GOODPUT_OPERATORS, parse_goodput
 from exporter.config.parse import load_config
 from exporter.jobs.params import JobLimits
 from exporter.jobs.parse import parse_params
+from exporter.options.goodput import GOODPUT_KEYS, GOODPUT_OPERATORS, parse_goodput
 from exporter.stats.slo import GoodputBounds
 
 

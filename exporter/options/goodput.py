@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from exporter.config.reader import Problems, Section, Substituted
+from exporter.options.reader import Problems, Section, Substituted
 from exporter.stats.slo import GoodputBounds, SloMetric
 
 # Flag order (as the docs list them); a Section sorts them in its own messages.
