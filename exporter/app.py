@@ -30,6 +30,7 @@ from exporter.daemon.health import TargetHealth
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
 from exporter.engine.families import GATEWAY_CATALOGUE, Signal
 from exporter.engine.scrape import scrape
+from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import render
 from exporter.exposition.buckets import BUCKET_PRESETS, HistogramBuckets
 from exporter.exposition.collector import FluidityCollector
@@ -56,7 +57,6 @@ from exporter.load.sessions import planned_tokens, session_turns
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, Secret
-from exporter.report.summary import DeadlinePolicy
 
 LOG = logging.getLogger(__name__)
 LOOP_LAG_INTERVAL_S = 0.5

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from exporter.evaluation import DEFAULT_PREFILL_DEADLINE_S, DeadlinePolicy, EvaluationSpec
 from exporter.jobs.params import JobKind, JobLimits, JobParams
 from exporter.load.arrivals import ArrivalProcess
 from exporter.load.distributions import Fixed, LengthDistribution, LogNormal
@@ -22,7 +23,6 @@ from exporter.load.sessions import ThinkTime
 from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import IndependentLengths, LengthSource, PairedLengths, Workload
 from exporter.probe.target import Api, Secret, TargetSettings, Timeouts
-from exporter.report.summary import DEFAULT_PREFILL_DEADLINE_S, DeadlinePolicy, EvaluationSpec
 from exporter.stats.prefill import PrefillModel
 from exporter.stats.slo import DECODE_TIERS, GoodputBounds, Slo
 
@@ -254,7 +254,7 @@ class SloConfig:
         )
 
     def evaluation_spec(self, *, from_scheduled: bool = False) -> EvaluationSpec:
-        """Everything ``exporter.report.summary`` needs to evaluate results under this SLO."""
+        """Everything ``exporter.evaluation`` needs to evaluate results under this SLO."""
         return EvaluationSpec(self.deadline_policy(), self.objectives, self.goodput, from_scheduled)
 
 

@@ -29,13 +29,13 @@ from exporter.engine.derive import (
     client_minus_server_ttft,
 )
 from exporter.engine.families import Signal
+from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import names, render
 from exporter.exposition.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.exposition.names import MetricSpec
 from exporter.exposition.store import Clock, EngineView, HistogramCounts, ResultStore, SeriesView, StoreLimits
 from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES, ProbeWindow
 from exporter.probe.result import ProbeResult
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.slo import GoodputBounds, Slo
 
 _HISTOGRAM_SPECS: Mapping[str, MetricSpec] = {

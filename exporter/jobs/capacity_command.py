@@ -24,6 +24,7 @@ from typing import Any
 
 from exporter.cli import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.config.model import SloConfig
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.params import CapacityParams, JobLimits
@@ -57,7 +58,6 @@ from exporter.oneshot import (
 from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.slo import DECODE_TIERS
 
 NO_CEILINGS = JobLimits(

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from exporter.config.model import Config, ShardsConfig, SloConfig, Target
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.drain import Busy, Drained, wait_drained
@@ -33,7 +34,6 @@ from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, Secret, TargetSettings
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.slo import DECODE_TIERS
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}

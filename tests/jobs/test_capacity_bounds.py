@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_search import (
     Observation,
@@ -23,7 +24,6 @@ from exporter.jobs.params import CapacityParams, JobLimits
 from exporter.jobs.runners import SearchProgress, default_floor, search_settings, trial_time_limit
 from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, judge
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.binomial import Verdict
 from exporter.stats.headroom import decided_failure
 

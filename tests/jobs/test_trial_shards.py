@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.manager import JobFailedError
@@ -26,7 +27,6 @@ from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import RequestSpec, TargetSettings
-from exporter.report.summary import DeadlinePolicy
 from exporter.sim import SimConfig, SimServer
 from tests.probe.helpers import script, settings_for
 
