@@ -24,6 +24,8 @@ import numpy as np
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter.config import Config, ConfigError, load_config_file
+from exporter.config.buckets import BUCKET_PRESETS, HistogramBuckets
+from exporter.config.job_params import JOB_KINDS, JobLimits
 from exporter.config.model import BUCKET_NAMES, Module, Target
 from exporter.daemon.budget import BudgetTracker
 from exporter.daemon.health import TargetHealth
@@ -32,7 +34,6 @@ from exporter.engine.families import GATEWAY_CATALOGUE, Signal
 from exporter.engine.scrape import scrape
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import render
-from exporter.exposition.buckets import BUCKET_PRESETS, HistogramBuckets
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.jobs import (
     CapacitySnapshot,
@@ -46,7 +47,6 @@ from exporter.exposition.jobs import (
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore, StoreLimits
 from exporter.jobs.manager import JobConflictError, JobManager
-from exporter.jobs.params import JOB_KINDS, JobLimits
 from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_with_profile
 from exporter.jobs.runners import capacity_runner, profile_runner

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from exporter.config.job_params import JobKind, JobLimits, JobParams
 from exporter.evaluation import DEFAULT_PREFILL_DEADLINE_S, DeadlinePolicy, EvaluationSpec
-from exporter.jobs.params import JobKind, JobLimits, JobParams
 from exporter.load.arrivals import ArrivalProcess
 from exporter.load.distributions import Fixed, LengthDistribution, LogNormal
 from exporter.load.presets import preset
@@ -39,7 +39,7 @@ class UnknownNameError(LookupError):
 class Buckets:
     """Histogram bucket overrides (upper bounds; None: the preset's buckets) on a named preset."""
 
-    preset: str = "default"  # a name of exposition.buckets.BUCKET_PRESETS
+    preset: str = "default"  # a name of config.buckets.BUCKET_PRESETS
     ttft: tuple[float, ...] | None = None
     tbt: tuple[float, ...] | None = None
     tpot: tuple[float, ...] | None = None

@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.engine.derive import (
     DEFAULT_QUANTILES,
     WindowFigures,
@@ -31,7 +32,6 @@ from exporter.engine.derive import (
 from exporter.engine.families import Signal
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import names, render
-from exporter.exposition.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.exposition.names import MetricSpec
 from exporter.exposition.store import Clock, EngineView, HistogramCounts, ResultStore, SeriesView, StoreLimits
 from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES, ProbeWindow

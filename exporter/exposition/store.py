@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike
 
+from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.engine.scrape import ScrapeResult
 from exporter.engine.window import SnapshotWindow
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, Measured, measure, metric_values, slo_tier
-from exporter.exposition.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.exposition.names import TURN_KINDS
 from exporter.exposition.window import (
     AT,

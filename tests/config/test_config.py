@@ -24,11 +24,11 @@ from exporter.config import (
     parse_config,
     parse_duration,
 )
+from exporter.config.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
+from exporter.config.job_parse import params_to_dict
 from exporter.config.model import JobsConfig
 from exporter.config.reader import Problems, expand_env
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.params import CapacityParams, JobLimits, ProfileParams, SloSpec
-from exporter.jobs.parse import params_to_dict
 from exporter.load.arrivals import Gamma, Poisson
 from exporter.load.distributions import Fixed, LogNormal
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
-from exporter.exposition.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.exposition.store import ResultStore, StoreLimits
 from exporter.exposition.window import MIN_DECODE_DEADLINE
 from exporter.probe.result import Outcome, intervals

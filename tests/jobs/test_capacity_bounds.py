@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from exporter.config.job_params import CapacityParams, JobLimits
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_search import (
@@ -20,7 +21,6 @@ from exporter.jobs.capacity_search import (
     verdict,
 )
 from exporter.jobs.drain import wait_drained
-from exporter.jobs.params import CapacityParams, JobLimits
 from exporter.jobs.runners import SearchProgress, default_floor, search_settings, trial_time_limit
 from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, judge
 from exporter.probe.result import Outcome, ProbeResult

@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from exporter.config.job_params import CapacityParams
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.manager import JobFailedError
-from exporter.jobs.params import CapacityParams
 from exporter.jobs.runners import run_capacity_search
 from exporter.jobs.trial import SHARDS_REASON, TrialPlan, TrialReport, TrialSlo, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
