@@ -55,7 +55,7 @@ from exporter.load.cpus import available_cpus
 from exporter.load.runner import run_load
 from exporter.load.sessions import planned_tokens, session_turns
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import ProbeResult
+from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
 from exporter.probe.target import RequestSpec, Secret
 
 LOG = logging.getLogger(__name__)
@@ -63,23 +63,6 @@ LOOP_LAG_INTERVAL_S = 0.5
 ENGINE_SCRAPE_TIMEOUT_S = 10.0
 IDLE_POLL_S = 0.05  # how often a starting job checks whether the target's probes have ended
 SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are cancelled
-
-
-class ProbeRefusedError(Exception):
-    """A probe that may not run now (budget, back-off, or one already running); the message says why,
-    ``reason`` names it: ``paused``, ``busy``, ``backing_off``, ``over_requests`` or ``over_tokens``."""
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass
-class ProbeRun:
-    """The results of one probe run and how long it took."""
-
-    results: list[ProbeResult]
-    duration_s: float
 
 
 @dataclass

@@ -30,6 +30,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -144,6 +145,11 @@ class RecentResult:
     ttft_s: float | None
     e2e_s: float | None
     unreliable: bool
+
+
+def iso(unix_s: float) -> str:
+    """``2026-11-23T18:40:12Z``: how the log, the debug view and the index show an instant."""
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
