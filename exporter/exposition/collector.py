@@ -159,9 +159,6 @@ class _TextParts:
             self.headers[name] = head
             self.lines.setdefault(name, []).append(samples)
 
-    def add_families(self, out: Families) -> None:
-        self.add_text(_family_texts(out))
-
     def text(self) -> str:
         order = {spec.name: index for index, spec in enumerate(names.ALL)}
         ordered = sorted(self.headers, key=order.__getitem__)
