@@ -2,9 +2,10 @@
 
 ``names`` holds every metric and label name (the histogram bounds are options, in
 ``exporter.config.buckets``); ``store`` the ``ResultStore`` where probe runs and engine scrapes land;
-``window`` the per-request rows and the figures a rolling window shows; ``collector`` the scrape-time ``FluidityCollector`` and
-``probe_registry`` for ``/probe``; ``jobs`` the ``JobsCollector`` of job results (capacity searches,
-prefill profiles); ``self_metrics`` the exporter's own health.
+``window`` the per-request rows and the figures a rolling window shows; ``collector`` the scrape-time
+``FluidityCollector`` and ``probe_registry`` for ``/probe``; ``jobs`` the ``JobsCollector`` of job
+results (capacity searches, prefill profiles); ``self_metrics`` the exporter's own health; ``render``
+the text format.
 """
 
 from exporter.exposition.collector import FluidityCollector, probe_registry
