@@ -79,9 +79,6 @@ class State(StrEnum):
     INCONCLUSIVE = "inconclusive"  # bracketed within the tolerance, but an end straddles the objective
 
 
-STATES: tuple[State, ...] = tuple(State)
-
-
 @dataclass(frozen=True)
 class SearchSettings:
     """Bounds and steps of one search. ``integer``: loads are concurrencies (whole numbers >= 1)."""

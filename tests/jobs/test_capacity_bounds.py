@@ -8,6 +8,8 @@ import math
 
 import pytest
 
+from exporter.config.job_params import CapacityParams, JobLimits
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_search import (
     Observation,
@@ -20,11 +22,9 @@ from exporter.jobs.capacity_search import (
     verdict,
 )
 from exporter.jobs.drain import wait_drained
-from exporter.jobs.params import CapacityParams, JobLimits
 from exporter.jobs.runners import SearchProgress, default_floor, search_settings, trial_time_limit
 from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, judge
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.binomial import Verdict
 from exporter.stats.headroom import decided_failure
 
