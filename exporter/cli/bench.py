@@ -28,6 +28,7 @@ from exporter.cli.flags import (
     note_shared_cpus,
 )
 from exporter.cli.progress import LiveLine
+from exporter.evaluation import EvaluationSpec
 from exporter.load.load_plan import ARRIVALS, DEFAULT_RATE, LoadPlan, load_plan
 from exporter.load.plan_runner import send_plan
 from exporter.load.runner import LoadRun
@@ -38,7 +39,6 @@ from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import bench_report, timestamped
 from exporter.report.evaluation_options import evaluation_spec
-from exporter.report.summary import EvaluationSpec
 from exporter.report.table import render_summary
 from exporter.sim.process import SimStartError, url_or_simulator
 

@@ -28,17 +28,19 @@ from exporter.cli.flags import (
     note_shared_cpus,
 )
 from exporter.cli.progress import ProgressPrinter
+from exporter.config.job_params import CapacityParams
 from exporter.jobs.capacity import CapacityResult
-from exporter.jobs.capacity_report import capacity_table, write_capacity_json, write_plot
+from exporter.jobs.capacity_report import capacity_table, write_capacity_json
 from exporter.jobs.local_capacity import capacity_params, search_capacity, trial_slo
 from exporter.jobs.manager import JobFailedError
-from exporter.jobs.params import CapacityParams
 from exporter.jobs.trial import TrialSlo
 from exporter.load.target_facts import discover_target
 from exporter.load.workload_options import workload_from_options
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputExistsError, refuse_overwrite, timestamped
+from exporter.report.capacity_plot import HeadroomPoint, write_headroom_plot
+from exporter.report.evaluation_options import prefill_deadlines
 from exporter.sim.process import SimStartError, url_or_simulator
 from exporter.stats.slo import DECODE_TIERS
 
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = merged_options(args)
         params = capacity_params(options)
-        slo = trial_slo(options, params)  # bad deadlines fail before any load is sent
+        slo = trial_slo(params, prefill_deadlines(options))  # bad deadlines fail before any load is sent
         directory = Path(options["output"]) if options["output"] else timestamped("capacity-results")
         refuse_overwrite(directory / "capacity.json", bool(options["force"]))
         with url_or_simulator(options["url"], options["sim_preset"]) as (url, simulated):
@@ -130,7 +132,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {written}", file=sys.stderr)
     if options["plots"] is not False:
         try:
-            print(f"wrote {write_plot(directory / 'capacity.png', result)}", file=sys.stderr)
+            points = [HeadroomPoint(t.index, t.load, t.headroom, bool(t.passed)) for t in result.trials]
+            path = write_headroom_plot(directory / "capacity.png", points, result.capacity, result.load_kind)
+            print(f"wrote {path}", file=sys.stderr)
         except RuntimeError as exc:  # the plots extra is not installed
             print(f"no plot: {exc}", file=sys.stderr)
     target_failed = all(trial.reason == "errors" for trial in result.trials)

@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from exporter.evaluation import EvaluationSpec
 from exporter.probe.result import ProbeResult, intervals
-from exporter.report.summary import EvaluationSpec
 from exporter.stats.fluidity import fluidity_index
 
 BAR_WIDTH = 24

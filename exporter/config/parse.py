@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from exporter.config import bounds
+from exporter.config.buckets import BUCKET_PRESET_NAMES
 from exporter.config.jobs import JOBS_KEYS, JobsReader
 from exporter.config.model import (
     BUCKET_NAMES,
@@ -40,7 +41,6 @@ from exporter.config.values import (
     positive_duration,
     string_value,
 )
-from exporter.exposition.buckets import BUCKET_PRESET_NAMES
 from exporter.options.reader import Context, Problems, Section, child_path, expand_env, resolve_scalar, show
 
 TOP_KEYS = ("global", "targets", "modules", "slos", "jobs")

@@ -1,10 +1,9 @@
-"""A capacity search's result as a person reads it: a table of trials, the answer, the cost figures, and a
-plot of headroom against load (with the ``plots`` extra)."""
+"""A capacity search's result as a person reads it: a table of trials, the answer, the cost figures; and
+``capacity.json``."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from exporter.jobs.capacity import CapacityResult
@@ -59,28 +58,6 @@ def _cost_line(at: str, point: dict[str, float | None], found: bool) -> str:
 
 def _maybe(value: float | None) -> str:
     return f"{value:.4g}" if value is not None else "-"
-
-
-def write_plot(path: Path, result: CapacityResult) -> Path:
-    """Headroom against load: passes and failures, headroom 1 and the capacity marked."""
-    from exporter.report.plots import pyplot, save_figure
-
-    plt = pyplot()
-    figure, axes = plt.subplots(figsize=(6, 4))
-    for passed, marker, label in ((True, "o", "pass"), (False, "x", "fail")):
-        trials = [t for t in result.trials if t.passed is passed and math.isfinite(t.headroom)]
-        axes.scatter([t.load for t in trials], [t.headroom for t in trials], marker=marker, label=label)
-    for trial in result.trials:
-        if math.isfinite(trial.headroom):
-            axes.annotate(str(trial.index), (trial.load, trial.headroom), fontsize=7)
-    axes.axhline(1.0, color="grey", linestyle=":", label="SLO boundary")
-    if result.capacity is not None:
-        axes.axvline(result.capacity, color="green", linestyle="--", label=f"capacity {result.capacity:.3g}")
-    axes.set_yscale("log")
-    axes.set_xlabel("requests/s" if result.load_kind == "rate" else "concurrency")
-    axes.set_ylabel("deadline headroom (>= 1 meets the SLO)")
-    axes.legend()
-    return save_figure(plt, figure, path)
 
 
 def write_capacity_json(directory: Path, result: CapacityResult) -> Path:

@@ -1,6 +1,6 @@
 """A capacity search run from this process (the ``capacity`` command), without the daemon.
 
-The options become the jobs API's parameters through its own parser (``exporter.jobs.parse``), without
+The options become the jobs API's parameters through its own parser (``exporter.config.job_parse``), without
 the daemon's ceilings (the person at the terminal is the authority); the SLO is resolved as the daemon
 resolves a job's, with the default SLO config in place of a target's and ``Dp`` from the options. The
 search sends from this process's client, or over local worker processes.
@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from exporter.config.job_params import CapacityParams, JobLimits
+from exporter.config.job_parse import ParamsError, parse_params
 from exporter.config.model import SloConfig
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.manager import JobFailedError
-from exporter.jobs.params import CapacityParams, JobLimits
-from exporter.jobs.parse import ParamsError, parse_params
 from exporter.jobs.runners import (
     SearchProgress,
     resolve_trial_slo,
@@ -29,7 +30,6 @@ from exporter.load.workloads import Workload
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
-from exporter.report.evaluation_options import prefill_deadlines
 
 NO_CEILINGS = JobLimits(
     max_rate=1e9, max_concurrency=10**9, max_duration_s=1e12, max_tokens=10**15, max_trials=1000,
@@ -70,11 +70,11 @@ def capacity_params(options: Options) -> CapacityParams:
     return params
 
 
-def trial_slo(options: Options, params: CapacityParams) -> TrialSlo:
+def trial_slo(params: CapacityParams, deadlines: DeadlinePolicy) -> TrialSlo:
     """The job's SLO resolved as the daemon resolves it, with the default SLO config in place of a
-    target's and ``Dp`` from the options."""
+    target's and ``Dp`` from ``deadlines`` (the options' prefill deadline or model)."""
     try:
-        return resolve_trial_slo(params.slo, SloConfig(), prefill_deadlines(options))
+        return resolve_trial_slo(params.slo, SloConfig(), deadlines)
     except JobFailedError as exc:
         raise OptionError(f"--decode-tier: {exc}") from exc
 

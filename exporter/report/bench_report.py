@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from exporter.evaluation import EvaluationSpec, measure
 from exporter.load.runner import LoadRun
 from exporter.report.files import write_outputs
-from exporter.report.summary import EvaluationSpec, measure, summarize
+from exporter.report.summary import summarize
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
+from exporter.evaluation import DeadlinePolicy, EvaluationSpec
 from exporter.options.goodput import parse_goodput
 from exporter.options.oneshot import OptionError, Options
-from exporter.report.summary import DeadlinePolicy, EvaluationSpec
 from exporter.stats.prefill import PrefillModel, parse_json
 from exporter.stats.slo import DECODE_TIERS, GoodputBounds, parse_slo
 

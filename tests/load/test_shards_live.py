@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.load.shard_local import LocalShards, local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
@@ -23,7 +24,7 @@ from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult, intervals
 from exporter.probe.target import RequestSpec
 from exporter.probe.workers import run_plan
-from exporter.report.summary import DeadlinePolicy, EvaluationSpec, measure, summarize
+from exporter.report.summary import summarize
 from exporter.sim import SimConfig, SimServer
 from tests.net import free_port
 from tests.probe.helpers import script, settings_for

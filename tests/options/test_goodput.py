@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.config.job_params import JobLimits
+from exporter.config.job_parse import parse_params
 from exporter.config.parse import load_config
-from exporter.jobs.params import JobLimits
-from exporter.jobs.parse import parse_params
 from exporter.options.goodput import GOODPUT_KEYS, GOODPUT_OPERATORS, parse_goodput
 from exporter.stats.slo import GoodputBounds
 
