@@ -6,27 +6,29 @@ otherwise. ``lint-imports`` checks this in CI against the contract in ``pyprojec
 
 1. ``stats``: pure numpy math (fluidity, fluid token rate, latency, prefill fit, SLOs, goodput,
    intervals). Imports nothing of ours.
-2. ``probe``, ``sim``, ``engine``: network I/O of one request (the streaming client, SSE decoding, API
+2. ``options``: what an option means and how it is read, once for YAML, JSON and flags: the tree
+   reader that records every problem under its path, goodput bounds, a one-shot run's options and
+   their error. Imports only ``stats``.
+3. ``probe``, ``sim``, ``engine``: network I/O of one request (the streaming client, SSE decoding, API
    formats, token counting, what a request and a probe run record); the built-in simulated engine;
    scraping an engine's own ``/metrics``. A new engine's metric names go in ``engine/families.py``.
-3. ``load``: workloads, traces, arrivals, the load runner, workers and shards. A workload preset goes
-   in ``load/presets.py``.
-4. ``evaluation``: recorded results to figures (``measure`` under an ``EvaluationSpec`` and its
+4. ``load``: workloads, traces, arrivals, the load runner, workers and shards, and a one-shot run's
+   load plan. A workload preset goes in ``load/presets.py``.
+5. ``evaluation``: recorded results to figures (``measure`` under an ``EvaluationSpec`` and its
    ``DeadlinePolicy``), the one path report, exposition and jobs all evaluate through.
-5. ``config``: the daemon's YAML and the jobs' JSON parameters read into frozen, validated values, with
+6. ``config``: the daemon's YAML and the jobs' JSON parameters read into frozen, validated values, with
    the histogram buckets. It builds the domain's own types (workloads, targets, SLOs, deadline
-   policies), so it sits above them; an options layer that imports nothing of ours is issue 14's
-   next step.
-6. ``report``, ``exposition``, ``jobs``: the one-shot report (tables, files, plots); every metric name
+   policies), so it sits above them.
+7. ``report``, ``exposition``, ``jobs``: the one-shot report (tables, files, plots); every metric name
    (a new metric goes in ``exposition/names.py``), the ``ResultStore`` that probe runs write and
    scrapes read, and the collectors; capacity search and prefill profiling.
-7. ``daemon``, ``web``: target health, budgets and probe scheduling; aiohttp routes and the jobs API,
+8. ``daemon``, ``web``: target health, budgets and probe scheduling; aiohttp routes and the jobs API,
    written against Protocols (``web.routes.DaemonService``, ``web.jobs_api.JobService``), never
    against the daemon class.
-8. ``app``: the composition root, the only module that wires the daemon together.
-9. The command line: ``cli`` and the commands it runs (``oneshot``, ``demo`` and the ``command``
-   modules). ``argparse`` and printing live here; a new flag goes with its command. Nothing below
-   imports a command.
+9. ``app``: the composition root, the only module that wires the daemon together.
+10. ``cli``: one module per command and the flag groups they share. ``argparse`` and printing live
+    here; a new flag goes in its command's module (or ``cli/flags.py`` when commands share it), its
+    meaning in ``options``. A command parses, calls below and prints. Nothing below imports it.
 
 Outside the package: an alert goes in ``deploy/prometheus/rules/fluidity-alerts.yml`` with a
 ``promtool`` test in ``deploy/prometheus/tests/`` (``deploy/prometheus/generate.py`` regenerates the

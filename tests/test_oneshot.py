@@ -55,7 +55,14 @@ def test_json_closed_loop_with_slos_and_goodput(
     sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     flags = ["--url", sim_url, "--concurrency", "4", "--requests", "12", "--json", *SMALL]
-    flags += ["--slo", "ttft:p99<=5", "--slo", "fluidity:p99>=0.5", "--goodput", "ttft<=5,min_fluidity>=0.5"]
+    flags += [
+        "--objective",
+        "ttft:p99<=5",
+        "--objective",
+        "fluidity:p99>=0.5",
+        "--goodput",
+        "ttft<=5,min_fluidity>=0.5",
+    ]
     code, out = bench(tmp_path, *flags)
     assert_measured(code, out)
     summary = json.loads(capsys.readouterr().out)
@@ -124,8 +131,10 @@ def test_worker_processes_split_a_closed_loop(
             '--prompt-tokens: unknown length distribution "gauss"; valid: ',
         ),
         (["--rate", "2", "--concurrency", "3"], "--rate and --concurrency exclude each other"),
-        (["--slo", "ttfb:p99<=1"], '--slo: unknown SLO metric "ttfb"'),
+        (["--objective", "ttfb:p99<=1"], '--objective: unknown SLO metric "ttfb"'),
         (["--goodput", "latency<=1"], '--goodput: unknown bound "latency"; valid: ttft, tpot'),
+        (["--goodput", "ttft>=2"], '--goodput: "ttft>=2": ttft takes <= only (got >=), e.g. ttft<=2'),
+        (["--goodput", "min_fluidity<=0.9"], '--goodput: "min_fluidity<=0.9": min_fluidity takes >= only'),
         (
             ["--arrival", "burst"],
             '--arrival: unknown arrival process "burst"; valid: poisson, gamma, constant',

@@ -107,7 +107,7 @@ from exporter.config.model import (
     default_config,
 )
 from exporter.config.parse import ConfigError, load_config, load_config_file, parse_config
-from exporter.config.reader import parse_duration
+from exporter.options.reader import parse_duration
 
 __all__ = [
     "BUCKET_NAMES",

@@ -9,8 +9,8 @@ so whatever ``check-config`` accepts, ``run`` starts and serves.
 
 from __future__ import annotations
 
-from exporter.config.reader import MAX_DURATION_S
 from exporter.load.workloads import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
+from exporter.options.reader import MAX_DURATION_S
 
 DAY_S = 86400.0
 # MAX_DURATION_S (366d): any duration without a tighter bound (SLO deadlines, goodput bounds)

@@ -1,16 +1,12 @@
-"""``fluidity-exporter check-config FILE...``: validate config files without starting anything.
+"""Checking a config file without starting anything (``fluidity-exporter check-config``).
 
-Prints ``FILE: OK (N targets, M modules)`` for a good file, or ``FILE: N problems`` and every problem,
-one per line, for a bad one; the exit code is 0 when every file is good, 1 otherwise. Secrets are read
-(a missing variable is a problem) but never printed.
+``check_file`` says whether a file is a valid config and gives the lines that say so: ``FILE: OK (N
+targets, M modules)``, or ``FILE: N problems`` and every problem, one per line. Secrets are read (a
+missing variable is a problem) but never shown.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-
-from exporter.cli import Command
 from exporter.config.parse import ConfigError, load_config_file
 
 
@@ -24,23 +20,3 @@ def check_file(path: str) -> tuple[bool, list[str]]:
             f"  {problem}" for problem in exc.problems
         ]
     return True, [f"{path}: OK ({len(config.targets)} targets, {len(config.modules)} modules)"]
-
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", metavar="FILE", help="config files (YAML) to check")
-
-
-def _run(args: argparse.Namespace) -> int:
-    all_ok = True
-    for path in args.files:
-        ok, lines = check_file(path)
-        all_ok &= ok
-        print("\n".join(lines), file=sys.stdout if ok else sys.stderr)
-    return 0 if all_ok else 1
-
-
-CHECK_CONFIG_COMMAND = Command(
-    help="check config files: print OK or every problem with its path; exit 0 or 1",
-    add_arguments=_add_arguments,
-    run=_run,
-)

@@ -34,15 +34,15 @@ from exporter.config.job_params import (
     SloSpec,
     geometric_ladder,
 )
-from exporter.config.reader import Problems, Section, show
 from exporter.config.values import check_name
 from exporter.load.arrivals import parse_arrival_spec
-from exporter.stats.slo import DECODE_TIERS, GoodputBounds, Slo, parse_slo
+from exporter.options.goodput import GOODPUT_KEYS, read_goodput
+from exporter.options.reader import Problems, Section, show
+from exporter.stats.slo import DECODE_TIERS, Slo, parse_slo
 
 CAPACITY_KEYS = tuple(f.name for f in fields(CapacityParams))
 PROFILE_KEYS = tuple(f.name for f in fields(ProfileParams))
 SLO_SPEC_KEYS = tuple(f.name for f in fields(SloSpec))
-GOODPUT_KEYS = tuple(f.name for f in fields(GoodputBounds))
 LADDER_KEYS = ("low", "high")
 MIN_REQUESTS_PER_TRIAL = 10  # fewer cannot tell a p99 from the maximum
 MAX_REPEATS = 100  # requests per prefill length: the minimum of 100 is as good as it gets
@@ -247,7 +247,7 @@ def _slo(sec: Section) -> SloSpec:
         target_fluidity=sec.opt_number("target_fluidity", None, 0.0, 1.0, low_open=True),
         percentile=sec.opt_number("percentile", None, 0.0, 100.0, low_open=True),
         objectives=_objectives(sec),
-        goodput=_goodput(goodput) if goodput is not None else None,
+        goodput=read_goodput(goodput) if goodput is not None else None,
         min_goodput_ratio=sec.opt_number("min_goodput_ratio", None, 0.0, 1.0, low_open=True),
     )
 
@@ -276,13 +276,6 @@ def _objective(value: Any) -> Slo:
     if not isinstance(value, str):
         raise ValueError(f"must be an SLO like ttft:p99<=2, got {show(value)}")
     return parse_slo(value)
-
-
-def _goodput(sec: Section) -> GoodputBounds:
-    bounds = {
-        key: sec.opt_duration(key, None, positive=False) for key in GOODPUT_KEYS if key != "min_fluidity"
-    }
-    return GoodputBounds(**bounds, min_fluidity=sec.opt_number("min_fluidity", None, 0.0, 1.0))
 
 
 # --- prefill profile ---------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import numpy as np
 
 from exporter.config import bounds
 from exporter.config.model import Module, ProbeSchedule, SloConfig, Target, WorkloadSpec
-from exporter.config.reader import Context, Section, show
 from exporter.config.values import (
     arrival_spec,
     check_cron,
@@ -30,15 +29,16 @@ from exporter.load.distributions import Fixed
 from exporter.load.sessions import ThinkTime, parse_think_time
 from exporter.load.traces import TRACE_FORMATS, load_trace
 from exporter.load.workloads import PairedLengths, Workload
+from exporter.options.goodput import GOODPUT_KEYS, read_goodput
+from exporter.options.reader import Context, Section, show
 from exporter.stats.prefill import PrefillModel
-from exporter.stats.slo import GoodputBounds, Slo, parse_slo
+from exporter.stats.slo import Slo, parse_slo
 
 MODULE_KEYS = (
     "workload", "max_prompt_tokens", "max_output_tokens", "requests_per_run", "arrival", "concurrency",
     "schedule",
 )  # fmt: skip
 SLO_KEYS = ("prefill", "decode_tiers", "target_fluidity", "percentile", "objectives", "goodput")
-GOODPUT_KEYS = ("ttft", "tpot", "e2e", "max_tbt", "normalized_latency", "min_fluidity")
 # A workload mapping: one source of lengths (a preset, a trace, or two distributions) and sessions.
 WORKLOAD_KEYS = ("preset", "prompt_tokens", "output_tokens", "trace", "format")
 SESSION_KEYS = ("turns", "think_time", "tool_calls", "response_format")
@@ -211,7 +211,7 @@ class ModuleReader:
             target_fluidity=sec.number("target_fluidity", 0.9, 0.0, 1.0, low_open=True),
             percentile=sec.number("percentile", 99.0, 0.0, 100.0, low_open=True),
             objectives=self.objectives(sec),
-            goodput=self.goodput(goodput) if goodput is not None else None,
+            goodput=read_goodput(goodput) if goodput is not None else None,
         )
 
     def prefill_model(self, sec: Section) -> tuple[str | None, PrefillModel | None]:
@@ -248,11 +248,3 @@ class ModuleReader:
             for path, raw in sec.items("objectives")
         ]
         return tuple(slo for slo in parsed if slo is not None)
-
-    def goodput(self, sec: Section) -> GoodputBounds:
-        bounds: dict[str, float | None] = {
-            key: sec.opt_duration(key, None, positive=False) for key in GOODPUT_KEYS if key != "min_fluidity"
-        }
-        if sec.has("min_fluidity"):
-            bounds["min_fluidity"] = sec.number("min_fluidity", 0.0, 0.0, 1.0)
-        return GoodputBounds(**bounds)

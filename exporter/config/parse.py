@@ -32,7 +32,6 @@ from exporter.config.model import (
     JobsConfig,
 )
 from exporter.config.modules import MODULE_KEYS, SLO_KEYS, ModuleReader
-from exporter.config.reader import Context, Problems, Section, child_path, expand_env, resolve_scalar, show
 from exporter.config.targets import TargetReader, read_secret
 from exporter.config.values import (
     bucket_bound,
@@ -42,6 +41,7 @@ from exporter.config.values import (
     positive_duration,
     string_value,
 )
+from exporter.options.reader import Context, Problems, Section, child_path, expand_env, resolve_scalar, show
 
 TOP_KEYS = ("global", "targets", "modules", "slos", "jobs")
 GLOBAL_KEYS = ("listen_address", "windows", "max_results_per_window", "state_dir", "buckets", "probe_token")

@@ -14,10 +14,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from exporter.config.model import WorkloadSpec
-from exporter.config.reader import MAX_DURATION_S, parse_duration, show, show_seconds
 from exporter.load.arrivals import ArrivalProcess, parse_arrival_spec
 from exporter.load.distributions import LengthDistribution, parse_length_spec
 from exporter.load.presets import PRESET_NAMES
+from exporter.options.reader import MAX_DURATION_S, parse_duration, show, show_seconds
 from exporter.stats.prefill import PrefillModel, parse_json
 
 _LABEL_SAFE = re.compile(r"[A-Za-z0-9_.-]+")

@@ -2,7 +2,8 @@
 
 A client measuring a server that shares its event loop (and, on a small machine, its core) would time
 its own work as the server's. ``SimProcess`` starts ``python -m exporter sim`` on a free loopback port,
-waits for the line that says where it listens, and stops it on exit.
+waits for the line that says where it listens, and stops it on exit. ``url_or_simulator`` is what the
+commands without a ``--url`` (``run``, ``bench``, ``capacity``, ``profile``) start instead of a target.
 """
 
 from __future__ import annotations
@@ -14,11 +15,17 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from types import TracebackType
 
 LISTENING = re.compile(r"on (http://\S+)")
 START_TIMEOUT_S = 30.0
+DEFAULT_PRESET = "llama-3.1-8b-h100"  # the model a command without a target simulates
+
+
+class SimStartError(RuntimeError):
+    """The simulator child process did not say where it listens (the message has its stderr)."""
 
 
 class SimProcess:
@@ -55,7 +62,7 @@ class SimProcess:
             self._stop()
             self.errors.seek(0)
             reason = self.errors.read().strip() or "no address printed"
-            raise RuntimeError(f"the simulator did not start: {reason}")
+            raise SimStartError(f"the simulator did not start: {reason}")
         return match.group(1)
 
     def __exit__(
@@ -81,3 +88,14 @@ def _drain(process: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
     for line in process.stdout:
         lines.put(line)
     lines.put("")
+
+
+@contextmanager
+def url_or_simulator(url: str | None, preset: str | None = None) -> Iterator[tuple[str, bool]]:
+    """``(url, False)``, or with no ``url`` the simulator's in a child process and True (it is simulated);
+    a simulator that does not start raises ``SimStartError``."""
+    if url:
+        yield url, False
+        return
+    with SimProcess(["--preset", preset or DEFAULT_PRESET]) as sim:
+        yield sim.url, True

@@ -14,7 +14,6 @@ Every error body is JSON: ``{"error": "...", ...}``.
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Mapping
 from typing import Any, Final, NoReturn, Protocol
@@ -26,6 +25,7 @@ from exporter.config.job_parse import ParamsError, params_to_dict, parse_params
 from exporter.jobs.manager import JobConflictError, JobManager, UnknownJobError
 from exporter.jobs.store import JOB_STATES, JobRecord
 from exporter.probe.target import Secret
+from exporter.web.auth import bearer_matches
 from exporter.web.openapi import committed_document, document_for
 
 PREFIX: Final = "/api/v1"
@@ -176,12 +176,7 @@ def _authorize(request: web.Request) -> JobService:
     token = service.jobs_token()
     if token is None:
         _fail(web.HTTPNotFound, DISABLED)
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    # surrogatepass: a header of undecodable bytes must fail the compare, not raise.
-    matches = hmac.compare_digest(
-        given.strip().encode("utf-8", "surrogatepass"), token.reveal().encode("utf-8", "surrogatepass")
-    )
-    if scheme.lower() != "bearer" or not matches:
+    if not bearer_matches(request.headers.get("Authorization"), token):
         _fail(
             web.HTTPUnauthorized,
             "this API needs Authorization: Bearer <jobs.api_token>",

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from exporter.config.job_params import JobLimits
-from exporter.config.reader import MAX_DURATION_S
+from exporter.options.reader import MAX_DURATION_S
 from exporter.stats.slo import DECODE_TIERS, SloMetric
 
 

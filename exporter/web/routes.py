@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import hmac
 import html
 import time
 from collections.abc import Mapping
@@ -37,6 +36,7 @@ from exporter.exposition import render
 from exporter.exposition.collector import failed_probe_registry, probe_registry
 from exporter.exposition.store import RecentResult, ResultStore, iso
 from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun, intervals
+from exporter.web.auth import bearer_matches
 from exporter.web.jobs_api import JobService, add_job_routes
 
 
@@ -178,9 +178,7 @@ def _authorize_probe(request: web.Request, daemon: DaemonService, target: str) -
                 "({env: NAME} or {file: PATH}) and send it as a bearer token\n"
             )
         return
-    given = request.headers.get("Authorization", "")
-    expected = f"Bearer {token.reveal()}"
-    if not hmac.compare_digest(given.encode(), expected.encode()):
+    if not bearer_matches(request.headers.get("Authorization"), token):
         raise web.HTTPUnauthorized(
             text="/probe needs Authorization: Bearer <global.probe_token>\n",
             headers={"WWW-Authenticate": "Bearer"},

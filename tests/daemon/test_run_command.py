@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.daemon.command import split_address
+from exporter.cli.run import split_address
 from tests.net import free_port
 
 
@@ -30,7 +30,7 @@ def test_embedded_default_probes_the_simulator_and_stops_cleanly_on_sigterm() ->
         "exporter",
         "run",
         f"--web.listen-address=127.0.0.1:{port}",
-        "--sim.preset=tiny",
+        "--sim-preset=tiny",
     ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -16,7 +16,7 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
     out = tmp_path / "out"
     flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16"]
     flags += ["--start", "40", "--max-trials", "2", "--requests-per-trial", "20", "--warmup-requests", "0"]
-    assert main(["capacity", *flags, "--output", str(out), "--no-plot"]) == 0
+    assert main(["capacity", *flags, "--output", str(out), "--no-plots"]) == 0
     captured = capsys.readouterr()
     assert "trial 1/2: 40 rate" in captured.err  # the progress line
     result = json.loads((out / "capacity.json").read_text())
@@ -40,7 +40,7 @@ def test_capacity_command_prices_the_fluid_goodput(
     flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16"]
     flags += ["--start", "10", "--max-trials", "1", "--requests-per-trial", "20", "--warmup-requests", "0"]
     flags += ["--gpus", "2", "--gpu-hour-price", "3.6"]
-    assert main(["capacity", *flags, "--output", str(out), "--no-plot"]) == 0
+    assert main(["capacity", *flags, "--output", str(out), "--no-plots"]) == 0
     captured = capsys.readouterr()
     result = json.loads((out / "capacity.json").read_text())
     trial = result["trials"][0]
@@ -68,7 +68,7 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
     out = tmp_path / "out"
     flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16"]
     flags += ["--start", "20", "--max-trials", "2", "--requests-per-trial", "20", "--warmup-requests", "2"]
-    code = main(["capacity", *flags, "--workers", "2", "--output", str(out), "--no-plot"])
+    code = main(["capacity", *flags, "--workers", "2", "--output", str(out), "--no-plots"])
     result = json.loads((out / "capacity.json").read_text())
     first = result["trials"][0]
     assert first["figures"]["requests"] == 20 and first["requests_sent"] == 22
@@ -103,7 +103,7 @@ def test_bad_flags_fail_before_any_load(
 
 @pytest.mark.parametrize(
     "command",
-    [["capacity", "--no-plot"], ["profile", "--lengths", "128"], ["bench", "--requests", "1"]],
+    [["capacity", "--no-plots"], ["profile", "--lengths", "128"], ["bench", "--requests", "1"]],
 )
 def test_a_target_that_does_not_answer_is_an_error_not_a_traceback(
     command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -117,7 +117,7 @@ def test_a_target_that_does_not_answer_is_an_error_not_a_traceback(
 
 @pytest.mark.parametrize(
     ("command", "existing"),
-    [(["capacity", "--no-plot"], "out/capacity.json"), (["profile", "--lengths", "128"], "out")],
+    [(["capacity", "--no-plots"], "out/capacity.json"), (["profile", "--lengths", "128"], "out")],
 )
 def test_an_earlier_result_is_kept_unless_forced(
     command: list[str], existing: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -139,7 +139,7 @@ def test_capacity_writes_to_a_fresh_timestamped_folder_and_says_where(
     monkeypatch.chdir(tmp_path)
     flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:32", "--output-tokens", "fixed:8"]
     flags += ["--start", "20", "--max-trials", "1", "--requests-per-trial", "10", "--warmup-requests", "0"]
-    assert main(["capacity", *flags, "--no-plot"]) == 0
+    assert main(["capacity", *flags, "--no-plots"]) == 0
     (folder,) = (tmp_path / "capacity-results").iterdir()
     assert (folder / "capacity.json").is_file()
     assert f"wrote capacity-results/{folder.name}/capacity.json" in capsys.readouterr().err

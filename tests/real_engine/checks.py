@@ -142,7 +142,7 @@ def check_bench(run: BenchRun, requests: int) -> None:
 # 120 requests a trial: with 40 the whole trial is one burst that 8 slots absorb within the prefill
 # deadline, and llama-server "passed" anywhere from 55 to 530 req/s; with 120 its searches agree
 # (27-37 req/s over 6 runs, vLLM 20 req/s) and take 25-40 s.
-SEARCH = "--requests-per-trial 120 --warmup-requests 8 --max-trials 8 --tolerance 0.2 --no-plot"
+SEARCH = "--requests-per-trial 120 --warmup-requests 8 --max-trials 8 --tolerance 0.2 --no-plots"
 
 
 def run_capacity_search(base_url: str, out: Path, *, start: float) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from pathlib import Path
 # `python -m exporter sim ...` with only the sim command registered (the test must not depend on the other
 # commands' modules); the parser, dispatch and signal handling are the real ones.
 ENTRY = (
-    "import sys; from exporter.cli import build_parser; from exporter.sim.cli import SIM_COMMAND; "
+    "import sys; from exporter.cli import build_parser; from exporter.cli.sim import SIM_COMMAND; "
     "args = build_parser({'sim': SIM_COMMAND}).parse_args(sys.argv[1:]); sys.exit(SIM_COMMAND.run(args))"
 )
 

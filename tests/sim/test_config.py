@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import build_parser
-from exporter.sim.cli import SIM_COMMAND
+from exporter.cli.sim import SIM_COMMAND
 from exporter.sim.config import ConfigError, SimConfig, from_mapping, load_yaml, resolve
 
 

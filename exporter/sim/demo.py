@@ -1,22 +1,21 @@
-"""``fluidity-exporter demo``: the metric core on the simulated engine, no GPU and no network.
+"""The demo's comparison (``fluidity-exporter demo``): the metric core on the simulated engine, no GPU and
+no network.
 
 Runs one workload through the built-in engine model on a virtual clock twice, with vLLM's whole-prompt
 prefills and with chunked prefills (Sarathi-Serve), profiles the prefill deadline model the way Etalon
-does, and prints a side-by-side report: conventional metrics barely tell the two apart, the
+does, and returns a side-by-side table: conventional metrics barely tell the two apart, the
 fluidity-index and the fluid token rate do (the Etalon paper's section 5.2).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from collections import defaultdict
 
 import numpy as np
 
-from exporter.cli import Command
 from exporter.sim.engine import Engine, SimRequest, run_virtual
-from exporter.sim.presets import PRESETS, Preset, isolated_ttft
+from exporter.sim.presets import Preset, isolated_ttft
 from exporter.stats.batch import IntervalBatch, intervals_from_stamps
 from exporter.stats.distribution import percentile
 from exporter.stats.fluidity import evaluate, fluid_token_rate
@@ -91,39 +90,20 @@ def _pair(values: np.ndarray, low: float, high: float, fmt: str) -> str:
     return f"{fmt.format(percentile(values, low))} / {fmt.format(percentile(values, high))}"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of the demo command."""
-    parser.add_argument("--preset", default="llama-3.1-8b-h100", choices=sorted(PRESETS))
-    parser.add_argument("--requests", type=int, default=400, help="requests in the workload (default 400)")
-    parser.add_argument("--rate", type=float, default=10.0, help="Poisson arrival rate, req/s (default 10)")
-    parser.add_argument("--seed", type=int, default=1)
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """The demo's table: one column of figures per prefill mode, and the profiled prefill model."""
+
+    columns: dict[str, dict[str, str]]
+    model: PrefillModel
 
 
-def run(args: argparse.Namespace) -> int:
-    """Simulate, compute and print the comparison table."""
-    if args.requests < 1 or args.rate <= 0:
-        raise SystemExit("demo: --requests must be >= 1 and --rate > 0")
-    preset = PRESETS[args.preset]
-    workload = Workload(args.requests, args.rate, args.seed)
+def compare_prefill_modes(preset: Preset, workload: Workload) -> Comparison:
+    """The workload served with whole prefills and with chunked prefills, the figures side by side."""
     prompts = np.array([request.prompt_len for _, request in workload.arrivals()])
     model = profile_prefill(preset)
     columns = {
         name: report(simulate(preset, chunked, workload), prompts, model)
         for name, chunked in (("whole prefills", False), ("chunked prefills", True))
     }
-    print(f"{preset.description}: {args.requests} requests at {args.rate} req/s (Poisson, seed {args.seed})")
-    print(
-        f"prefill deadline: profiled TTFT(P) + {SCHEDULING_SLACK_S} s; e.g. Dp(4096) = "
-        f"{model.deadline(4096.0, SCHEDULING_SLACK_S):.3f} s\n"
-    )
-    names = list(columns)
-    width = max(len(row) for row in columns[names[0]])
-    print(f"{'':{width}}  {names[0]:>22}  {names[1]:>22}")
-    for row in columns[names[0]]:
-        print(f"{row:{width}}  {columns[names[0]][row]:>22}  {columns[names[1]][row]:>22}")
-    return 0
-
-
-DEMO_COMMAND = Command(
-    "show Etalon's metrics on the simulated engine, with and without chunked prefill", add_arguments, run
-)
+    return Comparison(columns, model)

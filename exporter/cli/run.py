@@ -23,15 +23,16 @@ from collections.abc import Iterator
 from aiohttp import web
 
 from exporter.app import Daemon
-from exporter.cli import Command
+from exporter.cli.command import Command
+from exporter.cli.flags import DeprecatedAlias
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
 from exporter.probe import loop as event_loop
+from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.sim.process import SimProcess
 from exporter.web.routes import build_app
 
 LOG = logging.getLogger("exporter")
 LOG_LEVELS = ("debug", "info", "warn", "error")
-DEFAULT_SIM_PRESET = "llama-3.1-8b-h100"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,8 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--log.level", dest="log_level", default="info", choices=LOG_LEVELS)
     parser.add_argument(
-        "--sim.preset", dest="sim_preset", default=DEFAULT_SIM_PRESET, help="embedded default's model"
+        "--sim-preset", default=DEFAULT_SIM_PRESET, help="embedded default's model (a simulator preset)"
     )
+    parser.add_argument("--sim.preset", dest="sim_preset", action=DeprecatedAlias, use="--sim-preset")
 
 
 def split_address(address: str) -> tuple[str, int]:

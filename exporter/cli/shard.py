@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from exporter.cli import Command
+from exporter.cli.command import Command
 from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
 from exporter.load.shard_runner import serve_shard
 from exporter.probe import loop as event_loop

@@ -1,7 +1,7 @@
 """``fluidity-exporter sim``: run the simulated OpenAI-compatible engine until Ctrl-C or SIGTERM.
 
-Flags override the YAML file given with ``--config``; every value is validated by ``config.py``, and a
-bad one exits with code 2 and a message naming the field and what it accepts.
+Flags override the YAML file given with ``--config``; every value is validated by ``exporter.sim.config``,
+and a bad one exits with code 2 and a message naming the field and what it accepts.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from exporter.cli import Command
+from exporter.cli.command import Command
 from exporter.sim.config import ConfigError, SimConfig, from_mapping, load_yaml, resolve
 from exporter.sim.presets import PRESETS
 from exporter.sim.protocol import FAULT_MODES
@@ -51,20 +51,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="port to listen on (default 8000; 0 = any free port)")
     parser.add_argument("--preset", help=f"model/GPU preset (default tiny): {presets}")
     parser.add_argument("--model", help="served model name (default: the preset's)")
-    parser.add_argument(
-        "--chunked-prefill",
-        dest="chunked_prefill",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="split prefills into chunks (Sarathi-Serve, vLLM V1) or run them whole (vLLM V0)",
-    )
-    parser.add_argument(
-        "--prefix-caching",
-        dest="prefix_caching",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="serve repeated prompt prefixes from an LRU prefix cache (default on, as in vLLM V1)",
-    )
+    for flag, help_line in (
+        (
+            "--chunked-prefill",
+            "split prefills into chunks (Sarathi-Serve, vLLM V1) or run them whole (vLLM V0)",
+        ),
+        (
+            "--prefix-caching",
+            "serve repeated prompt prefixes from an LRU prefix cache (default on, as in vLLM V1)",
+        ),
+    ):
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_line)
     for name in ("max_num_seqs", "max_num_batched_tokens", "num_kv_blocks", "block_size", "max_model_len"):
         parser.add_argument(
             f"--{name.replace('_', '-')}", dest=name, type=int, help="(default: the preset's)"
@@ -110,8 +107,6 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 
 async def serve(config: SimConfig, stop: asyncio.Event) -> None:
     """Serve until ``stop`` is set."""
-    # Imported here so that parsing flags (and --help) does not load aiohttp.
-
     server = SimServer(config)
     host, port = await server.start()
     # Everything allocated so far lives as long as the process: move it out of the collector's sight.

@@ -1,8 +1,10 @@
-"""Command-line entry point: ``fluidity-exporter <command>``.
+"""Command-line entry point: ``fluidity-exporter <command>``; ``argparse`` lives only in this package.
 
-Each command lives in its own module and registers here as a ``Command``: a function that adds its
-arguments to a sub-parser and a function that runs it and returns the process exit code. This module
-only dispatches; it holds no logic of its own.
+Each command lives in its own module (``run``, ``bench``, ``capacity``, ``profile``, ``check_config``,
+``demo``, ``sim``, ``shard``) and registers here as a ``Command``: a function that adds its flags to a
+sub-parser and a function that runs it and returns the process exit code. The flag groups several
+commands share are in ``flags``. A command is thin: it parses, calls the layer below, and prints. This
+module only dispatches; it holds no logic of its own.
 
 Exit codes, the same for ``bench``, ``capacity`` and ``profile`` (README "Exit codes"): 0 the target
 was measured and the measurement is reliable; 1 the target failed (did not answer, every request or
@@ -14,35 +16,24 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from exporter import __version__
+from exporter.cli.command import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
 
-EXIT_MEASURED = 0
-EXIT_FAILED = 1  # the target failed, or the measurement is not reliable
-EXIT_USAGE = 2  # a bad flag, file or config; nothing was measured
-
-
-@dataclass(frozen=True)
-class Command:
-    """One sub-command: its help line, how it adds its flags, and what it runs."""
-
-    help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
+__all__ = ["EXIT_FAILED", "EXIT_MEASURED", "EXIT_USAGE", "Command", "build_parser", "main"]
 
 
 def _commands() -> dict[str, Command]:
     # Imported lazily so that `fluidity-exporter --help` stays fast.
-    from exporter.config.check import CHECK_CONFIG_COMMAND
-    from exporter.daemon.command import RUN_COMMAND
-    from exporter.demo import DEMO_COMMAND
-    from exporter.jobs.capacity_command import CAPACITY_COMMAND
-    from exporter.jobs.command import PROFILE_COMMAND
-    from exporter.load.shard_command import SHARD_COMMAND
-    from exporter.oneshot import BENCH_COMMAND
-    from exporter.sim.cli import SIM_COMMAND
+    from exporter.cli.bench import BENCH_COMMAND
+    from exporter.cli.capacity import CAPACITY_COMMAND
+    from exporter.cli.check_config import CHECK_CONFIG_COMMAND
+    from exporter.cli.demo import DEMO_COMMAND
+    from exporter.cli.profile import PROFILE_COMMAND
+    from exporter.cli.run import RUN_COMMAND
+    from exporter.cli.shard import SHARD_COMMAND
+    from exporter.cli.sim import SIM_COMMAND
 
     return {
         "run": RUN_COMMAND,

@@ -1,0 +1,158 @@
+"""``fluidity-exporter capacity``: a one-shot capacity search from the command line.
+
+Against ``--url`` (by default the built-in simulator in a child process) it runs the same search as the
+daemon's ``POST /api/v1/jobs/capacity`` (``exporter.jobs.local_capacity``): the flags become the same
+parameters, parsed by the same parser, without the daemon's ceilings. It prints a progress bar and one
+line per trial, then a report, and writes ``capacity.json`` (and ``capacity.png`` with the ``plots``
+extra: headroom against load, the capacity marked) into ``--output`` (default: a new
+``capacity-results/<UTC time>/``; an existing result is replaced only with ``--force``) and says where.
+Exit codes as ``bench``'s (``exporter.cli``): 1 when the target failed (every trial sunk by errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from exporter.cli.command import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
+from exporter.cli.flags import (
+    DeprecatedAlias,
+    add_config_argument,
+    add_prefill_arguments,
+    add_target_arguments,
+    add_workload_arguments,
+    error,
+    merged_options,
+    note_shared_cpus,
+)
+from exporter.cli.progress import ProgressPrinter
+from exporter.config.job_params import CapacityParams
+from exporter.jobs.capacity import CapacityResult
+from exporter.jobs.capacity_report import capacity_table, write_capacity_json
+from exporter.jobs.local_capacity import capacity_params, search_capacity, trial_slo
+from exporter.jobs.manager import JobFailedError
+from exporter.jobs.trial import TrialSlo
+from exporter.load.target_facts import discover_target
+from exporter.load.workload_options import workload_from_options
+from exporter.options.oneshot import OptionError, Options
+from exporter.probe import loop as event_loop
+from exporter.report.bench_report import OutputExistsError, refuse_overwrite, timestamped
+from exporter.report.capacity_plot import HeadroomPoint, write_headroom_plot
+from exporter.report.evaluation_options import prefill_deadlines
+from exporter.sim.process import SimStartError, url_or_simulator
+from exporter.stats.slo import DECODE_TIERS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``capacity``."""
+    add_target_arguments(parser)
+    load = parser.add_argument_group("workload and load")
+    add_workload_arguments(load)
+    load.add_argument(
+        "--turns", help="turns per session: N or a distribution (default 1; the load is then sessions)"
+    )
+    load.add_argument("--think-time", help="seconds between a session's turns, e.g. fixed:2")
+    _add_search_arguments(load)
+    slo = parser.add_argument_group("SLO (default: 99%% of requests reach fluidity >= 0.9 at Dd 50 ms)")
+    slo.add_argument("--decode-tier", help=f"decode deadline tier: {', '.join(DECODE_TIERS)} (medium)")
+    slo.add_argument("--decode-deadline", type=float, help="decode deadline in seconds instead of a tier")
+    add_prefill_arguments(slo)
+    slo.add_argument("--percentile", type=float, help="share of requests that must reach it, in %% (99)")
+    slo.add_argument("--objective", action="append", help="an extra SLO, e.g. ttft:p99<=2 (repeatable)")
+    cost = parser.add_argument_group("cost")
+    cost.add_argument("--gpus", type=float, help="accelerators behind the target: tokens per GPU-second")
+    cost.add_argument("--gpu-hour-price", type=float, help="price of one GPU-hour: cost of a million tokens")
+    out = parser.add_argument_group("output")
+    out.add_argument(
+        "--output", help="directory for capacity.json (and .png); default capacity-results/<UTC time>/"
+    )
+    out.add_argument("--force", action="store_true", default=None, help="replace an earlier result")
+    out.add_argument("--json", action="store_true", default=None, help="print the result as JSON")
+    out.add_argument(
+        "--plots", action=argparse.BooleanOptionalAction, default=None, help="write capacity.png (default on)"
+    )
+    out.add_argument(
+        "--no-plot", dest="plots", action=DeprecatedAlias, use="--no-plots", kind="const", const=False
+    )
+    add_config_argument(parser)
+
+
+def _add_search_arguments(load: argparse._ArgumentGroup) -> None:
+    """What the search varies, where it starts and stops, and what each trial sends."""
+    load.add_argument(
+        "--load", choices=("rate", "concurrency"), help="search requests/s or concurrency (rate)"
+    )
+    load.add_argument(
+        "--arrival", help="arrival process without its rate: poisson, constant, gamma:shape=0.5"
+    )
+    load.add_argument("--start", type=float, help="first load tried (default 1)")
+    load.add_argument("--max-load", type=float, help="never try above this load")
+    load.add_argument(
+        "--min-load", type=float, help="the floor: a failure here means not met (default: a 15-minute trial)"
+    )
+    load.add_argument("--time-budget", type=float, help="seconds the whole search may take (default 3240)")
+    load.add_argument(
+        "--confidence", type=float, help="of each trial's pass-fraction interval (default 0.95)"
+    )
+    load.add_argument("--tolerance", type=float, help="relative tolerance of the answer (default 0.05)")
+    load.add_argument("--max-trials", type=int, help="most trials (default 8)")
+    load.add_argument("--requests-per-trial", type=int, help="measured requests per trial (default 200)")
+    load.add_argument("--warmup-requests", type=int, help="unmeasured requests first (default 20)")
+    load.add_argument(
+        "--trial-duration",
+        type=float,
+        help="end a trial after this many seconds (default 1.5x its span + 60)",
+    )
+    load.add_argument("--no-early-stop", action="store_true", default=None, help="run every trial in full")
+    load.add_argument("--seed", type=int, help="random seed of the workload (default 0)")
+    load.add_argument(
+        "--workers", type=int, help="client processes sending each trial, results merged (default 1)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 when the search measured the target, 1 when every trial was sunk by the target's errors or
+    a worker process made a trial's load other than planned, 2 on bad input (or an earlier result in
+    the way)."""
+    try:
+        options = merged_options(args)
+        params = capacity_params(options)
+        slo = trial_slo(params, prefill_deadlines(options))  # bad deadlines fail before any load is sent
+        directory = Path(options["output"]) if options["output"] else timestamped("capacity-results")
+        refuse_overwrite(directory / "capacity.json", bool(options["force"]))
+        with url_or_simulator(options["url"], options["sim_preset"]) as (url, simulated):
+            result = event_loop.run(_search(options, params, slo, url, simulated))
+    except (OptionError, OutputExistsError, SimStartError, JobFailedError) as exc:
+        error("capacity", exc)
+        return EXIT_USAGE
+    written = write_capacity_json(directory, result)
+    print(json.dumps(result.to_dict(), indent=2) if options["json"] else capacity_table(result))
+    print(f"wrote {written}", file=sys.stderr)
+    if options["plots"] is not False:
+        try:
+            points = [HeadroomPoint(t.index, t.load, t.headroom, bool(t.passed)) for t in result.trials]
+            path = write_headroom_plot(directory / "capacity.png", points, result.capacity, result.load_kind)
+            print(f"wrote {path}", file=sys.stderr)
+        except RuntimeError as exc:  # the plots extra is not installed
+            print(f"no plot: {exc}", file=sys.stderr)
+    target_failed = all(trial.reason == "errors" for trial in result.trials)
+    unreliable = result.stopped_by.startswith("shards: ")  # a worker late, dead or saturated
+    return EXIT_FAILED if target_failed or unreliable else EXIT_MEASURED
+
+
+async def _search(
+    options: Options, params: CapacityParams, slo: TrialSlo, url: str, simulated: bool
+) -> CapacityResult:
+    settings, facts = await discover_target(options, url, simulated)  # calibrated prompts, context
+    for line in facts.describe():
+        print(line, file=sys.stderr)
+    workload = workload_from_options(options, simulated, facts)
+    printer = ProgressPrinter() if not options["json"] else (lambda fraction, message: None)
+    note_shared_cpus(params.workers)
+    cost = (options["gpus"], options["gpu_hour_price"])
+    return await search_capacity(params, slo, settings, workload, printer, cost)
+
+
+CAPACITY_COMMAND = Command("search the highest load that meets a fluidity SLO", add_arguments, run)

@@ -1,0 +1,112 @@
+"""``fluidity-exporter profile``: profile the prefill time of an endpoint and write the deadline model.
+
+Against ``--url`` (by default the built-in simulator in a child process), sends isolated one-token
+requests across a geometric ladder of prompt lengths (``exporter.jobs.local_profile``), prints the
+minimum TTFT per length beside the fitted curve, and writes the model as JSON: ``bench --prefill-model
+FILE`` and the daemon's ``slos.*.prefill.model_file`` read it to set ``Dp(P)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from exporter.cli.command import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
+from exporter.cli.flags import (
+    add_config_argument,
+    add_target_arguments,
+    error,
+    merged_options,
+    note_shared_cpus,
+)
+from exporter.jobs.local_profile import fit_ladder, lengths, profile_table, profile_target
+from exporter.jobs.manager import JobFailedError
+from exporter.jobs.prefill_profile import LengthSample, OnSample, PrefillProfile
+from exporter.load.target_facts import discover_target
+from exporter.options.oneshot import OptionError, Options
+from exporter.probe import loop as event_loop
+from exporter.report.bench_report import OutputExistsError, refuse_overwrite
+from exporter.sim.process import SimStartError, url_or_simulator
+from exporter.stats.prefill import dump_json
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``profile``."""
+    add_target_arguments(parser)
+    parser.add_argument(
+        "--lengths", help="prompt lengths, e.g. 128,512,2048 (default 128 to 16384, doubling)"
+    )
+    parser.add_argument("--max-length", type=int, help="top of the default ladder (default 16384)")
+    parser.add_argument("--repeats", type=int, default=3, help="requests per length; the minimum counts (3)")
+    parser.add_argument(
+        "--workers", type=int, help="client processes taking turns (requests stay one at a time; default 1)"
+    )
+    parser.add_argument("--output", default="prefill-model.json", help="where to write the model")
+    parser.add_argument("--force", action="store_true", default=None, help="replace an existing --output")
+    parser.add_argument("--json", action="store_true", default=None, help="print model and samples as JSON")
+    add_config_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 with a model written, 1 when no length answered (the target failed), 2 on bad input or
+    an existing ``--output`` without ``--force`` (exit codes: ``exporter.cli``)."""
+    try:
+        options = merged_options(args)
+        _check(options)
+        with url_or_simulator(options["url"], options["sim_preset"]) as (url, simulated):
+            profile = event_loop.run(_profile(options, url, simulated))
+    except (OptionError, OutputExistsError, SimStartError) as exc:
+        error("profile", exc)
+        return EXIT_USAGE
+    except JobFailedError as exc:  # a worker process died or started late: no profile to trust
+        error("profile", exc)
+        return EXIT_FAILED
+    print(json.dumps(profile.to_dict(), indent=2) if options["json"] else profile_table(profile))
+    if profile.model is None:
+        print("fluidity-exporter profile: no prompt length got an answer; no model written", file=sys.stderr)
+        return EXIT_FAILED
+    Path(options["output"]).write_text(dump_json(profile.model) + "\n", encoding="utf-8")
+    print(f"wrote {options['output']}", file=sys.stderr if options["json"] else sys.stdout)
+    return EXIT_MEASURED
+
+
+def _check(options: Options) -> None:
+    """Bad input fails before the simulator starts or any request is sent."""
+    if options["repeats"] < 1:
+        raise OptionError("--repeats must be >= 1")
+    if options["workers"] is not None and options["workers"] < 1:
+        raise OptionError("--workers must be >= 1")
+    lengths(options)
+    refuse_overwrite(Path(options["output"]), bool(options["force"]))
+
+
+async def _profile(options: Options, url: str, simulated: bool) -> PrefillProfile:
+    settings, facts = await discover_target(options, url, simulated)
+    for line in facts.describe():
+        print(line, file=sys.stderr)
+    ladder, left_out = fit_ladder(lengths(options), facts, exact=simulated)
+    if left_out:
+        print(
+            f"prompt lengths {', '.join(map(str, left_out))} left out: the server's context is "
+            f"{facts.context} tokens",
+            file=sys.stderr,
+        )
+    if options["workers"] and options["workers"] > 1:
+        note_shared_cpus(options["workers"])
+    return await profile_target(settings, ladder, options, facts, simulated, _progress(options))
+
+
+def _progress(options: Options) -> OnSample | None:
+    if options["json"]:
+        return None
+
+    def show(sample: LengthSample) -> None:
+        best = f"{sample.best:.4f} s" if sample.best is not None else "no answer"
+        print(f"  {sample.prompt_tokens:>7} tokens: min TTFT {best}", file=sys.stderr)
+
+    return show
+
+
+PROFILE_COMMAND = Command("profile prefill time by prompt length and write the Dp model", add_arguments, run)

@@ -1,0 +1,68 @@
+"""A capacity search's result as a person reads it: a table of trials, the answer, the cost figures; and
+``capacity.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from exporter.jobs.capacity import CapacityResult
+from exporter.jobs.runners import result_line
+from exporter.jobs.trial import TrialReport
+
+
+def capacity_table(result: CapacityResult) -> str:
+    """The trials, the answer and what it costs, one line each."""
+    lines = [
+        f"{'load':>10} {'verdict':>14} {'headroom':>9} {'pass fraction [95% interval]':>29} {'tokens':>10} "
+        f"{'seconds':>8}"
+    ]
+    for trial in result.trials:
+        verdict = trial.verdict if trial.verdict != "fail" else f"fail ({trial.reason})"
+        lines.append(
+            f"{trial.load:>10.4g} {verdict:>14} {trial.headroom:>9.3f} {_fraction(trial):>29} "
+            f"{trial.tokens:>10} {trial.duration_s:>8.1f}"
+        )
+    lines.append(f"answer ({result.state}): {result_line(result)}")
+    if result.lower_bound is not None:
+        rate, good = result.figure("fluid_token_rate"), result.figure("goodput_rate")
+        lines.append(
+            f"at {result.lower_bound:.4g}: fluid token rate {_maybe(rate)} tokens/s; goodput {_maybe(good)} "
+            "req/s (requests meeting the SLO per second of offered load)"
+        )
+    lines += [_cost_line(at, point, result.state == "found") for at, point in result.costs().items()]
+    lines.append(f"{len(result.trials)} trials, {result.tokens} tokens, {result.duration_s:.1f} s")
+    return "\n".join(lines)
+
+
+def _fraction(trial: TrialReport) -> str:
+    share, bounds = trial.figures.get("fluid_share"), trial.figures.get("pass_interval")
+    if not isinstance(share, float):
+        return "-"
+    return f"{share:.1%} [{bounds[0]:.1%}, {bounds[1]:.1%}]" if bounds else f"{share:.1%}"
+
+
+def _cost_line(at: str, point: dict[str, float | None], found: bool) -> str:
+    where = "at the highest load tried"
+    if at == "capacity":
+        where = "at capacity" if found else "at the lower bound"
+    text = (
+        f"{where} ({point['load']:.4g}): fluid goodput {_maybe(point['fluid_goodput_tokens_per_s'])} tokens/s"
+    )
+    if point["fluid_tokens_per_gpu_second"] is not None:
+        text += f", {point['fluid_tokens_per_gpu_second']:.4g} fluid tokens per GPU-second"
+    if point["cost_per_million_fluid_tokens"] is not None:
+        text += f", {point['cost_per_million_fluid_tokens']:.4g} per million fluid tokens"
+    return text
+
+
+def _maybe(value: float | None) -> str:
+    return f"{value:.4g}" if value is not None else "-"
+
+
+def write_capacity_json(directory: Path, result: CapacityResult) -> Path:
+    """``directory/capacity.json``: the result as the jobs API shows it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "capacity.json"
+    path.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return path

@@ -1,0 +1,101 @@
+"""A capacity search run from this process (the ``capacity`` command), without the daemon.
+
+The options become the jobs API's parameters through its own parser (``exporter.config.job_parse``), without
+the daemon's ceilings (the person at the terminal is the authority); the SLO is resolved as the daemon
+resolves a job's, with the default SLO config in place of a target's and ``Dp`` from the options. The
+search sends from this process's client, or over local worker processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from exporter.config.job_params import CapacityParams, JobLimits
+from exporter.config.job_parse import ParamsError, parse_params
+from exporter.config.model import SloConfig
+from exporter.evaluation import DeadlinePolicy
+from exporter.jobs.capacity import CapacityResult
+from exporter.jobs.manager import JobFailedError
+from exporter.jobs.runners import (
+    SearchProgress,
+    resolve_trial_slo,
+    run_capacity_search,
+    search_settings,
+    time_budget,
+)
+from exporter.jobs.trial import TrialSlo
+from exporter.load.plan_runner import worker_pool
+from exporter.load.workloads import Workload
+from exporter.options.oneshot import OptionError, Options
+from exporter.probe.client import ProbeClient
+from exporter.probe.target import TargetSettings
+
+NO_CEILINGS = JobLimits(
+    max_rate=1e9, max_concurrency=10**9, max_duration_s=1e12, max_tokens=10**15, max_trials=1000,
+    max_requests_per_trial=10**9, max_prompt_tokens=10**9, max_workers=10**6,
+)  # fmt: skip
+DEFAULT_BUDGET_S = 3240.0  # as the daemon's default: 90% of jobs.limits.max_duration_s (1 hour)
+# Option name -> the jobs API's parameter (top level, then under "slo").
+PARAM_OPTIONS = (
+    ("load", "load"), ("arrival", "arrival"), ("start", "start"), ("max_load", "max_load"),
+    ("tolerance", "tolerance"), ("max_trials", "max_trials"), ("seed", "seed"),
+    ("requests_per_trial", "requests_per_trial"), ("warmup_requests", "warmup_requests"),
+    ("trial_duration", "trial_duration_s"), ("workers", "workers"), ("min_load", "min_load"),
+    ("time_budget", "time_budget_s"), ("confidence", "confidence"),
+)  # fmt: skip
+SLO_OPTIONS = (
+    ("decode_tier", "decode_tier"),
+    ("decode_deadline", "decode_deadline_s"),
+    ("target_fluidity", "target_fluidity"),
+    ("percentile", "percentile"),
+    ("objective", "objectives"),
+)
+
+
+def capacity_params(options: Options) -> CapacityParams:
+    """The options as the API's parameters, through the API's own parser."""
+    body: dict[str, Any] = {"target": "cli"}
+    body |= {key: options[option] for option, key in PARAM_OPTIONS if options[option] is not None}
+    if options["no_early_stop"]:
+        body["early_stop"] = False
+    slo = {key: options[option] for option, key in SLO_OPTIONS if options[option] is not None}
+    if slo:
+        body["slo"] = slo
+    try:
+        params = parse_params("capacity", body, NO_CEILINGS)
+    except ParamsError as exc:
+        raise OptionError("; ".join(problem.replace("slo.", "--") for problem in exc.problems)) from exc
+    assert isinstance(params, CapacityParams)
+    return params
+
+
+def trial_slo(params: CapacityParams, deadlines: DeadlinePolicy) -> TrialSlo:
+    """The job's SLO resolved as the daemon resolves it, with the default SLO config in place of a
+    target's and ``Dp`` from ``deadlines`` (the options' prefill deadline or model)."""
+    try:
+        return resolve_trial_slo(params.slo, SloConfig(), deadlines)
+    except JobFailedError as exc:
+        raise OptionError(f"--decode-tier: {exc}") from exc
+
+
+async def search_capacity(
+    params: CapacityParams,
+    slo: TrialSlo,
+    settings: TargetSettings,
+    workload: Workload,
+    on_progress: Callable[[float, str], None],
+    cost: tuple[float | None, float | None] = (None, None),
+) -> CapacityResult:
+    """The search against ``settings``' target, progress told to ``on_progress(fraction, message)``;
+    ``cost`` is ``(--gpus, --gpu-hour-price)``, for the result's cost figures."""
+    progress = SearchProgress(params, on_progress)
+    budget = time_budget(params, NO_CEILINGS) if params.time_budget_s is not None else DEFAULT_BUDGET_S
+    async with ProbeClient(settings) as client, worker_pool(params.workers, settings) as pool:
+        result = await run_capacity_search(
+            params, search_settings(params, NO_CEILINGS, slo), workload, slo, lambda: client,
+            on_trial=progress.trial_done, pool=pool, time_budget_s=budget, progress=progress,
+        )  # fmt: skip
+    result.gpus, result.gpu_hour_price = cost
+    progress.finished(result)
+    return result

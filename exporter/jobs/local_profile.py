@@ -1,0 +1,85 @@
+"""A prefill profile run from this process (the ``profile`` command), without the daemon.
+
+The prompt lengths come from the options (``--lengths``, or a doubling ladder up to ``--max-length``),
+fitted to the target's context; the requests go one at a time from this process, or from local worker
+processes taking turns.
+"""
+
+from __future__ import annotations
+
+from exporter.config.job_params import geometric_ladder
+from exporter.jobs.prefill_profile import OnSample, PrefillProfile, profile_prefill
+from exporter.jobs.runners import PROFILE_POOL, one_at_a_time
+from exporter.load.plan_runner import worker_pool
+from exporter.load.target_facts import CONTEXT_MARGIN, TargetFacts
+from exporter.load.workload_options import prompt_builder
+from exporter.options.oneshot import OptionError, Options
+from exporter.probe.client import ProbeClient
+from exporter.probe.target import TargetSettings
+
+DEFAULT_MAX_LENGTH = 16384
+
+
+def lengths(options: Options) -> tuple[int, ...]:
+    """``--lengths``, or the doubling ladder up to ``--max-length``."""
+    if options["lengths"]:
+        try:
+            values = tuple(int(part) for part in str(options["lengths"]).split(","))
+        except ValueError:
+            raise OptionError(
+                f'--lengths "{options["lengths"]}": expected integers, e.g. 128,512,2048'
+            ) from None
+        if not values or min(values) < 1:
+            raise OptionError("--lengths: every length must be >= 1 token")
+        return values
+    try:
+        return geometric_ladder(high=options["max_length"] or DEFAULT_MAX_LENGTH)
+    except ValueError as exc:
+        raise OptionError(f"--max-length: {exc}") from exc
+
+
+def fit_ladder(ladder: tuple[int, ...], facts: TargetFacts, exact: bool) -> tuple[tuple[int, ...], list[int]]:
+    """The lengths that fit the target's context with their one output token, and those left out (a
+    default ladder to 16384 sent two requests the default 8192-token simulator must refuse); the top
+    becomes the longest prompt that fits. Calibrated prompts keep a margin for their residual error."""
+    if facts.context is None:
+        return ladder, []
+    room = facts.context - 1 if exact else int(facts.context * (1 - CONTEXT_MARGIN)) - 1
+    kept = tuple(length for length in ladder if length <= room)
+    left_out = [length for length in ladder if length > room]
+    if left_out and room not in kept and room > (kept[-1] if kept else 0):
+        kept = (*kept, room)
+    return kept, left_out
+
+
+async def profile_target(
+    settings: TargetSettings,
+    ladder: tuple[int, ...],
+    options: Options,
+    facts: TargetFacts,
+    simulated: bool,
+    on_sample: OnSample | None = None,
+) -> PrefillProfile:
+    """``--repeats`` isolated one-token requests per length of ``ladder``, and the fitted model."""
+    builder = prompt_builder(facts, simulated)
+    async with (
+        ProbeClient(settings) as client,
+        worker_pool(options["workers"], settings, PROFILE_POOL) as pool,
+    ):
+        await client.resolve_model()
+        send = client.send if pool is None else one_at_a_time(pool, settings)
+        return await profile_prefill(send, builder, settings.api, ladder, options["repeats"], on_sample)
+
+
+def profile_table(profile: PrefillProfile) -> str:
+    """Minimum TTFT per length beside the fitted curve, and the model's formula."""
+    lines = [f"{'prompt tokens':>14}{'min TTFT (s)':>14}{'fitted (s)':>12}  outcomes"]
+    for sample in profile.samples:
+        best = f"{sample.best:.4f}" if sample.best is not None else "-"
+        fitted = f"{profile.model.predict(float(sample.length)):.4f}" if profile.model else "-"
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(sample.outcomes.items()))
+        lines.append(f"{sample.length:>14}{best:>14}{fitted:>12}  {outcomes}")
+    if profile.model is not None:
+        a, b, c = profile.model.coefficients
+        lines.append(f"TTFT(P) = {a:.4g} + {b:.4g}*P + {c:.4g}*P^2  (rmse {profile.model.rmse:.4g} s)")
+    return "\n".join(lines)

@@ -1,0 +1,75 @@
+"""What a target says about itself before a one-shot run's load: its context length and its token counts.
+
+``discover`` asks ``/v1/models`` for ``max_model_len`` and, unless the prompts are exact already (the
+simulator's), sends three one-token requests to calibrate our approximate prompts to the server's
+tokenizer (``exporter.load.calibration``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.load.calibration import Calibration, calibrate_prompts, max_model_len
+from exporter.load.target_options import target_settings
+from exporter.options.oneshot import Options
+from exporter.probe.client import ProbeClient
+from exporter.probe.http import HttpError
+from exporter.probe.target import TargetSettings
+
+# Calibrated prompts come out within a few percent of the asked length: keep that much of the context free.
+CONTEXT_MARGIN = 0.03
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    """What the target said about itself before the load: its context length (``max_model_len`` from
+    ``/v1/models``, when it says) and how it counts our prompts (None: exact prompts, the simulator)."""
+
+    context: int | None = None
+    calibration: Calibration | None = None
+
+    def describe(self) -> list[str]:
+        lines = [self.calibration.describe()] if self.calibration is not None else []
+        if self.context is not None:
+            lines.append(
+                f"context: the server serves {self.context} tokens (max_model_len); requests fit in it"
+            )
+        return lines
+
+    def to_dict(self) -> dict[str, Any]:
+        calibration = self.calibration
+        return {
+            "max_model_len": self.context,
+            "prompt_calibration": None
+            if calibration is None
+            else {
+                "tokens_per_word": calibration.tokens_per_word,
+                "overhead_tokens": calibration.overhead_tokens,
+                "residual": calibration.residual,
+            },
+        }
+
+
+async def discover_target(options: Options, url: str, simulated: bool) -> tuple[TargetSettings, TargetFacts]:
+    """How to reach the target at ``url``, and what it says about itself. The simulator's prompts are
+    exact already; ``--no-calibrate`` keeps the server's counters to the measured load alone (the
+    real-engine tests compare them with the report)."""
+    settings = target_settings(options, url)
+    return settings, await discover(settings, simulated or bool(options["no_calibrate"]))
+
+
+async def discover(settings: TargetSettings, exact_prompts: bool) -> TargetFacts:
+    """Ask the target for its model, context length and prompt token counts (three 1-token requests
+    calibrate our approximate prompts unless ``exact_prompts``)."""
+    async with ProbeClient(settings) as client:
+        await client.resolve_model()
+        try:
+            async with asyncio.timeout(settings.timeouts.connect or 10.0):
+                status, body = await client.get("/models")
+            context = max_model_len(body) if status == 200 else None
+        except (TimeoutError, OSError, HttpError):
+            context = None
+        calibration = None if exact_prompts else await calibrate_prompts(client.send, settings.api)
+    return TargetFacts(context, calibration)

@@ -1,0 +1,67 @@
+"""A bench run's report: the summary of its load, written to its output directory (and plots, when asked).
+
+``bench_report`` computes the summary (``exporter.report.summary``) and writes the files
+(``exporter.report.files``, ``exporter.report.plots``); the command prints what it returns.
+Output directories are fresh per run (``timestamped``), and an earlier result is replaced only when
+asked (``refuse_overwrite``, checked before any load is sent).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from exporter.evaluation import EvaluationSpec, measure
+from exporter.load.runner import LoadRun
+from exporter.report.files import write_outputs
+from exporter.report.summary import summarize
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    """The summary (``summary.json``), the files written, and why the plots were not (None: they were
+    written, or not asked for)."""
+
+    summary: dict[str, Any]
+    written: list[Path]
+    no_plots: str | None = None
+
+
+def bench_report(
+    load: LoadRun, spec: EvaluationSpec, directory: Path, target: dict[str, Any], plots: bool
+) -> BenchReport:
+    """Compute the summary (``target``: what the target said about itself) and write the files."""
+    measured = measure(load.results, spec)
+    checks = [dataclasses.asdict(check) for check in load.checks]
+    duration = max(load.finished_at - load.started_at, 1e-9)
+    summary = summarize(load.results, measured, spec, duration, checks)
+    summary["target"] = target
+    written = write_outputs(directory, load.results, measured, summary, spec)
+    if not plots:
+        return BenchReport(summary, written)
+    from exporter.report.plots import write_plots  # matplotlib only when asked for
+
+    try:
+        written += write_plots(directory, measured)
+    except RuntimeError as exc:  # the plots extra is not installed
+        return BenchReport(summary, written, str(exc))
+    return BenchReport(summary, written)
+
+
+def timestamped(folder: str) -> Path:
+    """``folder/20261123T184000Z``: a fresh place for each run's files, so none overwrites another."""
+    return Path(folder) / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+class OutputExistsError(FileExistsError):
+    """An earlier result is where this run would write (the message says how to keep or replace it)."""
+
+
+def refuse_overwrite(path: Path, force: bool) -> None:
+    """An earlier result at ``path`` is kept unless ``force`` (``--force``) says to replace it (checked
+    before any load is sent, so a search is never run only to be refused at the end)."""
+    if path.exists() and not force:
+        raise OutputExistsError(f"{path} exists (an earlier result); choose another --output, or add --force")

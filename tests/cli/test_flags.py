@@ -1,0 +1,75 @@
+"""One spelling per concept across commands; the old spellings still work, with a one-line warning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.cli import _commands, build_parser
+from exporter.cli.flags import merged_options
+from exporter.options.oneshot import OptionError
+
+PARSER = build_parser(_commands())
+
+
+def parse(*argv: str) -> dict[str, Any]:
+    return vars(PARSER.parse_args(list(argv)))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "value"),
+    [
+        (
+            ["bench", "--slo", "ttft:p99<=2"],
+            ["bench", "--objective", "ttft:p99<=2"],
+            "objective",
+            ["ttft:p99<=2"],
+        ),
+        (["bench", "--fluid-percentile", "90"], ["bench", "--percentile", "90"], "percentile", 90.0),
+        (["capacity", "--no-plot"], ["capacity", "--no-plots"], "plots", False),
+        (["run", "--sim.preset", "tiny"], ["run", "--sim-preset", "tiny"], "sim_preset", "tiny"),
+        (["run", "--sim.preset=tiny"], ["run", "--sim-preset=tiny"], "sim_preset", "tiny"),
+    ],
+)
+def test_an_old_spelling_reads_as_the_new_one_and_says_so(
+    capsys: pytest.CaptureFixture[str], old: list[str], new: list[str], key: str, value: object
+) -> None:
+    assert parse(*new)[key] == value
+    assert capsys.readouterr().err == ""
+    assert parse(*old) == parse(*new)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1  # one line for the one use of the old spelling
+    assert f"{old[1].split('=')[0]} is deprecated and will be removed; use {new[1].split('=')[0]}" in err
+
+
+def test_old_and_new_spellings_of_a_repeatable_flag_add_up(capsys: pytest.CaptureFixture[str]) -> None:
+    args = parse(
+        "bench", "--objective", "ttft:p99<=2", "--slo", "e2e:p99<=30", "--objective", "tpot:p99<=0.1"
+    )
+    assert args["objective"] == ["ttft:p99<=2", "e2e:p99<=30", "tpot:p99<=0.1"]
+    assert capsys.readouterr().err.count("deprecated") == 1
+
+
+def test_old_spellings_are_hidden_from_help() -> None:
+    text = PARSER._subparsers._group_actions[0].choices["bench"].format_help()  # type: ignore[union-attr]
+    assert "--objective" in text and "--percentile" in text and "--no-plots" in text
+    assert "--slo" not in text and "--fluid-percentile" not in text
+
+
+def test_a_config_files_old_keys_still_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "bench.yaml"
+    config.write_text("slo: ['ttft:p99<=2']\nfluid-percentile: 90\n")
+    options = merged_options(PARSER.parse_args(["bench", "--config", str(config)]))
+    assert options["objective"] == ["ttft:p99<=2"] and options["percentile"] == 90
+    assert capsys.readouterr().err.count("deprecated") == 2
+    config.write_text("no_plot: true\n")
+    assert merged_options(PARSER.parse_args(["capacity", "--config", str(config)]))["plots"] is False
+
+
+def test_a_config_file_still_refuses_unknown_keys(tmp_path: Path) -> None:
+    config = tmp_path / "bench.yaml"
+    config.write_text("slo: ['ttft:p99<=2']\n")  # an old key of bench's: profile has no objectives
+    with pytest.raises(OptionError, match='unknown key "slo"'):
+        merged_options(PARSER.parse_args(["profile", "--config", str(config)]))

@@ -1,0 +1,34 @@
+"""The profile command's ladder: lengths from the options, fitted to the target's context."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.jobs.local_profile import fit_ladder, lengths
+from exporter.load.target_facts import TargetFacts
+from exporter.options.oneshot import OptionError
+
+
+def test_the_ladder_keeps_what_fits_and_ends_at_the_longest_prompt_that_does() -> None:
+    ladder = (128, 1024, 8192, 16384)
+    assert fit_ladder(ladder, TargetFacts(), exact=True) == (ladder, [])
+    assert fit_ladder(ladder, TargetFacts(context=8192), exact=True) == ((128, 1024, 8191), [8192, 16384])
+    kept, left_out = fit_ladder(ladder, TargetFacts(context=8192), exact=False)  # a 3% margin
+    assert kept == (128, 1024, 7945) and left_out == [8192, 16384]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"lengths": "128,big", "max_length": None}, '--lengths "128,big": expected integers'),
+        ({"lengths": "0,128", "max_length": None}, "--lengths: every length must be >= 1 token"),
+    ],
+)
+def test_bad_lengths_name_the_flag(options: dict[str, object], message: str) -> None:
+    with pytest.raises(OptionError) as raised:
+        lengths(options)
+    assert message in str(raised.value)
+
+
+def test_explicit_lengths_are_kept_in_order() -> None:
+    assert lengths({"lengths": "512,128", "max_length": None}) == (512, 128)
