@@ -12,7 +12,7 @@ from exporter.cli import main
 from exporter.sim.process import SimProcess
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
-from tests.measured import assert_measured
+from tests.support.measured import assert_measured
 
 SMALL = ["--prompt-tokens", "uniform:low=16,high=256", "--output-tokens", "uniform:low=8,high=48", "--quiet"]
 

@@ -20,7 +20,8 @@ from exporter.app import Daemon
 from exporter.config import load_config_file
 from exporter.exposition import render
 from exporter.web.routes import build_app
-from tests.daemon.test_daemon_live import samples, serving, value, wait_for
+from tests.support.daemon import samples, serving, value
+from tests.support.wait import wait_for
 
 FAILING = """
 targets:

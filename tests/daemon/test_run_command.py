@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from exporter.daemon.command import split_address
-from tests.net import free_port
+from tests.support.net import free_port
 
 
 def fetch(url: str) -> str:

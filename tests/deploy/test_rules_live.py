@@ -1,6 +1,6 @@
 """The rules and the Grafana alert queries against a real Prometheus scraping the daemon on the simulator.
 
-One stack for the module (``tests.integration.prometheus``) with both rule files loaded and evaluated
+One stack for the module (``tests.support.prometheus``) with both rule files loaded and evaluated
 every second, after a quick capacity search so that the capacity series exist too. Then: every rule
 group is healthy, every recording rule records finite values of the right labels, every alert expression
 and every query of the Grafana rules and the runbook parses and runs, and the Grafana queries return the
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.deploy import files
-from tests.integration.prometheus import MODULES, TARGET, Series, Stack, requires_prometheus, running_stack
+from tests.support.prometheus import MODULES, TARGET, Series, Stack, requires_prometheus, running_stack
 
 pytestmark = [requires_prometheus, pytest.mark.slow]
 

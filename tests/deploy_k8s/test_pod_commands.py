@@ -24,7 +24,7 @@ from tests.deploy_k8s.manifests import (
     rendered,
 )
 from tests.deploy_k8s.test_dockerfile import final_stage
-from tests.net import free_port
+from tests.support.net import free_port
 
 START_TIMEOUT_S = 30.0
 

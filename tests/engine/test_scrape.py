@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import aiohttp
 import pytest
@@ -14,27 +14,11 @@ from aiohttp.test_utils import TestServer
 from exporter.engine.derive import derive
 from exporter.engine.families import GATEWAY_CATALOGUE, Signal, UnknownEngineError
 from exporter.engine.scrape import ScrapeFailure, ScrapeResult, scrape
-from exporter.sim import SimConfig, SimServer, tokenizer
+from exporter.sim import SimServer, tokenizer
 from tests.engine import fixtures
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    """One client session per test, with a timeout so that a hang fails instead of blocking."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
-        yield client
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[SimServer]:
-    """The ``tiny`` simulator on 127.0.0.1, a free port."""
-    server = SimServer(SimConfig(preset="tiny"))
-    await server.start("127.0.0.1", 0)
-    yield server
-    await server.stop()
 
 
 async def serve(aiohttp_server: ServerFactory, handler: Handler) -> str:

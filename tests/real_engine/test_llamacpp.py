@@ -16,7 +16,6 @@ import pytest
 
 from exporter.cli import main
 from scripts.real_engines.server import EngineServer
-from tests.measured import assert_measured
 from tests.real_engine.checks import (
     KEEP_ALIVE_S,
     check_bench,
@@ -34,6 +33,7 @@ from tests.real_engine.checks import (
     value,
     wait_for_samples,
 )
+from tests.support.measured import assert_measured
 
 pytestmark = pytest.mark.real_engine
 

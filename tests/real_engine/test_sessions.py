@@ -21,8 +21,8 @@ import pytest
 
 from exporter.cli import main
 from scripts.real_engines.server import EngineServer
-from tests.measured import assert_measured
 from tests.real_engine.checks import engine_samples
+from tests.support.measured import assert_measured
 
 pytestmark = pytest.mark.real_engine
 
