@@ -20,6 +20,7 @@ import pytest
 
 from tests.deploy import files
 from tests.support.prometheus import MODULES, TARGET, Series, Stack, requires_prometheus, running_stack
+from tests.support.wait import wait_until
 
 pytestmark = [requires_prometheus, pytest.mark.slow]
 
@@ -66,7 +67,11 @@ def rule_groups(stack: Stack) -> list[dict[str, Any]]:
 def test_every_rule_group_loads_and_evaluates_without_error(stack: Stack) -> None:
     expected = {g["name"]: len(g["rules"]) for path in files.RULE_FILES for g in files.groups(path)}
     first = {g["name"]: g["lastEvaluation"] for g in rule_groups(stack)}
-    time.sleep(2.5)  # two more evaluation cycles
+
+    def evaluated_again() -> bool:
+        return all(g["lastEvaluation"] != first.get(g["name"]) for g in rule_groups(stack))
+
+    wait_until(evaluated_again, timeout=15, what="every rule group to be evaluated again")
     groups = rule_groups(stack)
     assert {g["name"]: len(g["rules"]) for g in groups} == expected
     for group in groups:

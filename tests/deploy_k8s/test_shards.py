@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from tests.deploy_k8s.manifests import (
     validate,
 )
 from tests.deploy_k8s.test_manifests import assert_locked_down, env_from_secret, has
+from tests.support.wait import wait_for
 
 SHARDED = KUBERNETES / "overlays" / "sharded"
 JOB = KUBERNETES / "shards" / "indexed-job.yaml"
@@ -133,10 +133,10 @@ async def test_the_pods_command_serves_as_a_shard_here() -> None:
     env = {**os.environ, TOKEN_ENV: "pod-token", "JOB_COMPLETION_INDEX": "1"}
     proc = subprocess.Popen([binary, *shard["command"][1:], *args], env=env)
     try:
-        deadline = time.monotonic() + 30
-        while 1 not in pool.seen:
-            assert proc.poll() is None and time.monotonic() < deadline
-            await asyncio.sleep(0.1)
+        await wait_for(
+            lambda: 1 in pool.seen or proc.poll() is not None, timeout=30, what="shard 1 to report"
+        )
+        assert 1 in pool.seen, f"the shard exited with {proc.returncode} before reaching the coordinator"
     finally:
         await pool.close()
         code = await asyncio.to_thread(proc.wait, 10)

@@ -138,9 +138,10 @@ async def test_unusable_body_is_parse_error(
 async def test_stalled_server_is_timeout_and_cancellation_propagates(
     aiohttp_server: ServerFactory, session: aiohttp.ClientSession
 ) -> None:
-    release = asyncio.Event()
+    release, asked = asyncio.Event(), asyncio.Event()
 
     async def stalled(_: web.Request) -> web.Response:
+        asked.set()
         await release.wait()
         return web.Response(text=fixtures.LLAMACPP)
 
@@ -151,8 +152,9 @@ async def test_stalled_server_is_timeout_and_cancellation_propagates(
         assert result.detail == "no complete answer within 0.2 s"
         assert 0.15 < result.duration_s < 5.0
 
+        asked.clear()
         task = asyncio.create_task(scrape(session, url, timeout=30.0))
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(asked.wait(), 5)  # the scrape is waiting for its answer
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

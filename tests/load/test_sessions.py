@@ -183,7 +183,7 @@ async def test_cancelling_the_run_ends_its_sessions() -> None:
     task = asyncio.create_task(
         run_load(target.send, [_session(5, think=10.0)], concurrency=1, clock=loop.time)
     )
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the first turn (10 ms) is answered: the session is in its 10 s think time
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

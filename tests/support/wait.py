@@ -1,4 +1,6 @@
-"""Waiting for something that happens in the background, with a deadline instead of a fixed sleep."""
+"""Waiting for something that happens in the background, with a deadline instead of a fixed sleep:
+``wait_for`` in async tests, ``wait_until`` in synchronous ones. Wait for the condition a test then
+asserts, so a slow machine makes the test slower, not red, and a broken one fails with what never came."""
 
 from __future__ import annotations
 
@@ -26,6 +28,16 @@ async def wait_for(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what or describe(condition)}")
         await asyncio.sleep(POLL_S)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 15.0, *, what: str | None = None) -> None:
+    """``wait_for`` for synchronous tests (and threads): polls ``condition`` until it holds or fails the
+    test after ``timeout`` seconds, naming what was awaited."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what or describe(condition)}")
+        time.sleep(POLL_S)
 
 
 def describe(condition: Callable[..., object]) -> str:
