@@ -16,6 +16,7 @@ import pytest
 
 from exporter.cli import main
 from scripts.real_engines.server import EngineServer
+from tests.real_engine import REAL_ENGINE
 from tests.real_engine.checks import (
     KEEP_ALIVE_S,
     check_bench,
@@ -35,7 +36,7 @@ from tests.real_engine.checks import (
 )
 from tests.support.measured import assert_measured
 
-pytestmark = pytest.mark.real_engine
+pytestmark = REAL_ENGINE
 
 REQUESTS = 24
 # What the exporter reads from this llama.cpp build (no KV-cache gauge since it moved to per-slot data).
