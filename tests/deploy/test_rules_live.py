@@ -52,6 +52,11 @@ def settled(stack: Stack, promql: str) -> list[Series]:
     return stack.wait_for(promql, timeout=SETTLE_S, accept=lambda result: bool(result) and finite(result))
 
 
+def every_module(result: list[Series]) -> bool:
+    """Each probed module has its series: the rule has been evaluated since both were scraped."""
+    return {s["metric"].get("module") for s in result} == set(MODULES)
+
+
 def finite(result: list[Series]) -> bool:
     return all(math.isfinite(float(series["value"][1])) for series in result)
 
@@ -96,6 +101,7 @@ def test_every_recording_rule_records_data(record: str, stack: Stack) -> None:
 
 
 def test_the_burn_rates_exist_for_the_objective_tier_only(stack: Stack) -> None:
+    stack.wait_for("target_module_tier:fluidity_slo_burn_rate:ratio_rate5m", SETTLE_S, every_module)
     result = settled(stack, "target_module_tier:fluidity_slo_burn_rate:ratio_rate5m")
     assert {s["metric"]["tier"] for s in result} == {"medium"}
     assert {s["metric"]["module"] for s in result} == set(MODULES)
@@ -123,6 +129,7 @@ def test_every_grafana_query_returns_the_burn_rate_of_every_module(
 def test_the_grafana_burn_rate_equals_the_recorded_one(stack: Stack) -> None:
     # The same ratio, once from the raw counters (Grafana) and once from the recording rules; both read
     # at one instant over a 3-day window that holds every sample, so they agree but for float rounding.
+    stack.wait_for("target_module_tier:fluidity_slo_burn_rate:ratio_rate3d", SETTLE_S, every_module)
     now = time.time()
     (grafana,) = [q for w, q in files.grafana_queries() if w == "fluidity-slow-burn-3d/A"]
     raw = {
