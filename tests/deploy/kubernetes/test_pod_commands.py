@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from exporter.sim.process import SimProcess
-from tests.deploy_k8s.manifests import (
+from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
     EXPORTER_PORT,
@@ -23,7 +23,7 @@ from tests.deploy_k8s.manifests import (
     pod_specs,
     rendered,
 )
-from tests.deploy_k8s.test_dockerfile import final_stage
+from tests.deploy.kubernetes.test_dockerfile import final_stage
 from tests.support.net import free_port
 
 START_TIMEOUT_S = 30.0

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 KUBERNETES = REPO / "deploy" / "kubernetes"
 BASE = KUBERNETES / "base"
 STANDALONE = KUBERNETES / "overlays" / "standalone"

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from exporter.config import ConfigError, load_config_file
-from tests.deploy_k8s.manifests import (
+from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
     EXPORTER_PORT,

@@ -20,7 +20,7 @@ import yaml
 from exporter.config import load_config_file
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
-from tests.deploy_k8s.manifests import (
+from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
     KUBERNETES,
@@ -33,7 +33,7 @@ from tests.deploy_k8s.manifests import (
     rendered,
     validate,
 )
-from tests.deploy_k8s.test_manifests import assert_locked_down, env_from_secret, has
+from tests.deploy.kubernetes.test_manifests import assert_locked_down, env_from_secret, has
 from tests.support.wait import wait_for
 
 SHARDED = KUBERNETES / "overlays" / "sharded"

@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.deploy_k8s.manifests import (
+from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
     EXPORTER_PORT,
