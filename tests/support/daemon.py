@@ -6,11 +6,11 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import aiohttp
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Daemon
 from exporter.web.routes import build_app
+from tests.support.net import serving_app
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -18,17 +18,12 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 @contextlib.asynccontextmanager
 async def serving(daemon: Daemon) -> AsyncIterator[str]:
     """The daemon started with its web app on a free loopback port; yields the base URL."""
-    runner = web.AppRunner(build_app(daemon, enable_lifecycle=True))
-    await runner.setup()
-    await daemon.start()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await daemon.stop()
-        await runner.cleanup()
+    async with serving_app(build_app(daemon, enable_lifecycle=True)) as url:
+        await daemon.start()
+        try:
+            yield url
+        finally:
+            await daemon.stop()
 
 
 async def get(url: str) -> tuple[int, str]:
