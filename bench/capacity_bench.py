@@ -1,6 +1,6 @@
 """Benchmark of the capacity search: accuracy, trials and tokens against a dense sweep and three peers.
 
-Every trial runs on the virtual clock (``exporter.jobs.virtual``): the same engine code as the live
+Every trial runs on the virtual clock (``bench/virtual_engine.py``): the same engine code as the live
 simulator (scheduler, cost model, KV cache), no sockets and no waiting, about 1 s of CPU per trial, so a
 dense sweep of loads is affordable as ground truth. All three procedures call one trial function with
 common random numbers (``plan_trial`` with a fixed seed: the same request lengths and unit-rate arrival
@@ -55,15 +55,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing import Pool
 
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, plan_trial
-from exporter.jobs.virtual import engine_for, virtual_trial
 from exporter.load.presets import preset as workload_preset
-from exporter.report.summary import DeadlinePolicy
 from exporter.sim.presets import PRESETS, isolated_ttft
 from exporter.stats.binomial import Verdict, classify_fraction
 from exporter.stats.prefill import fit_prefill_model
+
+# Run as ``python bench/capacity_bench.py``, this folder is on the path and its parent is not.
+try:
+    from bench.virtual_engine import engine_for, virtual_trial
+except ModuleNotFoundError:
+    from virtual_engine import engine_for, virtual_trial
 
 WARMUP, REQUESTS, SEED = 20, 200, 0
 SLACK_S = 0.5

@@ -24,14 +24,16 @@ import numpy as np
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter.config import Config, ConfigError, load_config_file
+from exporter.config.buckets import BUCKET_PRESETS, HistogramBuckets
+from exporter.config.job_params import JOB_KINDS, JobLimits
 from exporter.config.model import BUCKET_NAMES, Module, Target
 from exporter.daemon.budget import BudgetTracker
 from exporter.daemon.health import TargetHealth
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
 from exporter.engine.families import GATEWAY_CATALOGUE, Signal
 from exporter.engine.scrape import scrape
+from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import render
-from exporter.exposition.buckets import BUCKET_PRESETS, HistogramBuckets
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.jobs import (
     CapacitySnapshot,
@@ -45,7 +47,6 @@ from exporter.exposition.jobs import (
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore, StoreLimits
 from exporter.jobs.manager import JobConflictError, JobManager
-from exporter.jobs.params import JOB_KINDS, JobLimits
 from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_with_profile
 from exporter.jobs.runners import capacity_runner, profile_runner
@@ -54,32 +55,14 @@ from exporter.load.cpus import available_cpus
 from exporter.load.runner import run_load
 from exporter.load.sessions import planned_tokens, session_turns
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import ProbeResult
+from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
 from exporter.probe.target import RequestSpec, Secret
-from exporter.report.summary import DeadlinePolicy
 
 LOG = logging.getLogger(__name__)
 LOOP_LAG_INTERVAL_S = 0.5
 ENGINE_SCRAPE_TIMEOUT_S = 10.0
 IDLE_POLL_S = 0.05  # how often a starting job checks whether the target's probes have ended
 SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are cancelled
-
-
-class ProbeRefusedError(Exception):
-    """A probe that may not run now (budget, back-off, or one already running); the message says why,
-    ``reason`` names it: ``paused``, ``busy``, ``backing_off``, ``over_requests`` or ``over_tokens``."""
-
-    def __init__(self, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass
-class ProbeRun:
-    """The results of one probe run and how long it took."""
-
-    results: list[ProbeResult]
-    duration_s: float
 
 
 @dataclass

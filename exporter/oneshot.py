@@ -28,6 +28,7 @@ import numpy as np
 import yaml
 
 from exporter.cli import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
+from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.load.arrivals import ArrivalProcess, offsets_within, parse_arrival_spec
 from exporter.load.calibration import Calibration, calibrate_prompts, max_model_len
 from exporter.load.cpus import available_cpus
@@ -52,7 +53,7 @@ from exporter.probe.http import HttpError
 from exporter.probe.result import ProbeResult, intervals
 from exporter.probe.target import APIS, Api, RequestSpec, Secret, TargetSettings, Timeouts
 from exporter.report.files import write_outputs
-from exporter.report.summary import DeadlinePolicy, EvaluationSpec, measure, summarize
+from exporter.report.summary import summarize
 from exporter.report.table import render_summary
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import SimProcess

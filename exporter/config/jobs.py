@@ -1,6 +1,6 @@
 """The ``jobs`` section: the jobs API token, the ceilings every job obeys, and jobs run on a schedule.
 
-A scheduled job's ``params`` are read by ``exporter.jobs.parse``, the reader of HTTP bodies too, with
+A scheduled job's ``params`` are read by ``exporter.config.job_parse``, the reader of HTTP bodies too, with
 the limits of this same section, so a schedule is refused at load time for exactly what the API would
 refuse it for; its target must be a configured one, and its module one of that target's modules.
 """
@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from exporter.config import bounds
+from exporter.config import bounds, job_parse
+from exporter.config.job_params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
 from exporter.config.model import (
     DEFAULT_SHARD_POOL,
     DEFAULT_SHARDS_LISTEN,
@@ -23,11 +24,6 @@ from exporter.config.model import (
 from exporter.config.reader import Context, Section, show
 from exporter.config.targets import read_secret
 from exporter.config.values import check_cron, check_listen_address, check_name, check_target_url
-
-# Imported as a module, not by name: exporter.jobs.parse reads values with this package's reader, so
-# whichever of the two is imported first finds the other still loading.
-from exporter.jobs import parse as job_parse
-from exporter.jobs.params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
 from exporter.load.cpus import available_cpus
 
 JOBS_KEYS = ("api_token", "limits", "history", "schedules", "workers", "shards")

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from exporter.jobs.params import JobKind, JobLimits, JobParams
+from exporter.config.job_params import JobKind, JobLimits, JobParams
+from exporter.evaluation import DEFAULT_PREFILL_DEADLINE_S, DeadlinePolicy, EvaluationSpec
 from exporter.load.arrivals import ArrivalProcess
 from exporter.load.distributions import Fixed, LengthDistribution, LogNormal
 from exporter.load.presets import preset
@@ -22,7 +23,6 @@ from exporter.load.sessions import ThinkTime
 from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import IndependentLengths, LengthSource, PairedLengths, Workload
 from exporter.probe.target import Api, Secret, TargetSettings, Timeouts
-from exporter.report.summary import DEFAULT_PREFILL_DEADLINE_S, DeadlinePolicy, EvaluationSpec
 from exporter.stats.prefill import PrefillModel
 from exporter.stats.slo import DECODE_TIERS, GoodputBounds, Slo
 
@@ -39,7 +39,7 @@ class UnknownNameError(LookupError):
 class Buckets:
     """Histogram bucket overrides (upper bounds; None: the preset's buckets) on a named preset."""
 
-    preset: str = "default"  # a name of exposition.buckets.BUCKET_PRESETS
+    preset: str = "default"  # a name of config.buckets.BUCKET_PRESETS
     ttft: tuple[float, ...] | None = None
     tbt: tuple[float, ...] | None = None
     tpot: tuple[float, ...] | None = None
@@ -254,7 +254,7 @@ class SloConfig:
         )
 
     def evaluation_spec(self, *, from_scheduled: bool = False) -> EvaluationSpec:
-        """Everything ``exporter.report.summary`` needs to evaluate results under this SLO."""
+        """Everything ``exporter.evaluation`` needs to evaluate results under this SLO."""
         return EvaluationSpec(self.deadline_policy(), self.objectives, self.goodput, from_scheduled)
 
 

@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from exporter.config import bounds
+from exporter.config.buckets import BUCKET_PRESET_NAMES
 from exporter.config.jobs import JOBS_KEYS, JobsReader
 from exporter.config.model import (
     BUCKET_NAMES,
@@ -41,7 +42,6 @@ from exporter.config.values import (
     positive_duration,
     string_value,
 )
-from exporter.exposition.buckets import BUCKET_PRESET_NAMES
 
 TOP_KEYS = ("global", "targets", "modules", "slos", "jobs")
 GLOBAL_KEYS = ("listen_address", "windows", "max_results_per_window", "state_dir", "buckets", "probe_token")

@@ -14,20 +14,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Literal
 
+from exporter.exposition.store import iso
 from exporter.probe.result import ProbeResult
 
 LOG = logging.getLogger(__name__)
 PARTIAL_LOG_INTERVAL_S = 300.0  # at most one line per target this often for failures in good runs
 
 State = Literal["ok", "failing", "backing_off"]
-
-
-def iso(unix_s: float) -> str:
-    """``2026-11-23T18:40:12Z``: how the log, the debug view and the index show an instant."""
-    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

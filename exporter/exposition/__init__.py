@@ -1,13 +1,13 @@
 """The prometheus-client side of the exporter: metric names, the result store, collectors.
 
-``names`` holds every metric and label name; ``buckets`` the histogram bounds; ``store`` the
-``ResultStore`` where probe runs and engine scrapes land; ``window`` the per-request rows and the
-figures a rolling window shows; ``collector`` the scrape-time ``FluidityCollector`` and
-``probe_registry`` for ``/probe``; ``jobs`` the ``JobsCollector`` of job results (capacity searches,
-prefill profiles); ``self_metrics`` the exporter's own health.
+``names`` holds every metric and label name (the histogram bounds are options, in
+``exporter.config.buckets``); ``store`` the ``ResultStore`` where probe runs and engine scrapes land;
+``window`` the per-request rows and the figures a rolling window shows; ``collector`` the scrape-time
+``FluidityCollector`` and ``probe_registry`` for ``/probe``; ``jobs`` the ``JobsCollector`` of job
+results (capacity searches, prefill profiles); ``self_metrics`` the exporter's own health; ``render``
+the text format.
 """
 
-from exporter.exposition.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.exposition.collector import FluidityCollector, probe_registry
 from exporter.exposition.jobs import JobsCollector, JobsSnapshot
 from exporter.exposition.self_metrics import SelfMetrics
@@ -15,9 +15,7 @@ from exporter.exposition.store import RecentResult, ResultStore, StoreLimits
 from exporter.exposition.window import ProbeWindow
 
 __all__ = [
-    "DEFAULT_BUCKETS",
     "FluidityCollector",
-    "HistogramBuckets",
     "JobsCollector",
     "JobsSnapshot",
     "ProbeWindow",

@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
+from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.engine.derive import (
     DEFAULT_QUANTILES,
     WindowFigures,
@@ -29,13 +30,12 @@ from exporter.engine.derive import (
     client_minus_server_ttft,
 )
 from exporter.engine.families import Signal
+from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import names, render
-from exporter.exposition.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.exposition.names import MetricSpec
 from exporter.exposition.store import Clock, EngineView, HistogramCounts, ResultStore, SeriesView, StoreLimits
 from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES, ProbeWindow
 from exporter.probe.result import ProbeResult
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.slo import GoodputBounds, Slo
 
 _HISTOGRAM_SPECS: Mapping[str, MetricSpec] = {
@@ -158,9 +158,6 @@ class _TextParts:
         for name, (head, samples) in texts.items():
             self.headers[name] = head
             self.lines.setdefault(name, []).append(samples)
-
-    def add_families(self, out: Families) -> None:
-        self.add_text(_family_texts(out))
 
     def text(self) -> str:
         order = {spec.name: index for index, spec in enumerate(names.ALL)}

@@ -16,9 +16,9 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.registry import CollectorRegistry
 
 from exporter import __version__
+from exporter.config.buckets import LOOP_LAG_BUCKETS
 from exporter.engine.scrape import ScrapeFailure, ScrapeResult
 from exporter.exposition import names
-from exporter.exposition.buckets import LOOP_LAG_BUCKETS
 from exporter.exposition.names import MetricSpec
 
 

@@ -14,7 +14,7 @@ Per target it keeps the engine's ``SnapshotWindow`` (bounded by its own ``max_it
 scrape result. Nothing grows with the daemon's uptime: the number of series is the number of
 configured (target, module) pairs, and ``retain`` drops the ones a reload removed.
 
-All the math is ``exporter.stats`` (through ``exporter.report.summary.measure``, the same path the
+All the math is ``exporter.stats`` (through ``exporter.evaluation.measure``, the same path the
 one-shot report takes); the store only accumulates.
 
 Concurrency: the store is meant to be touched by one asyncio event loop only (probe jobs call ``add``,
@@ -30,13 +30,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import numpy as np
 from numpy.typing import ArrayLike
 
+from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.engine.scrape import ScrapeResult
 from exporter.engine.window import SnapshotWindow
-from exporter.exposition.buckets import DEFAULT_BUCKETS, HistogramBuckets
+from exporter.evaluation import DeadlinePolicy, EvaluationSpec, Measured, measure, metric_values, slo_tier
 from exporter.exposition.names import TURN_KINDS
 from exporter.exposition.window import (
     AT,
@@ -60,13 +62,11 @@ from exporter.exposition.window import (
     Records,
     build_records,
     probe_window,
-    slo_tier,
     tier_column,
 )
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.result import e2e as result_e2e
 from exporter.probe.result import ttft as result_ttft
-from exporter.report.summary import DeadlinePolicy, EvaluationSpec, Measured, measure, metric_values
 from exporter.stats.batch import FloatArray, IntArray
 from exporter.stats.fluidity import min_decode_deadlines
 from exporter.stats.slo import GoodputBounds, Slo, SloMetric, goodput
@@ -145,6 +145,11 @@ class RecentResult:
     ttft_s: float | None
     e2e_s: float | None
     unreliable: bool
+
+
+def iso(unix_s: float) -> str:
+    """``2026-11-23T18:40:12Z``: how the log, the debug view and the index show an instant."""
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,8 @@ from typing import Final
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from exporter.evaluation import DeadlinePolicy, slo_tier
 from exporter.probe.result import Outcome
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.accounting import FluidityBatch
 from exporter.stats.batch import FloatArray
 from exporter.stats.distribution import nearest_rank, without_nan
@@ -217,12 +217,6 @@ def _fluid_token_rate(minima: FloatArray, percentile: float) -> float | None:
         return None
     deadline = nearest_rank(usable, percentile / 100.0)
     return 1.0 / deadline if deadline > 0 else math.inf
-
-
-def slo_tier(policy: DeadlinePolicy) -> str | None:
-    """The tier fluidity SLOs and goodput are judged at: "medium" when configured, else the first (as
-    ``exporter.report.summary`` does)."""
-    return "medium" if "medium" in policy.decode_tiers else next(iter(policy.decode_tiers), None)
 
 
 def _slo_values(done: Records, policy: DeadlinePolicy) -> dict[SloMetric, FloatArray]:

@@ -2,7 +2,7 @@
 
 Against ``--url`` (by default the built-in simulator in a child process) it runs the same search as the
 daemon's ``POST /api/v1/jobs/capacity``: the flags become the same parameters, parsed by the same
-parser (``exporter.jobs.parse``), without the daemon's ceilings (the person at the terminal is the
+parser (``exporter.config.job_parse``), without the daemon's ceilings (the person at the terminal is the
 authority). It prints a progress bar and one line per trial, then a report, and writes
 ``capacity.json`` (and ``capacity.png`` with the ``plots`` extra: headroom against load, the
 capacity marked) into ``--output`` (default: a new ``capacity-results/<UTC time>/``; an existing
@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from exporter.cli import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
+from exporter.config.job_params import CapacityParams, JobLimits
+from exporter.config.job_parse import ParamsError, parse_params
 from exporter.config.model import SloConfig
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.manager import JobFailedError
-from exporter.jobs.params import CapacityParams, JobLimits
-from exporter.jobs.parse import ParamsError, parse_params
 from exporter.jobs.runners import (
     SearchProgress,
     resolve_trial_slo,
@@ -57,7 +58,6 @@ from exporter.oneshot import (
 from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.slo import DECODE_TIERS
 
 NO_CEILINGS = JobLimits(

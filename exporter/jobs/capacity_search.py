@@ -48,7 +48,9 @@ a trial of 200 requests at p99 is decided by two or three of them, so an interva
 objective makes the load *inconclusive*. Trials at one load are pooled. Steering uses the point
 verdicts and the headroom, as before; but where the search would end, an inconclusive end is run again
 (``max_parts`` times per load at most) before the search believes it: a repeat there reduces the
-uncertainty of the answer most, and a repeat far from the answer would change nothing it reports.
+uncertainty of the answer most, and a repeat far from the answer would change nothing it reports. It is
+repeated only where more trials like its own could settle it (``could_settle``): at p99 a load with one
+miss in 200 stays inconclusive even over 600 requests, so those repeats would spend tokens for nothing.
 """
 
 from __future__ import annotations
@@ -75,9 +77,6 @@ class State(StrEnum):
     LOWER_BOUND = "lower_bound"  # still passing when the ceiling, the trials or a budget stopped it
     NOT_MET = "not_met"  # no load tried passed (down to the floor, or until a budget ran out)
     INCONCLUSIVE = "inconclusive"  # bracketed within the tolerance, but an end straddles the objective
-
-
-STATES: tuple[State, ...] = tuple(State)
 
 
 @dataclass(frozen=True)
@@ -226,15 +225,31 @@ def next_load(settings: SearchSettings, history: Sequence[Observation]) -> float
 
 def _confirm(settings: SearchSettings, found: Bracket) -> float | None:
     """The search would end here: run an end again while its verdict is inconclusive (the answer,
-    ``low``, first), unless it ran ``max_parts`` times already."""
+    ``low``, first), unless it ran ``max_parts`` times already or repeating it is unlikely to settle it."""
     for end in (found.low, found.high):
         if (
             end is not None
             and verdict(settings, end) is Verdict.INCONCLUSIVE
             and end.parts < settings.max_parts
+            and could_settle(settings, end)
         ):
             return end.load
     return None
+
+
+def could_settle(settings: SearchSettings, end: Observation) -> bool:
+    """Whether the load's verdict would be settled if it ran the rest of its ``max_parts`` trials and
+    they went as its trials so far (the same pass fraction, pooled): a repeat is worth its tokens only
+    then. At p99, 199 of 200 fluid (a fraction of 0.995) stays inconclusive even over 600 requests
+    (597 of 600: the interval's low end is 0.986), so the repeats would buy nothing; 200 of 200 could
+    reach a pass (600 of 600: 0.995), and 195 of 200 a failure (585 of 600: the high end is 0.985)."""
+    if settings.required is None or end.successes is None or not end.requests:
+        return False
+    scale = settings.max_parts / end.parts
+    requests = round(end.requests * scale)
+    successes = round(end.successes * scale)
+    settled = classify_fraction(successes, requests, settings.required, settings.confidence, settings.method)
+    return settled is not Verdict.INCONCLUSIVE
 
 
 def capacity(history: Sequence[Observation]) -> float | None:

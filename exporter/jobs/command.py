@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from exporter.cli import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
+from exporter.config.job_params import geometric_ladder
 from exporter.jobs.capacity_command import worker_pool
 from exporter.jobs.manager import JobFailedError
-from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, geometric_ladder, profile_prefill
+from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, profile_prefill
 from exporter.jobs.runners import PROFILE_POOL, one_at_a_time
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.oneshot import (

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.jobs.params import CapacityParams, JobKind, JobLimits, JobParams
+from exporter.config.job_params import CapacityParams, JobKind, JobLimits, JobParams
 from exporter.jobs.store import JobRecord, JobState, JobStore, Progress, Trigger, new_job_id
 
 LOG = logging.getLogger(__name__)

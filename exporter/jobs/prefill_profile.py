@@ -9,7 +9,6 @@ length is the least noisy estimate of the prefill time; ``exporter.stats.prefill
 
 from __future__ import annotations
 
-import math
 import secrets
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,19 +20,8 @@ from exporter.probe.result import ProbeResult, ttft
 from exporter.probe.target import Api, RequestSpec
 from exporter.stats.prefill import PrefillModel, fit_prefill_model
 
-DEFAULT_LOW, DEFAULT_HIGH = 128, 16384
-
 Send = Callable[[RequestSpec], Awaitable[ProbeResult]]
 OnSample = Callable[["LengthSample"], None]
-
-
-def geometric_ladder(low: int = DEFAULT_LOW, high: int = DEFAULT_HIGH) -> tuple[int, ...]:
-    """Powers of two from ``low`` up to ``high`` (both kept): 128, 256, ..., 16384 by default."""
-    if not 1 <= low <= high:
-        raise ValueError(f"a prompt-length ladder needs 1 <= low <= high, got {low} and {high}")
-    steps = math.floor(math.log2(high / low)) + 1
-    ladder = [low * 2**k for k in range(steps)]
-    return tuple(ladder if ladder[-1] == high else [*ladder, high])
 
 
 @dataclass

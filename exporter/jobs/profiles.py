@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from exporter.report.summary import DeadlinePolicy
+from exporter.evaluation import DeadlinePolicy
 from exporter.stats.prefill import PrefillModel
 
 LOG = logging.getLogger(__name__)

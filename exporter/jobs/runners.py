@@ -16,12 +16,13 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
+from exporter.config.job_params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
 from exporter.config.model import Config, ShardsConfig, SloConfig, Target
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.drain import Busy, Drained, wait_drained
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
-from exporter.jobs.params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
 from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, profile_prefill
 from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, plan_trial, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
@@ -33,7 +34,6 @@ from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, Secret, TargetSettings
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.slo import DECODE_TIERS
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}

@@ -37,13 +37,13 @@ from typing import Any
 
 import numpy as np
 
+from exporter.evaluation import COMPLETED, DeadlinePolicy, EvaluationSpec, measure, metric_values
 from exporter.load.arrivals import parse_arrival_spec
 from exporter.load.runner import run_load
 from exporter.load.sessions import planned_tokens, session_turns
 from exporter.load.workloads import Workload, specs_with_lengths
 from exporter.probe.result import ProbeResult, intervals
 from exporter.probe.target import RequestSpec
-from exporter.report.summary import COMPLETED, DeadlinePolicy, EvaluationSpec, measure, metric_values
 from exporter.stats.accounting import FluidityOptions
 from exporter.stats.batch import FloatArray
 from exporter.stats.binomial import DEFAULT_CONFIDENCE, classify_fraction, clopper_pearson_interval

@@ -3,7 +3,8 @@
 The flow is one way: a ``Workload`` (``presets``, ``traces``) yields ``RequestSpec``s; an arrival
 process (``arrivals``) yields absolute send offsets; ``runner.run_load`` sends the specs through an
 injected ``send`` (the probe client's, or a fake) and returns a ``LoadRun`` with every ``ProbeResult``
-and the ``health`` checks of the load itself. Nothing here imports aiohttp or the probe client.
+and the ``health`` checks of the load itself. Only the shards (``shard_pool``, ``shard_runner``: load
+split across processes or pods) speak HTTP, with aiohttp and the probe client.
 """
 
 from exporter.load.arrivals import (

@@ -36,12 +36,6 @@ def loop_factory(name: str | None = None) -> Callable[[], asyncio.AbstractEventL
     return uvloop.new_event_loop
 
 
-def loop_name(loop: asyncio.AbstractEventLoop | None = None) -> str:
-    """``uvloop`` or ``asyncio``: which loop runs (the running one by default)."""
-    current = loop or asyncio.get_running_loop()
-    return "uvloop" if type(current).__module__.startswith("uvloop") else "asyncio"
-
-
 def run(main: Coroutine[Any, Any, T], *, loop: str | None = None) -> T:
     """``asyncio.run`` on the chosen loop, after moving everything start-up allocated (modules, config,
     tables) out of the garbage collector's sight: a full collection then scans only what the command

@@ -3,7 +3,8 @@
 A ``ProbeResult`` keeps raw monotonic timestamps (``time.perf_counter`` seconds) of the request's
 life: when it was scheduled, when its bytes started to go out, when response headers came, and one
 stamp per *content-bearing* event with the number of tokens that event carried. Role-only deltas,
-usage-only chunks and ``[DONE]`` are not tokens and never appear in ``token_times``.
+usage-only chunks and ``[DONE]`` are not tokens and never appear in ``token_times``. A ``ProbeRun`` is
+the results of one scheduled or on-demand probe; ``ProbeRefusedError`` says why a probe may not run now.
 """
 
 from __future__ import annotations
@@ -117,3 +118,20 @@ def e2e(result: ProbeResult) -> float | None:
     if result.sent_at is None or result.finished_at is None:
         return None
     return result.finished_at - result.sent_at
+
+
+class ProbeRefusedError(Exception):
+    """A probe that may not run now (budget, back-off, or one already running); the message says why,
+    ``reason`` names it: ``paused``, ``busy``, ``backing_off``, ``over_requests`` or ``over_tokens``."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class ProbeRun:
+    """The results of one probe run and how long it took."""
+
+    results: list[ProbeResult]
+    duration_s: float

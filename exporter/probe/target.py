@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 Api = Literal["chat", "completions", "responses"]
 APIS: tuple[Api, ...] = ("chat", "completions", "responses")
-MESSAGE_APIS: tuple[Api, ...] = ("chat", "responses")  # the APIs whose prompt is a list of messages
 
 
 class Secret:

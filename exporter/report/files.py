@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from exporter.evaluation import EvaluationSpec, Measured
 from exporter.probe.result import ProbeResult
-from exporter.report.summary import EvaluationSpec, Measured, request_record
+from exporter.report.summary import request_record
 from exporter.stats.fluidity import deadline_miss_curve
 
 # From 5 ms to 500 ms: the range where inter-token deadlines of interactive serving live.

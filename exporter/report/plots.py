@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from exporter.evaluation import Measured
 from exporter.report.files import MISS_CURVE_DEADLINES_S
-from exporter.report.summary import Measured
 from exporter.stats.fluidity import deadline_miss_curve
 
 INSTALL_HINT = "plots need matplotlib: pip install 'fluidity-exporter[plots]'"

@@ -1,10 +1,9 @@
-"""From recorded probe results to the figures of a report: pure functions, no I/O.
+"""From measured probe results to the figures of a report: pure functions, no I/O.
 
-``measure`` turns the completed requests into the arrays ``exporter.stats`` works on (intervals, prompt
-lengths, measured end-to-end times); ``summarize`` computes every figure of ``summary.json``;
-``request_record`` gives one line of ``requests.jsonl``. Only completed streams (``ok``, and
-``truncated`` ones that did stream tokens) enter the latency and fluidity figures; every request,
-failed or not, counts in the outcomes and in goodput's total.
+``exporter.evaluation.measure`` turns the completed requests into arrays; ``summarize`` computes every
+figure of ``summary.json`` from them; ``request_record`` gives one line of ``requests.jsonl``. Only
+completed streams (``ok``, and ``truncated`` ones that did stream tokens) enter the latency and fluidity
+figures; every request, failed or not, counts in the outcomes and in goodput's total.
 """
 
 from __future__ import annotations
@@ -12,108 +11,26 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, cast
 
 import numpy as np
 
-from exporter.probe.result import Outcome, ProbeResult, intervals, ttft
-from exporter.stats.accounting import FluidityBatch
-from exporter.stats.batch import FloatArray, IntervalBatch
+from exporter.evaluation import (
+    COMPLETED,
+    DeadlinePolicy,
+    EvaluationSpec,
+    Measured,
+    e2e_seconds,
+    measure,
+    metric_values,
+    slo_tier,
+)
+from exporter.probe.result import ProbeResult, intervals, ttft
+from exporter.stats.batch import FloatArray
 from exporter.stats.distribution import describe, percentile
-from exporter.stats.fluidity import evaluate, fluid_token_rate
-from exporter.stats.latency import LatencyBatch, latency_batch
-from exporter.stats.prefill import PrefillModel
-from exporter.stats.slo import DECODE_TIERS, Goodput, GoodputBounds, Slo, SloMetric, evaluate_slos, goodput
-
-COMPLETED = (Outcome.OK, Outcome.TRUNCATED)
-DEFAULT_PREFILL_DEADLINE_S = 1.0
-
-
-@dataclass(frozen=True)
-class DeadlinePolicy:
-    """How each request's deadlines are set: ``Dp`` from a profiled model (plus slack) or a constant."""
-
-    prefill_deadline: float = DEFAULT_PREFILL_DEADLINE_S
-    prefill_model: PrefillModel | None = None
-    scheduling_slack: float = 0.0
-    decode_tiers: Mapping[str, float] = field(default_factory=lambda: dict(DECODE_TIERS))
-    target_fluidity: float = 0.9
-    percentile: float = 99.0
-
-    def prefill_deadlines(self, prompt_tokens: FloatArray) -> FloatArray:
-        """``Dp`` per request; without a model, the constant (the prompt length is then unused)."""
-        if self.prefill_model is None:
-            return np.full(len(prompt_tokens), self.prefill_deadline)
-        return np.asarray(self.prefill_model.deadline(prompt_tokens, self.scheduling_slack), dtype=np.float64)
-
-    def describe(self) -> dict[str, Any]:
-        """The policy as plain data, for the report."""
-        prefill: dict[str, Any] = (
-            {"kind": "constant", "seconds": self.prefill_deadline}
-            if self.prefill_model is None
-            else {
-                "kind": "model",
-                "model": self.prefill_model.to_dict(),
-                "scheduling_slack": self.scheduling_slack,
-            }
-        )
-        return {
-            "prefill": prefill,
-            "decode_tiers": dict(self.decode_tiers),
-            "target_fluidity": self.target_fluidity,
-            "percentile": self.percentile,
-        }
-
-
-@dataclass(frozen=True)
-class EvaluationSpec:
-    """What a report evaluates besides the standard figures."""
-
-    deadlines: DeadlinePolicy = field(default_factory=DeadlinePolicy)
-    slos: tuple[Slo, ...] = ()
-    goodput: GoodputBounds | None = None
-    from_scheduled: bool = False  # charge the client's send lateness to the request (open-loop honesty)
-
-
-@dataclass(frozen=True, eq=False)
-class Measured:
-    """The completed requests as arrays: intervals, latency metrics, and fluidity per decode tier."""
-
-    results: tuple[ProbeResult, ...]
-    batch: IntervalBatch
-    latency: LatencyBatch
-    prompt_tokens: FloatArray
-    prefill_deadlines: FloatArray
-    tiers: dict[str, FluidityBatch]
-
-
-def completed(results: Sequence[ProbeResult]) -> list[ProbeResult]:
-    """Requests whose stream completed with at least one token."""
-    return [r for r in results if r.outcome in COMPLETED and r.token_times]
-
-
-def measure(results: Sequence[ProbeResult], spec: EvaluationSpec) -> Measured:
-    """Intervals, latency and fluidity of the completed requests."""
-    done = tuple(completed(results))
-    batch = IntervalBatch.from_sequences(intervals(r, from_scheduled=spec.from_scheduled) for r in done)
-    e2e = np.array([_e2e(r, spec.from_scheduled) for r in done], dtype=np.float64)
-    prompts = np.array([_prompt_tokens(r) for r in done], dtype=np.float64)
-    prefill = spec.deadlines.prefill_deadlines(np.nan_to_num(prompts))
-    tiers = {name: evaluate(batch, prefill, dd) for name, dd in spec.deadlines.decode_tiers.items()}
-    return Measured(done, batch, latency_batch(batch, e2e=e2e), prompts, prefill, tiers)
-
-
-def _e2e(result: ProbeResult, from_scheduled: bool) -> float:
-    start = result.scheduled_at if from_scheduled and result.scheduled_at is not None else result.sent_at
-    if start is None or result.finished_at is None:
-        return math.nan  # latency_batch then falls back to the sum of the intervals
-    return max(result.finished_at - start, 0.0)
-
-
-def _prompt_tokens(result: ProbeResult) -> float:
-    known = result.prompt_tokens_reported or result.prompt_tokens_intended
-    return float(known) if known is not None else math.nan
+from exporter.stats.fluidity import fluid_token_rate
+from exporter.stats.slo import Goodput, SloMetric, evaluate_slos, goodput
 
 
 def summarize(
@@ -268,23 +185,8 @@ def _rates(measured: Measured, policy: DeadlinePolicy) -> dict[str, float | None
     }
 
 
-def metric_values(measured: Measured, tier: str | None) -> dict[SloMetric, FloatArray]:
-    """Per-request values by SLO metric; fluidity at ``tier`` (the first tier when None)."""
-    latency = measured.latency
-    name = tier or next(iter(measured.tiers), None)
-    fluidity = measured.tiers[name].fluidity if name else np.zeros(0)
-    return {
-        SloMetric.TTFT: latency.ttft,
-        SloMetric.TBT: latency.max_tbt,
-        SloMetric.TPOT: latency.tpot,
-        SloMetric.E2E: latency.e2e,
-        SloMetric.NORMALIZED_LATENCY: latency.normalized_latency,
-        SloMetric.FLUIDITY: fluidity,
-    }
-
-
 def _slos(measured: Measured, spec: EvaluationSpec) -> list[dict[str, Any]]:
-    values = metric_values(measured, _slo_tier(spec.deadlines))
+    values = metric_values(measured, slo_tier(spec.deadlines))
     # A per-request SLO on TBT means on every gap: check TBT SLOs against the pooled gaps.
     values[SloMetric.TBT] = measured.latency.tbt
     results = evaluate_slos(spec.slos, values)
@@ -300,16 +202,12 @@ def _slos(measured: Measured, spec: EvaluationSpec) -> list[dict[str, Any]]:
     ]
 
 
-def _slo_tier(policy: DeadlinePolicy) -> str | None:
-    return "medium" if "medium" in policy.decode_tiers else next(iter(policy.decode_tiers), None)
-
-
 def _goodput(
     results: Sequence[ProbeResult], measured: Measured, spec: EvaluationSpec, duration_s: float
 ) -> dict[str, Any] | None:
     if spec.goodput is None:
         return None
-    values = metric_values(measured, _slo_tier(spec.deadlines))
+    values = metric_values(measured, slo_tier(spec.deadlines))
     good: Goodput = goodput(spec.goodput, values, duration_s)
     # Failed requests are never good, but they count in the total.
     total = len(results)
@@ -347,7 +245,7 @@ def request_record(result: ProbeResult, spec: EvaluationSpec) -> dict[str, Any]:
         "sent_at": result.sent_at,
         "send_overhead_s": result.send_overhead_s,
         "ttft_s": values[0] if values else None,
-        "e2e_s": _e2e(result, spec.from_scheduled),
+        "e2e_s": e2e_seconds(result, spec.from_scheduled),
         "retries": result.retries,
         "unreliable": result.unreliable,
         "loop_lag_s": result.loop_lag_s,

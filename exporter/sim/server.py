@@ -171,11 +171,6 @@ class SimServer:
             await self._app_runner.cleanup()
             self._app_runner = None
 
-    @property
-    def precise_timer(self) -> bool:
-        """Whether emission runs on a timerfd (else asyncio timers)."""
-        return self._emitter is not None and self._emitter.precise
-
     def _gauges(self) -> EngineGauges:
         return EngineGauges(
             running=len(self.engine.running),

@@ -21,9 +21,9 @@ from typing import Any, Final, NoReturn, Protocol
 
 from aiohttp import web
 
+from exporter.config.job_params import CapacityParams, JobKind, JobLimits, JobParams
+from exporter.config.job_parse import ParamsError, params_to_dict, parse_params
 from exporter.jobs.manager import JobConflictError, JobManager, UnknownJobError
-from exporter.jobs.params import CapacityParams, JobKind, JobLimits, JobParams
-from exporter.jobs.parse import ParamsError, params_to_dict, parse_params
 from exporter.jobs.store import JOB_STATES, JobRecord
 from exporter.probe.target import Secret
 from exporter.web.openapi import committed_document, document_for

@@ -20,8 +20,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from exporter.config.job_params import JobLimits
 from exporter.config.reader import MAX_DURATION_S
-from exporter.jobs.params import JobLimits
 from exporter.stats.slo import DECODE_TIERS, SloMetric
 
 

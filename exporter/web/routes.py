@@ -25,20 +25,70 @@ import gzip
 import hmac
 import html
 import time
+from collections.abc import Mapping
+from typing import Final, Protocol
 
 from aiohttp import web
 
 from exporter import __version__
-from exporter.app import Daemon, ProbeRefusedError, ProbeRun
-from exporter.config import UnknownNameError
-from exporter.daemon.health import iso
+from exporter.config import Config, UnknownNameError
+from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import render
 from exporter.exposition.collector import failed_probe_registry, probe_registry
-from exporter.exposition.store import RecentResult
-from exporter.probe.result import ProbeResult, intervals
-from exporter.web.jobs_api import add_job_routes
+from exporter.exposition.store import RecentResult, ResultStore, iso
+from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun, intervals
+from exporter.web.jobs_api import JobService, add_job_routes
 
-DAEMON = web.AppKey("daemon", Daemon)
+
+class Described(Protocol):
+    """Anything that says its state in one line (a target's health)."""
+
+    def describe(self) -> str: ...
+
+
+class TargetView(Protocol):
+    """A configured target as the index shows it."""
+
+    @property
+    def health(self) -> Described: ...
+
+
+class Scheduler(Protocol):
+    """The probe scheduler, as far as readiness goes."""
+
+    @property
+    def running(self) -> bool: ...
+
+
+class DaemonService(JobService, Protocol):
+    """What the routes need from the daemon (``exporter.app.Daemon`` is the one implementation), read at
+    request time because a reload can change it."""
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def targets(self) -> Mapping[str, TargetView]: ...
+
+    @property
+    def jobs(self) -> Scheduler: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def store(self) -> ResultStore: ...
+
+    def metrics_text(self) -> bytes: ...
+
+    async def reload(self) -> tuple[bool, str]: ...
+
+    async def probe_now(self, target_name: str, module_name: str) -> ProbeRun: ...
+
+    def deadline_policy(self, target: str) -> DeadlinePolicy: ...
+
+
+DAEMON: Final = web.AppKey[DaemonService]("daemon")
 LIFECYCLE = web.AppKey("lifecycle", bool)
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 DEFAULT_PROBE_TIMEOUT_S = 120.0
@@ -46,7 +96,7 @@ TIMEOUT_MARGIN_S = 0.5  # answer before Prometheus gives up on the scrape
 GZIP_LEVEL = 1  # as prometheus_client: a /metrics body shrinks ~10x even at the fastest level
 
 
-def build_app(daemon: Daemon, *, enable_lifecycle: bool = False) -> web.Application:
+def build_app(daemon: DaemonService, *, enable_lifecycle: bool = False) -> web.Application:
     """The aiohttp application serving ``daemon``; ``enable_lifecycle`` allows ``POST /-/reload``."""
     app = web.Application()
     app[DAEMON] = daemon
@@ -117,7 +167,7 @@ async def reload(request: web.Request) -> web.Response:
     return web.Response(status=200 if ok else 500, text=message + "\n")
 
 
-def _authorize_probe(request: web.Request, daemon: Daemon, target: str) -> None:
+def _authorize_probe(request: web.Request, daemon: DaemonService, target: str) -> None:
     """``/probe`` sends load on demand: a configured token is required (constant-time compare); with no
     token configured only simulated targets may be probed this way."""
     token = daemon.config.global_.probe_token
@@ -186,7 +236,7 @@ async def probe(request: web.Request) -> web.Response:
     return exposition(request, render.render(registry.collect()).encode())
 
 
-def _target_lines(daemon: Daemon, target: str, module: str) -> list[str]:
+def _target_lines(daemon: DaemonService, target: str, module: str) -> list[str]:
     state = daemon.targets.get(target)
     lines = [f"target {target}: {state.health.describe() if state is not None else 'unknown'}", ""]
     lines += ["recent results of scheduled probes, newest first (failures kept longer):"]
@@ -194,14 +244,14 @@ def _target_lines(daemon: Daemon, target: str, module: str) -> list[str]:
     return lines
 
 
-def _debug(daemon: Daemon, target: str, module: str, run: ProbeRun) -> str:
+def _debug(daemon: DaemonService, target: str, module: str, run: ProbeRun) -> str:
     lines = [f"probe {target}/{module}: {len(run.results)} requests in {run.duration_s:.3f} s", ""]
     lines += [_describe(i, r) for i, r in enumerate(run.results)]
     lines += ["", *_target_lines(daemon, target, module)]
     return "\n".join(lines) + "\n"
 
 
-def _debug_failed(daemon: Daemon, target: str, module: str, why: str) -> str:
+def _debug_failed(daemon: DaemonService, target: str, module: str, why: str) -> str:
     lines = [f"probe {target}/{module} failed: {why}", "", *_target_lines(daemon, target, module)]
     return "\n".join(lines) + "\n"
 

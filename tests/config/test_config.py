@@ -24,15 +24,15 @@ from exporter.config import (
     parse_config,
     parse_duration,
 )
+from exporter.config.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
+from exporter.config.job_parse import params_to_dict
 from exporter.config.model import JobsConfig
 from exporter.config.reader import Problems, expand_env
-from exporter.jobs.params import CapacityParams, JobLimits, ProfileParams, SloSpec
-from exporter.jobs.parse import params_to_dict
+from exporter.evaluation import DeadlinePolicy
 from exporter.load.arrivals import Gamma, Poisson
 from exporter.load.distributions import Fixed, LogNormal
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
 from exporter.probe.target import Timeouts
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.prefill import PrefillModel, dump_json
 from exporter.stats.slo import DECODE_TIERS, GoodputBounds, parse_slo
 

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from exporter.app import Daemon, ProbeRun
+from exporter.app import Daemon
 from exporter.config import parse_config
 from exporter.jobs.profiles import ProfileStore, StoredProfile
+from exporter.probe.result import ProbeRun
 from exporter.stats.prefill import PrefillModel, dump_json
 from tests.exposition.builders import smooth
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from exporter.engine.families import Signal
 from exporter.engine.scrape import ScrapeFailure, ScrapeResult
 from exporter.engine.snapshot import EngineSnapshot, HistogramData
+from exporter.evaluation import DeadlinePolicy
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.report.summary import DeadlinePolicy
 
 POLICY = DeadlinePolicy(prefill_deadline=0.5)
 

@@ -14,12 +14,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.engine.derive import client_minus_server_mean_ttft, client_minus_server_ttft, histogram_quantile
 from exporter.engine.families import GATEWAY_CATALOGUE
 from exporter.engine.snapshot import EngineSnapshot, HistogramData, parse_exposition
+from exporter.evaluation import EvaluationSpec, measure
 from exporter.exposition import names
 from exporter.exposition.collector import FluidityCollector, probe_registry
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore, StoreLimits
 from exporter.probe.result import Outcome, intervals
-from exporter.report.summary import EvaluationSpec, measure
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from exporter.stats.slo import GoodputBounds, parse_slo

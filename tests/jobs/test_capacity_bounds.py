@@ -8,22 +8,23 @@ import math
 
 import pytest
 
+from exporter.config.job_params import CapacityParams, JobLimits
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_search import (
     Observation,
     SearchSettings,
     State,
+    could_settle,
     next_load,
     outcome,
     pool,
     verdict,
 )
 from exporter.jobs.drain import wait_drained
-from exporter.jobs.params import CapacityParams, JobLimits
 from exporter.jobs.runners import SearchProgress, default_floor, search_settings, trial_time_limit
 from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, judge
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.binomial import Verdict
 from exporter.stats.headroom import decided_failure
 
@@ -144,6 +145,22 @@ def test_an_inconclusive_end_is_repeated_before_the_search_believes_it() -> None
     assert outcome(settings, history) is State.FOUND  # 400/400: the interval starts at 99.08%
     unsure = [Observation(10.0, True, 1.01, 199, 200)] * 3 + [history[1]]
     assert next_load(settings, unsure) is None and outcome(settings, unsure) is State.INCONCLUSIVE
+
+
+def test_an_end_is_repeated_only_where_more_of_the_same_could_settle_it() -> None:
+    settings = SearchSettings(start=1.0, max_load=100.0, required=P99, max_parts=3)
+    failed = Observation(10.4, False, 0.9, 170, 200)
+    # 199/200: even 597/600 leaves the interval straddling 99%, so the search ends inconclusive at once.
+    one_miss = [Observation(10.0, True, 1.01, 199, 200), failed]
+    assert not could_settle(settings, one_miss[0])
+    assert next_load(settings, one_miss) is None and outcome(settings, one_miss) is State.INCONCLUSIVE
+    # 200/200 could become 600/600 (low end 99.5%); 195/200 could become 585/600 (high end 98.5%).
+    assert could_settle(settings, Observation(10.0, True, 1.01, 200, 200))
+    assert could_settle(settings, Observation(10.4, False, 0.9, 195, 200))
+    unsure_fail = [Observation(10.0, True, 1.01, 200, 200)] * 3 + [Observation(10.4, False, 0.99, 195, 200)]
+    assert next_load(settings, unsure_fail) == 10.4
+    # Point verdicts (no required share) are never repeated.
+    assert not could_settle(SearchSettings(start=1.0, max_load=100.0), Observation(10.0, True, 1.0, 200, 200))
 
 
 def test_early_stopping_needs_the_confidence_of_a_full_trial() -> None:

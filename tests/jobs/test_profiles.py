@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.profiles import (
     ProfileStore,
     StoredProfile,
     deadline_policy_with_profile,
     profile_file_name,
 )
-from exporter.report.summary import DeadlinePolicy
 from exporter.stats.prefill import PrefillModel
 
 MODEL = PrefillModel(

@@ -3,13 +3,13 @@ warm-up sessions', and the token bound counting the conversation each turn re-se
 
 from __future__ import annotations
 
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.trial import TrialSlo, plan_trial, run_trial
 from exporter.load.distributions import Fixed
 from exporter.load.sessions import parse_think_time
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
-from exporter.report.summary import DeadlinePolicy
 from tests.support.sim import StartSim
 
 WORKLOAD = Workload(

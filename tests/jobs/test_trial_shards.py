@@ -12,10 +12,11 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
+from exporter.config.job_params import CapacityParams
+from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.manager import JobFailedError
-from exporter.jobs.params import CapacityParams
 from exporter.jobs.runners import run_capacity_search
 from exporter.jobs.trial import SHARDS_REASON, TrialPlan, TrialReport, TrialSlo, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
@@ -26,7 +27,6 @@ from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import RequestSpec, TargetSettings
-from exporter.report.summary import DeadlinePolicy
 from exporter.sim import SimServer
 from tests.probe.helpers import script, settings_for
 

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.load.shard_local import LocalShards, local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
@@ -22,7 +23,7 @@ from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult, intervals
 from exporter.probe.target import RequestSpec
 from exporter.probe.workers import run_plan
-from exporter.report.summary import DeadlinePolicy, EvaluationSpec, measure, summarize
+from exporter.report.summary import summarize
 from exporter.sim import SimServer
 from tests.probe.helpers import script, settings_for
 from tests.support.net import free_port

@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals
 from exporter.report.files import write_outputs
 from exporter.report.plots import write_plots
-from exporter.report.summary import DeadlinePolicy, EvaluationSpec, measure, request_record, summarize
+from exporter.report.summary import request_record, summarize
 from exporter.report.table import render_summary
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate

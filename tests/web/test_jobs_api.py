@@ -15,9 +15,9 @@ from aiohttp.test_utils import TestClient
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
+from exporter.config.job_params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
+from exporter.config.job_parse import params_to_dict, parse_params
 from exporter.jobs.manager import JobContext, JobManager
-from exporter.jobs.params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
-from exporter.jobs.parse import params_to_dict, parse_params
 from exporter.jobs.store import JobStore
 from exporter.probe.target import Secret
 from exporter.stats.slo import GoodputBounds, parse_slo

@@ -16,8 +16,8 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
+from exporter.config.job_params import JobLimits, JobParams
 from exporter.jobs.manager import JobContext, JobManager
-from exporter.jobs.params import JobLimits, JobParams
 from exporter.jobs.store import JobStore
 from exporter.web.jobs_api import add_job_routes
 from tests.web.test_jobs_api import AUTH, Service

@@ -1,4 +1,5 @@
-"""Capacity trials on the simulator's engine with a virtual clock: the test bed of the search.
+"""Capacity trials on the simulator's engine with a virtual clock: the test bed of the search (not part
+of the package: ``bench/capacity_bench.py`` and the capacity tests use it).
 
 The built-in simulator's scheduler and cost model (``exporter.sim.engine``) run here without sockets and
 without waiting: a trial of a few hundred requests takes milliseconds, so the benchmark can afford a

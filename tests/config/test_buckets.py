@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter.app import histogram_buckets
 from exporter.config import parse_config
-from exporter.exposition.buckets import (
+from exporter.config.buckets import (
     BUCKET_PRESET_NAMES,
     BUCKET_PRESETS,
     DEFAULT_BUCKETS,

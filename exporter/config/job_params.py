@@ -1,23 +1,33 @@
 """What a job is asked to do, and the ceilings every job must stay under: frozen, validated values.
 
 The same parameters come from an HTTP body (``POST /api/v1/jobs/capacity``), a scheduled job in the config
-(``jobs.schedules[*].params``) and the CLI, so they are parsed in one place (``exporter.jobs.parse``)
+(``jobs.schedules[*].params``) and the CLI, so they are parsed in one place (``exporter.config.job_parse``)
 into these dataclasses. Anything not given falls back to the target's SLO config at run time, which is
 why several fields are ``None``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from exporter.jobs.prefill_profile import geometric_ladder
 from exporter.stats.slo import GoodputBounds, Slo
 
 JobKind = Literal["capacity", "prefill-profile"]
 JOB_KINDS: tuple[JobKind, ...] = ("capacity", "prefill-profile")
 LoadKind = Literal["rate", "concurrency"]
 LOAD_KINDS: tuple[LoadKind, ...] = ("rate", "concurrency")
+DEFAULT_LOW, DEFAULT_HIGH = 128, 16384  # prompt lengths of a prefill profile's default ladder
+
+
+def geometric_ladder(low: int = DEFAULT_LOW, high: int = DEFAULT_HIGH) -> tuple[int, ...]:
+    """Powers of two from ``low`` up to ``high`` (both kept): 128, 256, ..., 16384 by default."""
+    if not 1 <= low <= high:
+        raise ValueError(f"a prompt-length ladder needs 1 <= low <= high, got {low} and {high}")
+    steps = math.floor(math.log2(high / low)) + 1
+    ladder = [low * 2**k for k in range(steps)]
+    return tuple(ladder if ladder[-1] == high else [*ladder, high])
 
 
 @dataclass(frozen=True)

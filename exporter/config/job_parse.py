@@ -3,7 +3,7 @@
 The same reader serves an HTTP body (``POST /api/v1/jobs/capacity``), a scheduled job in the config
 (``jobs.schedules[*].params``, where the problems sit under that path) and the CLI, so a parameter means
 the same and fails with the same message wherever it is given. Keys are the dataclass field names of
-``exporter.jobs.params``; ``_s`` fields take seconds or a duration string such as ``30s``.
+``exporter.config.job_params``; ``_s`` fields take seconds or a duration string such as ``30s``.
 
 Every value is also checked against the ``JobLimits`` (``jobs.limits`` in the config): a request for
 more than an operator allows is refused with a problem naming the limit. Defaults that a low limit
@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any, TypeVar, cast
 
-from exporter.config.reader import Problems, Section, show
-from exporter.config.values import check_name
-from exporter.jobs.params import (
+from exporter.config.job_params import (
+    DEFAULT_HIGH,
+    DEFAULT_LOW,
     JOB_KINDS,
     LOAD_KINDS,
     CapacityParams,
@@ -32,8 +32,10 @@ from exporter.jobs.params import (
     LoadKind,
     ProfileParams,
     SloSpec,
+    geometric_ladder,
 )
-from exporter.jobs.prefill_profile import DEFAULT_HIGH, DEFAULT_LOW, geometric_ladder
+from exporter.config.reader import Problems, Section, show
+from exporter.config.values import check_name
 from exporter.load.arrivals import parse_arrival_spec
 from exporter.stats.slo import DECODE_TIERS, GoodputBounds, Slo, parse_slo
 

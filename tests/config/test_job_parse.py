@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
-from exporter.jobs.params import CapacityParams, JobLimits, ProfileParams, SloSpec
-from exporter.jobs.parse import ParamsError, kind_of, params_to_dict, parse_params
+from exporter.config.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
+from exporter.config.job_parse import ParamsError, kind_of, params_to_dict, parse_params
 from exporter.stats.slo import GoodputBounds, parse_slo
 
 LIMITS = JobLimits()
@@ -328,12 +326,6 @@ def test_the_json_form_shows_every_field() -> None:
         parse_params("prefill-profile", {"target": "a", "lengths": {"low": 1, "high": 4}}, LIMITS)
     )
     assert profile == {"target": "a", "lengths": [1, 2, 4], "repeats": 3, "apply": True, "workers": None}
-
-
-@pytest.mark.parametrize("first", ["exporter.jobs.parse", "exporter.config.jobs", "exporter.config"])
-def test_either_side_of_the_config_and_jobs_imports_can_come_first(first: str) -> None:
-    code = f"import {first}; from exporter.jobs.parse import parse_params; from exporter.config import load_config"
-    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 @pytest.mark.parametrize("kind", ["capacity", "prefill-profile"])
