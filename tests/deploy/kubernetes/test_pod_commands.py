@@ -20,10 +20,10 @@ from tests.deploy.kubernetes.manifests import (
     STATE_DIR,
     container,
     exporter_config,
+    final_stage,
     pod_specs,
     rendered,
 )
-from tests.deploy.kubernetes.test_dockerfile import final_stage
 from tests.support.net import free_port
 
 START_TIMEOUT_S = 30.0

@@ -25,15 +25,17 @@ from tests.deploy.kubernetes.manifests import (
     EXPORTER_CONTAINER,
     KUBERNETES,
     REPO,
+    assert_locked_down,
     container,
+    env_from_secret,
     exporter_config,
+    has,
     of_kind,
     one,
     pod_specs,
     rendered,
     validate,
 )
-from tests.deploy.kubernetes.test_manifests import assert_locked_down, env_from_secret, has
 from tests.support.wait import wait_for
 
 SHARDED = KUBERNETES / "overlays" / "sharded"
