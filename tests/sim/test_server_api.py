@@ -11,6 +11,7 @@ import pytest
 
 from exporter.sim import SimServer, tokenizer
 from tests.sim.sim_helpers import completion_body, stream
+from tests.support.sim import StartSim
 from tests.support.wait import wait_for
 
 COMPLETION_CHUNK_KEYS = {"id", "object", "created", "model", "choices"}
@@ -181,7 +182,7 @@ async def test_unknown_model_gives_404(sim: SimServer, session: aiohttp.ClientSe
     )
 
 
-async def test_full_queue_gives_429(start_sim: Any, session: aiohttp.ClientSession) -> None:
+async def test_full_queue_gives_429(start_sim: StartSim, session: aiohttp.ClientSession) -> None:
     server = await start_sim(max_num_seqs=1, max_waiting=1)
     long_body = {"model": "sim-tiny", "prompt": "x", "max_tokens": 200}
     running = asyncio.ensure_future(session.post(server.url + "/v1/completions", json=long_body))
@@ -224,7 +225,7 @@ async def test_http_1_0_client_gets_an_unchunked_stream(sim: SimServer) -> None:
 
 
 async def test_speculative_decoding_sends_several_tokens_per_chunk(
-    start_sim: Any, session: aiohttp.ClientSession
+    start_sim: StartSim, session: aiohttp.ClientSession
 ) -> None:
     server = await start_sim(spec_k=3, spec_acceptance=0.9)
     chunks = (await stream(session, server.url + "/v1/completions", completion_body(max_tokens=40))).chunks
