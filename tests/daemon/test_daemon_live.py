@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import shutil
 import socket
 import subprocess
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -18,18 +16,16 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Daemon
 from exporter.config import load_config_file
 from exporter.probe.result import ProbeResult, intervals
-from exporter.sim import SimConfig, SimServer
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate
-from exporter.web.routes import build_app
-from tests.integration.gateway import fake_gateway
-from tests.net import free_port
+from tests.support.daemon import get, samples, serving, value
+from tests.support.gateway import fake_gateway
+from tests.support.net import free_port
+from tests.support.wait import wait_for
 
 CONFIG = """
 global:
@@ -75,62 +71,14 @@ class Spy:
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[str]:
-    server = SimServer(SimConfig(preset="tiny"))
-    host, port = await server.start("127.0.0.1", 0)
-    yield f"http://{host}:{port}"
-    await server.stop()
-
-
-@pytest.fixture
-async def daemon(sim: str, tmp_path: Path) -> AsyncIterator[tuple[Daemon, str, Path, Spy]]:
+async def daemon(sim_url: str, tmp_path: Path) -> AsyncIterator[tuple[Daemon, str, Path, Spy]]:
     path = tmp_path / "config.yaml"
-    path.write_text(CONFIG.format(url=sim, extra_module=""))
+    path.write_text(CONFIG.format(url=sim_url, extra_module=""))
     daemon = Daemon(load_config_file(path), config_path=str(path), seed=1)
     spy = Spy(daemon.store.add)
     daemon.store.add = spy  # type: ignore[method-assign]
     async with serving(daemon) as url:
         yield daemon, url, path, spy
-
-
-@contextlib.asynccontextmanager
-async def serving(daemon: Daemon) -> AsyncIterator[str]:
-    """The daemon started with its web app on a free loopback port; yields the base URL."""
-    runner = web.AppRunner(build_app(daemon, enable_lifecycle=True))
-    await runner.setup()
-    await daemon.start()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await daemon.stop()
-        await runner.cleanup()
-
-
-async def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting for the daemon"
-        await asyncio.sleep(0.1)
-
-
-async def get(url: str) -> tuple[int, str]:
-    async with aiohttp.ClientSession() as session, session.get(url) as response:
-        return response.status, await response.text()
-
-
-def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(series: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
-    return series[(name, tuple(sorted(labels.items())))]
 
 
 async def test_metrics_match_the_metric_core_on_the_stored_results(
@@ -169,7 +117,8 @@ async def test_metrics_match_the_metric_core_on_the_stored_results(
 async def test_engine_metrics_are_re_exported_and_derived(daemon: tuple[Daemon, str, Path, Spy]) -> None:
     daemon_, url, _, spy = daemon
     await wait_for(lambda: len(spy.runs) >= 2 and len(daemon_.store.engines()) == 1)
-    await asyncio.sleep(2.2)  # two more engine scrapes: a window to derive from
+    # Two more engine scrapes: a window to derive from.
+    await wait_for(lambda: any(len(view.window) >= 3 for view in daemon_.store.engines()), timeout=10)
     _, text = await get(url + "/metrics")
     names = {name for name, _ in samples(text)}
     assert {"fluidity_engine_running_requests", "fluidity_engine_kv_cache_usage_ratio"} <= names
@@ -198,21 +147,21 @@ async def test_probe_endpoint_runs_one_probe_with_a_fresh_registry(
 
 
 async def test_reload_swaps_only_a_fully_valid_config(
-    daemon: tuple[Daemon, str, Path, Spy], sim: str
+    daemon: tuple[Daemon, str, Path, Spy], sim_url: str
 ) -> None:
     daemon_, url, path, _ = daemon
-    path.write_text(CONFIG.format(url=sim, extra_module=SECOND_MODULE))
+    path.write_text(CONFIG.format(url=sim_url, extra_module=SECOND_MODULE))
     async with aiohttp.ClientSession() as session, session.post(url + "/-/reload") as response:
         assert response.status == 200
     assert "probe:sim:slow" in daemon_.jobs.job_ids()
-    path.write_text(CONFIG.format(url=sim, extra_module="  broken: {schedule: {interval: -1s}}\n"))
+    path.write_text(CONFIG.format(url=sim_url, extra_module="  broken: {schedule: {interval: -1s}}\n"))
     async with aiohttp.ClientSession() as session, session.post(url + "/-/reload") as response:
         assert response.status == 500
         assert "modules.broken.schedule.interval" in await response.text()
     assert "probe:sim:slow" in daemon_.jobs.job_ids()  # the previous config is still in force
     _, text = await get(url + "/metrics")
     assert value(samples(text), "fluidity_exporter_config_last_reload_successful") == 0
-    renamed = CONFIG.format(url=sim, extra_module="").replace("  - name: sim\n", "  - name: sim2\n")
+    renamed = CONFIG.format(url=sim_url, extra_module="").replace("  - name: sim\n", "  - name: sim2\n")
     path.write_text(renamed)
     async with aiohttp.ClientSession() as session, session.post(url + "/-/reload") as response:
         assert response.status == 200
@@ -284,26 +233,27 @@ async def test_a_real_prometheus_scrapes_and_answers_histogram_quantile(
     port, _ = prometheus(url)
     query = 'histogram_quantile(0.5, sum by (le) (fluidity_probe_fluidity_index_bucket{tier="medium"}))'
     api = f"http://127.0.0.1:{port}/api/v1/query?query={urllib.parse.quote(query)}"
-    deadline = time.monotonic() + 30
     answer: dict[str, Any] = {}
-    while time.monotonic() < deadline:
+
+    async def answered() -> bool:
         try:
             status, text = await get(api)
         except aiohttp.ClientError:
-            status, text = 0, ""
+            return False  # not listening yet
         if status == 200:
-            answer = json.loads(text)
-            if answer["data"]["result"]:
-                break
-        await asyncio.sleep(0.5)
+            answer.update(json.loads(text))
+        return bool(answer and answer["data"]["result"])
+
+    with contextlib.suppress(AssertionError):  # the assertion below shows the last answer
+        await wait_for(answered, timeout=30, what=f"Prometheus to answer {query}")
     assert answer.get("status") == "success" and answer["data"]["result"], answer
     median = float(answer["data"]["result"][0]["value"][1])
     assert 0.0 <= median <= 1.0
 
 
-async def test_probe_needs_the_token_when_one_is_configured(sim: str, tmp_path: Path) -> None:
+async def test_probe_needs_the_token_when_one_is_configured(sim_url: str, tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
-    real = CONFIG.format(url=sim, extra_module="").replace("    simulated: true\n", "")
+    real = CONFIG.format(url=sim_url, extra_module="").replace("    simulated: true\n", "")
     path.write_text(real)
     assert await _probe_status(path, {}) == 403  # a real target, no token configured: refused
     path.write_text(
@@ -331,6 +281,16 @@ async def get_status(url: str, headers: dict[str, str]) -> int:
         return response.status
 
 
+PROBES_REFUSED = (
+    "fluidity_probe_requests_total",
+    (("module", "fast"), ("outcome", "connect_error"), ("target", "sim")),
+)
+SCRAPES_REFUSED = (
+    "fluidity_exporter_engine_scrape_errors_total",
+    (("reason", "connect_error"), ("target", "sim")),
+)
+
+
 async def test_a_dead_target_is_counted_and_the_daemon_stays_up(tmp_path: Path) -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -343,7 +303,13 @@ async def test_a_dead_target_is_counted_and_the_daemon_stays_up(tmp_path: Path) 
     )
     daemon = Daemon(load_config_file(path), config_path=str(path))
     async with serving(daemon) as url:
-        await asyncio.sleep(2.5)
+
+        async def probes_and_scrapes_failed() -> bool:
+            series = samples((await get(url + "/metrics"))[1])
+            probes = series.get(PROBES_REFUSED, 0.0)
+            return probes >= 2 and series.get(SCRAPES_REFUSED, 0.0) >= 1
+
+        await wait_for(probes_and_scrapes_failed, timeout=30, what="two refused probes and a refused scrape")
         status, text = await get(url + "/metrics")
         assert status == 200 and (await get(url + "/-/ready"))[0] == 200
     series = samples(text)
@@ -361,11 +327,13 @@ async def test_a_dead_target_is_counted_and_the_daemon_stays_up(tmp_path: Path) 
     )  # no bug, a result
 
 
-async def test_the_gateway_view_is_scraped_beside_the_engines(sim: str, tmp_path: Path) -> None:
+async def test_the_gateway_view_is_scraped_beside_the_engines(sim_url: str, tmp_path: Path) -> None:
     async with fake_gateway() as gateway:
         path = tmp_path / "config.yaml"
         gateway_line = f'    gateway_metrics: {{url: "{gateway}/metrics", interval: 1s}}\n'
-        text = CONFIG.format(url=sim, extra_module="").replace("modules:\n", gateway_line + "modules:\n", 1)
+        text = CONFIG.format(url=sim_url, extra_module="").replace(
+            "modules:\n", gateway_line + "modules:\n", 1
+        )
         path.write_text(text)
         daemon = Daemon(load_config_file(path), config_path=str(path), seed=1)
         async with serving(daemon) as url:
@@ -402,11 +370,11 @@ SESSION_MODULE = """  talk:
 
 
 async def test_a_module_with_turns_sends_sessions_and_metrics_show_follow_ups_apart(
-    sim: str, tmp_path: Path
+    sim_url: str, tmp_path: Path
 ) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(
-        CONFIG.format(url=sim, extra_module=SESSION_MODULE).replace("api: completions", "api: chat")
+        CONFIG.format(url=sim_url, extra_module=SESSION_MODULE).replace("api: completions", "api: chat")
     )
     daemon = Daemon(load_config_file(path), config_path=str(path), seed=2)
     spy = Spy(daemon.store.add)
@@ -414,7 +382,7 @@ async def test_a_module_with_turns_sends_sessions_and_metrics_show_follow_ups_ap
     async with serving(daemon) as url:
         await wait_for(lambda: any(module == "talk" for _, module, _ in spy.runs))
         _, text = await get(url + "/metrics")
-        _, engine = await get(sim + "/metrics")
+        _, engine = await get(sim_url + "/metrics")
         status, probed = await get(url + "/probe?target=sim&module=talk")
         spent = list(daemon.targets["sim"].budget.spent)
     assert status == 200 and "fluidity_probe_turn_ttft_seconds_bucket" in probed

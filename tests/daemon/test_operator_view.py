@@ -20,7 +20,9 @@ from exporter.app import Daemon
 from exporter.config import load_config_file
 from exporter.exposition import render
 from exporter.web.routes import build_app
-from tests.daemon.test_daemon_live import samples, serving, value, wait_for
+from tests.support.daemon import samples, serving, value
+from tests.support.net import serving_app
+from tests.support.wait import wait_for
 
 FAILING = """
 targets:
@@ -48,13 +50,8 @@ async def failing_server() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_post("/v1/completions", unavailable)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+    async with serving_app(app) as url:
+        yield url
 
 
 @contextlib.contextmanager
@@ -201,17 +198,10 @@ async def test_reload_refuses_what_run_could_not_apply_and_says_so(
 async def test_reload_over_http_needs_the_lifecycle_flag(failing_server: str, tmp_path: Path) -> None:
     path = write(tmp_path, FAILING.format(url=failing_server))
     daemon = Daemon(load_config_file(path), config_path=str(path))
-    runner = web.AppRunner(build_app(daemon))
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(f"http://127.0.0.1:{port}/-/reload") as response,
-        ):
-            assert response.status == 403
-            assert "--web.enable-lifecycle" in await response.text()
-    finally:
-        await runner.cleanup()
+    async with (
+        serving_app(build_app(daemon)) as url,
+        aiohttp.ClientSession() as session,
+        session.post(f"{url}/-/reload") as response,
+    ):
+        assert response.status == 403
+        assert "--web.enable-lifecycle" in await response.text()

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from exporter.daemon.scheduler import JobScheduler, Schedule
+from tests.support.wait import wait_for
 
 
 async def test_runs_errors_and_skipped_runs_are_counted() -> None:
@@ -28,7 +29,14 @@ async def test_runs_errors_and_skipped_runs_are_counted() -> None:
         jobs.put("broken", broken, Schedule(interval_s=0.05), run_now=True)
         jobs.put("slow", slow, Schedule(interval_s=0.1), run_now=True)
         await asyncio.wait_for(ran.wait(), 2)
-        await asyncio.sleep(0.5)
+        await wait_for(
+            lambda: (
+                jobs.counts["fine"]["ran"] >= 2
+                and jobs.counts["broken"]["failed"] >= 1
+                and jobs.counts["slow"]["skipped"] >= 1
+            ),
+            timeout=5,
+        )
         assert jobs.counts["fine"]["ran"] >= 2
         assert (
             jobs.counts["broken"]["failed"] >= 1

@@ -1,6 +1,6 @@
 """Every query of every committed dashboard, run by a real Prometheus against real data.
 
-One stack for the module (``tests.integration.prometheus``): the daemon probes the simulator every
+One stack for the module (``tests.support.prometheus``): the daemon probes the simulator every
 second with engine scraping, Prometheus scrapes it every second; a quick rate search, a quick
 concurrency search and a prefill profile run through the jobs API first, so the capacity view has data.
 Each query then gets Grafana's variables substituted as Grafana would (multi-value variables as a
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.dashboards.panels import PanelQuery, queries
-from tests.integration.prometheus import MODULES, TARGET, Series, Stack, requires_prometheus, running_stack
+from tests.support.prometheus import MODULES, TARGET, Series, Stack, requires_prometheus, running_stack
 
 pytestmark = [requires_prometheus, pytest.mark.slow]
 

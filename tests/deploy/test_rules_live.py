@@ -1,6 +1,6 @@
 """The rules and the Grafana alert queries against a real Prometheus scraping the daemon on the simulator.
 
-One stack for the module (``tests.integration.prometheus``) with both rule files loaded and evaluated
+One stack for the module (``tests.support.prometheus``) with both rule files loaded and evaluated
 every second, after a quick capacity search so that the capacity series exist too. Then: every rule
 group is healthy, every recording rule records finite values of the right labels, every alert expression
 and every query of the Grafana rules and the runbook parses and runs, and the Grafana queries return the
@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from tests.deploy import files
-from tests.integration.prometheus import MODULES, TARGET, Series, Stack, requires_prometheus, running_stack
+from tests.support.prometheus import MODULES, TARGET, Series, Stack, requires_prometheus, running_stack
+from tests.support.wait import wait_until
 
 pytestmark = [requires_prometheus, pytest.mark.slow]
 
@@ -51,6 +52,11 @@ def settled(stack: Stack, promql: str) -> list[Series]:
     return stack.wait_for(promql, timeout=SETTLE_S, accept=lambda result: bool(result) and finite(result))
 
 
+def every_module(result: list[Series]) -> bool:
+    """Each probed module has its series: the rule has been evaluated since both were scraped."""
+    return {s["metric"].get("module") for s in result} == set(MODULES)
+
+
 def finite(result: list[Series]) -> bool:
     return all(math.isfinite(float(series["value"][1])) for series in result)
 
@@ -66,7 +72,11 @@ def rule_groups(stack: Stack) -> list[dict[str, Any]]:
 def test_every_rule_group_loads_and_evaluates_without_error(stack: Stack) -> None:
     expected = {g["name"]: len(g["rules"]) for path in files.RULE_FILES for g in files.groups(path)}
     first = {g["name"]: g["lastEvaluation"] for g in rule_groups(stack)}
-    time.sleep(2.5)  # two more evaluation cycles
+
+    def evaluated_again() -> bool:
+        return all(g["lastEvaluation"] != first.get(g["name"]) for g in rule_groups(stack))
+
+    wait_until(evaluated_again, timeout=15, what="every rule group to be evaluated again")
     groups = rule_groups(stack)
     assert {g["name"]: len(g["rules"]) for g in groups} == expected
     for group in groups:
@@ -91,6 +101,7 @@ def test_every_recording_rule_records_data(record: str, stack: Stack) -> None:
 
 
 def test_the_burn_rates_exist_for_the_objective_tier_only(stack: Stack) -> None:
+    stack.wait_for("target_module_tier:fluidity_slo_burn_rate:ratio_rate5m", SETTLE_S, every_module)
     result = settled(stack, "target_module_tier:fluidity_slo_burn_rate:ratio_rate5m")
     assert {s["metric"]["tier"] for s in result} == {"medium"}
     assert {s["metric"]["module"] for s in result} == set(MODULES)
@@ -118,6 +129,7 @@ def test_every_grafana_query_returns_the_burn_rate_of_every_module(
 def test_the_grafana_burn_rate_equals_the_recorded_one(stack: Stack) -> None:
     # The same ratio, once from the raw counters (Grafana) and once from the recording rules; both read
     # at one instant over a 3-day window that holds every sample, so they agree but for float rounding.
+    stack.wait_for("target_module_tier:fluidity_slo_burn_rate:ratio_rate3d", SETTLE_S, every_module)
     now = time.time()
     (grafana,) = [q for w, q in files.grafana_queries() if w == "fluidity-slow-burn-3d/A"]
     raw = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import aiohttp
 import pytest
@@ -14,27 +14,11 @@ from aiohttp.test_utils import TestServer
 from exporter.engine.derive import derive
 from exporter.engine.families import GATEWAY_CATALOGUE, Signal, UnknownEngineError
 from exporter.engine.scrape import ScrapeFailure, ScrapeResult, scrape
-from exporter.sim import SimConfig, SimServer, tokenizer
+from exporter.sim import SimServer, tokenizer
 from tests.engine import fixtures
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@pytest.fixture
-async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    """One client session per test, with a timeout so that a hang fails instead of blocking."""
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
-        yield client
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[SimServer]:
-    """The ``tiny`` simulator on 127.0.0.1, a free port."""
-    server = SimServer(SimConfig(preset="tiny"))
-    await server.start("127.0.0.1", 0)
-    yield server
-    await server.stop()
 
 
 async def serve(aiohttp_server: ServerFactory, handler: Handler) -> str:
@@ -154,9 +138,10 @@ async def test_unusable_body_is_parse_error(
 async def test_stalled_server_is_timeout_and_cancellation_propagates(
     aiohttp_server: ServerFactory, session: aiohttp.ClientSession
 ) -> None:
-    release = asyncio.Event()
+    release, asked = asyncio.Event(), asyncio.Event()
 
     async def stalled(_: web.Request) -> web.Response:
+        asked.set()
         await release.wait()
         return web.Response(text=fixtures.LLAMACPP)
 
@@ -167,8 +152,9 @@ async def test_stalled_server_is_timeout_and_cancellation_propagates(
         assert result.detail == "no complete answer within 0.2 s"
         assert 0.15 < result.duration_s < 5.0
 
+        asked.clear()
         task = asyncio.create_task(scrape(session, url, timeout=30.0))
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(asked.wait(), 5)  # the scrape is waiting for its answer
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -1,0 +1,1 @@
+"""Tests of exporter.exposition: metric names, the result store, collectors and self-metrics."""

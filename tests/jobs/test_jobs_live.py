@@ -1,18 +1,14 @@
 """The jobs end to end: the daemon's jobs API over loopback, driving the real runners against the
 built-in simulator, with the state directory on disk.
 
-The simulator here is slowed down (20 ms per step plus 2 ms per running sequence, 20 us per prompt
-token, like an 8B model on one GPU) so that a 50 ms
-decode deadline is reached at a load a loopback client on two cores sends comfortably.
+The simulator is ``slow_sim``, slowed to an 8B model's pace on one GPU (``tests.jobs.live``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -23,78 +19,17 @@ from exporter.jobs.store import JobStore
 from exporter.sim import SimConfig, SimServer
 from exporter.sim.config import resolve
 from exporter.sim.presets import Preset, isolated_ttft
-from tests.daemon.test_daemon_live import samples, serving
-from tests.net import free_port
-
-TOKEN = "jobs-token-for-tests"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-SLOW_COST = {"step_overhead_s": 0.02, "per_seq_s": 0.002, "prefill_per_token_s": 2e-5}
-BUDGET = 8192  # every profiled prompt is prefilled in one step: the curve is smooth, not a staircase
-SEQS = 8  # at most 8 streams at once: about 14 req/s of 16-token requests, then the queue grows
-CONFIG = """
-global:
-  state_dir: {state}
-targets:
-  - name: sim
-    url: {url}
-    api: completions
-    simulated: true
-    modules: [short]
-modules:
-  short:
-    workload: {{prompt_tokens: "uniform:low=32,high=96", output_tokens: "fixed:16"}}
-    requests_per_run: 1
-    schedule: {{interval: 1s}}
-jobs:
-  api_token: {{file: {token}}}
-  limits: {{max_rate: 60, max_tokens: 2000000, max_duration: 5m}}
-"""
+from tests.jobs.live import BUDGET, SEQS, SLOW_COST, call, finished, write_config
+from tests.support.daemon import samples, serving
+from tests.support.net import free_port
+from tests.support.wait import wait_for
 
 
 @pytest.fixture
-async def sim() -> AsyncIterator[tuple[str, SimServer]]:
-    server = SimServer(
-        SimConfig(preset="tiny", cost=SLOW_COST, max_num_batched_tokens=BUDGET, max_num_seqs=SEQS)
-    )
-    host, port = await server.start("127.0.0.1", 0)
-    yield f"http://{host}:{port}", server
-    await server.stop()
-
-
-def write_config(tmp_path: Path, url: str) -> Path:
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    path = tmp_path / "config.yaml"
-    path.write_text(CONFIG.format(url=url, state=tmp_path / "state", token=token))
-    return path
-
-
-@pytest.fixture
-async def daemon(sim: tuple[str, SimServer], tmp_path: Path) -> AsyncIterator[tuple[Daemon, str]]:
-    daemon = Daemon(load_config_file(write_config(tmp_path, sim[0])), seed=1)
+async def daemon(slow_sim: SimServer, tmp_path: Path) -> AsyncIterator[tuple[Daemon, str]]:
+    daemon = Daemon(load_config_file(write_config(tmp_path, slow_sim.url)), seed=1)
     async with serving(daemon) as url:
         yield daemon, url
-
-
-async def call(
-    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
-) -> tuple[int, Any]:
-    async with (
-        aiohttp.ClientSession() as session,
-        session.request(method, url, json=body, headers=AUTH if headers is None else headers) as response,
-    ):
-        return response.status, await response.json(content_type=None)
-
-
-async def finished(url: str, job_id: str, timeout: float = 120.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        status, record = await call("GET", f"{url}/api/v1/jobs/{job_id}")
-        assert status == 200
-        if record["state"] != "running":
-            return dict(record)
-        assert time.monotonic() < deadline, f"job still running: {record['progress']}"
-        await asyncio.sleep(0.2)
 
 
 def preset_truth() -> Preset:
@@ -155,8 +90,8 @@ async def test_capacity_search_pauses_probes_and_exports_its_result(daemon: tupl
     }
     status, record = await call("POST", f"{url}/api/v1/jobs/capacity", body)
     assert status == 202, record
-    await asyncio.sleep(0.3)
-    assert "sim" in instance.paused  # scheduled probes of the target wait for the job
+    # Scheduled probes of the target wait for the job.
+    await wait_for(lambda: "sim" in instance.paused, timeout=5)
     conflict, answer = await call("POST", f"{url}/api/v1/jobs/prefill-profile", {"target": "sim"})
     assert conflict == 409 and answer["job"] == record["id"]
     done = await finished(url, record["id"])
@@ -191,32 +126,35 @@ async def test_capacity_search_pauses_probes_and_exports_its_result(daemon: tupl
     )
 
 
-async def test_cancel_stops_the_load_within_a_second(
-    daemon: tuple[Daemon, str], sim: tuple[str, SimServer]
-) -> None:
-    _, url = daemon
+def trial_sending(daemon: Daemon, sim: SimServer) -> bool:
+    """The job's trial is sending: the engine is busy and no scheduled probe is (the job waits for the
+    probe in flight, if any, to end before its first trial)."""
+    return not daemon.targets["sim"].busy and bool(sim.engine.running or sim.engine.waiting)
+
+
+async def test_cancel_stops_the_load_within_a_second(daemon: tuple[Daemon, str], slow_sim: SimServer) -> None:
+    instance, url = daemon
     body = {"target": "sim", "start": 20, "requests_per_trial": 1000, "warmup_requests": 0, "max_trials": 2}
     status, record = await call("POST", f"{url}/api/v1/jobs/capacity", body)
     assert status == 202
-    engine = sim[1].engine
-    await asyncio.sleep(1.0)
-    assert engine.running or engine.waiting  # the trial is sending
+    await wait_for(lambda: trial_sending(instance, slow_sim), timeout=10)
+    engine = slow_sim.engine
     began = time.monotonic()
     status, cancelled = await call("DELETE", f"{url}/api/v1/jobs/{record['id']}")
     assert status == 200 and cancelled["state"] == "cancelled"
     assert time.monotonic() - began < 1.0
-    await asyncio.sleep(0.3)  # the server notices the closed connections at its next step
-    assert not engine.running and not engine.waiting
+    # The server notices the closed connections at its next step.
+    await wait_for(lambda: not engine.running and not engine.waiting, timeout=0.3)
 
 
-async def test_a_restart_mid_job_marks_it_interrupted(sim: tuple[str, SimServer], tmp_path: Path) -> None:
-    config = load_config_file(write_config(tmp_path, sim[0]))
+async def test_a_restart_mid_job_marks_it_interrupted(slow_sim: SimServer, tmp_path: Path) -> None:
+    config = load_config_file(write_config(tmp_path, slow_sim.url))
     first = Daemon(config, seed=1)
     async with serving(first) as url:
         body = {"target": "sim", "start": 5, "requests_per_trial": 500}
         status, record = await call("POST", f"{url}/api/v1/jobs/capacity", body)
         assert status == 202
-        await asyncio.sleep(0.5)
+        await wait_for(lambda: trial_sending(first, slow_sim), timeout=10)
     store = JobStore(tmp_path / "state" / "jobs")
     store.load()
     kept = store.get(record["id"])
@@ -246,8 +184,8 @@ SCHEDULED = """  schedules:
 """
 
 
-async def test_a_scheduled_job_runs_from_the_config(sim: tuple[str, SimServer], tmp_path: Path) -> None:
-    path = write_config(tmp_path, sim[0])
+async def test_a_scheduled_job_runs_from_the_config(slow_sim: SimServer, tmp_path: Path) -> None:
+    path = write_config(tmp_path, slow_sim.url)
     path.write_text(path.read_text() + SCHEDULED)
     daemon = Daemon(load_config_file(path), seed=1)
     async with serving(daemon):
@@ -262,9 +200,7 @@ async def test_a_scheduled_job_runs_from_the_config(sim: tuple[str, SimServer], 
         assert daemon.deadline_policy("sim").prefill_model is not None
 
 
-async def test_a_job_on_a_target_that_does_not_answer_fails_with_its_reason(
-    sim: tuple[str, SimServer], tmp_path: Path
-) -> None:
+async def test_a_job_on_a_target_that_does_not_answer_fails_with_its_reason(tmp_path: Path) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     daemon = Daemon(load_config_file(write_config(tmp_path, dead)), seed=1)
     async with serving(daemon) as url:

@@ -4,11 +4,9 @@ run exactly what a pod of the Indexed Job runs."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,23 +19,16 @@ from exporter.load.cpus import available_cpus
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import TOKEN_ENV
 from exporter.sim import SimServer
-from tests.daemon.test_daemon_live import serving
-from tests.jobs.test_jobs_live import CONFIG, TOKEN, call, finished, sim  # noqa: F401 (fixture)
-from tests.net import free_port
+from tests.jobs.live import TOKEN, call, finished, write_config
+from tests.support.daemon import serving
+from tests.support.net import free_port
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.slow
 SMALL_SEARCH = {
     "target": "sim", "start": 8, "max_trials": 1, "requests_per_trial": 20, "warmup_requests": 2,
     "slo": {"prefill_deadline_s": 1.0},
 }  # fmt: skip
-
-
-def write_config(tmp_path: Path, url: str, jobs: str) -> Path:
-    token = tmp_path / "token"
-    token.write_text(TOKEN)
-    path = tmp_path / "config.yaml"
-    path.write_text(CONFIG.format(url=url, state=tmp_path / "state", token=token) + jobs)
-    return path
 
 
 @contextmanager
@@ -48,8 +39,8 @@ def daemon_for(tmp_path: Path, url: str, jobs: str) -> Iterator[Daemon]:
 
 
 @pytest.fixture
-async def with_workers(sim: tuple[str, SimServer], tmp_path: Path) -> AsyncIterator[str]:  # noqa: F811
-    with daemon_for(tmp_path, sim[0], "  workers: 2\n") as daemon:
+async def with_workers(slow_sim: SimServer, tmp_path: Path) -> AsyncIterator[str]:
+    with daemon_for(tmp_path, slow_sim.url, "  workers: 2\n") as daemon:
         async with serving(daemon) as url:
             yield url
 
@@ -91,20 +82,17 @@ async def test_a_prefill_profile_over_two_worker_processes(with_workers: str) ->
 
 async def test_cancelling_a_sharded_job_stops_its_load(
     with_workers: str,
-    sim: tuple[str, SimServer],  # noqa: F811
+    slow_sim: SimServer,
 ) -> None:
     body = {"target": "sim", "start": 20, "requests_per_trial": 1000, "warmup_requests": 0, "max_trials": 2}
     status, record = await call("POST", f"{with_workers}/api/v1/jobs/capacity", {**body, "workers": 2})
     assert status == 202
-    engine = sim[1].engine
-    deadline = time.monotonic() + 30
-    while not (engine.running or engine.waiting):  # the shards start and send
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.1)
+    engine = slow_sim.engine
+    await wait_for(lambda: engine.running or engine.waiting, timeout=30, what="the shards to start and send")
     status, cancelled = await call("DELETE", f"{with_workers}/api/v1/jobs/{record['id']}")
     assert status == 200 and cancelled["state"] == "cancelled"
-    await asyncio.sleep(1.5)  # the shards hear "stop" at their next post (50 ms) and cancel
-    assert not engine.running and not engine.waiting
+    # The shards hear "stop" at their next post (50 ms) and cancel.
+    await wait_for(lambda: not engine.running and not engine.waiting, timeout=1.5)
 
 
 @contextmanager
@@ -130,15 +118,15 @@ def shard_processes(count: int, port: int) -> Iterator[list[subprocess.Popen[byt
 
 
 async def test_a_capacity_search_sharded_over_an_indexed_jobs_pods(
-    sim: tuple[str, SimServer],  # noqa: F811
+    slow_sim: SimServer,
     tmp_path: Path,
 ) -> None:
     port = free_port()
     jobs = (
         f"  shards: {{count: 2, listen: '127.0.0.1:{port}', start_delay: 500ms, ready_timeout: 60s,\n"
-        f"           target_urls: {{sim: '{sim[0]}'}}}}\n"  # the pods' way to the target
+        f"           target_urls: {{sim: '{slow_sim.url}'}}}}\n"  # the pods' way to the target
     )
-    with daemon_for(tmp_path, sim[0], jobs) as daemon:
+    with daemon_for(tmp_path, slow_sim.url, jobs) as daemon:
         async with serving(daemon) as url:
             status, record = await call(
                 "POST", f"{url}/api/v1/jobs/capacity", {**SMALL_SEARCH, "max_trials": 2}
@@ -173,12 +161,12 @@ def test_jobs_workers_auto_is_the_cpus_this_container_may_use(tmp_path: Path) ->
 
 
 async def test_a_search_whose_pods_never_come_fails_saying_which(
-    sim: tuple[str, SimServer],  # noqa: F811
+    slow_sim: SimServer,
     tmp_path: Path,
 ) -> None:
     port = free_port()
     jobs = f"  shards: {{count: 2, listen: '127.0.0.1:{port}', ready_timeout: 1s}}\n"
-    with daemon_for(tmp_path, sim[0], jobs) as daemon:
+    with daemon_for(tmp_path, slow_sim.url, jobs) as daemon:
         async with serving(daemon) as url:
             status, record = await call("POST", f"{url}/api/v1/jobs/capacity", SMALL_SEARCH)
             assert status == 202
@@ -190,14 +178,14 @@ async def test_a_search_whose_pods_never_come_fails_saying_which(
 
 
 async def test_a_search_whose_shard_port_is_taken_fails_saying_so(
-    sim: tuple[str, SimServer],  # noqa: F811
+    slow_sim: SimServer,
     tmp_path: Path,
 ) -> None:
     other = ShardPool(1, "x")  # another sharded search holds the port
     port = int((await other.start("127.0.0.1", 0)).rpartition(":")[2])
     try:
         jobs = f"  shards: {{count: 2, listen: '127.0.0.1:{port}', ready_timeout: 1s}}\n"
-        with daemon_for(tmp_path, sim[0], jobs) as daemon:
+        with daemon_for(tmp_path, slow_sim.url, jobs) as daemon:
             async with serving(daemon) as url:
                 status, record = await call("POST", f"{url}/api/v1/jobs/capacity", SMALL_SEARCH)
                 assert status == 202

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -15,25 +15,23 @@ from exporter.load.prompts import SimPromptBuilder
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
-from exporter.sim import SimConfig, SimServer
 from exporter.sim.presets import PRESETS, isolated_ttft
 from exporter.stats.prefill import parse_json
-from tests.measured import assert_measured
+from tests.support.measured import assert_measured
+from tests.support.sim import StartSim
 
 PRESET = "llama-3.1-8b-h100"
 
 
 @pytest.fixture
-async def sim_url() -> AsyncIterator[str]:
-    server = SimServer(SimConfig(preset=PRESET))
-    host, port = await server.start("127.0.0.1", 0)
-    yield f"http://{host}:{port}"
-    await server.stop()
+async def h100_url(start_sim: StartSim) -> str:
+    """The simulated 8B model on one H100: a prefill curve worth profiling."""
+    return (await start_sim(preset=PRESET)).url
 
 
-async def test_profiling_recovers_the_simulators_prefill_curve(sim_url: str) -> None:
+async def test_profiling_recovers_the_simulators_prefill_curve(h100_url: str) -> None:
     lengths = (128, 512, 1024, 2048, 4096)
-    async with ProbeClient(TargetSettings(sim_url, api="completions")) as client:
+    async with ProbeClient(TargetSettings(h100_url, api="completions")) as client:
         profile = await profile_prefill(client.send, SimPromptBuilder(), "completions", lengths, repeats=3)
     assert profile.model is not None
     for sample in profile.samples:
@@ -45,8 +43,8 @@ async def test_profiling_recovers_the_simulators_prefill_curve(sim_url: str) -> 
     assert profile.model.predict(8192.0) > 1.9 * profile.model.predict(4096.0) - 0.01
 
 
-async def test_a_length_the_model_refuses_is_reported_and_left_out(sim_url: str) -> None:
-    async with ProbeClient(TargetSettings(sim_url, api="completions")) as client:
+async def test_a_length_the_model_refuses_is_reported_and_left_out(h100_url: str) -> None:
+    async with ProbeClient(TargetSettings(h100_url, api="completions")) as client:
         profile = await profile_prefill(
             client.send, SimPromptBuilder(), "completions", (256, 9000), repeats=1
         )

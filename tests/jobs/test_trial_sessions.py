@@ -10,7 +10,7 @@ from exporter.load.sessions import parse_think_time
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
-from exporter.sim import SimConfig, SimServer
+from tests.support.sim import StartSim
 
 WORKLOAD = Workload(
     "talk",
@@ -35,19 +35,15 @@ def test_a_session_trial_plans_sessions_with_common_lengths() -> None:
     assert one.planned_tokens == 4 * (108 + 136 + 164)
 
 
-async def test_a_session_trial_measures_every_turn_but_the_warm_up_sessions() -> None:
-    server = SimServer(SimConfig(preset="tiny"))
-    await server.start("127.0.0.1", 0)
-    try:
-        plan = plan_trial(
-            WORKLOAD, 5.0, concurrency=False, arrival="poisson", warmup=3, requests=9, seed=5, salt=3
+async def test_a_session_trial_measures_every_turn_but_the_warm_up_sessions(start_sim: StartSim) -> None:
+    server = await start_sim()
+    plan = plan_trial(
+        WORKLOAD, 5.0, concurrency=False, arrival="poisson", warmup=3, requests=9, seed=5, salt=3
+    )
+    slo = TrialSlo(DeadlinePolicy(prefill_deadline=2.0), decode_deadline=0.5)
+    async with ProbeClient(TargetSettings(base_url=server.url)) as client:
+        report = await run_trial(
+            1, plan, slo, lambda spec, at, started: client.send(spec, at, on_start=started)
         )
-        slo = TrialSlo(DeadlinePolicy(prefill_deadline=2.0), decode_deadline=0.5)
-        async with ProbeClient(TargetSettings(base_url=server.url)) as client:
-            report = await run_trial(
-                1, plan, slo, lambda spec, at, started: client.send(spec, at, on_start=started)
-            )
-    finally:
-        await server.stop()
     assert report.passed and report.requests_sent == 12  # 4 sessions of 3 turns
     assert report.figures["requests"] == 9 and report.figures["completed"] == 9

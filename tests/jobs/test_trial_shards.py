@@ -27,20 +27,12 @@ from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import RequestSpec, TargetSettings
-from exporter.sim import SimConfig, SimServer
+from exporter.sim import SimServer
 from tests.probe.helpers import script, settings_for
 
 pytestmark = pytest.mark.slow
 SLO = TrialSlo(DeadlinePolicy(0.1), decode_deadline=0.05, target_fluidity=0.9, percentile=99.0)
 COMPARED = ("requests", "completed", "failed", "outcomes", "fluid_share")
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[SimServer]:
-    server = SimServer(SimConfig(preset="tiny"))
-    await server.start("127.0.0.1", 0)
-    yield server
-    await server.stop()
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ words-as-tokens guess (a word of four letters or more is two of its tokens), ove
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,16 +14,7 @@ from exporter.load.calibration import calibrate_prompts, max_model_len
 from exporter.load.prompts import ApproxPromptBuilder
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import RequestSpec, TargetSettings
-from exporter.sim import SimConfig, SimServer
 from exporter.sim.process import SimProcess
-
-
-@pytest.fixture
-async def sim_url() -> AsyncIterator[str]:
-    server = SimServer(SimConfig(preset="tiny"))
-    host, port = await server.start("127.0.0.1", 0)
-    yield f"http://{host}:{port}"
-    await server.stop()
 
 
 @pytest.fixture(scope="module")

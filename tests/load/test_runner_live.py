@@ -9,27 +9,23 @@ import pytest
 from exporter.load import Poisson, preset, run_load
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import Api, TargetSettings
-from exporter.sim import SimConfig, SimServer
+from tests.support.sim import StartSim
 
 
 @pytest.mark.parametrize("api", ["chat", "completions"])
-async def test_exact_prompts_and_full_outputs_against_the_simulator(api: Api) -> None:
-    server = SimServer(SimConfig(preset="tiny"))
-    host, port = await server.start("127.0.0.1", 0)
-    try:
-        async with ProbeClient(TargetSettings(base_url=f"http://{host}:{port}", api=api)) as client:
-            workload = preset("lmsys", api=api, max_output_tokens=24)
-            rng = np.random.default_rng(0)
-            specs = workload.sample(30, rng)
-            run = await run_load(
-                client.send,
-                specs,
-                arrivals=Poisson(30.0).offsets(30, rng),
-                target_rate=30.0,
-                prompt_tokens_exact=workload.prompt_tokens_exact,
-            )
-    finally:
-        await server.stop()
+async def test_exact_prompts_and_full_outputs_against_the_simulator(api: Api, start_sim: StartSim) -> None:
+    server = await start_sim()
+    async with ProbeClient(TargetSettings(base_url=server.url, api=api)) as client:
+        workload = preset("lmsys", api=api, max_output_tokens=24)
+        rng = np.random.default_rng(0)
+        specs = workload.sample(30, rng)
+        run = await run_load(
+            client.send,
+            specs,
+            arrivals=Poisson(30.0).offsets(30, rng),
+            target_rate=30.0,
+            prompt_tokens_exact=workload.prompt_tokens_exact,
+        )
     checks = {c.name: c for c in run.checks}
     assert checks["prompt_tokens"].passed is True and checks["prompt_tokens"].observed == 0.0
     assert all(r.prompt_tokens_reported == s.prompt_tokens for r, s in zip(run.results, specs, strict=True))

@@ -17,7 +17,8 @@ from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import FollowUp, RequestSpec, TargetSettings, Timeouts
-from exporter.sim import SimConfig, SimServer, tokenizer
+from exporter.sim import tokenizer
+from tests.support.sim import StartSim
 
 RNG = np.random.default_rng
 
@@ -182,7 +183,7 @@ async def test_cancelling_the_run_ends_its_sessions() -> None:
     task = asyncio.create_task(
         run_load(target.send, [_session(5, think=10.0)], concurrency=1, clock=loop.time)
     )
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the first turn (10 ms) is answered: the session is in its 10 s think time
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -195,22 +196,18 @@ async def test_cancelling_the_run_ends_its_sessions() -> None:
 COST = {"prefill_per_token_s": 2e-5, "attn_per_pair_s": 2e-9}
 
 
-async def test_live_sessions_hit_the_prefix_cache_and_answer_follow_ups_faster() -> None:
-    server = SimServer(SimConfig(preset="tiny", cost=COST, max_model_len=8192))
-    await server.start("127.0.0.1", 0)
-    try:
-        workload = _workload(
-            lengths=IndependentLengths(Fixed(2000), Fixed(16)),
-            followup_lengths=IndependentLengths(Fixed(40), Fixed(16)),
-            think_time=parse_think_time("fixed:0.02"),
-        )
-        settings = TargetSettings(base_url=server.url, timeouts=Timeouts(ttft=5, idle=5, total=10))
-        async with ProbeClient(settings) as client:
-            # One session at a time: a follow-up never queues behind another session's cold prefill.
-            run = await run_load(client.send, workload.sample(9, RNG(3)), concurrency=1)
-            cold = await client.send(workload.with_options(api="chat").sample(1, RNG(4))[0])
-    finally:
-        await server.stop()
+async def test_live_sessions_hit_the_prefix_cache_and_answer_follow_ups_faster(start_sim: StartSim) -> None:
+    server = await start_sim(cost=COST, max_model_len=8192)
+    workload = _workload(
+        lengths=IndependentLengths(Fixed(2000), Fixed(16)),
+        followup_lengths=IndependentLengths(Fixed(40), Fixed(16)),
+        think_time=parse_think_time("fixed:0.02"),
+    )
+    settings = TargetSettings(base_url=server.url, timeouts=Timeouts(ttft=5, idle=5, total=10))
+    async with ProbeClient(settings) as client:
+        # One session at a time: a follow-up never queues behind another session's cold prefill.
+        run = await run_load(client.send, workload.sample(9, RNG(3)), concurrency=1)
+        cold = await client.send(workload.with_options(api="chat").sample(1, RNG(4))[0])
     assert all(r.ok for r in run.results) and len(run.results) == 9
     firsts = [r for r in run.results if r.turn == 1]
     follow = [r for r in run.results if r.turn > 1]

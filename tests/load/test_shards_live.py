@@ -11,7 +11,6 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -25,23 +24,15 @@ from exporter.probe.result import Outcome, ProbeResult, intervals
 from exporter.probe.target import RequestSpec
 from exporter.probe.workers import run_plan
 from exporter.report.summary import summarize
-from exporter.sim import SimConfig, SimServer
-from tests.net import free_port
+from exporter.sim import SimServer
 from tests.probe.helpers import script, settings_for
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.slow
 TTFT_S = 0.02
 # Saturation is not judged in these runs: on this 2-core VM the simulator, the coordinator and the
 # shards share the cores, and a shard's loop lags now and then (test_shard_problems covers the rule).
 LIVE = PoolSettings(start_delay_s=0.3, max_unreliable_share=1.0)
-
-
-@pytest.fixture
-async def sim() -> AsyncIterator[SimServer]:
-    server = SimServer(SimConfig(preset="tiny"))
-    await server.start("127.0.0.1", 0)
-    yield server
-    await server.stop()
 
 
 def specs(count: int, tokens: int = 5, gap: float = 0.005) -> list[RequestSpec]:

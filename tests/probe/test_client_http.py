@@ -17,6 +17,7 @@ from multidict import CIMultiDictProxy
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
 from exporter.probe.target import RequestSpec, Secret, TargetSettings, Timeouts
+from tests.support.net import serving_app
 
 KEY = "sk-test-SECRET-4f9d2c"
 FAST = Timeouts(connect=1.0, ttft=2.0, idle=2.0, total=5.0)
@@ -54,14 +55,9 @@ async def recorder() -> AsyncIterator[Recorder]:
     app = web.Application()
     app.router.add_post("/v1/completions", stream)
     app.router.add_post("/echo/v1/completions", echo)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    seen.url = f"http://{host}:{port}"
-    yield seen
-    await runner.cleanup()
+    async with serving_app(app, access_log=None) as url:
+        seen.url = url
+        yield seen
 
 
 def _settings(base_url: str) -> TargetSettings:

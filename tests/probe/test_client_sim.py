@@ -15,9 +15,10 @@ import pytest
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals, ttft
 from exporter.probe.target import RequestSpec
-from exporter.sim import SimConfig, SimServer
+from exporter.sim import SimServer
 from exporter.stats.fluidity import fluidity_index
 from tests.probe.helpers import script, settings_for
+from tests.support.sim import StartSim
 
 MEDIAN_TOLERANCE_S = 0.001
 GAP_TOLERANCE_S = 0.005  # for 90% of the gaps
@@ -143,14 +144,10 @@ async def test_engine_mode_stream_and_model_resolution(sim: SimServer, api: str)
     assert result.sent_at < result.headers_at <= result.token_times[0] <= result.finished_at
 
 
-async def test_truncated_when_the_server_stops_before_max_tokens() -> None:
-    server = SimServer(SimConfig(preset="tiny", eos_rate=0.5, seed=3))
-    await server.start("127.0.0.1", 0)
-    try:
-        # We ask for exactly 40 tokens, but a per-request override drops the server-side guarantee.
-        spec = RequestSpec(prompt="hi", max_tokens=40, extra_body=(("ignore_eos", False), ("min_tokens", 0)))
-        result = await send(server, spec)
-    finally:
-        await server.stop()
+async def test_truncated_when_the_server_stops_before_max_tokens(start_sim: StartSim) -> None:
+    server = await start_sim(eos_rate=0.5, seed=3)
+    # We ask for exactly 40 tokens, but a per-request override drops the server-side guarantee.
+    spec = RequestSpec(prompt="hi", max_tokens=40, extra_body=(("ignore_eos", False), ("min_tokens", 0)))
+    result = await send(server, spec)
     assert result.outcome is Outcome.TRUNCATED
     assert result.finish_reason == "stop" and result.error is not None and "of 40 tokens" in result.error

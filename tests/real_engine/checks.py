@@ -33,9 +33,9 @@ from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
-from tests.daemon.test_daemon_live import get, serving
-from tests.daemon.test_daemon_live import samples as samples_of
-from tests.measured import assert_measured
+from tests.support.daemon import get, serving
+from tests.support.daemon import samples as samples_of
+from tests.support.measured import assert_measured
 
 # Small enough that a run takes seconds on 2 cores, varied enough that prompts and outputs differ.
 PROMPTS = "uniform:low=16,high=384"

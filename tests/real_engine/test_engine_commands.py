@@ -11,8 +11,9 @@ import pytest
 from scripts.real_engines import __main__ as commands
 from scripts.real_engines import llamacpp
 from scripts.real_engines.server import answers, live_members
+from tests.real_engine import REAL_ENGINE
 
-pytestmark = pytest.mark.real_engine
+pytestmark = REAL_ENGINE
 
 
 def test_a_second_setup_finds_the_build_and_does_nothing(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from exporter.cli import main
 from scripts.real_engines.server import EngineServer
-from tests.measured import assert_measured
+from tests.real_engine import REAL_ENGINE
 from tests.real_engine.checks import (
     KEEP_ALIVE_S,
     check_bench,
@@ -34,8 +34,9 @@ from tests.real_engine.checks import (
     value,
     wait_for_samples,
 )
+from tests.support.measured import assert_measured
 
-pytestmark = pytest.mark.real_engine
+pytestmark = REAL_ENGINE
 
 REQUESTS = 24
 # What the exporter reads from this llama.cpp build (no KV-cache gauge since it moved to per-slot data).

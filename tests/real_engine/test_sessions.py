@@ -17,14 +17,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from exporter.cli import main
 from scripts.real_engines.server import EngineServer
-from tests.measured import assert_measured
+from tests.real_engine import REAL_ENGINE
 from tests.real_engine.checks import engine_samples
+from tests.support.measured import assert_measured
 
-pytestmark = pytest.mark.real_engine
+pytestmark = REAL_ENGINE
 
 SESSIONS = 3
 TURNS = 3

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from scripts.real_engines.server import EngineServer
+from tests.real_engine import REAL_ENGINE
 from tests.real_engine.checks import (
     KEEP_ALIVE_S,
     Samples,
@@ -33,7 +34,7 @@ from tests.real_engine.checks import (
     wait_for_samples,
 )
 
-pytestmark = pytest.mark.real_engine
+pytestmark = REAL_ENGINE
 
 REQUESTS = 16
 REEXPORTED = {

@@ -14,6 +14,7 @@ import pytest
 from exporter.sim import SimServer
 from exporter.sim.faults import FAULT_MODES
 from tests.sim.sim_helpers import completion_body
+from tests.support.sim import StartSim
 
 
 def faulted(fault: Any, **fields: Any) -> dict[str, Any]:
@@ -151,7 +152,7 @@ async def test_non_streaming_faults_damage_the_body(sim: SimServer, session: aio
 
 
 async def test_configured_fault_rates_apply_to_a_share_of_requests(
-    start_sim: Any, session: aiohttp.ClientSession
+    start_sim: StartSim, session: aiohttp.ClientSession
 ) -> None:
     server = await start_sim(fault_rates={"http_503": 0.5}, seed=3)
     statuses = []

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.sim import SimServer, tokenizer
 from exporter.sim.metrics import ITL_BUCKETS, REQUEST_LATENCY_BUCKETS, TTFT_BUCKETS
 from tests.sim.sim_helpers import completion_body, stream
+from tests.support.sim import StartSim
 
 LABELS = {"model_name": "sim-tiny", "engine": "0"}
 
@@ -86,7 +87,7 @@ async def test_counters_match_the_traffic_sent(sim: SimServer, session: aiohttp.
 
 
 async def test_queue_and_kv_gauges_move_under_concurrent_load(
-    start_sim: Any, session: aiohttp.ClientSession
+    start_sim: StartSim, session: aiohttp.ClientSession
 ) -> None:
     server = await start_sim(max_num_seqs=4, num_kv_blocks=256)
     body = {"model": "sim-tiny", "prompt": tokenizer.prompt_of_length(300), "max_tokens": 60}

@@ -11,6 +11,8 @@ import pytest
 
 from exporter.sim import SimServer, tokenizer
 from tests.sim.sim_helpers import completion_body, stream
+from tests.support.sim import StartSim
+from tests.support.wait import wait_for
 
 COMPLETION_CHUNK_KEYS = {"id", "object", "created", "model", "choices"}
 
@@ -180,13 +182,13 @@ async def test_unknown_model_gives_404(sim: SimServer, session: aiohttp.ClientSe
     )
 
 
-async def test_full_queue_gives_429(start_sim: Any, session: aiohttp.ClientSession) -> None:
+async def test_full_queue_gives_429(start_sim: StartSim, session: aiohttp.ClientSession) -> None:
     server = await start_sim(max_num_seqs=1, max_waiting=1)
     long_body = {"model": "sim-tiny", "prompt": "x", "max_tokens": 200}
     running = asyncio.ensure_future(session.post(server.url + "/v1/completions", json=long_body))
-    await asyncio.sleep(0.05)  # the first request is running
+    await wait_for(lambda: len(server.engine.running) == 1, timeout=5, what="the first request to run")
     queued = asyncio.ensure_future(session.post(server.url + "/v1/completions", json=long_body))
-    await asyncio.sleep(0.05)  # the second fills the queue
+    await wait_for(lambda: len(server.engine.waiting) == 1, timeout=5, what="the second to fill the queue")
     async with session.post(server.url + "/v1/completions", json=long_body) as resp:
         data = await resp.json()
     assert resp.status == 429 and data["error"]["code"] == "queue_full"
@@ -203,10 +205,7 @@ async def test_client_disconnect_aborts_the_request_and_frees_the_engine(sim: Si
     )
     assert b"data: " in await reader.readuntil(b"\n\n")
     writer.close()
-    for _ in range(100):
-        await asyncio.sleep(0.01)
-        if not sim.engine.running:
-            break
+    await wait_for(lambda: not sim.engine.running, timeout=1, what="the engine to drop the request")
     assert not sim.engine.running and sim.engine.kv_usage == 0
     assert sim.stats.success["abort"] == 1
 
@@ -226,7 +225,7 @@ async def test_http_1_0_client_gets_an_unchunked_stream(sim: SimServer) -> None:
 
 
 async def test_speculative_decoding_sends_several_tokens_per_chunk(
-    start_sim: Any, session: aiohttp.ClientSession
+    start_sim: StartSim, session: aiohttp.ClientSession
 ) -> None:
     server = await start_sim(spec_k=3, spec_acceptance=0.9)
     chunks = (await stream(session, server.url + "/v1/completions", completion_body(max_tokens=40))).chunks

@@ -14,6 +14,7 @@ import aiohttp
 
 from exporter.sim import SimServer, tokenizer
 from tests.sim.sim_helpers import completion_body, gaps, stream
+from tests.support.sim import StartSim
 
 
 async def test_scripted_ttft_gaps_and_stall_arrive_as_stated(
@@ -77,7 +78,7 @@ async def _longest_decode_stall(server: SimServer, session: aiohttp.ClientSessio
 
 
 async def test_chunked_prefill_measurably_reduces_the_longest_decode_stall(
-    start_sim: Any, session: aiohttp.ClientSession
+    start_sim: StartSim, session: aiohttp.ClientSession
 ) -> None:
     # A 6000-token prefill costs ~0.3 s in one step here; chunked at 512 tokens it is ~26 ms per step. The
     # gap is wide so that a loaded machine's scheduling noise (measured up to ~50 ms with both cores busy)

@@ -24,7 +24,7 @@ from exporter.stats.deadline_search import (
     min_deadlines_by_search,
 )
 from exporter.stats.fluidity import _min_deadline_by_loop, _min_deadlines_by_sweep, fluid_token_rate
-from tests.stats.test_fluidity import traces
+from tests.stats.strategies import traces
 
 TARGETS = [0.5, 0.9, 0.99, 1.0]
 

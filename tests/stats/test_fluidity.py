@@ -26,6 +26,7 @@ from exporter.stats.fluidity import (
     min_decode_deadlines,
     request_fluidity,
 )
+from tests.stats.strategies import traces
 
 
 def reference_misses(
@@ -170,25 +171,6 @@ def test_bad_input_names_the_value(call: object, message: str) -> None:
 
 
 # --- property tests against the reference loop ----------------------------------------------------
-
-DECODE_DEADLINES = [0.025, 0.05, 0.1, 0.03, 0.07]
-
-
-@st.composite
-def traces(draw: st.DrawFn) -> tuple[list[list[float]], float, float]:
-    dd = draw(st.sampled_from(DECODE_DEADLINES) | st.floats(0.001, 0.5))
-    dp = draw(st.sampled_from([0.0, 0.1, 0.5, 3 * dd]) | st.floats(0.0, 2.0))
-    # Exact multiples of Dd and sums of them put tokens right on their deadlines, where a float
-    # rounding difference would flip on-time into late.
-    gap = st.one_of(
-        st.integers(0, 6).map(lambda k: k * dd),
-        st.sampled_from([0.0, dd, dd + dd + dd, 0.1 + 0.2, dd / 3]),
-        st.floats(0.0, 1.0),
-        st.floats(0.0, 0.2),
-    )
-    requests = draw(st.lists(st.lists(gap, max_size=40), min_size=1, max_size=8))
-    return requests, dp, dd
-
 
 options = st.builds(
     FluidityOptions,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import fields
 from typing import Any
 
 import pytest
@@ -19,12 +19,10 @@ from exporter.config.job_params import CapacityParams, JobLimits, JobParams, Pro
 from exporter.config.job_parse import params_to_dict, parse_params
 from exporter.jobs.manager import JobContext, JobManager
 from exporter.jobs.store import JobStore
-from exporter.probe.target import Secret
 from exporter.stats.slo import GoodputBounds, parse_slo
 from exporter.web.jobs_api import PREFIX, add_job_routes, openapi_document
+from tests.web.service import AUTH, TOKEN, Service
 
-TOKEN = "s3cret-token"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 Client = TestClient[web.Request, web.Application]
 
 
@@ -46,27 +44,6 @@ class Load:
             self.cancelled.append(context.job_id)
             raise
         return {"target": params.target}
-
-
-@dataclass
-class Service:
-    """The daemon's side of the API, as ``JobService`` asks for it."""
-
-    job_manager: JobManager
-    token: Secret | None = field(default_factory=lambda: Secret(TOKEN))
-    limits: JobLimits = field(default_factory=lambda: JobLimits(max_rate=10.0))
-    targets: dict[str, tuple[str, ...]] = field(
-        default_factory=lambda: {"a": ("chat", "code"), "b": ("chat",)}
-    )
-
-    def jobs_token(self) -> Secret | None:
-        return self.token
-
-    def job_limits(self) -> JobLimits:
-        return self.limits
-
-    def job_targets(self) -> Mapping[str, tuple[str, ...]]:
-        return self.targets
 
 
 @pytest.fixture

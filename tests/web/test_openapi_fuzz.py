@@ -21,7 +21,7 @@ from exporter.config.job_params import JobLimits, JobParams
 from exporter.jobs.manager import JobContext, JobManager
 from exporter.jobs.store import JobStore
 from exporter.web.jobs_api import add_job_routes
-from tests.web.test_jobs_api import AUTH, Service
+from tests.web.service import AUTH, Service
 
 FUZZ_EXAMPLES = 15  # per operation and mode (valid, invalid): 150 cases, 15-40 s on the 2-core VM
 

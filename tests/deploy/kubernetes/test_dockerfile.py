@@ -7,37 +7,21 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from pathlib import Path
 
-from tests.deploy_k8s.manifests import (
+from tests.deploy.kubernetes.manifests import (
     BASE,
+    DOCKERFILE,
     EXPORTER_CONTAINER,
     EXPORTER_PORT,
     REPO,
     STATE_DIR,
     container,
+    final_stage,
+    instructions,
     pod_specs,
     rendered,
     tool,
 )
-
-DOCKERFILE = REPO / "Dockerfile"
-
-
-def instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) per instruction, continuation lines joined, comments dropped."""
-    text = re.sub(r"\\\n", " ", path.read_text())
-    lines = [line.strip() for line in text.splitlines()]
-    return [
-        (word.upper(), rest.strip())
-        for word, _, rest in (line.partition(" ") for line in lines if line and not line.startswith("#"))
-    ]
-
-
-def final_stage() -> list[tuple[str, str]]:
-    steps = instructions()
-    last_from = max(i for i, (word, _) in enumerate(steps) if word == "FROM")
-    return steps[last_from:]
 
 
 def test_hadolint_finds_nothing() -> None:

@@ -12,13 +12,15 @@ from exporter.cli import main
 from exporter.sim.process import SimProcess
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
-from tests.measured import assert_measured
+from tests.support.measured import assert_measured
 
 SMALL = ["--prompt-tokens", "uniform:low=16,high=256", "--output-tokens", "uniform:low=8,high=48", "--quiet"]
 
 
 @pytest.fixture(scope="module")
-def sim_url() -> Iterator[str]:
+def child_sim_url() -> Iterator[str]:
+    """A ``tiny`` simulator in a child process, one for the module: ``main(["bench", ...])`` blocks in its
+    own event loop, so the simulator cannot share the test's."""
     with SimProcess(["--preset", "tiny"]) as sim:
         yield sim.url
 
@@ -29,10 +31,10 @@ def bench(tmp_path: Path, *flags: str) -> tuple[int, Path]:
 
 
 def test_bench_writes_every_file_and_its_summary_is_the_metric_core(
-    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out = bench(
-        tmp_path, "--url", sim_url, "--api", "completions", "--requests", "30", "--rate", "20", *SMALL
+        tmp_path, "--url", child_sim_url, "--api", "completions", "--requests", "30", "--rate", "20", *SMALL
     )
     assert_measured(code, out)
     names = {p.name for p in out.iterdir()}
@@ -52,9 +54,9 @@ def test_bench_writes_every_file_and_its_summary_is_the_metric_core(
 
 
 def test_json_closed_loop_with_slos_and_goodput(
-    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    flags = ["--url", sim_url, "--concurrency", "4", "--requests", "12", "--json", *SMALL]
+    flags = ["--url", child_sim_url, "--concurrency", "4", "--requests", "12", "--json", *SMALL]
     flags += [
         "--objective",
         "ttft:p99<=5",
@@ -73,9 +75,9 @@ def test_json_closed_loop_with_slos_and_goodput(
 
 
 def test_failures_are_counted_and_a_failed_target_exits_1(
-    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    flags = ["--url", sim_url, "--requests", "6", "--rate", "30", "--json", *SMALL]
+    flags = ["--url", child_sim_url, "--requests", "6", "--rate", "30", "--json", *SMALL]
     code, out = bench(tmp_path, *flags, "--extra-body", '{"sim": {"fault": "http_503"}}')
     assert code == 1  # every request failed: the exit code says so (it was 0)
     captured = capsys.readouterr()
@@ -89,10 +91,20 @@ def test_failures_are_counted_and_a_failed_target_exits_1(
 
 
 def test_worker_processes_spread_an_open_load(
-    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out = bench(
-        tmp_path, "--url", sim_url, "--requests", "20", "--rate", "25", "--workers", "2", "--json", *SMALL
+        tmp_path,
+        "--url",
+        child_sim_url,
+        "--requests",
+        "20",
+        "--rate",
+        "25",
+        "--workers",
+        "2",
+        "--json",
+        *SMALL,
     )
     assert_measured(code, out)
     summary = json.loads(capsys.readouterr().out)
@@ -100,12 +112,12 @@ def test_worker_processes_spread_an_open_load(
 
 
 def test_worker_processes_split_a_closed_loop(
-    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out = bench(
         tmp_path,
         "--url",
-        sim_url,
+        child_sim_url,
         "--requests",
         "12",
         "--concurrency",
@@ -148,18 +160,18 @@ def test_worker_processes_split_a_closed_loop(
     ],
 )
 def test_bad_flags_exit_2_with_a_message(
-    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
 ) -> None:
-    code, _ = bench(tmp_path, "--url", sim_url, "--requests", "1", *flags)
+    code, _ = bench(tmp_path, "--url", child_sim_url, "--requests", "1", *flags)
     assert code == 2
     assert message in capsys.readouterr().err
 
 
 def test_config_file_keys_are_flags_and_unknown_keys_are_named(
-    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "bench.yaml"
-    config.write_text(f"url: {sim_url}\nrequests: 3\nrate: 30\noutput-tokens: 16\nprompt_tokens: 128\n")
+    config.write_text(f"url: {child_sim_url}\nrequests: 3\nrate: 30\noutput-tokens: 16\nprompt_tokens: 128\n")
     code, out = bench(tmp_path, "--config", str(config), "--json", "--quiet")
     assert_measured(code, out)
     assert json.loads(capsys.readouterr().out)["requests"]["completed"] == 3
@@ -170,13 +182,13 @@ def test_config_file_keys_are_flags_and_unknown_keys_are_named(
 
 
 def test_api_key_never_reaches_the_report(
-    sim_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    child_sim_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("FLUIDITY_TEST_KEY", "sk-very-secret-value")
     code, out = bench(
         tmp_path,
         "--url",
-        sim_url,
+        child_sim_url,
         "--requests",
         "2",
         "--rate",
@@ -193,9 +205,9 @@ def test_api_key_never_reaches_the_report(
 
 @pytest.mark.parametrize("load", [["--concurrency", "2"], ["--rate", "20"]])
 def test_duration_limited_loads(
-    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], load: list[str]
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], load: list[str]
 ) -> None:
-    code, out = bench(tmp_path, "--url", sim_url, *load, "--duration", "1.0", "--json", *SMALL)
+    code, out = bench(tmp_path, "--url", child_sim_url, *load, "--duration", "1.0", "--json", *SMALL)
     assert_measured(code, out)
     summary = json.loads(capsys.readouterr().out)
     assert summary["requests"]["completed"] >= 4
@@ -216,11 +228,11 @@ def test_default_target_is_the_simulator_and_presets_fit_its_context(
 
 
 def test_multi_turn_sessions_report_first_and_follow_up_turns_apart(
-    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     flags = [
         "--url",
-        sim_url,
+        child_sim_url,
         "--requests",
         "12",
         "--rate",
@@ -250,9 +262,9 @@ def test_multi_turn_sessions_report_first_and_follow_up_turns_apart(
 
 
 def test_responses_api_with_tool_calls(
-    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    flags = ["--url", sim_url, "--api", "responses", "--tool-calls", "--requests", "6", "--rate", "20"]
+    flags = ["--url", child_sim_url, "--api", "responses", "--tool-calls", "--requests", "6", "--rate", "20"]
     code, out = bench(tmp_path, *flags, "--json", *SMALL)
     assert_measured(code, out)
     summary = json.loads(capsys.readouterr().out)
@@ -280,8 +292,8 @@ def test_responses_api_with_tool_calls(
     ],
 )
 def test_bad_session_flags(
-    sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
 ) -> None:
-    code, _ = bench(tmp_path, "--url", sim_url, "--requests", "1", *flags)
+    code, _ = bench(tmp_path, "--url", child_sim_url, "--requests", "1", *flags)
     assert code == 2
     assert message in capsys.readouterr().err

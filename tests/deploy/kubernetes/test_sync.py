@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.deploy_k8s.manifests import (
+from tests.deploy.kubernetes.manifests import (
     BASE,
     KUBERNETES,
     REPO,

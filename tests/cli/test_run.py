@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from exporter.cli.run import split_address
-from tests.net import free_port
+from tests.support.net import free_port
 
 
 def fetch(url: str) -> str:
@@ -114,10 +114,12 @@ def test_sigterm_during_a_probe_stops_without_a_traceback(tmp_path: Path) -> Non
         try:
             assert process.stdout is not None
             assert "listening on" in process.stdout.readline()
-            time.sleep(1.0)  # the first probe is in flight, waiting for an answer
+            silent.settimeout(30)
+            held, _ = silent.accept()  # the first probe is in flight, waiting for an answer
         finally:
             process.send_signal(signal.SIGTERM)
             out, err = process.communicate(timeout=30)
+        held.close()
     assert process.returncode == 0, err
     assert "Traceback" not in err and "CancelledError" not in err and "a bug" not in err, err
     assert "stopped" in out

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
-from tests.net import free_port
+from tests.support.net import free_port
 
 
 def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

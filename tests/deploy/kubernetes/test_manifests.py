@@ -8,13 +8,12 @@ import json
 import re
 import urllib.parse
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from exporter.config import ConfigError, load_config_file
-from tests.deploy_k8s.manifests import (
+from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
     EXPORTER_PORT,
@@ -23,8 +22,11 @@ from tests.deploy_k8s.manifests import (
     STANDALONE,
     STATE_DIR,
     Resource,
+    assert_locked_down,
     container,
+    env_from_secret,
     exporter_config,
+    has,
     of_kind,
     one,
     pod_specs,
@@ -52,25 +54,6 @@ def test_every_container_runs_non_root_read_only_without_capabilities(folder: Pa
         assert has(pod, default_container(rendered(folder), name)), name
         for box in pod["containers"]:
             assert_locked_down(pod, box)
-
-
-def assert_locked_down(pod: Resource, box: Resource) -> None:
-    """The restricted Pod Security Standard, plus a read-only root, requests and limits."""
-    pod_context, context = pod.get("securityContext", {}), box.get("securityContext", {})
-    where = f"container {box['name']}"
-    assert context.get("runAsNonRoot", pod_context.get("runAsNonRoot")) is True, where
-    assert context.get("runAsUser", pod_context.get("runAsUser", 0)) != 0, where
-    seccomp = context.get("seccompProfile", pod_context.get("seccompProfile", {}))
-    assert seccomp.get("type") == "RuntimeDefault", where
-    assert context.get("allowPrivilegeEscalation") is False, where
-    assert context.get("readOnlyRootFilesystem") is True, where
-    assert context.get("capabilities") == {"drop": ["ALL"]}, where
-    for bound in ("requests", "limits"):
-        assert {"cpu", "memory"} <= set(box["resources"][bound]), f"{where}: {bound}"
-    # Read-only root: every place the process writes is a volume.
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["mountPath"]: volumes[m["name"]] for m in box["volumeMounts"]}
-    assert "emptyDir" in mounts["/tmp"], where
 
 
 @FOLDERS
@@ -242,21 +225,9 @@ def default_container(resources: tuple[Resource, ...], deployment: str) -> str:
     return str(template["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"])
 
 
-def has(pod: Resource, name: str) -> bool:
-    return any(c["name"] == name for c in pod["containers"])
-
-
 def flag(args: list[str], name: str) -> str:
     (value,) = [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
     return value
-
-
-def env_from_secret(box: Resource) -> dict[str, Any]:
-    return {
-        e["name"]: e["valueFrom"]["secretKeyRef"]
-        for e in box.get("env", [])
-        if "secretKeyRef" in e.get("valueFrom", {})
-    }
 
 
 def test_the_capacity_search_job_example_posts_to_the_exporter_with_the_secret_token() -> None:

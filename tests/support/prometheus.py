@@ -2,7 +2,7 @@
 truth for tests of PromQL written outside the exporter (dashboard panels, alerting and recording rules).
 
 ``running_stack(folder)`` starts, on free loopback ports: the simulator (with its vLLM-style engine
-/metrics), a stand-in gateway (``tests.integration.gateway``), a ``Daemon`` probing two modules of the
+/metrics), a stand-in gateway (``tests.support.gateway``), a ``Daemon`` probing two modules of the
 simulator every second, scraping its engine and the gateway every second and serving the jobs API, and Debian's ``prometheus`` binary scraping the daemon every second (optionally
 loading rule files). ``Stack.query`` runs an instant query through Prometheus' HTTP API; ``Stack.run_job``
 runs a capacity search or prefill profile through the daemon's jobs API, so job-result gauges exist too.
@@ -40,10 +40,11 @@ import yaml
 
 from exporter.app import Daemon
 from exporter.config import load_config_file
-from exporter.sim import SimConfig, SimServer
-from tests.daemon.test_daemon_live import serving
-from tests.integration.gateway import fake_gateway
-from tests.net import free_port
+from exporter.sim import SimConfig
+from tests.support.daemon import serving
+from tests.support.gateway import fake_gateway
+from tests.support.net import free_port
+from tests.support.sim import running_sim
 
 T = TypeVar("T")
 Series = dict[str, Any]  # one element of data.result: {"metric": {...}, "value": [t, "v"]}
@@ -205,7 +206,7 @@ def running_stack(
     loop = _LoopThread()
     services = contextlib.AsyncExitStack()
     try:
-        sim_url = loop.call(_start_sim(services, sim or SimConfig(preset="tiny")))
+        sim_url = loop.call(services.enter_async_context(running_sim(sim))).url
         gateway_url = loop.call(services.enter_async_context(fake_gateway()))
         token = folder / "jobs-token"
         token.write_text(JOBS_TOKEN)
@@ -221,13 +222,6 @@ def running_stack(
     finally:
         loop.call(services.aclose())
         loop.close()
-
-
-async def _start_sim(services: contextlib.AsyncExitStack, config: SimConfig) -> str:
-    server = SimServer(config)
-    host, port = await server.start("127.0.0.1", 0)
-    services.push_async_callback(server.stop)
-    return f"http://{host}:{port}"
 
 
 async def _start_daemon(services: contextlib.AsyncExitStack, path: Path) -> str:

@@ -13,18 +13,18 @@ import urllib.request
 from pathlib import Path
 
 from exporter.sim.process import SimProcess
-from tests.deploy_k8s.manifests import (
+from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
     EXPORTER_PORT,
     STATE_DIR,
     container,
     exporter_config,
+    final_stage,
     pod_specs,
     rendered,
 )
-from tests.deploy_k8s.test_dockerfile import final_stage
-from tests.net import free_port
+from tests.support.net import free_port
 
 START_TIMEOUT_S = 30.0
 

@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -21,20 +20,23 @@ import yaml
 from exporter.config import load_config_file
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
-from tests.deploy_k8s.manifests import (
+from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
     KUBERNETES,
     REPO,
+    assert_locked_down,
     container,
+    env_from_secret,
     exporter_config,
+    has,
     of_kind,
     one,
     pod_specs,
     rendered,
     validate,
 )
-from tests.deploy_k8s.test_manifests import assert_locked_down, env_from_secret, has
+from tests.support.wait import wait_for
 
 SHARDED = KUBERNETES / "overlays" / "sharded"
 JOB = KUBERNETES / "shards" / "indexed-job.yaml"
@@ -133,10 +135,10 @@ async def test_the_pods_command_serves_as_a_shard_here() -> None:
     env = {**os.environ, TOKEN_ENV: "pod-token", "JOB_COMPLETION_INDEX": "1"}
     proc = subprocess.Popen([binary, *shard["command"][1:], *args], env=env)
     try:
-        deadline = time.monotonic() + 30
-        while 1 not in pool.seen:
-            assert proc.poll() is None and time.monotonic() < deadline
-            await asyncio.sleep(0.1)
+        await wait_for(
+            lambda: 1 in pool.seen or proc.poll() is not None, timeout=30, what="shard 1 to report"
+        )
+        assert 1 in pool.seen, f"the shard exited with {proc.returncode} before reaching the coordinator"
     finally:
         await pool.close()
         code = await asyncio.to_thread(proc.wait, 10)

@@ -1,0 +1,1 @@
+"""Tests of deploy/kubernetes/ and the Dockerfile: rendered manifests, pod commands run for real, shards."""

@@ -1,2 +1,0 @@
-"""Infrastructure shared by the tests that run real servers together (Prometheus, the daemon, the
-simulator)."""
