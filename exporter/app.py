@@ -17,7 +17,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import numpy as np
@@ -29,21 +28,14 @@ from exporter.config.job_params import JOB_KINDS, JobLimits
 from exporter.config.model import BUCKET_NAMES, Module, Target
 from exporter.daemon.budget import BudgetTracker
 from exporter.daemon.health import TargetHealth
+from exporter.daemon.job_snapshots import jobs_snapshot
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
-from exporter.engine.families import GATEWAY_CATALOGUE, Signal
+from exporter.engine.families import ENGINE_CATALOGUE, GATEWAY_CATALOGUE, Signal
 from exporter.engine.scrape import scrape
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import render
 from exporter.exposition.collector import FluidityCollector
-from exporter.exposition.jobs import (
-    CapacitySnapshot,
-    CostPoint,
-    JobCounts,
-    JobsCollector,
-    JobsSnapshot,
-    ProfileSnapshot,
-    TrialPoint,
-)
+from exporter.exposition.jobs import JobsCollector, JobsSnapshot
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore, StoreLimits
 from exporter.jobs.manager import JobConflictError, JobManager
@@ -270,7 +262,7 @@ class Daemon:
                 job_id = f"gateway:{target.name}"
                 wanted.add(job_id)
                 schedule = Schedule(target.gateway_metrics.interval_s)
-                self.jobs.put(job_id, self._gateway_scrape_job(target.name), schedule, run_now=True)
+                self.jobs.put(job_id, self._scrape_job(target.name, gateway=True), schedule, run_now=True)
                 self.metrics.track_job(job_id)
         for scheduled in config.jobs.schedules:
             job_id = f"job:{scheduled.name}"
@@ -407,23 +399,8 @@ class Daemon:
 
     def job_snapshot(self) -> JobsSnapshot:
         """The latest capacity search per (target, module), the stored profiles and the job counts."""
-        latest: dict[tuple[str, str], CapacitySnapshot] = {}
-        for record in reversed(self.job_store.records()):  # oldest first: newer ones overwrite
-            snapshot = capacity_snapshot(record)
-            if snapshot is not None:
-                latest[(snapshot.target, snapshot.module)] = snapshot
-        profiles = tuple(
-            ProfileSnapshot(name, stored.model, stored.measured_at)
-            for name, stored in self.prefill_profiles.items()
-        )
-        # Every (target, kind) from the start, with 0: a gauge that vanishes at 0 reads "no data".
-        running: Counter[tuple[str, str]] = Counter(
-            {(target.name, kind): 0 for target in self.config.targets for kind in JOB_KINDS}
-        )
-        running.update((r.target, r.kind) for r in self.job_store.records() if r.state == "running")
-        gpus = {target.name: target.gpus for target in self.config.targets if target.gpus is not None}
-        return JobsSnapshot(
-            tuple(latest.values()), profiles, JobCounts(dict(self.jobs_finished), dict(running)), gpus
+        return jobs_snapshot(
+            self.job_store.records(), self.prefill_profiles, self.config.targets, self.jobs_finished
         )
 
     async def probe_now(self, target_name: str, module_name: str, *, on_demand: bool = True) -> ProbeRun:
@@ -478,46 +455,30 @@ class Daemon:
 
     # -- engine scraping and self-observation -------------------------------------------------------
 
-    def _scrape_job(self, target_name: str) -> JobFunction:
+    def _scrape_job(self, target_name: str, *, gateway: bool = False) -> JobFunction:
+        """Scrape the target's engine (or, with ``gateway``, its gateway) ``/metrics`` into the store."""
+
         @self._tracked
         async def run() -> None:
             target = self.config.target(target_name)
-            if target.engine_metrics is None or self.scrape_session is None:
+            source = target.gateway_metrics if gateway else target.engine_metrics
+            if source is None or self.scrape_session is None:
                 return
-            engine = target.engine_metrics
-            timeout = min(engine.interval_s, ENGINE_SCRAPE_TIMEOUT_S)
             result = await scrape(
                 self.scrape_session,
-                engine.url,
-                timeout,
-                kind=engine.kind,
-                model=engine.model,
-                headers=engine.headers(),
+                source.url,
+                min(source.interval_s, ENGINE_SCRAPE_TIMEOUT_S),
+                kind=source.kind,
+                model=source.model,
+                catalogue=GATEWAY_CATALOGUE if gateway else ENGINE_CATALOGUE,
+                headers=source.headers(),
             )
-            self.store.add_engine_scrape(target.name, result)
-            self.metrics.engine_scraped(target.name, result)
-
-        return run
-
-    def _gateway_scrape_job(self, target_name: str) -> JobFunction:
-        @self._tracked
-        async def run() -> None:
-            target = self.config.target(target_name)
-            if target.gateway_metrics is None or self.scrape_session is None:
-                return
-            gateway = target.gateway_metrics
-            timeout = min(gateway.interval_s, ENGINE_SCRAPE_TIMEOUT_S)
-            result = await scrape(
-                self.scrape_session,
-                gateway.url,
-                timeout,
-                kind=gateway.kind,
-                model=gateway.model,
-                catalogue=GATEWAY_CATALOGUE,
-                headers=gateway.headers(),
-            )
-            # Its health is fluidity_gateway_scrape_success; the engine scrape counters stay the engine's.
-            self.store.add_gateway_scrape(target.name, result)
+            if gateway:
+                # Its health is fluidity_gateway_scrape_success; the engine scrape counters stay the engine's.
+                self.store.add_gateway_scrape(target.name, result)
+            else:
+                self.store.add_engine_scrape(target.name, result)
+                self.metrics.engine_scraped(target.name, result)
 
         return run
 
@@ -536,48 +497,6 @@ class Daemon:
             "skipped": self.metrics.job_was_skipped,
         }[outcome]
         record(job_id)
-
-
-def capacity_snapshot(record: JobRecord) -> CapacitySnapshot | None:
-    """A finished capacity search as the collector shows it (None for any other job)."""
-    result = record.result
-    if record.kind != "capacity" or record.state != "succeeded" or result is None:
-        return None
-    trials = tuple(
-        TrialPoint(int(t["index"]), float(t["load"]), bool(t["passed"]), t.get("headroom"))
-        for t in result.get("trials", [])
-    )
-    # A result stored before states existed said "capacity" for its highest pass, bound or not.
-    lower = result.get("lower_bound", result.get("capacity"))
-    state = result.get("state") or (
-        "found" if result.get("converged") else "not_met" if lower is None else "lower_bound"
-    )
-    costs = {at: _cost_point(point) for at, point in (result.get("costs") or {}).items()}
-    return CapacitySnapshot(
-        target=record.target,
-        module=str(result.get("module") or record.module or ""),
-        load_kind=str(result["load_kind"]),
-        capacity=lower if state == "found" else None,
-        fluid_token_rate=result.get("fluid_token_rate_at_capacity"),
-        goodput_ratio=result.get("goodput_ratio_at_capacity"),
-        goodput_rate=result.get("goodput_rate_at_capacity"),
-        finished_at=record.finished_at or record.created_at,
-        trials=trials,
-        state=str(state),
-        lower_bound=lower,
-        upper_bound=result.get("upper_bound"),
-        costs=costs,
-    )
-
-
-def _cost_point(point: dict[str, Any]) -> CostPoint:
-    """A stored cost figure as exported: the token cost in base units (per token, not per million)."""
-    per_million = point.get("cost_per_million_fluid_tokens")
-    return CostPoint(
-        point.get("fluid_goodput_tokens_per_s"),
-        point.get("fluid_tokens_per_gpu_second"),
-        None if per_million is None else per_million / 1e6,
-    )
 
 
 async def _send(

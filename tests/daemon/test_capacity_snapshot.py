@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from exporter.app import capacity_snapshot
+from exporter.daemon.job_snapshots import capacity_snapshot
 from exporter.jobs.store import JobRecord
 
 

@@ -1,0 +1,83 @@
+"""Finished jobs as the collector shows them: the latest capacity search per (target, module), the
+stored prefill profiles and the job counts, built from the job store's records (pure functions)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from exporter.config.job_params import JOB_KINDS
+from exporter.config.model import Target
+from exporter.exposition.jobs import (
+    CapacitySnapshot,
+    CostPoint,
+    JobCounts,
+    JobsSnapshot,
+    ProfileSnapshot,
+    TrialPoint,
+)
+from exporter.jobs.profiles import StoredProfile
+from exporter.jobs.store import JobRecord
+
+
+def jobs_snapshot(
+    records: Sequence[JobRecord],
+    profiles: Mapping[str, StoredProfile],
+    targets: Sequence[Target],
+    finished: Mapping[tuple[str, str], int],
+) -> JobsSnapshot:
+    """``records`` newest first, as the store lists them; ``finished`` counts ended jobs by (kind, state)."""
+    latest: dict[tuple[str, str], CapacitySnapshot] = {}
+    for record in reversed(records):  # oldest first: newer ones overwrite
+        snapshot = capacity_snapshot(record)
+        if snapshot is not None:
+            latest[(snapshot.target, snapshot.module)] = snapshot
+    stored = tuple(ProfileSnapshot(name, p.model, p.measured_at) for name, p in profiles.items())
+    # Every (target, kind) from the start, with 0: a gauge that vanishes at 0 reads "no data".
+    running: Counter[tuple[str, str]] = Counter({(t.name, kind): 0 for t in targets for kind in JOB_KINDS})
+    running.update((r.target, r.kind) for r in records if r.state == "running")
+    gpus = {target.name: target.gpus for target in targets if target.gpus is not None}
+    return JobsSnapshot(tuple(latest.values()), stored, JobCounts(dict(finished), dict(running)), gpus)
+
+
+def capacity_snapshot(record: JobRecord) -> CapacitySnapshot | None:
+    """A finished capacity search as the collector shows it (None for any other job)."""
+    result = record.result
+    if record.kind != "capacity" or record.state != "succeeded" or result is None:
+        return None
+    trials = tuple(
+        TrialPoint(int(t["index"]), float(t["load"]), bool(t["passed"]), t.get("headroom"))
+        for t in result.get("trials", [])
+    )
+    # A result stored before states existed said "capacity" for its highest pass, bound or not.
+    lower = result.get("lower_bound", result.get("capacity"))
+    state = result.get("state") or (
+        "found" if result.get("converged") else "not_met" if lower is None else "lower_bound"
+    )
+    costs = {at: _cost_point(point) for at, point in (result.get("costs") or {}).items()}
+    return CapacitySnapshot(
+        target=record.target,
+        module=str(result.get("module") or record.module or ""),
+        load_kind=str(result["load_kind"]),
+        capacity=lower if state == "found" else None,
+        fluid_token_rate=result.get("fluid_token_rate_at_capacity"),
+        goodput_ratio=result.get("goodput_ratio_at_capacity"),
+        goodput_rate=result.get("goodput_rate_at_capacity"),
+        finished_at=record.finished_at or record.created_at,
+        trials=trials,
+        state=str(state),
+        lower_bound=lower,
+        upper_bound=result.get("upper_bound"),
+        costs=costs,
+    )
+
+
+def _cost_point(point: dict[str, Any]) -> CostPoint:
+    """A stored cost figure as exported: the token cost in base units (per token, not per million)."""
+    per_million = point.get("cost_per_million_fluid_tokens")
+    return CostPoint(
+        point.get("fluid_goodput_tokens_per_s"),
+        point.get("fluid_tokens_per_gpu_second"),
+        None if per_million is None else per_million / 1e6,
+    )
