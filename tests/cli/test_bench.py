@@ -157,6 +157,15 @@ def test_worker_processes_split_a_closed_loop(
             ["--api-key-env", "FLUIDITY_TEST_UNSET_KEY"],
             "environment variable FLUIDITY_TEST_UNSET_KEY is not set",
         ),
+        (["--api", "completions", "--tool-calls"], "--tool-calls: needs --api chat or responses"),
+        (["--turns", "3", "--tool-calls"], "--tool-calls and --turns above 1 exclude each other"),
+        (["--turns", "zipf:a=0"], "--turns: "),
+        (["--think-time", "gamma:k=1"], '--think-time: unknown think-time distribution "gamma"'),
+        (["--response-format", "[1]"], "--response-format: expected a JSON object"),
+        (
+            ["--turns", "2", "--requests", "4", "--workers", "2"],
+            "--workers: multi-turn sessions (--turns) run in one",
+        ),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(
@@ -275,25 +284,3 @@ def test_responses_api_with_tool_calls(
         "text": 0,
         "tool_call": sum(r["output_tokens"] for r in records),
     }
-
-
-@pytest.mark.parametrize(
-    ("flags", "message"),
-    [
-        (["--api", "completions", "--tool-calls"], "--tool-calls: needs --api chat or responses"),
-        (["--turns", "3", "--tool-calls"], "--tool-calls and --turns above 1 exclude each other"),
-        (["--turns", "zipf:a=0"], "--turns: "),
-        (["--think-time", "gamma:k=1"], '--think-time: unknown think-time distribution "gamma"'),
-        (["--response-format", "[1]"], "--response-format: expected a JSON object"),
-        (
-            ["--turns", "2", "--requests", "4", "--workers", "2"],
-            "--workers: multi-turn sessions (--turns) run in one",
-        ),
-    ],
-)
-def test_bad_session_flags(
-    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
-) -> None:
-    code, _ = bench(tmp_path, "--url", child_sim_url, "--requests", "1", *flags)
-    assert code == 2
-    assert message in capsys.readouterr().err
