@@ -90,48 +90,20 @@ def test_failures_are_counted_and_a_failed_target_exits_1(
     assert len((out / "requests.jsonl").read_text().splitlines()) == 6
 
 
-def test_worker_processes_spread_an_open_load(
-    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("load", "requests"),
+    [(["--rate", "25"], 20), (["--concurrency", "3"], 12)],
+    ids=["an open load is spread", "a closed loop is split"],
+)
+def test_worker_processes_send_every_request_once(
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], load: list[str], requests: int
 ) -> None:
-    code, out = bench(
-        tmp_path,
-        "--url",
-        child_sim_url,
-        "--requests",
-        "20",
-        "--rate",
-        "25",
-        "--workers",
-        "2",
-        "--json",
-        *SMALL,
-    )
+    flags = ["--url", child_sim_url, "--requests", str(requests), *load, "--workers", "2", "--json", *SMALL]
+    code, out = bench(tmp_path, *flags)
     assert_measured(code, out)
     summary = json.loads(capsys.readouterr().out)
-    assert summary["requests"]["by_outcome"] == {"ok": 20}
-
-
-def test_worker_processes_split_a_closed_loop(
-    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    code, out = bench(
-        tmp_path,
-        "--url",
-        child_sim_url,
-        "--requests",
-        "12",
-        "--concurrency",
-        "3",
-        "--workers",
-        "2",
-        "--json",
-        *SMALL,
-    )
-    assert_measured(code, out)
-    summary = json.loads(capsys.readouterr().out)
-    assert summary["requests"]["by_outcome"] == {"ok": 12}
-    lines = (out / "requests.jsonl").read_text().splitlines()
-    assert len(lines) == 12
+    assert summary["requests"]["by_outcome"] == {"ok": requests}
+    assert len((out / "requests.jsonl").read_text().splitlines()) == requests
 
 
 @pytest.mark.parametrize(
