@@ -58,7 +58,8 @@ from multiprocessing import Pool
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_search import SearchSettings
-from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, plan_trial
+from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial
+from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.presets import preset as workload_preset
 from exporter.sim.presets import PRESETS, isolated_ttft
 from exporter.stats.binomial import Verdict, classify_fraction

@@ -5,7 +5,7 @@ The built-in simulator's scheduler and cost model (``exporter.sim.engine``) run 
 without waiting: a trial of a few hundred requests takes milliseconds, so the benchmark can afford a
 dense sweep of loads as ground truth and the tests can compare searches deterministically. The results
 are ``ProbeResult`` objects stamped with virtual times, judged by exactly the code that judges live
-trials (``exporter.jobs.trial.judge``). Open loop (rates) only.
+trials (``exporter.jobs.trial_verdict.judge``). Open loop (rates) only.
 
 A trial's time limit (``TrialPlan.time_limit_s``) ends it on the virtual clock as it would end a live
 one. Early stopping is replayed exactly: each measured request is certain to fail at its finish (a failed or
@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from exporter.jobs.trial import ABOVE_ONE, TrialPlan, TrialReport, TrialSlo, give_up_bound, judge
+from exporter.jobs.trial import ABOVE_ONE, TrialPlan, TrialReport, give_up_bound
+from exporter.jobs.trial_verdict import TrialSlo, judge
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.sim.engine import Emission, Engine, SimRequest, run_virtual
 from exporter.sim.presets import Preset

@@ -33,7 +33,7 @@ from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.capacity_report import capacity_table, write_capacity_json
 from exporter.jobs.local_capacity import capacity_params, search_capacity, trial_slo
 from exporter.jobs.manager import JobFailedError
-from exporter.jobs.trial import TrialSlo
+from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
 from exporter.load.workload_options import workload_from_options
 from exporter.options.oneshot import OptionError, Options

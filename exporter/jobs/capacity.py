@@ -32,7 +32,8 @@ from exporter.jobs.capacity_search import (
     verdict,
 )
 from exporter.jobs.drain import Drained
-from exporter.jobs.trial import SHARDS_REASON, TrialReport
+from exporter.jobs.trial import TrialReport
+from exporter.jobs.trial_verdict import SHARDS_REASON
 
 # (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's)
 RunTrial = Callable[[int, float, bool, float | None], Awaitable[TrialReport]]

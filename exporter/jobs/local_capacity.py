@@ -24,7 +24,7 @@ from exporter.jobs.runners import (
     search_settings,
     time_budget,
 )
-from exporter.jobs.trial import TrialSlo
+from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.plan_runner import worker_pool
 from exporter.load.workloads import Workload
 from exporter.options.oneshot import OptionError, Options

@@ -24,8 +24,9 @@ from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.drain import Busy, Drained, wait_drained
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, profile_prefill
-from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, plan_trial, run_trial
+from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
+from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool, remote_shards

@@ -5,7 +5,7 @@ The trial's plan (the same specs and arrival offsets as in process) is dealt ove
 result back as they happen, so the same tally as in process (``trial.Tally``) sees them: requests
 certain to fail, waits past their give-up point, the early-stop decision. When the verdict is decided
 the pool tells the shards to stop; the requests they cancel come back with the tokens received so far,
-which the trial's token count includes. The verdict is ``trial.judge`` over the merged results in plan
+which the trial's token count includes. The verdict is ``trial_verdict.judge`` over the merged results in plan
 order: a sharded trial and an in-process one of the same plan differ only in the timings the target
 gave them.
 
@@ -20,7 +20,8 @@ import asyncio
 import time
 from typing import Any
 
-from exporter.jobs.trial import SHARDS_REASON, Tally, TrialPlan, TrialReport, TrialSlo, Verdict, judge, watch
+from exporter.jobs.trial import Tally, TrialPlan, TrialReport, watch
+from exporter.jobs.trial_verdict import SHARDS_REASON, TrialSlo, Verdict, judge
 from exporter.load.shard_pool import ShardPool, ShardRunReport
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import TargetSettings

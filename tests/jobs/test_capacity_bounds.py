@@ -23,7 +23,8 @@ from exporter.jobs.capacity_search import (
 )
 from exporter.jobs.drain import wait_drained
 from exporter.jobs.runners import SearchProgress, default_floor, search_settings, trial_time_limit
-from exporter.jobs.trial import TrialPlan, TrialReport, TrialSlo, judge
+from exporter.jobs.trial import TrialPlan, TrialReport
+from exporter.jobs.trial_verdict import TrialSlo, judge
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.stats.binomial import Verdict
 from exporter.stats.headroom import decided_failure

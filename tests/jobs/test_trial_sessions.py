@@ -4,7 +4,8 @@ warm-up sessions', and the token bound counting the conversation each turn re-se
 from __future__ import annotations
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.trial import TrialSlo, plan_trial, run_trial
+from exporter.jobs.trial import plan_trial, run_trial
+from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.distributions import Fixed
 from exporter.load.sessions import parse_think_time
 from exporter.load.workloads import IndependentLengths, Workload

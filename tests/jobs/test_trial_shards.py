@@ -18,8 +18,9 @@ from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.runners import run_capacity_search
-from exporter.jobs.trial import SHARDS_REASON, TrialPlan, TrialReport, TrialSlo, run_trial
+from exporter.jobs.trial import TrialPlan, TrialReport, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
+from exporter.jobs.trial_verdict import SHARDS_REASON, TrialSlo
 from exporter.load.distributions import Fixed
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
