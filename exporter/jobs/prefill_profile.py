@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.load.prompts import PromptBuilder
+from exporter.load.prompts import PromptBuilder, first_token_spec
 from exporter.probe.result import ProbeResult, ttft
 from exporter.probe.target import Api, RequestSpec
 from exporter.stats.prefill import PrefillModel, fit_prefill_model
@@ -93,7 +93,8 @@ async def profile_prefill(
     for index, length in enumerate(lengths):
         sample = LengthSample(length)
         for attempt in range(repeats):
-            spec = _spec(builder, api, length, key=base + index * 1000 + attempt)
+            key = base + index * 1000 + attempt
+            spec = first_token_spec(builder, api, length, key, f"profile-{length}-{key}")
             _record(sample, await send(spec))
         samples.append(sample)
         if on_sample is not None:
@@ -107,14 +108,6 @@ def fit(samples: Sequence[LengthSample]) -> PrefillModel | None:
     if not usable:
         return None
     return fit_prefill_model([p for p, _ in usable], [t for _, t in usable])
-
-
-def _spec(builder: PromptBuilder, api: Api, length: int, key: int) -> RequestSpec:
-    if api == "chat":
-        messages, intended = builder.chat(length, key)
-        return RequestSpec(messages[-1][1], 1, intended, messages, f"profile-{length}-{key}")
-    text, intended = builder.text(length, key)
-    return RequestSpec(text, 1, intended, None, f"profile-{length}-{key}")
 
 
 def _record(sample: LengthSample, result: ProbeResult) -> None:

@@ -20,7 +20,7 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from exporter.load.prompts import ApproxPromptBuilder
+from exporter.load.prompts import ApproxPromptBuilder, first_token_spec
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import Api, RequestSpec
 
@@ -50,16 +50,8 @@ class Calibration:
         )
 
 
-def _spec(builder: ApproxPromptBuilder, api: Api, tokens: int, key: int) -> RequestSpec:
-    if api == "chat":
-        messages, intended = builder.chat(tokens, key)
-        return RequestSpec(messages[-1][1], 1, intended, messages, f"calibration-{key}")
-    text, intended = builder.text(tokens, key)
-    return RequestSpec(text, 1, intended, None, f"calibration-{key}")
-
-
 async def _reported(send: Send, builder: ApproxPromptBuilder, api: Api, tokens: int, key: int) -> int | None:
-    result = await send(_spec(builder, api, tokens, key))
+    result = await send(first_token_spec(builder, api, tokens, key, f"calibration-{key}"))
     return result.prompt_tokens_reported if result.ok else None
 
 

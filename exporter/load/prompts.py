@@ -28,6 +28,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from exporter.probe.target import Api, RequestSpec
 from exporter.sim import tokenizer
 
 Messages = tuple[tuple[str, str], ...]
@@ -174,3 +175,13 @@ class ApproxPromptBuilder:
     def chat(self, n_tokens: int, key: int) -> tuple[Messages, int]:
         content, intended = self.text(n_tokens, key)
         return (("user", content.lstrip()),), intended
+
+
+def first_token_spec(builder: PromptBuilder, api: Api, tokens: int, key: int, request_id: str) -> RequestSpec:
+    """A request of a ``tokens``-token prompt (drawn with ``key``) that asks for one output token: what
+    prompt calibration and prefill profiling time (chat sends it as the last user message)."""
+    if api == "chat":
+        messages, intended = builder.chat(tokens, key)
+        return RequestSpec(messages[-1][1], 1, intended, messages, request_id)
+    text, intended = builder.text(tokens, key)
+    return RequestSpec(text, 1, intended, None, request_id)
