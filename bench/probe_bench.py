@@ -121,7 +121,9 @@ async def run_plain(url: str, streams: int, requests: int) -> tuple[list[dict[st
         return records, time.process_time() - cpu
 
 
-async def run_probe(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], float]:
+async def run_probe(
+    url: str, streams: int, requests: int, *, kernel_stamps: bool = True
+) -> tuple[list[dict[str, Any]], float]:
     from exporter.probe import ProbeClient, RequestSpec, TargetSettings, Timeouts
 
     settings = TargetSettings(
@@ -135,7 +137,7 @@ async def run_probe(url: str, streams: int, requests: int) -> tuple[list[dict[st
         timeouts=Timeouts(connect=10.0, ttft=30.0, idle=10.0, total=120.0),
     )
     records: list[dict[str, Any]] = []
-    async with ProbeClient(settings) as client:
+    async with ProbeClient(settings, kernel_stamps=kernel_stamps) as client:
 
         async def user(index: int) -> None:
             for round_ in range(requests):
@@ -157,6 +159,11 @@ async def run_probe(url: str, streams: int, requests: int) -> tuple[list[dict[st
         cpu = time.process_time()
         await asyncio.gather(*(user(i) for i in range(streams)))
         return records, time.process_time() - cpu
+
+
+async def run_read_stamps(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], float]:
+    """``ProbeClient`` with the event loop's transports: each read stamped when the loop gets to it."""
+    return await run_probe(url, streams, requests, kernel_stamps=False)
 
 
 class _FloorProtocol(asyncio.Protocol):
@@ -209,7 +216,9 @@ def client_main(client: str, url: str, streams: int, requests: int, out: str, cp
 
     from exporter.probe.loop import run as run_on_loop
 
-    run = {"plain": run_plain, "floor": run_floor}.get(client, run_probe)
+    run = {"plain": run_plain, "floor": run_floor, "probe/read-stamps": run_read_stamps}.get(
+        client, run_probe
+    )
     loop = "asyncio" if client in ("plain", "probe/asyncio") else "uvloop"
 
     async def main() -> tuple[list[dict[str, Any]], float, float]:

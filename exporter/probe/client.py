@@ -84,9 +84,11 @@ class ProbeClient:
         *,
         clock: Callable[[], float] = time.perf_counter,
         monitor_lag: bool = True,
+        kernel_stamps: bool = True,
     ) -> None:
         self.settings = settings
         self._clock = clock
+        self._kernel_stamps = kernel_stamps  # plain-TCP reads stamped by the kernel (stamped.py)
         self._pool: ConnectionPool | None = None
         self._format: ApiFormat = FORMATS[settings.api]
         self._endpoint = Endpoint.parse(_api_root(settings.base_url))  # its path ends in /v1
@@ -121,7 +123,7 @@ class ProbeClient:
     async def __aenter__(self) -> ProbeClient:
         if self._pool is None:
             tls = _ssl_context(self.settings) if self._endpoint.tls else None
-            self._pool = ConnectionPool(self._clock, tls)
+            self._pool = ConnectionPool(self._clock, tls, kernel_stamps=self._kernel_stamps)
         return self
 
     async def __aexit__(
@@ -264,7 +266,11 @@ class ProbeClient:
             result.cpu_share = self.monitor.cpu_share_since(mark)
         reads = int(result.extra.get("token_reads", 0))
         result.unreliable = is_unreliable(
-            result.loop_lag_s, result.loop_lag_share, result.multi_event_reads, reads
+            result.loop_lag_s,
+            result.loop_lag_share,
+            result.multi_event_reads,
+            reads,
+            kernel_stamps=result.kernel_stamps,
         )
 
     def _failed(
@@ -322,6 +328,7 @@ class ProbeClient:
         except HttpError as exc:
             self._failed(result, Outcome.CONNECT_ERROR, str(exc))
             return
+        result.kernel_stamps = conn.kernel_stamped
         reader = StreamReader(state, self.settings.max_line_bytes, on_first_token=watchdog.rearm)
         try:
             try:

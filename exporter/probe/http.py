@@ -26,6 +26,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from exporter.probe.stamped import StampedSocket, kernel_stamps_available, open_stamped
+
 Clock = Callable[[], float]
 
 
@@ -113,7 +115,11 @@ class HttpConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        self._now = now = self._clock()  # first: the stamp is the point of this client
+        self.received(self._clock(), data)  # the stamp first: it is the point of this client
+
+    def received(self, now: float, data: bytes) -> None:
+        """One read's bytes, stamped ``now`` (by ``data_received``, or by the kernel: ``stamped.py``)."""
+        self._now = now
         if self._sink is None and self._complete:
             self.abort()  # bytes nobody asked for, on an idle connection: it cannot be trusted again
             self.closed = True
@@ -185,6 +191,11 @@ class HttpConnection(asyncio.Protocol):
         self._transport.write(request)
 
     @property
+    def kernel_stamped(self) -> bool:
+        """Whether this connection's reads carry the kernel's receive stamps (``stamped.py``)."""
+        return isinstance(self._transport, StampedSocket)
+
+    @property
     def reusable(self) -> bool:
         """Whether another request may be sent on this connection."""
         return (
@@ -222,9 +233,12 @@ class ConnectionPool:
     """Idle keep-alive connections per endpoint; opens new ones on demand (no limit: every stream of a
     capacity trial needs its own connection, and a queue here would be lateness nobody sees)."""
 
-    def __init__(self, clock: Clock, ssl_context: ssl.SSLContext | None) -> None:
+    def __init__(
+        self, clock: Clock, ssl_context: ssl.SSLContext | None, *, kernel_stamps: bool = True
+    ) -> None:
         self._clock = clock
         self._ssl = ssl_context
+        self._kernel_stamps = kernel_stamps and kernel_stamps_available(clock)
         self._idle: dict[Endpoint, list[HttpConnection]] = {}
         self._open: set[HttpConnection] = set()
 
@@ -236,6 +250,11 @@ class ConnectionPool:
             if conn.reusable:
                 return conn, True
             self._discard(conn)
+        if self._kernel_stamps and not endpoint.tls:
+            conn = HttpConnection(self._clock)
+            await open_stamped(endpoint.host, endpoint.port, conn, self._clock)
+            self._open.add(conn)
+            return conn, False
         loop = asyncio.get_running_loop()
         tls = self._ssl if endpoint.tls else None
         _, conn = await loop.create_connection(
@@ -247,6 +266,11 @@ class ConnectionPool:
         )
         self._open.add(conn)
         return conn, False
+
+    @property
+    def kernel_stamps(self) -> bool:
+        """Whether plain-TCP reads carry the kernel's receive stamps (``stamped.py``)."""
+        return self._kernel_stamps
 
     def release(self, endpoint: Endpoint, conn: HttpConnection) -> None:
         """Give ``conn`` back after its response: kept when it can serve another request, else closed."""

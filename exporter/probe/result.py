@@ -75,6 +75,7 @@ class ProbeResult:
     loop_lag_share: float = 0.0  # share of lag samples meanwhile over probe.saturation.LAG_LIMIT_S
     cpu_share: float | None = None  # process CPU time / wall time while in flight (1.0: core never idle)
     unreliable: bool = False  # the client itself was saturated: timings may be wrong
+    kernel_stamps: bool = False  # reads stamped by the kernel on arrival (probe.stamped), not by the loop
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

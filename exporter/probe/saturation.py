@@ -25,6 +25,11 @@ The evidence recorded on every ``ProbeResult``:
 * more than ``MULTI_READ_SHARE`` (5%) of its token reads carried several events (a few can be the
   server's own batching; more means the client fell behind).
 
+*Kernel stamps* (``stamped.py``: plain TCP on Linux, the default) are taken when each packet arrives, so
+a late loop no longer makes a stamp late: for such a request only the last criterion counts. Chunks
+that waited in the socket together are still read together and share one stamp, and that is what a
+busy client still gets wrong.
+
 A single short hiccup (a few ms, once) does not mark a request: it moves one stamp by less than the
 5 ms one asks of single gaps, and flagging every request in flight for it would make the flag noise.
 CPU share is recorded but not part of the rule: a busy core that still wakes on time measures correctly.
@@ -45,9 +50,16 @@ SAMPLE_INTERVAL_S = 0.02
 MAX_SAMPLES = 120_000
 
 
-def is_unreliable(loop_lag_s: float, loop_lag_share: float, multi_event_reads: int, token_reads: int) -> bool:
+def is_unreliable(
+    loop_lag_s: float,
+    loop_lag_share: float,
+    multi_event_reads: int,
+    token_reads: int,
+    *,
+    kernel_stamps: bool = False,
+) -> bool:
     """The saturation rule described in the module docstring."""
-    if loop_lag_s > STALL_LIMIT_S or loop_lag_share > LAG_SHARE:
+    if not kernel_stamps and (loop_lag_s > STALL_LIMIT_S or loop_lag_share > LAG_SHARE):
         return True
     return token_reads > 0 and multi_event_reads > MULTI_READ_SHARE * token_reads
 

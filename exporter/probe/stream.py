@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from exporter.probe.chunk_shapes import FAST_READERS
 from exporter.probe.openai import ApiFormat, Chunk, read_chunk
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.probe.sse import DONE, SseEvent
@@ -47,6 +48,7 @@ class StreamState:
         "counter",
         "done",
         "exact_length",
+        "fast_read",
         "fmt",
         "has_token",
         "incomplete",
@@ -68,6 +70,7 @@ class StreamState:
     ) -> None:
         self.result = result
         self.fmt = fmt
+        self.fast_read = FAST_READERS.get(fmt.path)  # the common chunk shapes, typed (chunk_shapes.py)
         self.counter = counter
         self.exact_length = exact_length  # the request asked for exactly max_tokens tokens
         self.done = False  # [DONE] (or the format's last event) seen
@@ -102,6 +105,8 @@ class StreamState:
         return self.done
 
     def _parse(self, data: str, event: str | None) -> Chunk:
+        if self.fast_read is not None and (chunk := self.fast_read(data)) is not None:
+            return chunk
         try:
             return read_chunk(self.fmt, loads(data), event)
         except ValueError as exc:  # JSONDecodeError is a ValueError

@@ -251,6 +251,7 @@ def request_record(result: ProbeResult, spec: EvaluationSpec) -> dict[str, Any]:
         "loop_lag_s": result.loop_lag_s,
         "loop_lag_share": result.loop_lag_share,
         "multi_event_reads": result.multi_event_reads,
+        "stamps": "kernel" if result.kernel_stamps else "read",
         "intervals": values,
     }
     return cast(dict[str, Any], _json_safe(record))

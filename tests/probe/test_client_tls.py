@@ -73,7 +73,9 @@ async def tls_url(certificate: tuple[Path, Path]) -> AsyncIterator[str]:
 
 async def _send(settings: TargetSettings) -> Outcome:
     async with ProbeClient(settings) as client:
-        return (await client.send(RequestSpec(prompt="hi", max_tokens=1))).outcome
+        result = await client.send(RequestSpec(prompt="hi", max_tokens=1))
+    assert not result.kernel_stamps  # TLS reads go through the loop's transport, stamped on reading
+    return result.outcome
 
 
 async def test_untrusted_certificate_is_refused_by_default(tls_url: str) -> None:

@@ -31,6 +31,17 @@ def test_rule(lag: float, share: float, multi: int, reads: int, unreliable: bool
     assert is_unreliable(lag, share, multi, reads) is unreliable
 
 
+@pytest.mark.parametrize(
+    ("lag", "share", "multi", "unreliable"),
+    [
+        (STALL_LIMIT_S * 5, 0.5, 0, False),  # a late loop does not move a kernel stamp
+        (0.0, 0.0, 6, True),  # chunks read together still share one stamp
+    ],
+)
+def test_rule_for_kernel_stamps(lag: float, share: float, multi: int, unreliable: bool) -> None:
+    assert is_unreliable(lag, share, multi, 100, kernel_stamps=True) is unreliable
+
+
 async def test_monitor_sees_a_blocked_loop() -> None:
     monitor = LagMonitor(interval_s=0.005)
     monitor.start()

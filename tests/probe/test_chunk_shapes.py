@@ -1,0 +1,133 @@
+"""The typed fast path reads every chunk exactly as ``read_chunk`` does, or declines it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.probe.chunk_shapes import FAST_READERS, chat_chunk, completion_chunk
+from exporter.probe.openai import FORMATS, Chunk, read_chunk
+from exporter.probe.stream import loads
+
+FAST = {"completions": completion_chunk, "chat": chat_chunk}
+
+
+def general(api: str, data: str) -> Chunk | str:
+    """What the general path says: a Chunk, or the error it raises."""
+    try:
+        return read_chunk(FORMATS[api], loads(data))
+    except ValueError as exc:
+        return f"error: {exc}"
+
+
+def agrees(api: str, obj: Any) -> bool:
+    data = json.dumps(obj)
+    fast = FAST[api](data)
+    return fast is None or fast == general(api, data)
+
+
+COMMON = [
+    {"id": "c", "object": "text_completion", "choices": [{"index": 0, "text": " a", "logprobs": None}]},
+    {"choices": [{"text": " a", "finish_reason": None, "stop_reason": None}], "usage": None},
+    {"choices": [{"text": "", "finish_reason": "length"}]},
+    {"choices": [], "usage": {"completion_tokens": 64, "prompt_tokens": 3, "total_tokens": 67}},
+    {"choices": [{"text": "x", "token_ids": [1, 2, 3]}], "usage": {"completion_tokens": 3}},
+    {"choices": [{"text": "x"}], "usage": {"prompt_tokens_details": {"cached_tokens": 7}}},
+    {"choices": [{"text": None}]},
+    {"choices": [{"delta": {"content": "hi"}, "finish_reason": None}]},
+    {"choices": [{"delta": {"role": "assistant", "content": ""}}]},
+    {"choices": [{"delta": {"reasoning_content": "think"}}]},
+    {"choices": [{"delta": {"reasoning": "think", "content": None}}]},
+    {"choices": [{"delta": None}]},
+]
+
+DECLINED = [
+    {"choices": [{"text": 5, "delta": {"content": 5}}]},  # a field of another type: read_chunk decides
+    {"choices": [{"text": "x"}], "usage": {"completion_tokens": True}},
+    {"choices": [{"text": "x"}], "usage": {"completion_tokens": 3.0}},
+    {"choices": [{"text": "x"}], "timings": {"predicted_n": 4, "cache_n": 1}},  # llama.cpp
+    {"choices": [], "error": {"message": "boom"}},
+    {"error": "boom"},
+    {"choices": None},
+    {"choices": [None]},
+    [1, 2],
+    "text",
+]
+DECLINED_CASES = [(api, obj) for api in sorted(FAST) for obj in DECLINED] + [
+    ("chat", {"choices": [{"delta": {"tool_calls": [{"function": {"arguments": "{"}}]}}]}),
+]
+
+
+@pytest.mark.parametrize("api", sorted(FAST))
+@pytest.mark.parametrize("obj", COMMON, ids=lambda o: json.dumps(o)[:40])
+def test_common_shapes_take_the_fast_path_and_agree(api: str, obj: Any) -> None:
+    data = json.dumps(obj)
+    fast = FAST[api](data)
+    if api == "completions" and "delta" in json.dumps(obj):
+        assert fast is None or fast == general(api, data)  # a chat chunk sent to completions
+        return
+    assert fast is not None
+    assert fast == general(api, data)
+
+
+@pytest.mark.parametrize(("api", "obj"), DECLINED_CASES, ids=lambda o: json.dumps(o)[:40])
+def test_shapes_with_a_decision_to_make_are_left_to_read_chunk(api: str, obj: Any) -> None:
+    assert FAST[api](json.dumps(obj)) is None
+
+
+def test_invalid_json_is_declined() -> None:
+    assert completion_chunk('{"choices": [') is None
+    assert chat_chunk("NaN") is None
+
+
+def test_the_fast_readers_cover_the_choice_apis_only() -> None:
+    assert set(FAST_READERS) == {FORMATS["completions"].path, FORMATS["chat"].path}
+
+
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 300), st.floats(allow_nan=False), st.text(max_size=4)
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from(["text", "content"]), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
+DELTA = st.dictionaries(
+    st.sampled_from(["content", "reasoning_content", "reasoning", "role", "tool_calls"]), VALUES, max_size=3
+)
+CHOICE = st.dictionaries(
+    st.sampled_from(["text", "finish_reason", "token_ids", "index", "logprobs"]), VALUES, max_size=4
+).flatmap(lambda c: st.one_of(st.just(c), DELTA.map(lambda d: c | {"delta": d}), VALUES))
+USAGE = st.one_of(
+    VALUES,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "completion_tokens": VALUES,
+            "prompt_tokens": VALUES,
+            "prompt_tokens_details": st.one_of(VALUES, st.fixed_dictionaries({"cached_tokens": VALUES})),
+        },
+    ),
+)
+CHUNK = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": st.text(max_size=3),
+        "choices": st.one_of(st.lists(CHOICE, max_size=2), VALUES),
+        "usage": USAGE,
+        "timings": VALUES,
+        "error": VALUES,
+    },
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(obj=CHUNK, api=st.sampled_from(sorted(FAST)))
+def test_any_chunk_the_fast_path_reads_it_reads_as_read_chunk_does(obj: dict[str, Any], api: str) -> None:
+    assert agrees(api, obj)

@@ -1,0 +1,160 @@
+"""Kernel receive stamps: a read that comes late is still stamped when its bytes arrived.
+
+The servers here are plain blocking sockets in a thread, so they keep writing while the client's event
+loop is blocked on purpose (what a saturated or CPU-throttled client does)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import Outcome, ProbeResult
+from exporter.probe.stamped import kernel_stamps_available, kernel_time
+from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+
+pytestmark = pytest.mark.skipif(
+    not kernel_stamps_available(time.perf_counter), reason="kernel receive stamps are Linux x86_64/arm64 only"
+)
+TIMEOUTS = Timeouts(connect=5.0, ttft=10.0, idle=10.0, total=30.0)
+HEADERS = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def frame(obj: object) -> bytes:
+    payload = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def token(text: str) -> bytes:
+    return frame({"choices": [{"text": text, "finish_reason": None}]})
+
+
+END = frame({"choices": [{"text": "", "finish_reason": "length"}]}) + frame(b"[DONE]") + b"0\r\n\r\n"
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """The request's body (its head read up to the blank line, then Content-Length bytes)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+    while len(body) < length:
+        body += conn.recv(1 << 20)
+    return body
+
+
+@contextmanager
+def thread_server(respond: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A one-connection server on 127.0.0.1 answering with ``respond`` in a thread."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(20)
+
+    def serve() -> None:
+        with listener, listener.accept()[0] as conn:
+            respond(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        thread.join(timeout=20)
+
+
+def settings(url: str) -> TargetSettings:
+    return TargetSettings(base_url=url, api="completions", model="m", timeouts=TIMEOUTS)
+
+
+def test_kernel_time_reads_the_timestamp_item_onto_the_monotonic_clock() -> None:
+    stamp = struct.pack("@qq", 1_700_000_000, 250_000_000)
+    other = (socket.SOL_SOCKET, 1, b"\x00" * 16)
+    assert kernel_time([other, (socket.SOL_SOCKET, 35, stamp)], 1_699_999_000.0) == pytest.approx(1000.25)
+    assert kernel_time([other], 0.0) is None
+    assert kernel_time([], 0.0) is None
+
+
+@pytest.mark.parametrize("kernel_stamps", [True, False])
+async def test_a_token_that_arrives_while_the_loop_is_blocked_keeps_its_arrival_time(
+    kernel_stamps: bool,
+) -> None:
+    blocked, unblocked = threading.Event(), threading.Event()
+    written: list[float] = []
+
+    def respond(conn: socket.socket) -> None:
+        read_request(conn)
+        conn.sendall(HEADERS + token(" a"))
+        assert blocked.wait(10)
+        written.append(time.perf_counter())
+        conn.sendall(token(" b"))
+        assert unblocked.wait(10)
+        # Apart from " b": bytes that wait in the socket together are read together, and a read
+        # carries the stamp of its last packet (what the saturation rule's coalesced reads catch).
+        time.sleep(0.1)
+        conn.sendall(END)
+
+    started: list[ProbeResult] = []
+
+    async def block_after_first_token() -> None:
+        while not (started and started[0].token_times):
+            await asyncio.sleep(0.001)
+        blocked.set()
+        time.sleep(0.2)  # the loop is blocked: " b" arrives meanwhile
+        unblocked.set()
+
+    with thread_server(respond) as url:
+        async with ProbeClient(settings(url), kernel_stamps=kernel_stamps) as client:
+            result, _ = await asyncio.wait_for(
+                asyncio.gather(
+                    client.send(RequestSpec(prompt="hi", max_tokens=2), on_start=started.append),
+                    block_after_first_token(),
+                ),
+                timeout=30,
+            )
+    assert result.outcome is Outcome.OK, result.error
+    assert result.kernel_stamps is kernel_stamps
+    lateness = result.token_times[1] - written[0]
+    if kernel_stamps:
+        assert -0.005 < lateness < 0.05  # when it arrived
+        assert not result.unreliable  # the loop's lag did not touch the stamps
+    else:
+        assert lateness >= 0.15  # when the blocked loop got round to it
+        assert result.unreliable
+
+
+async def test_a_request_larger_than_the_socket_buffer_is_sent_whole() -> None:
+    prompt = "x" * 4_000_000
+    received: list[int] = []
+
+    def respond(conn: socket.socket) -> None:
+        received.append(len(json.loads(read_request(conn))["prompt"]))
+        conn.sendall(HEADERS + token(" a") + END)
+
+    with thread_server(respond) as url:
+        async with ProbeClient(settings(url)) as client:
+            result = await asyncio.wait_for(client.send(RequestSpec(prompt=prompt, max_tokens=1)), timeout=30)
+    assert result.outcome is Outcome.OK, result.error
+    assert result.kernel_stamps
+    assert received == [len(prompt)]
+
+
+async def test_a_server_that_closes_mid_stream_is_a_partial_stream() -> None:
+    def respond(conn: socket.socket) -> None:
+        read_request(conn)
+        conn.sendall(HEADERS + token(" a") + token(" b"))
+
+    with thread_server(respond) as url:
+        async with ProbeClient(settings(url)) as client:
+            result = await asyncio.wait_for(client.send(RequestSpec(prompt="hi", max_tokens=4)), timeout=30)
+    assert result.outcome is Outcome.STREAM_ABORTED
+    assert result.output_tokens == 2
