@@ -10,7 +10,10 @@ error of a gap is ``d_i - d_(i-1)`` (what the client's measured gap gets wrong) 
 
 * ``plain``: a vLLM ``bench serve``-style client, the baseline: one aiohttp session, ``iter_any``, split on
   blank lines, ``json.loads``, one ``perf_counter`` per chunk, asyncio's standard event loop;
-* ``probe``: ``ProbeClient`` on the exporter's event loop (uvloop);
+* ``probe``: ``ProbeClient`` as it runs by default: uvloop, plain-TCP reads stamped by the kernel on
+  arrival and read in paced batches (``exporter/probe/stamped.py``);
+* ``probe/read-stamps``: ``ProbeClient`` on the loop's own transports, each read stamped when the loop
+  gets to it (what TLS connections and other platforms get);
 * ``probe/asyncio``: ``ProbeClient`` on asyncio's standard loop, to show what the loop alone is worth;
 * ``floor`` (only with ``--clients``): raw protocols on uvloop that parse nothing (one stamp per read,
   its tokens counted by a byte search): about the least CPU a Python client can spend per chunk here.
@@ -24,7 +27,7 @@ unreliable; its precision is judged against the truth: a request is *really off*
 is wrong by more than ``OFF_MS`` (5 ms).
 
 Usage: ``python bench/probe_bench.py [--quick] [--loads 100,300] [--reps 3] [--requests 3] [--synchronized]``. The default
-run takes about 3 minutes; ``--quick`` about one.
+run takes about 5 minutes; ``--quick`` about one and a half.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ FIRST_TTFT_S = 1.0  # the first request of every user: all connections are up be
 TTFT_S = 0.05
 OFF_MS = 5.0
 COALESCED_S = 0.001
-CLIENTS = ("plain", "probe", "probe/asyncio")
+CLIENTS = ("plain", "probe", "probe/read-stamps", "probe/asyncio")
 LOADS = (100, 300)
 
 

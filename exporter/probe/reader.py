@@ -119,11 +119,17 @@ class StreamReader:
     def _decode(self, now: float, body: bytes) -> None:
         state = self.state
         had_token = state.has_token
-        try:
-            events = self._decoder.feed(body)
-        except SseError as exc:
-            raise StreamFailureError(Outcome.MALFORMED_STREAM, str(exc)) from None
-        if events and state.on_events(now, events):
+        # Nearly every read is one whole "data: {...}" event of a common shape: read straight from
+        # its bytes (no line splitting, no event objects); anything else takes the general path.
+        payload = self._decoder.lone_payload(body)
+        done = state.on_payload(now, payload) if payload is not None else None
+        if done is None:
+            try:
+                events = self._decoder.feed(body)
+            except SseError as exc:
+                raise StreamFailureError(Outcome.MALFORMED_STREAM, str(exc)) from None
+            done = bool(events) and state.on_events(now, events)
+        if done:
             self._arm_drain()
             return
         if state.has_token and not had_token:

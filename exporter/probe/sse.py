@@ -96,6 +96,14 @@ class SseDecoder:
             raise SseInvalidUtf8Error(f"invalid UTF-8 in an SSE line at byte {exc.start}") from None
         return events
 
+    def lone_payload(self, chunk: bytes) -> bytes | None:
+        """The data of ``chunk`` when it is exactly one whole ``data: ...`` event and nothing else is
+        pending (the caller then reads it without ``feed``, which leaves the decoder as it was), else
+        None. Its bytes are not checked as UTF-8 here: the reader of the payload must."""
+        if self._started and not self._skip_lf and self._lone_event(chunk):
+            return chunk[6:-2]
+        return None
+
     def _lone_event(self, chunk: bytes) -> bool:
         """Whether ``chunk`` is exactly one whole ``data: ...`` event and nothing is pending: what one
         read of a streaming server nearly always is, decoded without splitting it into lines."""

@@ -20,6 +20,7 @@ from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.probe.sse import DONE, SseEvent
 from exporter.probe.tokens import TokenCounter, reconcile
 
+_DONE_BYTES = DONE.encode()
 _fast_loads = msgspec.json.Decoder().decode  # strict JSON, ~8x json.loads on a typical chunk
 
 
@@ -102,6 +103,31 @@ class StreamState:
             self.token_reads += 1
             if tokens > 1:
                 self.result.multi_event_reads += 1
+        return self.done
+
+    def on_payload(self, now: float, payload: bytes) -> bool | None:
+        """A read that was exactly one ``data:`` event, ``payload`` its undecoded data: accounted as
+        ``on_events`` would; returns None, having changed nothing, when the fast path cannot read it
+        (another shape, invalid UTF-8 or JSON: ``on_events`` must decide)."""
+        if payload == _DONE_BYTES:
+            self.done = True
+            self.result.finished_at = now
+            return True
+        if self.fast_read is None:
+            return None
+        try:
+            # Decoded first: msgspec checks the UTF-8 of the fields it reads, not of those it skips.
+            chunk = self.fast_read(payload.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+        if chunk is None:
+            return None
+        if self._on_chunk(now, chunk):
+            self.has_token = True
+            self.token_reads += 1
+        if chunk.end:
+            self.done = True
+            self.result.finished_at = now
         return self.done
 
     def _parse(self, data: str, event: str | None) -> Chunk:
