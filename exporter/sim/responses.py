@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from exporter.sim import tokenizer
-from exporter.sim.protocol import ChunkBuilder, ParsedRequest, http_chunk
+from exporter.sim.protocol import ParsedRequest
+from exporter.sim.replies import ChunkBuilder, http_chunk
 
 
 def _dumps(obj: object) -> str:

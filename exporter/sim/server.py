@@ -35,15 +35,8 @@ from exporter.sim.emitter import Emitter, LatenessRecorder
 from exporter.sim.engine import Engine, SimRequest
 from exporter.sim.faults import FAULT_MODES, normal_pieces, run_fault
 from exporter.sim.metrics import EngineGauges, SimStats, make_registry
-from exporter.sim.protocol import (
-    ChunkBuilder,
-    FaultSpec,
-    ParsedRequest,
-    RequestError,
-    Script,
-    full_response,
-    parse_request,
-)
+from exporter.sim.protocol import FaultSpec, ParsedRequest, RequestError, Script, parse_request
+from exporter.sim.replies import ChunkBuilder, full_response
 from exporter.sim.responses import ResponsesBuilder, full_responses_body
 from exporter.sim.runner import EngineRunner
 from exporter.sim.scripted import ScriptPlayer, plan_script

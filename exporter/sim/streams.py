@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from exporter.sim import tokenizer
 from exporter.sim.emitter import LatenessRecorder
 from exporter.sim.metrics import SimStats
-from exporter.sim.protocol import ChunkBuilder, ParsedRequest
+from exporter.sim.protocol import ParsedRequest
+from exporter.sim.replies import ChunkBuilder
 
 
 @dataclass
