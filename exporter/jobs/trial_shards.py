@@ -22,7 +22,8 @@ from typing import Any
 
 from exporter.jobs.trial import Tally, TrialPlan, TrialReport, watch
 from exporter.jobs.trial_verdict import SHARDS_REASON, TrialSlo, Verdict, judge
-from exporter.load.shard_pool import ShardPool, ShardRunReport
+from exporter.load.shard_pool import ShardPool
+from exporter.load.shard_report import ShardRunReport
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import TargetSettings
 

@@ -52,6 +52,7 @@ from exporter.load.shard_protocol import (
     result_from_json,
     task_to_json,
 )
+from exporter.load.shard_report import ShardRunReport, ShardState, shard_problems
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
 
@@ -60,70 +61,6 @@ Alive = Callable[[int], str | None]  # why shard k is gone (e.g. "exit code -9")
 POOL: Final = web.AppKey["ShardPool"]("shard_pool")
 MAX_BODY = 256 * 1024 * 1024  # an events post carries at most a few thousand results
 EVENTS_DECODER = msgspec.json.Decoder(dict[str, Any])  # ~8x the json module on these bodies
-
-
-@dataclass
-class ShardState:
-    """What one shard of a run did."""
-
-    shard: int
-    requests: int = 0
-    late_s: float | None = None
-    last_seen: float = field(default_factory=time.monotonic)
-    ready: bool = False
-    done: bool = False
-    gone: str | None = None  # why it is dead
-    stats: dict[str, Any] = field(default_factory=dict)
-    results: int = 0
-    unreliable: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "shard": self.shard, "requests_dealt": self.requests, "start_lateness_s": self.late_s,
-            "results": self.results, "unreliable": self.unreliable, "done": self.done, "gone": self.gone,
-            **{k: v for k, v in self.stats.items() if k in ("cpu_s", "wall_s", "requests")},
-        }  # fmt: skip
-
-
-def shard_problems(states: Sequence[ShardState], settings: PoolSettings) -> list[str]:
-    """Why a run cannot be judged as if one process had run it: a shard late to start, dead, never
-    ready, or saturated (pure)."""
-    problems = []
-    for s in states:
-        if s.gone is not None:
-            problems.append(f"shard {s.shard} {s.gone}")
-        elif not s.ready:
-            problems.append(f"shard {s.shard} was not ready within {settings.ready_timeout_s:g} s")
-        elif not s.done:
-            problems.append(f"shard {s.shard} did not report its end")
-        if s.late_s is not None and s.late_s > settings.max_start_lateness_s:
-            problems.append(
-                f"shard {s.shard} started {s.late_s:.3f} s late (bound {settings.max_start_lateness_s:g} s)"
-            )
-        if s.results and s.unreliable / s.results > settings.max_unreliable_share:
-            problems.append(
-                f"shard {s.shard} was saturated: {s.unreliable} of {s.results} results unreliable "
-                f"(bound {settings.max_unreliable_share:.0%})"
-            )
-    return problems
-
-
-@dataclass
-class ShardRunReport:
-    """A run's shards and results: ``results`` maps plan index -> result (cancelled ones included)."""
-
-    states: list[ShardState]
-    results: dict[int, ProbeResult]
-    cancelled: set[int]
-    problems: list[str]
-    origin: float | None
-
-    def in_order(self) -> list[ProbeResult]:
-        """Every finished (not cancelled) result, in plan order: what one process would return."""
-        return [self.results[i] for i in sorted(self.results) if i not in self.cancelled]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"shards": [s.to_dict() for s in self.states], "problems": self.problems}
 
 
 @dataclass

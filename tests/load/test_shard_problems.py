@@ -7,7 +7,6 @@ import pickle
 
 import pytest
 
-from exporter.load.shard_pool import ShardState, shard_problems
 from exporter.load.shard_protocol import (
     PoolSettings,
     ProtocolError,
@@ -22,6 +21,7 @@ from exporter.load.shard_protocol import (
     task_from_json,
     task_to_json,
 )
+from exporter.load.shard_report import ShardState, shard_problems
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.probe.target import FollowUp, RequestSpec, Secret, TargetSettings, Timeouts
 
