@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from exporter.exposition.store import iso
+from exporter.exposition.views import iso
 from exporter.probe.result import ProbeResult
 
 LOG = logging.getLogger(__name__)

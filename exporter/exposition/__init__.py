@@ -1,7 +1,8 @@
 """The prometheus-client side of the exporter: metric names, the result store, collectors.
 
 ``names`` holds every metric and label name (the histogram bounds are options, in
-``exporter.config.buckets``); ``store`` the ``ResultStore`` where probe runs and engine scrapes land;
+``exporter.config.buckets``); ``store`` the ``ResultStore`` where probe runs and engine scrapes land,
+and ``views`` the snapshots of it that readers get (and the histograms behind them);
 ``window`` the per-request rows and the figures a rolling window shows; ``collector`` the scrape-time
 ``FluidityCollector`` and ``probe_registry`` for ``/probe``; ``jobs`` the ``JobsCollector`` of job
 results (capacity searches, prefill profiles); ``self_metrics`` the exporter's own health; ``render``
@@ -11,7 +12,8 @@ the text format.
 from exporter.exposition.collector import FluidityCollector, probe_registry
 from exporter.exposition.jobs import JobsCollector, JobsSnapshot
 from exporter.exposition.self_metrics import SelfMetrics
-from exporter.exposition.store import RecentResult, ResultStore, StoreLimits
+from exporter.exposition.store import ResultStore, StoreLimits
+from exporter.exposition.views import RecentResult
 from exporter.exposition.window import ProbeWindow
 
 __all__ = [

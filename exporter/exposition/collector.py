@@ -33,7 +33,8 @@ from exporter.engine.families import Signal
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import names, render
 from exporter.exposition.names import MetricSpec
-from exporter.exposition.store import Clock, EngineView, HistogramCounts, ResultStore, SeriesView, StoreLimits
+from exporter.exposition.store import Clock, ResultStore, StoreLimits
+from exporter.exposition.views import EngineView, HistogramCounts, SeriesView
 from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES, ProbeWindow
 from exporter.probe.result import ProbeResult
 from exporter.stats.slo import GoodputBounds, Slo

@@ -30,7 +30,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -40,6 +39,7 @@ from exporter.engine.scrape import ScrapeResult
 from exporter.engine.window import SnapshotWindow
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, Measured, measure, metric_values, slo_tier
 from exporter.exposition.names import TURN_KINDS
+from exporter.exposition.views import EngineView, Histogram, RecentResult, SeriesView, Turn, turn_kind
 from exporter.exposition.window import (
     AT,
     DEADLINES,
@@ -67,7 +67,7 @@ from exporter.exposition.window import (
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.result import e2e as result_e2e
 from exporter.probe.result import ttft as result_ttft
-from exporter.stats.batch import FloatArray, IntArray
+from exporter.stats.batch import FloatArray
 from exporter.stats.fluidity import min_decode_deadlines
 from exporter.stats.slo import GoodputBounds, Slo, SloMetric, goodput
 
@@ -98,123 +98,6 @@ class StoreLimits:
             raise ValueError(f"engine_max_items must be >= 2, got {self.engine_max_items!r}")
 
 
-class Histogram:
-    """Cumulative bucket counts of one histogram series (mutable; owned by the store)."""
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self._counts: IntArray = np.zeros(len(bounds) + 1, dtype=np.int64)  # last: above every bound
-        self.sum = 0.0
-
-    def observe(self, values: FloatArray) -> None:
-        """Add observations; NaN values (the figure does not apply to that request) are skipped."""
-        values = values[~np.isnan(values)]
-        # side="left": a value equal to a bound belongs to that bound's bucket (le = "less or equal").
-        slots = np.searchsorted(np.asarray(self.bounds), values, side="left")
-        self._counts += np.bincount(slots, minlength=len(self._counts))
-        self.sum += math.fsum(values.tolist())
-
-    def snapshot(self) -> HistogramCounts:
-        """Cumulative counts per upper bound, ending at +Inf."""
-        cumulative = np.cumsum(self._counts)
-        bounds = (*self.bounds, math.inf)
-        return HistogramCounts(tuple(zip(bounds, cumulative.tolist(), strict=True)), self.sum)
-
-
-@dataclass(frozen=True)
-class HistogramCounts:
-    """A histogram at one instant: ``(upper bound, cumulative count)`` ending at +Inf, and the sum."""
-
-    buckets: tuple[tuple[float, int], ...]
-    sum: float
-
-    @property
-    def count(self) -> int:
-        return self.buckets[-1][1]
-
-
-@dataclass(frozen=True)
-class RecentResult:
-    """One request as the debug view lists it."""
-
-    at: float
-    outcome: Outcome
-    http_status: int | None
-    error: str | None
-    output_tokens: int
-    ttft_s: float | None
-    e2e_s: float | None
-    unreliable: bool
-
-
-def iso(unix_s: float) -> str:
-    """``2026-11-23T18:40:12Z``: how the log, the debug view and the index show an instant."""
-    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass(frozen=True)
-class SeriesView:
-    """A (target, module) at one instant, for the collector: copies and immutable references only."""
-
-    target: str
-    module: str
-    policy: DeadlinePolicy
-    goodput: GoodputBounds | None
-    slos: tuple[Slo, ...]
-    requests: Mapping[Outcome, int]
-    retries: int
-    output_tokens: int
-    deadlines: Mapping[str, float]
-    deadlines_missed: Mapping[str, float]
-    good_requests: int | None
-    last_success: float | None
-    histograms: Mapping[str, HistogramCounts]  # by spec name of names.PROBE_HISTOGRAMS' kind
-    fluidity: Mapping[str, HistogramCounts]  # by tier
-    records: Records
-    turns: Mapping[str, TurnCounts] = field(default_factory=dict)  # by names.TURN_KINDS
-
-
-@dataclass(frozen=True)
-class EngineView:
-    """A target's engine state at one instant."""
-
-    target: str
-    last: ScrapeResult | None
-    window: SnapshotWindow
-
-
-@dataclass(frozen=True)
-class TurnCounts:
-    """First turns or follow-ups of one series: TTFT (its count: completed requests), prompt and cached
-    tokens."""
-
-    ttft: HistogramCounts
-    prompt_tokens: int
-    cached_tokens: int
-
-
-@dataclass
-class _Turn:
-    ttft: Histogram
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-
-    def add(self, results: Sequence[ProbeResult], ttfts: FloatArray) -> None:
-        self.ttft.observe(ttfts)
-        for result in results:
-            if result.prompt_tokens_cached is not None and result.prompt_tokens_reported:
-                self.prompt_tokens += result.prompt_tokens_reported
-                self.cached_tokens += result.prompt_tokens_cached
-
-    def snapshot(self) -> TurnCounts:
-        return TurnCounts(self.ttft.snapshot(), self.prompt_tokens, self.cached_tokens)
-
-
-def turn_kind(result: ProbeResult) -> str:
-    """``first`` or ``followup``: the bounded ``turn`` label of a result."""
-    return "followup" if result.turn > 1 else "first"
-
-
 # The latency histograms by kind; keys are the ``HistogramBuckets`` fields.
 LATENCY_KINDS = ("ttft", "tbt", "tpot", "e2e", "normalized_latency")
 
@@ -237,7 +120,7 @@ class _Series:
     last_success: float | None = None
     histograms: dict[str, Histogram] = field(default_factory=dict)
     fluidity: dict[str, Histogram] = field(default_factory=dict)
-    turns: dict[str, _Turn] = field(default_factory=dict)
+    turns: dict[str, Turn] = field(default_factory=dict)
     records: Records = field(init=False)
     recent: deque[RecentResult] = field(init=False)
     recent_failures: deque[RecentResult] = field(init=False)
@@ -249,7 +132,7 @@ class _Series:
         self.recent = deque(maxlen=self.limits.recent_results)
         self.recent_failures = deque(maxlen=self.limits.recent_failures)
         self.histograms = {kind: Histogram(getattr(self.buckets, kind)) for kind in LATENCY_KINDS}
-        self.turns = {kind: _Turn(Histogram(self.buckets.ttft)) for kind in TURN_KINDS}
+        self.turns = {kind: Turn(Histogram(self.buckets.ttft)) for kind in TURN_KINDS}
 
     def set_rows(self, records: Records) -> None:
         self.records = records

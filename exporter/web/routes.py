@@ -34,7 +34,8 @@ from exporter.config import Config, UnknownNameError
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import render
 from exporter.exposition.collector import failed_probe_registry, probe_registry
-from exporter.exposition.store import RecentResult, ResultStore, iso
+from exporter.exposition.store import ResultStore
+from exporter.exposition.views import RecentResult, iso
 from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun, intervals
 from exporter.web.auth import bearer_matches
 from exporter.web.jobs_api import JobService, add_job_routes
