@@ -4,13 +4,15 @@
 ``exporter.config.buckets``); ``store`` the ``ResultStore`` where probe runs and engine scrapes land,
 and ``views`` the snapshots of it that readers get (and the histograms behind them);
 ``window`` the per-request rows and the figures a rolling window shows; ``collector`` the scrape-time
-``FluidityCollector`` and ``probe_registry`` for ``/probe``; ``jobs`` the ``JobsCollector`` of job
+``FluidityCollector``, ``families`` the metric families a scrape fills, ``probe_registry`` the
+``/probe`` answer; ``jobs`` the ``JobsCollector`` of job
 results (capacity searches, prefill profiles); ``self_metrics`` the exporter's own health; ``render``
 the text format.
 """
 
-from exporter.exposition.collector import FluidityCollector, probe_registry
+from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.jobs import JobsCollector, JobsSnapshot
+from exporter.exposition.probe_registry import probe_registry
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore, StoreLimits
 from exporter.exposition.views import RecentResult

@@ -2,8 +2,7 @@
 
 ``FluidityCollector`` is a plain prometheus_client custom collector: ``collect()`` takes a snapshot of
 the ``ResultStore`` and builds new ``*MetricFamily`` objects from it; nothing global is mutated.
-``probe_registry`` builds a fresh ``CollectorRegistry`` holding only one probe's metrics, for the
-blackbox-style ``/probe?target=&module=`` route.
+The families it fills are ``families.py``'s; ``/probe``'s registry is ``probe_registry.py``.
 """
 
 from __future__ import annotations
@@ -14,15 +13,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
     Metric,
 )
-from prometheus_client.registry import Collector, CollectorRegistry
-from prometheus_client.utils import floatToGoString
+from prometheus_client.registry import Collector
 
-from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.engine.derive import (
     DEFAULT_QUANTILES,
     WindowFigures,
@@ -30,14 +24,12 @@ from exporter.engine.derive import (
     client_minus_server_ttft,
 )
 from exporter.engine.families import Signal
-from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import names, render
+from exporter.exposition.families import Families, new_family
 from exporter.exposition.names import MetricSpec
-from exporter.exposition.store import Clock, ResultStore, StoreLimits
-from exporter.exposition.views import EngineView, HistogramCounts, SeriesView
+from exporter.exposition.store import Clock, ResultStore
+from exporter.exposition.views import EngineView, SeriesView
 from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES, ProbeWindow
-from exporter.probe.result import ProbeResult
-from exporter.stats.slo import GoodputBounds, Slo
 
 _HISTOGRAM_SPECS: Mapping[str, MetricSpec] = {
     "ttft": names.PROBE_TTFT,
@@ -106,43 +98,6 @@ PLANES: tuple[_Plane, ...] = (ENGINE_PLANE, GATEWAY_PLANE)
 PlaneKey = tuple[str, str]  # (plane name, target)
 
 
-def new_family(spec: MetricSpec) -> Metric:
-    """An empty family of ``spec`` 's type, name, HELP and labels."""
-    labels = list(spec.labels)
-    if spec.type == "histogram":
-        return HistogramMetricFamily(spec.name, spec.help, labels=labels)
-    if spec.type == "counter":
-        return CounterMetricFamily(spec.name, spec.help, labels=labels)
-    return GaugeMetricFamily(spec.name, spec.help, labels=labels)
-
-
-class Families:
-    """The families of one scrape, created on first use, yielded in ``names.ALL`` order."""
-
-    def __init__(self) -> None:
-        self._by_name: dict[str, Metric] = {}
-
-    def add(self, spec: MetricSpec, labels: Sequence[str], value: float) -> None:
-        family = self._get(spec)
-        family.add_metric(list(labels), value)  # type: ignore[attr-defined]
-
-    def histogram(self, spec: MetricSpec, labels: Sequence[str], counts: HistogramCounts) -> None:
-        family = self._get(spec)
-        assert isinstance(family, HistogramMetricFamily)
-        buckets = [(go_float(bound), float(count)) for bound, count in counts.buckets]
-        family.add_metric(list(labels), buckets, counts.sum)
-
-    def _get(self, spec: MetricSpec) -> Metric:
-        family = self._by_name.get(spec.name)
-        if family is None:
-            family = self._by_name[spec.name] = new_family(spec)
-        return family
-
-    def __iter__(self) -> Iterator[Metric]:
-        order = {spec.name: index for index, spec in enumerate(names.ALL)}
-        return iter(sorted(self._by_name.values(), key=lambda f: order[_spec_name(f)]))
-
-
 def _family_texts(out: Families) -> dict[str, tuple[str, str]]:
     """Each family's header and sample lines, by exposed name."""
     return {render.family_name(f): (render.header(f), render.sample_lines(f)) for f in out}
@@ -164,11 +119,6 @@ class _TextParts:
         order = {spec.name: index for index, spec in enumerate(names.ALL)}
         ordered = sorted(self.headers, key=order.__getitem__)
         return "".join(self.headers[name] + "".join(self.lines[name]) for name in ordered)
-
-
-def _spec_name(family: Metric) -> str:
-    # CounterMetricFamily drops "_total" from its name; the specs keep it.
-    return family.name + "_total" if family.type == "counter" else family.name
 
 
 class FluidityCollector(Collector):
@@ -423,80 +373,8 @@ def _quantile_label(q: float) -> str:
     return f"{round(q * 100.0, 6):g}"
 
 
-def go_float(value: float) -> str:
-    """A float as Prometheus writes it in a label (``+Inf``, ``0.5``), via prometheus_client."""
-    return str(floatToGoString(value))  # type: ignore[no-untyped-call]
-
-
 def _check_quantiles(name: str, quantiles: Sequence[float], *, allow_zero: bool) -> None:
     low = "[0" if allow_zero else "(0"
     for q in quantiles:
         if not (math.isfinite(q) and (q >= 0 if allow_zero else q > 0) and q <= 1):
             raise ValueError(f"{name}: {q!r} is not a quantile in {low}, 1]")
-
-
-class _ProbeOutcome(Collector):
-    """``fluidity_probe_success`` and ``fluidity_probe_duration_seconds`` of one ``/probe`` answer."""
-
-    def __init__(self, labels: tuple[str, str], failure: str | None, duration_s: float | None) -> None:
-        self._labels, self._failure, self._duration_s = labels, failure, duration_s
-
-    def collect(self) -> Iterator[Metric]:
-        out = Families()
-        out.add(names.PROBE_SUCCESS, self._labels, 1.0 if self._failure is None else 0.0)
-        if self._duration_s is not None:
-            out.add(names.PROBE_DURATION, self._labels, self._duration_s)
-        if self._failure is not None:
-            out.add(names.PROBE_FAILURE, (*self._labels, self._failure), 1.0)
-        yield from out
-
-
-def failed_probe_registry(
-    target: str, module: str, reason: str, duration_s: float | None = None
-) -> CollectorRegistry:
-    """The ``/probe`` answer for a probe that never finished (timed out, or was not allowed to run):
-    ``fluidity_probe_success 0`` and the reason, as blackbox_exporter answers a failed probe."""
-    registry = CollectorRegistry()
-    registry.register(_ProbeOutcome((target, module), reason, duration_s))
-    return registry
-
-
-def probe_registry(
-    results: Sequence[ProbeResult],
-    policy: DeadlinePolicy,
-    *,
-    target: str,
-    module: str,
-    goodput: GoodputBounds | None = None,
-    slos: Sequence[Slo] = (),
-    from_scheduled: bool = False,
-    duration_s: float | None = None,
-    buckets: HistogramBuckets = DEFAULT_BUCKETS,
-    fluidity_quantiles: Sequence[float] = DEFAULT_FLUIDITY_QUANTILES,
-    lateness_quantiles: Sequence[float] = DEFAULT_LATENESS_QUANTILES,
-    now: float | None = None,
-) -> CollectorRegistry:
-    """A fresh registry with only this probe's metrics (blackbox_exporter's ``/probe``).
-
-    The same families as ``/metrics`` for this (target, module), counted over this probe alone; the
-    window gauges carry ``window="probe"`` and cover exactly its requests. Added around them, as
-    blackbox_exporter does: ``fluidity_probe_success`` (1 when every request completed as asked) and,
-    when ``duration_s`` is given, ``fluidity_probe_duration_seconds``.
-    """
-    at = time.time() if now is None else now  # one instant: every row is in the one window
-    limits = StoreLimits(max_age_s=1.0, max_records=max(len(results), 1))
-    store = ResultStore(limits, buckets, clock=lambda: at)
-    store.add(target, module, results, policy, goodput, at, slos=slos, from_scheduled=from_scheduled)
-    collector = FluidityCollector(
-        store,
-        {names.PROBE_WINDOW: limits.max_age_s},
-        clock=lambda: at,
-        fluidity_quantiles=fluidity_quantiles,
-        lateness_quantiles=lateness_quantiles,
-    )
-    registry = CollectorRegistry()
-    registry.register(collector)
-    failed = next((result.outcome.value for result in results if not result.ok), None)
-    failure = failed if results else "no_requests"
-    registry.register(_ProbeOutcome((target, module), failure, duration_s))
-    return registry

@@ -15,7 +15,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from exporter.exposition import names
-from exporter.exposition.collector import Families, new_family
+from exporter.exposition.families import Families, new_family
 from exporter.stats.prefill import PrefillModel
 
 # Where fluidity_prefill_profile_predicted_seconds is shown: the default profiling ladder's span, at

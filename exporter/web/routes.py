@@ -33,7 +33,7 @@ from exporter import __version__
 from exporter.config import Config, UnknownNameError
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import render
-from exporter.exposition.collector import failed_probe_registry, probe_registry
+from exporter.exposition.probe_registry import failed_probe_registry, probe_registry
 from exporter.exposition.store import ResultStore
 from exporter.exposition.views import RecentResult, iso
 from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun, intervals

@@ -16,7 +16,8 @@ from exporter.engine.families import GATEWAY_CATALOGUE
 from exporter.engine.snapshot import EngineSnapshot, HistogramData, parse_exposition
 from exporter.evaluation import EvaluationSpec, measure
 from exporter.exposition import names
-from exporter.exposition.collector import FluidityCollector, probe_registry
+from exporter.exposition.collector import FluidityCollector
+from exporter.exposition.probe_registry import probe_registry
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore, StoreLimits
 from exporter.probe.result import Outcome, intervals

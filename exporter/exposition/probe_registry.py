@@ -1,0 +1,87 @@
+"""The blackbox-style ``/probe?target=&module=`` answer: a fresh registry with one probe's metrics, or
+with only its failure when it never finished."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
+from exporter.evaluation import DeadlinePolicy
+from exporter.exposition import names
+from exporter.exposition.collector import FluidityCollector
+from exporter.exposition.families import Families
+from exporter.exposition.store import ResultStore, StoreLimits
+from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES
+from exporter.probe.result import ProbeResult
+from exporter.stats.slo import GoodputBounds, Slo
+
+
+class _ProbeOutcome(Collector):
+    """``fluidity_probe_success`` and ``fluidity_probe_duration_seconds`` of one ``/probe`` answer."""
+
+    def __init__(self, labels: tuple[str, str], failure: str | None, duration_s: float | None) -> None:
+        self._labels, self._failure, self._duration_s = labels, failure, duration_s
+
+    def collect(self) -> Iterator[Metric]:
+        out = Families()
+        out.add(names.PROBE_SUCCESS, self._labels, 1.0 if self._failure is None else 0.0)
+        if self._duration_s is not None:
+            out.add(names.PROBE_DURATION, self._labels, self._duration_s)
+        if self._failure is not None:
+            out.add(names.PROBE_FAILURE, (*self._labels, self._failure), 1.0)
+        yield from out
+
+
+def failed_probe_registry(
+    target: str, module: str, reason: str, duration_s: float | None = None
+) -> CollectorRegistry:
+    """The ``/probe`` answer for a probe that never finished (timed out, or was not allowed to run):
+    ``fluidity_probe_success 0`` and the reason, as blackbox_exporter answers a failed probe."""
+    registry = CollectorRegistry()
+    registry.register(_ProbeOutcome((target, module), reason, duration_s))
+    return registry
+
+
+def probe_registry(
+    results: Sequence[ProbeResult],
+    policy: DeadlinePolicy,
+    *,
+    target: str,
+    module: str,
+    goodput: GoodputBounds | None = None,
+    slos: Sequence[Slo] = (),
+    from_scheduled: bool = False,
+    duration_s: float | None = None,
+    buckets: HistogramBuckets = DEFAULT_BUCKETS,
+    fluidity_quantiles: Sequence[float] = DEFAULT_FLUIDITY_QUANTILES,
+    lateness_quantiles: Sequence[float] = DEFAULT_LATENESS_QUANTILES,
+    now: float | None = None,
+) -> CollectorRegistry:
+    """A fresh registry with only this probe's metrics (blackbox_exporter's ``/probe``).
+
+    The same families as ``/metrics`` for this (target, module), counted over this probe alone; the
+    window gauges carry ``window="probe"`` and cover exactly its requests. Added around them, as
+    blackbox_exporter does: ``fluidity_probe_success`` (1 when every request completed as asked) and,
+    when ``duration_s`` is given, ``fluidity_probe_duration_seconds``.
+    """
+    at = time.time() if now is None else now  # one instant: every row is in the one window
+    limits = StoreLimits(max_age_s=1.0, max_records=max(len(results), 1))
+    store = ResultStore(limits, buckets, clock=lambda: at)
+    store.add(target, module, results, policy, goodput, at, slos=slos, from_scheduled=from_scheduled)
+    collector = FluidityCollector(
+        store,
+        {names.PROBE_WINDOW: limits.max_age_s},
+        clock=lambda: at,
+        fluidity_quantiles=fluidity_quantiles,
+        lateness_quantiles=lateness_quantiles,
+    )
+    registry = CollectorRegistry()
+    registry.register(collector)
+    failed = next((result.outcome.value for result in results if not result.ok), None)
+    failure = failed if results else "no_requests"
+    registry.register(_ProbeOutcome((target, module), failure, duration_s))
+    return registry
