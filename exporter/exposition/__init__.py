@@ -2,12 +2,11 @@
 
 ``names`` holds every metric and label name (the histogram bounds are options, in
 ``exporter.config.buckets``); ``store`` the ``ResultStore`` where probe runs and engine scrapes land,
-and ``views`` the snapshots of it that readers get (and the histograms behind them);
-``window`` the per-request rows and the figures a rolling window shows; ``collector`` the scrape-time
+and ``views`` the snapshots of it that readers get (and the histograms behind them); ``window`` the
+per-request rows and the figures a rolling window shows; ``collector`` the scrape-time
 ``FluidityCollector``, ``families`` the metric families a scrape fills, ``probe_registry`` the
-``/probe`` answer; ``jobs`` the ``JobsCollector`` of job
-results (capacity searches, prefill profiles); ``self_metrics`` the exporter's own health; ``render``
-the text format.
+``/probe`` answer; ``jobs`` the ``JobsCollector`` of job results (capacity searches, prefill
+profiles); ``self_metrics`` the exporter's own health; ``render`` the text format.
 """
 
 from exporter.exposition.collector import FluidityCollector
