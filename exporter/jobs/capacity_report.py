@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from exporter.jobs.capacity import CapacityResult
-from exporter.jobs.runners import result_line
+from exporter.jobs.search_progress import result_line
 from exporter.jobs.trial import TrialReport
 
 

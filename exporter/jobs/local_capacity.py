@@ -18,12 +18,12 @@ from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.runners import (
-    SearchProgress,
     resolve_trial_slo,
     run_capacity_search,
     search_settings,
     time_budget,
 )
+from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.plan_runner import worker_pool
 from exporter.load.workloads import Workload

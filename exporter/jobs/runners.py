@@ -24,6 +24,7 @@ from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.drain import Busy, Drained, wait_drained
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, profile_prefill
+from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import TrialSlo
@@ -46,7 +47,6 @@ FLOOR_TRIAL_S = 900.0
 TRIAL_SPAN_FACTOR, TRIAL_TAIL_S = 1.5, 60.0
 BUDGET_SHARE = 0.9  # the default search budget: this share of jobs.limits.max_duration_s
 REPEAT_SEED_STEP = 7919  # seed offset of each repeat at one load (a prime: no overlap with seed + 1)
-EXPECTED_TRIALS = 6  # for progress: a search's typical trials (the bench's mean is 5.4)
 PROFILE_START_DELAY_S = 0.05  # a profile's request waits this long for its shard to start it
 # A profile keeps the minimum TTFT of its repeats, which a late stamp cannot lower, and its in-process
 # form does not judge saturation either: a shard's flagged result is kept (the flag stays on it).
@@ -294,75 +294,6 @@ def _reporter(ctx: JobContext, progress: SearchProgress) -> Callable[[TrialRepor
         progress.trial_done(trial)
 
     return report
-
-
-class SearchProgress:
-    """Requests done across the search's expected total (``EXPECTED_TRIALS`` trials, or as many as
-    started), told to ``report(fraction, message)`` as requests finish: a line per trial, and 1.0 with
-    the answer at the end."""
-
-    def __init__(self, params: CapacityParams, report: Callable[[float, str], None]) -> None:
-        self.params, self.report = params, report
-        self.expected = min(EXPECTED_TRIALS, params.max_trials)
-        self.index, self.planned, self.done = 0, 1, 0
-        self.line = ""
-
-    def started(self, index: int, load: float, plan: TrialPlan) -> None:
-        self.index, self.planned, self.done = index, max(len(plan.specs), 1), 0
-        limit = f", at most {plan.time_limit_s:.0f} s" if plan.time_limit_s is not None else ""
-        self.line = (
-            f"trial {index}/{self.params.max_trials}: {load:.4g} {self.params.load}, "
-            f"{len(plan.specs)} requests{limit}"
-        )
-        self.report(self.fraction(), self.line)
-
-    def request_done(self, result: ProbeResult) -> None:
-        self.done += 1
-        self.report(self.fraction(), f"{self.line}: {self.done}/{self.planned} done")
-
-    def fraction(self) -> float:
-        trials = max(self.expected, self.index)
-        return min((self.index - 1 + min(self.done / self.planned, 1.0)) / trials, 0.99)
-
-    def trial_done(self, trial: TrialReport) -> None:
-        self.done = self.planned
-        self.report(self.fraction(), trial_line(trial, self.params.load))
-
-    def finished(self, result: CapacityResult) -> None:
-        self.report(1.0, result_line(result))
-
-
-def trial_line(trial: TrialReport, load_kind: str) -> str:
-    """One trial as an operator reads it: load, pass fraction with its interval, verdict, tokens."""
-    bounds = trial.figures.get("pass_interval")
-    share = trial.figures.get("fluid_share")
-    fraction = f"{share:.1%}" if isinstance(share, float) else "-"
-    if bounds:
-        fraction += f" [{bounds[0]:.1%}, {bounds[1]:.1%}]"
-    verdict = trial.verdict if trial.passed or trial.verdict != "fail" else f"fail ({trial.reason})"
-    ended = {"early_stop": ", stopped early", "time_limit": ", time limit"}.get(trial.ended_by, "")
-    return (
-        f"trial {trial.index}: {trial.load:.4g} {load_kind}, pass fraction {fraction}, {verdict}, "
-        f"{trial.tokens} tokens, {trial.duration_s:.1f} s{ended}"
-    )
-
-
-def result_line(result: CapacityResult) -> str:
-    """The answer in one line, said exactly as found."""
-    unit = "req/s" if result.load_kind == "rate" else "concurrent"
-    low, high = result.lower_bound, result.upper_bound
-    if result.state == "found":
-        return f"capacity {low:.4g} {unit} (fails at {high:.4g}); {result.stopped_by}"
-    if result.state == "lower_bound":
-        return f"capacity at least {low:.4g} {unit} (stopped by {result.stopped_by})"
-    if result.state == "inconclusive":
-        return (
-            f"capacity inconclusive: between {low:.4g} and {high:.4g} {unit}, an end straddles the objective"
-        )
-    return f"capacity none: the SLO is not met at any load tried (stopped by {result.stopped_by})"
-
-
-# -- worker processes and shards ----------------------------------------------------------------------
 
 
 @contextlib.asynccontextmanager

@@ -22,7 +22,8 @@ from exporter.jobs.capacity_search import (
     verdict,
 )
 from exporter.jobs.drain import wait_drained
-from exporter.jobs.runners import SearchProgress, default_floor, search_settings, trial_time_limit
+from exporter.jobs.runners import default_floor, search_settings, trial_time_limit
+from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial import TrialPlan, TrialReport
 from exporter.jobs.trial_verdict import TrialSlo, judge
 from exporter.probe.result import Outcome, ProbeResult
