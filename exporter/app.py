@@ -1,21 +1,22 @@
 """The composition root of the daemon: the only module that wires every layer together.
 
-``Daemon`` owns the current ``Config``, one ``ProbeClient`` per target, the ``ResultStore`` and its
-collector, the exporter's self-metrics, the scheduler with one job per (target, module) and one engine
-scrape job per target, the targets' stored prefill profiles (their ``Dp`` models), and reloads (a new config replaces the old one only after a full successful
-parse; jobs are added, replaced or removed by id; probes in flight finish on the old settings).
+``Daemon`` owns the current ``Config`` and wires the parts that do the work: the targets' clients,
+budgets and health (``daemon.targets.TargetPool``), the scheduler with one job per (target, module) and
+one scrape job per engine or gateway (``daemon.scheduler``), the ``ResultStore`` and its collector,
+the exporter's self-metrics and loop-lag watcher (``daemon.loop_lag``), the job manager and the
+targets' stored prefill profiles (their ``Dp`` models). It also does reloads: a new config replaces
+the old one only after a full successful parse; jobs are added, replaced or removed by id; probes in
+flight finish on the old settings.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 
 import aiohttp
@@ -26,10 +27,10 @@ from exporter.config import Config, ConfigError, load_config_file
 from exporter.config.buckets import BUCKET_PRESETS, HistogramBuckets
 from exporter.config.job_params import JOB_KINDS, JobLimits
 from exporter.config.model import BUCKET_NAMES, Module, Target
-from exporter.daemon.budget import BudgetTracker
-from exporter.daemon.health import TargetHealth
 from exporter.daemon.job_snapshots import jobs_snapshot
+from exporter.daemon.loop_lag import LoopLagWatcher
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
+from exporter.daemon.targets import TargetPool, TargetState
 from exporter.engine.families import ENGINE_CATALOGUE, GATEWAY_CATALOGUE, Signal
 from exporter.engine.scrape import scrape
 from exporter.evaluation import DeadlinePolicy
@@ -44,26 +45,13 @@ from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_
 from exporter.jobs.runners import capacity_runner, profile_runner
 from exporter.jobs.store import JOB_STATES, JobRecord, JobStore
 from exporter.load.cpus import available_cpus
-from exporter.load.runner import run_load
-from exporter.load.sessions import planned_tokens, session_turns
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
-from exporter.probe.target import RequestSpec, Secret
+from exporter.probe.result import ProbeRefusedError, ProbeRun
+from exporter.probe.target import Secret
 
 LOG = logging.getLogger(__name__)
-LOOP_LAG_INTERVAL_S = 0.5
 ENGINE_SCRAPE_TIMEOUT_S = 10.0
-IDLE_POLL_S = 0.05  # how often a starting job checks whether the target's probes have ended
 SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are cancelled
-
-
-@dataclass
-class _TargetState:
-    config: Target
-    client: ProbeClient
-    budget: BudgetTracker
-    health: TargetHealth
-    busy: set[str] = field(default_factory=set)  # modules with a probe in flight
 
 
 def window_label(seconds: float) -> str:
@@ -130,12 +118,12 @@ class Daemon:
             {(kind, state): 0 for kind in JOB_KINDS for state in terminal}
         )
         self.registry.register(JobsCollector(self.job_snapshot))
-        self.targets: dict[str, _TargetState] = {}
+        self.pool = TargetPool()
         self.rng = np.random.default_rng(seed)
         self.scrape_session: aiohttp.ClientSession | None = None
         self.listen_address: str | None = None  # where the web app listens (set by whoever serves it)
         self.listen_flag = False  # whether --web.listen-address chose it, over global.listen_address
-        self._lag_task: asyncio.Task[None] | None = None
+        self.lag = LoopLagWatcher(self.metrics.observe_loop_lag)
         self._running: set[asyncio.Task[object]] = set()
         self.ready = False
         self.stopping = False  # set by stop(): the jobs it cancels end quietly
@@ -147,7 +135,7 @@ class Daemon:
         self.scrape_session = aiohttp.ClientSession()
         await self._apply(self.config)
         self.jobs.start()
-        self._lag_task = asyncio.get_running_loop().create_task(self._watch_loop_lag(), name="loop-lag")
+        self.lag.start()
         self.metrics.config_loaded(True, time.time())
         self.ready = True
 
@@ -158,13 +146,8 @@ class Daemon:
         self.jobs.shutdown()
         await self.job_manager.shutdown()  # running jobs end "interrupted", as after a restart
         await self._finish_running(SHUTDOWN_GRACE_S)
-        if self._lag_task is not None:
-            self._lag_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._lag_task
-        for state in self.targets.values():
-            await state.client.__aexit__(None, None, None)
-        self.targets.clear()
+        await self.lag.stop()
+        await self.pool.close()
         if self.scrape_session is not None:
             await self.scrape_session.close()
 
@@ -177,6 +160,11 @@ class Daemon:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+    @property
+    def targets(self) -> Mapping[str, TargetState]:
+        """Each configured target's client, budget, health and probes in flight."""
+        return self.pool.states
 
     def metrics_text(self) -> bytes:
         """The /metrics body: the probe and engine families (cached per series) and the exporter's
@@ -278,22 +266,8 @@ class Daemon:
         )
 
     async def _sync_targets(self, config: Config) -> None:
-        names = {target.name for target in config.targets}
-        for name in [n for n in self.targets if n not in names]:
-            await self.targets.pop(name).client.__aexit__(None, None, None)
+        for name in await self.pool.sync(config):
             self.metrics.forget_target(name)  # its engine-scrape counters go with it
-        for target in config.targets:
-            state = self.targets.get(target.name)
-            if state is not None and state.config == target:
-                continue
-            if state is not None:  # new settings: in-flight probes keep the old client until they end
-                asyncio.get_running_loop().create_task(_close_later(state))
-            client = await ProbeClient(target.settings()).__aenter__()
-            # A target whose settings changed keeps its state and last error: the operator still needs them.
-            health = state.health if state is not None else TargetHealth(target.name, time.time)
-            self.targets[target.name] = _TargetState(
-                target, client, BudgetTracker(target.budget, time.monotonic), health
-            )
 
     # -- probing ------------------------------------------------------------------------------------
 
@@ -342,7 +316,7 @@ class Daemon:
         return {target.name: target.modules for target in self.config.targets}
 
     def client_for(self, target: str) -> ProbeClient:
-        return self.targets[target].client
+        return self.pool.client_for(target)
 
     def store_profile(self, target: str, profile: PrefillProfile) -> None:
         """Save a fitted profile under ``state_dir`` and use it for the target's deadlines."""
@@ -368,9 +342,7 @@ class Daemon:
 
     async def wait_idle(self, target: str) -> None:
         """Until the target's probes in flight have ended (their own timeouts bound the wait)."""
-        state = self.targets.get(target)
-        while state is not None and state.busy:
-            await asyncio.sleep(IDLE_POLL_S)
+        await self.pool.wait_idle(target)
 
     def _job_started(self, record: JobRecord) -> None:
         # Our own probes would disturb the job (and a prefill profile must run in isolation).
@@ -410,27 +382,9 @@ class Daemon:
         on themselves either (the scheduler's ``max_instances=1``), so the two kinds are tracked apart.
         """
         target, module = self.config.target(target_name), self.config.module(module_name)
-        state = self.targets[target.name]
         if target.name in self.paused:
             raise ProbeRefusedError(f"a job runs on {target.name}; its probes wait until it ends", "paused")
-        key = f"{module.name}:{'on-demand' if on_demand else 'scheduled'}"
-        if key in state.busy:
-            raise ProbeRefusedError(f"a probe of {target.name}/{module.name} is already running", "busy")
-        specs = module.workload_for(target).sample(module.requests_per_run, self.rng)
-        # A session counts every turn, each re-sending the conversation so far.
-        reason = state.budget.skip_reason(session_turns(specs), sum(planned_tokens(spec) for spec in specs))
-        if reason is not None:
-            detail = state.health.describe() if reason == "backing_off" else "see targets[].budget"
-            raise ProbeRefusedError(f"target {target.name}: {reason.replace('_', ' ')}; {detail}", reason)
-        state.busy.add(key)
-        started = time.perf_counter()
-        try:
-            results = await _send(state.client, module, specs, self.rng)
-        finally:
-            state.busy.discard(key)
-        backoff_s = state.budget.record(results)
-        state.health.observe(module.name, results, state.budget.failed_runs, backoff_s)
-        return ProbeRun(results, time.perf_counter() - started)
+        return await self.pool.probe(target, module, self.rng, on_demand=on_demand)
 
     def _tracked(self, job: JobFunction) -> JobFunction:
         """Keep the job's task while it runs, so a shutdown can let it finish (or cancel it)."""
@@ -482,13 +436,6 @@ class Daemon:
 
         return run
 
-    async def _watch_loop_lag(self) -> None:
-        """How late the loop wakes up: a busy loop delays every timestamp the probes take."""
-        while True:
-            expected = time.perf_counter() + LOOP_LAG_INTERVAL_S
-            await asyncio.sleep(LOOP_LAG_INTERVAL_S)
-            self.metrics.observe_loop_lag(max(time.perf_counter() - expected, 0.0))
-
     def _job_outcome(self, job_id: str, outcome: str) -> None:
         record = {
             "ran": self.metrics.job_ran,
@@ -499,30 +446,9 @@ class Daemon:
         record(job_id)
 
 
-async def _send(
-    client: ProbeClient, module: Module, specs: Sequence[RequestSpec], rng: np.random.Generator
-) -> list[ProbeResult]:
-    arrivals = module.arrival.offsets(len(specs), rng) if module.arrival is not None else None
-    run = await run_load(
-        lambda spec, at: client.send(spec, scheduled_at=at),
-        specs,
-        arrivals=arrivals,
-        concurrency=None if arrivals is not None else (module.concurrency or 1),
-    )
-    return run.results
-
-
 def _probe_changed(old: Config, new: Config, target: Target, module: Module) -> bool:
     try:
         before = (old.target(target.name), old.module(module.name), old.slo_for(target.name))
     except LookupError:
         return True
     return before != (target, module, new.slo_for(target.name))
-
-
-async def _close_later(state: _TargetState, grace_s: float = 600.0) -> None:
-    """Close a replaced client once its in-flight probes are done (or after a long grace)."""
-    deadline = time.monotonic() + grace_s
-    while state.busy and time.monotonic() < deadline:
-        await asyncio.sleep(1.0)
-    await state.client.__aexit__(None, None, None)

@@ -1,0 +1,132 @@
+"""The daemon's targets: one probe client, budget and health per configured target, and probes run
+through them within the budget.
+
+A reload replaces a target's state only when its settings changed; a replaced client is closed once
+the probes still running on it have ended (``close_later``), and the target's health (its last error,
+its back-off) carries over, because the operator still needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from exporter.config import Config
+from exporter.config.model import Module, Target
+from exporter.daemon.budget import BudgetTracker
+from exporter.daemon.health import TargetHealth
+from exporter.load.runner import run_load
+from exporter.load.sessions import planned_tokens, session_turns
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
+from exporter.probe.target import RequestSpec
+
+IDLE_POLL_S = 0.05  # how often a starting job checks whether the target's probes have ended
+REPLACED_CLIENT_GRACE_S = 600.0  # a replaced client closes when its probes end, or after this
+
+
+@dataclass
+class TargetState:
+    """One target as the daemon runs it."""
+
+    config: Target
+    client: ProbeClient
+    budget: BudgetTracker
+    health: TargetHealth
+    busy: set[str] = field(default_factory=set)  # probes in flight, "module:on-demand|scheduled"
+
+
+class TargetPool:
+    """Every configured target's state; ``probe`` runs one probe of a module within its budget."""
+
+    def __init__(self, wall_clock: Callable[[], float] = time.time) -> None:
+        self._wall_clock = wall_clock
+        self._states: dict[str, TargetState] = {}
+
+    @property
+    def states(self) -> Mapping[str, TargetState]:
+        return self._states
+
+    def client_for(self, target: str) -> ProbeClient:
+        return self._states[target].client
+
+    async def sync(self, config: Config) -> list[str]:
+        """Open, keep or replace each configured target's client; returns the names removed."""
+        names = {target.name for target in config.targets}
+        removed = [name for name in self._states if name not in names]
+        for name in removed:
+            await self._states.pop(name).client.__aexit__(None, None, None)
+        for target in config.targets:
+            state = self._states.get(target.name)
+            if state is not None and state.config == target:
+                continue
+            if state is not None:  # new settings: in-flight probes keep the old client until they end
+                asyncio.get_running_loop().create_task(close_later(state))
+            client = await ProbeClient(target.settings()).__aenter__()
+            health = state.health if state is not None else TargetHealth(target.name, self._wall_clock)
+            self._states[target.name] = TargetState(
+                target, client, BudgetTracker(target.budget, time.monotonic), health
+            )
+        return removed
+
+    async def probe(
+        self, target: Target, module: Module, rng: np.random.Generator, *, on_demand: bool
+    ) -> ProbeRun:
+        """One probe of ``module`` against ``target``, refused (``ProbeRefusedError``) when one of the
+        same kind is running or the target's budget says no."""
+        state = self._states[target.name]
+        key = f"{module.name}:{'on-demand' if on_demand else 'scheduled'}"
+        if key in state.busy:
+            raise ProbeRefusedError(f"a probe of {target.name}/{module.name} is already running", "busy")
+        specs = module.workload_for(target).sample(module.requests_per_run, rng)
+        # A session counts every turn, each re-sending the conversation so far.
+        reason = state.budget.skip_reason(session_turns(specs), sum(planned_tokens(spec) for spec in specs))
+        if reason is not None:
+            detail = state.health.describe() if reason == "backing_off" else "see targets[].budget"
+            raise ProbeRefusedError(f"target {target.name}: {reason.replace('_', ' ')}; {detail}", reason)
+        state.busy.add(key)
+        started = time.perf_counter()
+        try:
+            results = await _send(state.client, module, specs, rng)
+        finally:
+            state.busy.discard(key)
+        backoff_s = state.budget.record(results)
+        state.health.observe(module.name, results, state.budget.failed_runs, backoff_s)
+        return ProbeRun(results, time.perf_counter() - started)
+
+    async def wait_idle(self, target: str) -> None:
+        """Until the target's probes in flight have ended (their own timeouts bound the wait)."""
+        state = self._states.get(target)
+        while state is not None and state.busy:
+            await asyncio.sleep(IDLE_POLL_S)
+
+    async def close(self) -> None:
+        """Close every client."""
+        for state in self._states.values():
+            await state.client.__aexit__(None, None, None)
+        self._states.clear()
+
+
+async def _send(
+    client: ProbeClient, module: Module, specs: Sequence[RequestSpec], rng: np.random.Generator
+) -> list[ProbeResult]:
+    arrivals = module.arrival.offsets(len(specs), rng) if module.arrival is not None else None
+    run = await run_load(
+        lambda spec, at: client.send(spec, scheduled_at=at),
+        specs,
+        arrivals=arrivals,
+        concurrency=None if arrivals is not None else (module.concurrency or 1),
+    )
+    return run.results
+
+
+async def close_later(state: TargetState, grace_s: float = REPLACED_CLIENT_GRACE_S) -> None:
+    """Close a replaced client once its in-flight probes are done (or after a long grace)."""
+    deadline = time.monotonic() + grace_s
+    while state.busy and time.monotonic() < deadline:
+        await asyncio.sleep(1.0)
+    await state.client.__aexit__(None, None, None)
