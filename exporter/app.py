@@ -17,16 +17,21 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
-from pathlib import Path
 
 import aiohttp
 import numpy as np
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter.config import Config, ConfigError, load_config_file
-from exporter.config.buckets import BUCKET_PRESETS, HistogramBuckets
 from exporter.config.job_params import JOB_KINDS, JobLimits
-from exporter.config.model import BUCKET_NAMES, Module, Target
+from exporter.daemon.config_facts import (
+    histogram_buckets,
+    jobs_folder,
+    probe_changed,
+    profiles_folder,
+    unapplied_changes,
+    window_label,
+)
 from exporter.daemon.job_snapshots import jobs_snapshot
 from exporter.daemon.loop_lag import LoopLagWatcher
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
@@ -52,33 +57,6 @@ from exporter.probe.target import Secret
 LOG = logging.getLogger(__name__)
 ENGINE_SCRAPE_TIMEOUT_S = 10.0
 SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are cancelled
-
-
-def window_label(seconds: float) -> str:
-    """``300 -> "5m"``, ``3600 -> "1h"``, ``90 -> "90s"``: the ``window`` label value."""
-    for unit, size in (("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
-def profiles_folder(config: Config) -> Path | None:
-    """Where prefill profiles are kept: ``state_dir/profiles`` (None: in memory only)."""
-    state_dir = config.global_.state_dir
-    return Path(state_dir) / "profiles" if state_dir is not None else None
-
-
-def jobs_folder(config: Config) -> Path | None:
-    """Where job history is kept: ``state_dir/jobs`` (None: in memory only)."""
-    state_dir = config.global_.state_dir
-    return Path(state_dir) / "jobs" if state_dir is not None else None
-
-
-def histogram_buckets(config: Config) -> HistogramBuckets:
-    """The config's bucket preset with its per-histogram overrides on top."""
-    chosen = config.global_.buckets
-    overrides = {name: getattr(chosen, name) for name in BUCKET_NAMES if getattr(chosen, name) is not None}
-    return dataclasses.replace(BUCKET_PRESETS[chosen.preset], **overrides)
 
 
 class Daemon:
@@ -191,7 +169,7 @@ class Daemon:
             await self._apply(old)
             return self._reload_failed(f"{self.config_path}: applying it failed (a bug; see the log)")
         self.metrics.config_loaded(True, time.time())
-        notes = self._not_applied(old, config)
+        notes = unapplied_changes(old, config, self.listen_address, self.listen_flag)
         for note in notes:
             LOG.warning("config reloaded, but %s", note)
         LOG.info("config reloaded from %s", self.config_path)
@@ -201,18 +179,6 @@ class Daemon:
         self.metrics.config_loaded(False, time.time())
         LOG.error("config reload failed, keeping the previous config:\n%s", message)
         return False, message
-
-    def _not_applied(self, old: Config, new: Config) -> list[str]:
-        """What a reload cannot change in a running process, said aloud instead of ignored."""
-        before, after = old.global_.listen_address, new.global_.listen_address
-        if before == after:
-            return []
-        where = self.listen_address or before
-        return [
-            f"global.listen_address changed from {before} to {after}: the exporter keeps listening on "
-            f"{where} until it is restarted"
-            + (" (and --web.listen-address wins over the file)" if self.listen_flag else "")
-        ]
 
     async def _apply(self, config: Config) -> None:
         old = self.config
@@ -227,7 +193,7 @@ class Daemon:
         for target, module in config.probes():
             job_id = f"probe:{target.name}:{module.name}"
             wanted.add(job_id)
-            changed = old is config or _probe_changed(old, config, target, module)
+            changed = old is config or probe_changed(old, config, target, module)
             if changed or job_id not in self.jobs.job_ids():
                 schedule = Schedule(
                     module.schedule.interval_s, module.schedule.jitter_s, module.schedule.cron
@@ -444,11 +410,3 @@ class Daemon:
             "skipped": self.metrics.job_was_skipped,
         }[outcome]
         record(job_id)
-
-
-def _probe_changed(old: Config, new: Config, target: Target, module: Module) -> bool:
-    try:
-        before = (old.target(target.name), old.module(module.name), old.slo_for(target.name))
-    except LookupError:
-        return True
-    return before != (target, module, new.slo_for(target.name))

@@ -7,7 +7,6 @@ import math
 
 from prometheus_client import CollectorRegistry
 
-from exporter.app import histogram_buckets
 from exporter.config import parse_config
 from exporter.config.buckets import (
     BUCKET_PRESET_NAMES,
@@ -15,6 +14,7 @@ from exporter.config.buckets import (
     DEFAULT_BUCKETS,
     OPENTELEMETRY_BUCKETS,
 )
+from exporter.daemon.config_facts import histogram_buckets
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.store import ResultStore
 from tests.exposition.builders import POLICY, mixed_run

@@ -1,0 +1,60 @@
+"""What the daemon derives from its config: window labels, where state is kept, the histogram bounds,
+which probes a reload changes, and what a reload cannot change in a running process (pure)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from exporter.config import Config
+from exporter.config.buckets import BUCKET_PRESETS, HistogramBuckets
+from exporter.config.model import BUCKET_NAMES, Module, Target
+
+
+def window_label(seconds: float) -> str:
+    """``300 -> "5m"``, ``3600 -> "1h"``, ``90 -> "90s"``: the ``window`` label value."""
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def profiles_folder(config: Config) -> Path | None:
+    """Where prefill profiles are kept: ``state_dir/profiles`` (None: in memory only)."""
+    state_dir = config.global_.state_dir
+    return Path(state_dir) / "profiles" if state_dir is not None else None
+
+
+def jobs_folder(config: Config) -> Path | None:
+    """Where job history is kept: ``state_dir/jobs`` (None: in memory only)."""
+    state_dir = config.global_.state_dir
+    return Path(state_dir) / "jobs" if state_dir is not None else None
+
+
+def histogram_buckets(config: Config) -> HistogramBuckets:
+    """The config's bucket preset with its per-histogram overrides on top."""
+    chosen = config.global_.buckets
+    overrides = {name: getattr(chosen, name) for name in BUCKET_NAMES if getattr(chosen, name) is not None}
+    return dataclasses.replace(BUCKET_PRESETS[chosen.preset], **overrides)
+
+
+def probe_changed(old: Config, new: Config, target: Target, module: Module) -> bool:
+    """Whether a reload changes what the (target, module) probe does (its target, module or SLO)."""
+    try:
+        before = (old.target(target.name), old.module(module.name), old.slo_for(target.name))
+    except LookupError:
+        return True
+    return before != (target, module, new.slo_for(target.name))
+
+
+def unapplied_changes(old: Config, new: Config, listening_on: str | None, by_flag: bool) -> list[str]:
+    """What a reload cannot change in a running process, said aloud instead of ignored."""
+    before, after = old.global_.listen_address, new.global_.listen_address
+    if before == after:
+        return []
+    where = listening_on or before
+    return [
+        f"global.listen_address changed from {before} to {after}: the exporter keeps listening on "
+        f"{where} until it is restarted"
+        + (" (and --web.listen-address wins over the file)" if by_flag else "")
+    ]
