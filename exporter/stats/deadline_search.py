@@ -29,18 +29,24 @@ Steps far below the answer need no token at all: the total lateness of a request
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
-from numpy.typing import NDArray
 
 from exporter.stats.accounting import FluidityOptions, Variant
 from exporter.stats.batch import FloatArray, IntArray, IntervalBatch
+from exporter.stats.deadline_arrays import (
+    BoolArray,
+    Replays,
+    last_before,
+    longest_decode_gap,
+    per_slot,
+    previous_minimum,
+    running_decode_sums,
+    sub_batch,
+)
 from exporter.stats.deadline_loop import loop_request
 from exporter.stats.deadline_points import EPSILON, TOLERANCE_FACTOR
 from exporter.stats.deadline_sweep import DeadlineSweep
-
-BoolArray = NDArray[np.bool_]
 
 # Up to this many uncertain requests in a step are replayed one by one with the per-token loop; more
 # share one vectorised sweep (whose cost is per token position, whatever the number of requests).
@@ -71,7 +77,7 @@ def min_deadlines_by_search(batch: IntervalBatch, target: float, variant: Varian
 
 def _search(batch: IntervalBatch, target: float, variant: Variant) -> DeadlineSearch:
     verdicts = _Verdicts(batch, target, variant)
-    high = _longest_decode_gap(batch).view(np.int64)
+    high = longest_decode_gap(batch).view(np.int64)
     low = np.zeros_like(high)  # bit pattern of 0.0: fails by convention (no deadline is 0)
     searching = high > 0
     while True:
@@ -149,14 +155,14 @@ class _Verdicts:
 
     def __init__(self, batch: IntervalBatch, target: float, variant: Variant) -> None:
         self.batch, self.target, self.variant = batch, target, variant
-        self.sums = _running_decode_sums(batch)
+        self.sums = running_decode_sums(batch)
         self.decode_count = np.maximum(batch.lengths - 1, 0).astype(np.float64)
         self.decode_sum = np.zeros(len(batch))
         last = batch.offsets[1:] - 1
         self.decode_sum[batch.lengths > 0] = self.sums[last[batch.lengths > 0]]
         self.fail_below = self._fail_below()
         self._candidates_above(self.fail_below - self.tolerance(np.arange(len(batch)), self.fail_below))
-        self.replays, self.frozen_replays = _Replays(batch.values), _Replays(batch.values)
+        self.replays, self.frozen_replays = Replays(batch.values), Replays(batch.values)
         self.exact_verdicts = 0
         self.frozen = np.zeros(len(batch), dtype=np.bool_)
         self.fixed = _Fixed.empty(len(batch))
@@ -254,7 +260,7 @@ class _Verdicts:
         d, k = deadline[point_slot], self.cand_index[near]
         with np.errstate(over="ignore", invalid="ignore"):  # overflowing sums: see _tally
             prefix_at = k * d - self.cand_sum_at[near]
-            lowest = np.minimum(_previous_minimum(prefix_at, point_slot), 0.0)
+            lowest = np.minimum(previous_minimum(prefix_at, point_slot), 0.0)
             slack = (k - 1.0) * d - self.cand_sum_before[near] - lowest
         return _Points(self.cand_token[near], point_slot, d, tol[point_slot], self.cand_gap[near], slack)
 
@@ -275,16 +281,16 @@ class _Verdicts:
         late = certain_late.astype(np.float64)
         missed, fuzzy, ratio = self._misses(p, certain_late)
         replay = np.flatnonzero(critical | fuzzy)
-        last_reset = _last_before(certain_late, p.slot)
+        last_reset = last_before(certain_late, p.slot)
         tangled = np.zeros(len(replay), dtype=np.bool_)
         if critical.any():
-            tangled = _last_before(critical, p.slot)[replay] > last_reset[replay]
+            tangled = last_before(critical, p.slot)[replay] > last_reset[replay]
         if len(replay):
             late[replay], missed[replay] = self._replay(p, last_reset[replay], replay, self.replays)
         uncertain = np.bincount(p.slot[critical], minlength=size) > 1
         uncertain |= np.bincount(p.slot[~np.isfinite(margin)], minlength=size) > 0  # sums that overflowed
         uncertain |= np.bincount(p.slot[replay[tangled]], minlength=size) > 0
-        late_count, missed_count = _per_slot(p.slot, late, size), _per_slot(p.slot, missed, size)
+        late_count, missed_count = per_slot(p.slot, late, size), per_slot(p.slot, missed, size)
         met = self.decode_count[rows] - late_count
         verdict = self._fluidity_passes(met, missed_count, late_count)
         return _Tally(margin, ratio, verdict, uncertain, late, missed, replay, last_reset)
@@ -308,7 +314,7 @@ class _Verdicts:
         return missed, fuzzy, ratios
 
     def _replay(
-        self, p: _Points, last_reset: IntArray, which: IntArray, replays: _Replays
+        self, p: _Points, last_reset: IntArray, which: IntArray, replays: Replays
     ) -> tuple[FloatArray, FloatArray]:
         """The loop's decision and miss count at the points ``which``, on the loop's exact slack: the sum
         of ``D - t``, rounded one addition at a time, over the tokens since the last late one (or since
@@ -321,7 +327,7 @@ class _Verdicts:
         return self._decide(first, token, p.deadline[which], p.gap[which], replays)
 
     def _decide(
-        self, first: IntArray, token: IntArray, d: FloatArray, own: FloatArray, replays: _Replays
+        self, first: IntArray, token: IntArray, d: FloatArray, own: FloatArray, replays: Replays
     ) -> tuple[FloatArray, FloatArray]:
         """Late (1/0) and missed deadlines of the tokens ``token``, whose runs start at ``first``."""
         slack = replays.slack(first, token, d)
@@ -366,8 +372,8 @@ class _Verdicts:
             return
         keep = ok[p.slot]
         keep[pick] = False
-        late = _per_slot(p.slot[keep], tally.late[keep], size)[p.slot[pick]]
-        missed = _per_slot(p.slot[keep], tally.missed[keep], size)[p.slot[pick]]
+        late = per_slot(p.slot[keep], tally.late[keep], size)[p.slot[pick]]
+        missed = per_slot(p.slot[keep], tally.missed[keep], size)[p.slot[pick]]
         request = rows[p.slot[pick]]
         reset = tally.last_reset[pick]
         first = np.where(reset >= 0, p.token[np.maximum(reset, 0)] + 1, self.batch.offsets[request] + 1)
@@ -418,51 +424,12 @@ class _Verdicts:
             return np.array(
                 [_loop_passes(self.batch, r, d, self.target, options) for r, d in pairs], dtype=np.bool_
             )
-        layout = _sub_batch(self.batch, rows).columns
+        layout = sub_batch(self.batch, rows).columns
         by_rank = deadline[layout.rank_to_request]
         fluidity = DeadlineSweep(layout, options, with_stall_stats=False).run(by_rank, by_rank).fluidity
         out = np.empty(len(rows), dtype=np.bool_)
         out[layout.rank_to_request] = fluidity >= self.target
         return out
-
-
-class _Replays:
-    """The loop's slack over runs of tokens, ``s = 0; s += D - t`` in order, for many runs at once.
-
-    Runs are laid out as padded columns (grouped by length class, so padding at most doubles the work)
-    and summed with ``np.add.accumulate`` down the columns: each column is added sequentially, so it
-    rounds exactly as the loop, and each step adds one contiguous row across all runs. The layout is
-    kept while the runs stay the same (the last dozen steps of a search replay the same runs at ever
-    closer deadlines).
-    """
-
-    def __init__(self, values: FloatArray) -> None:
-        self.values = values
-        self.key: tuple[IntArray, IntArray] | None = None
-        self.blocks: list[tuple[IntArray, FloatArray, FloatArray]] = []
-
-    def slack(self, first: IntArray, stop: IntArray, deadline: FloatArray) -> FloatArray:
-        if self.key is None or not (np.array_equal(self.key[0], first) and np.array_equal(self.key[1], stop)):
-            self.key, self.blocks = (first, stop), self._layout(first, stop)
-        out = np.zeros(len(first))
-        for rows, gaps, inside in self.blocks:
-            terms = deadline[rows] - gaps
-            terms *= inside  # padding adds (+-)0.0, which leaves every float unchanged
-            np.add.accumulate(terms, axis=0, out=terms)
-            out[rows] = terms[-1]
-        return out
-
-    def _layout(self, first: IntArray, stop: IntArray) -> list[tuple[IntArray, FloatArray, FloatArray]]:
-        lengths = stop - first
-        length_class = np.ceil(np.log2(np.maximum(lengths, 1))).astype(np.int64)
-        blocks = []
-        for group in np.unique(length_class[lengths > 0]):
-            rows = np.flatnonzero((length_class == group) & (lengths > 0))
-            step = np.arange(int(lengths[rows].max()), dtype=np.int64)[:, None]
-            inside = step < lengths[rows]
-            gaps = self.values[np.where(inside, first[rows] + step, 0)]
-            blocks.append((rows, gaps, inside.astype(np.float64)))
-        return blocks
 
 
 def _loop_passes(
@@ -472,77 +439,3 @@ def _loop_passes(
         return loop_request(batch.request(row).tolist(), deadline, deadline, options).fluidity >= target
     except OverflowError:  # a stall spans infinitely many of these deadlines: fluidity 0
         return False
-
-
-def _sub_batch(batch: IntervalBatch, rows: IntArray) -> IntervalBatch:
-    lengths = batch.lengths[rows]
-    starts = np.repeat(batch.offsets[rows], lengths)
-    within = np.arange(int(lengths.sum()), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    return IntervalBatch.from_flat(batch.values[starts + within], lengths)
-
-
-def _running_decode_sums(batch: IntervalBatch) -> FloatArray:
-    """Per token, its request's decode gaps summed up to it (0 at the first token), one at a time as
-    the loop adds: a row-wise accumulate when all requests are as long, else position by position."""
-    lengths = batch.lengths
-    sums = np.zeros(len(batch.values))
-    if len(lengths) == 0 or len(sums) == 0:
-        return sums
-    if np.all(lengths == lengths[0]):
-        rows = batch.values.reshape(len(lengths), -1).copy()
-        rows[:, 0] = 0.0
-        return np.add.accumulate(rows, axis=1).reshape(-1)
-    layout = batch.columns
-    transposed = np.zeros(len(layout.values))
-    previous = layout.column_of(transposed, 0)
-    for position in range(1, layout.positions):
-        current = layout.column_of(transposed, position)
-        np.add(previous[: len(current)], layout.column(position), out=current)
-        previous = current
-    sums[layout.order] = transposed
-    return sums
-
-
-def _per_slot(slot: IntArray, weights: FloatArray, size: int) -> FloatArray:
-    """Sums of ``weights`` per slot (exact for whole counts below 2**53)."""
-    return cast(FloatArray, np.bincount(slot, weights=weights, minlength=size))
-
-
-def _previous_minimum(values: FloatArray, segment: IntArray) -> FloatArray:
-    """For each item, the minimum of the items before it in its segment (``inf`` for the first).
-
-    ``segment`` is non-decreasing. A doubling scan (log2 of the longest segment passes): exact, since a
-    minimum never rounds, and free of the padding a 2-D layout needs for ragged segments.
-    """
-    out = np.full(len(values), np.inf)
-    if len(values) < 2:
-        return out
-    out[1:] = np.where(segment[1:] == segment[:-1], values[:-1], np.inf)
-    shift = 1
-    while shift < len(values):
-        same = segment[shift:] == segment[:-shift]
-        if not same.any():
-            break
-        np.minimum(out[shift:], np.where(same, out[:-shift], np.inf), out=out[shift:])
-        shift *= 2
-    return out
-
-
-def _last_before(flags: BoolArray, segment: IntArray) -> IntArray:
-    """For each item, the index of the last flagged item before it in its segment (-1 if none)."""
-    last = np.full(len(flags), -1, dtype=np.int64)
-    if len(flags) > 1:
-        index = np.arange(len(flags), dtype=np.int64)
-        running = np.maximum.accumulate(np.where(flags, index, -1))[:-1]
-        last[1:] = np.where((running >= 0) & (segment[np.maximum(running, 0)] == segment[1:]), running, -1)
-    return last
-
-
-def _longest_decode_gap(batch: IntervalBatch) -> FloatArray:
-    longest = np.zeros(len(batch))
-    has_tokens = batch.lengths > 0
-    if has_tokens.any():
-        decode = batch.values.copy()
-        decode[batch.offsets[:-1][has_tokens]] = 0.0  # the first token has no decode deadline
-        longest[has_tokens] = np.maximum.reduceat(decode, batch.offsets[:-1][has_tokens])
-    return longest

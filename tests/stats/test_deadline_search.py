@@ -17,12 +17,8 @@ from hypothesis import strategies as st
 
 from exporter.stats.accounting import FluidityOptions, Variant
 from exporter.stats.batch import IntervalBatch
-from exporter.stats.deadline_search import (
-    _last_before,
-    _previous_minimum,
-    _Replays,
-    min_deadlines_by_search,
-)
+from exporter.stats.deadline_arrays import Replays, last_before, previous_minimum
+from exporter.stats.deadline_search import min_deadlines_by_search
 from exporter.stats.fluidity import _min_deadline_by_loop, _min_deadlines_by_sweep, fluid_token_rate
 from tests.stats.strategies import traces
 
@@ -156,7 +152,7 @@ def test_previous_minimum_and_last_flag_per_segment(items: list[tuple[int, float
     segment = np.array([s for s, _ in items], dtype=np.int64)
     values = np.array([v for _, v in items])
     flags = values < 0
-    minima, last = _previous_minimum(values, segment), _last_before(flags, segment)
+    minima, last = previous_minimum(values, segment), last_before(flags, segment)
     for i in range(len(items)):
         before = [j for j in range(i) if segment[j] == segment[i]]
         assert minima[i] == min((values[j] for j in before), default=math.inf)
@@ -171,6 +167,6 @@ def test_replayed_slack_rounds_like_the_loop(gaps: list[float], deadline: float,
     slack = 0.0
     for gap in gaps[first:stop]:
         slack += deadline - gap
-    replays = _Replays(np.array(gaps))
+    replays = Replays(np.array(gaps))
     got = replays.slack(np.array([first, 0]), np.array([stop, len(gaps)]), np.array([deadline, deadline]))
     assert got[0] == slack
