@@ -14,6 +14,7 @@ import itertools
 import secrets
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from exporter.config.job_params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
@@ -209,51 +210,15 @@ async def run_capacity_search(
     at ``shard_url`` when given (pods of their own cannot use a sidecar's loopback). Every trial after
     the first waits for a drained engine (``busy``: its running + waiting requests) and ends at its time
     limit; the search ends at ``time_budget_s``."""
-    salt = secrets.randbits(40)  # fresh prompt texts per search: no prefix cache from an earlier one
-
-    repeats: Counter[float] = Counter()  # trials so far at each load
-
-    def plan(index: int, load: float, may_stop: bool, time_left: float | None = None) -> TrialPlan:
-        # A repeat at a load draws new lengths and gaps: the same ones would only replay the same sample.
-        seed = params.seed + REPEAT_SEED_STEP * repeats[load]
-        planned = plan_trial(
-            workload, load, concurrency=params.load == "concurrency", arrival=params.arrival,
-            warmup=params.warmup_requests, requests=params.requests_per_trial, seed=seed,
-            salt=salt + index * 1_000_000, duration_s=params.trial_duration_s, early_stop=may_stop,
-        )  # fmt: skip
-        return dataclasses.replace(planned, time_limit_s=trial_time_limit(planned, params, time_left))
-
-    async def send(
-        spec: RequestSpec, at: float | None, started: Callable[[ProbeResult], None]
-    ) -> ProbeResult:
-        return await client().send(spec, at, on_start=started)
-
-    async def trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
-        planned = plan(index, load, may_stop, time_left)
-        repeats[load] += 1
-        if progress is not None:
-            progress.started(index, load, planned)
-        if pool is not None:
-            settings = client().settings
-            if shard_url is not None:
-                settings = dataclasses.replace(settings, base_url=shard_url)
-            report = await run_sharded_trial(index, planned, slo, pool, settings)
-        else:
-            report = await run_trial(
-                index, planned, slo, send, progress.request_done if progress is not None else None
-            )
-        if budget is not None:
-            budget.spent += report.tokens
-        return report
-
     if pool is not None and workload.sessions:
         # A shard sends single requests: a session's later turns need its earlier answers in one place.
         raise JobFailedError(
             "multi-turn sessions run in one process: drop workers (or jobs.shards) for this workload"
         )
+    trials = _SearchTrials(params, workload, slo, client, budget, pool, shard_url, progress)
     # Every trial sends the same lengths (common random numbers) whatever its load, so one plan gives
     # the worst case of them all.
-    worst_case = plan(0, settings.start, False).planned_tokens if budget is not None else 0
+    worst_case = trials.plan(0, settings.start, False).planned_tokens if budget is not None else 0
 
     def afford(load: float) -> str | None:
         return budget.refusal(worst_case) if budget is not None else None
@@ -263,9 +228,60 @@ async def run_capacity_search(
 
     await client().resolve_model()
     return await search_capacity(
-        settings, trial, load_kind=params.load, slo=slo.describe(), on_trial=on_trial, afford=afford,
+        settings, trials.run, load_kind=params.load, slo=slo.describe(), on_trial=on_trial, afford=afford,
         early_stop=params.early_stop, time_budget_s=time_budget_s, drain=drain,
     )  # fmt: skip
+
+
+@dataclass
+class _SearchTrials:
+    """The trials of one search: planned (fresh prompt texts per search, new samples at a repeated
+    load), run in process or over the shards, and counted against the token budget."""
+
+    params: CapacityParams
+    workload: Workload
+    slo: TrialSlo
+    client: Callable[[], ProbeClient]
+    budget: TokenBudget | None
+    pool: ShardPool | None
+    shard_url: str | None
+    progress: SearchProgress | None
+    salt: int = field(default_factory=lambda: secrets.randbits(40))  # no prefix cache from another search
+    repeats: Counter[float] = field(default_factory=Counter)  # trials so far at each load
+
+    def plan(self, index: int, load: float, may_stop: bool, time_left: float | None = None) -> TrialPlan:
+        # A repeat at a load draws new lengths and gaps: the same ones would only replay the same sample.
+        params = self.params
+        seed = params.seed + REPEAT_SEED_STEP * self.repeats[load]
+        planned = plan_trial(
+            self.workload, load, concurrency=params.load == "concurrency", arrival=params.arrival,
+            warmup=params.warmup_requests, requests=params.requests_per_trial, seed=seed,
+            salt=self.salt + index * 1_000_000, duration_s=params.trial_duration_s, early_stop=may_stop,
+        )  # fmt: skip
+        return dataclasses.replace(planned, time_limit_s=trial_time_limit(planned, params, time_left))
+
+    async def send(
+        self, spec: RequestSpec, at: float | None, started: Callable[[ProbeResult], None]
+    ) -> ProbeResult:
+        return await self.client().send(spec, at, on_start=started)
+
+    async def run(self, index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+        planned = self.plan(index, load, may_stop, time_left)
+        self.repeats[load] += 1
+        progress = self.progress
+        if progress is not None:
+            progress.started(index, load, planned)
+        if self.pool is not None:
+            settings = self.client().settings
+            if self.shard_url is not None:
+                settings = dataclasses.replace(settings, base_url=self.shard_url)
+            report = await run_sharded_trial(index, planned, self.slo, self.pool, settings)
+        else:
+            done = progress.request_done if progress is not None else None
+            report = await run_trial(index, planned, self.slo, self.send, done)
+        if self.budget is not None:
+            self.budget.spent += report.tokens
+        return report
 
 
 def trial_time_limit(plan: TrialPlan, params: CapacityParams, time_left: float | None) -> float | None:
