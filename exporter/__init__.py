@@ -9,8 +9,8 @@ otherwise. ``lint-imports`` checks this in CI against the contract in ``pyprojec
 2. ``options``: what an option means and how it is read, once for YAML, JSON and flags: the tree
    reader that records every problem under its path, goodput bounds, a one-shot run's options and
    their error. Imports only ``stats``.
-3. ``probe``, ``sim``, ``engine``: network I/O of one request (the streaming client, SSE decoding, API
-   formats, token counting, what a request and a probe run record); the built-in simulated engine;
+3. ``probe``, ``sim``, ``engine``: network I/O of one request (the streaming client and its kernel
+   receive stamps, SSE decoding, API formats, token counting, what a request and a probe run record); the built-in simulated engine;
    scraping an engine's own ``/metrics``. A new engine's metric names go in ``engine/families.py``.
 4. ``load``: workloads, traces, arrivals, the load runner, workers and shards, and a one-shot run's
    load plan. A workload preset goes in ``load/presets.py``.
@@ -22,9 +22,10 @@ otherwise. ``lint-imports`` checks this in CI against the contract in ``pyprojec
 7. ``report``, ``exposition``, ``jobs``: the one-shot report (tables, files, plots); every metric name
    (a new metric goes in ``exposition/names.py``), the ``ResultStore`` that probe runs write and
    scrapes read, and the collectors; capacity search and prefill profiling.
-8. ``daemon``, ``web``: target health, budgets and probe scheduling; aiohttp routes and the jobs API,
-   written against Protocols (``web.routes.DaemonService``, ``web.jobs_api.JobService``), never
-   against the daemon class.
+8. ``daemon``, ``web``: the targets (clients, budgets, health, probes: ``daemon/targets.py``), the
+   scheduler, the loop-lag watcher and what the daemon derives from its config; aiohttp routes and
+   the jobs API, written against Protocols (``web.routes.DaemonService``, ``web.jobs_api.JobService``),
+   never against the daemon class.
 9. ``app``: the composition root, the only module that wires the daemon together.
 10. ``cli``: one module per command and the flag groups they share. ``argparse`` and printing live
     here; a new flag goes in its command's module (or ``cli/flags.py`` when commands share it), its
