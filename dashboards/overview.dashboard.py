@@ -260,9 +260,10 @@ probe_jobs = timeseries(
 )
 loop_lag = timeseries(
     "Exporter event-loop lag",
-    "How late the exporter's event loop woke up for a periodic timer (p50 and p99, every sidecar). Probe "
-    "timings include this delay. Good: a few milliseconds; tens of milliseconds make TBT and fluidity "
-    "look worse than the target is.",
+    "How late the exporter's event loop woke up for a periodic timer (p50 and p99, every sidecar). "
+    "Timings stamped on reading (TLS targets) include this delay; kernel-stamped ones (plain TCP on "
+    "Linux) do not, but chunks of a stream read together share a stamp. Good: a few milliseconds; tens "
+    "of milliseconds make TBT and fluidity look worse than the target is.",
     SECONDS,
     [
         Query(

@@ -633,8 +633,9 @@ JOB_SKIPPED = MetricSpec(
 EVENT_LOOP_LAG = MetricSpec(
     "fluidity_exporter_event_loop_lag_seconds",
     "histogram",
-    "How late the exporter's event loop woke up for a periodic timer; probe timings are unreliable "
-    "while it is high.",
+    "How late the exporter's event loop woke up for a periodic timer. While it is high, timings "
+    "stamped on reading (TLS targets) are late; kernel-stamped ones (plain TCP on Linux) stay right "
+    "but may read chunks of a stream together (then flagged unreliable).",
 )
 ENGINE_SCRAPES = MetricSpec(
     "fluidity_exporter_engine_scrapes_total",
