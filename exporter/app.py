@@ -12,10 +12,8 @@ flight finish on the old settings.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
-from collections import Counter
 from collections.abc import Mapping
 
 import aiohttp
@@ -23,7 +21,6 @@ import numpy as np
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter.config import Config, ConfigError, load_config_file
-from exporter.config.job_params import JOB_KINDS, JobLimits
 from exporter.daemon.config_facts import (
     histogram_buckets,
     jobs_folder,
@@ -32,30 +29,25 @@ from exporter.daemon.config_facts import (
     unapplied_changes,
     window_label,
 )
-from exporter.daemon.job_snapshots import jobs_snapshot
+from exporter.daemon.job_environment import ENGINE_SCRAPE_TIMEOUT_S, DaemonJobEnvironment
 from exporter.daemon.loop_lag import LoopLagWatcher
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
 from exporter.daemon.targets import TargetPool, TargetState
-from exporter.engine.families import ENGINE_CATALOGUE, GATEWAY_CATALOGUE, Signal
+from exporter.engine.families import ENGINE_CATALOGUE, GATEWAY_CATALOGUE
 from exporter.engine.scrape import scrape
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import render
 from exporter.exposition.collector import FluidityCollector
-from exporter.exposition.jobs import JobsCollector, JobsSnapshot
+from exporter.exposition.jobs import JobsCollector
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore, StoreLimits
-from exporter.jobs.manager import JobConflictError, JobManager
-from exporter.jobs.prefill_profile import PrefillProfile
-from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_with_profile
-from exporter.jobs.runners import capacity_runner, profile_runner
-from exporter.jobs.store import JOB_STATES, JobRecord, JobStore
+from exporter.jobs.manager import JobConflictError
+from exporter.jobs.profiles import ProfileStore
+from exporter.jobs.store import JobStore
 from exporter.load.cpus import available_cpus
-from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeRefusedError, ProbeRun
-from exporter.probe.target import Secret
 
 LOG = logging.getLogger(__name__)
-ENGINE_SCRAPE_TIMEOUT_S = 10.0
 SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are cancelled
 
 
@@ -64,7 +56,6 @@ class Daemon:
 
     def __init__(self, config: Config, *, config_path: str | None = None, seed: int | None = None) -> None:
         self.config = config
-        self.cpus = available_cpus()  # the container's CPU quota bounds jobs.workers
         self.config_path = config_path
         self.registry = CollectorRegistry(auto_describe=True)  # the exporter's own health
         self.metrics = SelfMetrics(self.registry)
@@ -79,24 +70,16 @@ class Daemon:
             self.store, {window_label(s): s for s in config.global_.windows_s}, clock=time.time
         )
         self.jobs = JobScheduler(on_outcome=self._job_outcome)
-        self.profiles = ProfileStore(profiles_folder(config))
-        self.prefill_profiles: dict[str, StoredProfile] = self.profiles.load_all()
-        self.job_store = JobStore(jobs_folder(config), keep=config.jobs.history)
-        self.job_store.load()
-        self.job_manager = JobManager(
-            self.job_store,
-            {"capacity": capacity_runner(self), "prefill-profile": profile_runner(self)},
-            on_start=self._job_started,
-            on_finish=self._job_finished,
-            max_duration_s=lambda: self.config.jobs.limits.max_duration_s,
-        )
-        self.paused: set[str] = set()  # targets whose scheduled probes wait for a job to end
-        terminal = [state for state in JOB_STATES if state != "running"]
-        self.jobs_finished: Counter[tuple[str, str]] = Counter(
-            {(kind, state): 0 for kind in JOB_KINDS for state in terminal}
-        )
-        self.registry.register(JobsCollector(self.job_snapshot))
         self.pool = TargetPool()
+        self.job_env = DaemonJobEnvironment(
+            lambda: self.config,
+            self.pool,
+            ProfileStore(profiles_folder(config)),
+            JobStore(jobs_folder(config), keep=config.jobs.history),
+            scrape_session=lambda: self.scrape_session,
+            cpus=available_cpus(),
+        )
+        self.registry.register(JobsCollector(self.job_env.job_snapshot))
         self.rng = np.random.default_rng(seed)
         self.scrape_session: aiohttp.ClientSession | None = None
         self.listen_address: str | None = None  # where the web app listens (set by whoever serves it)
@@ -122,7 +105,7 @@ class Daemon:
         self.ready = False
         self.stopping = True
         self.jobs.shutdown()
-        await self.job_manager.shutdown()  # running jobs end "interrupted", as after a restart
+        await self.job_env.job_manager.shutdown()  # running jobs end "interrupted", as after a restart
         await self._finish_running(SHUTDOWN_GRACE_S)
         await self.lag.stop()
         await self.pool.close()
@@ -183,11 +166,7 @@ class Daemon:
     async def _apply(self, config: Config) -> None:
         old = self.config
         self.config = config
-        if config.jobs.limits.max_workers > self.cpus:
-            LOG.warning(
-                "jobs.workers is %d but this container may use %d CPUs (cgroup quota): jobs use at most %d",
-                config.jobs.limits.max_workers, self.cpus, self.cpus,
-            )  # fmt: skip
+        self.job_env.warn_about_workers()
         await self._sync_targets(config)
         wanted: set[str] = set()
         for target, module in config.probes():
@@ -240,7 +219,7 @@ class Daemon:
     def _probe_job(self, target: str, module: str) -> JobFunction:
         @self._tracked
         async def run() -> None:
-            if target in self.paused:
+            if target in self.job_env.paused:
                 LOG.info("probe %s/%s skipped: a job runs on the target", target, module)
                 self.metrics.job_was_skipped(f"probe:{target}:{module}")
                 return
@@ -260,63 +239,8 @@ class Daemon:
         return run
 
     def deadline_policy(self, target: str) -> DeadlinePolicy:
-        """The target's SLO deadlines, ``Dp`` from its stored prefill profile unless the SLO has a model."""
-        policy = self.config.slo_for(target).deadline_policy()
-        return deadline_policy_with_profile(policy, self.prefill_profiles.get(target))
-
-    def set_profile(self, target: str, profile: StoredProfile) -> None:
-        """Use ``profile`` for ``target``'s deadlines from now on (the job runner has saved it already)."""
-        self.prefill_profiles[target] = profile
-
-    # -- jobs (capacity searches, prefill profiles) ---------------------------------------------------
-
-    def jobs_token(self) -> Secret | None:
-        return self.config.jobs.api_token
-
-    def job_limits(self) -> JobLimits:
-        """The configured ceilings, ``jobs.workers`` bounded by the CPUs this container may use."""
-        limits = self.config.jobs.limits
-        return dataclasses.replace(limits, max_workers=min(limits.max_workers, self.cpus))
-
-    def job_targets(self) -> dict[str, tuple[str, ...]]:
-        return {target.name: target.modules for target in self.config.targets}
-
-    def client_for(self, target: str) -> ProbeClient:
-        return self.pool.client_for(target)
-
-    def store_profile(self, target: str, profile: PrefillProfile) -> None:
-        """Save a fitted profile under ``state_dir`` and use it for the target's deadlines."""
-        assert profile.model is not None
-        samples = profile.to_dict()["samples"]
-        self.set_profile(target, self.profiles.save(target, profile.model, time.time(), samples))
-
-    async def engine_busy(self, target: str) -> float | None:
-        """Running + waiting requests in the target's engine, from a scrape now (None without engine
-        metrics, when the scrape fails or the engine names neither)."""
-        engine = self.config.target(target).engine_metrics
-        if engine is None or self.scrape_session is None:
-            return None
-        result = await scrape(
-            self.scrape_session, engine.url, ENGINE_SCRAPE_TIMEOUT_S, kind=engine.kind, model=engine.model,
-            headers=engine.headers(),
-        )  # fmt: skip
-        if result.snapshot is None:
-            return None
-        counts = [result.snapshot.value(s) for s in (Signal.RUNNING_REQUESTS, Signal.QUEUE_DEPTH)]
-        known = [c for c in counts if c is not None]
-        return sum(known) if known else None
-
-    async def wait_idle(self, target: str) -> None:
-        """Until the target's probes in flight have ended (their own timeouts bound the wait)."""
-        await self.pool.wait_idle(target)
-
-    def _job_started(self, record: JobRecord) -> None:
-        # Our own probes would disturb the job (and a prefill profile must run in isolation).
-        self.paused.add(record.target)
-
-    def _job_finished(self, record: JobRecord) -> None:
-        self.paused.discard(record.target)
-        self.jobs_finished[(record.kind, record.state)] += 1
+        """The target's SLO deadlines (``DaemonJobEnvironment.deadline_policy``), as the routes ask."""
+        return self.job_env.deadline_policy(target)
 
     def _scheduled_job(self, name: str) -> JobFunction:
         async def run() -> None:
@@ -324,22 +248,16 @@ class Daemon:
             if schedule is None:
                 return
             try:
-                record = self.job_manager.submit(
+                record = self.job_env.job_manager.submit(
                     schedule.kind, schedule.params, schedule.params_dict, "schedule"
                 )
             except JobConflictError as exc:
                 LOG.warning("scheduled job %s skipped: %s", name, exc)
                 self.metrics.job_was_skipped(f"job:{name}")
                 return
-            await self.job_manager.wait(record.id)
+            await self.job_env.job_manager.wait(record.id)
 
         return run
-
-    def job_snapshot(self) -> JobsSnapshot:
-        """The latest capacity search per (target, module), the stored profiles and the job counts."""
-        return jobs_snapshot(
-            self.job_store.records(), self.prefill_profiles, self.config.targets, self.jobs_finished
-        )
 
     async def probe_now(self, target_name: str, module_name: str, *, on_demand: bool = True) -> ProbeRun:
         """Run one probe of ``module`` against ``target`` within the target's budget; not stored.
@@ -348,7 +266,7 @@ class Daemon:
         on themselves either (the scheduler's ``max_instances=1``), so the two kinds are tracked apart.
         """
         target, module = self.config.target(target_name), self.config.module(module_name)
-        if target.name in self.paused:
+        if target.name in self.job_env.paused:
             raise ProbeRefusedError(f"a job runs on {target.name}; its probes wait until it ends", "paused")
         return await self.pool.probe(target, module, self.rng, on_demand=on_demand)
 

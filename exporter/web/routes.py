@@ -61,12 +61,17 @@ class Scheduler(Protocol):
     def running(self) -> bool: ...
 
 
-class DaemonService(JobService, Protocol):
+class DaemonService(Protocol):
     """What the routes need from the daemon (``exporter.app.Daemon`` is the one implementation), read at
     request time because a reload can change it."""
 
     @property
     def config(self) -> Config: ...
+
+    @property
+    def job_env(self) -> JobService:
+        """The daemon's side of the jobs API."""
+        ...
 
     @property
     def targets(self) -> Mapping[str, TargetView]: ...
@@ -108,7 +113,7 @@ def build_app(daemon: DaemonService, *, enable_lifecycle: bool = False) -> web.A
     app.router.add_get("/-/healthy", healthy)
     app.router.add_get("/-/ready", ready)
     app.router.add_post("/-/reload", reload)
-    add_job_routes(app, daemon)
+    add_job_routes(app, daemon.job_env)
     return app
 
 

@@ -60,17 +60,17 @@ async def test_a_profile_stored_before_start_sets_the_targets_dp(
 async def test_set_profile_changes_later_evaluations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     daemon = daemon_for(tmp_path)
     assert daemon.deadline_policy("a").prefill_model is None
-    daemon.set_profile("a", StoredProfile("a", TIGHT, 1.0))
+    daemon.job_env.set_profile("a", StoredProfile("a", TIGHT, 1.0))
     assert daemon.deadline_policy("a").prefill_model == TIGHT
     missed = await missed_first_tokens(daemon, monkeypatch)
     assert missed > 0.0
-    daemon.set_profile("a", StoredProfile("a", LOOSE, 2.0))
+    daemon.job_env.set_profile("a", StoredProfile("a", LOOSE, 2.0))
     assert await missed_first_tokens(daemon, monkeypatch) == missed  # a cumulative counter: none more missed
 
 
 async def test_a_model_file_in_the_slo_wins_over_a_stored_profile(tmp_path: Path) -> None:
     daemon = daemon_for(tmp_path, slo="modelled")
-    daemon.set_profile("a", StoredProfile("a", TIGHT, 1.0))
+    daemon.job_env.set_profile("a", StoredProfile("a", TIGHT, 1.0))
     policy = daemon.deadline_policy("a")
     assert policy.prefill_model == SLO_MODEL
     assert policy.scheduling_slack == 2.0

@@ -91,12 +91,12 @@ async def test_capacity_search_pauses_probes_and_exports_its_result(daemon: tupl
     status, record = await call("POST", f"{url}/api/v1/jobs/capacity", body)
     assert status == 202, record
     # Scheduled probes of the target wait for the job.
-    await wait_for(lambda: "sim" in instance.paused, timeout=5)
+    await wait_for(lambda: "sim" in instance.job_env.paused, timeout=5)
     conflict, answer = await call("POST", f"{url}/api/v1/jobs/prefill-profile", {"target": "sim"})
     assert conflict == 409 and answer["job"] == record["id"]
     done = await finished(url, record["id"])
     assert done["state"] == "succeeded", done
-    assert "sim" not in instance.paused
+    assert "sim" not in instance.job_env.paused
     result = done["result"]
     assert result["module"] == "short" and result["load_kind"] == "rate"
     assert len(result["trials"]) == len(done["steps"]) >= 2
@@ -193,7 +193,7 @@ async def test_a_scheduled_job_runs_from_the_config(slow_sim: SimServer, tmp_pat
         job = daemon.jobs.scheduler.get_job("job:nightly-profile")
         assert str(job.trigger).startswith("cron")
         await job.func()  # what the scheduler runs at 03:00 UTC
-        records = daemon.job_manager.list()
+        records = daemon.job_env.job_manager.list()
         assert [(r.kind, r.trigger, r.state) for r in records] == [
             ("prefill-profile", "schedule", "succeeded")
         ]

@@ -34,7 +34,7 @@ SMALL_SEARCH = {
 @contextmanager
 def daemon_for(tmp_path: Path, url: str, jobs: str) -> Iterator[Daemon]:
     daemon = Daemon(load_config_file(write_config(tmp_path, url, jobs)), seed=1)
-    daemon.cpus = 2  # the container's CPUs, as the cgroup would say (this VM has two)
+    daemon.job_env.cpus = 2  # the container's CPUs, as the cgroup would say (this VM has two)
     yield daemon
 
 
@@ -149,10 +149,10 @@ def test_jobs_workers_is_bounded_by_the_containers_cpus(tmp_path: Path) -> None:
     config = load_config_file(write_config(tmp_path, "http://127.0.0.1:9", "  workers: 4\n"))
     assert config.jobs.limits.max_workers == 4
     daemon = Daemon(config, seed=1)
-    daemon.cpus = 2  # what the cgroup quota allows
-    assert daemon.job_limits().max_workers == 2
-    daemon.cpus = 8
-    assert daemon.job_limits().max_workers == 4
+    daemon.job_env.cpus = 2  # what the cgroup quota allows
+    assert daemon.job_env.job_limits().max_workers == 2
+    daemon.job_env.cpus = 8
+    assert daemon.job_env.job_limits().max_workers == 4
 
 
 def test_jobs_workers_auto_is_the_cpus_this_container_may_use(tmp_path: Path) -> None:
