@@ -42,8 +42,8 @@ async def missed_first_tokens(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -
     async def canned(target: str, module: str, *, on_demand: bool = True) -> ProbeRun:
         return ProbeRun([smooth() for _ in range(3)], 1.0)
 
-    monkeypatch.setattr(daemon, "probe_now", canned)
-    await daemon._probe_job("a", "m")()
+    monkeypatch.setattr(daemon.probes, "probe_now", canned)
+    await daemon.probes.probe_job("a", "m")()
     return daemon.store.view(("a", "m")).deadlines_missed["medium"]
 
 
