@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import aiohttp
 import numpy as np
@@ -50,8 +50,16 @@ SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are
 class Daemon:
     """The running exporter. ``start``/``stop`` pair up; ``reload`` and ``probe_now`` serve the web layer."""
 
-    def __init__(self, config: Config, *, config_path: str | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        config_path: str | None = None,
+        seed: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.config = config
+        self._clock = clock  # the wall clock: reload stamps, profile dates, health times, the collector's now
         self.config_path = config_path
         self.registry = CollectorRegistry(auto_describe=True)  # the exporter's own health
         self.metrics = SelfMetrics(self.registry)
@@ -63,9 +71,9 @@ class Daemon:
         )
         self.store = ResultStore(limits, histogram_buckets(config))
         self.collector = FluidityCollector(
-            self.store, {window_label(s): s for s in config.global_.windows_s}, clock=time.time
+            self.store, {window_label(s): s for s in config.global_.windows_s}, clock=clock
         )
-        self.pool = TargetPool()
+        self.pool = TargetPool(wall_clock=clock)
         self.scrape_session: aiohttp.ClientSession | None = None
         self.job_env = DaemonJobEnvironment(
             lambda: self.config,
@@ -74,6 +82,7 @@ class Daemon:
             JobStore(jobs_folder(config), keep=config.jobs.history),
             scrape_session=lambda: self.scrape_session,
             cpus=available_cpus(),
+            clock=clock,
         )
         self.registry.register(JobsCollector(self.job_env.job_snapshot))
         self.jobs = JobScheduler(on_outcome=outcome_recorder(self.metrics))
@@ -102,7 +111,7 @@ class Daemon:
         await self._apply(self.config)
         self.jobs.start()
         self.lag.start()
-        self.metrics.config_loaded(True, time.time())
+        self.metrics.config_loaded(True, self._clock())
         self.ready = True
 
     async def stop(self) -> None:
@@ -145,7 +154,7 @@ class Daemon:
             LOG.exception("config reload failed while applying it: a bug, not a config problem")
             await self._apply(old)
             return self._reload_failed(f"{self.config_path}: applying it failed (a bug; see the log)")
-        self.metrics.config_loaded(True, time.time())
+        self.metrics.config_loaded(True, self._clock())
         notes = unapplied_changes(old, config, self.listen_address, self.listen_flag)
         for note in notes:
             LOG.warning("config reloaded, but %s", note)
@@ -153,7 +162,7 @@ class Daemon:
         return True, "\n".join([f"reloaded {self.config_path}", *notes])
 
     def _reload_failed(self, message: str) -> tuple[bool, str]:
-        self.metrics.config_loaded(False, time.time())
+        self.metrics.config_loaded(False, self._clock())
         LOG.error("config reload failed, keeping the previous config:\n%s", message)
         return False, message
 

@@ -195,6 +195,18 @@ async def test_reload_refuses_what_run_could_not_apply_and_says_so(
         assert value(samples(text), "fluidity_exporter_config_last_reload_successful") == 1
 
 
+async def test_reload_stamps_come_from_the_daemons_clock(failing_server: str, tmp_path: Path) -> None:
+    path = write(tmp_path, FAILING.format(url=failing_server).replace("interval: 0.2s", "interval: 1h"))
+    daemon = Daemon(load_config_file(path), config_path=str(path), clock=lambda: 1_700_000_000.0)
+    try:
+        ok, message = await daemon.reload()  # applied without start(): nothing is scheduled to run
+        assert ok, message
+    finally:
+        await daemon.stop()
+    stamp = "fluidity_exporter_config_last_reload_success_timestamp_seconds"
+    assert daemon.registry.get_sample_value(stamp) == 1_700_000_000.0
+
+
 async def test_reload_over_http_needs_the_lifecycle_flag(failing_server: str, tmp_path: Path) -> None:
     path = write(tmp_path, FAILING.format(url=failing_server))
     daemon = Daemon(load_config_file(path), config_path=str(path))

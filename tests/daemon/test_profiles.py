@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from exporter.app import Daemon
 from exporter.config import parse_config
+from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profiles import ProfileStore, StoredProfile
 from exporter.probe.result import ProbeRun
 from exporter.stats.prefill import PrefillModel, dump_json
@@ -29,11 +32,11 @@ SLO_MODEL = PrefillModel(coefficients=(0.5, 0.0, 0.0), prompt_range=(1.0, 2.0), 
 LOOSE = PrefillModel(coefficients=(5.0, 0.0, 0.0), prompt_range=(128.0, 16384.0), sample_count=8, rmse=0.0)
 
 
-def daemon_for(tmp_path: Path, slo: str = "constant") -> Daemon:
+def daemon_for(tmp_path: Path, slo: str = "constant", clock: Callable[[], float] = time.time) -> Daemon:
     model_file = tmp_path / "slo-model.json"
     model_file.write_text(dump_json(SLO_MODEL), encoding="utf-8")
     text = CONFIG.format(state_dir=tmp_path / "state", slo=slo, model_file=model_file)
-    return Daemon(parse_config(text, environ={}))
+    return Daemon(parse_config(text, environ={}), clock=clock)
 
 
 async def missed_first_tokens(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> float:
@@ -74,3 +77,11 @@ async def test_a_model_file_in_the_slo_wins_over_a_stored_profile(tmp_path: Path
     policy = daemon.deadline_policy("a")
     assert policy.prefill_model == SLO_MODEL
     assert policy.scheduling_slack == 2.0
+
+
+def test_a_fitted_profile_is_dated_by_the_daemons_clock(tmp_path: Path) -> None:
+    daemon = daemon_for(tmp_path, clock=lambda: 1_700_000_000.0)
+    daemon.job_env.store_profile("a", PrefillProfile([], TIGHT))
+    stored = ProfileStore(tmp_path / "state" / "profiles").load_all()["a"]
+    assert (stored.model, stored.measured_at) == (TIGHT, 1_700_000_000.0)
+    assert daemon.deadline_policy("a").prefill_model == TIGHT
