@@ -1,12 +1,14 @@
 """The composition root of the daemon: the only module that wires every layer together.
 
-``Daemon`` owns the current ``Config`` and wires the parts that do the work: the targets' clients,
-budgets and health (``daemon.targets.TargetPool``), the scheduler with one job per (target, module) and
-one scrape job per engine or gateway (``daemon.scheduler``), the ``ResultStore`` and its collector,
-the exporter's self-metrics and loop-lag watcher (``daemon.loop_lag``), the job manager and the
-targets' stored prefill profiles (their ``Dp`` models). It also does reloads: a new config replaces
-the old one only after a full successful parse; jobs are added, replaced or removed by id; probes in
-flight finish on the old settings.
+``Daemon`` owns the current ``Config``, the wall clock (injected) and the scrape session, and builds
+the parts that do the work, each handed what it needs: the targets' clients, budgets and health
+(``daemon.targets.TargetPool``); what the jobs and the jobs API ask for, with the job manager and the
+stored prefill profiles (``daemon.job_environment.DaemonJobEnvironment``); what goes on the scheduler,
+one probe job per (target, module), one scrape job per engine or gateway, one per scheduled job, and
+probes on demand (``daemon.probe_jobs.ProbeJobs`` on ``daemon.scheduler.JobScheduler``); the
+``ResultStore`` and its collector; the exporter's self-metrics and loop-lag watcher
+(``daemon.loop_lag``). It also does reloads: a new config replaces the old one only after a full
+successful parse; jobs are added, replaced or removed by id; probes in flight finish on the old settings.
 """
 
 from __future__ import annotations

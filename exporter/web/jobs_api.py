@@ -37,7 +37,8 @@ DISABLED: Final = (
 
 
 class JobService(Protocol):
-    """What the handlers need from the daemon, asked at request time because a reload can change it."""
+    """What the handlers need from the daemon (its ``daemon.job_environment.DaemonJobEnvironment``), asked
+    at request time because a reload can change it."""
 
     def jobs_token(self) -> Secret | None: ...
 
