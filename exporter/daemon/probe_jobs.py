@@ -74,7 +74,7 @@ class ProbeJobs:
         self._scrape_session = scrape_session
         self._rng = rng
         self._running: set[asyncio.Task[object]] = set()
-        self.stopping = False  # set by stop_scheduling(): the jobs it cancels end quietly
+        self._stopping = False  # set by stop_scheduling(): the jobs it cancels end quietly
 
     # -- scheduling ---------------------------------------------------------------------------------
 
@@ -220,7 +220,7 @@ class ProbeJobs:
 
     def stop_scheduling(self) -> None:
         """Start no job from now on; the ones the shutdown cancels later end quietly."""
-        self.stopping = True
+        self._stopping = True
         self._scheduler.shutdown()
 
     async def finish_running(self, grace_s: float) -> None:
@@ -243,7 +243,7 @@ class ProbeJobs:
             try:
                 await job()
             except asyncio.CancelledError:
-                if not self.stopping:
+                if not self._stopping:
                     raise
                 # Our own shutdown ended it after the grace period: a normal end, not a job error for
                 # the scheduler to log as a bug with a traceback.
