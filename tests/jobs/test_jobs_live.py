@@ -101,8 +101,11 @@ async def test_capacity_search_pauses_probes_and_exports_its_result(daemon: tupl
     assert result["module"] == "short" and result["load_kind"] == "rate"
     assert len(result["trials"]) == len(done["steps"]) >= 2
     # 40 requests a trial: near the capacity the pass fraction's interval may straddle 90% even after
-    # the repeats (state inconclusive); only a found capacity is a measurement.
-    assert result["state"] in ("found", "inconclusive"), result["state"]
+    # the repeats (state inconclusive); only a found capacity is a measurement. On a busy machine a
+    # trial's verdict can flip (a load that failed below one that passed) and the 5 trials may run out
+    # before the bracket is within the tolerance: then the honest answer is a lower bound.
+    assert result["state"] in ("found", "inconclusive", "lower_bound"), result["state"]
+    assert (result["state"] == "lower_bound") == (result["stopped_by"] == "max_trials"), result
     assert (result["capacity"] is not None) == (result["state"] == "found")
     assert 8 <= result["lower_bound"] <= 60 and result["upper_bound"] > result["lower_bound"]
     assert done["progress"]["fraction"] == 1.0 and "capacity" in done["progress"]["message"]
