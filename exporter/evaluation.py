@@ -24,10 +24,17 @@ from exporter.stats.batch import FloatArray, IntervalBatch
 from exporter.stats.fluidity import evaluate
 from exporter.stats.latency import LatencyBatch, latency_batch
 from exporter.stats.prefill import PrefillModel
-from exporter.stats.slo import DECODE_TIERS, GoodputBounds, Slo, SloMetric
+from exporter.stats.slo import (
+    DECODE_TIERS,
+    DEFAULT_PERCENTILE,
+    DEFAULT_PREFILL_DEADLINE_S,
+    DEFAULT_TARGET_FLUIDITY,
+    GoodputBounds,
+    Slo,
+    SloMetric,
+)
 
 COMPLETED = (Outcome.OK, Outcome.TRUNCATED)
-DEFAULT_PREFILL_DEADLINE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -38,8 +45,8 @@ class DeadlinePolicy:
     prefill_model: PrefillModel | None = None
     scheduling_slack: float = 0.0
     decode_tiers: Mapping[str, float] = field(default_factory=lambda: dict(DECODE_TIERS))
-    target_fluidity: float = 0.9
-    percentile: float = 99.0
+    target_fluidity: float = DEFAULT_TARGET_FLUIDITY
+    percentile: float = DEFAULT_PERCENTILE
 
     def prefill_deadlines(self, prompt_tokens: FloatArray) -> FloatArray:
         """``Dp`` per request; without a model, the constant (the prompt length is then unused)."""

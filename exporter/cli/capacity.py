@@ -42,7 +42,7 @@ from exporter.report.bench_report import OutputExistsError, refuse_overwrite, ti
 from exporter.report.capacity_plot import HeadroomPoint, write_headroom_plot
 from exporter.report.evaluation_options import prefill_deadlines
 from exporter.sim.process import SimStartError, url_or_simulator
-from exporter.stats.slo import DECODE_TIERS
+from exporter.stats.slo import DECODE_TIERS, DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,11 +55,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     load.add_argument("--think-time", help="seconds between a session's turns, e.g. fixed:2")
     _add_search_arguments(load)
-    slo = parser.add_argument_group("SLO (default: 99%% of requests reach fluidity >= 0.9 at Dd 50 ms)")
+    slo = parser.add_argument_group(
+        f"SLO (default: {DEFAULT_PERCENTILE:g}% of requests reach fluidity >= {DEFAULT_TARGET_FLUIDITY:g} at Dd 50 ms)"
+    )
     slo.add_argument("--decode-tier", help=f"decode deadline tier: {', '.join(DECODE_TIERS)} (medium)")
     slo.add_argument("--decode-deadline", type=float, help="decode deadline in seconds instead of a tier")
     add_prefill_arguments(slo)
-    slo.add_argument("--percentile", type=float, help="share of requests that must reach it, in %% (99)")
+    slo.add_argument(
+        "--percentile",
+        type=float,
+        help=f"share of requests that must reach it, in %% ({DEFAULT_PERCENTILE:g})",
+    )
     slo.add_argument("--objective", action="append", help="an extra SLO, e.g. ttft:p99<=2 (repeatable)")
     cost = parser.add_argument_group("cost")
     cost.add_argument("--gpus", type=float, help="accelerators behind the target: tokens per GPU-second")

@@ -26,6 +26,7 @@ from exporter.load.presets import PRESET_NAMES
 from exporter.options.oneshot import OptionError
 from exporter.probe.target import APIS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
+from exporter.stats.slo import DEFAULT_PREFILL_DEADLINE_S, DEFAULT_TARGET_FLUIDITY
 
 ArgumentGroup = argparse._ArgumentGroup | argparse.ArgumentParser
 
@@ -67,10 +68,18 @@ def add_workload_arguments(group: ArgumentGroup) -> None:
 
 def add_prefill_arguments(group: ArgumentGroup) -> None:
     """``Dp``: a constant, or a profiled prefill model plus slack."""
-    group.add_argument("--prefill-deadline", type=float, help="constant Dp in seconds (default 1.0)")
+    group.add_argument(
+        "--prefill-deadline",
+        type=float,
+        help=f"constant Dp in seconds (default {DEFAULT_PREFILL_DEADLINE_S:g})",
+    )
     group.add_argument("--prefill-model", help="a profiled prefill model (JSON, from `profile`) for Dp(P)")
     group.add_argument("--scheduling-slack", type=float, help="added to the model's Dp (default 0)")
-    group.add_argument("--target-fluidity", type=float, help="fluidity a request must reach (default 0.9)")
+    group.add_argument(
+        "--target-fluidity",
+        type=float,
+        help=f"fluidity a request must reach (default {DEFAULT_TARGET_FLUIDITY:g})",
+    )
 
 
 class DeprecatedAlias(argparse.Action):

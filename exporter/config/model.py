@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.config.job_params import JobKind, JobLimits, JobParams
-from exporter.evaluation import DEFAULT_PREFILL_DEADLINE_S, DeadlinePolicy, EvaluationSpec
+from exporter.evaluation import DeadlinePolicy, EvaluationSpec
 from exporter.load.arrivals import ArrivalProcess
 from exporter.load.distributions import Fixed, LengthDistribution, LogNormal
 from exporter.load.presets import preset
@@ -24,7 +24,14 @@ from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import IndependentLengths, LengthSource, PairedLengths, Workload
 from exporter.probe.target import Api, Secret, TargetSettings, Timeouts
 from exporter.stats.prefill import PrefillModel
-from exporter.stats.slo import DECODE_TIERS, GoodputBounds, Slo
+from exporter.stats.slo import (
+    DECODE_TIERS,
+    DEFAULT_PERCENTILE,
+    DEFAULT_PREFILL_DEADLINE_S,
+    DEFAULT_TARGET_FLUIDITY,
+    GoodputBounds,
+    Slo,
+)
 
 DEFAULT_LISTEN_ADDRESS = "0.0.0.0:9468"
 DEFAULT_SLO = "default"
@@ -238,8 +245,8 @@ class SloConfig:
     prefill_model: PrefillModel | None = None  # read from prefill_model_file at load time
     scheduling_slack_s: float = 0.0
     decode_tiers: tuple[tuple[str, float], ...] = tuple(DECODE_TIERS.items())
-    target_fluidity: float = 0.9
-    percentile: float = 99.0
+    target_fluidity: float = DEFAULT_TARGET_FLUIDITY
+    percentile: float = DEFAULT_PERCENTILE
     objectives: tuple[Slo, ...] = ()
     goodput: GoodputBounds | None = None
 

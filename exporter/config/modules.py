@@ -32,7 +32,13 @@ from exporter.load.workloads import PairedLengths, Workload
 from exporter.options.goodput import GOODPUT_KEYS, read_goodput
 from exporter.options.reader import Context, Section, show
 from exporter.stats.prefill import PrefillModel
-from exporter.stats.slo import Slo, parse_slo
+from exporter.stats.slo import (
+    DEFAULT_PERCENTILE,
+    DEFAULT_PREFILL_DEADLINE_S,
+    DEFAULT_TARGET_FLUIDITY,
+    Slo,
+    parse_slo,
+)
 
 MODULE_KEYS = (
     "workload", "max_prompt_tokens", "max_output_tokens", "requests_per_run", "arrival", "concurrency",
@@ -201,15 +207,19 @@ class ModuleReader:
         goodput = sec.section("goodput", GOODPUT_KEYS)
         return SloConfig(
             name=name,
-            prefill_deadline_s=prefill.duration("deadline", 1.0) if prefill is not None else 1.0,
+            prefill_deadline_s=(
+                prefill.duration("deadline", DEFAULT_PREFILL_DEADLINE_S)
+                if prefill is not None
+                else DEFAULT_PREFILL_DEADLINE_S
+            ),
             prefill_model_file=model_file,
             prefill_model=model,
             scheduling_slack_s=(
                 prefill.duration("scheduling_slack", 0.0, positive=False) if prefill is not None else 0.0
             ),
             decode_tiers=self.decode_tiers(sec),
-            target_fluidity=sec.number("target_fluidity", 0.9, 0.0, 1.0, low_open=True),
-            percentile=sec.number("percentile", 99.0, 0.0, 100.0, low_open=True),
+            target_fluidity=sec.number("target_fluidity", DEFAULT_TARGET_FLUIDITY, 0.0, 1.0, low_open=True),
+            percentile=sec.number("percentile", DEFAULT_PERCENTILE, 0.0, 100.0, low_open=True),
             objectives=self.objectives(sec),
             goodput=read_goodput(goodput) if goodput is not None else None,
         )

@@ -35,7 +35,15 @@ from exporter.stats.headroom import (
     give_up_wait,
     required_scales,
 )
-from exporter.stats.slo import GoodputBounds, Slo, SloMetric, evaluate_slos, goodput
+from exporter.stats.slo import (
+    DEFAULT_PERCENTILE,
+    DEFAULT_TARGET_FLUIDITY,
+    GoodputBounds,
+    Slo,
+    SloMetric,
+    evaluate_slos,
+    goodput,
+)
 
 TRIAL_TIER = "trial"  # the one decode deadline a trial is judged at
 SHARDS_REASON = "shards"  # a sharded trial whose shards made the load other than planned
@@ -47,8 +55,8 @@ class TrialSlo:
 
     deadlines: DeadlinePolicy  # Dp: the profiled model (plus slack) or a constant
     decode_deadline: float
-    target_fluidity: float = 0.9
-    percentile: float = 99.0
+    target_fluidity: float = DEFAULT_TARGET_FLUIDITY
+    percentile: float = DEFAULT_PERCENTILE
     objectives: tuple[Slo, ...] = ()
     goodput: GoodputBounds | None = None
     min_goodput_ratio: float | None = None
