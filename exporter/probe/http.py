@@ -190,6 +190,12 @@ class HttpConnection(asyncio.Protocol):
         self.bytes_received = False
         self._transport.write(request)
 
+    def catch_up(self) -> None:
+        """Take in what the server sent since the last read (its close, above all): a paced socket
+        (``stamped.py``) may hold it for up to a pace; the loop's transports deliver it as it comes."""
+        if isinstance(self._transport, StampedSocket):
+            self._transport.catch_up()
+
     @property
     def kernel_stamped(self) -> bool:
         """Whether this connection's reads carry the kernel's receive stamps (``stamped.py``)."""
@@ -247,6 +253,7 @@ class ConnectionPool:
         idle = self._idle.get(endpoint)
         while idle and not fresh:
             conn = idle.pop()
+            conn.catch_up()  # a close the server sent after the last answer makes it unusable
             if conn.reusable:
                 return conn, True
             self._discard(conn)

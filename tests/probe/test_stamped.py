@@ -158,3 +158,40 @@ async def test_a_server_that_closes_mid_stream_is_a_partial_stream() -> None:
             result = await asyncio.wait_for(client.send(RequestSpec(prompt="hi", max_tokens=4)), timeout=30)
     assert result.outcome is Outcome.STREAM_ABORTED
     assert result.output_tokens == 2
+
+
+async def test_a_close_right_after_an_answer_is_seen_before_the_connection_is_reused() -> None:
+    """llama-server closes the connection right after a streamed answer. Paced reads may not have read
+    that FIN yet when the next request takes the connection from the pool: it is read then, and the
+    request opens a fresh connection at once instead of failing on the closed one and being resent."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(20)
+    answered, closed = threading.Event(), threading.Event()
+    connections: list[int] = []
+
+    def serve() -> None:
+        with listener:
+            for index in range(2):
+                conn = listener.accept()[0]
+                connections.append(index)
+                read_request(conn)
+                conn.sendall(HEADERS + token(" a") + END)
+                answered.wait(10)  # the client has its answer: the FIN comes after the last read
+                conn.close()
+                closed.set()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    async with ProbeClient(settings(url)) as client:
+        first = await asyncio.wait_for(client.send(RequestSpec(prompt="hi", max_tokens=1)), timeout=30)
+        # Blocking the loop until the server has closed: the FIN waits in the socket, unread by the
+        # loop, when the next request asks the pool for a connection.
+        answered.set()
+        assert closed.wait(10)
+        second = await asyncio.wait_for(client.send(RequestSpec(prompt="hi", max_tokens=1)), timeout=30)
+    thread.join(timeout=20)
+    assert first.outcome is Outcome.OK and second.outcome is Outcome.OK, (first.error, second.error)
+    assert second.kernel_stamps
+    assert second.retries == 0  # not written to the closed connection first
+    assert connections == [0, 1]
