@@ -19,7 +19,11 @@ reads (``multi_event_reads``) and the saturation rule flags a request with too m
 that found a single ready socket does not pause, so a lone fast stream is read as it comes.
 
 The kernel stamps ``CLOCK_REALTIME``; ``kernel_time`` maps it onto the client's monotonic clock with the
-offset between the two read at the wake-up (a pure function), and a stamp later than the wake-up (a
+offset between the two read at the wake-up (a pure function). The wall clock is read between two reads
+of the monotonic one, and an offset whose two reads lie more than ``OFFSET_BRACKET_S`` apart (the
+process was preempted in between: on a busy machine by several ms, which would shift every stamp of
+that wake-up and put a stream's end before its last token) is not used: the last good one is. A
+stream's stamps never go back (``monotonic_stamp``). A stamp later than the wake-up (a
 step of the wall clock) falls back to the wake-up's own stamp. Sockets without a kernel stamp (another
 OS, TLS, an injected clock) keep the event loop's transports and read-time stamps (``http.py``).
 """
@@ -40,6 +44,7 @@ from weakref import WeakKeyDictionary
 
 Clock = Callable[[], float]
 PACE_S = 0.002  # while busy, how often the sockets are read
+OFFSET_BRACKET_S = 50e-6  # a wall-clock read between monotonic reads further apart maps nothing
 READ_BYTES = 256 * 1024  # one read's buffer, shared by every socket of a loop (uvloop reads 256 KiB too)
 # Python's socket module does not export SO_TIMESTAMPNS; 35 is its value (SO_TIMESTAMPNS_OLD, with a
 # 64-bit struct timespec) in Linux's asm-generic/socket.h, which these 64-bit architectures use.
@@ -76,6 +81,13 @@ def kernel_time(ancillary: list[tuple[int, int, bytes]], realtime_offset: float)
     return None
 
 
+def monotonic_stamp(stamp: float | None, now: float, previous: float) -> float:
+    """A read's stamp: the kernel's (``stamp``) unless it has none or lies after the wake-up ``now`` (a
+    step of the wall clock), then ``now``; never before the ``previous`` read of the same socket."""
+    chosen = now if stamp is None or stamp > now else stamp
+    return chosen if chosen >= previous else previous
+
+
 class SocketReads:
     """The epoll set of one event loop's stamped sockets, and the paced reading of them."""
 
@@ -90,6 +102,16 @@ class SocketReads:
         # an mmap, an mremap and an munmap per read (measured: a third of the client's CPU).
         self.buffer = memoryview(bytearray(READ_BYTES))
         self._buffers = (self.buffer,)
+        self._offset: float | None = None  # wall clock minus monotonic clock, from the last clean read
+
+    def clocks(self) -> tuple[float, float]:
+        """The monotonic now and the wall clock's offset from it (see the module docstring)."""
+        before = self._clock()
+        wall = time.time()
+        now = self._clock()
+        if self._offset is None or now - before <= OFFSET_BRACKET_S:
+            self._offset = wall - (before + now) / 2
+        return now, self._offset
 
     def add(self, stamped: StampedSocket) -> None:
         fd = stamped.fileno
@@ -135,8 +157,7 @@ class SocketReads:
 
     def _read_ready(self) -> int:
         """Read every ready socket once; returns how many were ready."""
-        now = self._clock()
-        offset = time.time() - now  # the wall clock, mapped onto the monotonic one for this wake-up
+        now, offset = self.clocks()
         ready = self._epoll.poll(0)
         sockets, read = self.sockets, self.read
         for fd, _ in ready:
@@ -148,8 +169,7 @@ class SocketReads:
     def read_now(self, stamped: StampedSocket) -> None:
         """Read ``stamped`` once, out of turn: what arrived since the last paced read (a FIN included)
         reaches its protocol now, not up to ``PACE_S`` later."""
-        now = self._clock()
-        self.read(stamped, now, time.time() - now)
+        self.read(stamped, *self.clocks())
 
     def read(self, stamped: StampedSocket, now: float, offset: float) -> None:
         """One ``recvmsg`` of ``stamped`` and its bytes to the protocol, stamped by the kernel (``now``
@@ -165,7 +185,8 @@ class SocketReads:
             stamped.lose(None)  # the server closed its side
             return
         stamp = kernel_time(ancillary, offset) if ancillary else None
-        stamped.protocol.received(now if stamp is None or stamp > now else stamp, bytes(self.buffer[:size]))
+        stamped.last_stamp = monotonic_stamp(stamp, now, stamped.last_stamp)
+        stamped.protocol.received(stamped.last_stamp, bytes(self.buffer[:size]))
 
 
 _READS: WeakKeyDictionary[asyncio.AbstractEventLoop, SocketReads] = WeakKeyDictionary()
@@ -195,6 +216,7 @@ class StampedSocket(asyncio.Transport):
         self._closing = False
         self._closed = False
         self._close_when_sent = False
+        self.last_stamp = 0.0  # of the latest read: the next one is never earlier
 
     def start(self) -> None:
         self.protocol.connection_made(self)

@@ -305,17 +305,19 @@ def idle_connection_closed_after(base_url: str, limit: float = 10.0) -> float:
 
 
 async def request_after_server_closed_idle_connection(
-    base_url: str, api: str
+    base_url: str, api: str, *, kernel_stamps: bool = True
 ) -> tuple[ProbeResult, ProbeResult]:
     """Two requests on one client, the second sent on the keep-alive connection of the first after
     the server closed it.
 
     The event loop is blocked (``time.sleep``) across the server's keep-alive timeout, so the server's
-    FIN is waiting unread when the second request takes the pooled connection: aiohttp still believes
-    it open and writes to it. That is what a daemon whose loop is busy at the wrong moment meets (one
-    request in 32 with vLLM's own benchmark client against llama.cpp); blocking makes it certain."""
+    FIN is waiting unread when the second request takes the pooled connection. On the loop's own
+    transports (``kernel_stamps=False``: TLS targets) the connection still looks open and the request
+    is written to it: what a daemon whose loop is busy at the wrong moment meets (one request in 32
+    with vLLM's own benchmark client against llama.cpp); blocking makes it certain. A kernel-stamped
+    connection is read once more before the pool hands it out, so the FIN is seen first."""
     settings = TargetSettings(base_url, api=api)  # type: ignore[arg-type]
-    async with ProbeClient(settings, monitor_lag=False) as client:
+    async with ProbeClient(settings, monitor_lag=False, kernel_stamps=kernel_stamps) as client:
         first = await client.send(RequestSpec(prompt="keep alive one", max_tokens=8))
         time.sleep(KEEP_ALIVE_S + 0.5)  # deliberately blocking: see the docstring
         second = await client.send(RequestSpec(prompt="keep alive two", max_tokens=8))
@@ -323,10 +325,10 @@ async def request_after_server_closed_idle_connection(
 
 
 def check_resent_on_fresh_connection(first: ProbeResult, second: ProbeResult, *, stale: bool = True) -> None:
-    """``stale``: the server kept the first connection open after its answer, so the second request met
-    the closed connection and had to be resent. Without it (llama.cpp's server closes the connection
-    right after a streamed answer) the client sees the close before it reuses the connection, and the
-    second request goes out on a fresh one at once: no resend, and no failure either way."""
+    """``stale``: the second request met the closed connection and had to be resent. Without it (the
+    client saw the close before it reused the connection: llama.cpp's server closes it right after a
+    streamed answer, and a kernel-stamped connection is read before reuse) the second request goes out
+    on a fresh one at once: no resend, and no failure either way."""
     assert first.outcome is Outcome.OK and first.retries == 0, first.error
     assert second.outcome is Outcome.OK, second.error
     # It failed on the stale connection and was resent, and that is counted.

@@ -98,7 +98,14 @@ def test_capacity_search_brackets_a_finite_capacity(vllm: EngineServer, tmp_path
     check_brackets_a_finite_capacity(run_capacity_search(vllm.base_url, tmp_path, start=8.0))
 
 
-def test_idle_keep_alive_close_costs_no_failed_probe(vllm: EngineServer) -> None:
+@pytest.mark.parametrize("kernel_stamps", [False, True])
+def test_idle_keep_alive_close_costs_no_failed_probe(vllm: EngineServer, kernel_stamps: bool) -> None:
+    """uvicorn closes an idle connection after 5 s. On the loop's transports a busy loop leaves its FIN
+    unread and the next request is resent on a fresh connection (counted); a kernel-stamped connection
+    is read before the pool hands it out, so the request goes out on a fresh one at once."""
     assert idle_connection_closed_after(vllm.base_url) == pytest.approx(KEEP_ALIVE_S, abs=0.5)
-    first, second = asyncio.run(request_after_server_closed_idle_connection(vllm.base_url, "completions"))
-    check_resent_on_fresh_connection(first, second)
+    first, second = asyncio.run(
+        request_after_server_closed_idle_connection(vllm.base_url, "completions", kernel_stamps=kernel_stamps)
+    )
+    assert second.kernel_stamps is kernel_stamps
+    check_resent_on_fresh_connection(first, second, stale=not kernel_stamps)
