@@ -132,7 +132,7 @@ class Bed:
         )
         self.workload = workload
         self.units: dict[int, TrialPlan] = {}
-        self.cache: dict[tuple[float, bool, int], TrialReport] = {}
+        self.cache: dict[tuple[float, bool, int, tuple[int, int] | None], TrialReport] = {}
         self.simulated = 0
 
     def unit(self, part: int) -> TrialPlan:
@@ -146,16 +146,22 @@ class Bed:
             )  # fmt: skip
         return self.units[part]
 
-    def plan(self, load: float, early_stop: bool, part: int = 0) -> TrialPlan:
+    def plan(
+        self, load: float, early_stop: bool, part: int = 0, settle: tuple[int, int] | None = None
+    ) -> TrialPlan:
         unit = self.unit(part)
         assert unit.offsets is not None
-        return dataclasses.replace(unit, load=load, offsets=unit.offsets / load, early_stop=early_stop)
+        return dataclasses.replace(
+            unit, load=load, offsets=unit.offsets / load, early_stop=early_stop, settle=settle
+        )
 
-    def trial(self, load: float, early_stop: bool, part: int = 0) -> TrialReport:
-        key = (load, early_stop, part)
+    def trial(
+        self, load: float, early_stop: bool, part: int = 0, settle: tuple[int, int] | None = None
+    ) -> TrialReport:
+        key = (load, early_stop, part, settle)
         if key not in self.cache:
             engine = engine_for(self.preset, chunked_prefill=self.scenario.chunked)
-            self.cache[key] = virtual_trial(0, self.plan(load, early_stop, part), self.slo, engine)
+            self.cache[key] = virtual_trial(0, self.plan(load, early_stop, part, settle), self.slo, engine)
             self.simulated += 1
         return self.cache[key]
 
@@ -233,10 +239,12 @@ def ours(bed: Bed, start: float) -> Run:
     again, with new lengths and gaps), confident early stops."""
     parts: dict[float, int] = {}
 
-    async def run_trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+    async def run_trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
+    ) -> TrialReport:
         part = parts.get(load, 0)
         parts[load] = part + 1
-        return bed.trial(load, may_stop, part)
+        return bed.trial(load, may_stop, part, settle)
 
     settings = SearchSettings(start=start, max_load=MAX_LOAD, required=bed.slo.required)
     result = asyncio.run(search_capacity(settings, run_trial, early_stop=True))
@@ -326,7 +334,9 @@ def ours_point(bed: Bed, start: float) -> Run:
     """Our search on point verdicts (no intervals, no repeats), with the same confident early stops:
     what honesty about the sample costs, measured beside it."""
 
-    async def run_trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+    async def run_trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
+    ) -> TrialReport:
         return bed.trial(load, may_stop)
 
     result = asyncio.run(search_capacity(SearchSettings(start=start, max_load=MAX_LOAD), run_trial))
