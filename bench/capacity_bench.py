@@ -12,8 +12,9 @@ procedures alone.
   failure. The capacity is the highest passing load below the lowest failing one.
 * Ours: ``exporter.jobs.capacity.search_capacity`` as the daemon runs it: tolerance 5%, each trial's
   pass fraction judged by its 95% Clopper-Pearson interval (an inconclusive end of the final bracket is
-  run again with new lengths and gaps, at most 3 trials per load), early stops only on a confident
-  failure. Its answer is its lower bound whatever the state it reports (found, lower bound,
+  run again with new lengths and gaps where that alone could make it ``found``, at most 3 trials per
+  load; a repeat at the lower end stops at the miss that makes its pass impossible), early stops only
+  on a confident failure. Its answer is its lower bound whatever the state it reports (found, lower bound,
   inconclusive), so its error compares with the others'.
 * Point: the same search on point verdicts (no intervals, no repeats), with the same confident early
   stops: what the honesty costs.

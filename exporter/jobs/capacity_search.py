@@ -51,7 +51,8 @@ verdicts and the headroom, as before; but where the search would end, an inconcl
 uncertainty of the answer most, and a repeat far from the answer would change nothing it reports. It is
 repeated only where more trials like its own could settle it (``could_settle``): at p99 a load with one
 miss in 200 stays inconclusive even over 600 requests, so those repeats would spend tokens for nothing.
-Nor is an end repeated when the other end cannot settle: the search could not end ``found`` anyway.
+Nor is an end repeated unless the other end is confident already: with both unsure, the search would
+need two settled repeats (or more) to end ``found``.
 
 A repeat at the lower end runs for its pass alone: it is told the counts seen there (``settling``,
 ``TrialPlan.settle``) and stops at the miss that makes a confident pass impossible (at p99 after 200
@@ -231,15 +232,16 @@ def next_load(settings: SearchSettings, history: Sequence[Observation]) -> float
 
 
 def _confirm(settings: SearchSettings, found: Bracket) -> float | None:
-    """The search would end here: run an inconclusive end again (the answer, ``low``, first), but only
-    while the search could still end ``found``: every inconclusive end ran fewer than ``max_parts``
-    times and more trials like its own could settle it. When one end cannot settle (at p99, 197 of 200
-    fluid at ``high`` stays inconclusive even over 600), repeating the other buys no better state."""
+    """The search would end here: run an inconclusive end again, but only where that alone could make
+    the search end ``found``: the other end is already confident, the end ran fewer than ``max_parts``
+    times and more trials like its own could settle it. With both ends unsure (at p99, 200 of 200 at
+    ``low`` and 196 of 200 at ``high``) both would have to settle, a trial or more each, and one that
+    cannot (197 of 200 stays inconclusive even over 600) makes repeating the other worthless."""
     unsure = [
         end for end in (found.low, found.high)
         if end is not None and verdict(settings, end) is Verdict.INCONCLUSIVE
     ]  # fmt: skip
-    if unsure and all(end.parts < settings.max_parts and could_settle(settings, end) for end in unsure):
+    if len(unsure) == 1 and unsure[0].parts < settings.max_parts and could_settle(settings, unsure[0]):
         return unsure[0].load
     return None
 

@@ -26,7 +26,7 @@ from exporter.jobs.capacity_search import (
 from exporter.jobs.drain import wait_drained
 from exporter.jobs.runners import default_floor, search_settings, trial_time_limit
 from exporter.jobs.search_progress import SearchProgress
-from exporter.jobs.trial import TrialPlan, TrialReport, stop_reason
+from exporter.jobs.trial import Tally, TrialPlan, TrialReport, stop_reason
 from exporter.jobs.trial_verdict import TrialSlo, judge
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec
@@ -179,6 +179,28 @@ def test_no_end_is_repeated_when_the_other_cannot_settle() -> None:
     history = [Observation(10.0, True, 1.01, 200, 200), Observation(10.4, False, 0.99, 197, 200)]
     assert could_settle(settings, history[0]) and not could_settle(settings, history[1])
     assert next_load(settings, history) is None and outcome(settings, history) is State.INCONCLUSIVE
+
+
+def test_no_end_is_repeated_while_the_other_is_unsure_too() -> None:
+    """200/200 below 196/200: each could settle, but the search would need both to end ``found``, a
+    repeat or more each, so it ends inconclusive now (the rule before this one repeated the lower end)."""
+    settings = SearchSettings(start=1.0, max_load=100.0, required=P99, max_parts=3)
+    history = [Observation(10.0, True, 1.01, 200, 200), Observation(10.4, False, 0.99, 196, 200)]
+    assert all(could_settle(settings, end) for end in history)
+    assert next_load(settings, history) is None and outcome(settings, history) is State.INCONCLUSIVE
+
+
+async def test_a_live_repeat_stops_at_the_miss_that_makes_its_pass_impossible() -> None:
+    slo = TrialSlo(DeadlinePolicy(prefill_deadline=1.0), decode_deadline=0.05)
+    plan = TrialPlan(10.0, tuple(RequestSpec("x", 20) for _ in range(200)), 0, settle=(200, 200))
+    tallies = {"settling": Tally(plan, slo), "ordinary": Tally(dataclasses.replace(plan, settle=None), slo)}
+    for tally in tallies.values():
+        for fluid in (True, True, False):
+            result = result_with(fluid)
+            result.extra["measured"] = True
+            tally.on_result(result)
+    assert tallies["settling"].decided.is_set() and tallies["settling"].reason == "cannot_settle"
+    assert not tallies["ordinary"].decided.is_set() and tallies["ordinary"].reason is None
 
 
 def test_a_repeat_at_the_lower_end_is_told_what_it_must_settle() -> None:
