@@ -12,8 +12,9 @@ procedures alone.
   failure. The capacity is the highest passing load below the lowest failing one.
 * Ours: ``exporter.jobs.capacity.search_capacity`` as the daemon runs it: tolerance 5%, each trial's
   pass fraction judged by its 95% Clopper-Pearson interval (an inconclusive end of the final bracket is
-  run again with new lengths and gaps, at most 3 trials per load), early stops only on a confident
-  failure. Its answer is its lower bound whatever the state it reports (found, lower bound,
+  run again with new lengths and gaps where that alone could make it ``found``, at most 3 trials per
+  load; a repeat at the lower end stops at the miss that makes its pass impossible), early stops only
+  on a confident failure. Its answer is its lower bound whatever the state it reports (found, lower bound,
   inconclusive), so its error compares with the others'.
 * Point: the same search on point verdicts (no intervals, no repeats), with the same confident early
   stops: what the honesty costs.
@@ -132,7 +133,7 @@ class Bed:
         )
         self.workload = workload
         self.units: dict[int, TrialPlan] = {}
-        self.cache: dict[tuple[float, bool, int], TrialReport] = {}
+        self.cache: dict[tuple[float, bool, int, tuple[int, int] | None], TrialReport] = {}
         self.simulated = 0
 
     def unit(self, part: int) -> TrialPlan:
@@ -146,16 +147,22 @@ class Bed:
             )  # fmt: skip
         return self.units[part]
 
-    def plan(self, load: float, early_stop: bool, part: int = 0) -> TrialPlan:
+    def plan(
+        self, load: float, early_stop: bool, part: int = 0, settle: tuple[int, int] | None = None
+    ) -> TrialPlan:
         unit = self.unit(part)
         assert unit.offsets is not None
-        return dataclasses.replace(unit, load=load, offsets=unit.offsets / load, early_stop=early_stop)
+        return dataclasses.replace(
+            unit, load=load, offsets=unit.offsets / load, early_stop=early_stop, settle=settle
+        )
 
-    def trial(self, load: float, early_stop: bool, part: int = 0) -> TrialReport:
-        key = (load, early_stop, part)
+    def trial(
+        self, load: float, early_stop: bool, part: int = 0, settle: tuple[int, int] | None = None
+    ) -> TrialReport:
+        key = (load, early_stop, part, settle)
         if key not in self.cache:
             engine = engine_for(self.preset, chunked_prefill=self.scenario.chunked)
-            self.cache[key] = virtual_trial(0, self.plan(load, early_stop, part), self.slo, engine)
+            self.cache[key] = virtual_trial(0, self.plan(load, early_stop, part, settle), self.slo, engine)
             self.simulated += 1
         return self.cache[key]
 
@@ -233,10 +240,12 @@ def ours(bed: Bed, start: float) -> Run:
     again, with new lengths and gaps), confident early stops."""
     parts: dict[float, int] = {}
 
-    async def run_trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+    async def run_trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
+    ) -> TrialReport:
         part = parts.get(load, 0)
         parts[load] = part + 1
-        return bed.trial(load, may_stop, part)
+        return bed.trial(load, may_stop, part, settle)
 
     settings = SearchSettings(start=start, max_load=MAX_LOAD, required=bed.slo.required)
     result = asyncio.run(search_capacity(settings, run_trial, early_stop=True))
@@ -326,7 +335,9 @@ def ours_point(bed: Bed, start: float) -> Run:
     """Our search on point verdicts (no intervals, no repeats), with the same confident early stops:
     what honesty about the sample costs, measured beside it."""
 
-    async def run_trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+    async def run_trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
+    ) -> TrialReport:
         return bed.trial(load, may_stop)
 
     result = asyncio.run(search_capacity(SearchSettings(start=start, max_load=MAX_LOAD), run_trial))

@@ -19,12 +19,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from exporter.jobs.trial import ABOVE_ONE, TrialPlan, TrialReport, give_up_bound
+from exporter.jobs.trial import ABOVE_ONE, STOPPED_EARLY, TrialPlan, TrialReport, give_up_bound, stop_reason
 from exporter.jobs.trial_verdict import TrialSlo, judge
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.sim.engine import Emission, Engine, SimRequest, run_virtual
 from exporter.sim.presets import Preset
-from exporter.stats.headroom import decided_failure
 
 
 def engine_for(preset: Preset, *, chunked_prefill: bool | None = None) -> Engine:
@@ -77,9 +76,9 @@ def virtual_trial(index: int, plan: TrialPlan, slo: TrialSlo, engine: Engine) ->
     """Run ``plan`` on ``engine`` and judge it as a live trial would be judged."""
     results = simulate(engine, plan)
     measured = [r for r in results if r.extra["measured"]]
-    stop_at = _decision_time(measured, plan, slo) if plan.early_stop else None
+    decision = _decision(measured, plan, slo) if plan.early_stop else None
+    stop_at, ended_by = decision if decision is not None else (None, "requests")
     end = max((r.finished_at or 0.0) for r in results) if results else 0.0
-    ended_by = "early_stop" if stop_at is not None else "requests"
     if plan.time_limit_s is not None and min(stop_at or end, end) > plan.time_limit_s:
         stop_at, ended_by = plan.time_limit_s, "time_limit"
     given_up: list[float] = []
@@ -90,16 +89,18 @@ def virtual_trial(index: int, plan: TrialPlan, slo: TrialSlo, engine: Engine) ->
     verdict = judge(measured, slo, given_up)
     sent = [r for r in results if (r.scheduled_at or 0.0) <= end]
     tokens = sum(_tokens_by(r, end) for r in sent)
-    report = TrialReport.of(index, plan.load, verdict, len(sent), end, tokens, ended_by == "early_stop")
+    report = TrialReport.of(index, plan.load, verdict, len(sent), end, tokens, ended_by in STOPPED_EARLY)
     report.planned, report.ended_by = plan.measured, ended_by
     return report
 
 
-def _decision_time(measured: list[ProbeResult], plan: TrialPlan, slo: TrialSlo) -> float | None:
+def _decision(measured: list[ProbeResult], plan: TrialPlan, slo: TrialSlo) -> tuple[float, str] | None:
+    """When the live tally would stop the trial, and why (``exporter.jobs.trial.stop_reason``)."""
     moments = sorted(t for t in (_certain_failure(r, slo) for r in measured) if t is not None)
     for count, moment in enumerate(moments, start=1):
-        if decided_failure(count, plan.measured, slo.percentile, slo.confidence):
-            return moment
+        reason = stop_reason(count, plan, slo)
+        if reason is not None:
+            return moment, reason
     return None
 
 

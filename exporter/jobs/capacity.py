@@ -29,14 +29,16 @@ from exporter.jobs.capacity_search import (
     outcome,
     pass_interval,
     pool,
+    settling,
     verdict,
 )
 from exporter.jobs.drain import Drained
 from exporter.jobs.trial import TrialReport
 from exporter.jobs.trial_verdict import SHARDS_REASON
 
-# (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's)
-RunTrial = Callable[[int, float, bool, float | None], Awaitable[TrialReport]]
+# (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's,
+# the (successes, requests) seen at the load when the trial runs to settle its pass: ``TrialPlan.settle``)
+RunTrial = Callable[[int, float, bool, float | None, tuple[int, int] | None], Awaitable[TrialReport]]
 OnTrial = Callable[[TrialReport], None]
 OnStart = Callable[[int, float], None]  # a trial (index, load) is about to start
 Afford = Callable[[float], str | None]  # a reason not to run a trial at this load, or None
@@ -212,7 +214,8 @@ async def search_capacity(
         may_stop = early_stop and any(not t.passed for t in trials)
         if on_start is not None:
             on_start(len(trials) + 1, load)
-        trial = await run_trial(len(trials) + 1, load, may_stop, clock.left())
+        settle = settling(settings, history, load)
+        trial = await run_trial(len(trials) + 1, load, may_stop, clock.left(), settle)
         if drained is not None:
             trial.drain_wait_s, trial.drained_by = drained.waited_s, drained.how
         clock.spent += trial.duration_s

@@ -51,6 +51,14 @@ verdicts and the headroom, as before; but where the search would end, an inconcl
 uncertainty of the answer most, and a repeat far from the answer would change nothing it reports. It is
 repeated only where more trials like its own could settle it (``could_settle``): at p99 a load with one
 miss in 200 stays inconclusive even over 600 requests, so those repeats would spend tokens for nothing.
+Nor is an end repeated unless the other end is confident already: with both unsure, the search would
+need two settled repeats (or more) to end ``found``.
+
+A repeat at the lower end runs for its pass alone: it is told the counts seen there (``settling``,
+``TrialPlan.settle``) and stops at the miss that makes a confident pass impossible (at p99 after 200
+of 200, its first). Run on, it would only re-judge the load's point verdict on a new sample, whose
+capacity differs from the first one's by 5-10%: measured on ``bench/capacity_bench.py``, repeats that
+went on to fail moved the answer more than 5% below the capacity in 8 of 48 runs.
 """
 
 from __future__ import annotations
@@ -224,17 +232,31 @@ def next_load(settings: SearchSettings, history: Sequence[Observation]) -> float
 
 
 def _confirm(settings: SearchSettings, found: Bracket) -> float | None:
-    """The search would end here: run an end again while its verdict is inconclusive (the answer,
-    ``low``, first), unless it ran ``max_parts`` times already or repeating it is unlikely to settle it."""
-    for end in (found.low, found.high):
-        if (
-            end is not None
-            and verdict(settings, end) is Verdict.INCONCLUSIVE
-            and end.parts < settings.max_parts
-            and could_settle(settings, end)
-        ):
-            return end.load
+    """The search would end here: run an inconclusive end again, but only where that alone could make
+    the search end ``found``: the other end is already confident, the end ran fewer than ``max_parts``
+    times and more trials like its own could settle it. With both ends unsure (at p99, 200 of 200 at
+    ``low`` and 196 of 200 at ``high``) both would have to settle, a trial or more each, and one that
+    cannot (197 of 200 stays inconclusive even over 600) makes repeating the other worthless."""
+    unsure = [
+        end for end in (found.low, found.high)
+        if end is not None and verdict(settings, end) is Verdict.INCONCLUSIVE
+    ]  # fmt: skip
+    if len(unsure) == 1 and unsure[0].parts < settings.max_parts and could_settle(settings, unsure[0]):
+        return unsure[0].load
     return None
+
+
+def settling(settings: SearchSettings, history: Sequence[Observation], load: float) -> tuple[int, int] | None:
+    """(successes, requests) seen at ``load`` when the next trial there is run to settle the lower
+    end's pass (None otherwise). Such a trial can stop once its misses make the pass impossible
+    (``exporter.jobs.trial.stop_reason``): it was run for that pass alone."""
+    found = bracket(pool(settings, history))
+    low = found.low
+    if low is None or low.load != load or not converged(settings, found):
+        return None
+    if low.successes is None or not low.requests or verdict(settings, low) is not Verdict.INCONCLUSIVE:
+        return None
+    return low.successes, low.requests
 
 
 def could_settle(settings: SearchSettings, end: Observation) -> bool:

@@ -249,7 +249,14 @@ class _SearchTrials:
     salt: int = field(default_factory=lambda: secrets.randbits(40))  # no prefix cache from another search
     repeats: Counter[float] = field(default_factory=Counter)  # trials so far at each load
 
-    def plan(self, index: int, load: float, may_stop: bool, time_left: float | None = None) -> TrialPlan:
+    def plan(
+        self,
+        index: int,
+        load: float,
+        may_stop: bool,
+        time_left: float | None = None,
+        settle: tuple[int, int] | None = None,
+    ) -> TrialPlan:
         # A repeat at a load draws new lengths and gaps: the same ones would only replay the same sample.
         params = self.params
         seed = params.seed + REPEAT_SEED_STEP * self.repeats[load]
@@ -258,15 +265,18 @@ class _SearchTrials:
             warmup=params.warmup_requests, requests=params.requests_per_trial, seed=seed,
             salt=self.salt + index * 1_000_000, duration_s=params.trial_duration_s, early_stop=may_stop,
         )  # fmt: skip
-        return dataclasses.replace(planned, time_limit_s=trial_time_limit(planned, params, time_left))
+        limit = trial_time_limit(planned, params, time_left)
+        return dataclasses.replace(planned, time_limit_s=limit, settle=settle)
 
     async def send(
         self, spec: RequestSpec, at: float | None, started: Callable[[ProbeResult], None]
     ) -> ProbeResult:
         return await self.client().send(spec, at, on_start=started)
 
-    async def run(self, index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
-        planned = self.plan(index, load, may_stop, time_left)
+    async def run(
+        self, index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
+    ) -> TrialReport:
+        planned = self.plan(index, load, may_stop, time_left, settle)
         self.repeats[load] += 1
         progress = self.progress
         if progress is not None:

@@ -58,7 +58,10 @@ def trial_line(trial: TrialReport, load_kind: str) -> str:
     if bounds:
         fraction += f" [{bounds[0]:.1%}, {bounds[1]:.1%}]"
     verdict = trial.verdict if trial.passed or trial.verdict != "fail" else f"fail ({trial.reason})"
-    ended = {"early_stop": ", stopped early", "time_limit": ", time limit"}.get(trial.ended_by, "")
+    ended = {
+        "early_stop": ", stopped early", "cannot_settle": ", stopped: cannot settle a pass",
+        "time_limit": ", time limit",
+    }.get(trial.ended_by, "")  # fmt: skip
     return (
         f"trial {trial.index}: {trial.load:.4g} {load_kind}, pass fraction {fraction}, {verdict}, "
         f"{trial.tokens} tokens, {trial.duration_s:.1f} s{ended}"

@@ -38,8 +38,11 @@ from exporter.load.sessions import planned_tokens, session_turns
 from exporter.load.workloads import Workload, specs_with_lengths
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
+from exporter.stats.binomial import Verdict as BinomialVerdict
+from exporter.stats.binomial import classify_fraction
 from exporter.stats.headroom import decided_failure
 
+STOPPED_EARLY = ("early_stop", "cannot_settle")  # ``ended_by`` of a trial its own tally stopped
 WATCH_INTERVAL_S = 0.05  # how often waiting requests are checked against their give-up wait
 StartedSend = Callable[[RequestSpec, float | None, Callable[[ProbeResult], None]], Awaitable[ProbeResult]]
 
@@ -56,6 +59,9 @@ class TrialPlan:
     duration_s: float | None = None
     early_stop: bool = True
     time_limit_s: float | None = None  # the trial ends after this long, whatever is in flight
+    # (successes, requests) of earlier trials at this load when this one runs to settle its pass: it
+    # stops once its misses make that pass impossible (``stop_reason``)
+    settle: tuple[int, int] | None = None
 
     @property
     def measured(self) -> int:
@@ -84,7 +90,7 @@ class TrialReport:
     tokens: int
     stopped_early: bool = False
     planned: int = 0  # measured requests planned
-    ended_by: str = "requests"  # "requests" (all sent and done), "early_stop" or "time_limit"
+    ended_by: str = "requests"  # "requests" (all sent and done), "early_stop", "cannot_settle", "time_limit"
     drain_wait_s: float = 0.0  # waited for a drained engine before it
     drained_by: str | None = None  # how that wait ended (``exporter.jobs.drain.Drained.how``)
 
@@ -101,7 +107,8 @@ class TrialReport:
     def counts(self) -> tuple[int, int] | None:
         """(requests that met the target, requests) for the pass-fraction interval. A trial stopped
         early counts as if every request it did not wait for had met the target: the stop rule made
-        it a confident failure even then."""
+        it a confident failure even then. One stopped because it could no longer settle a pass counts
+        only what it saw: counting the rest as met would lean towards the pass it could not show."""
         total, fluid = self.figures.get("requests"), self.figures.get("fluid_requests")
         if not isinstance(total, int) or not isinstance(fluid, int) or total == 0:
             return None
@@ -150,6 +157,7 @@ class Tally:
     measured: list[ProbeResult] = field(default_factory=list)
     failed: set[int] = field(default_factory=set)  # id() of measured requests certain to fail
     decided: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: str | None = None  # why it was decided (``stop_reason``)
 
     def on_result(self, result: ProbeResult) -> None:
         if not result.extra.get("measured"):
@@ -190,10 +198,32 @@ class Tally:
 
     def _failed(self, result: ProbeResult) -> None:
         self.failed.add(id(result))
-        if self.plan.early_stop and decided_failure(
-            len(self.failed), self.plan.measured, self.slo.percentile, self.slo.confidence
-        ):
+        reason = stop_reason(len(self.failed), self.plan, self.slo)
+        if reason is not None:
+            self.reason = reason
             self.decided.set()
+
+
+def stop_reason(failures: int, plan: TrialPlan, slo: TrialSlo) -> str | None:
+    """Why a trial with ``failures`` measured requests certain to fail may stop now, or None:
+    ``early_stop`` (a confident failure even if every other request met the target) or
+    ``cannot_settle`` (a trial run to settle its load's pass, ``plan.settle``, that can no longer
+    reach it even if every other request met the target: at p99 after 200 of 200, its first miss)."""
+    if not plan.early_stop:
+        return None
+    if decided_failure(failures, plan.measured, slo.percentile, slo.confidence):
+        return "early_stop"
+    if plan.settle is not None and failures and not could_pass(plan.settle, failures, plan.measured, slo):
+        return "cannot_settle"
+    return None
+
+
+def could_pass(before: tuple[int, int], failures: int, planned: int, slo: TrialSlo) -> bool:
+    """Whether the load's pooled pass fraction (``before`` plus this trial's ``planned`` requests) can
+    still be a confident pass with ``failures`` of them missing the target."""
+    successes, requests = before
+    pooled = successes + planned - failures, requests + planned
+    return classify_fraction(*pooled, slo.required, slo.confidence) is BinomialVerdict.PASS
 
 
 ABOVE_ONE = math.nextafter(1.0, math.inf)  # the factor of a request certain to fail is above 1
@@ -279,13 +309,14 @@ async def run_trial(
         if watcher is not None:
             watcher.cancel()
     now = time.perf_counter()
+    if ended_by == "early_stop":
+        ended_by = tally.reason or ended_by
     if ended_by != "requests":
         verdict = judge(list(tally.measured), slo, tally.given_up(now))
     else:
         verdict = judge(_measured_in_order(load.result().results), slo)
-    report = TrialReport.of(
-        index, plan.load, verdict, len(tally.started), now - began, tally.tokens(), ended_by == "early_stop"
-    )
+    early = ended_by in STOPPED_EARLY
+    report = TrialReport.of(index, plan.load, verdict, len(tally.started), now - began, tally.tokens(), early)
     report.planned, report.ended_by = plan.measured, ended_by
     return report
 

@@ -59,10 +59,13 @@ async def run_sharded_trial(
         verdict = judge(list(tally.measured), slo, tally.given_up(now))
     else:
         verdict = judge([r for r in report.in_order() if r.extra.get("measured")], slo)
-    return TrialReport.of(
+    trial = TrialReport.of(
         index, plan.load, with_shards(verdict, report), len(tally.started), now - began, tally.tokens(),
         stopped_early,
     )  # fmt: skip
+    if stopped_early and tally.reason is not None:
+        trial.ended_by = tally.reason  # a confident failure, or a pass it could no longer settle
+    return trial
 
 
 async def _until_done_or_decided(

@@ -4,6 +4,7 @@ drained-engine wait and progress by requests."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -19,14 +20,16 @@ from exporter.jobs.capacity_search import (
     next_load,
     outcome,
     pool,
+    settling,
     verdict,
 )
 from exporter.jobs.drain import wait_drained
 from exporter.jobs.runners import default_floor, search_settings, trial_time_limit
 from exporter.jobs.search_progress import SearchProgress
-from exporter.jobs.trial import TrialPlan, TrialReport
+from exporter.jobs.trial import Tally, TrialPlan, TrialReport, stop_reason
 from exporter.jobs.trial_verdict import TrialSlo, judge
 from exporter.probe.result import Outcome, ProbeResult
+from exporter.probe.target import RequestSpec
 from exporter.stats.binomial import Verdict
 from exporter.stats.headroom import decided_failure
 
@@ -52,7 +55,9 @@ async def test_a_target_failing_at_every_load_ends_at_the_floor_not_met() -> Non
     settings = SearchSettings(start=16.0, max_load=20.0, max_trials=30, floor=0.25)
     loads: list[float] = []
 
-    async def trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+    async def trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
+    ) -> TrialReport:
         loads.append(load)
         return counted(load, 0, 120, headroom=0.1)
 
@@ -75,7 +80,9 @@ async def test_the_time_budget_ends_a_search_and_bounds_each_trial() -> None:
     settings = SearchSettings(start=1.0, max_load=1000.0, max_trials=20)
     given: list[float | None] = []
 
-    async def trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+    async def trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
+    ) -> TrialReport:
         given.append(time_left)
         return counted(load, 200, 200, headroom=50.0)  # passes everywhere: only the budget ends it
 
@@ -165,6 +172,91 @@ def test_an_end_is_repeated_only_where_more_of_the_same_could_settle_it() -> Non
     assert not could_settle(SearchSettings(start=1.0, max_load=100.0), Observation(10.0, True, 1.0, 200, 200))
 
 
+def test_no_end_is_repeated_when_the_other_cannot_settle() -> None:
+    """200/200 at the lower end could settle, but 197/200 at the upper end stays inconclusive even over
+    600 requests: the search cannot end ``found``, so a repeat at the lower end would buy nothing."""
+    settings = SearchSettings(start=1.0, max_load=100.0, required=P99, max_parts=3)
+    history = [Observation(10.0, True, 1.01, 200, 200), Observation(10.4, False, 0.99, 197, 200)]
+    assert could_settle(settings, history[0]) and not could_settle(settings, history[1])
+    assert next_load(settings, history) is None and outcome(settings, history) is State.INCONCLUSIVE
+
+
+def test_no_end_is_repeated_while_the_other_is_unsure_too() -> None:
+    """200/200 below 196/200: each could settle, but the search would need both to end ``found``, a
+    repeat or more each, so it ends inconclusive now (the rule before this one repeated the lower end)."""
+    settings = SearchSettings(start=1.0, max_load=100.0, required=P99, max_parts=3)
+    history = [Observation(10.0, True, 1.01, 200, 200), Observation(10.4, False, 0.99, 196, 200)]
+    assert all(could_settle(settings, end) for end in history)
+    assert next_load(settings, history) is None and outcome(settings, history) is State.INCONCLUSIVE
+
+
+async def test_a_live_repeat_stops_at_the_miss_that_makes_its_pass_impossible() -> None:
+    slo = TrialSlo(DeadlinePolicy(prefill_deadline=1.0), decode_deadline=0.05)
+    plan = TrialPlan(10.0, tuple(RequestSpec("x", 20) for _ in range(200)), 0, settle=(200, 200))
+    tallies = {"settling": Tally(plan, slo), "ordinary": Tally(dataclasses.replace(plan, settle=None), slo)}
+    for tally in tallies.values():
+        for fluid in (True, True, False):
+            result = result_with(fluid)
+            result.extra["measured"] = True
+            tally.on_result(result)
+    assert tallies["settling"].decided.is_set() and tallies["settling"].reason == "cannot_settle"
+    assert not tallies["ordinary"].decided.is_set() and tallies["ordinary"].reason is None
+
+
+def test_a_repeat_at_the_lower_end_is_told_what_it_must_settle() -> None:
+    settings = SearchSettings(start=1.0, max_load=100.0, required=P99, max_parts=3)
+    history = [Observation(10.0, True, 1.01, 200, 200), Observation(10.4, False, 0.9, 170, 200)]
+    assert next_load(settings, history) == 10.0 and settling(settings, history, 10.0) == (200, 200)
+    assert settling(settings, history, 10.4) is None  # the upper end's repeat: the failure stop decides
+    assert settling(settings, history[:1], 10.0) is None  # not converged: an ordinary trial
+
+
+@pytest.mark.parametrize(
+    ("settle", "failures", "planned", "expected"),
+    [
+        ((200, 200), 1, 200, "cannot_settle"),  # 399/400 at best: the interval reaches below 99%
+        ((200, 200), 0, 200, None),
+        (None, 1, 200, None),  # an ordinary trial: one miss decides nothing
+        ((200, 200), 7, 200, "early_stop"),  # a confident failure of its own comes first
+        ((600, 600), 1, 200, None),  # 799/800 could still be a confident pass
+    ],
+)
+def test_a_trial_run_to_settle_a_pass_stops_once_it_cannot(
+    settle: tuple[int, int] | None, failures: int, planned: int, expected: str | None
+) -> None:
+    slo = TrialSlo(DeadlinePolicy(prefill_deadline=1.0), decode_deadline=0.05)
+    plan = TrialPlan(10.0, tuple(RequestSpec("x", 8) for _ in range(planned)), 0, settle=settle)
+    assert stop_reason(failures, plan, slo) == expected
+    assert stop_reason(failures, dataclasses.replace(plan, early_stop=False), slo) is None
+
+
+def test_a_trial_that_could_not_settle_counts_only_what_it_saw() -> None:
+    """Unlike a confident failure's stop, which counts the requests it did not wait for as met (the
+    failure holds even then), a stop for want of a pass must not lean towards that pass."""
+    trial = counted(10.0, 29, 30)
+    trial.planned, trial.ended_by = 200, "cannot_settle"
+    assert trial.counts() == (29, 30)
+    trial.ended_by = "early_stop"
+    assert trial.counts() == (199, 200)
+
+
+async def test_the_search_hands_the_settle_counts_to_the_repeat() -> None:
+    settings = SearchSettings(start=10.0, max_load=100.0, required=P99, max_parts=3)
+    asked: list[tuple[float, object]] = []
+
+    async def trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
+    ) -> TrialReport:
+        asked.append((load, settle))
+        if load <= 10.0:
+            return counted(load, 200, 200, headroom=1.01) if settle is None else counted(load, 29, 30)
+        return counted(load, 170, 200, headroom=0.9)
+
+    result = await run(settings, trial)
+    assert asked[-1] == (10.0, (200, 200))
+    assert result.state is State.INCONCLUSIVE and result.lower_bound == 10.0  # type: ignore[attr-defined]
+
+
 def test_early_stopping_needs_the_confidence_of_a_full_trial() -> None:
     """The CI trials decided by their first two requests: at p99 of 120, 2 misses are certain to sink
     the point verdict but are no confident failure; the stop now waits for one."""
@@ -225,7 +317,9 @@ async def test_the_search_reports_each_drain_wait_and_counts_it_against_the_budg
     async def drain() -> Drained:
         return Drained(30.0, "engine_idle")
 
-    async def trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+    async def trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
+    ) -> TrialReport:
         return counted(load, 200, 200, headroom=50.0)
 
     settings = SearchSettings(start=1.0, max_load=1000.0, max_trials=20)

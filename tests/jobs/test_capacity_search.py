@@ -245,7 +245,9 @@ async def test_search_capacity_reports_why_it_stopped(
 ) -> None:
     may_stop: list[bool] = []
 
-    async def run_trial(index: int, load: float, stop: bool, time_left: float | None) -> TrialReport:
+    async def run_trial(
+        index: int, load: float, stop: bool, time_left: float | None, settle: object
+    ) -> TrialReport:
         may_stop.append(stop)
         return report(index, load, curve)
 

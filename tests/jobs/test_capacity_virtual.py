@@ -63,7 +63,9 @@ class Bed:
         return self.cache[(load, early_stop)]
 
     async def search(self, start: float) -> float | None:
-        async def run_trial(index: int, load: float, may_stop: bool, time_left: float | None) -> TrialReport:
+        async def run_trial(
+            index: int, load: float, may_stop: bool, time_left: float | None, settle: object
+        ) -> TrialReport:
             return self.trial(load, may_stop)
 
         result = await search_capacity(SearchSettings(start=start, max_load=1000.0), run_trial)

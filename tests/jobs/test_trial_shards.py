@@ -115,7 +115,9 @@ async def test_a_shard_starting_late_keeps_the_trial_from_passing(sim: SimServer
 async def test_a_search_stops_at_a_trial_with_shard_problems() -> None:
     problems = ["shard 1 died: exit code -9"]
 
-    async def trial(index: int, load: float, _may_stop: bool, _time_left: float | None) -> TrialReport:
+    async def trial(
+        index: int, load: float, _may_stop: bool, _time_left: float | None, _settle: object
+    ) -> TrialReport:
         figures = {"shards": {"shards": [], "problems": problems}}
         return TrialReport(index, load, False, SHARDS_REASON, 2.0, figures, 10, 1.0, 100)
 
