@@ -67,7 +67,7 @@ def test_bench_report_agrees_with_itself_and_with_llamacpp(
     llamacpp: EngineServer, api: str, extra_body: str | None, source: str, tmp_path: Path
 ) -> None:
     run = run_bench(
-        llamacpp.base_url, api, tmp_path / "report", requests=REQUESTS, rate=4.0, extra_body=extra_body
+        llamacpp.base_url, api, tmp_path / "report", requests=REQUESTS, concurrency=4, extra_body=extra_body
     )
     check_bench(run, REQUESTS)
     assert run.summary["requests"]["token_sources"] == {source: REQUESTS}

@@ -57,7 +57,7 @@ REEXPORTED = {
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_bench_report_agrees_with_itself_and_with_vllm(vllm: EngineServer, api: str, tmp_path: Path) -> None:
-    run = run_bench(vllm.base_url, api, tmp_path / "report", requests=REQUESTS, rate=2.0)
+    run = run_bench(vllm.base_url, api, tmp_path / "report", requests=REQUESTS, concurrency=2)
     check_bench(run, REQUESTS)
     assert run.summary["requests"]["token_sources"] == {"token_ids": REQUESTS}
     assert run.increase("vllm:request_success_total") == REQUESTS
