@@ -95,11 +95,14 @@ class HttpConnection(asyncio.Protocol):
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._sink: ResponseSink | None = None
         self._headers: dict[str, str] = {}
         self._parts: list[bytes] = []
+        # httptools' body callback, called once per read: the list's own append, so no Python frame
+        # runs for it (the parser looks its callbacks up when it is made, hence before it).
+        self.on_body: Callable[[bytes], None] = self._parts.append
+        self._parser = httptools.HttpResponseParser(self)
         self._now = 0.0
         self._complete = True  # no response in progress
         self._close_delimited = False
@@ -170,9 +173,6 @@ class HttpConnection(asyncio.Protocol):
         )
         if self._sink is not None:
             self._sink.on_headers(self._now, self._parser.get_status_code(), headers)
-
-    def on_body(self, body: bytes) -> None:
-        self._parts.append(body)
 
     def on_message_complete(self) -> None:
         self._complete = True
@@ -248,20 +248,24 @@ class ConnectionPool:
         self._idle: dict[Endpoint, list[HttpConnection]] = {}
         self._open: set[HttpConnection] = set()
 
-    async def acquire(self, endpoint: Endpoint, *, fresh: bool = False) -> tuple[HttpConnection, bool]:
-        """A connection to ``endpoint`` and whether it was reused (``fresh``: always a new one)."""
+    def reuse(self, endpoint: Endpoint) -> HttpConnection | None:
+        """An idle connection to ``endpoint`` that can serve another request, or None (no waiting)."""
         idle = self._idle.get(endpoint)
-        while idle and not fresh:
+        while idle:
             conn = idle.pop()
             conn.catch_up()  # a close the server sent after the last answer makes it unusable
             if conn.reusable:
-                return conn, True
+                return conn
             self._discard(conn)
+        return None
+
+    async def open(self, endpoint: Endpoint) -> HttpConnection:
+        """A new connection to ``endpoint``."""
         if self._kernel_stamps and not endpoint.tls:
             conn = HttpConnection(self._clock)
             await open_stamped(endpoint.host, endpoint.port, conn, self._clock)
             self._open.add(conn)
-            return conn, False
+            return conn
         loop = asyncio.get_running_loop()
         tls = self._ssl if endpoint.tls else None
         _, conn = await loop.create_connection(
@@ -272,7 +276,7 @@ class ConnectionPool:
             server_hostname=endpoint.host if tls is not None else None,
         )
         self._open.add(conn)
-        return conn, False
+        return conn
 
     @property
     def kernel_stamps(self) -> bool:

@@ -138,13 +138,19 @@ class StreamReader:
                 self._on_first_token()
 
     def _flush(self) -> None:
-        """Decode every kept read, in order, each with its own stamp."""
+        """Decode every kept read, in order, each with its own stamp (``_decode``'s fast path inline:
+        the first token has come, so only the end can change what the reader does next)."""
         kept, self._kept = self._kept or [], []
         self._kept_bytes = 0
+        state, lone_payload = self.state, self._decoder.lone_payload
         for now, body in kept:
-            if self.state.done:
+            if state.done:
                 break
-            self._decode(now, body)
+            payload = lone_payload(body)
+            if payload is None or state.on_payload(now, payload) is None:
+                self._decode(now, body)
+            elif state.done:
+                self._arm_drain()
 
     def flush_quietly(self) -> None:
         """Decode what was kept, for a request given up (its tokens still count); failures ignored."""

@@ -75,9 +75,10 @@ class SseDecoder:
             chunk = self._trim_start(chunk)
         if not chunk:
             return []
-        if self._lone_event(chunk):
+        payload = self.lone_payload(chunk)
+        if payload is not None:
             try:
-                return [SseEvent(chunk[6:-2].decode("utf-8"))]
+                return [SseEvent(payload.decode("utf-8"))]
             except UnicodeDecodeError as exc:
                 raise SseInvalidUtf8Error(f"invalid UTF-8 in an SSE line at byte {exc.start}") from None
         buffer = self._buffer + chunk if self._buffer else chunk
@@ -99,24 +100,23 @@ class SseDecoder:
     def lone_payload(self, chunk: bytes) -> bytes | None:
         """The data of ``chunk`` when it is exactly one whole ``data: ...`` event and nothing else is
         pending (the caller then reads it without ``feed``, which leaves the decoder as it was), else
-        None. Its bytes are not checked as UTF-8 here: the reader of the payload must."""
-        if self._started and not self._skip_lf and self._lone_event(chunk):
-            return chunk[6:-2]
-        return None
-
-    def _lone_event(self, chunk: bytes) -> bool:
-        """Whether ``chunk`` is exactly one whole ``data: ...`` event and nothing is pending: what one
-        read of a streaming server nearly always is, decoded without splitting it into lines."""
-        return (
+        None: what one read of a streaming server nearly always is, read without splitting it into
+        lines. Its bytes are not checked as UTF-8 here: the reader of the payload must."""
+        # One expression, no helper call: this runs on every token.
+        if (
             chunk[:6] == b"data: "
             and chunk[-2:] == b"\n\n"
+            and self._started
+            and not self._skip_lf
             and not self._buffer
             and not self._data
             and self._event is None
             and chunk.count(b"\n") == 2
             and b"\r" not in chunk
             and len(chunk) <= self._max_line
-        )
+        ):
+            return chunk[6:-2]
+        return None
 
     def _lines(self, lines: list[bytes], events: list[SseEvent]) -> None:
         # The hot path (one "data: {...}" line, then a blank line) stays inline: no call per line.

@@ -120,6 +120,15 @@ class StreamState:
             chunk = self.fast_read(payload.decode("utf-8"))
         except UnicodeDecodeError:
             return None
+        if isinstance(chunk, str):  # a plain content chunk (chunk_shapes.py): _on_chunk's text branch
+            result = self.result
+            result.token_times.append(now)
+            result.token_counts.append(self.counter.count_text(chunk))
+            if self.text is not None:
+                self.text.append(chunk)
+            self.has_token = True
+            self.token_reads += 1
+            return self.done
         if chunk is None:
             return None
         if self._on_chunk(now, chunk):
@@ -132,7 +141,7 @@ class StreamState:
 
     def _parse(self, data: str, event: str | None) -> Chunk:
         if self.fast_read is not None and (chunk := self.fast_read(data)) is not None:
-            return chunk
+            return Chunk(chunk) if isinstance(chunk, str) else chunk
         try:
             return read_chunk(self.fmt, loads(data), event)
         except ValueError as exc:  # JSONDecodeError is a ValueError

@@ -128,6 +128,9 @@ class TokenCounter:
             return TokenSource.TOKEN_IDS
         if chunk.completion_tokens is not None:
             return TokenSource.CONTINUOUS_USAGE
+        return self._text_source()
+
+    def _text_source(self) -> TokenSource:
         return TokenSource.TOKENIZER if self._text_counter is not None else TokenSource.CHUNKS
 
     def count(self, chunk: Chunk) -> int:
@@ -140,11 +143,27 @@ class TokenCounter:
         elif source is TokenSource.CONTINUOUS_USAGE and chunk.completion_tokens is not None:
             tokens = max(chunk.completion_tokens - self._base, 1)
         else:
-            tokens = self._by_text(chunk, source)
+            tokens = self._by_text(chunk.text or chunk.reasoning, source)
         self._base += tokens
         if not chunk.text:
             self.reasoning_tokens += tokens
         return tokens
+
+    def count_text(self, text: str) -> int:
+        """``count`` of a chunk that carries content ``text`` and nothing else (no token ids, no
+        usage): the plain chunk nearly every token is (``chunk_shapes.py``)."""
+        source = self.source
+        if source is None:  # what _choose says of such a chunk
+            source = self.source = self._text_source()
+        tokens = self._by_text(text, source)
+        self._base += tokens
+        return tokens
+
+    def _by_text(self, text: str, source: TokenSource) -> int:
+        if source is not TokenSource.CHUNKS and source is not TokenSource.TOKENIZER:
+            self.fallback_chunks += 1
+        counter = self._text_counter
+        return 1 if counter is None else max(counter(text), 1)
 
     def hold(self, chunk: Chunk) -> None:
         """A chunk without text that lists token ids: held-back tokens (see the module docstring)."""
@@ -161,13 +180,6 @@ class TokenCounter:
         if self.source is TokenSource.CONTINUOUS_USAGE and reported is not None:
             return max(reported - self._base, 0)
         return 0
-
-    def _by_text(self, chunk: Chunk, source: TokenSource) -> int:
-        if source not in (TokenSource.TOKENIZER, TokenSource.CHUNKS):
-            self.fallback_chunks += 1
-        if self._text_counter is None:
-            return 1
-        return max(self._text_counter(chunk.text or chunk.reasoning), 1)
 
     def needs_reconciling(self) -> bool:
         """Whether the counts are estimates that the final usage should correct."""

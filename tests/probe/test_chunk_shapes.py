@@ -1,4 +1,5 @@
-"""The typed fast path reads every chunk exactly as ``read_chunk`` does, or declines it."""
+"""The typed fast path reads every chunk exactly as ``read_chunk`` does, or declines it, and a stream
+accounted on it ends as on the general path."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from hypothesis import strategies as st
 
 from exporter.probe.chunk_shapes import FAST_READERS, chat_chunk, completion_chunk
 from exporter.probe.openai import FORMATS, Chunk, read_chunk
-from exporter.probe.stream import loads
+from exporter.probe.result import ProbeResult
+from exporter.probe.sse import SseEvent
+from exporter.probe.stream import StreamFailureError, StreamState, loads
+from exporter.probe.tokens import TokenCounter
 
 FAST = {"completions": completion_chunk, "chat": chat_chunk}
 
@@ -24,9 +28,15 @@ def general(api: str, data: str) -> Chunk | str:
         return f"error: {exc}"
 
 
+def fast_read(api: str, data: str) -> Chunk | None:
+    """What the fast path says, as a Chunk (a plain chunk's text alone is ``Chunk(text)``)."""
+    fast = FAST[api](data)
+    return Chunk(fast) if isinstance(fast, str) else fast
+
+
 def agrees(api: str, obj: Any) -> bool:
     data = json.dumps(obj)
-    fast = FAST[api](data)
+    fast = fast_read(api, data)
     return fast is None or fast == general(api, data)
 
 
@@ -66,7 +76,7 @@ DECLINED_CASES = [(api, obj) for api in sorted(FAST) for obj in DECLINED] + [
 @pytest.mark.parametrize("obj", COMMON, ids=lambda o: json.dumps(o)[:40])
 def test_common_shapes_take_the_fast_path_and_agree(api: str, obj: Any) -> None:
     data = json.dumps(obj)
-    fast = FAST[api](data)
+    fast = fast_read(api, data)
     if api == "completions" and "delta" in json.dumps(obj):
         assert fast is None or fast == general(api, data)  # a chat chunk sent to completions
         return
@@ -77,6 +87,31 @@ def test_common_shapes_take_the_fast_path_and_agree(api: str, obj: Any) -> None:
 @pytest.mark.parametrize(("api", "obj"), DECLINED_CASES, ids=lambda o: json.dumps(o)[:40])
 def test_shapes_with_a_decision_to_make_are_left_to_read_chunk(api: str, obj: Any) -> None:
     assert FAST[api](json.dumps(obj)) is None
+
+
+@pytest.mark.parametrize(
+    ("api", "obj"),
+    [
+        ("completions", {"id": "c", "choices": [{"index": 0, "text": " a", "logprobs": None}]}),
+        ("chat", {"choices": [{"index": 0, "delta": {"content": " a"}, "finish_reason": None}]}),
+    ],
+)
+def test_a_plain_token_chunk_comes_back_as_its_text_alone(api: str, obj: Any) -> None:
+    assert FAST[api](json.dumps(obj)) == " a"
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"choices": [{"text": " a", "finish_reason": "length"}]},
+        {"choices": [{"text": " a", "token_ids": [7]}]},
+        {"choices": [{"text": " a"}], "usage": {"completion_tokens": 1}},
+        {"choices": [{"text": ""}]},
+    ],
+    ids=lambda o: json.dumps(o)[:40],
+)
+def test_a_chunk_that_says_more_than_its_text_is_a_chunk(obj: Any) -> None:
+    assert isinstance(completion_chunk(json.dumps(obj)), Chunk)
 
 
 def test_invalid_json_is_declined() -> None:
@@ -131,3 +166,77 @@ CHUNK = st.fixed_dictionaries(
 @given(obj=CHUNK, api=st.sampled_from(sorted(FAST)))
 def test_any_chunk_the_fast_path_reads_it_reads_as_read_chunk_does(obj: dict[str, Any], api: str) -> None:
     assert agrees(api, obj)
+
+
+def account(api: str, payloads: list[str], *, fast: bool) -> tuple[object, ...]:
+    """A stream of one-event reads through ``StreamState``: each read on the fast path where it
+    takes it (``on_payload``), else (and always, when not ``fast``) through ``on_events``."""
+    state = StreamState(ProbeResult(api=api, max_tokens=8), FORMATS[api], TokenCounter())  # type: ignore[arg-type]
+    for index, data in enumerate(payloads):
+        now = float(index)
+        try:
+            taken = fast and state.on_payload(now, data.encode()) is not None
+            if not taken:
+                state.on_events(now, [SseEvent(data)])
+        except StreamFailureError as exc:
+            return ("failed", exc.outcome, index)
+    result, counter = state.result, state.counter
+    return (
+        result.token_times,
+        result.token_counts,
+        result.reasoning_times,
+        result.finish_reason,
+        result.completion_tokens_reported,
+        result.prompt_tokens_reported,
+        result.prompt_tokens_cached,
+        state.token_reads,
+        state.has_token,
+        counter.source,
+        counter.fallback_chunks,
+        counter.reasoning_tokens,
+        counter.needs_reconciling(),
+    )
+
+
+def well_formed(api: str, text: str, usage: int | None, ids: int | None) -> dict[str, Any]:
+    """A token chunk as servers send them: plain, or with continuous usage or token ids."""
+    choice: dict[str, Any] = {"text": text} if api == "completions" else {"delta": {"content": text}}
+    if ids is not None:
+        choice["token_ids"] = list(range(ids))
+    return {"choices": [choice]} | ({"usage": {"completion_tokens": usage}} if usage is not None else {})
+
+
+def stream_chunks(api: str) -> st.SearchStrategy[list[dict[str, Any]]]:
+    token = st.builds(
+        well_formed,
+        st.just(api),
+        st.sampled_from([" a", "", "ab"]),
+        st.one_of(st.none(), st.integers(0, 9)),
+        st.one_of(st.none(), st.integers(0, 3)),
+    )
+    return st.lists(st.one_of(token, token, CHUNK), min_size=1, max_size=8)
+
+
+MIXED_STREAMS = {
+    # A plain chunk between chunks with continuous usage: the next usage counts from it.
+    "usage, plain, usage": [(" a", 3, None), (" a", None, None), (" a", 9, None)],
+    # Between chunks listing token ids, and after held ids of a text-less chunk.
+    "ids, plain, held ids, ids": [(" a", None, 2), (" a", None, None), ("", None, 3), (" a", None, 1)],
+    "plain, then usage": [(" a", None, None), (" a", None, None), ("ab", 5, None)],
+}
+
+
+@pytest.mark.parametrize("api", sorted(FAST))
+@pytest.mark.parametrize("stream", MIXED_STREAMS.values(), ids=list(MIXED_STREAMS))
+def test_plain_chunks_among_counted_ones_are_accounted_as_on_the_general_path(
+    api: str, stream: list[tuple[str, int | None, int | None]]
+) -> None:
+    payloads = [json.dumps(well_formed(api, *chunk)) for chunk in stream]
+    assert account(api, payloads, fast=True) == account(api, payloads, fast=False)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data(), api=st.sampled_from(sorted(FAST)))
+def test_a_stream_on_the_fast_path_is_accounted_as_on_the_general_one(api: str, data: st.DataObject) -> None:
+    payloads = [json.dumps(chunk) for chunk in data.draw(stream_chunks(api))]
+    assert account(api, payloads, fast=True) == account(api, payloads, fast=False)
