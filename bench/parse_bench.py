@@ -1,0 +1,119 @@
+"""The probe client's per-token parsing cost, with no sockets: the typed fast path against the general one.
+
+Run: ``python bench/parse_bench.py [--streams 100] [--rounds 7]``. Replays the reads of 64-token streams
+as ``bench/truth_server.py`` sends them (completions and chat: the head, one read per content chunk,
+then the finish, usage and ``[DONE]`` chunks in one read), ``--streams`` of them interleaved read by
+read, through ``HttpConnection`` and ``StreamReader`` on uvloop, exactly as the client decodes what
+its sockets read. Two ways, interleaved round by round on the same reads:
+
+* ``client``: as the client runs (a plain chunk read as its text alone by ``chunk_shapes.py``);
+* ``general``: the typed fast path off (``StreamState.fast_read`` None: line-split SSE, JSON to dicts,
+  ``read_chunk``), the baseline.
+
+Prints process CPU per token of the best round of each and their ratio, and checks that both ways
+account every stream alike. This is only the decoding: ``bench/probe_bench.py`` measures the whole
+client over real sockets against ground truth. The VM is noisy: compare the ratio of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import sys
+import time
+from typing import Any
+
+import uvloop
+
+from exporter.probe.http import HttpConnection
+from exporter.probe.openai import FORMATS
+from exporter.probe.reader import StreamReader
+from exporter.probe.result import ProbeResult
+from exporter.probe.stream import StreamState
+from exporter.probe.tokens import TokenCounter
+
+# Run as ``python bench/parse_bench.py``, this folder is on the path and its parent is not.
+try:
+    from bench import truth_server
+except ModuleNotFoundError:
+    import truth_server
+
+TOKENS = 64
+
+
+class _Transport:
+    """Where the connection writes its request: nowhere."""
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+
+def stream_reads(api: str) -> list[bytes]:
+    chat = api == "chat"
+    content = truth_server.content_chunk(chat, 1)
+    return [truth_server.HEAD, *[content] * TOKENS, truth_server.closing_frames(chat, TOKENS)]
+
+
+async def replay(api: str, conns: list[HttpConnection], reads: list[bytes], fast: bool) -> list[Any]:
+    """Every stream's reads, interleaved read by read; returns what each stream's result says."""
+    states = []
+    for conn in conns:
+        state = StreamState(ProbeResult(api=api, max_tokens=TOKENS), FORMATS[api], TokenCounter())  # type: ignore[index]
+        if not fast:
+            state.fast_read = None
+        conn.start(b"", StreamReader(state, 1 << 20))
+        states.append(state)
+    for index, data in enumerate(reads):
+        for conn in conns:
+            conn.received(1.0 + index * 0.02, data)
+        await asyncio.sleep(0)  # the loop runs the readers' scheduled decoding
+    await asyncio.sleep(0)
+    summary = []
+    for state in states:
+        state.finish()
+        result = state.result
+        summary.append((result.outcome, result.token_times, result.token_counts, result.finish_reason))
+    return summary
+
+
+async def measure(api: str, streams: int, rounds: int) -> dict[str, float]:
+    reads = stream_reads(api)
+    conns = []
+    for _ in range(streams):
+        conn = HttpConnection(time.monotonic)
+        conn.connection_made(_Transport())  # type: ignore[arg-type]
+        conns.append(conn)
+    best = {"client": float("inf"), "general": float("inf")}
+    for round_ in range(rounds):
+        order = ["client", "general"] if round_ % 2 == 0 else ["general", "client"]
+        said = {}
+        for way in order:
+            start = time.process_time()
+            said[way] = await replay(api, conns, reads, fast=way == "client")
+            best[way] = min(best[way], time.process_time() - start)
+        if said["client"] != said["general"]:
+            raise SystemExit(f"{api}: the fast path and the general path account the streams differently")
+    return {way: seconds / (streams * TOKENS) * 1e6 for way, seconds in best.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, default=100, help="streams replayed together (default 100)")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of each way, interleaved (default 7)")
+    args = parser.parse_args()
+    gc.freeze()
+    print(f"{args.streams} interleaved streams of {TOKENS} tokens, best of {args.rounds} rounds")
+    print("api            client us/token   general us/token   client/general")
+    for api in ("completions", "chat"):
+        figures = uvloop.run(measure(api, args.streams, args.rounds))
+        ratio = figures["client"] / figures["general"]
+        print(f"{api:12s} {figures['client']:14.2f} {figures['general']:18.2f} {ratio:15.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
