@@ -70,7 +70,10 @@ def timing_errors(result: ProbeResult) -> list[str]:
 async def test_scripted_stream_gives_the_analytic_ttft_tbt_and_fluidity(sim: SimServer, api: str) -> None:
     """Within tolerance, or flagged unreliable by the probe itself: a wrong measurement that the probe
     does not flag fails at once. A noisy VM can make several attempts in a row unreliable (honestly
-    flagged); the test retries, and skips only if every attempt was flagged."""
+    flagged); the test retries, and skips only if no attempt could be judged. The simulator shares the
+    client's event loop here, so a late loop also delays its writes: with kernel stamps the client
+    reads those late writes exactly as sent (and rightly flags nothing), so an attempt during which the
+    loop lagged past the gap tolerance says nothing of the client and is retried."""
     assert fluidity(EXPECTED) == pytest.approx(1 - 5 / 34)
     spec = RequestSpec(
         prompt="hello", max_tokens=30, extra_body=script(ttft=0.05, gaps=0.02, stalls={"20": 0.22})
@@ -82,8 +85,12 @@ async def test_scripted_stream_gives_the_analytic_ttft_tbt_and_fluidity(sim: Sim
         wrong = timing_errors(result)
         if not wrong:
             return
+        if result.kernel_stamps and result.loop_lag_s > GAP_TOLERANCE_S:
+            continue  # the stream itself was late (see above): nothing to judge the client by
         assert result.unreliable, f"outside tolerance but not flagged unreliable: {wrong}"
-    pytest.skip(f"every attempt was flagged unreliable (a saturated VM); last: {wrong}")
+    pytest.skip(
+        f"every attempt was flagged unreliable or its stream sent late (a saturated VM); last: {wrong}"
+    )
 
 
 # Scripted chunk sizes 1, 3, 2, 4 (the last repeats, the final chunk is cut to fit 20 tokens).
