@@ -56,6 +56,12 @@ def engine_samples(base_url: str) -> dict[str, float]:
     return dict(totals)
 
 
+def engine_idle(base_url: str) -> bool:
+    """Whether llama-server is running and queueing nothing (its own gauges say so)."""
+    samples = engine_samples(base_url)
+    return samples["llamacpp:requests_processing"] == 0 and samples["llamacpp:requests_deferred"] == 0
+
+
 @dataclass(frozen=True)
 class BenchRun:
     """A finished ``bench`` run: its report, and the engine's samples around it."""

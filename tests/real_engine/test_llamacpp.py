@@ -23,6 +23,7 @@ from tests.real_engine.checks import (
     check_brackets_a_finite_capacity,
     check_resent_on_fresh_connection,
     engine_counted_our_probes,
+    engine_idle,
     engine_samples,
     failed_probes,
     idle_connection_closed_after,
@@ -35,6 +36,7 @@ from tests.real_engine.checks import (
     wait_for_samples,
 )
 from tests.support.measured import assert_measured
+from tests.support.wait import wait_until
 
 pytestmark = REAL_ENGINE
 
@@ -105,6 +107,9 @@ def test_capacity_search_brackets_a_finite_capacity(llamacpp: EngineServer, tmp_
 def test_prefill_profile_fits_llamacpps_prompt_times_and_reports_a_refused_length(
     llamacpp: EngineServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Requests an earlier test gave up on may still be in the engine (a starved one finishes them late):
+    # their prompt seconds must not count against ours.
+    wait_until(lambda: engine_idle(llamacpp.base_url), timeout=300, what="llama-server idle")
     before = engine_samples(llamacpp.base_url)
     output = tmp_path / "prefill.json"
     flags = ["profile", "--url", llamacpp.base_url, "--api", "completions", "--repeats", "2"]
