@@ -22,9 +22,9 @@ from exporter.config.model import (
     Target,
 )
 from exporter.config.targets import read_secret
-from exporter.config.values import check_cron, check_listen_address, check_name, check_target_url
+from exporter.config.values import check_cron, check_listen_address, check_target_url
 from exporter.load.cpus import available_cpus
-from exporter.options.reader import Context, Section, show
+from exporter.options.reader import Context, Section, check_name, show
 
 JOBS_KEYS = ("api_token", "limits", "history", "schedules", "workers", "shards")
 LIMIT_KEYS = (

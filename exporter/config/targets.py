@@ -14,9 +14,18 @@ from typing import Any, cast
 
 from exporter.config import bounds
 from exporter.config.model import DEFAULT_SLO, Budget, EngineMetrics, Target, Tls
-from exporter.config.values import check_name, check_target_url, check_url, reference, string_value
+from exporter.config.values import check_target_url, check_url, reference
 from exporter.engine.families import VALID_GATEWAY_KINDS, VALID_KINDS
-from exporter.options.reader import Context, Section, Substituted, Unresolved, child_path, show
+from exporter.options.reader import (
+    Context,
+    Section,
+    Substituted,
+    Unresolved,
+    check_name,
+    child_path,
+    show,
+    string_value,
+)
 from exporter.probe.target import APIS, Api, Secret, Timeouts
 
 TARGET_KEYS = (
