@@ -32,7 +32,7 @@ from exporter.config.model import (
     JobsConfig,
 )
 from exporter.config.modules import MODULE_KEYS, ModuleReader
-from exporter.config.targets import TargetReader, read_secret
+from exporter.config.targets import TargetReader
 from exporter.config.values import bucket_bound, check_listen_address, check_state_dir, positive_duration
 from exporter.options.reader import (
     Context,
@@ -46,6 +46,7 @@ from exporter.options.reader import (
     string_value,
 )
 from exporter.options.slo import SLO_KEYS
+from exporter.options.target import read_secret
 
 TOP_KEYS = ("global", "targets", "modules", "slos", "jobs")
 GLOBAL_KEYS = ("listen_address", "windows", "max_results_per_window", "state_dir", "buckets", "probe_token")
