@@ -51,11 +51,11 @@ def read_flags(
     problems = Problems()
     value = read(Section(raw, "", problems, keys))
     if problems:
-        raise OptionError("; ".join(_flag_problem(problem, flags) for problem in problems.items))
+        raise OptionError("; ".join(flag_problem(problem, flags) for problem in problems.items))
     return value
 
 
-def _flag_problem(problem: str, flags: Mapping[str, str]) -> str:
+def flag_problem(problem: str, flags: Mapping[str, str]) -> str:
     """``"objectives[1]: unknown SLO..."`` as ``"--objective: unknown SLO..."``."""
     path, _, message = problem.partition(": ")
     return f"{flag_of(path, flags)}: {message}"
