@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from exporter.options.slo import SloOptions
 from exporter.probe.result import Outcome, ProbeResult, intervals
 from exporter.stats.accounting import FluidityBatch
 from exporter.stats.batch import FloatArray, IntervalBatch
@@ -72,6 +73,18 @@ class DeadlinePolicy:
             "percentile": self.percentile,
         }
 
+    @classmethod
+    def of(cls, slo: SloOptions) -> DeadlinePolicy:
+        """The deadlines an SLO sets, however it was given (config, flags)."""
+        return cls(
+            prefill_deadline=slo.prefill_deadline_s,
+            prefill_model=slo.prefill_model,
+            scheduling_slack=slo.scheduling_slack_s,
+            decode_tiers=dict(slo.decode_tiers),
+            target_fluidity=slo.target_fluidity,
+            percentile=slo.percentile,
+        )
+
 
 @dataclass(frozen=True)
 class EvaluationSpec:
@@ -81,6 +94,11 @@ class EvaluationSpec:
     slos: tuple[Slo, ...] = ()
     goodput: GoodputBounds | None = None
     from_scheduled: bool = False  # charge the client's send lateness to the request (open-loop honesty)
+
+    @classmethod
+    def of(cls, slo: SloOptions, *, from_scheduled: bool = False) -> EvaluationSpec:
+        """Everything ``measure`` needs to evaluate results under ``slo``."""
+        return cls(DeadlinePolicy.of(slo), slo.objectives, slo.goodput, from_scheduled)
 
 
 @dataclass(frozen=True, eq=False)

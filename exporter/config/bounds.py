@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from exporter.load.workloads import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 from exporter.options.reader import MAX_DURATION_S
+from exporter.options.target import MAX_TIMEOUT_S  # targets[].timeouts.*: a day
 
 DAY_S = 86400.0
 # MAX_DURATION_S (366d): any duration without a tighter bound (SLO deadlines, goodput bounds)
 MAX_INTERVAL_S = 7 * DAY_S  # modules.*.schedule.interval and jitter: rarer probes are a cron line
-MAX_TIMEOUT_S = DAY_S  # targets[].timeouts.*
 MAX_SCRAPE_INTERVAL_S = 3600.0  # engine_metrics.interval, gateway_metrics.interval
 MAX_BACKOFF_S = DAY_S  # targets[].budget.max_backoff
 MAX_WINDOW_S = 31 * DAY_S  # global.windows: results are kept in memory for the longest one

@@ -34,11 +34,11 @@ from exporter.config.job_params import (
     SloSpec,
     geometric_ladder,
 )
-from exporter.config.values import check_name
 from exporter.load.arrivals import parse_arrival_spec
 from exporter.options.goodput import GOODPUT_KEYS, read_goodput
-from exporter.options.reader import Problems, Section, show
-from exporter.stats.slo import DECODE_TIERS, Slo, parse_slo
+from exporter.options.reader import Problems, Section, check_name, show
+from exporter.options.slo import read_objectives, read_percentile, read_target_fluidity
+from exporter.stats.slo import DECODE_TIERS
 
 CAPACITY_KEYS = tuple(f.name for f in fields(CapacityParams))
 PROFILE_KEYS = tuple(f.name for f in fields(ProfileParams))
@@ -234,7 +234,7 @@ def _value(problems: Problems, path: str, raw: Any, convert: Callable[[Any], T])
         return None
 
 
-# --- the SLO a capacity search holds the target to -----------------------------------------------
+# --- the SLO a capacity search holds the target to (overrides of a target's SLO, exporter.options.slo) --
 
 
 def _slo(sec: Section) -> SloSpec:
@@ -244,9 +244,9 @@ def _slo(sec: Section) -> SloSpec:
         decode_tier=_decode_tier(sec, decode_deadline is not None),
         decode_deadline_s=decode_deadline,
         prefill_deadline_s=sec.opt_duration("prefill_deadline_s", None),
-        target_fluidity=sec.opt_number("target_fluidity", None, 0.0, 1.0, low_open=True),
-        percentile=sec.opt_number("percentile", None, 0.0, 100.0, low_open=True),
-        objectives=_objectives(sec),
+        target_fluidity=read_target_fluidity(sec),
+        percentile=read_percentile(sec),
+        objectives=read_objectives(sec),
         goodput=read_goodput(goodput) if goodput is not None else None,
         min_goodput_ratio=sec.opt_number("min_goodput_ratio", None, 0.0, 1.0, low_open=True),
     )
@@ -265,17 +265,6 @@ def _etalon_tier(value: Any) -> str:
             f"unknown decode tier {show(value)}; valid: {', '.join(DECODE_TIERS)} (or give decode_deadline_s)"
         )
     return str(value)
-
-
-def _objectives(sec: Section) -> tuple[Slo, ...]:
-    parsed = [_value(sec.problems, path, raw, _objective) for path, raw in sec.items("objectives")]
-    return tuple(slo for slo in parsed if slo is not None)
-
-
-def _objective(value: Any) -> Slo:
-    if not isinstance(value, str):
-        raise ValueError(f"must be an SLO like ttft:p99<=2, got {show(value)}")
-    return parse_slo(value)
 
 
 # --- prefill profile ---------------------------------------------------------------------------------

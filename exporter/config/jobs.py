@@ -21,10 +21,10 @@ from exporter.config.model import (
     ShardsConfig,
     Target,
 )
-from exporter.config.targets import read_secret
-from exporter.config.values import check_cron, check_listen_address, check_name, check_target_url
+from exporter.config.values import check_cron, check_listen_address, check_target_url
 from exporter.load.cpus import available_cpus
-from exporter.options.reader import Context, Section, show
+from exporter.options.reader import Context, Section, check_name, show
+from exporter.options.target import read_secret
 
 JOBS_KEYS = ("api_token", "limits", "history", "schedules", "workers", "shards")
 LIMIT_KEYS = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -22,16 +22,8 @@ from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptB
 from exporter.load.sessions import ThinkTime
 from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import IndependentLengths, LengthSource, PairedLengths, Workload
+from exporter.options.slo import SloOptions
 from exporter.probe.target import Api, Secret, TargetSettings, Timeouts
-from exporter.stats.prefill import PrefillModel
-from exporter.stats.slo import (
-    DECODE_TIERS,
-    DEFAULT_PERCENTILE,
-    DEFAULT_PREFILL_DEADLINE_S,
-    DEFAULT_TARGET_FLUIDITY,
-    GoodputBounds,
-    Slo,
-)
 
 DEFAULT_LISTEN_ADDRESS = "0.0.0.0:9468"
 DEFAULT_SLO = "default"
@@ -236,33 +228,21 @@ class Module:
 
 
 @dataclass(frozen=True)
-class SloConfig:
-    """Deadlines (``Dp`` constant or from a profiled model, ``Dd`` tiers), objectives and goodput bounds."""
+class SloConfig(SloOptions):
+    """A named SLO of the config (``slos.<name>``): the options, read by ``read_slo``, and their name."""
 
     name: str = DEFAULT_SLO
-    prefill_deadline_s: float = DEFAULT_PREFILL_DEADLINE_S
-    prefill_model_file: str | None = None
-    prefill_model: PrefillModel | None = None  # read from prefill_model_file at load time
-    scheduling_slack_s: float = 0.0
-    decode_tiers: tuple[tuple[str, float], ...] = tuple(DECODE_TIERS.items())
-    target_fluidity: float = DEFAULT_TARGET_FLUIDITY
-    percentile: float = DEFAULT_PERCENTILE
-    objectives: tuple[Slo, ...] = ()
-    goodput: GoodputBounds | None = None
+
+    @classmethod
+    def of(cls, name: str, options: SloOptions) -> SloConfig:
+        return cls(name=name, **{f.name: getattr(options, f.name) for f in fields(SloOptions)})
 
     def deadline_policy(self) -> DeadlinePolicy:
-        return DeadlinePolicy(
-            prefill_deadline=self.prefill_deadline_s,
-            prefill_model=self.prefill_model,
-            scheduling_slack=self.scheduling_slack_s,
-            decode_tiers=dict(self.decode_tiers),
-            target_fluidity=self.target_fluidity,
-            percentile=self.percentile,
-        )
+        return DeadlinePolicy.of(self)
 
     def evaluation_spec(self, *, from_scheduled: bool = False) -> EvaluationSpec:
         """Everything ``exporter.evaluation`` needs to evaluate results under this SLO."""
-        return EvaluationSpec(self.deadline_policy(), self.objectives, self.goodput, from_scheduled)
+        return EvaluationSpec.of(self, from_scheduled=from_scheduled)
 
 
 @dataclass(frozen=True)

@@ -15,36 +15,19 @@ import numpy as np
 
 from exporter.config import bounds
 from exporter.config.model import Module, ProbeSchedule, SloConfig, Target, WorkloadSpec
-from exporter.config.values import (
-    arrival_spec,
-    check_cron,
-    check_name,
-    length_spec,
-    preset_spec,
-    read_prefill_model,
-    string_value,
-)
+from exporter.config.values import arrival_spec, check_cron, length_spec, preset_spec
 from exporter.load.arrivals import ArrivalProcess
 from exporter.load.distributions import Fixed
 from exporter.load.sessions import ThinkTime, parse_think_time
 from exporter.load.traces import TRACE_FORMATS, load_trace
 from exporter.load.workloads import PairedLengths, Workload
-from exporter.options.goodput import GOODPUT_KEYS, read_goodput
 from exporter.options.reader import Context, Section, show
-from exporter.stats.prefill import PrefillModel
-from exporter.stats.slo import (
-    DEFAULT_PERCENTILE,
-    DEFAULT_PREFILL_DEADLINE_S,
-    DEFAULT_TARGET_FLUIDITY,
-    Slo,
-    parse_slo,
-)
+from exporter.options.slo import read_slo
 
 MODULE_KEYS = (
     "workload", "max_prompt_tokens", "max_output_tokens", "requests_per_run", "arrival", "concurrency",
     "schedule",
 )  # fmt: skip
-SLO_KEYS = ("prefill", "decode_tiers", "target_fluidity", "percentile", "objectives", "goodput")
 # A workload mapping: one source of lengths (a preset, a trace, or two distributions) and sessions.
 WORKLOAD_KEYS = ("preset", "prompt_tokens", "output_tokens", "trace", "format")
 SESSION_KEYS = ("turns", "think_time", "tool_calls", "response_format")
@@ -66,7 +49,7 @@ def response_format_spec(value: Any) -> str:
 
 
 class ModuleReader:
-    """Reads one module or one SLO at a time."""
+    """Reads one module or one SLO (``exporter.options.slo.read_slo``, as the flags read theirs) at a time."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -202,59 +185,4 @@ class ModuleReader:
         return None
 
     def slo(self, name: str, sec: Section) -> SloConfig:
-        prefill = sec.section("prefill", ("deadline", "model_file", "scheduling_slack"))
-        model_file, model = self.prefill_model(prefill) if prefill is not None else (None, None)
-        goodput = sec.section("goodput", GOODPUT_KEYS)
-        return SloConfig(
-            name=name,
-            prefill_deadline_s=(
-                prefill.duration("deadline", DEFAULT_PREFILL_DEADLINE_S)
-                if prefill is not None
-                else DEFAULT_PREFILL_DEADLINE_S
-            ),
-            prefill_model_file=model_file,
-            prefill_model=model,
-            scheduling_slack_s=(
-                prefill.duration("scheduling_slack", 0.0, positive=False) if prefill is not None else 0.0
-            ),
-            decode_tiers=self.decode_tiers(sec),
-            target_fluidity=sec.number("target_fluidity", DEFAULT_TARGET_FLUIDITY, 0.0, 1.0, low_open=True),
-            percentile=sec.number("percentile", DEFAULT_PERCENTILE, 0.0, 100.0, low_open=True),
-            objectives=self.objectives(sec),
-            goodput=read_goodput(goodput) if goodput is not None else None,
-        )
-
-    def prefill_model(self, sec: Section) -> tuple[str | None, PrefillModel | None]:
-        if sec.has("deadline") and sec.has("model_file"):
-            self.ctx.problems.add(sec.path, "give either deadline (a constant Dp) or model_file, not both")
-        if not sec.has("model_file"):
-            if sec.has("scheduling_slack"):
-                sec.fail(
-                    "scheduling_slack", "applies only with model_file (a constant deadline has no slack)"
-                )
-            return None, None
-        path = sec.read("model_file", None, lambda v: self.ctx.path(string_value(v)))
-        if path is None:
-            return None, None
-        return path, sec.read("model_file", None, lambda _: read_prefill_model(path))
-
-    def decode_tiers(self, sec: Section) -> tuple[tuple[str, float], ...]:
-        raw = sec.get("decode_tiers")
-        if raw is None and not sec.has("decode_tiers"):
-            return SloConfig().decode_tiers
-        if not isinstance(raw, Mapping) or not raw:
-            sec.fail(
-                "decode_tiers", f"must map tier names to deadlines, e.g. {{medium: 50ms}}, got {show(raw)}"
-            )
-            return ()
-        tiers = Section(raw, sec.at("decode_tiers"), self.ctx.problems, [str(k) for k in raw])
-        for name in raw:
-            self.ctx.value(tiers.at(str(name)), name, check_name)
-        return tuple((str(name), tiers.duration(str(name), 0.05)) for name in raw)
-
-    def objectives(self, sec: Section) -> tuple[Slo, ...]:
-        parsed = [
-            self.ctx.value(path, raw, lambda v: parse_slo(string_value(v)))
-            for path, raw in sec.items("objectives")
-        ]
-        return tuple(slo for slo in parsed if slo is not None)
+        return SloConfig.of(name, read_slo(sec, self.ctx.path))

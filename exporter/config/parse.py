@@ -31,17 +31,22 @@ from exporter.config.model import (
     GlobalConfig,
     JobsConfig,
 )
-from exporter.config.modules import MODULE_KEYS, SLO_KEYS, ModuleReader
-from exporter.config.targets import TargetReader, read_secret
-from exporter.config.values import (
-    bucket_bound,
-    check_listen_address,
+from exporter.config.modules import MODULE_KEYS, ModuleReader
+from exporter.config.targets import TargetReader
+from exporter.config.values import bucket_bound, check_listen_address, check_state_dir, positive_duration
+from exporter.options.reader import (
+    Context,
+    Problems,
+    Section,
     check_name,
-    check_state_dir,
-    positive_duration,
+    child_path,
+    expand_env,
+    resolve_scalar,
+    show,
     string_value,
 )
-from exporter.options.reader import Context, Problems, Section, child_path, expand_env, resolve_scalar, show
+from exporter.options.slo import SLO_KEYS
+from exporter.options.target import read_secret
 
 TOP_KEYS = ("global", "targets", "modules", "slos", "jobs")
 GLOBAL_KEYS = ("listen_address", "windows", "max_results_per_window", "state_dir", "buckets", "probe_token")

@@ -1,64 +1,38 @@
 """The ``targets`` section: endpoints, how to reach them (auth, headers, timeouts, TLS), their engine
 metrics and those of the gateway in front of them, which modules probe them under which SLO, and their probe budget.
 
-An API key is read here, from ``{env: NAME}`` or ``{file: PATH}``; a literal key is refused, and no
-message ever holds a key's value.
+How to reach a target (API, key, headers, extra body, timeouts) is read by ``exporter.options.target``,
+as the flags of a one-shot run are.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Mapping
-from typing import Any, cast
-
 from exporter.config import bounds
 from exporter.config.model import DEFAULT_SLO, Budget, EngineMetrics, Target, Tls
-from exporter.config.values import check_name, check_target_url, check_url, reference, string_value
+from exporter.config.values import check_target_url, check_url, reference
 from exporter.engine.families import VALID_GATEWAY_KINDS, VALID_KINDS
-from exporter.options.reader import Context, Section, Substituted, Unresolved, child_path, show
-from exporter.probe.target import APIS, Api, Secret, Timeouts
+from exporter.options.reader import (
+    Context,
+    Section,
+    check_name,
+    string_value,
+)
+from exporter.options.target import (
+    TIMEOUT_KEYS,
+    Timeouts,
+    read_api,
+    read_extra_body,
+    read_headers,
+    read_secret,
+    read_timeouts,
+)
 
 TARGET_KEYS = (
     "name", "url", "api", "model", "api_key", "headers", "extra_body", "timeouts", "tls",
     "engine_metrics", "gateway_metrics", "modules", "slo", "budget", "simulated", "gpus", "gpu_hour_price",
 )  # fmt: skip
-TIMEOUT_KEYS = ("connect", "ttft", "idle", "total")
 ENGINE_KEYS = ("url", "kind", "interval", "model", "bearer_token")
 BUDGET_KEYS = ("max_requests_per_hour", "max_tokens_per_hour", "backoff_after_failures", "max_backoff")
-LITERAL_SECRET = (
-    "a literal key is not accepted (it would sit in the config file, its backups and diffs); "
-    "write {env: NAME} or {file: PATH}"
-)
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-
-
-def read_secret(ctx: Context, sec: Section, key: str, what: str) -> Secret | None:
-    """``key: {env: NAME}`` or ``key: {file: PATH}`` as a ``Secret``; a literal value is a problem."""
-    raw = sec.raw.get(key)
-    if raw is None or isinstance(raw, Unresolved):
-        return None
-    if isinstance(raw, str):
-        hint = " (${NAME} expands to a literal too)" if isinstance(raw, Substituted) else ""
-        sec.fail(key, LITERAL_SECRET + hint)
-        return None
-    ref = Section.open(raw, sec.at(key), ctx.problems, ("env", "file"))
-    if ref is None:
-        return None
-    if ref.has("env") == ref.has("file"):
-        ctx.problems.add(ref.path, "give exactly one of env (a variable name) or file (a path)")
-        return None
-    if ref.has("env"):
-        return ref.read("env", None, lambda v: _secret_from_env(ctx, v, what))
-    return ref.read("file", None, lambda v: Secret.from_file(ctx.path(string_value(v))))
-
-
-def _secret_from_env(ctx: Context, raw: Any, what: str) -> Secret:
-    name = string_value(raw)
-    value = ctx.environ.get(name, "").strip()
-    if not value:
-        raise ValueError(f"environment variable {name} is not set or empty (it should hold {what})")
-    return Secret(value)
 
 
 class TargetReader:
@@ -94,12 +68,12 @@ class TargetReader:
         return Target(
             name=name,
             url=url,
-            api=cast(Api, sec.choice("api", "chat", APIS)),
+            api=read_api(sec),
             model=sec.opt_string("model"),
-            api_key=self.secret(sec),
-            headers=self.headers(sec),
-            extra_body=self.extra_body(sec),
-            timeouts=self.timeouts(timeouts) if timeouts is not None else Timeouts(),
+            api_key=read_secret(self.ctx, sec, "api_key", "the API key"),
+            headers=read_headers(sec),
+            extra_body=read_extra_body(sec),
+            timeouts=read_timeouts(timeouts) if timeouts is not None else Timeouts(),
             tls=self.tls(tls) if tls is not None else Tls(),
             engine_metrics=self.engine_metrics(engine) if engine is not None else None,
             gateway_metrics=self.engine_metrics(gateway, VALID_GATEWAY_KINDS)
@@ -112,55 +86,6 @@ class TargetReader:
             gpus=sec.opt_number("gpus", None, 0.0, low_open=True),
             gpu_hour_price=sec.opt_number("gpu_hour_price", None, 0.0),
         )
-
-    def secret(self, sec: Section) -> Secret | None:
-        return read_secret(self.ctx, sec, "api_key", "the API key")
-
-    def headers(self, sec: Section) -> tuple[tuple[str, str], ...]:
-        raw = sec.get("headers")
-        if raw is None:
-            return ()
-        if not isinstance(raw, Mapping):
-            sec.fail("headers", f"must be a mapping of header names to values, got {show(raw)}")
-            return ()
-        pairs: list[tuple[str, str]] = []
-        for name, value in raw.items():
-            path = child_path(sec.at("headers"), str(name))
-            if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
-                self.ctx.problems.add(path, "not a valid HTTP header name")
-            elif not isinstance(value, str):
-                self.ctx.problems.add(path, f"must be a string (quote it), got {show(value)}")
-            else:
-                pairs.append((name, str(value)))
-        return tuple(pairs)
-
-    def extra_body(self, sec: Section) -> tuple[tuple[str, Any], ...]:
-        raw = sec.get("extra_body")
-        if raw is None:
-            return ()
-        if not isinstance(raw, Mapping):
-            sec.fail("extra_body", f"must be a mapping (merged into every request body), got {show(raw)}")
-            return ()
-        try:
-            json.dumps(raw, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            sec.fail("extra_body", f"must be JSON data: {exc}")
-            return ()
-        return tuple((str(k), v) for k, v in raw.items())
-
-    def timeouts(self, sec: Section) -> Timeouts:
-        default = Timeouts()
-        timeouts = Timeouts(
-            **{
-                key: sec.opt_duration(key, getattr(default, key), maximum=bounds.MAX_TIMEOUT_S)
-                for key in TIMEOUT_KEYS
-            }
-        )
-        for key in ("connect", "ttft", "idle"):
-            value = getattr(timeouts, key)
-            if value is not None and timeouts.total is not None and value > timeouts.total:
-                sec.fail(key, f"must not exceed total ({timeouts.total:g} s), got {value:g} s")
-        return timeouts
 
     def tls(self, sec: Section) -> Tls:
         ca_file = sec.read(

@@ -9,7 +9,6 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,26 +16,15 @@ from exporter.config.model import WorkloadSpec
 from exporter.load.arrivals import ArrivalProcess, parse_arrival_spec
 from exporter.load.distributions import LengthDistribution, parse_length_spec
 from exporter.load.presets import PRESET_NAMES
-from exporter.options.reader import MAX_DURATION_S, parse_duration, show, show_seconds
-from exporter.stats.prefill import PrefillModel, parse_json
+from exporter.options.reader import (
+    MAX_DURATION_S,
+    parse_duration,
+    show,
+    show_seconds,
+    string_value,
+)
 
-_LABEL_SAFE = re.compile(r"[A-Za-z0-9_.-]+")
 _LISTEN = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\[\]]*):(?P<port>\d{1,5})")
-
-
-def string_value(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"must be a non-empty string, got {show(value)}")
-    return str(value)
-
-
-def check_name(value: Any) -> str:
-    """A name that becomes a label value: letters, digits, ``_``, ``.`` and ``-``."""
-    if not isinstance(value, str) or not _LABEL_SAFE.fullmatch(value):
-        raise ValueError(
-            f"bad name {show(value)}; use only letters, digits, _ . - (it becomes a label value)"
-        )
-    return value
 
 
 def check_url(value: Any) -> str:
@@ -143,11 +131,3 @@ def bucket_bound(value: Any, high: float) -> float:
         limit = "in [0, 1]" if high == 1.0 else "finite and >= 0 (+Inf is always added)"
         raise ValueError(f"a bucket bound must be a number {limit}, got {show(value)}")
     return float(value)
-
-
-def read_prefill_model(path: str) -> PrefillModel:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read the prefill model file {path}: {exc.strerror}") from None
-    return parse_json(text)

@@ -27,7 +27,7 @@ from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.plan_runner import worker_pool
 from exporter.load.workloads import Workload
-from exporter.options.oneshot import OptionError, Options
+from exporter.options.oneshot import OptionError, Options, flag_problem
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
 
@@ -51,6 +51,10 @@ SLO_OPTIONS = (
     ("percentile", "percentile"),
     ("objective", "objectives"),
 )
+# The flag of each parameter's path, so a problem the jobs API's parser finds names the flag.
+CAPACITY_FLAGS = {key: "--" + option.replace("_", "-") for option, key in PARAM_OPTIONS} | {
+    f"slo.{key}": "--" + option.replace("_", "-") for option, key in SLO_OPTIONS
+}
 
 
 def capacity_params(options: Options) -> CapacityParams:
@@ -65,7 +69,9 @@ def capacity_params(options: Options) -> CapacityParams:
     try:
         params = parse_params("capacity", body, NO_CEILINGS)
     except ParamsError as exc:
-        raise OptionError("; ".join(problem.replace("slo.", "--") for problem in exc.problems)) from exc
+        raise OptionError(
+            "; ".join(flag_problem(problem, CAPACITY_FLAGS) for problem in exc.problems)
+        ) from exc
     assert isinstance(params, CapacityParams)
     return params
 

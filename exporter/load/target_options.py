@@ -1,50 +1,96 @@
-"""How to reach a one-shot run's target, from its options: URL, API, key, headers, body, TLS, timeouts."""
+"""How to reach a one-shot run's target, from its options: URL, API, key, headers, body, TLS, timeouts.
+
+The flags are read as a ``targets[]`` entry of the daemon config is, by the readers of
+``exporter.options.target``: ``target_tree`` puts their values in that shape and ``TARGET_FLAGS`` names
+the flag of each config path, so a bad value fails with the config's message under the flag's name.
+"""
 
 from __future__ import annotations
 
-from typing import cast
+import os
+from collections.abc import Callable
+from typing import Any, Final
 
-from exporter.options.oneshot import OptionError, Options, json_object
-from exporter.probe.target import APIS, Api, Secret, TargetSettings, Timeouts
+from exporter.options.oneshot import OptionError, Options, json_object, read_flags
+from exporter.options.reader import Context, Section
+from exporter.options.target import (
+    TIMEOUT_KEYS,
+    Api,
+    Timeouts,
+    read_api,
+    read_extra_body,
+    read_headers,
+    read_secret,
+    read_timeouts,
+)
+from exporter.probe.target import TargetSettings
+
+# The flag that gives each part of a target (a config path, as the readers report problems under it).
+TARGET_FLAGS: Final = {
+    "api": "--api",
+    "model": "--model",
+    "api_key": "--api-key-env/--api-key-file",
+    "api_key.env": "--api-key-env",
+    "api_key.file": "--api-key-file",
+    "headers": "--header",
+    "extra_body": "--extra-body",
+    "timeouts": "--ttft-timeout/--idle-timeout/--total-timeout",
+    "timeouts.ttft": "--ttft-timeout",
+    "timeouts.idle": "--idle-timeout",
+    "timeouts.total": "--total-timeout",
+}
+TARGET_FLAG_KEYS: Final = ("api", "model", "api_key", "headers", "extra_body", "timeouts")
 
 
 def target_settings(options: Options, url: str) -> TargetSettings:
     """How to reach the target at ``url``."""
-    timeouts = Timeouts(
-        ttft=options["ttft_timeout"] or Timeouts.ttft,
-        idle=options["idle_timeout"] or Timeouts.idle,
-        total=options["total_timeout"] or Timeouts.total,
-    )
-    return TargetSettings(
-        base_url=url,
-        api=option_api(options),
-        model=options["model"],
-        api_key=_api_key(options),
-        headers=tuple(_header(h) for h in options["header"] or ()),
-        extra_body=tuple(_extra_body(options["extra_body"]).items()),
-        timeouts=timeouts,
-        verify_tls=not options["insecure"],
-        ca_file=options["ca_file"],
-    )
+    return read_flags(target_tree(options), TARGET_FLAG_KEYS, _reader(options, url), TARGET_FLAGS)
 
 
 def option_api(options: Options) -> Api:
     """``--api``, chat by default."""
-    api = options["api"] or "chat"
-    if api not in APIS:
-        raise OptionError(f'--api: unknown api "{api}"; valid: {", ".join(APIS)}')
-    return cast(Api, api)
+    return read_flags(_given(api=options["api"]), TARGET_FLAG_KEYS, read_api, TARGET_FLAGS)
 
 
-def _api_key(options: Options) -> Secret | None:
-    try:
-        if options["api_key_env"]:
-            return Secret.from_env(options["api_key_env"])
-        if options["api_key_file"]:
-            return Secret.from_file(options["api_key_file"])
-    except ValueError as exc:
-        raise OptionError(str(exc)) from exc
-    return None
+def target_tree(options: Options) -> dict[str, Any]:
+    """The target options given, as a ``targets[]`` entry of the daemon config."""
+    key_ref = _given(env=options["api_key_env"], file=options["api_key_file"])
+    timeouts = _given(
+        ttft=options["ttft_timeout"], idle=options["idle_timeout"], total=options["total_timeout"]
+    )
+    return _given(
+        api=options["api"],
+        model=options["model"],
+        api_key=key_ref or None,
+        headers=dict(_header(h) for h in options["header"]) if options["header"] else None,
+        extra_body=json_object(options["extra_body"], "--extra-body") if options["extra_body"] else None,
+        timeouts=timeouts or None,
+    )
+
+
+def _reader(options: Options, url: str) -> Callable[[Section], TargetSettings]:
+    """The settings read from a ``targets[]``-shaped section (TLS from its own flags)."""
+
+    def read(sec: Section) -> TargetSettings:
+        timeouts = sec.section("timeouts", TIMEOUT_KEYS)
+        return TargetSettings(
+            base_url=url,
+            api=read_api(sec),
+            model=sec.opt_string("model"),
+            api_key=read_secret(Context(sec.problems, None, os.environ), sec, "api_key", "the API key"),
+            headers=read_headers(sec),
+            extra_body=read_extra_body(sec),
+            timeouts=read_timeouts(timeouts) if timeouts is not None else Timeouts(),
+            verify_tls=not options["insecure"],
+            ca_file=options["ca_file"],
+        )
+
+    return read
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    """The values given (an option not given is None and left out, so the reader's default holds)."""
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -52,7 +98,3 @@ def _header(text: str) -> tuple[str, str]:
     if not sep or not name.strip():
         raise OptionError(f'--header "{text}": expected NAME:VALUE')
     return name.strip(), value.strip()
-
-
-def _extra_body(text: str | dict[str, object] | None) -> dict[str, object]:
-    return {} if text is None else json_object(text, "--extra-body")

@@ -1,7 +1,7 @@
 """Goodput bounds, read one way wherever they are given.
 
 The daemon config (``slos.*.goodput``), a job's parameters (``slo.goodput``, JSON) and the ``--goodput``
-flag all end in ``read_goodput``: latencies take seconds or a duration (``2s``, ``250ms``),
+flag all end in ``read_goodput`` (the flag's text made a mapping by ``goodput_mapping``): latencies take seconds or a duration (``2s``, ``250ms``),
 ``min_fluidity`` a number in [0, 1]. The flag's text form, ``ttft<=2,min_fluidity>=0.9``, names each
 bound with its comparison, and only the one each bound has is accepted (``<=`` for a latency, ``>=`` for
 ``min_fluidity``): a ``ttft>=2`` is refused, never read as ``ttft<=2``.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from exporter.options.reader import Problems, Section, Substituted
+from exporter.options.reader import Section, Substituted
 from exporter.stats.slo import GoodputBounds, SloMetric
 
 # Flag order (as the docs list them); a Section sorts them in its own messages.
@@ -32,15 +32,11 @@ def read_goodput(sec: Section) -> GoodputBounds:
     return GoodputBounds(**latencies, min_fluidity=sec.opt_number("min_fluidity", None, 0.0, 1.0))
 
 
-def parse_goodput(text: str) -> GoodputBounds:
-    """``"ttft<=2,tpot<=0.1,min_fluidity>=0.9"`` as bounds; a ValueError names the first bad bound."""
+def goodput_mapping(text: str) -> dict[str, Substituted]:
+    """``"ttft<=2,tpot<=0.1,min_fluidity>=0.9"`` as a ``goodput`` mapping for ``read_goodput``; a
+    ValueError names the first bound written wrong (a bad value is ``read_goodput``'s to find)."""
     # Substituted: each value is read as YAML reads a scalar, so "2" is a number and "250ms" a duration.
-    raw = dict(_bound(item) for item in text.split(","))
-    problems = Problems()
-    bounds = read_goodput(Section(raw, "", problems, GOODPUT_KEYS))
-    if problems:
-        raise ValueError(problems.items[0].removeprefix("(top level): "))
-    return bounds
+    return dict(_bound(item) for item in text.split(","))
 
 
 def _bound(item: str) -> tuple[str, Substituted]:

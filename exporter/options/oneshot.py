@@ -5,13 +5,23 @@ for ``--max-prompt-tokens``), as the command line and a ``--config`` YAML file g
 not given is None. The modules that build a run's pieces from it (``exporter.load.target_options``,
 ``exporter.load.workload_options``, ``exporter.load.load_plan``, ``exporter.report.evaluation_options``)
 name the flag in every message, so the person at the terminal knows what to change.
+
+``read_flags`` reads flag values with the reader the daemon config and the jobs API use (``read_slo``...):
+the values are put in the config's shape, and each problem's path is turned into the flag that gave the
+value, so ``--percentile 150`` and ``slos.default.percentile: 150`` fail with the same message.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, TypeAlias
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeAlias, TypeVar
+
+from exporter.options.reader import Problems, Section
+
+T = TypeVar("T")
+_INDEX = re.compile(r"\[\d+\]")
 
 Options: TypeAlias = Mapping[str, Any]
 
@@ -31,3 +41,30 @@ def json_object(text: str | Mapping[str, Any], flag: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise OptionError(f"{flag}: expected a JSON object")
     return value
+
+
+def read_flags(
+    raw: Mapping[str, Any], keys: Iterable[str], read: Callable[[Section], T], flags: Mapping[str, str]
+) -> T:
+    """``read`` over ``raw`` (flag values in the config's shape, absent ones left out); raises
+    ``OptionError`` with every problem, each under the flag ``flags`` names for its config path."""
+    problems = Problems()
+    value = read(Section(raw, "", problems, keys))
+    if problems:
+        raise OptionError("; ".join(flag_problem(problem, flags) for problem in problems.items))
+    return value
+
+
+def flag_problem(problem: str, flags: Mapping[str, str]) -> str:
+    """``"objectives[1]: unknown SLO..."`` as ``"--objective: unknown SLO..."``."""
+    path, _, message = problem.partition(": ")
+    return f"{flag_of(path, flags)}: {message}"
+
+
+def flag_of(path: str, flags: Mapping[str, str]) -> str:
+    """The flag of a config path: the longest prefix ``flags`` names, then the rest of the path (a
+    mapping's key stays, a list's index goes: a repeated flag's values are not numbered on the line)."""
+    for prefix in sorted(flags, key=len, reverse=True):
+        if path == prefix or path.startswith((f"{prefix}.", f"{prefix}[")):
+            return flags[prefix] + _INDEX.sub("", path[len(prefix) :])
+    return f"--{path.replace('_', '-')}"

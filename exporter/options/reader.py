@@ -32,6 +32,7 @@ MAX_DURATION_S = 366 * 86400.0
 
 DURATION_HELP = "use seconds (a number) or a number with a unit: ms, s, m, h, d (e.g. 250ms, 30s, 5m, 1h)"
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
+_LABEL_SAFE = re.compile(r"[A-Za-z0-9_.-]+")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _ENV = re.compile(
     r"\$(?:\$|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}|(?P<bad>\{[^}]*\}?))"
@@ -237,10 +238,10 @@ class Section:
         return True
 
     def string(self, key: str, default: str) -> str:
-        return self.read(key, default, _string, resolve=False)
+        return self.read(key, default, string_value, resolve=False)
 
     def opt_string(self, key: str, default: str | None = None) -> str | None:
-        return self.read(key, default, _optional(_string), resolve=False)
+        return self.read(key, default, _optional(string_value), resolve=False)
 
     def boolean(self, key: str, default: bool) -> bool:
         return self.read(key, default, _boolean)
@@ -289,10 +290,20 @@ def _optional(convert: Callable[[Any], T]) -> Callable[[Any], T | None]:
     return lambda value: None if value is None else convert(value)
 
 
-def _string(value: Any) -> str:
+def string_value(value: Any) -> str:
+    """A non-empty string."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"must be a non-empty string, got {show(value)}")
     return str(value)
+
+
+def check_name(value: Any) -> str:
+    """A name that becomes a label value: letters, digits, ``_``, ``.`` and ``-``."""
+    if not isinstance(value, str) or not _LABEL_SAFE.fullmatch(value):
+        raise ValueError(
+            f"bad name {show(value)}; use only letters, digits, _ . - (it becomes a label value)"
+        )
+    return value
 
 
 def _boolean(value: Any) -> bool:

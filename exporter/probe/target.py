@@ -1,72 +1,15 @@
 """How to reach a target and what to ask it: settings (picklable, so worker processes get them too).
 
-``Secret`` holds an API key read from an environment variable or a file; it never prints its value.
+``Api``, ``Secret`` and ``Timeouts`` are defined (and read) in ``exporter.options.target``; they are
+exported here too, beside the settings built from them.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-Api = Literal["chat", "completions", "responses"]
-APIS: tuple[Api, ...] = ("chat", "completions", "responses")
-
-
-class Secret:
-    """A secret value that never appears in repr, str, logs or pickled reports by accident."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    @classmethod
-    def from_env(cls, name: str) -> Secret:
-        value = os.environ.get(name)
-        if not value:
-            raise ValueError(f"environment variable {name} is not set or empty (it should hold the API key)")
-        return cls(value.strip())
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> Secret:
-        try:
-            value = Path(path).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ValueError(f"cannot read the API key file {path}: {exc.strerror}") from exc
-        if not value:
-            raise ValueError(f"the API key file {path} is empty")
-        return cls(value)
-
-    def reveal(self) -> str:
-        """The value, for the one place that sends it."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('********')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Worker processes need the key; pickling is the only way it travels, never printing.
-        return (Secret, (self._value,))
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """Per-request limits in seconds (None: no limit)."""
-
-    connect: float | None = 10.0
-    ttft: float | None = 60.0  # from the request write to the first token
-    idle: float | None = 30.0  # longest silence between bytes once streaming (aiohttp sock_read)
-    total: float | None = 600.0
+from exporter.options.target import APIS, Api, Secret, Timeouts
 
 
 @dataclass(frozen=True)
@@ -119,3 +62,6 @@ class RequestSpec:
     turn: int = 1  # 1 for a conversation's first request
     followups: tuple[FollowUp, ...] = ()  # the conversation's later turns (first turns only)
     keep_text: bool = False  # keep the answer's text on the result (a later turn re-sends it)
+
+
+__all__ = ["APIS", "Api", "FollowUp", "RequestSpec", "Secret", "TargetSettings", "Timeouts"]

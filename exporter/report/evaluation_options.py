@@ -1,75 +1,75 @@
 """What a one-shot run's report evaluates, from its options: deadlines (a constant ``Dp`` or a profiled
-prefill model), decode tiers, the fluidity target and percentile, SLOs and goodput bounds."""
+prefill model), decode tiers, the fluidity target and percentile, SLOs and goodput bounds.
+
+The flags are read as the daemon config's ``slos.<name>`` mapping is, by ``exporter.options.slo.read_slo``:
+``slo_tree`` puts their values in that shape and ``SLO_FLAGS`` names the flag of each config path, so a
+bad value fails with the config's message under the flag's name.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
-from exporter.options.goodput import parse_goodput
-from exporter.options.oneshot import OptionError, Options
-from exporter.stats.prefill import PrefillModel, parse_json
-from exporter.stats.slo import DECODE_TIERS, GoodputBounds, parse_slo
+from exporter.options.goodput import goodput_mapping
+from exporter.options.oneshot import OptionError, Options, read_flags
+from exporter.options.slo import SLO_KEYS, parse_decode_tiers, read_slo
+
+# The flag that gives each part of an SLO (a config path, as read_slo reports problems under it).
+SLO_FLAGS: Final = {
+    "prefill": "--prefill-deadline/--prefill-model",
+    "prefill.deadline": "--prefill-deadline",
+    "prefill.model_file": "--prefill-model",
+    "prefill.scheduling_slack": "--scheduling-slack",
+    "decode_tiers": "--decode-tiers",
+    "target_fluidity": "--target-fluidity",
+    "percentile": "--percentile",
+    "objectives": "--objective",
+    "goodput": "--goodput",
+}
+# The prefill mapping's keys and the options that give them.
+_PREFILL_OPTIONS: Final = (
+    ("deadline", "prefill_deadline"),
+    ("model_file", "prefill_model"),
+    ("scheduling_slack", "scheduling_slack"),
+)
 
 
 def evaluation_spec(options: Options) -> EvaluationSpec:
     """Deadlines, SLOs and goodput bounds."""
-    deadlines = dataclasses.replace(
-        prefill_deadlines(options),
-        decode_tiers=_tiers(options["decode_tiers"]),
-        target_fluidity=options["target_fluidity"] or DeadlinePolicy.target_fluidity,
-        percentile=options["percentile"] or DeadlinePolicy.percentile,
-    )
-    try:
-        slos = tuple(parse_slo(text) for text in options["objective"] or ())
-    except ValueError as exc:
-        raise OptionError(f"--objective: {exc}") from exc
-    return EvaluationSpec(deadlines, slos, _goodput(options["goodput"]), bool(options["from_scheduled"]))
+    slo = read_flags(slo_tree(options), SLO_KEYS, read_slo, SLO_FLAGS)
+    return EvaluationSpec.of(slo, from_scheduled=bool(options["from_scheduled"]))
 
 
 def prefill_deadlines(options: Options) -> DeadlinePolicy:
     """``Dp``: ``--prefill-deadline``, or ``--prefill-model`` plus ``--scheduling-slack``."""
-    return DeadlinePolicy(
-        prefill_deadline=options["prefill_deadline"] or DeadlinePolicy.prefill_deadline,
-        prefill_model=prefill_model_file(options["prefill_model"]),
-        scheduling_slack=options["scheduling_slack"] or 0.0,
-    )
+    return DeadlinePolicy.of(read_flags(_prefill_tree(options), SLO_KEYS, read_slo, SLO_FLAGS))
 
 
-def prefill_model_file(path: str | None) -> PrefillModel | None:
-    """The prefill model a ``profile`` run wrote to ``path``."""
-    if not path:
-        return None
+def slo_tree(options: Options) -> dict[str, Any]:
+    """The SLO options given, as a ``slos.<name>`` mapping of the daemon config."""
+    tree = _prefill_tree(options)
+    given = {
+        "decode_tiers": _text_or_mapping(options["decode_tiers"], "--decode-tiers", parse_decode_tiers),
+        "target_fluidity": options["target_fluidity"],
+        "percentile": options["percentile"],
+        "objectives": options["objective"],
+        "goodput": _text_or_mapping(options["goodput"], "--goodput", goodput_mapping),
+    }
+    return tree | {key: value for key, value in given.items() if value is not None}
+
+
+def _prefill_tree(options: Options) -> dict[str, Any]:
+    prefill = {key: options[option] for key, option in _PREFILL_OPTIONS if options[option] is not None}
+    return {"prefill": prefill} if prefill else {}
+
+
+def _text_or_mapping(value: Any, flag: str, parse: Callable[[str], Mapping[str, Any]]) -> Any:
+    """A flag's ``name=value,...`` text as a mapping (a ``--config`` file may give the mapping itself)."""
+    if value is None or isinstance(value, Mapping):
+        return value
     try:
-        return parse_json(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise OptionError(f"--prefill-model {path}: {exc}") from exc
-
-
-def _tiers(text: str | Mapping[str, float] | None) -> dict[str, float]:
-    if text is None:
-        return dict(DECODE_TIERS)
-    pairs = (
-        text.items() if isinstance(text, Mapping) else (item.partition("=")[::2] for item in text.split(","))
-    )
-    tiers: dict[str, float] = {}
-    for name, value in pairs:
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            raise OptionError(f'--decode-tiers: "{name}={value}" needs seconds, e.g. medium=0.05') from None
-        if not seconds > 0:
-            raise OptionError(f"--decode-tiers: {name} must be > 0 seconds, got {value}")
-        tiers[str(name).strip()] = seconds
-    return tiers
-
-
-def _goodput(text: str | None) -> GoodputBounds | None:
-    if not text:
-        return None
-    try:
-        return parse_goodput(text)
+        return parse(str(value))
     except ValueError as exc:
-        raise OptionError(f"--goodput: {exc}") from exc
+        raise OptionError(f"{flag}: {exc}") from exc

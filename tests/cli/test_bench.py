@@ -123,7 +123,7 @@ def test_worker_processes_send_every_request_once(
             ["--arrival", "burst"],
             '--arrival: unknown arrival process "burst"; valid: poisson, gamma, constant',
         ),
-        (["--decode-tiers", "medium=fast"], '--decode-tiers: "medium=fast" needs seconds'),
+        (["--decode-tiers", "medium=fast"], '--decode-tiers.medium: bad duration "fast"; use seconds'),
         (["--header", "nocolon"], '--header "nocolon": expected NAME:VALUE'),
         (
             ["--api-key-env", "FLUIDITY_TEST_UNSET_KEY"],

@@ -87,11 +87,11 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--tolerance", "0.9"], "tolerance"),
-        (["--decode-tier", "sluggish"], "decode_tier"),
-        (["--load", "concurrency", "--start", "2.5"], "start"),
-        (["--objective", "ttft:p99>=2"], "objectives"),
-        (["--workers", "0"], "workers: must be an integer >= 1"),
+        (["--tolerance", "0.9"], "--tolerance: must be a number in (0, 0.5], got 0.9"),
+        (["--decode-tier", "sluggish"], '--decode-tier: unknown decode tier "sluggish"'),
+        (["--load", "concurrency", "--start", "2.5"], "--start: must be a whole number"),
+        (["--objective", "ttft:p99>=2"], "--objective: "),
+        (["--workers", "0"], "--workers: must be an integer >= 1"),
     ],
 )
 def test_bad_flags_fail_before_any_load(

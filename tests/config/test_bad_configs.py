@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.config import ConfigError, parse_config
-from exporter.config.targets import LITERAL_SECRET
+from exporter.options.target import LITERAL_SECRET
 
 ENVIRON = {"KEY": "sk-never-print-me"}
 T = "targets:\n  - name: a\n    url: http://h:8000\n"  # a valid target to hang a case on

@@ -8,8 +8,15 @@ import pytest
 from exporter.config.job_params import JobLimits
 from exporter.config.job_parse import parse_params
 from exporter.config.parse import load_config
-from exporter.options.goodput import GOODPUT_KEYS, GOODPUT_OPERATORS, parse_goodput
+from exporter.options.goodput import GOODPUT_KEYS, GOODPUT_OPERATORS
+from exporter.report.evaluation_options import evaluation_spec
 from exporter.stats.slo import GoodputBounds
+from tests.options.test_slo import flag_options
+
+
+def parse_goodput(text: str) -> GoodputBounds | None:
+    """``--goodput TEXT`` as a one-shot run reads it."""
+    return evaluation_spec(flag_options(goodput=text)).goodput
 
 
 def test_each_bound_is_read_with_its_own_comparison() -> None:

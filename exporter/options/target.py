@@ -1,0 +1,162 @@
+"""How to reach a target, defined once and read one way from the daemon config and the flags.
+
+``Api``, ``Secret`` and ``Timeouts`` are defined here (``exporter.probe.target`` builds a target's
+settings from them); the readers take a ``Section`` shaped as a ``targets[]`` entry of the daemon
+config. The flags (``--api``, ``--api-key-env``/``--api-key-file``, ``--header``, ``--extra-body``,
+``--ttft-timeout``...) are put in that shape by ``exporter.load.target_options`` and read by the same
+functions, so a bad value fails with the same message under its path or its flag.
+
+A secret (an API key, a bearer token) is read from ``{env: NAME}`` or ``{file: PATH}``; a literal is
+refused, and no message ever holds a secret's value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal, cast
+
+from exporter.options.reader import Context, Section, Substituted, Unresolved, child_path, show, string_value
+
+Api = Literal["chat", "completions", "responses"]
+APIS: tuple[Api, ...] = ("chat", "completions", "responses")
+TIMEOUT_KEYS: Final = ("connect", "ttft", "idle", "total")
+MAX_TIMEOUT_S: Final = 86400.0  # targets[].timeouts.* and the timeout flags: a day
+LITERAL_SECRET: Final = (
+    "a literal key is not accepted (it would sit in the config file, its backups and diffs); "
+    "write {env: NAME} or {file: PATH}"
+)
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+class Secret:
+    """A secret value that never appears in repr, str, logs or pickled reports by accident."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Secret:
+        try:
+            value = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read the API key file {path}: {exc.strerror}") from exc
+        if not value:
+            raise ValueError(f"the API key file {path} is empty")
+        return cls(value)
+
+    def reveal(self) -> str:
+        """The value, for the one place that sends it."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Worker processes need the key; pickling is the only way it travels, never printing.
+        return (Secret, (self._value,))
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Per-request limits in seconds (None: no limit)."""
+
+    connect: float | None = 10.0
+    ttft: float | None = 60.0  # from the request write to the first token
+    idle: float | None = 30.0  # longest silence between bytes once streaming (aiohttp sock_read)
+    total: float | None = 600.0
+
+
+def read_api(sec: Section) -> Api:
+    """``api``: chat (the default), completions or responses."""
+    return cast(Api, sec.choice("api", "chat", APIS))
+
+
+def read_secret(ctx: Context, sec: Section, key: str, what: str) -> Secret | None:
+    """``key: {env: NAME}`` or ``key: {file: PATH}`` as a ``Secret``; a literal value is a problem."""
+    raw = sec.raw.get(key)
+    if raw is None or isinstance(raw, Unresolved):
+        return None
+    if isinstance(raw, str):
+        hint = " (${NAME} expands to a literal too)" if isinstance(raw, Substituted) else ""
+        sec.fail(key, LITERAL_SECRET + hint)
+        return None
+    ref = Section.open(raw, sec.at(key), ctx.problems, ("env", "file"))
+    if ref is None:
+        return None
+    if ref.has("env") == ref.has("file"):
+        ctx.problems.add(ref.path, "give exactly one of env (a variable name) or file (a path)")
+        return None
+    if ref.has("env"):
+        return ref.read("env", None, lambda v: _secret_from_env(ctx, v, what))
+    return ref.read("file", None, lambda v: Secret.from_file(ctx.path(string_value(v))))
+
+
+def _secret_from_env(ctx: Context, raw: Any, what: str) -> Secret:
+    name = string_value(raw)
+    value = ctx.environ.get(name, "").strip()
+    if not value:
+        raise ValueError(f"environment variable {name} is not set or empty (it should hold {what})")
+    return Secret(value)
+
+
+def read_headers(sec: Section) -> tuple[tuple[str, str], ...]:
+    """``headers: {NAME: value}``, each name a valid HTTP header name and each value a string."""
+    raw = sec.get("headers")
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        sec.fail("headers", f"must be a mapping of header names to values, got {show(raw)}")
+        return ()
+    pairs: list[tuple[str, str]] = []
+    for name, value in raw.items():
+        path = child_path(sec.at("headers"), str(name))
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            sec.problems.add(path, "not a valid HTTP header name")
+        elif not isinstance(value, str):
+            sec.problems.add(path, f"must be a string (quote it), got {show(value)}")
+        else:
+            pairs.append((name, str(value)))
+    return tuple(pairs)
+
+
+def read_extra_body(sec: Section) -> tuple[tuple[str, Any], ...]:
+    """``extra_body``: JSON data merged into every request body."""
+    raw = sec.get("extra_body")
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        sec.fail("extra_body", f"must be a mapping (merged into every request body), got {show(raw)}")
+        return ()
+    try:
+        json.dumps(raw, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        sec.fail("extra_body", f"must be JSON data: {exc}")
+        return ()
+    return tuple((str(k), v) for k, v in raw.items())
+
+
+def read_timeouts(sec: Section) -> Timeouts:
+    """``timeouts: {connect, ttft, idle, total}``; none of the first three above ``total``."""
+    default = Timeouts()
+    timeouts = Timeouts(
+        **{key: sec.opt_duration(key, getattr(default, key), maximum=MAX_TIMEOUT_S) for key in TIMEOUT_KEYS}
+    )
+    for key in ("connect", "ttft", "idle"):
+        value = getattr(timeouts, key)
+        if value is not None and timeouts.total is not None and value > timeouts.total:
+            sec.fail(key, f"must not exceed total ({timeouts.total:g} s), got {value:g} s")
+    return timeouts
