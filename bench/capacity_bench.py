@@ -407,7 +407,7 @@ def _cap(run: Run) -> str:
 def _sequence(run: Run) -> str:
     return " ".join(
         f"{t.load:.4g}{'+' if t.passed else '-'}{'?' if t.verdict == 'inconclusive' else ''}"
-        f"(h{t.headroom:.3f}{' early' if t.stopped_early else ''})"
+        f"(h{t.headroom:.3f}{' early' if t.stopped_early else ''} {t.tokens / 1e3:.0f}k)"
         for t in run.trials
     )
 
@@ -456,7 +456,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two scenarios: a smoke run")
     parser.add_argument("--scenario", action="append", help="run only scenarios whose name contains this")
-    parser.add_argument("--verbose", action="store_true", help="print every trial sequence")
+    parser.add_argument(
+        "--verbose", action="store_true", help="print every trial sequence (load, verdict, headroom, tokens)"
+    )
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)))
     args = parser.parse_args()
     chosen = QUICK if args.quick else SCENARIOS
