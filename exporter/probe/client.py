@@ -48,8 +48,8 @@ from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
 from exporter.probe.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
-# A request's JSON body: msgspec writes a small body in a fraction of json.dumps' time (compact, and
-# datetimes from a YAML extra_body as RFC 3339 strings where json.dumps would raise).
+# A request's JSON body: msgspec writes a small body in a fraction of json.dumps' time, compact (an
+# extra_body is checked to be JSON data when it is read, so both would write the same values).
 _encode_json = msgspec.json.Encoder().encode
 
 
