@@ -150,13 +150,20 @@ def read_extra_body(sec: Section) -> tuple[tuple[str, Any], ...]:
 
 
 def read_timeouts(sec: Section) -> Timeouts:
-    """``timeouts: {connect, ttft, idle, total}``; none of the first three above ``total``."""
+    """``timeouts: {connect, ttft, idle, total}``; none of the first three given above ``total``. One
+    not given whose default is above it takes the total (which would end the request first anyway):
+    ``total: 10`` alone, or ``--total-timeout 10``, is a complete and valid choice."""
     default = Timeouts()
-    timeouts = Timeouts(
-        **{key: sec.opt_duration(key, getattr(default, key), maximum=MAX_TIMEOUT_S) for key in TIMEOUT_KEYS}
-    )
+    limits = {
+        key: sec.opt_duration(key, getattr(default, key), maximum=MAX_TIMEOUT_S) for key in TIMEOUT_KEYS
+    }
+    total = limits["total"]
     for key in ("connect", "ttft", "idle"):
-        value = getattr(timeouts, key)
-        if value is not None and timeouts.total is not None and value > timeouts.total:
-            sec.fail(key, f"must not exceed total ({timeouts.total:g} s), got {value:g} s")
-    return timeouts
+        value = limits[key]
+        if value is None or total is None or value <= total:
+            continue
+        if sec.has(key):
+            sec.fail(key, f"must not exceed total ({total:g} s), got {value:g} s")
+        else:
+            limits[key] = total
+    return Timeouts(**limits)

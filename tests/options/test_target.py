@@ -112,3 +112,12 @@ def test_flags_and_config_reach_the_target_alike(tmp_path: Path) -> None:
 def test_no_flags_give_the_configs_defaults() -> None:
     settings = target_settings(flag_options(), URL)
     assert (settings.api, settings.api_key, settings.timeouts) == ("chat", None, Timeouts())
+
+
+def test_a_total_alone_caps_the_limits_it_would_end_first() -> None:
+    # The defaults (ttft 60 s, idle 30 s) are above a total of 10 s: not given, they take the total.
+    (target,) = parse_config(
+        "targets: " + json.dumps([{"name": "t", "url": URL, "timeouts": {"total": 10}}]) + "\n", environ={}
+    ).targets
+    settings = target_settings(flag_options(total_timeout=10.0), URL)
+    assert settings.timeouts == target.timeouts == Timeouts(connect=10.0, ttft=10.0, idle=10.0, total=10.0)
