@@ -7,12 +7,13 @@ otherwise. ``lint-imports`` checks this in CI against the contract in ``pyprojec
 1. ``stats``: pure numpy math (fluidity, fluid token rate, latency, prefill fit, SLOs, goodput,
    intervals). Imports nothing of ours.
 2. ``options``: what an option means and how it is read, once for YAML, JSON and flags: the tree
-   reader that records every problem under its path, goodput bounds, a one-shot run's options and
-   their error. Imports only ``stats``.
+   reader that records every problem under its path, the SLO, a target's settings, goodput bounds,
+   the workload (length distributions, think times) and the arrival processes, a one-shot run's
+   options and their error. Imports only ``stats``.
 3. ``probe``, ``sim``, ``engine``: network I/O of one request (the streaming client and its kernel
    receive stamps, SSE decoding, API formats, token counting, what a request and a probe run record); the built-in simulated engine;
    scraping an engine's own ``/metrics``. A new engine's metric names go in ``engine/families.py``.
-4. ``load``: workloads, traces, arrivals, the load runner, workers and shards, and a one-shot run's
+4. ``load``: workloads, presets, traces, the load runner, workers and shards, and a one-shot run's
    load plan. A workload preset goes in ``load/presets.py``.
 5. ``evaluation``: recorded results to figures (``measure`` under an ``EvaluationSpec`` and its
    ``DeadlinePolicy``), the one path report, exposition and jobs all evaluate through.

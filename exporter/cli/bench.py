@@ -29,13 +29,15 @@ from exporter.cli.flags import (
 )
 from exporter.cli.progress import LiveLine
 from exporter.evaluation import EvaluationSpec
-from exporter.load.load_plan import ARRIVALS, DEFAULT_RATE, LoadPlan, load_plan
+from exporter.load.load_plan import DEFAULT_RATE, LoadPlan, load_plan
 from exporter.load.plan_runner import send_plan
 from exporter.load.runner import LoadRun
-from exporter.load.sessions import DEFAULT_THINK_TIME, session_turns
+from exporter.load.sessions import session_turns
 from exporter.load.target_facts import TargetFacts, discover_target
 from exporter.load.traces import TRACE_FORMATS
+from exporter.options.arrival import ARRIVAL_KINDS
 from exporter.options.oneshot import OptionError, Options
+from exporter.options.think_time import DEFAULT_THINK_TIME
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import bench_report, timestamped
 from exporter.report.evaluation_options import evaluation_spec
@@ -89,7 +91,9 @@ def _add_schedule_arguments(load: argparse._ArgumentGroup) -> None:
         type=float,
         help=f"requests (with --turns: sessions) per second, open loop (default {DEFAULT_RATE:g})",
     )
-    load.add_argument("--arrival", help=f"arrival process: {', '.join(ARRIVALS)}, trace (default poisson)")
+    load.add_argument(
+        "--arrival", help=f"arrival process: {', '.join(ARRIVAL_KINDS)}, trace (default poisson)"
+    )
     load.add_argument("--burstiness", type=float, help="gamma shape (1 = Poisson; < 1 burstier)")
     load.add_argument("--concurrency", type=int, help="closed loop: requests in flight")
     load.add_argument("--requests", type=int, help="number of requests (default 100)")

@@ -42,7 +42,7 @@ Schema (every key is optional unless marked *required*; the values shown are the
       chat-short:
         workload: {prompt_tokens: "lognormal:median=512,sigma=0.5", output_tokens: 128}
                                        # or a preset name: sharegpt, lmsys, mooncake, azure-code,
-                                       # arxiv-summarization, bwb (length specs: exporter.load.distributions)
+                                       # arxiv-summarization, bwb (length specs: exporter.options.lengths)
                                        # or {trace: PATH, format: azure|jsonl|mooncake|sharegpt}: a trace's
                                        # (prompt, output) pairs, read at load time
         max_prompt_tokens: null        # length filters (null: the preset's own, or none)

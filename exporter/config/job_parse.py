@@ -34,9 +34,10 @@ from exporter.config.job_params import (
     SloSpec,
     geometric_ladder,
 )
-from exporter.load.arrivals import parse_arrival_spec
+from exporter.options.arrival import arrival_without_rate
 from exporter.options.goodput import GOODPUT_KEYS, read_goodput
-from exporter.options.reader import Problems, Section, check_name, show
+from exporter.options.problems import Problems, literal
+from exporter.options.reader import Section, check_name, show
 from exporter.options.slo import read_objectives, read_percentile, read_target_fluidity
 from exporter.stats.slo import DECODE_TIERS
 
@@ -156,19 +157,6 @@ def _target(sec: Section) -> str:
     return sec.string("target", "") if sec.required("target") else ""
 
 
-def arrival_without_rate(value: Any) -> str:
-    """An arrival spec without its rate (``poisson``, ``constant``, ``gamma:shape=0.5``): the search
-    sets the rate of each trial, so it is checked here with a stand-in rate."""
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"must be an arrival process without a rate, e.g. poisson, got {show(value)}")
-    kind, _, rest = value.strip().partition(":")
-    parts = [part.strip() for part in rest.split(",") if part.strip()]
-    if any(part.partition("=")[0].strip() == "rate" for part in parts):
-        raise ValueError(f"leave the rate out of {show(value)}: the search sets it for each trial")
-    parse_arrival_spec(f"{kind}:{','.join([*parts, 'rate=1'])}")
-    return value.strip()
-
-
 def _loads(sec: Section, load: LoadKind, limits: JobLimits) -> tuple[float | None, float | None]:
     """``start`` and ``max_load``, the first no higher than the second."""
     start, max_load = _load(sec, "start", load, limits), _load(sec, "max_load", load, limits)
@@ -256,15 +244,16 @@ def _decode_tier(sec: Section, custom_deadline: bool) -> str:
     """One of the Etalon tiers, or with ``decode_deadline_s`` any label-safe name for that deadline."""
     if custom_deadline:
         return sec.read("decode_tier", SloSpec.decode_tier, check_name)
-    return sec.read("decode_tier", SloSpec.decode_tier, _etalon_tier)
-
-
-def _etalon_tier(value: Any) -> str:
-    if value not in DECODE_TIERS:
-        raise ValueError(
-            f"unknown decode tier {show(value)}; valid: {', '.join(DECODE_TIERS)} (or give decode_deadline_s)"
-        )
-    return str(value)
+    tier = sec.read("decode_tier", SloSpec.decode_tier, lambda value: value)
+    if tier in DECODE_TIERS:
+        return str(tier)
+    # The alternative is named as a setting, so the command line names its flag (--decode-deadline).
+    sec.fail(
+        "decode_tier",
+        f"unknown decode tier {literal(show(tier))}; valid: {', '.join(DECODE_TIERS)} (or give {{}})",
+        mentions=("decode_deadline_s",),
+    )
+    return SloSpec.decode_tier
 
 
 # --- prefill profile ---------------------------------------------------------------------------------

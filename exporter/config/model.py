@@ -7,22 +7,21 @@ whether a probe job changed); a ``Secret`` compares by value too but never print
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
 from exporter.config.job_params import JobKind, JobLimits, JobParams
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
-from exporter.load.arrivals import ArrivalProcess
-from exporter.load.distributions import Fixed, LengthDistribution, LogNormal
 from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
-from exporter.load.sessions import ThinkTime
 from exporter.load.shard_protocol import PoolSettings
-from exporter.load.workloads import IndependentLengths, LengthSource, PairedLengths, Workload
+from exporter.load.workloads import IndependentLengths, LengthSource, PairedLengths, Workload, with_sessions
+from exporter.options.arrival import ArrivalProcess
+from exporter.options.lengths import Fixed, LogNormal
 from exporter.options.slo import SloOptions
+from exporter.options.workload import WorkloadOptions
 from exporter.probe.target import Api, Secret, TargetSettings, Timeouts
 
 DEFAULT_LISTEN_ADDRESS = "0.0.0.0:9468"
@@ -141,37 +140,20 @@ class Target:
 
 
 @dataclass(frozen=True)
-class WorkloadSpec:
-    """A workload preset by name, (prompt, output) pairs from a trace file, or independent prompt and
-    output length distributions."""
+class WorkloadSpec(WorkloadOptions):
+    """A module's workload (``exporter.options.workload``, read by ``read_workload``), or (prompt,
+    output) pairs from a trace file."""
 
-    preset: str | None = None
-    prompt_tokens: LengthDistribution | None = field(default_factory=lambda: LogNormal(512, 0.5))
-    output_tokens: LengthDistribution | None = field(default_factory=lambda: Fixed(128))
     trace: PairedLengths | None = None  # read from the trace file at load time
-    turns: LengthDistribution | None = None  # turns per session (None: the preset's, else single requests)
-    think_time: ThinkTime | None = None  # between turns (None: the default, ``load.sessions``)
-    tool_calls: bool = False  # ask for a tool call instead of text
-    response_format: str | None = None  # structured output: the response_format object as JSON text
 
-    def __post_init__(self) -> None:
-        if self.preset is not None or self.trace is not None:  # they bring their own lengths
-            object.__setattr__(self, "prompt_tokens", None)
-            object.__setattr__(self, "output_tokens", None)
-        elif self.prompt_tokens is None or self.output_tokens is None:
-            raise ValueError("a workload without a preset or trace needs prompt_tokens and output_tokens")
+    @classmethod
+    def of(cls, options: WorkloadOptions) -> WorkloadSpec:
+        if isinstance(options, WorkloadSpec):
+            return options
+        return cls(**{f.name: getattr(options, f.name) for f in fields(WorkloadOptions)})
 
-    def sessions(self, workload: Workload) -> Workload:
-        """``workload`` with this spec's sessions, tool calls and structured output."""
-        changes: dict[str, Any] = {"tool_calls": self.tool_calls or workload.tool_calls}
-        if self.turns is not None:
-            single = isinstance(self.turns, Fixed) and self.turns.value == 1
-            changes["turns"] = None if single else self.turns
-        if self.think_time is not None:
-            changes["think_time"] = self.think_time
-        if self.response_format is not None:
-            changes["extra_body"] = (("response_format", json.loads(self.response_format)),)
-        return replace(workload, **changes)
+    def brings_lengths(self) -> bool:
+        return self.preset is not None or self.trace is not None
 
     def describe(self) -> str:
         if self.trace is not None:
@@ -207,14 +189,15 @@ class Module:
         """The module's workload as sent to ``target`` (its api, its prompt builder, the filters)."""
         builder, spec = target.prompt_builder(), self.workload
         if spec.preset is not None:
-            return spec.sessions(
+            return with_sessions(
                 preset(
                     spec.preset,
                     builder=builder,
                     api=target.api,
                     max_prompt_tokens=self.max_prompt_tokens,
                     max_output_tokens=self.max_output_tokens,
-                )
+                ),
+                spec,
             )
         lengths: LengthSource
         if spec.trace is not None:
@@ -222,8 +205,9 @@ class Module:
         else:
             assert spec.prompt_tokens is not None and spec.output_tokens is not None  # __post_init__
             lengths = IndependentLengths(spec.prompt_tokens, spec.output_tokens)
-        return spec.sessions(
-            Workload(self.name, lengths, builder, target.api, self.max_prompt_tokens, self.max_output_tokens)
+        return with_sessions(
+            Workload(self.name, lengths, builder, target.api, self.max_prompt_tokens, self.max_output_tokens),
+            spec,
         )
 
 

@@ -34,9 +34,9 @@ from exporter.config.model import (
 from exporter.config.modules import MODULE_KEYS, ModuleReader
 from exporter.config.targets import TargetReader
 from exporter.config.values import bucket_bound, check_listen_address, check_state_dir, positive_duration
+from exporter.options.problems import Problems
 from exporter.options.reader import (
     Context,
-    Problems,
     Section,
     check_name,
     child_path,

@@ -8,14 +8,9 @@ import importlib
 import math
 import os
 import re
-from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from exporter.config.model import WorkloadSpec
-from exporter.load.arrivals import ArrivalProcess, parse_arrival_spec
-from exporter.load.distributions import LengthDistribution, parse_length_spec
-from exporter.load.presets import PRESET_NAMES
 from exporter.options.reader import (
     MAX_DURATION_S,
     parse_duration,
@@ -75,26 +70,6 @@ def reference(value: Any, kind: str, valid: list[str]) -> str:
     if not isinstance(value, str) or value not in valid:
         raise ValueError(f"unknown {kind} {show(value)}; valid: {', '.join(valid) or '(none defined)'}")
     return value
-
-
-def preset_spec(value: Any) -> WorkloadSpec:
-    if value not in PRESET_NAMES:
-        raise ValueError(f"unknown workload preset {show(value)}; valid: {', '.join(PRESET_NAMES)}")
-    return WorkloadSpec(preset=str(value))
-
-
-def length_spec(value: Any) -> LengthDistribution:
-    if not isinstance(value, str | int | Mapping):
-        raise ValueError(f"must be a length spec like lognormal:median=128,sigma=0.5, got {show(value)}")
-    return parse_length_spec(value)
-
-
-def arrival_spec(value: Any) -> ArrivalProcess:
-    if not isinstance(value, str | Mapping):
-        raise ValueError(
-            f"must be an arrival spec like poisson:rate=2 or {{kind: poisson, rate: 2}}, got {show(value)}"
-        )
-    return parse_arrival_spec(value)
 
 
 def positive_duration(value: Any, maximum: float = MAX_DURATION_S) -> float:

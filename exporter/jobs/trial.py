@@ -32,10 +32,10 @@ from typing import Any
 import numpy as np
 
 from exporter.jobs.trial_verdict import TrialSlo, Verdict, judge
-from exporter.load.arrivals import parse_arrival_spec
 from exporter.load.runner import run_load
 from exporter.load.sessions import planned_tokens, session_turns
 from exporter.load.workloads import Workload, specs_with_lengths
+from exporter.options.arrival import at_rate
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
 from exporter.stats.binomial import Verdict as BinomialVerdict
@@ -264,7 +264,7 @@ def plan_trial(
         )
     if concurrency:
         return TrialPlan(load, tuple(specs), warmup, None, int(load), duration_s, early_stop, time_limit_s)
-    unit = parse_arrival_spec(f"{arrival}:rate=1" if ":" not in arrival else f"{arrival},rate=1")
+    unit = at_rate(arrival, 1.0)
     offsets = unit.offsets(len(specs), np.random.default_rng(seed + 1)) / load
     return TrialPlan(load, tuple(specs), warmup, offsets, None, duration_s, early_stop, time_limit_s)
 

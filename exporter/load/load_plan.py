@@ -1,15 +1,19 @@
 """A one-shot run's load plan from its options: which requests, and when (open loop) or how many at once
-(closed loop), for a count of requests or a duration; a preset's samples or a replayed trace."""
+(closed loop), for a count of requests or a duration; a preset's samples or a replayed trace.
+
+The arrival flags (``--arrival``, ``--rate``, ``--burstiness``) and ``--concurrency`` are read as a daemon
+config module's ``arrival`` and ``concurrency`` are, by ``exporter.options.arrival.read_arrival``: a bad
+value fails with the config's message under the flag that gave it (``ARRIVAL_FLAGS``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
-from exporter.load.arrivals import ArrivalProcess, offsets_within, parse_arrival_spec
 from exporter.load.target_facts import TargetFacts
 from exporter.load.traces import (
     TRACE_FORMATS,
@@ -21,12 +25,20 @@ from exporter.load.traces import (
 )
 from exporter.load.workload_options import workload_from_options
 from exporter.load.workloads import Workload
-from exporter.options.oneshot import OptionError, Options
+from exporter.options.arrival import ArrivalProcess, offsets_within, read_arrival
+from exporter.options.oneshot import OptionError, Options, read_flags
 from exporter.probe.target import RequestSpec
 
-ARRIVALS = ("poisson", "gamma", "constant")
 DEFAULT_RATE = 4.0  # requests per second when neither --rate nor --concurrency is given
 DEFAULT_REQUESTS = 100  # when neither --requests nor --duration is given
+# The flag that gives each part of a module's arrival and concurrency (as the reader reports them).
+ARRIVAL_FLAGS: Final = {
+    "arrival": "--arrival/--rate",
+    "arrival.kind": "--arrival",
+    "arrival.rate": "--rate",
+    "arrival.shape": "--burstiness",
+    "concurrency": "--concurrency",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,15 +63,12 @@ def load_plan(options: Options, simulated: bool, facts: TargetFacts | None = Non
         count = DEFAULT_REQUESTS
     if options["trace"]:
         return _trace_plan(options, workload, rng, count, duration)
-    concurrency = options["concurrency"]
-    if concurrency is not None and options["rate"] is not None:
-        raise OptionError("--rate and --concurrency exclude each other: open loop or closed loop")
     exact, described = workload.prompt_tokens_exact, workload.describe()
-    if concurrency is not None:
+    process = open_loop(options)
+    if process is None:
         # A closed loop refills as fast as requests end: with a duration, draw specs lazily.
         specs = _sample(workload, count, rng) if count else workload.stream(rng)
-        return LoadPlan(specs, None, concurrency, None, duration, exact, described)
-    process = _arrival(options)
+        return LoadPlan(specs, None, options["concurrency"], None, duration, exact, described)
     if workload.sessions and count:  # count requests in all; the arrivals start sessions
         specs = _sample(workload, count, rng)
         offsets = process.offsets(len(specs), rng)
@@ -88,18 +97,27 @@ def _sample_units(workload: Workload, count: int, rng: np.random.Generator) -> l
         raise OptionError(str(exc)) from exc
 
 
-def _arrival(options: Options) -> ArrivalProcess:
+def open_loop(options: Options) -> ArrivalProcess | None:
+    """The arrival process of the flags (by default Poisson at ``DEFAULT_RATE``), or None for a closed
+    loop (``--concurrency``); ``--arrival trace`` replays a trace's times and needs ``--trace``."""
+    if (options["arrival"] or "") == "trace":
+        raise OptionError("--arrival trace: needs --trace (the trace whose times it replays)")
+    return read_flags(arrival_tree(options), ("arrival", "concurrency"), read_arrival, ARRIVAL_FLAGS)
+
+
+def arrival_tree(options: Options) -> dict[str, Any]:
+    """The arrival flags given, as a daemon config module's ``arrival`` and ``concurrency``."""
+    arrival_given = any(options[key] is not None for key in ("arrival", "rate", "burstiness"))
+    tree: dict[str, Any] = (
+        {"concurrency": options["concurrency"]} if options["concurrency"] is not None else {}
+    )
+    if tree and not arrival_given:
+        return tree
     kind = options["arrival"] or "poisson"
-    if kind not in ARRIVALS:
-        raise OptionError(f'--arrival: unknown arrival process "{kind}"; valid: {", ".join(ARRIVALS)}, trace')
-    rate = options["rate"] if options["rate"] is not None else DEFAULT_RATE
-    spec: dict[str, Any] = {"kind": kind, "rate": rate}
-    if kind == "gamma" and options["burstiness"] is not None:
-        spec["shape"] = options["burstiness"]
-    try:
-        return parse_arrival_spec(spec)
-    except ValueError as exc:
-        raise OptionError(f"--arrival/--rate: {exc}") from exc
+    tree["arrival"] = {"kind": kind, "rate": options["rate"] if options["rate"] is not None else DEFAULT_RATE}
+    if kind == "gamma" and options["burstiness"] is not None:  # as ever, the shape of gamma alone
+        tree["arrival"]["shape"] = options["burstiness"]
+    return tree
 
 
 def _trace_plan(
@@ -126,7 +144,7 @@ def _trace_plan(
         return LoadPlan(
             specs, arrivals.offsets(len(specs), rng), None, arrivals.rate, duration, False, description
         )
-    if options["concurrency"] is not None:
+    process = open_loop(options)
+    if process is None:
         return LoadPlan(specs, None, options["concurrency"], None, duration, False, description)
-    process = _arrival(options)
     return LoadPlan(specs, process.offsets(len(specs), rng), None, process.rate, duration, False, description)

@@ -63,9 +63,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.load.distributions import LogNormal, Uniform
 from exporter.load.prompts import PromptBuilder, SimPromptBuilder
 from exporter.load.workloads import IndependentLengths, Workload
+from exporter.options.lengths import LogNormal, Uniform
 from exporter.probe.target import Api
 
 
@@ -134,6 +134,7 @@ PRESETS: dict[str, Preset] = {
     ),
 }  # fmt: skip
 PRESET_NAMES = tuple(PRESETS)
+PRESET_SESSIONS = {name: p.sessions for name, p in PRESETS.items()}  # as the options' readers take them
 
 
 def preset(

@@ -36,8 +36,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from exporter.load.arrivals import TraceReplay
 from exporter.load.workloads import PairedLengths, Workload
+from exporter.options.arrival import TraceReplay
 from exporter.probe.target import FollowUp, RequestSpec
 
 CountTokens = Callable[[str], int]

@@ -1,21 +1,41 @@
 """The workload a one-shot run's options describe: a preset or custom lengths, sessions, tool calls and
-structured output, fitted to the target's context with prompts calibrated to its tokenizer."""
+structured output, fitted to the target's context with prompts calibrated to its tokenizer.
+
+The flags are read as a daemon config module's ``workload`` is, by ``exporter.options.workload``:
+``workload_tree`` puts their values in that shape and ``WORKLOAD_FLAGS`` names the flag of each config
+path, so a bad value fails with the config's message under the flag's name.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
+from typing import Any, Final
 
-from exporter.load.distributions import parse_length_spec
-from exporter.load.presets import preset
+from exporter.load.presets import PRESET_SESSIONS, preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
-from exporter.load.sessions import parse_think_time
 from exporter.load.target_facts import CONTEXT_MARGIN, TargetFacts
 from exporter.load.target_options import option_api
-from exporter.load.workloads import IndependentLengths, Workload
-from exporter.options.oneshot import OptionError, Options, json_object
+from exporter.load.workloads import IndependentLengths, Workload, with_sessions
+from exporter.options.oneshot import OptionError, Options, json_object, read_flags
+from exporter.options.reader import Section
+from exporter.options.workload import TOOLS_AND_TURNS, WorkloadOptions, read_workload
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
+
+DEFAULT_PRESET = "sharegpt"  # a run given neither --workload nor custom lengths
+# The other length of a custom workload given one of --prompt-tokens/--output-tokens (a run's fixed
+# lengths, where a daemon probe's default prompt lengths vary: WorkloadOptions).
+CUSTOM_LENGTHS: Final = {"prompt_tokens": 512, "output_tokens": 128}
+# The flag that gives each part of a workload (a config path, as the reader reports problems under it).
+WORKLOAD_FLAGS: Final = {
+    "workload": "",  # a problem of the workload as a whole names its flags in its message
+    "workload.preset": "--workload",
+    "workload.prompt_tokens": "--prompt-tokens",
+    "workload.output_tokens": "--output-tokens",
+    "workload.turns": "--turns",
+    "workload.think_time": "--think-time",
+    "workload.tool_calls": "--tool-calls",
+    "workload.response_format": "--response-format",
+}
 
 
 def prompt_builder(facts: TargetFacts, simulated: bool) -> PromptBuilder:
@@ -31,24 +51,65 @@ def workload_from_options(options: Options, simulated: bool, facts: TargetFacts 
     facts = facts or TargetFacts()
     builder = prompt_builder(facts, simulated)
     api = option_api(options)
+    spec = read_flags(workload_tree(options), ("workload",), _read, WORKLOAD_FLAGS)
+    _check_flags_only(options, api)
     limits = {
         "max_prompt_tokens": options["max_prompt_tokens"],
         "max_output_tokens": options["max_output_tokens"],
     }
-    if options["prompt_tokens"] or options["output_tokens"]:
-        if options["workload"]:
-            raise OptionError("--workload and --prompt-tokens/--output-tokens exclude each other")
-        workload = Workload("custom", _custom_lengths(options), builder, api, **limits)
-    else:
+    if spec.preset is not None:
         try:
-            workload = preset(options["workload"] or "sharegpt", builder=builder, api=api, **limits)
+            workload = preset(spec.preset, builder=builder, api=api, **limits)
         except ValueError as exc:
             raise OptionError(f"--workload: {exc}") from exc
-    workload = session_options(workload, options)
+    else:
+        assert spec.prompt_tokens is not None and spec.output_tokens is not None  # WorkloadOptions
+        lengths = IndependentLengths(spec.prompt_tokens, spec.output_tokens)
+        workload = Workload("custom", lengths, builder, api, **limits)
+    workload = with_sessions(workload, spec)
     context = facts.context
     if context is None and simulated:
         context = SIM_PRESETS[options["sim_preset"] or DEFAULT_SIM_PRESET].engine.max_model_len
     return _fit_context(workload, options, context, exact=simulated)
+
+
+def workload_tree(options: Options) -> dict[str, Any]:
+    """The workload options given, as a daemon config module's ``workload`` mapping."""
+    custom = bool(options["prompt_tokens"] or options["output_tokens"])
+    lengths = {key: options[key] or default for key, default in CUSTOM_LENGTHS.items()} if custom else {}
+    turns = options.get("turns")
+    given = {
+        "preset": options["workload"] or (None if custom else DEFAULT_PRESET),
+        **lengths,
+        "turns": None if _trace_turns(options) else turns,
+        "think_time": options.get("think_time"),
+        "tool_calls": True if options.get("tool_calls") else None,
+        "response_format": (
+            json_object(options["response_format"], "--response-format")
+            if options.get("response_format") is not None
+            else None
+        ),
+    }
+    return {"workload": {key: value for key, value in given.items() if value is not None}}
+
+
+def _read(sec: Section) -> WorkloadOptions:
+    return read_workload(sec, PRESET_SESSIONS)
+
+
+def _trace_turns(options: Options) -> bool:
+    """``--turns trace``: the conversations of the replayed trace (the load plan reads them)."""
+    return str(options.get("turns") or "").strip() == "trace"
+
+
+def _check_flags_only(options: Options, api: str) -> None:
+    """What only the flags can get wrong: tool calls for an API without them, and with ``--turns trace``."""
+    if not options.get("tool_calls"):
+        return
+    if api == "completions":
+        raise OptionError("--tool-calls: needs --api chat or responses")
+    if _trace_turns(options):
+        raise OptionError(TOOLS_AND_TURNS.format("--tool-calls", "--turns"))
 
 
 def _fit_context(workload: Workload, options: Options, context: int | None, exact: bool) -> Workload:
@@ -60,47 +121,3 @@ def _fit_context(workload: Workload, options: Options, context: int | None, exac
         context = int(context * (1 - CONTEXT_MARGIN))
     output_cap = min(workload.max_output_tokens or context // 2, context // 2)
     return workload.with_options(max_prompt_tokens=context - output_cap, max_output_tokens=output_cap)
-
-
-def _custom_lengths(options: Options) -> IndependentLengths:
-    specs = {
-        "--prompt-tokens": options["prompt_tokens"] or 512,
-        "--output-tokens": options["output_tokens"] or 128,
-    }
-    lengths = {}
-    for flag, spec in specs.items():
-        try:
-            lengths[flag] = parse_length_spec(spec)
-        except ValueError as exc:
-            raise OptionError(f"{flag}: {exc}") from exc
-    return IndependentLengths(lengths["--prompt-tokens"], lengths["--output-tokens"])
-
-
-def session_options(workload: Workload, options: Options) -> Workload:
-    """``--turns``, ``--think-time``, ``--tool-calls`` and ``--response-format`` applied to ``workload``."""
-    changes: dict[str, Any] = {}
-    turns = options.get("turns")
-    if turns is not None and str(turns).strip() != "trace":
-        try:
-            changes["turns"] = None if str(turns).strip() == "1" else parse_length_spec(turns)
-        except ValueError as exc:
-            raise OptionError(f"--turns: {exc}") from exc
-    if options.get("think_time") is not None:
-        try:
-            changes["think_time"] = parse_think_time(options["think_time"])
-        except ValueError as exc:
-            raise OptionError(f"--think-time: {exc}") from exc
-    if options.get("tool_calls"):
-        if workload.api == "completions":
-            raise OptionError("--tool-calls: needs --api chat or responses")
-        changes["tool_calls"] = True
-    if options.get("response_format") is not None:
-        changes["extra_body"] = (
-            ("response_format", json_object(options["response_format"], "--response-format")),
-        )
-    session_turns_on = changes.get("turns", workload.turns) is not None or str(turns or "").strip() == "trace"
-    if session_turns_on and changes.get("tool_calls", workload.tool_calls):
-        raise OptionError(
-            "--tool-calls and --turns above 1 exclude each other: a conversation would need tool results"
-        )
-    return dataclasses.replace(workload, **changes) if changes else workload

@@ -23,6 +23,7 @@ every request (structured output: ``{"response_format": {"type": "json_schema", 
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,9 +31,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from exporter.load.distributions import IntArray, LengthDistribution
 from exporter.load.prompts import PromptBuilder, SimPromptBuilder
-from exporter.load.sessions import DEFAULT_THINK_TIME, ThinkTime, parse_think_time
+from exporter.options.lengths import IntArray, LengthDistribution
+from exporter.options.think_time import DEFAULT_THINK_TIME, ThinkTime, parse_think_time
+from exporter.options.workload import WorkloadOptions
 from exporter.probe.target import APIS, Api, FollowUp, RequestSpec
 
 # Below this share of accepted draws the filters leave too little of the distribution to sample.
@@ -306,3 +308,15 @@ def specs_with_lengths(
     return [
         workload.spec(p, o, salt + i, f"{workload.name}-{salt:010x}-{i}") for i, (p, o) in enumerate(lengths)
     ]
+
+
+def with_sessions(workload: Workload, options: WorkloadOptions) -> Workload:
+    """``workload`` with the sessions, tool calls and structured output of ``options``."""
+    changes: dict[str, Any] = {"tool_calls": options.tool_calls or workload.tool_calls}
+    if options.turns is not None:
+        changes["turns"] = None if options.single_requests() else options.turns
+    if options.think_time is not None:
+        changes["think_time"] = options.think_time
+    if options.response_format is not None:
+        changes["extra_body"] = (("response_format", json.loads(options.response_format)),)
+    return replace(workload, **changes)

@@ -2,13 +2,18 @@
 
 The lowest layer beside ``exporter.stats``: it imports no other package of ours but ``stats`` (whose
 types some options produce, e.g. ``GoodputBounds``). ``reader`` reads a parsed YAML or JSON tree with
-every problem recorded under its path; ``slo`` defines the SLO (``SloOptions``) and reads it
-(``read_slo``) for the daemon config, a job's parameters and the flags alike; ``target`` defines how to reach a target
+every problem recorded under its path (``problems``: each keeps its path, the settings its message
+names and the wrong part of a spec); ``slo`` defines the SLO (``SloOptions``) and reads it (``read_slo``)
+for the daemon config, a job's parameters and the flags alike; ``target`` defines how to reach a target
 (``Api``, ``Secret``, ``Timeouts``) and reads it for ``targets[]`` and the target flags; ``goodput`` reads
-goodput bounds; ``oneshot`` is the flat options mapping of a one-shot run (``bench``, ``capacity``, ``profile``),
-the error a bad option raises, and ``read_flags``, which puts flag values through the config's readers
-and names the flag in each message. A new option's meaning goes here; its
-flag goes in ``exporter.cli``.
+goodput bounds; ``workload`` defines a workload (``WorkloadOptions``: a preset or length distributions,
+sessions) and reads it (``read_workload``) for ``modules.<name>`` and the workload flags, with the
+length distributions (``lengths``) and think times (``think_time``) it is made of; ``arrival`` defines the
+arrival processes and reads them (``read_arrival``) for ``modules.<name>``, a capacity job and the
+arrival flags; ``oneshot`` is the flat options mapping of a one-shot run (``bench``, ``capacity``,
+``profile``), the error a bad option raises, and ``read_flags``, which puts flag values through the
+config's readers and names the flag in each message, and in the settings a message mentions
+(``or give --decode-deadline``). A new option's meaning goes here; its flag goes in ``exporter.cli``.
 
 Why a hand-written reader and not a validation library (measured 2026-11-25, Python 3 on the CI VM,
 ``time.perf_counter`` around the import and first use, ``ru_maxrss``; a bare interpreter is 10.6 MB):

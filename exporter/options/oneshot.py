@@ -18,7 +18,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias, TypeVar
 
-from exporter.options.reader import Problems, Section
+from exporter.options.problems import Problem, Problems
+from exporter.options.reader import Section
 
 T = TypeVar("T")
 _INDEX = re.compile(r"\[\d+\]")
@@ -56,7 +57,15 @@ def read_flags(
 
 
 def flag_problem(problem: str, flags: Mapping[str, str]) -> str:
-    """``"objectives[1]: unknown SLO..."`` as ``"--objective: unknown SLO..."``."""
+    """``"objectives[1]: unknown SLO..."`` as ``"--objective: unknown SLO..."``; the settings a
+    ``Problem`` mentions are named by their flags too (``or give --decode-deadline``)."""
+    if isinstance(problem, Problem):
+        message = Problem.message(problem.template, problem.mentions, lambda path: flag_of(path, flags))
+        part = problem.part or ""
+        where = flags[part] if part in flags else flag_of(problem.path, flags)
+        # A problem of the flags together (at the top level, or where ``flags`` names no flag) names
+        # them in its message already.
+        return f"{where}: {message}" if problem.path and where else message
     path, _, message = problem.partition(": ")
     return f"{flag_of(path, flags)}: {message}"
 

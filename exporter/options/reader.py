@@ -1,6 +1,6 @@
 """Reading a parsed YAML tree with every problem recorded, each under its path, instead of raised.
 
-``Problems`` collects ``path: message`` lines. ``Section`` wraps one YAML mapping: it reports unknown keys
+``Problems`` (``exporter.options.problems``) collects ``path: message`` lines. ``Section`` wraps one YAML mapping: it reports unknown keys
 when it is opened and has typed getters that record a problem and return the default when a value is
 wrong, so one pass over a config finds every problem (a config with any problem is never built, so the
 defaults returned on error are never used).
@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+
+from exporter.options.problems import Problems, SpecError
 
 T = TypeVar("T")
 
@@ -49,19 +51,6 @@ class Unresolved(Substituted):
     """A string value whose expansion failed (already a problem): readers skip it without a word."""
 
     __slots__ = ()
-
-
-class Problems:
-    """Every problem found, in the order found, as ``path: message`` lines."""
-
-    def __init__(self) -> None:
-        self.items: list[str] = []
-
-    def add(self, path: str, message: str) -> None:
-        self.items.append(f"{path or '(top level)'}: {message}")
-
-    def __bool__(self) -> bool:
-        return bool(self.items)
 
 
 class Context:
@@ -205,8 +194,13 @@ class Section:
     def get(self, key: str) -> Any:
         return resolve_scalar(self.raw.get(key))
 
-    def fail(self, key: str, message: str) -> None:
-        self.problems.add(self.at(key), message)
+    def fail(self, key: str, message: str, mentions: Iterable[str] = ()) -> None:
+        """A problem at ``key``; ``mentions``: keys of this mapping its message names (``{}`` each)."""
+        self.problems.add(self.at(key), message, tuple(self.at(other) for other in mentions))
+
+    def complain(self, message: str, mentions: Iterable[str]) -> None:
+        """A problem of the mapping as a whole that names some of its keys (``{}`` each)."""
+        self.problems.add(self.path, message, tuple(self.at(key) for key in mentions))
 
     def read(self, key: str, default: T, convert: Callable[[Any], T], resolve: bool = True) -> T:
         """``convert(value)`` (its ValueError becomes a problem), or ``default`` when absent or bad.
@@ -220,6 +214,9 @@ class Section:
             value = self.raw[key]
         try:
             return convert(value)
+        except SpecError as exc:
+            self.problems.add(self.at(key), str(exc), part=child_path(self.at(key), exc.part))
+            return default
         except ValueError as exc:
             self.fail(key, str(exc))
             return default

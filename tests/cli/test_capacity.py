@@ -88,7 +88,11 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
     ("flags", "message"),
     [
         (["--tolerance", "0.9"], "--tolerance: must be a number in (0, 0.5], got 0.9"),
-        (["--decode-tier", "sluggish"], '--decode-tier: unknown decode tier "sluggish"'),
+        (
+            ["--decode-tier", "sluggish"],
+            '--decode-tier: unknown decode tier "sluggish"; valid: strict, medium, relaxed '
+            "(or give --decode-deadline)",
+        ),
         (["--load", "concurrency", "--start", "2.5"], "--start: must be a whole number"),
         (["--objective", "ttft:p99>=2"], "--objective: "),
         (["--workers", "0"], "--workers: must be an integer >= 1"),

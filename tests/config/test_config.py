@@ -28,10 +28,11 @@ from exporter.config.job_params import CapacityParams, JobLimits, ProfileParams,
 from exporter.config.job_parse import params_to_dict
 from exporter.config.model import JobsConfig
 from exporter.evaluation import DeadlinePolicy
-from exporter.load.arrivals import Gamma, Poisson
-from exporter.load.distributions import Fixed, LogNormal
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
-from exporter.options.reader import Problems, expand_env
+from exporter.options.arrival import Gamma, Poisson
+from exporter.options.lengths import Fixed, LogNormal
+from exporter.options.problems import Problems
+from exporter.options.reader import expand_env
 from exporter.probe.target import Timeouts
 from exporter.stats.prefill import PrefillModel, dump_json
 from exporter.stats.slo import DECODE_TIERS, GoodputBounds, parse_slo

@@ -6,9 +6,9 @@ from __future__ import annotations
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.trial import plan_trial, run_trial
 from exporter.jobs.trial_verdict import TrialSlo
-from exporter.load.distributions import Fixed
-from exporter.load.sessions import parse_think_time
 from exporter.load.workloads import IndependentLengths, Workload
+from exporter.options.lengths import Fixed
+from exporter.options.think_time import parse_think_time
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
 from tests.support.sim import StartSim

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from exporter.load.arrivals import Constant, Poisson
 from exporter.load.presets import preset
 from exporter.load.runner import Send, build_plan, deadline_waiter, load_run_from_results, run_load
+from exporter.options.arrival import Constant, Poisson
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec
 

@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from exporter.load.distributions import Fixed
 from exporter.load.runner import run_load
-from exporter.load.sessions import parse_think_time, run_session
+from exporter.load.sessions import run_session
 from exporter.load.workloads import IndependentLengths, Workload
+from exporter.options.lengths import Fixed
+from exporter.options.think_time import parse_think_time
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import FollowUp, RequestSpec, TargetSettings, Timeouts

@@ -17,7 +17,9 @@ A spec is a string or a mapping (from YAML/JSON):
     {"kind": "lognormal", "median": 200, "sigma": 0.8, "max": 4096}
     {"kind": "empirical", "values": [12, 40, 300]}
 
-Errors name the distribution, the field and the valid options.
+Errors name the distribution, the field and the valid options. Defined once for the daemon config
+(``modules.<name>.workload``), the flags (``--prompt-tokens``, ``--turns``...) and the presets, read by
+``exporter.options.workload``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+
+from exporter.options.reader import show
 
 IntArray = npt.NDArray[np.int64]
 
@@ -331,3 +335,10 @@ def _bounds(params: Mapping[str, Any], kind: str) -> Bounds:
         return Bounds(low, high)
     except ValueError as exc:
         raise ValueError(f"{kind}: {exc}") from None
+
+
+def length_spec(value: Any) -> LengthDistribution:
+    """A length spec as YAML or JSON gives it: a string, an integer or a mapping (``parse_length_spec``)."""
+    if not isinstance(value, str | int | Mapping):
+        raise ValueError(f"must be a length spec like lognormal:median=128,sigma=0.5, got {show(value)}")
+    return parse_length_spec(value)

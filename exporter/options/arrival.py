@@ -13,6 +13,12 @@ times). The runner sleeps until ``start + offset`` for each request, so lateness
   multiplied by ``time_scale`` (0.5 replays twice as fast, 2 at half speed).
 
 Closed-loop fixed concurrency has no arrival process: the runner keeps N requests in flight.
+
+Defined once for the daemon config (``modules.<name>.arrival``, read by ``read_arrival``), the jobs API
+(a capacity search's ``arrival`` without its rate, ``arrival_without_rate``) and the flags (``--arrival``,
+``--rate``, ``--burstiness``, put in the config's shape by ``exporter.load.load_plan``): a bad value
+fails with the same message under its path or its flag. A ``SpecError`` names the part of a spec that
+is wrong, so the flag that gave that part is named.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+
+from exporter.options.problems import SpecError
+from exporter.options.reader import Section, show
 
 FloatArray = npt.NDArray[np.float64]
 ARRIVAL_KINDS = ("constant", "gamma", "poisson")
@@ -50,7 +59,9 @@ def _offsets_from_gaps(gaps: FloatArray) -> FloatArray:
 
 def _check_rate(kind: str, rate: float) -> None:
     if not (math.isfinite(rate) and rate > 0):
-        raise ValueError(f'{kind}: field "rate" must be a number > 0 (requests per second), got {rate!r}')
+        raise SpecError(
+            f'{kind}: field "rate" must be a number > 0 (requests per second), got {rate!r}', "rate"
+        )
 
 
 @dataclass(frozen=True)
@@ -79,7 +90,9 @@ class Gamma:
     def __post_init__(self) -> None:
         _check_rate("gamma", self.rate)
         if not (math.isfinite(self.shape) and self.shape > 0):
-            raise ValueError(f'gamma: field "shape" must be a number > 0 (1 = Poisson), got {self.shape!r}')
+            raise SpecError(
+                f'gamma: field "shape" must be a number > 0 (1 = Poisson), got {self.shape!r}', "shape"
+            )
 
     def offsets(self, n: int, rng: np.random.Generator) -> FloatArray:
         scale = 1.0 / (self.rate * self.shape)
@@ -157,16 +170,16 @@ def parse_arrival_spec(spec: str | Mapping[str, Any]) -> ArrivalProcess:
     params = _arrival_mapping(spec)
     kind = str(params.pop("kind", "")).strip().lower()
     if kind not in ARRIVAL_KINDS:
-        raise ValueError(f'unknown arrival process "{kind}"; valid: {", ".join(ARRIVAL_KINDS)}')
+        raise SpecError(f'unknown arrival process "{kind}"; valid: {", ".join(ARRIVAL_KINDS)}', "kind")
     if "burstiness" in params and kind == "gamma":
         params.setdefault("shape", params.pop("burstiness"))
     valid = ("rate", "shape") if kind == "gamma" else ("rate",)
     unknown = sorted(k for k in params if k not in valid)
     if unknown:
         extra = ", burstiness" if kind == "gamma" else ""
-        raise ValueError(f'{kind}: unknown field "{unknown[0]}"; valid: {", ".join(valid)}{extra}')
+        raise SpecError(f'{kind}: unknown field "{unknown[0]}"; valid: {", ".join(valid)}{extra}', unknown[0])
     if "rate" not in params:
-        raise ValueError(f'{kind}: missing field "rate" (requests per second)')
+        raise SpecError(f'{kind}: missing field "rate" (requests per second)', "rate")
     rate = _number(kind, "rate", params["rate"])
     if kind == "gamma":
         return Gamma(rate, _number(kind, "shape", params.get("shape", 1.0)))
@@ -190,10 +203,49 @@ def _number(kind: str, name: str, raw: Any) -> float:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise ValueError(f'{kind}: field "{name}" must be a number, got {raw!r}') from None
+        raise SpecError(f'{kind}: field "{name}" must be a number, got {raw!r}', name) from None
     if isinstance(raw, bool):
-        raise ValueError(f'{kind}: field "{name}" must be a number, got {raw!r}')
+        raise SpecError(f'{kind}: field "{name}" must be a number, got {raw!r}', name)
     return value
+
+
+def arrival_spec(value: Any) -> ArrivalProcess:
+    """An arrival spec as YAML or JSON gives it: a string or a mapping (``parse_arrival_spec``)."""
+    if not isinstance(value, str | Mapping):
+        raise ValueError(
+            f"must be an arrival spec like poisson:rate=2 or {{kind: poisson, rate: 2}}, got {show(value)}"
+        )
+    return parse_arrival_spec(value)
+
+
+def read_arrival(sec: Section) -> ArrivalProcess | None:
+    """``arrival`` of a module-shaped mapping: the open loop's process (None: a closed loop, whose
+    ``concurrency`` its reader reads); giving both is a problem of the mapping."""
+    if sec.get("arrival") is None:
+        return None
+    if sec.get("concurrency") is not None:
+        sec.complain("give either {} (open loop) or {} (closed loop), not both", ("arrival", "concurrency"))
+        return None
+    return sec.read("arrival", None, arrival_spec, resolve=False)
+
+
+def arrival_without_rate(value: Any) -> str:
+    """An arrival spec without its rate (``poisson``, ``constant``, ``gamma:shape=0.5``), as a capacity
+    search takes it: the search sets the rate of each trial, so it is checked here with a stand-in rate."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"must be an arrival process without a rate, e.g. poisson, got {show(value)}")
+    _, _, rest = value.strip().partition(":")
+    if any(part.partition("=")[0].strip() == "rate" for part in rest.split(",")):
+        raise ValueError(f"leave the rate out of {show(value)}: the search sets it for each trial")
+    at_rate(value, 1.0)
+    return value.strip()
+
+
+def at_rate(arrival: str, rate: float) -> ArrivalProcess:
+    """The process of a spec without its rate (``arrival_without_rate``) at ``rate`` requests/s."""
+    kind, _, rest = arrival.strip().partition(":")
+    parts = [part.strip() for part in rest.split(",") if part.strip()]
+    return parse_arrival_spec(f"{kind}:{','.join([*parts, f'rate={rate!r}'])}")
 
 
 def gaps(offsets: Sequence[float] | FloatArray) -> FloatArray:

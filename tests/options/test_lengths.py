@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.load.distributions import (
+from exporter.options.lengths import (
     Bounds,
     Empirical,
     Fixed,

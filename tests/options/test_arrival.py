@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from exporter.load.arrivals import (
+from exporter.options.arrival import (
     Constant,
     Gamma,
     Poisson,
