@@ -20,7 +20,8 @@ every token of a stream is, and ``StreamState.on_payload`` accounts for it witho
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import msgspec
 
@@ -29,43 +30,43 @@ from exporter.probe.openai import Chunk
 _UNSET = msgspec.UNSET
 
 
-class _CachedTokens(msgspec.Struct):
+class _CachedTokens(msgspec.Struct, gc=False):
     cached_tokens: int | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     completion_tokens: int | None = None
     prompt_tokens: int | None = None
     prompt_tokens_details: _CachedTokens | None = None
 
 
-class _Delta(msgspec.Struct):
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     reasoning_content: str | None = None
     reasoning: str | None = None
     tool_calls: msgspec.Raw | msgspec.UnsetType = _UNSET
 
 
-class _CompletionChoice(msgspec.Struct):
+class _CompletionChoice(msgspec.Struct, gc=False):
     text: str | None = None
     finish_reason: str | None = None
     token_ids: list[int] | None = None
 
 
-class _ChatChoice(msgspec.Struct):
+class _ChatChoice(msgspec.Struct, gc=False):
     delta: _Delta | None = None
     finish_reason: str | None = None
     token_ids: list[int] | None = None
 
 
-class _CompletionChunk(msgspec.Struct):
+class _CompletionChunk(msgspec.Struct, gc=False):
     choices: list[_CompletionChoice] | msgspec.UnsetType = _UNSET
     usage: _Usage | None = None
     timings: msgspec.Raw | msgspec.UnsetType = _UNSET
     error: msgspec.Raw | msgspec.UnsetType = _UNSET
 
 
-class _ChatChunk(msgspec.Struct):
+class _ChatChunk(msgspec.Struct, gc=False):
     choices: list[_ChatChoice] | msgspec.UnsetType = _UNSET
     usage: _Usage | None = None
     timings: msgspec.Raw | msgspec.UnsetType = _UNSET
@@ -85,6 +86,34 @@ def _usage(usage: _Usage) -> tuple[int | None, int | None, int | None]:
     return usage.completion_tokens, usage.prompt_tokens, cached
 
 
+def _plain_completion(obj: _CompletionChunk) -> str | None:
+    """The text of a plain completions chunk (see the module docstring), else None."""
+    if obj.timings is not _UNSET or obj.choices is _UNSET or not obj.choices or obj.usage is not None:
+        return None
+    choice = obj.choices[0]
+    if choice.token_ids is None and choice.finish_reason is None and choice.text:
+        return choice.text
+    return None
+
+
+def _plain_chat(obj: _ChatChunk) -> str | None:
+    """The content of a plain chat chunk (see the module docstring), else None."""
+    if obj.timings is not _UNSET or obj.choices is _UNSET or not obj.choices or obj.usage is not None:
+        return None
+    choice = obj.choices[0]
+    delta = choice.delta
+    if (
+        delta is None
+        or delta.tool_calls is not _UNSET
+        or choice.token_ids is not None
+        or choice.finish_reason is not None
+        or delta.reasoning_content
+        or delta.reasoning
+    ):
+        return None
+    return delta.content or None
+
+
 def completion_chunk(data: str) -> Chunk | str | None:
     """A completions chunk (its text alone when it is plain), or None when ``read_chunk`` must read
     it (see the module docstring)."""
@@ -92,13 +121,14 @@ def completion_chunk(data: str) -> Chunk | str | None:
         obj = _decode_completion(data)
     except msgspec.DecodeError:  # ValidationError too
         return None
+    plain = _plain_completion(obj)
+    if plain is not None:
+        return plain
     if obj.timings is not _UNSET or obj.choices is _UNSET or not obj.choices:
         return None if obj.timings is not _UNSET or obj.error is not _UNSET else _no_choice(obj.usage)
     choice = obj.choices[0]
     usage = obj.usage
     ids = choice.token_ids
-    if usage is None and ids is None and choice.finish_reason is None and choice.text:
-        return choice.text
     completion, prompt, cached = _NO_USAGE if usage is None else _usage(usage)
     return Chunk(
         choice.text or "",
@@ -118,6 +148,9 @@ def chat_chunk(data: str) -> Chunk | str | None:
         obj = _decode_chat(data)
     except msgspec.DecodeError:
         return None
+    plain = _plain_chat(obj)
+    if plain is not None:
+        return plain
     if obj.timings is not _UNSET or obj.choices is _UNSET or not obj.choices:
         return None if obj.timings is not _UNSET or obj.error is not _UNSET else _no_choice(obj.usage)
     choice = obj.choices[0]
@@ -130,8 +163,6 @@ def chat_chunk(data: str) -> Chunk | str | None:
     if delta is not None:
         content = delta.content or ""
         reasoning = delta.reasoning_content or delta.reasoning or ""
-        if usage is None and ids is None and choice.finish_reason is None and content and not reasoning:
-            return content
     completion, prompt, cached = _NO_USAGE if usage is None else _usage(usage)
     return Chunk(
         content,
@@ -153,4 +184,39 @@ def _no_choice(usage: _Usage | None) -> Chunk:
 FAST_READERS: dict[str, Callable[[str], Chunk | str | None]] = {
     "/v1/completions": completion_chunk,
     "/v1/chat/completions": chat_chunk,
+}
+
+
+_Shape = TypeVar("_Shape", _CompletionChunk, _ChatChunk)
+
+
+def _plain_texts(
+    decode_lines: Callable[[str], list[_Shape]], plain: Callable[[_Shape], str | None]
+) -> Callable[[Sequence[bytes]], list[str]]:
+    def read(payloads: Sequence[bytes]) -> list[str]:
+        """The texts of the leading plain chunks among ``payloads``, each the data of one lone event
+        (so without a line break: one JSON document per line), all decoded in one call."""
+        try:
+            # Decoded first, as on_payload does: msgspec checks the UTF-8 of the fields it reads only.
+            objs = decode_lines(b"\n".join(payloads).decode("utf-8"))
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            return []
+        if len(objs) != len(payloads):  # an empty payload is no line at all
+            return []
+        texts: list[str] = []
+        for obj in objs:
+            text = plain(obj)
+            if text is None:
+                break
+            texts.append(text)
+        return texts
+
+    return read
+
+
+# The same reading as FAST_READERS of many payloads at once, for their leading plain chunks: what a
+# kept stream nearly always is (reader.py, keep mode in stamped.py).
+PLAIN_BATCH_READERS: dict[str, Callable[[Sequence[bytes]], list[str]]] = {
+    "/v1/completions": _plain_texts(msgspec.json.Decoder(_CompletionChunk).decode_lines, _plain_completion),
+    "/v1/chat/completions": _plain_texts(msgspec.json.Decoder(_ChatChunk).decode_lines, _plain_chat),
 }

@@ -42,6 +42,7 @@ from exporter.probe.openai import FORMATS, ApiFormat, exact_length
 from exporter.probe.reader import StreamReader, error_text
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.saturation import LagMonitor, is_unreliable
+from exporter.probe.stamped import KeepMode
 from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
@@ -395,6 +396,9 @@ class _BodySink:
         self.error = error
         if not self.finished.done():
             self.finished.set_result(None)
+
+    def keep_mode(self, unkeep: Callable[[], None]) -> KeepMode | None:
+        return None  # a small body: every read to on_read
 
 
 __all__ = ["ProbeClient", "TargetError", "error_text"]

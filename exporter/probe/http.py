@@ -8,6 +8,10 @@ plain client ~95 us of CPU per chunk on this project's VM. Here the socket's byt
 strip the HTTP framing, and hands the body bytes of that read to the request's ``ResponseSink`` in the
 same callback: no future, no task step per chunk.
 
+On a kernel-stamped socket read in C (``stamped.NativeSocketReads``), the connection also tells the
+transport when whole chunks may skip the parser: ``_keep`` turns on keep mode whenever the parser's
+last step ended a chunk, and the reader then gets those chunks' events without a call per read.
+
 What it speaks: ``POST``/``GET`` with a ``Content-Length`` body; responses framed by chunked transfer
 encoding, ``Content-Length`` or the connection's close; keep-alive with a pool of idle connections per
 (host, port); TLS through the loop's own ``create_connection(ssl=...)``. No redirects (a probe reports
@@ -26,7 +30,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from exporter.probe.stamped import StampedSocket, kernel_stamps_available, open_stamped
+from exporter.probe import stamped
+from exporter.probe.stamped import KeepMode, StampedSocket, kernel_stamps_available, open_stamped
 
 Clock = Callable[[], float]
 
@@ -54,6 +59,10 @@ class ResponseSink(Protocol):
 
     def on_end(self, now: float, error: HttpError | None) -> None:
         """The response ended: complete (``error`` None) or cut short."""
+
+    def keep_mode(self, unkeep: Callable[[], None]) -> KeepMode | None:
+        """Where whole-chunk reads may go without a call of ``on_read`` (``stamped.KeepMode``), or None
+        (every read to ``on_read``); ``unkeep`` ends that, and the sink calls it when it stops keeping."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +102,8 @@ def request_bytes(
 class HttpConnection(asyncio.Protocol):
     """One keep-alive connection; one request at a time. The network loop only stamps and frames."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, *, keeps: bool = False) -> None:
+        """``keeps``: the transport will be a ``StampedSocket`` with keep mode (``_keep``)."""
         self._clock = clock
         self._transport: asyncio.Transport | None = None
         self._sink: ResponseSink | None = None
@@ -102,6 +112,10 @@ class HttpConnection(asyncio.Protocol):
         # httptools' body callback, called once per read: the list's own append, so no Python frame
         # runs for it (the parser looks its callbacks up when it is made, hence before it).
         self.on_body: Callable[[bytes], None] = self._parts.append
+        self._between_chunks = False  # the parser's last step ended a chunk (keep mode, below)
+        if keeps:  # httptools looks its callbacks up once: elsewhere they would cost two calls a chunk
+            self.on_chunk_header = self._chunk_started
+            self.on_chunk_complete = self._chunk_ended
         self._parser = httptools.HttpResponseParser(self)
         self._now = 0.0
         self._complete = True  # no response in progress
@@ -140,6 +154,25 @@ class HttpConnection(asyncio.Protocol):
         if self._complete and self._sink is not None:
             sink, self._sink = self._sink, None
             sink.on_end(now, None)
+        elif self._between_chunks and data[-2:] == b"\r\n" and self._sink is not None:
+            self._keep()
+
+    def _keep(self) -> None:
+        """The parser sits between two chunks (its last step ended one, and no byte of the next size
+        line came after it): whole chunks may skip it, so let the transport keep them for the sink.
+        A read the transport does not keep comes here and ends the mode until the next boundary."""
+        transport = self._transport
+        if not isinstance(transport, StampedSocket) or self._sink is None:
+            return
+        mode = self._sink.keep_mode(transport.unkeep)
+        if mode is not None:
+            transport.keep(mode)
+
+    def _chunk_started(self) -> None:
+        self._between_chunks = False
+
+    def _chunk_ended(self) -> None:
+        self._between_chunks = True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -157,6 +190,7 @@ class HttpConnection(asyncio.Protocol):
     # -- httptools callbacks ------------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self._between_chunks = False
         self._headers = {}
         self._headers_done = False
 
@@ -262,7 +296,7 @@ class ConnectionPool:
     async def open(self, endpoint: Endpoint) -> HttpConnection:
         """A new connection to ``endpoint``."""
         if self._kernel_stamps and not endpoint.tls:
-            conn = HttpConnection(self._clock)
+            conn = HttpConnection(self._clock, keeps=stamped.NATIVE_READS)
             await open_stamped(endpoint.host, endpoint.port, conn, self._clock)
             self._open.add(conn)
             return conn

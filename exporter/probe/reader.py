@@ -14,6 +14,12 @@ streams end within one 20 ms gap of each other; decoding every stream's 63 reads
 each, 35 ms for all) held the loop so long that the last token of the later streams was stamped 15-60 ms
 late. Batches of ``FLUSH_READS`` spread that work over the stream.
 
+With the C reads (``stamped.NativeSocketReads``) most kept reads never come through ``on_read``: the
+transport keeps each read that is one lone ``data:`` event as (stamp, event data) in the same list
+(``keep_mode``), and the reader decodes each run of them in one go (``StreamState.on_payloads``: one
+JSON call for the run), in batches of ``BATCH_READS``. Reads kept by ``on_read`` carry a third item,
+None, so the two kinds stay apart in one ordered list.
+
 Decoding is scheduled early anyway when a read may end the stream (it holds ``[DONE]``, an ``"error"``
 object or the format's own end events) or when the kept bytes pass ``FLUSH_BYTES`` (a bound on memory and
 on how long a too-long line goes unnoticed). After ``[DONE]`` the reader waits ``DRAIN_LIMIT_S`` for the
@@ -27,16 +33,22 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable
+from typing import cast
 
 from exporter.probe.http import HttpError
 from exporter.probe.result import Outcome
 from exporter.probe.sse import SseDecoder, SseError
+from exporter.probe.stamped import KeepMode
 from exporter.probe.stream import StreamFailureError, StreamState
 
 ERROR_BODY_LIMIT = 4096
 DRAIN_LIMIT_S = 1.0  # after [DONE], how long to wait for the end of the HTTP body
 FLUSH_BYTES = 256 * 1024
 FLUSH_READS = 8  # kept reads decoded together: ~50 us of work per batch at most
+BATCH_READS = 32  # the same, for lone events the transport kept (decoded in one go: ~1 us each)
+# A kept read: (stamp, the data of one lone SSE event) as the transport keeps it in keep mode
+# (stamped.KeepMode), or (stamp, the body bytes of the read, None) as on_read keeps it.
+Kept = tuple[float, bytes] | tuple[float, bytes, None]
 
 
 class StreamReader:
@@ -52,13 +64,15 @@ class StreamReader:
         self.headers_received = False
         self.body_complete = False  # the HTTP body ended (the connection may be reused)
         self._decoder = SseDecoder(max_line_bytes)
+        self._max_line = max_line_bytes
         self._end_markers = state.fmt.end_markers
         self._on_first_token = on_first_token
-        self._kept: list[tuple[float, bytes]] | None = None  # None: decoding as reads arrive
+        self._kept: list[Kept] | None = None  # None: decoding as reads arrive
         self._kept_bytes = 0
         self._error_body: bytearray | None = None
         self._drain: asyncio.TimerHandle | None = None
         self._flush_due = False  # a decoding callback is scheduled
+        self._unkeep: Callable[[], None] | None = None  # ends the transport's keep mode (keep_mode)
 
     # -- ResponseSink ----------------------------------------------------------------------------------
 
@@ -82,15 +96,37 @@ class StreamReader:
             self._keep_error_body(body)
         elif self._kept is not None:
             kept = self._kept
-            kept.append((now, body))
+            kept.append((now, body, None))
             self._kept_bytes += len(body)
             if not self._flush_due and (
                 len(kept) >= FLUSH_READS or self._kept_bytes > FLUSH_BYTES or self._may_end(body)
             ):
-                self._flush_due = True
-                self._loop.call_soon(self._scheduled_flush)
+                self._flush_soon()
         else:
             self._guarded(self._decode, now, body)
+
+    def keep_mode(self, unkeep: Callable[[], None]) -> KeepMode | None:
+        """While reads are kept (after the first token), the transport may keep whole-chunk reads in
+        the same list itself, as ``on_read`` would, with no call (``stamped.KeepMode``); the reads that
+        may end the stream (``_may_end``) or pass ``FLUSH_BYTES`` still come to ``on_read``."""
+        if self._kept is None or self._error_body is not None or self.finished.done() or not self._clean():
+            return None
+        self._unkeep = unkeep
+        longest = min(FLUSH_BYTES, self._max_line)
+        return KeepMode(self._kept, self.state, self._flush_soon, self._end_markers, BATCH_READS, longest)
+
+    def _clean(self) -> bool:
+        """Whether the SSE decoder will be clean once every kept read is decoded, so that the next
+        read is a lone event if it looks like one (what the transport checks in keep mode)."""
+        if not self._kept:
+            return self._decoder.clean
+        last = self._kept[-1]
+        return len(last) == 2 or last[1][-2:] == b"\n\n"  # a blank line ends every event
+
+    def _flush_soon(self) -> None:
+        if not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self._scheduled_flush)
 
     def _may_end(self, body: bytes) -> bool:
         # A loop, not any() over a generator: this runs on every read, and the generator cost 4x.
@@ -138,19 +174,42 @@ class StreamReader:
                 self._on_first_token()
 
     def _flush(self) -> None:
-        """Decode every kept read, in order, each with its own stamp (``_decode``'s fast path inline:
-        the first token has come, so only the end can change what the reader does next)."""
-        kept, self._kept = self._kept or [], []
+        """Decode every kept read, in order, each with its own stamp: a run of lone events kept by the
+        transport in one go (``StreamState.on_payloads``), any other read on its own."""
+        kept = self._kept
+        batch = kept.copy() if kept else []
+        if kept:
+            kept.clear()  # in place: the transport may be keeping reads in this very list
         self._kept_bytes = 0
-        state, lone_payload = self.state, self._decoder.lone_payload
-        for now, body in kept:
-            if state.done:
-                break
-            payload = lone_payload(body)
-            if payload is None or state.on_payload(now, payload) is None:
-                self._decode(now, body)
-            elif state.done:
-                self._arm_drain()
+        start, state = 0, self.state
+        while start < len(batch) and not state.done:
+            item = batch[start]
+            if len(item) == 3:  # a read kept by on_read
+                self._decode_kept(item[0], item[1])
+                start += 1
+                continue
+            end = start + 1
+            while end < len(batch) and len(batch[end]) == 2:
+                end += 1
+            self._decode_run(cast(list[tuple[float, bytes]], batch[start:end]))
+            start = end
+
+    def _decode_run(self, run: list[tuple[float, bytes]]) -> None:
+        """Lone events' data as the transport kept them: the leading plain chunks in one go, the rest
+        one by one (a stream whose chunks carry usage or token ids has no plain one)."""
+        for now, payload in run[self.state.on_payloads(run) :]:
+            if self.state.done:
+                return
+            self._decode_kept(now, b"data: " + payload + b"\n\n")  # the read, as it came
+
+    def _decode_kept(self, now: float, body: bytes) -> None:
+        """One kept read (``_decode``'s fast path inline: the first token has come, so only the end
+        can change what the reader does next)."""
+        payload = self._decoder.lone_payload(body)
+        if payload is None or self.state.on_payload(now, payload) is None:
+            self._decode(now, body)
+        elif self.state.done:
+            self._arm_drain()
 
     def flush_quietly(self) -> None:
         """Decode what was kept, for a request given up (its tokens still count); failures ignored."""
@@ -197,6 +256,9 @@ class StreamReader:
         self._resolve()
 
     def _resolve(self) -> None:
+        if self._unkeep is not None:
+            self._unkeep()
+            self._unkeep = None
         if self._drain is not None:
             self._drain.cancel()
         if not self.finished.done():

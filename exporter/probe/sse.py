@@ -102,21 +102,28 @@ class SseDecoder:
         pending (the caller then reads it without ``feed``, which leaves the decoder as it was), else
         None: what one read of a streaming server nearly always is, read without splitting it into
         lines. Its bytes are not checked as UTF-8 here: the reader of the payload must."""
-        # One expression, no helper call: this runs on every token.
         if (
             chunk[:6] == b"data: "
             and chunk[-2:] == b"\n\n"
-            and self._started
-            and not self._skip_lf
-            and not self._buffer
-            and not self._data
-            and self._event is None
+            and self.clean
             and chunk.count(b"\n") == 2
             and b"\r" not in chunk
             and len(chunk) <= self._max_line
         ):
             return chunk[6:-2]
         return None
+
+    @property
+    def clean(self) -> bool:
+        """Whether the next byte starts a new line of a new event: nothing pending, no event type set,
+        no CR waiting for its LF (any read that ended with a blank line leaves the decoder so)."""
+        return (
+            self._started
+            and not self._skip_lf
+            and not self._buffer
+            and not self._data
+            and self._event is None
+        )
 
     def _lines(self, lines: list[bytes], events: list[SseEvent]) -> None:
         # The hot path (one "data: {...}" line, then a blank line) stays inline: no call per line.

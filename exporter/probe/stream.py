@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from exporter.probe.chunk_shapes import FAST_READERS
+from exporter.probe.chunk_shapes import FAST_READERS, PLAIN_BATCH_READERS
 from exporter.probe.openai import ApiFormat, Chunk, read_chunk
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.probe.sse import DONE, SseEvent
@@ -46,6 +46,7 @@ class StreamState:
     """One response's events, as they arrive."""
 
     __slots__ = (
+        "batch_read",
         "counter",
         "done",
         "exact_length",
@@ -72,6 +73,7 @@ class StreamState:
         self.result = result
         self.fmt = fmt
         self.fast_read = FAST_READERS.get(fmt.path)  # the common chunk shapes, typed (chunk_shapes.py)
+        self.batch_read = PLAIN_BATCH_READERS.get(fmt.path)  # many plain ones at once
         self.counter = counter
         self.exact_length = exact_length  # the request asked for exactly max_tokens tokens
         self.done = False  # [DONE] (or the format's last event) seen
@@ -104,6 +106,25 @@ class StreamState:
             if tokens > 1:
                 self.result.multi_event_reads += 1
         return self.done
+
+    def on_payloads(self, run: list[tuple[float, bytes]]) -> int:
+        """Reads that were each exactly one ``data:`` event, as (stamp, undecoded data): the leading
+        plain chunks among them accounted as ``on_payload`` would each; returns how many (the rest,
+        from the first that is not plain, is the caller's)."""
+        if self.batch_read is None:
+            return 0
+        stamps, payloads = zip(*run, strict=True)
+        texts = self.batch_read(payloads)
+        count = len(texts)
+        if count:
+            result = self.result
+            result.token_times.extend(stamps[:count])
+            result.token_counts.extend(self.counter.count_texts(texts))
+            if self.text is not None:
+                self.text.extend(texts)
+            self.has_token = True
+            self.token_reads += count
+        return count
 
     def on_payload(self, now: float, payload: bytes) -> bool | None:
         """A read that was exactly one ``data:`` event, ``payload`` its undecoded data: accounted as

@@ -159,6 +159,18 @@ class TokenCounter:
         self._base += tokens
         return tokens
 
+    def count_texts(self, texts: list[str]) -> list[int]:
+        """``count_text`` of each of ``texts``, in order."""
+        source = self.source
+        if source is None:
+            source = self.source = self._text_source()
+        if source is not TokenSource.CHUNKS and source is not TokenSource.TOKENIZER:
+            self.fallback_chunks += len(texts)
+        counter = self._text_counter
+        counts = [1] * len(texts) if counter is None else [max(counter(text), 1) for text in texts]
+        self._base += sum(counts)
+        return counts
+
     def _by_text(self, text: str, source: TokenSource) -> int:
         if source is not TokenSource.CHUNKS and source is not TokenSource.TOKENIZER:
             self.fallback_chunks += 1

@@ -168,18 +168,28 @@ def test_any_chunk_the_fast_path_reads_it_reads_as_read_chunk_does(obj: dict[str
     assert agrees(api, obj)
 
 
-def account(api: str, payloads: list[str], *, fast: bool) -> tuple[object, ...]:
+def account(api: str, payloads: list[str], *, fast: bool, batch: int = 0) -> tuple[object, ...]:
     """A stream of one-event reads through ``StreamState``: each read on the fast path where it
-    takes it (``on_payload``), else (and always, when not ``fast``) through ``on_events``."""
+    takes it (``on_payload``), else (and always, when not ``fast``) through ``on_events``. With
+    ``batch``, runs of that many reads go to ``on_payloads`` first, as the reader hands it the lone
+    events the transport kept, and the first it does not take goes on its own."""
     state = StreamState(ProbeResult(api=api, max_tokens=8), FORMATS[api], TokenCounter())  # type: ignore[arg-type]
-    for index, data in enumerate(payloads):
-        now = float(index)
+    index = 0
+    while index < len(payloads):
+        if batch:
+            run = [(float(i), p.encode()) for i, p in enumerate(payloads) if index <= i < index + batch]
+            taken_together = state.on_payloads(run)
+            index += taken_together
+            if taken_together == len(run):
+                continue
+        now, data = float(index), payloads[index]
         try:
             taken = fast and state.on_payload(now, data.encode()) is not None
             if not taken:
                 state.on_events(now, [SseEvent(data)])
         except StreamFailureError as exc:
             return ("failed", exc.outcome, index)
+        index += 1
     result, counter = state.result, state.counter
     return (
         result.token_times,
@@ -232,11 +242,41 @@ def test_plain_chunks_among_counted_ones_are_accounted_as_on_the_general_path(
     api: str, stream: list[tuple[str, int | None, int | None]]
 ) -> None:
     payloads = [json.dumps(well_formed(api, *chunk)) for chunk in stream]
-    assert account(api, payloads, fast=True) == account(api, payloads, fast=False)
+    general = account(api, payloads, fast=False)
+    assert account(api, payloads, fast=True) == general
+    for batch in (1, 2, 3):
+        assert account(api, payloads, fast=True, batch=batch) == general
 
 
 @settings(max_examples=400, deadline=None)
 @given(data=st.data(), api=st.sampled_from(sorted(FAST)))
 def test_a_stream_on_the_fast_path_is_accounted_as_on_the_general_one(api: str, data: st.DataObject) -> None:
     payloads = [json.dumps(chunk) for chunk in data.draw(stream_chunks(api))]
-    assert account(api, payloads, fast=True) == account(api, payloads, fast=False)
+    general = account(api, payloads, fast=False)
+    assert account(api, payloads, fast=True) == general
+    assert account(api, payloads, fast=True, batch=data.draw(st.integers(1, 8))) == general
+
+
+@pytest.mark.parametrize("api", sorted(FAST))
+def test_a_run_of_plain_chunks_is_read_in_one_go_up_to_the_first_other(api: str) -> None:
+    plain = [json.dumps(well_formed(api, " a", None, None)), json.dumps(well_formed(api, "ab", None, None))]
+    other = json.dumps(well_formed(api, " a", 4, None))
+    run = [(float(i), p.encode()) for i, p in enumerate([*plain, other, plain[0]])]
+    state = StreamState(ProbeResult(api=api, max_tokens=8), FORMATS[api], TokenCounter())  # type: ignore[arg-type]
+    assert state.on_payloads(run) == 2
+    assert state.result.token_times == [0.0, 1.0] and state.token_reads == 2
+
+
+@pytest.mark.parametrize(
+    "payloads",
+    [
+        pytest.param([b'{"choices": [{"text": "a"}]}, {}', b"{}"], id="two documents in one payload"),
+        pytest.param([b'{"choices": [{"text": "a"}]}', b""], id="an empty payload"),
+        pytest.param([b'{"choices": [{"text": "\xff"}]}'], id="invalid UTF-8"),
+        pytest.param([b'{"choices": [{"text": 1}]}'], id="a text that is not a string"),
+    ],
+)
+def test_a_run_the_batch_cannot_read_is_left_whole_to_the_one_by_one_path(payloads: list[bytes]) -> None:
+    state = StreamState(ProbeResult(api="completions", max_tokens=8), FORMATS["completions"], TokenCounter())  # type: ignore[arg-type]
+    assert state.on_payloads([(float(i), p) for i, p in enumerate(payloads)]) == 0
+    assert state.result.token_times == []

@@ -15,6 +15,8 @@ from exporter.sim import SimServer
 from exporter.sim.faults import FAULT_MODES
 from tests.probe.helpers import fault, script, settings_for
 
+pytestmark = pytest.mark.usefixtures("both_reads")  # the stamped sockets read in C and in Python
+
 # Limits short enough for quick tests, long enough that a slow drip on a busy VM is not a timeout.
 FAST = Timeouts(connect=1.0, ttft=1.0, idle=0.5, total=5.0)
 

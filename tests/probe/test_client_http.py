@@ -19,6 +19,8 @@ from exporter.probe.result import Outcome
 from exporter.probe.target import RequestSpec, Secret, TargetSettings, Timeouts
 from tests.support.net import serving_app
 
+pytestmark = pytest.mark.usefixtures("both_reads")  # the stamped sockets read in C and in Python
+
 KEY = "sk-test-SECRET-4f9d2c"
 FAST = Timeouts(connect=1.0, ttft=2.0, idle=2.0, total=5.0)
 ONE_TOKEN_SSE = (

@@ -27,9 +27,13 @@ from exporter.probe.stamped import (
 )
 from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
 
-pytestmark = pytest.mark.skipif(
-    not kernel_stamps_available(time.perf_counter), reason="kernel receive stamps are Linux x86_64/arm64 only"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not kernel_stamps_available(time.perf_counter),
+        reason="kernel receive stamps are Linux x86_64/arm64 only",
+    ),
+    pytest.mark.usefixtures("both_reads"),
+]
 TIMEOUTS = Timeouts(connect=5.0, ttft=10.0, idle=10.0, total=30.0)
 HEADERS = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 

@@ -1,0 +1,500 @@
+/* The probe's paced socket reads in C: what stamped.py's SocketReads does per read, without the
+ * interpreter.
+ *
+ * Why: at a hundred streams a Python client spends most of its CPU per chunk in the path from the socket
+ * to the kept bytes (epoll, recvmsg with its ancillary stamp, the stamp's arithmetic, the HTTP framing,
+ * the reader's bookkeeping), each a few Python calls. Here one call reads every ready socket.
+ *
+ * What it does, and nothing more (stamped.py and http.py say why each step is as it is):
+ *   - one epoll set for the sockets; read_ready() reads every ready one once with recvmsg;
+ *   - a read's stamp is the kernel's receive time (SCM_TIMESTAMPNS) mapped onto the monotonic clock
+ *     by the offset it is given, or `now` when the kernel gave none or a later one; never before the
+ *     socket's previous stamp (stamped.monotonic_stamp, the same arithmetic);
+ *   - a socket may be put in "keep" mode by http.py once its HTTP parser is known to sit between two
+ *     chunks of a chunked body and its reader keeps reads for later decoding (reader.py). Then a read
+ *     that is exactly one whole HTTP chunk `<hex>\r\n<data>\r\n` (no extension, not the last chunk)
+ *     whose data is one lone SSE event `data: <event data>\n\n` (one line, no CR: the shape of
+ *     sse.lone_payload) of at most `max_data` bytes, holding none of the reader's end markers, is kept
+ *     here: (stamp, event data) appended to the reader's list, the stamp written to the stream's
+ *     `last_read`, and `due()` called once the list holds `due_at` reads. The parser is not told: it
+ *     stays between two chunks, as it was. (The reader turns the mode on only when its SSE decoder
+ *     will be clean before the next read, so such a read is one whole event.)
+ *   - any other read goes to `received(stamp, bytes)`, as stamped.py would hand it, and ends keep mode
+ *     (http.py turns it on again when the parser is between chunks once more); a closed socket or an
+ *     error goes to `lose(None | OSError)`.
+ * Callbacks may add or remove sockets, so no pointer into the table is held across one.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_EVENTS 1024
+#define MAX_CHUNK_HEX 7 /* a kept chunk is at most 0xfffffff bytes; longer sizes go to the parser */
+
+typedef struct {
+    PyObject *received; /* NULL: the slot is free */
+    PyObject *lose;
+    double last_stamp;
+    /* keep mode (kept NULL: off) */
+    PyObject *kept;
+    PyObject *state;
+    PyObject *due;
+    PyObject *markers; /* tuple of bytes */
+    Py_ssize_t due_at;
+    Py_ssize_t max_data;
+} Entry;
+
+typedef struct {
+    PyObject_HEAD
+    int epfd;
+    int timestamp_type;
+    Entry *entries; /* indexed by file descriptor */
+    int capacity;
+    char *buffer;
+    Py_ssize_t buffer_size;
+    PyObject *last_read_name;
+} Reads;
+
+static void entry_unkeep(Entry *e) {
+    Py_CLEAR(e->kept);
+    Py_CLEAR(e->state);
+    Py_CLEAR(e->due);
+    Py_CLEAR(e->markers);
+}
+
+static void entry_clear(Entry *e) {
+    Py_CLEAR(e->received);
+    Py_CLEAR(e->lose);
+    entry_unkeep(e);
+    e->last_stamp = 0.0;
+}
+
+static int fd_of(PyObject *arg) {
+    long fd = PyLong_AsLong(arg);
+    if (fd == -1 && PyErr_Occurred()) return -2;
+    return fd < 0 || fd > 0x7fffffff ? -1 : (int)fd;
+}
+
+static Entry *entry_of(Reads *self, int fd) {
+    if (fd < 0 || fd >= self->capacity || self->entries[fd].received == NULL) {
+        return NULL;
+    }
+    return &self->entries[fd];
+}
+
+static int Reads_init(Reads *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"timestamp_type", "buffer_size", NULL};
+    Py_ssize_t buffer_size = 256 * 1024;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|n", kwlist, &self->timestamp_type, &buffer_size)) {
+        return -1;
+    }
+    if (buffer_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "buffer_size must be positive");
+        return -1;
+    }
+    self->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (self->epfd < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    self->buffer = PyMem_Malloc((size_t)buffer_size);
+    if (self->buffer == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->buffer_size = buffer_size;
+    self->last_read_name = PyUnicode_InternFromString("last_read");
+    return self->last_read_name == NULL ? -1 : 0;
+}
+
+static PyObject *Reads_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    Reads *self = (Reads *)type->tp_alloc(type, 0);
+    if (self != NULL) {
+        self->epfd = -1;
+    }
+    return (PyObject *)self;
+}
+
+static void Reads_close_fd(Reads *self) {
+    if (self->epfd >= 0) {
+        close(self->epfd);
+        self->epfd = -1;
+    }
+}
+
+static int Reads_traverse(Reads *self, visitproc visit, void *arg) {
+    for (int fd = 0; fd < self->capacity; fd++) {
+        Entry *e = &self->entries[fd];
+        Py_VISIT(e->received);
+        Py_VISIT(e->lose);
+        Py_VISIT(e->kept);
+        Py_VISIT(e->state);
+        Py_VISIT(e->due);
+        Py_VISIT(e->markers);
+    }
+    return 0;
+}
+
+static int Reads_clear(Reads *self) {
+    for (int fd = 0; fd < self->capacity; fd++) {
+        entry_clear(&self->entries[fd]);
+    }
+    return 0;
+}
+
+static void Reads_dealloc(Reads *self) {
+    PyObject_GC_UnTrack(self);
+    Reads_clear(self);
+    Reads_close_fd(self);
+    PyMem_Free(self->entries);
+    PyMem_Free(self->buffer);
+    Py_XDECREF(self->last_read_name);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int ensure_capacity(Reads *self, int fd) {
+    if (fd < self->capacity) {
+        return 0;
+    }
+    int capacity = self->capacity ? self->capacity : 64;
+    while (capacity <= fd) {
+        capacity *= 2;
+    }
+    Entry *entries = PyMem_Realloc(self->entries, sizeof(Entry) * (size_t)capacity);
+    if (entries == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memset(entries + self->capacity, 0, sizeof(Entry) * (size_t)(capacity - self->capacity));
+    self->entries = entries;
+    self->capacity = capacity;
+    return 0;
+}
+
+static PyObject *Reads_add(Reads *self, PyObject *args) {
+    int fd;
+    PyObject *received, *lose;
+    if (!PyArg_ParseTuple(args, "iOO", &fd, &received, &lose)) {
+        return NULL;
+    }
+    if (fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative file descriptor");
+        return NULL;
+    }
+    if (ensure_capacity(self, fd) < 0) {
+        return NULL;
+    }
+    struct epoll_event event = {.events = EPOLLIN, .data.fd = fd};
+    if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, fd, &event) < 0) {
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Entry *e = &self->entries[fd];
+    entry_clear(e);
+    Py_INCREF(received);
+    Py_INCREF(lose);
+    e->received = received;
+    e->lose = lose;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Reads_remove(Reads *self, PyObject *arg) {
+    int fd = fd_of(arg);
+    if (fd == -2) {
+        return NULL;
+    }
+    Entry *e = entry_of(self, fd);
+    if (e != NULL) {
+        epoll_ctl(self->epfd, EPOLL_CTL_DEL, fd, NULL); /* the socket may be closed already */
+        entry_clear(e);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Reads_keep(Reads *self, PyObject *args) {
+    int fd;
+    PyObject *kept, *state, *due, *markers;
+    Py_ssize_t due_at, max_data;
+    if (!PyArg_ParseTuple(args, "iO!OOO!nn", &fd, &PyList_Type, &kept, &state, &due, &PyTuple_Type, &markers,
+                          &due_at, &max_data)) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(markers); i++) {
+        if (!PyBytes_Check(PyTuple_GET_ITEM(markers, i))) {
+            PyErr_SetString(PyExc_TypeError, "markers must be a tuple of bytes");
+            return NULL;
+        }
+    }
+    Entry *e = entry_of(self, fd);
+    if (e == NULL) {
+        Py_RETURN_NONE; /* lost in the meantime: nothing to keep */
+    }
+    entry_unkeep(e);
+    Py_INCREF(kept);
+    Py_INCREF(state);
+    Py_INCREF(due);
+    Py_INCREF(markers);
+    e->kept = kept;
+    e->state = state;
+    e->due = due;
+    e->markers = markers;
+    e->due_at = due_at;
+    e->max_data = max_data;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Reads_unkeep(Reads *self, PyObject *arg) {
+    int fd = fd_of(arg);
+    if (fd == -2) {
+        return NULL;
+    }
+    Entry *e = entry_of(self, fd);
+    if (e != NULL) {
+        entry_unkeep(e);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Reads_keeping(Reads *self, PyObject *arg) {
+    int fd = fd_of(arg);
+    if (fd == -2) {
+        return NULL;
+    }
+    Entry *e = entry_of(self, fd);
+    return PyBool_FromLong(e != NULL && e->kept != NULL);
+}
+
+static int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* The data of `read` when it is exactly one whole, non-final HTTP chunk; NULL otherwise. */
+static const char *whole_chunk(const char *read, Py_ssize_t size, Py_ssize_t *data_size) {
+    Py_ssize_t i = 0, length = 0;
+    int digit;
+    while (i < size && i < MAX_CHUNK_HEX && (digit = hex_value(read[i])) >= 0) {
+        length = length * 16 + digit;
+        i++;
+    }
+    if (i == 0 || length == 0 || i + 2 > size || read[i] != '\r' || read[i + 1] != '\n') {
+        return NULL;
+    }
+    i += 2;
+    if (i + length + 2 != size || read[size - 2] != '\r' || read[size - 1] != '\n') {
+        return NULL;
+    }
+    *data_size = length;
+    return read + i;
+}
+
+static int holds_marker(PyObject *markers, const char *data, Py_ssize_t size) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(markers); i++) {
+        PyObject *marker = PyTuple_GET_ITEM(markers, i);
+        Py_ssize_t length = PyBytes_GET_SIZE(marker);
+        if (length == 0 || memmem(data, (size_t)size, PyBytes_AS_STRING(marker), (size_t)length) != NULL) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether `data` is exactly one SSE event of one data line, "data: ...\n\n" (sse.lone_payload's shape). */
+static int lone_event(const char *data, Py_ssize_t size) {
+    if (size < 8 || memcmp(data, "data: ", 6) != 0 || data[size - 2] != '\n' || data[size - 1] != '\n') {
+        return 0;
+    }
+    const char *line = data + 6;
+    Py_ssize_t length = size - 8;
+    return memchr(line, '\n', (size_t)length) == NULL && memchr(data, '\r', (size_t)size) == NULL;
+}
+
+/* Keep a read in keep mode: 1 kept, 0 not this read's shape, -1 a Python error. */
+static int keep_read(Reads *self, int fd, Py_ssize_t size, double stamp) {
+    Entry *e = &self->entries[fd];
+    Py_ssize_t data_size;
+    const char *data = whole_chunk(self->buffer, size, &data_size);
+    if (data == NULL || data_size > e->max_data || !lone_event(data, data_size) ||
+        holds_marker(e->markers, data, data_size)) {
+        return 0;
+    }
+    PyObject *stamp_obj = PyFloat_FromDouble(stamp);
+    if (stamp_obj == NULL) return -1;
+    PyObject *bytes = PyBytes_FromStringAndSize(data + 6, data_size - 8); /* the event's data */
+    PyObject *item = bytes == NULL ? NULL : PyTuple_Pack(2, stamp_obj, bytes);
+    Py_XDECREF(bytes);
+    if (item == NULL || PyList_Append(e->kept, item) < 0 ||
+        PyObject_SetAttr(e->state, self->last_read_name, stamp_obj) < 0) {
+        Py_XDECREF(item);
+        Py_DECREF(stamp_obj);
+        return -1;
+    }
+    Py_DECREF(item);
+    Py_DECREF(stamp_obj);
+    if (PyList_GET_SIZE(e->kept) >= e->due_at) {
+        PyObject *due = e->due;
+        Py_INCREF(due);
+        PyObject *out = PyObject_CallNoArgs(due);
+        Py_DECREF(due);
+        if (out == NULL) return -1;
+        Py_DECREF(out);
+    }
+    return 1;
+}
+
+static double kernel_stamp(Reads *self, struct msghdr *message, double offset, int *found) {
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(message); c != NULL; c = CMSG_NXTHDR(message, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == self->timestamp_type &&
+            c->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+            struct timespec ts;
+            memcpy(&ts, CMSG_DATA(c), sizeof(ts));
+            *found = 1;
+            /* as Python computes it: float(seconds + nanoseconds * 1e-9 - offset) */
+            return ((double)ts.tv_sec + (double)ts.tv_nsec * 1e-9) - offset;
+        }
+    }
+    *found = 0;
+    return 0.0;
+}
+
+static int call_lose(Entry *e, PyObject *error) {
+    PyObject *lose = e->lose;
+    Py_INCREF(lose);
+    PyObject *out = PyObject_CallOneArg(lose, error);
+    Py_DECREF(lose);
+    if (out == NULL) return -1;
+    Py_DECREF(out);
+    return 0;
+}
+
+/* One recvmsg of `fd` and what it read to where it goes; -1 on a Python error. */
+static int read_one(Reads *self, int fd, double now, double offset) {
+    Entry *e = entry_of(self, fd);
+    if (e == NULL) return 0;
+    char control[CMSG_SPACE(sizeof(struct timespec))];
+    struct iovec vector = {.iov_base = self->buffer, .iov_len = (size_t)self->buffer_size};
+    struct msghdr message = {
+        .msg_iov = &vector, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof(control)};
+    ssize_t size = recvmsg(fd, &message, 0);
+    if (size < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+        PyErr_SetFromErrno(PyExc_OSError);
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        PyErr_NormalizeException(&type, &value, &traceback);
+        int status = call_lose(e, value);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(traceback);
+        return status;
+    }
+    if (size == 0) return call_lose(e, Py_None); /* the server closed its side */
+    int found;
+    double stamp = message.msg_controllen ? kernel_stamp(self, &message, offset, &found) : (found = 0, 0.0);
+    double chosen = (!found || stamp > now) ? now : stamp;
+    if (chosen < e->last_stamp) chosen = e->last_stamp;
+    e->last_stamp = chosen;
+    if (e->kept != NULL) {
+        int kept = keep_read(self, fd, size, chosen);
+        if (kept != 0) return kept < 0 ? -1 : 0;
+        e = entry_of(self, fd); /* not kept: keep mode ends with this read */
+        if (e == NULL) return 0;
+        entry_unkeep(e);
+    }
+    PyObject *received = e->received;
+    Py_INCREF(received);
+    PyObject *out = PyObject_CallFunction(received, "dy#", chosen, self->buffer, (Py_ssize_t)size);
+    Py_DECREF(received);
+    if (out == NULL) return -1;
+    Py_DECREF(out);
+    return 0;
+}
+
+static PyObject *Reads_read_ready(Reads *self, PyObject *args) {
+    double now, offset;
+    if (!PyArg_ParseTuple(args, "dd", &now, &offset)) {
+        return NULL;
+    }
+    struct epoll_event events[MAX_EVENTS];
+    int ready = epoll_wait(self->epfd, events, MAX_EVENTS, 0);
+    if (ready < 0) {
+        if (errno == EINTR) return PyLong_FromLong(0);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    for (int i = 0; i < ready; i++) {
+        if (read_one(self, events[i].data.fd, now, offset) < 0) return NULL;
+    }
+    return PyLong_FromLong(ready);
+}
+
+static PyObject *Reads_read(Reads *self, PyObject *args) {
+    int fd;
+    double now, offset;
+    if (!PyArg_ParseTuple(args, "idd", &fd, &now, &offset)) {
+        return NULL;
+    }
+    if (read_one(self, fd, now, offset) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Reads_fileno(Reads *self, PyObject *Py_UNUSED(ignored)) { return PyLong_FromLong(self->epfd); }
+
+static PyObject *Reads_close(Reads *self, PyObject *Py_UNUSED(ignored)) {
+    Reads_clear(self);
+    Reads_close_fd(self);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Reads_methods[] = {
+    {"add", (PyCFunction)Reads_add, METH_VARARGS, "add(fd, received, lose): read fd from now on."},
+    {"remove", (PyCFunction)Reads_remove, METH_O, "remove(fd): stop reading fd (no error if unknown)."},
+    {"keep", (PyCFunction)Reads_keep, METH_VARARGS,
+     "keep(fd, kept, state, due, markers, due_at, max_data): keep whole-chunk reads (see the module)."},
+    {"unkeep", (PyCFunction)Reads_unkeep, METH_O, "unkeep(fd): hand every read of fd to received again."},
+    {"keeping", (PyCFunction)Reads_keeping, METH_O, "keeping(fd): whether fd is in keep mode."},
+    {"read_ready", (PyCFunction)Reads_read_ready, METH_VARARGS,
+     "read_ready(now, offset) -> int: read every ready socket once; returns how many were ready."},
+    {"read", (PyCFunction)Reads_read, METH_VARARGS, "read(fd, now, offset): read fd once, out of turn."},
+    {"fileno", (PyCFunction)Reads_fileno, METH_NOARGS, "The epoll set's file descriptor."},
+    {"close", (PyCFunction)Reads_close, METH_NOARGS, "Forget every socket and close the epoll set."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ReadsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "exporter.probe._reads.Reads",
+    .tp_doc = PyDoc_STR("The epoll set of one event loop's stamped sockets, read in C (see the module)."),
+    .tp_basicsize = sizeof(Reads),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = Reads_new,
+    .tp_init = (initproc)Reads_init,
+    .tp_dealloc = (destructor)Reads_dealloc,
+    .tp_traverse = (traverseproc)Reads_traverse,
+    .tp_clear = (inquiry)Reads_clear,
+    .tp_methods = Reads_methods,
+};
+
+static struct PyModuleDef reads_module = {
+    PyModuleDef_HEAD_INIT, "exporter.probe._reads",
+    "The probe's paced, kernel-stamped socket reads in C (optional: stamped.py reads in Python without it).",
+    -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__reads(void) {
+    if (PyType_Ready(&ReadsType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&reads_module);
+    if (module == NULL) return NULL;
+    Py_INCREF(&ReadsType);
+    if (PyModule_AddObject(module, "Reads", (PyObject *)&ReadsType) < 0) {
+        Py_DECREF(&ReadsType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

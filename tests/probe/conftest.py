@@ -1,0 +1,24 @@
+"""Fixtures of the probe's tests: ``both_reads`` runs a test with the stamped sockets read in C and in
+Python (``stamped.NATIVE_READS``), the two ways an install reads them (with and without a compiler)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from exporter.probe import stamped
+
+
+@pytest.fixture(params=["native", "python"])
+def both_reads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """``native``: ``_reads.c`` (built wherever a compiler was at install; required on Linux, where CI
+    runs, so a build that silently fell back fails here); ``python``: ``SocketReads`` alone."""
+    native = request.param == "native"
+    if native and stamped._native is None:
+        if sys.platform == "linux":
+            pytest.fail("exporter.probe._reads was not built: reinstall with a C compiler (pip install -e .)")
+        pytest.skip("the C reads are built for Linux only")
+    monkeypatch.setattr(stamped, "NATIVE_READS", native)
+    yield request.param

@@ -1,0 +1,247 @@
+"""The stamped reads in C (``exporter/probe/_reads.c``), on real loopback TCP sockets: what a read
+hands to the protocol, what keep mode keeps and what it refuses, the stamps, and the end of a socket.
+
+The client's whole path through them is tested with the Python reads beside (``both_reads`` in
+``test_stamped.py``, ``test_client_http.py`` and ``test_client_faults.py``); these tests pin the rules
+of ``_reads.c`` one by one, with no event loop: each calls ``read`` itself."""
+
+from __future__ import annotations
+
+import select
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pytest
+
+from exporter.probe import stamped
+
+if TYPE_CHECKING:
+    from exporter.probe._reads import Reads
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the C reads are built for Linux only")
+
+MARKERS = (b"[DONE]", b'"error"')
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def event(payload: bytes) -> bytes:
+    return chunk(b"data: " + payload + b"\n\n")
+
+
+@dataclass
+class Sink:
+    """What the reads call: ``received``, ``lose`` and keep mode's ``due``, recorded."""
+
+    received: list[tuple[float, bytes]] = field(default_factory=list)
+    lost: list[BaseException | None] = field(default_factory=list)
+    due_calls: int = 0
+    last_read: float = 0.0  # keep mode writes each kept read's stamp here
+
+    def on_received(self, now: float, data: bytes) -> None:
+        self.received.append((now, data))
+
+    def on_lose(self, exc: BaseException | None) -> None:
+        self.lost.append(exc)
+
+    def due(self) -> None:
+        self.due_calls += 1
+
+
+@dataclass
+class Pair:
+    reads: Reads
+    client: socket.socket
+    server: socket.socket
+    sink: Sink
+
+    @property
+    def fd(self) -> int:
+        return self.client.fileno()
+
+    def send(self, data: bytes) -> None:
+        """Write ``data`` from the server and wait until the client's socket can read it."""
+        self.server.sendall(data)
+        assert select.select([self.client], [], [], 5)[0], "the bytes did not arrive"
+
+    def read(self, now: float | None = None) -> float:
+        """One read by the C reads; returns the ``now`` it was given."""
+        now = time.perf_counter() if now is None else now
+        self.reads.read(self.fd, now, time.time() - time.perf_counter())
+        return now
+
+
+@pytest.fixture
+def pair() -> Iterator[Pair]:
+    """A connected loopback TCP pair, the client's end non-blocking, stamped and in a C ``Reads``."""
+    if stamped._native is None:
+        pytest.fail("exporter.probe._reads was not built: reinstall with a C compiler (pip install -e .)")
+    assert stamped._SO_TIMESTAMPNS is not None
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    client.setblocking(False)
+    client.setsockopt(socket.SOL_SOCKET, stamped._SO_TIMESTAMPNS, 1)
+    sink = Sink()
+    reads = stamped._native.Reads(stamped._SO_TIMESTAMPNS, 4096)
+    reads.add(client.fileno(), sink.on_received, sink.on_lose)
+    try:
+        yield Pair(reads, client, server, sink)
+    finally:
+        reads.close()
+        client.close()
+        server.close()
+
+
+def keep(pair: Pair, kept: list[object], *, due_at: int = 100, max_data: int = 1000) -> None:
+    pair.reads.keep(pair.fd, kept, pair.sink, pair.sink.due, MARKERS, due_at, max_data)
+
+
+def keeping(pair: Pair) -> bool:
+    return bool(pair.reads.keeping(pair.fd))
+
+
+def test_a_read_goes_to_the_protocol_with_the_kernels_stamp(pair: Pair) -> None:
+    sent = time.perf_counter()
+    pair.send(b"hello")
+    time.sleep(0.02)
+    now = pair.read()
+    [(stamp, data)] = pair.sink.received
+    assert data == b"hello"
+    # The kernel's receive time, not the read's: 20 ms before it (the wall-clock mapping is within ms).
+    assert sent - 0.005 <= stamp <= now - 0.015
+
+
+def test_stamps_never_go_back_nor_past_the_wake_up(pair: Pair) -> None:
+    pair.send(b"a")
+    first = pair.read()
+    pair.send(b"b")
+    pair.read(now=first - 10.0)  # a wake-up "before" the last read: the stamp stays at the last one
+    (stamp_a, _), (stamp_b, _) = pair.sink.received
+    assert stamp_a <= first
+    assert stamp_b == stamp_a
+
+
+def test_nothing_waiting_is_nothing_and_the_end_of_the_stream_is_lost_none(pair: Pair) -> None:
+    pair.read()
+    assert pair.sink.received == [] and pair.sink.lost == []
+    pair.server.shutdown(socket.SHUT_WR)
+    assert select.select([pair.client], [], [], 5)[0]
+    pair.read()
+    assert pair.sink.lost == [None]
+
+
+def test_a_reset_is_lost_with_its_error(pair: Pair) -> None:
+    pair.server.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    pair.server.close()
+    assert select.select([pair.client], [], [], 5)[0]
+    pair.read()
+    [error] = pair.sink.lost
+    assert isinstance(error, ConnectionResetError)
+
+
+def test_keep_mode_keeps_whole_chunks_of_one_lone_event_as_their_data(pair: Pair) -> None:
+    kept: list[object] = []
+    keep(pair, kept, due_at=2)
+    pair.send(event(b'{"t": 1}'))
+    first = pair.read()
+    assert len(kept) == 1 and pair.sink.due_calls == 0
+    stamp, data = kept[0]  # type: ignore[misc]
+    assert data == b'{"t": 1}' and stamp <= first
+    assert pair.sink.last_read == stamp  # the idle limit sees the kept read
+    pair.send(event(b'{"t": 2}'))
+    pair.read()
+    assert [d for _, d in kept] == [b'{"t": 1}', b'{"t": 2}']  # type: ignore[misc]
+    assert pair.sink.due_calls == 1  # due once the list holds due_at reads
+    assert pair.sink.received == [] and keeping(pair)
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        pytest.param(event(b"[DONE]"), id="an end marker"),
+        pytest.param(event(b'{"error": {"message": "x"}}'), id="an error object"),
+        pytest.param(chunk(b"data: {}\n\ndata: {}\n\n"), id="two events"),
+        pytest.param(chunk(b'data: {"a":\ndata: 1}\n\n'), id="two data lines"),
+        pytest.param(chunk(b"event: x\ndata: {}\n\n"), id="an event type"),
+        pytest.param(chunk(b"data: {}\r\n\r\n"), id="CRLF line ends"),
+        pytest.param(chunk(b"data: {}\n"), id="an event not ended"),
+        pytest.param(event(b"{}") + event(b"{}"), id="two chunks"),
+        pytest.param(event(b'{"t": 1}')[:-3], id="part of a chunk"),
+        pytest.param(b"5;ext=1\r\ndata:\r\n", id="a chunk extension"),
+        pytest.param(b"0\r\n\r\n", id="the last chunk"),
+        pytest.param(b"zz\r\ndata: {}\n\n\r\n", id="no chunk size"),
+        pytest.param(event(b"x" * 2000), id="longer than max_data"),
+    ],
+)
+def test_keep_mode_hands_any_other_read_to_the_protocol_and_ends(pair: Pair, read: bytes) -> None:
+    kept: list[object] = []
+    keep(pair, kept)
+    pair.send(read)
+    pair.read()
+    assert kept == []
+    assert [data for _, data in pair.sink.received] == [read]
+    assert not keeping(pair)  # http.py turns it on again once the parser is between chunks
+
+
+def test_unkeep_and_remove_end_keep_mode_and_a_removed_socket_is_not_read(pair: Pair) -> None:
+    kept: list[object] = []
+    keep(pair, kept)
+    pair.reads.unkeep(pair.fd)
+    pair.send(event(b"{}"))
+    pair.read()
+    assert kept == [] and len(pair.sink.received) == 1
+    keep(pair, kept)
+    pair.reads.remove(pair.fd)
+    assert not keeping(pair)
+    pair.send(event(b"{}"))
+    pair.read()
+    assert kept == [] and len(pair.sink.received) == 1
+    pair.reads.remove(pair.fd)  # twice: no error
+
+
+def test_a_callback_that_removes_its_socket_is_safe(pair: Pair) -> None:
+    def lose(exc: BaseException | None) -> None:
+        pair.reads.remove(pair.fd)  # what StampedSocket.lose does
+        pair.sink.lost.append(exc)
+
+    pair.reads.remove(pair.fd)
+    pair.reads.add(pair.fd, pair.sink.on_received, lose)
+    pair.server.shutdown(socket.SHUT_WR)
+    assert select.select([pair.client], [], [], 5)[0]
+    pair.reads.read_ready(time.perf_counter(), time.time() - time.perf_counter())
+    assert pair.sink.lost == [None]
+
+
+def test_read_ready_reads_every_ready_socket_once(pair: Pair) -> None:
+    pair.send(b"one")
+    ready = pair.reads.read_ready(time.perf_counter(), time.time() - time.perf_counter())
+    assert ready == 1 and [d for _, d in pair.sink.received] == [b"one"]
+    assert pair.reads.read_ready(time.perf_counter(), 0.0) == 0
+
+
+def test_a_callback_error_reaches_the_caller(pair: Pair) -> None:
+    def broken(now: float, data: bytes) -> None:
+        raise RuntimeError("a bug in the protocol")
+
+    pair.reads.remove(pair.fd)
+    pair.reads.add(pair.fd, broken, pair.sink.on_lose)
+    pair.send(b"x")
+    with pytest.raises(RuntimeError, match="a bug in the protocol"):
+        pair.read()
+
+
+def test_bad_arguments_are_refused_with_a_clear_error(pair: Pair) -> None:
+    with pytest.raises(TypeError, match="markers must be a tuple of bytes"):
+        pair.reads.keep(pair.fd, [], pair.sink, pair.sink.due, ("x",), 1, 1)
+    with pytest.raises(ValueError, match="negative file descriptor"):
+        pair.reads.add(-1, pair.sink.on_received, pair.sink.on_lose)
+    with pytest.raises(ValueError, match="buffer_size must be positive"):
+        assert stamped._native is not None
+        stamped._native.Reads(35, 0)
