@@ -16,7 +16,9 @@ error of a gap is ``d_i - d_(i-1)`` (what the client's measured gap gets wrong) 
   gets to it (what TLS connections and other platforms get);
 * ``probe/asyncio``: ``ProbeClient`` on asyncio's standard loop, to show what the loop alone is worth;
 * ``floor`` (only with ``--clients``): raw protocols on uvloop that parse nothing (one stamp per read,
-  its tokens counted by a byte search): about the least CPU a Python client can spend per chunk here.
+  its tokens counted by a byte search): about the least CPU a Python client can spend per chunk here;
+* ``floor/stamped`` (only with ``--clients``): the same on the probe's own stamped, paced sockets (in C
+  where ``_reads.c`` was built): what our reading costs before any parsing.
 
 Every load runs each client ``--reps`` times, interleaved (the order rotates: this VM is noisy), and the
 table shows the median of the runs' figures; the ratios against ``plain`` are computed per repetition and
@@ -43,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -181,7 +184,10 @@ class _FloorProtocol(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
+        self.received(time.perf_counter(), data)
+
+    def received(self, now: float, data: bytes) -> None:
+        """One read, stamped ``now`` (the stamped sockets call this directly, with their stamp)."""
         self.stamps.extend([now] * data.count(b'"text":" tok"'))
         if data.endswith(b"0\r\n\r\n") and self.done is not None and not self.done.done():
             self.done.set_result(None)
@@ -191,10 +197,22 @@ async def run_floor(url: str, streams: int, requests: int) -> tuple[list[dict[st
     """The physical reference: raw protocols on uvloop that parse nothing (one read = one chunk here)."""
     host, port = url.removeprefix("http://").split(":")
     loop = asyncio.get_running_loop()
+
+    async def connect() -> Any:
+        return (await loop.create_connection(_FloorProtocol, host, int(port)))[1]
+
+    return await _floor_users(host, connect, streams, requests)
+
+
+async def _floor_users(
+    host: str, connect: Callable[[], Awaitable[Any]], streams: int, requests: int
+) -> tuple[list[dict[str, Any]], float]:
+    """The closed loop of the floor clients: each user connects (``connect``), then sends its requests."""
+    loop = asyncio.get_running_loop()
     records: list[dict[str, Any]] = []
 
     async def user(index: int) -> None:
-        _, proto = await loop.create_connection(_FloorProtocol, host, int(port))
+        proto = await connect()
         for round_ in range(requests):
             script = truth(index, round_, streams)
             body = json.dumps(
@@ -212,6 +230,20 @@ async def run_floor(url: str, streams: int, requests: int) -> tuple[list[dict[st
     return records, time.process_time() - cpu
 
 
+async def run_floor_stamped(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], float]:
+    """The floor of our own reading: the probe's stamped sockets, parsing nothing."""
+    from exporter.probe.stamped import open_stamped
+
+    host, port = url.removeprefix("http://").split(":")
+
+    async def connect() -> Any:
+        protocol = _FloorProtocol()
+        await open_stamped(host, int(port), protocol, time.perf_counter)
+        return protocol
+
+    return await _floor_users(host, connect, streams, requests)
+
+
 def client_main(client: str, url: str, streams: int, requests: int, out: str, cpus: str) -> None:
     """One client run in this process; writes its records and costs to ``out`` as JSON."""
     os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
@@ -219,9 +251,12 @@ def client_main(client: str, url: str, streams: int, requests: int, out: str, cp
 
     from exporter.probe.loop import run as run_on_loop
 
-    run = {"plain": run_plain, "floor": run_floor, "probe/read-stamps": run_read_stamps}.get(
-        client, run_probe
-    )
+    run = {
+        "plain": run_plain,
+        "floor": run_floor,
+        "floor/stamped": run_floor_stamped,
+        "probe/read-stamps": run_read_stamps,
+    }.get(client, run_probe)
     loop = "asyncio" if client in ("plain", "probe/asyncio") else "uvloop"
 
     async def main() -> tuple[list[dict[str, Any]], float, float]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from weakref import WeakKeyDictionary
 
 import pytest
 
@@ -21,4 +22,5 @@ def both_reads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
             pytest.fail("exporter.probe._reads was not built: reinstall with a C compiler (pip install -e .)")
         pytest.skip("the C reads are built for Linux only")
     monkeypatch.setattr(stamped, "NATIVE_READS", native)
+    monkeypatch.setattr(stamped, "_READS", WeakKeyDictionary())  # no loop's reads made the other way
     yield request.param

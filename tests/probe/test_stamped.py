@@ -20,10 +20,12 @@ from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.stamped import (
     OFFSET_BRACKET_S,
+    NativeSocketReads,
     SocketReads,
     kernel_stamps_available,
     kernel_time,
     monotonic_stamp,
+    socket_reads,
 )
 from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
 
@@ -229,3 +231,8 @@ async def test_a_close_right_after_an_answer_is_seen_before_the_connection_is_re
     assert second.kernel_stamps
     assert second.retries == 0  # not written to the closed connection first
     assert connections == [0, 1]
+
+
+async def test_the_loop_reads_its_sockets_the_way_the_install_chose(both_reads: str) -> None:
+    reads = socket_reads(time.perf_counter)
+    assert isinstance(reads, NativeSocketReads) == (both_reads == "native")
