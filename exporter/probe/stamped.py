@@ -191,7 +191,12 @@ class SocketReads:
         """Paced reading: read what is ready; while that is more than one socket, stay on the timer
         (no watcher to remove and add back per wake-up), else go back to waking on readability."""
         self._tick_handle = None
-        if self._read_ready() > 1 and self.sockets:
+        try:
+            busy = self._read_ready() > 1
+        except BaseException:
+            self._watch()  # a bug in one protocol (raised to the loop's handler) must not stop the reads
+            raise
+        if busy and self.sockets:
             self._tick_handle = self._loop.call_later(PACE_S, self._tick)
         else:
             self._watch()

@@ -22,6 +22,7 @@ from exporter.probe.stamped import (
     OFFSET_BRACKET_S,
     NativeSocketReads,
     SocketReads,
+    StampedSocket,
     kernel_stamps_available,
     kernel_time,
     monotonic_stamp,
@@ -236,3 +237,58 @@ async def test_a_close_right_after_an_answer_is_seen_before_the_connection_is_re
 async def test_the_loop_reads_its_sockets_the_way_the_install_chose(both_reads: str) -> None:
     reads = socket_reads(time.perf_counter)
     assert isinstance(reads, NativeSocketReads) == (both_reads == "native")
+
+
+async def test_a_protocol_that_raises_does_not_stop_the_paced_reads() -> None:
+    """A bug in one protocol reaches the loop's exception handler; the other sockets are still read."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    reads = socket_reads(time.perf_counter)
+    got: list[bytes] = []
+
+    class Protocol:
+        def __init__(self, broken: bool) -> None:
+            self.broken = broken
+            self.seen = 0
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            pass
+
+        def received(self, now: float, data: bytes) -> None:
+            if self.broken and self.seen:  # from its second read, once reads are on the timer
+                raise RuntimeError("a bug")
+            self.seen += 1
+            if not self.broken:
+                got.append(data)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            pass
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        pairs, protocols = [], [Protocol(broken=True), Protocol(broken=False)]
+        for protocol in protocols:
+            client = socket.create_connection(listener.getsockname())
+            client.setblocking(False)
+            stamped_socket = StampedSocket(client, protocol, reads)
+            stamped_socket.start()
+            pairs.append((stamped_socket, listener.accept()[0]))
+        for _, server in pairs:
+            server.sendall(b"1")
+        # Both read on readiness, together: reading moves to the timer for PACE_S (so no wait_for
+        # here: its polling would let the timer lapse before the next bytes come).
+        for _ in range(10_000):
+            if all(protocol.seen for protocol in protocols):
+                break
+            await asyncio.sleep(0)
+        assert all(protocol.seen for protocol in protocols)
+        for _, server in pairs:
+            server.sendall(b"2")  # read by the timer: the broken protocol raises there
+        await asyncio.sleep(0.05)
+        pairs[1][1].sendall(b"3")
+        await asyncio.sleep(0.05)
+        for stamped_socket, server in pairs:
+            stamped_socket.abort()
+            server.close()
+    assert any("a bug" in str(context.get("exception")) for context in errors)
+    assert got == [b"1", b"2", b"3"]  # the healthy socket kept being read
