@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #define MAX_EVENTS 1024
+#define MAX_FD (1 << 24) /* far above any RLIMIT_NOFILE in use; the table grows to the largest fd */
 #define MAX_CHUNK_HEX 7 /* a kept chunk is at most 0xfffffff bytes; longer sizes go to the parser */
 
 typedef struct {
@@ -61,18 +62,27 @@ typedef struct {
     PyObject *last_read_name;
 } Reads;
 
+/* Clearing moves the references out of the entry before releasing any: a release may run a finalizer
+ * that calls back into this object and moves the table, so `e` is not touched after the first. */
 static void entry_unkeep(Entry *e) {
-    Py_CLEAR(e->kept);
-    Py_CLEAR(e->state);
-    Py_CLEAR(e->due);
-    Py_CLEAR(e->markers);
+    PyObject *kept = e->kept, *state = e->state, *due = e->due, *markers = e->markers;
+    e->kept = e->state = e->due = e->markers = NULL;
+    Py_XDECREF(kept);
+    Py_XDECREF(state);
+    Py_XDECREF(due);
+    Py_XDECREF(markers);
 }
 
 static void entry_clear(Entry *e) {
-    Py_CLEAR(e->received);
-    Py_CLEAR(e->lose);
-    entry_unkeep(e);
-    e->last_stamp = 0.0;
+    PyObject *received = e->received, *lose = e->lose;
+    PyObject *kept = e->kept, *state = e->state, *due = e->due, *markers = e->markers;
+    memset(e, 0, sizeof(*e));
+    Py_XDECREF(received);
+    Py_XDECREF(lose);
+    Py_XDECREF(kept);
+    Py_XDECREF(state);
+    Py_XDECREF(due);
+    Py_XDECREF(markers);
 }
 
 static int fd_of(PyObject *arg) {
@@ -91,6 +101,10 @@ static Entry *entry_of(Reads *self, int fd) {
 static int Reads_init(Reads *self, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"timestamp_type", "buffer_size", NULL};
     Py_ssize_t buffer_size = 256 * 1024;
+    if (self->epfd >= 0 || self->buffer != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Reads is initialised already");
+        return -1;
+    }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|n", kwlist, &self->timestamp_type, &buffer_size)) {
         return -1;
     }
@@ -183,23 +197,26 @@ static PyObject *Reads_add(Reads *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iOO", &fd, &received, &lose)) {
         return NULL;
     }
-    if (fd < 0) {
-        PyErr_SetString(PyExc_ValueError, "negative file descriptor");
-        return NULL;
-    }
-    if (ensure_capacity(self, fd) < 0) {
+    if (fd < 0 || fd >= MAX_FD) {
+        PyErr_Format(PyExc_ValueError, "file descriptor %d out of range (0 to %d)", fd, MAX_FD - 1);
         return NULL;
     }
     struct epoll_event event = {.events = EPOLLIN, .data.fd = fd};
-    if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, fd, &event) < 0) {
+    if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, fd, &event) < 0) { /* first: a bogus fd grows nothing */
         return PyErr_SetFromErrno(PyExc_OSError);
     }
+    if (ensure_capacity(self, fd) < 0) {
+        epoll_ctl(self->epfd, EPOLL_CTL_DEL, fd, NULL);
+        return NULL;
+    }
+    Entry old = self->entries[fd]; /* empty unless the fd was closed without remove() */
     Entry *e = &self->entries[fd];
-    entry_clear(e);
+    memset(e, 0, sizeof(*e));
     Py_INCREF(received);
     Py_INCREF(lose);
     e->received = received;
     e->lose = lose;
+    entry_clear(&old); /* last: releasing may run Python code */
     Py_RETURN_NONE;
 }
 
@@ -234,7 +251,7 @@ static PyObject *Reads_keep(Reads *self, PyObject *args) {
     if (e == NULL) {
         Py_RETURN_NONE; /* lost in the meantime: nothing to keep */
     }
-    entry_unkeep(e);
+    Entry old = *e;
     Py_INCREF(kept);
     Py_INCREF(state);
     Py_INCREF(due);
@@ -245,6 +262,7 @@ static PyObject *Reads_keep(Reads *self, PyObject *args) {
     e->markers = markers;
     e->due_at = due_at;
     e->max_data = max_data;
+    entry_unkeep(&old); /* last: releasing may run Python code */
     Py_RETURN_NONE;
 }
 
@@ -316,37 +334,45 @@ static int lone_event(const char *data, Py_ssize_t size) {
     return memchr(line, '\n', (size_t)length) == NULL && memchr(data, '\r', (size_t)size) == NULL;
 }
 
+/* What keep mode needs of an entry, held with references: an allocation may run a finalizer that
+ * calls back into this object, so nothing of the entry is read after the first one. */
+typedef struct {
+    PyObject *kept, *state, *due;
+    Py_ssize_t due_at;
+} Keeping;
+
 /* Keep a read in keep mode: 1 kept, 0 not this read's shape, -1 a Python error. */
-static int keep_read(Reads *self, int fd, Py_ssize_t size, double stamp) {
-    Entry *e = &self->entries[fd];
+static int keep_read(Reads *self, const Entry *e, Py_ssize_t size, double stamp) {
     Py_ssize_t data_size;
     const char *data = whole_chunk(self->buffer, size, &data_size);
     if (data == NULL || data_size > e->max_data || !lone_event(data, data_size) ||
         holds_marker(e->markers, data, data_size)) {
         return 0;
     }
+    Keeping k = {e->kept, e->state, e->due, e->due_at};
+    Py_INCREF(k.kept);
+    Py_INCREF(k.state);
+    Py_INCREF(k.due);
+    int status = -1;
     PyObject *stamp_obj = PyFloat_FromDouble(stamp);
-    if (stamp_obj == NULL) return -1;
     PyObject *bytes = PyBytes_FromStringAndSize(data + 6, data_size - 8); /* the event's data */
-    PyObject *item = bytes == NULL ? NULL : PyTuple_Pack(2, stamp_obj, bytes);
+    PyObject *item = stamp_obj == NULL || bytes == NULL ? NULL : PyTuple_Pack(2, stamp_obj, bytes);
+    if (item != NULL && PyList_Append(k.kept, item) == 0 &&
+        PyObject_SetAttr(k.state, self->last_read_name, stamp_obj) == 0) {
+        status = 1;
+        if (PyList_GET_SIZE(k.kept) >= k.due_at) {
+            PyObject *out = PyObject_CallNoArgs(k.due);
+            status = out == NULL ? -1 : 1;
+            Py_XDECREF(out);
+        }
+    }
+    Py_XDECREF(item);
     Py_XDECREF(bytes);
-    if (item == NULL || PyList_Append(e->kept, item) < 0 ||
-        PyObject_SetAttr(e->state, self->last_read_name, stamp_obj) < 0) {
-        Py_XDECREF(item);
-        Py_DECREF(stamp_obj);
-        return -1;
-    }
-    Py_DECREF(item);
-    Py_DECREF(stamp_obj);
-    if (PyList_GET_SIZE(e->kept) >= e->due_at) {
-        PyObject *due = e->due;
-        Py_INCREF(due);
-        PyObject *out = PyObject_CallNoArgs(due);
-        Py_DECREF(due);
-        if (out == NULL) return -1;
-        Py_DECREF(out);
-    }
-    return 1;
+    Py_XDECREF(stamp_obj);
+    Py_DECREF(k.kept);
+    Py_DECREF(k.state);
+    Py_DECREF(k.due);
+    return status;
 }
 
 static double kernel_stamp(Reads *self, struct msghdr *message, double offset, int *found) {
@@ -364,11 +390,53 @@ static double kernel_stamp(Reads *self, struct msghdr *message, double offset, i
     return 0.0;
 }
 
-static int call_lose(Entry *e, PyObject *error) {
-    PyObject *lose = e->lose;
-    Py_INCREF(lose);
+static int call_lose(PyObject *lose, PyObject *error) {
     PyObject *out = PyObject_CallOneArg(lose, error);
-    Py_DECREF(lose);
+    if (out == NULL) return -1;
+    Py_DECREF(out);
+    return 0;
+}
+
+static int lose_with_errno(PyObject *lose) {
+    PyErr_SetFromErrno(PyExc_OSError);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    int status = value == NULL ? -1 : call_lose(lose, value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    return status;
+}
+
+/* What arrived on `fd` since its last read, once, to where it goes; -1 on a Python error. */
+static int read_into(Reads *self, int fd, double now, double offset, PyObject *received, PyObject *lose) {
+    union { /* aligned as the cmsghdr the kernel writes there */
+        char bytes[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control;
+    struct iovec vector = {.iov_base = self->buffer, .iov_len = (size_t)self->buffer_size};
+    struct msghdr message = {
+        .msg_iov = &vector, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof(control.bytes)};
+    ssize_t size = recvmsg(fd, &message, 0);
+    if (size < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+        return lose_with_errno(lose); /* errno is still recvmsg's: nothing ran in between */
+    }
+    if (size == 0) return call_lose(lose, Py_None); /* the server closed its side */
+    Entry *e = &self->entries[fd]; /* no Python code ran since the caller looked it up */
+    int found;
+    double stamp = message.msg_controllen ? kernel_stamp(self, &message, offset, &found) : (found = 0, 0.0);
+    double chosen = (!found || stamp > now) ? now : stamp;
+    if (chosen < e->last_stamp) chosen = e->last_stamp;
+    e->last_stamp = chosen;
+    if (e->kept != NULL) {
+        int kept = keep_read(self, e, size, chosen);
+        if (kept != 0) return kept < 0 ? -1 : 0;
+        e = entry_of(self, fd); /* not kept: keep mode ends with this read */
+        if (e != NULL) entry_unkeep(e);
+    }
+    PyObject *out = PyObject_CallFunction(received, "dy#", chosen, self->buffer, (Py_ssize_t)size);
     if (out == NULL) return -1;
     Py_DECREF(out);
     return 0;
@@ -378,43 +446,13 @@ static int call_lose(Entry *e, PyObject *error) {
 static int read_one(Reads *self, int fd, double now, double offset) {
     Entry *e = entry_of(self, fd);
     if (e == NULL) return 0;
-    char control[CMSG_SPACE(sizeof(struct timespec))];
-    struct iovec vector = {.iov_base = self->buffer, .iov_len = (size_t)self->buffer_size};
-    struct msghdr message = {
-        .msg_iov = &vector, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof(control)};
-    ssize_t size = recvmsg(fd, &message, 0);
-    if (size < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
-        PyErr_SetFromErrno(PyExc_OSError);
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        PyErr_NormalizeException(&type, &value, &traceback);
-        int status = call_lose(e, value);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(traceback);
-        return status;
-    }
-    if (size == 0) return call_lose(e, Py_None); /* the server closed its side */
-    int found;
-    double stamp = message.msg_controllen ? kernel_stamp(self, &message, offset, &found) : (found = 0, 0.0);
-    double chosen = (!found || stamp > now) ? now : stamp;
-    if (chosen < e->last_stamp) chosen = e->last_stamp;
-    e->last_stamp = chosen;
-    if (e->kept != NULL) {
-        int kept = keep_read(self, fd, size, chosen);
-        if (kept != 0) return kept < 0 ? -1 : 0;
-        e = entry_of(self, fd); /* not kept: keep mode ends with this read */
-        if (e == NULL) return 0;
-        entry_unkeep(e);
-    }
-    PyObject *received = e->received;
+    PyObject *received = e->received, *lose = e->lose;
     Py_INCREF(received);
-    PyObject *out = PyObject_CallFunction(received, "dy#", chosen, self->buffer, (Py_ssize_t)size);
+    Py_INCREF(lose);
+    int status = read_into(self, fd, now, offset, received, lose);
     Py_DECREF(received);
-    if (out == NULL) return -1;
-    Py_DECREF(out);
-    return 0;
+    Py_DECREF(lose);
+    return status;
 }
 
 static PyObject *Reads_read_ready(Reads *self, PyObject *args) {

@@ -237,11 +237,32 @@ def test_a_callback_error_reaches_the_caller(pair: Pair) -> None:
         pair.read()
 
 
+def test_a_state_whose_setattr_ends_keep_mode_is_safe(pair: Pair) -> None:
+    """Python code run while a read is kept (here a ``__setattr__`` that ends keep mode) once crashed
+    the process: the C side read the entry after it was cleared. Found by review, reproduced here."""
+    kept: list[object] = []
+
+    class State:
+        def __setattr__(self, name: str, value: object) -> None:
+            pair.reads.unkeep(pair.fd)
+
+    pair.reads.keep(pair.fd, kept, State(), pair.sink.due, MARKERS, 1, 1000)
+    pair.send(event(b"{}"))
+    pair.read()
+    assert len(kept) == 1 and pair.sink.due_calls == 1 and not keeping(pair)
+
+
 def test_bad_arguments_are_refused_with_a_clear_error(pair: Pair) -> None:
     with pytest.raises(TypeError, match="markers must be a tuple of bytes"):
         pair.reads.keep(pair.fd, [], pair.sink, pair.sink.due, ("x",), 1, 1)
-    with pytest.raises(ValueError, match="negative file descriptor"):
+    with pytest.raises(ValueError, match="file descriptor -1 out of range"):
         pair.reads.add(-1, pair.sink.on_received, pair.sink.on_lose)
+    with pytest.raises(ValueError, match="out of range"):
+        pair.reads.add(2**30 + 5, pair.sink.on_received, pair.sink.on_lose)  # once hung, doubling the table
+    with pytest.raises(OSError):
+        pair.reads.add(1 << 20, pair.sink.on_received, pair.sink.on_lose)  # no such fd: EBADF, nothing grown
+    with pytest.raises(RuntimeError, match="initialised already"):
+        pair.reads.__init__(35)
     with pytest.raises(ValueError, match="buffer_size must be positive"):
         assert stamped._native is not None
         stamped._native.Reads(35, 0)
