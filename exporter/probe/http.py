@@ -296,6 +296,7 @@ class ConnectionPool:
     async def open(self, endpoint: Endpoint) -> HttpConnection:
         """A new connection to ``endpoint``."""
         if self._kernel_stamps and not endpoint.tls:
+            # Read at each open, not at import: the tests run both reads in one process.
             conn = HttpConnection(self._clock, keeps=stamped.NATIVE_READS)
             await open_stamped(endpoint.host, endpoint.port, conn, self._clock)
             self._open.add(conn)
