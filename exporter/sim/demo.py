@@ -21,7 +21,7 @@ from exporter.stats.distribution import percentile
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from exporter.stats.latency import decode_rate_from_tbt, decode_rate_from_tpot, latency_batch
 from exporter.stats.prefill import PrefillModel, fit_prefill_model
-from exporter.stats.slo import DECODE_TIERS
+from exporter.stats.slo import DECODE_TIERS, DEFAULT_TARGET_FLUIDITY
 
 PROFILE_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
 SCHEDULING_SLACK_S = 0.25  # time a prompt may wait in the queue before its first token is late
@@ -76,8 +76,8 @@ def report(batch: IntervalBatch, prompts: np.ndarray, model: PrefillModel) -> di
     }
     for tier, deadline in DECODE_TIERS.items():
         result = evaluate(batch, prefill_deadlines, deadline)
-        share = float(np.mean(result.fluidity >= 0.9)) * 100
-        rows[f"fluidity {tier} ({deadline * 1e3:.0f} ms): level / >=0.9"] = (
+        share = float(np.mean(result.fluidity >= DEFAULT_TARGET_FLUIDITY)) * 100
+        rows[f"fluidity {tier} ({deadline * 1e3:.0f} ms): level / >={DEFAULT_TARGET_FLUIDITY:g}"] = (
             f"{result.service_level:.3f} / {share:.0f}%"
         )
     rows["fluid token rate (tok/s)"] = f"{fluid_token_rate(batch):.1f}"

@@ -49,6 +49,7 @@ from exporter.stats.deadline_points import evaluate_by_points
 from exporter.stats.deadline_search import min_deadlines_by_search
 from exporter.stats.deadline_sweep import DeadlineSweep
 from exporter.stats.distribution import nearest_rank
+from exporter.stats.slo import DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
 
 __all__ = [
     "VARIANTS",
@@ -67,8 +68,6 @@ __all__ = [
     "request_fluidity",
 ]
 
-DEFAULT_TARGET_FLUIDITY = 0.9
-DEFAULT_PERCENTILE = 99.0
 # Below this many requests the deadline bisection runs the per-token loop per request: a sweep costs a
 # few numpy calls per token position however few requests share it (measured crossover ~50 requests).
 LOOP_BISECTION_MAX_REQUESTS = 32
