@@ -8,7 +8,7 @@ its sockets read. Three ways, interleaved round by round on the same reads:
 
 * ``kept``: as the client runs on Linux with the C reads (``_reads.c``): after the first token, each
   content read that is one whole chunk of one lone event is kept by the transport as (stamp, event
-  data) with no Python call (``stamped.KeepMode``; here the replay appends the same tuples), and the
+  data) with no Python call (``socket_reads.KeepMode``; here the replay appends the same tuples), and the
   reader decodes runs of them in one go (``StreamState.on_payloads``);
 * ``client``: every read through ``HttpConnection`` and the reader, as with the Python reads (a plain
   chunk read as its text alone by ``chunk_shapes.py``);
@@ -35,7 +35,7 @@ from exporter.probe.http import HttpConnection
 from exporter.probe.openai import FORMATS
 from exporter.probe.reader import StreamReader
 from exporter.probe.result import ProbeResult
-from exporter.probe.stamped import KeepMode
+from exporter.probe.socket_reads import KeepMode
 from exporter.probe.stream import StreamState
 from exporter.probe.tokens import TokenCounter
 

@@ -215,7 +215,7 @@ def _plain_texts(
 
 
 # The same reading as FAST_READERS of many payloads at once, for their leading plain chunks: what a
-# kept stream nearly always is (reader.py, keep mode in stamped.py).
+# kept stream nearly always is (reader.py, keep mode in socket_reads.py).
 PLAIN_BATCH_READERS: dict[str, Callable[[Sequence[bytes]], list[str]]] = {
     "/v1/completions": _plain_texts(msgspec.json.Decoder(_CompletionChunk).decode_lines, _plain_completion),
     "/v1/chat/completions": _plain_texts(msgspec.json.Decoder(_ChatChunk).decode_lines, _plain_chat),

@@ -37,12 +37,11 @@ from types import TracebackType
 
 import msgspec
 
-from exporter.probe.http import ConnectionPool, Endpoint, HttpConnection, HttpError, request_bytes
+from exporter.probe.http import BodySink, ConnectionPool, Endpoint, HttpConnection, HttpError, request_bytes
 from exporter.probe.openai import FORMATS, ApiFormat, exact_length
 from exporter.probe.reader import StreamReader, error_text
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.saturation import LagMonitor, is_unreliable
-from exporter.probe.stamped import KeepMode
 from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
@@ -183,7 +182,7 @@ class ProbeClient:
         headers = [(k, v) for k, v in self._headers.items() if k.lower() != "content-type"]
         request = request_bytes("GET", self._endpoint, path, headers)
         conn, _ = await self._connect(fresh=False)
-        sink = _BodySink(limit_bytes)
+        sink = BodySink(limit_bytes)
         try:
             conn.start(request, sink)
             await sink.finished
@@ -374,31 +373,6 @@ class ProbeClient:
         else:
             outcome = Outcome.CONNECT_ERROR if not reader.headers_received else Outcome.STREAM_ABORTED
             self._failed(result, outcome, str(failure))
-
-
-class _BodySink:
-    """Collects a whole (small) response body: ``GET /v1/models`` and the like."""
-
-    def __init__(self, limit_bytes: int) -> None:
-        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.status = 0
-        self.body = bytearray()
-        self.error: HttpError | None = None
-        self._limit = limit_bytes
-
-    def on_headers(self, now: float, status: int, headers: dict[str, str]) -> None:
-        self.status = status
-
-    def on_read(self, now: float, body: bytes) -> None:
-        self.body += body[: max(self._limit - len(self.body), 0)]
-
-    def on_end(self, now: float, error: HttpError | None) -> None:
-        self.error = error
-        if not self.finished.done():
-            self.finished.set_result(None)
-
-    def keep_mode(self, unkeep: Callable[[], None]) -> KeepMode | None:
-        return None  # a small body: every read to on_read
 
 
 __all__ = ["ProbeClient", "TargetError", "error_text"]

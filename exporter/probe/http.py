@@ -8,7 +8,7 @@ plain client ~95 us of CPU per chunk on this project's VM. Here the socket's byt
 strip the HTTP framing, and hands the body bytes of that read to the request's ``ResponseSink`` in the
 same callback: no future, no task step per chunk.
 
-On a kernel-stamped socket read in C (``stamped.NativeSocketReads``), the connection also tells the
+On a kernel-stamped socket read in C (``socket_reads.NativeSocketReads``), the connection also tells the
 transport when whole chunks may skip the parser: ``_keep`` turns on keep mode whenever the parser's
 last step ended a chunk, and the reader then gets those chunks' events without a call per read.
 
@@ -30,8 +30,9 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from exporter.probe import stamped
-from exporter.probe.stamped import KeepMode, StampedSocket, kernel_stamps_available, open_stamped
+from exporter.probe import socket_reads
+from exporter.probe.socket_reads import KeepMode, kernel_stamps_available
+from exporter.probe.stamped import StampedSocket, open_stamped
 
 Clock = Callable[[], float]
 
@@ -61,7 +62,7 @@ class ResponseSink(Protocol):
         """The response ended: complete (``error`` None) or cut short."""
 
     def keep_mode(self, unkeep: Callable[[], None]) -> KeepMode | None:
-        """Where whole-chunk reads may go without a call of ``on_read`` (``stamped.KeepMode``), or None
+        """Where whole-chunk reads may go without a call of ``on_read`` (``socket_reads.KeepMode``), or None
         (every read to ``on_read``); ``unkeep`` ends that, and the sink calls it when it stops keeping."""
 
 
@@ -297,7 +298,7 @@ class ConnectionPool:
         """A new connection to ``endpoint``."""
         if self._kernel_stamps and not endpoint.tls:
             # Read at each open, not at import: the tests run both reads in one process.
-            conn = HttpConnection(self._clock, keeps=stamped.NATIVE_READS)
+            conn = HttpConnection(self._clock, keeps=socket_reads.NATIVE_READS)
             await open_stamped(endpoint.host, endpoint.port, conn, self._clock)
             self._open.add(conn)
             return conn
@@ -340,3 +341,28 @@ class ConnectionPool:
             conn.abort()
         self._open.clear()
         self._idle.clear()
+
+
+class BodySink:
+    """Collects a whole (small) response body, up to ``limit_bytes``: ``GET /v1/models`` and the like."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.status = 0
+        self.body = bytearray()
+        self.error: HttpError | None = None
+        self._limit = limit_bytes
+
+    def on_headers(self, now: float, status: int, headers: dict[str, str]) -> None:
+        self.status = status
+
+    def on_read(self, now: float, body: bytes) -> None:
+        self.body += body[: max(self._limit - len(self.body), 0)]
+
+    def on_end(self, now: float, error: HttpError | None) -> None:
+        self.error = error
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+    def keep_mode(self, unkeep: Callable[[], None]) -> KeepMode | None:
+        return None  # a small body: every read to on_read

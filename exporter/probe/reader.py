@@ -14,7 +14,7 @@ streams end within one 20 ms gap of each other; decoding every stream's 63 reads
 each, 35 ms for all) held the loop so long that the last token of the later streams was stamped 15-60 ms
 late. Batches of ``FLUSH_READS`` spread that work over the stream.
 
-With the C reads (``stamped.NativeSocketReads``) most kept reads never come through ``on_read``: the
+With the C reads (``socket_reads.NativeSocketReads``) most kept reads never come through ``on_read``: the
 transport keeps each read that is one lone ``data:`` event as (stamp, event data) in the same list
 (``keep_mode``), and the reader decodes each run of them in one go (``StreamState.on_payloads``: one
 JSON call for the run), in batches of ``BATCH_READS``. Reads kept by ``on_read`` carry a third item,
@@ -37,8 +37,8 @@ from typing import cast
 
 from exporter.probe.http import HttpError
 from exporter.probe.result import Outcome
+from exporter.probe.socket_reads import KeepMode
 from exporter.probe.sse import SseDecoder, SseError
-from exporter.probe.stamped import KeepMode
 from exporter.probe.stream import StreamFailureError, StreamState
 
 ERROR_BODY_LIMIT = 4096
@@ -47,7 +47,7 @@ FLUSH_BYTES = 256 * 1024
 FLUSH_READS = 8  # kept reads decoded together: ~50 us of work per batch at most
 BATCH_READS = 32  # the same, for lone events the transport kept (decoded in one go: ~1 us each)
 # A kept read: (stamp, the data of one lone SSE event) as the transport keeps it in keep mode
-# (stamped.KeepMode), or (stamp, the body bytes of the read, None) as on_read keeps it.
+# (socket_reads.KeepMode), or (stamp, the body bytes of the read, None) as on_read keeps it.
 Kept = tuple[float, bytes] | tuple[float, bytes, None]
 
 
@@ -107,7 +107,7 @@ class StreamReader:
 
     def keep_mode(self, unkeep: Callable[[], None]) -> KeepMode | None:
         """While reads are kept (after the first token), the transport may keep whole-chunk reads in
-        the same list itself, as ``on_read`` would, with no call (``stamped.KeepMode``); the reads that
+        the same list itself, as ``on_read`` would, with no call (``socket_reads.KeepMode``); the reads that
         may end the stream (``_may_end``) or pass ``FLUSH_BYTES`` still come to ``on_read``."""
         if self._kept is None or self._error_body is not None or self.finished.done() or not self._clean():
             return None

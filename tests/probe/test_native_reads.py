@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from exporter.probe import stamped
+from exporter.probe import socket_reads
 
 if TYPE_CHECKING:
     from exporter.probe._reads import Reads
@@ -80,16 +80,16 @@ class Pair:
 @pytest.fixture
 def pair() -> Iterator[Pair]:
     """A connected loopback TCP pair, the client's end non-blocking, stamped and in a C ``Reads``."""
-    if stamped._native is None:
+    if socket_reads._native is None:
         pytest.fail("exporter.probe._reads was not built: reinstall with a C compiler (pip install -e .)")
-    assert stamped._SO_TIMESTAMPNS is not None
+    assert socket_reads.SO_TIMESTAMPNS is not None
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.create_connection(listener.getsockname())
         server, _ = listener.accept()
     client.setblocking(False)
-    client.setsockopt(socket.SOL_SOCKET, stamped._SO_TIMESTAMPNS, 1)
+    client.setsockopt(socket.SOL_SOCKET, socket_reads.SO_TIMESTAMPNS, 1)
     sink = Sink()
-    reads = stamped._native.Reads(stamped._SO_TIMESTAMPNS, 4096)
+    reads = socket_reads._native.Reads(socket_reads.SO_TIMESTAMPNS, 4096)
     reads.add(client.fileno(), sink.on_received, sink.on_lose)
     try:
         yield Pair(reads, client, server, sink)
@@ -264,5 +264,5 @@ def test_bad_arguments_are_refused_with_a_clear_error(pair: Pair) -> None:
     with pytest.raises(RuntimeError, match="initialised already"):
         pair.reads.__init__(35)
     with pytest.raises(ValueError, match="buffer_size must be positive"):
-        assert stamped._native is not None
-        stamped._native.Reads(35, 0)
+        assert socket_reads._native is not None
+        socket_reads._native.Reads(35, 0)

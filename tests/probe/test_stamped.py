@@ -18,16 +18,16 @@ import pytest
 
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.stamped import (
+from exporter.probe.socket_reads import (
     OFFSET_BRACKET_S,
     NativeSocketReads,
     SocketReads,
-    StampedSocket,
     kernel_stamps_available,
     kernel_time,
+    loop_reads,
     monotonic_stamp,
-    socket_reads,
 )
+from exporter.probe.stamped import StampedSocket
 from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
 
 pytestmark = [
@@ -235,7 +235,7 @@ async def test_a_close_right_after_an_answer_is_seen_before_the_connection_is_re
 
 
 async def test_the_loop_reads_its_sockets_the_way_the_install_chose(both_reads: str) -> None:
-    reads = socket_reads(time.perf_counter)
+    reads = loop_reads(time.perf_counter)
     assert isinstance(reads, NativeSocketReads) == (both_reads == "native")
 
 
@@ -244,7 +244,7 @@ async def test_a_protocol_that_raises_does_not_stop_the_paced_reads() -> None:
     loop = asyncio.get_running_loop()
     errors: list[dict[str, object]] = []
     loop.set_exception_handler(lambda _loop, context: errors.append(context))
-    reads = socket_reads(time.perf_counter)
+    reads = loop_reads(time.perf_counter)
     got: list[bytes] = []
 
     class Protocol:
