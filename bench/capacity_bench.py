@@ -86,7 +86,7 @@ START_FACTORS = (0.3, 0.7, 2.5)
 GUIDELLM_WIDTH = 0.10  # GuideLLM bisects until the bracket is within 10%
 AIPERF_TOLERANCE = 0.05  # AIPerf's bisection stops at 5%, as ours
 PEER_MAX_TRIALS = 30
-REPEAT_SEED_STEP = 7919  # as exporter.jobs.runners: a repeat at one load draws new lengths and gaps
+REPEAT_SEED_STEP = 7919  # as exporter.jobs.capacity_runner: a repeat at one load draws new lengths and gaps
 SWEEP_BASE, COARSE_STEP, FINE_STEP, FINE_BELOW, SWEEP_EXTENSIONS = 0.125, 1.10, 1.01, 0.95, 4
 
 

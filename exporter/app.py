@@ -39,7 +39,8 @@ from exporter.exposition import render
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.jobs import JobsCollector
 from exporter.exposition.self_metrics import SelfMetrics
-from exporter.exposition.store import ResultStore, StoreLimits
+from exporter.exposition.store import ResultStore
+from exporter.exposition.store_limits import StoreLimits
 from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobStore
 from exporter.load.cpus import available_cpus

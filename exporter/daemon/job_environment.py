@@ -1,5 +1,5 @@
 """The daemon as its jobs see it: what the capacity and profile runners ask for
-(``jobs.runners.JobEnvironment``) and what the jobs API asks for (``web.jobs_api.JobService``).
+(``jobs.job_environment.JobEnvironment``) and what the jobs API asks for (``web.jobs_api.JobService``).
 
 It owns the job manager and the targets' stored prefill profiles (their ``Dp`` models), pauses a
 target's scheduled probes while a job runs on it, and counts the jobs that ended. The config is read
@@ -24,10 +24,11 @@ from exporter.engine.families import Signal
 from exporter.engine.scrape import scrape
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition.jobs import JobsSnapshot
+from exporter.jobs.capacity_runner import capacity_runner
 from exporter.jobs.manager import JobManager
 from exporter.jobs.prefill_profile import PrefillProfile
+from exporter.jobs.profile_runner import profile_runner
 from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_with_profile
-from exporter.jobs.runners import capacity_runner, profile_runner
 from exporter.jobs.store import JOB_STATES, JobRecord, JobStore
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import Secret

@@ -15,7 +15,8 @@ scrape result. Nothing grows with the daemon's uptime: the number of series is t
 configured (target, module) pairs, and ``retain`` drops the ones a reload removed.
 
 All the math is ``exporter.stats`` (through ``exporter.evaluation.measure``, the same path the
-one-shot report takes); the store only accumulates.
+one-shot report takes); the store only accumulates. A run's rows are built in ``run_rows``; the bounds
+above are ``store_limits.StoreLimits``.
 
 Concurrency: the store is meant to be touched by one asyncio event loop only (probe jobs call ``add``,
 aiohttp's ``/metrics`` handler calls ``collect`` synchronously), so no lock is needed: nothing here
@@ -25,77 +26,36 @@ awaits, so no call interleaves with another. Scrape-side readers only take refer
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.engine.scrape import ScrapeResult
 from exporter.engine.window import SnapshotWindow
-from exporter.evaluation import DeadlinePolicy, EvaluationSpec, Measured, measure, metric_values, slo_tier
+from exporter.evaluation import DeadlinePolicy, EvaluationSpec, Measured, measure
 from exporter.exposition.names import TURN_KINDS
+from exporter.exposition.run_rows import good_flags, run_rows
+from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.views import EngineView, Histogram, RecentResult, SeriesView, Turn, turn_kind
 from exporter.exposition.window import (
-    AT,
-    DEADLINES,
     DEFAULT_FLUIDITY_QUANTILES,
     DEFAULT_LATENESS_QUANTILES,
-    E2E,
-    FLUIDITY,
-    GOOD,
-    LATENESS,
-    MAX_TBT,
-    MIN_DECODE_DEADLINE,
-    MISSED,
-    NORMALIZED,
-    OUTCOME,
-    OUTCOME_CODE,
-    TOKENS,
-    TPOT,
-    TTFT,
     ProbeWindow,
     Records,
-    build_records,
     probe_window,
-    tier_column,
 )
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.result import e2e as result_e2e
 from exporter.probe.result import ttft as result_ttft
 from exporter.stats.batch import FloatArray
-from exporter.stats.fluidity import min_decode_deadlines
-from exporter.stats.slo import GoodputBounds, Slo, SloMetric, goodput
+from exporter.stats.slo import GoodputBounds, Slo
 
 Clock = Callable[[], float]
 SeriesKey = tuple[str, str]
-
-
-@dataclass(frozen=True)
-class StoreLimits:
-    """Bounds on what the store keeps, per (target, module) unless said otherwise."""
-
-    max_age_s: float = 3600.0  # the longest window; rows older than this are dropped
-    # Rows kept at most. One hour of a 4-request probe every 10 s is 1440 rows; at ~150 bytes a row,
-    # 4096 rows are ~600 KB per series. A window whose rows overflow this bound is silently shorter,
-    # which fluidity_window_requests shows.
-    max_records: int = 4096
-    recent_results: int = 20
-    recent_failures: int = 50  # failures are kept longer, for the debug view
-    engine_max_items: int = 241  # engine snapshots per target: one hour scraped every 15 s
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.max_age_s) and self.max_age_s > 0):
-            raise ValueError(f"max_age_s must be finite and > 0, got {self.max_age_s!r}")
-        for name in ("max_records", "recent_results", "recent_failures"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
-        if self.engine_max_items < 2:
-            raise ValueError(f"engine_max_items must be >= 2, got {self.engine_max_items!r}")
 
 
 # The latency histograms by kind; keys are the ``HistogramBuckets`` fields.
@@ -179,12 +139,12 @@ class ResultStore:
         measured = measure(results, EvaluationSpec(policy, tuple(slos), goodput, from_scheduled))
         completed = {id(r) for r in measured.results}
         failed = [r for r in results if id(r) not in completed]
-        good = _good_flags(goodput, measured, policy, len(failed))
+        good = good_flags(goodput, measured, policy, len(failed))
         _accumulate(series, measured, good, now)
         _accumulate_turns(series, results, measured)
         # Rows stay in time order even if a caller's clock steps back: ``Records.since`` bisects on it.
         stamp = max(now, float(series.records.at[-1])) if len(series.records) else now
-        rows = _rows(measured, failed, good, policy, stamp)
+        rows = run_rows(measured, failed, good, policy, stamp)
         kept = series.records.since(now - self.limits.max_age_s).append(rows)
         series.set_rows(kept.newest(self.limits.max_records))
         for result in results:
@@ -336,23 +296,6 @@ class ResultStore:
         )
 
 
-def _good_flags(
-    bounds: GoodputBounds | None, measured: Measured, policy: DeadlinePolicy, failures: int
-) -> FloatArray:
-    """1.0 / 0.0 per completed request then per failure (never good); NaN without bounds."""
-    completed = len(measured.results)
-    if bounds is None:
-        return np.full(completed + failures, np.nan)
-    values = metric_values(measured, slo_tier(policy))
-    flags = [_is_good(bounds, values, index) for index in range(completed)]
-    return np.array([*flags, *([0.0] * failures)], dtype=np.float64)
-
-
-def _is_good(bounds: GoodputBounds, values: Mapping[SloMetric, FloatArray], index: int) -> float:
-    one = {metric: column[index : index + 1] for metric, column in values.items()}
-    return float(goodput(bounds, one, 1.0).good)
-
-
 def _accumulate(series: _Series, measured: Measured, good: FloatArray, now: float) -> None:
     latency = measured.latency
     series.output_tokens += measured.batch.token_count
@@ -378,43 +321,6 @@ def _accumulate_turns(series: _Series, results: Sequence[ProbeResult], measured:
     kinds = np.array([turn_kind(r) for r in measured.results], dtype=object)
     for kind, turn in series.turns.items():
         turn.add([r for r in results if turn_kind(r) == kind], measured.latency.ttft[kinds == kind])
-
-
-def _rows(
-    measured: Measured, failed: Sequence[ProbeResult], good: FloatArray, policy: DeadlinePolicy, now: float
-) -> Records:
-    done = measured.results
-    nan_failed = np.full(len(failed), np.nan)
-    latency = measured.latency
-    minima = min_decode_deadlines(measured.batch, policy.target_fluidity)
-    minima = np.where(measured.batch.lengths >= 2, minima, np.nan)  # no decode deadline below 2 tokens
-    columns: dict[str, ArrayLike] = {
-        AT: np.full(len(done) + len(failed), now),
-        OUTCOME: [OUTCOME_CODE[r.outcome] for r in (*done, *failed)],
-        TOKENS: np.concatenate([latency.tokens, np.zeros(len(failed), dtype=np.int64)]),
-        TTFT: np.concatenate([latency.ttft, nan_failed]),
-        TPOT: np.concatenate([latency.tpot, nan_failed]),
-        E2E: np.concatenate([latency.e2e, nan_failed]),
-        NORMALIZED: np.concatenate([latency.normalized_latency, nan_failed]),
-        MAX_TBT: np.concatenate([latency.max_tbt, nan_failed]),
-        MIN_DECODE_DEADLINE: np.concatenate([minima, nan_failed]),
-        LATENESS: [_lateness(r) for r in (*done, *failed)],
-        GOOD: good,
-    }
-    for tier, accounting in measured.tiers.items():
-        columns[tier_column(FLUIDITY, tier)] = np.concatenate([accounting.fluidity, nan_failed])
-        columns[tier_column(MISSED, tier)] = np.concatenate([accounting.missed, nan_failed])
-        columns[tier_column(DEADLINES, tier)] = np.concatenate([accounting.total, nan_failed])
-    return build_records(tuple(policy.decode_tiers), columns)
-
-
-def _lateness(result: ProbeResult) -> float:
-    """How late the prober sent the request after its scheduled time; NaN when unknown."""
-    if result.send_overhead_s is not None:
-        return result.send_overhead_s
-    if result.sent_at is None or result.scheduled_at is None:
-        return math.nan
-    return max(result.sent_at - result.scheduled_at, 0.0)
 
 
 def _remember(series: _Series, result: ProbeResult, now: float) -> None:

@@ -16,13 +16,13 @@ from exporter.config.job_parse import ParamsError, parse_params
 from exporter.config.model import SloConfig
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult
-from exporter.jobs.manager import JobFailedError
-from exporter.jobs.runners import (
+from exporter.jobs.capacity_runner import (
     resolve_trial_slo,
     run_capacity_search,
     search_settings,
     time_budget,
 )
+from exporter.jobs.manager import JobFailedError
 from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.plan_runner import worker_pool

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from exporter.config.job_params import geometric_ladder
 from exporter.jobs.prefill_profile import OnSample, PrefillProfile, profile_prefill
-from exporter.jobs.runners import PROFILE_POOL, one_at_a_time
+from exporter.jobs.profile_runner import PROFILE_POOL, one_at_a_time
 from exporter.load.plan_runner import worker_pool
 from exporter.load.target_facts import CONTEXT_MARGIN, TargetFacts
 from exporter.load.workload_options import prompt_builder

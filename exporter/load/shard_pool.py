@@ -20,10 +20,10 @@ Endpoints (``Authorization: Bearer <token>`` on each):
   ``{"stop": bool}``.
 
 ``ShardPool.run`` drives one run: it deals the tasks, waits for every shard's ready (``ready_timeout``),
-sets the start ``start_delay`` s ahead, feeds the caller's hooks as events arrive (a stand-in
-``ProbeResult`` per request started, replaced in place by the final one), stops the shards when the
-caller's ``stop`` is set, and returns a ``ShardRunReport``: each shard's start lateness, figures and
-fate, and the problems that make the run unfit to judge (``shard_problems``).
+sets the start ``start_delay`` s ahead, feeds the caller's hooks as events arrive (``shard_run``: a
+stand-in ``ProbeResult`` per request started, replaced in place by the final one), stops the shards
+when the caller's ``stop`` is set, and returns a ``ShardRunReport``: each shard's start lateness,
+figures and fate, and the problems that make the run unfit to judge (``shard_problems``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import msgspec
@@ -47,46 +46,17 @@ from exporter.load.shard_protocol import (
     ProtocolError,
     ShardEntry,
     ShardTask,
-    copy_into,
     plan_tasks,
-    result_from_json,
     task_to_json,
 )
 from exporter.load.shard_report import ShardRunReport, ShardState, shard_problems
-from exporter.probe.result import ProbeResult
+from exporter.load.shard_run import Hook, ShardRun
 from exporter.probe.target import RequestSpec, TargetSettings
 
-Hook = Callable[[int, ProbeResult], None]
 Alive = Callable[[int], str | None]  # why shard k is gone (e.g. "exit code -9"), or None while it runs
 POOL: Final = web.AppKey["ShardPool"]("shard_pool")
 MAX_BODY = 256 * 1024 * 1024  # an events post carries at most a few thousand results
 EVENTS_DECODER = msgspec.json.Decoder(dict[str, Any])  # ~8x the json module on these bodies
-
-
-@dataclass
-class _Run:
-    id: str
-    tasks: dict[int, ShardTask]
-    specs: dict[int, RequestSpec]
-    on_start: Hook | None
-    on_result: Hook | None
-    states: dict[int, ShardState]
-    all_ready: asyncio.Event = field(default_factory=asyncio.Event)
-    started: asyncio.Event = field(default_factory=asyncio.Event)
-    all_done: asyncio.Event = field(default_factory=asyncio.Event)
-    start_at: float | None = None
-    origin: float | None = None
-    stop: bool = False
-    aborted: bool = False
-    results: dict[int, ProbeResult] = field(default_factory=dict)
-    cancelled: set[int] = field(default_factory=set)
-
-    def check(self) -> None:
-        live = [s for s in self.states.values() if s.gone is None]
-        if all(s.ready for s in live):
-            self.all_ready.set()
-        if all(s.done for s in live):
-            self.all_done.set()
 
 
 class ShardPool:
@@ -102,7 +72,7 @@ class ShardPool:
         self.registered = asyncio.Event()
         # None in a queue: the coordinator is done with that shard.
         self._queues: dict[int, asyncio.Queue[ShardTask | None]] = {k: asyncio.Queue() for k in range(shards)}
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, ShardRun] = {}
         self._closed = False
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count(1)
@@ -177,7 +147,7 @@ class ShardPool:
             return web.Response(status=410)
         return web.json_response(task_to_json(task))
 
-    def _run_state(self, request: web.Request) -> tuple[_Run, ShardState]:
+    def _run_state(self, request: web.Request) -> tuple[ShardRun, ShardState]:
         run = self._runs.get(request.match_info["run"])
         shard = self._shard(request)
         if run is None or shard not in run.states:
@@ -206,50 +176,13 @@ class ShardPool:
         try:
             if body.get("late_s") is not None:
                 state.late_s = float(body["late_s"])
-            self._apply_events(run, state, body)
+            run.apply_events(state, body)
         except (ProtocolError, KeyError, TypeError, ValueError) as exc:  # a shard of another version
             return web.json_response({"error": f"malformed events: {exc}"}, status=400)
         if body.get("done"):
             state.done, state.stats = True, dict(body.get("stats") or {})
             run.check()
         return web.json_response({"stop": run.stop or run.aborted})
-
-    def _apply_events(self, run: _Run, state: ShardState, body: dict[str, Any]) -> None:
-        origin = run.origin or 0.0
-        for index, scheduled in body.get("started", ()):
-            self._stand_in(run, int(index), origin + float(scheduled))
-        for index, first in body.get("first_tokens", ()):
-            result = run.results.get(int(index))
-            if result is not None and not result.token_times:
-                result.token_times = [origin + float(first)]  # until the final result comes
-        for index, cancelled, data in body.get("results", ()):
-            self._finish(run, state, int(index), bool(cancelled), result_from_json(data, origin))
-
-    def _stand_in(self, run: _Run, index: int, scheduled: float) -> ProbeResult:
-        spec = run.specs[index]
-        result = ProbeResult(
-            api=next(iter(run.tasks.values())).settings.api, scheduled_at=scheduled, max_tokens=spec.max_tokens,
-            prompt_tokens_intended=spec.prompt_tokens,
-        )  # fmt: skip
-        run.results[index] = result
-        if run.on_start is not None:
-            run.on_start(index, result)
-        return result
-
-    def _finish(self, run: _Run, state: ShardState, index: int, cancelled: bool, final: ProbeResult) -> None:
-        held = run.results.get(index)
-        if held is None:
-            held = self._stand_in(run, index, final.scheduled_at or 0.0)
-        extra = held.extra
-        copy_into(held, final)
-        held.extra = {**final.extra, **extra}
-        if cancelled:
-            run.cancelled.add(index)
-            return
-        state.results += 1
-        state.unreliable += int(final.unreliable)
-        if run.on_result is not None:
-            run.on_result(index, held)
 
     # -- running ----------------------------------------------------------------------------------
 
@@ -284,7 +217,7 @@ class ShardPool:
     ) -> ShardRunReport:
         """Run ``tasks`` (one per shard taking part; ``specs``: plan index -> spec) and report; the start
         is ``start_delay_s`` (default: the pool's) after the last shard is ready."""
-        run = _Run(
+        run = ShardRun(
             tasks[0].run, {t.shard: t for t in tasks}, specs, on_start, on_result,
             {t.shard: ShardState(t.shard, len(t.entries)) for t in tasks},
         )  # fmt: skip
@@ -293,7 +226,7 @@ class ShardPool:
             for task in tasks:
                 self._queues[task.shard].put_nowait(task)
             if await self._all_ready(run):
-                self._start(run, self.settings.start_delay_s if start_delay_s is None else start_delay_s)
+                run.start(self.settings.start_delay_s if start_delay_s is None else start_delay_s)
                 await self._until_done(run, stop or asyncio.Event())
             else:
                 run.aborted = True
@@ -343,7 +276,7 @@ class ShardPool:
     def new_run_id(self) -> str:
         return f"r{next(self._ids)}-{secrets.token_hex(4)}"
 
-    async def _all_ready(self, run: _Run) -> bool:
+    async def _all_ready(self, run: ShardRun) -> bool:
         deadline = time.monotonic() + self.settings.ready_timeout_s
         while time.monotonic() < deadline:
             self._mark_gone(run, ready_phase=True)
@@ -353,12 +286,7 @@ class ShardPool:
                 await asyncio.wait_for(run.all_ready.wait(), 0.2)
         return False
 
-    def _start(self, run: _Run, delay: float) -> None:
-        # Taken together: the wall-clock instant for the shards, its monotonic twin for this process.
-        run.start_at, run.origin = time.time() + delay, time.perf_counter() + delay
-        run.started.set()
-
-    async def _until_done(self, run: _Run, stop: asyncio.Event) -> None:
+    async def _until_done(self, run: ShardRun, stop: asyncio.Event) -> None:
         stop_deadline = math.inf
         while not run.all_done.is_set():
             if stop.is_set() and not run.stop:
@@ -371,7 +299,7 @@ class ShardPool:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(run.all_done.wait(), 0.1)
 
-    def _mark_gone(self, run: _Run, *, ready_phase: bool = False) -> bool:
+    def _mark_gone(self, run: ShardRun, *, ready_phase: bool = False) -> bool:
         """Mark the shards that died (their process exited, or silence past the heartbeat timeout)."""
         found = False
         now = time.monotonic()
@@ -393,7 +321,7 @@ class ShardPool:
             run.check()
         return found
 
-    def _forget(self, run: _Run) -> None:
+    def _forget(self, run: ShardRun) -> None:
         """Drop the run's tasks no shard took (a shard that never came)."""
         for shard in run.tasks:
             queue = self._queues[shard]

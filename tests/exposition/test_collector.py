@@ -19,7 +19,8 @@ from exporter.exposition import names
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.probe_registry import probe_registry
 from exporter.exposition.self_metrics import SelfMetrics
-from exporter.exposition.store import ResultStore, StoreLimits
+from exporter.exposition.store import ResultStore
+from exporter.exposition.store_limits import StoreLimits
 from exporter.probe.result import Outcome, intervals
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate

@@ -9,7 +9,8 @@ import pytest
 
 from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
-from exporter.exposition.store import ResultStore, StoreLimits
+from exporter.exposition.store import ResultStore
+from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.window import MIN_DECODE_DEADLINE
 from exporter.probe.result import Outcome, intervals
 from exporter.stats.batch import IntervalBatch

@@ -12,6 +12,7 @@ import pytest
 from exporter.config.job_params import CapacityParams, JobLimits
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
+from exporter.jobs.capacity_runner import default_floor, search_settings, trial_time_limit
 from exporter.jobs.capacity_search import (
     Observation,
     SearchSettings,
@@ -24,7 +25,6 @@ from exporter.jobs.capacity_search import (
     verdict,
 )
 from exporter.jobs.drain import wait_drained
-from exporter.jobs.runners import default_floor, search_settings, trial_time_limit
 from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial import Tally, TrialPlan, TrialReport, stop_reason
 from exporter.jobs.trial_verdict import TrialSlo, judge

@@ -1,42 +1,36 @@
-"""The two jobs as the daemon runs them: a capacity search and a prefill profile of one target.
+"""The capacity search as a job: its parameters turned into the search's bounds and SLO, its trials run.
 
-Each runner takes the parsed parameters and a ``JobContext`` (progress and steps, persisted by the job
-store) and returns the JSON-ready result. What it needs from the daemon (the current config, the
-target's probe client, its deadlines, where profiles go) comes through ``JobEnvironment``, so the
-runners can be driven by the daemon or by a test with a simulator on loopback.
+A trial is planned (fresh prompt texts per search, new samples at a repeated load), sent in process or
+over the shards, and counted against the job's token budget. The daemon's runner (``capacity_runner``)
+and the CLI's command (``local_capacity``) share ``run_capacity_search``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import itertools
 import secrets
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from exporter.config.job_params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
-from exporter.config.model import Config, ShardsConfig, SloConfig, Target
+from exporter.config.job_params import CapacityParams, JobLimits, JobParams, SloSpec
+from exporter.config.model import SloConfig, Target
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.drain import Busy, Drained, wait_drained
+from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
-from exporter.jobs.prefill_profile import LengthSample, PrefillProfile, profile_prefill
 from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import TrialSlo
-from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
-from exporter.load.shard_local import local_shards
-from exporter.load.shard_pool import ShardPool, remote_shards
-from exporter.load.shard_protocol import PoolSettings
+from exporter.load.shard_pool import ShardPool
 from exporter.load.workloads import Workload
-from exporter.probe.client import ProbeClient, TargetError
+from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec, Secret, TargetSettings
+from exporter.probe.target import RequestSpec
 from exporter.stats.slo import DECODE_TIERS
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}
@@ -48,35 +42,6 @@ FLOOR_TRIAL_S = 900.0
 TRIAL_SPAN_FACTOR, TRIAL_TAIL_S = 1.5, 60.0
 BUDGET_SHARE = 0.9  # the default search budget: this share of jobs.limits.max_duration_s
 REPEAT_SEED_STEP = 7919  # seed offset of each repeat at one load (a prime: no overlap with seed + 1)
-PROFILE_START_DELAY_S = 0.05  # a profile's request waits this long for its shard to start it
-# A profile keeps the minimum TTFT of its repeats, which a late stamp cannot lower, and its in-process
-# form does not judge saturation either: a shard's flagged result is kept (the flag stays on it).
-PROFILE_POOL = PoolSettings(max_unreliable_share=1.0)
-
-
-class JobEnvironment(Protocol):
-    """What the runners need from the daemon."""
-
-    @property
-    def config(self) -> Config: ...
-
-    def job_limits(self) -> JobLimits: ...
-
-    def client_for(self, target: str) -> ProbeClient: ...
-
-    def deadline_policy(self, target: str) -> DeadlinePolicy: ...
-
-    def store_profile(self, target: str, profile: PrefillProfile) -> None: ...
-
-    async def engine_busy(self, target: str) -> float | None:
-        """Requests running + waiting in the target's engine from a fresh scrape of its metrics (None
-        without engine metrics or when the scrape fails)."""
-
-    async def wait_idle(self, target: str) -> None:
-        """Until no probe of ours is in flight to ``target`` (new ones are paused by then)."""
-
-
-# -- capacity -----------------------------------------------------------------------------------------
 
 
 def resolve_trial_slo(spec: SloSpec, configured: SloConfig, policy: DeadlinePolicy) -> TrialSlo:
@@ -306,125 +271,9 @@ def trial_time_limit(plan: TrialPlan, params: CapacityParams, time_left: float |
     return limit
 
 
-async def model_of(client: ProbeClient) -> str:
-    """The target's model; a target that cannot name it fails the job with its answer (not a bug)."""
-    try:
-        return await client.resolve_model()
-    except TargetError as exc:
-        raise JobFailedError(f"the target did not answer: {exc}") from None
-
-
 def _reporter(ctx: JobContext, progress: SearchProgress) -> Callable[[TrialReport], None]:
     def report(trial: TrialReport) -> None:
         ctx.add_step(trial.to_dict())
         progress.trial_done(trial)
-
-    return report
-
-
-@contextlib.asynccontextmanager
-async def job_shards(
-    remote: ShardsConfig | None,
-    token: Secret | None,
-    asked: int | None,
-    env: JobEnvironment,
-    client: ProbeClient,
-    local: PoolSettings | None = None,
-) -> AsyncIterator[ShardPool | None]:
-    """The shards a job sends through: the Indexed Job's pods when ``jobs.shards`` is configured (they
-    present the jobs token), else ``asked`` (or ``jobs.workers``) local worker processes, else none
-    (this process sends)."""
-    workers = asked or env.job_limits().max_workers
-    if remote is not None and token is not None:
-        pools = remote_shards(remote.count, token.reveal(), remote.listen, remote.pool)
-    elif workers > 1:
-        pools = local_shards(workers, client.settings.api_key, local)
-    else:
-        yield None
-        return
-    async with contextlib.AsyncExitStack() as stack:
-        try:
-            pool = await stack.enter_async_context(pools)
-        except TimeoutError as exc:  # shards that never came: the job fails with who and why
-            raise JobFailedError(str(exc)) from None
-        except OSError as exc:  # the port is taken, e.g. by another target's sharded search
-            listen = remote.listen if remote is not None else "127.0.0.1"
-            raise JobFailedError(f"cannot listen for shards on {listen}: {exc.strerror or exc}") from None
-        yield pool
-
-
-def shards_used(pool: ShardPool | None) -> dict[str, int]:
-    """How many client processes sent the job's requests (for its result)."""
-    return {"workers": pool.shards if pool is not None else 1}
-
-
-def one_at_a_time(
-    pool: ShardPool, settings: TargetSettings
-) -> Callable[[RequestSpec], Awaitable[ProbeResult]]:
-    """A ``send`` for the prefill profile: each request alone, the shards taking turns."""
-    turn = itertools.count()
-
-    async def send(spec: RequestSpec) -> ProbeResult:
-        report = await pool.run_one(settings, spec, next(turn) % pool.shards, PROFILE_START_DELAY_S)
-        if report.problems or not report.in_order():
-            raise JobFailedError("; ".join(report.problems) or "a shard returned no result")
-        return report.in_order()[0]
-
-    return send
-
-
-# -- prefill profile ---------------------------------------------------------------------------------
-
-
-def prompt_builder(target: Target) -> PromptBuilder:
-    """Exact prompts for our simulator, approximate (about 4 characters a token) for real servers."""
-    return SimPromptBuilder() if target.simulated else ApproxPromptBuilder()
-
-
-def profile_runner(env: JobEnvironment) -> Runner:
-    """The runner of ``POST /api/v1/jobs/prefill-profile`` and scheduled profiles."""
-
-    async def run(params: JobParams, ctx: JobContext) -> dict[str, Any]:
-        assert isinstance(params, ProfileParams)
-        target = env.config.target(params.target)
-        planned = sum(params.lengths) * params.repeats
-        limit = env.job_limits().max_tokens
-        if planned > limit:
-            raise JobFailedError(
-                f"the profile would send {planned} prompt tokens; jobs.limits.max_tokens is {limit}"
-            )
-        client = env.client_for(target.name)
-        await model_of(client)
-        await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
-        async with job_shards(None, None, params.workers, env, client, PROFILE_POOL) as pool:
-            profile = await profile_prefill(
-                client.send if pool is None else one_at_a_time(pool, client.settings), prompt_builder(target),
-                target.api, params.lengths, params.repeats, _sample_reporter(ctx, len(params.lengths)),
-            )  # fmt: skip
-        if profile.model is None:
-            raise JobFailedError("no prompt length got an answer; see the steps for each length's outcomes")
-        if params.apply:
-            env.store_profile(target.name, profile)
-        return {"target": target.name, "applied": params.apply, **shards_used(pool), **profile.to_dict()}
-
-    return run
-
-
-def _sample_reporter(ctx: JobContext, lengths: int) -> Callable[[LengthSample], None]:
-    done = 0
-
-    def report(sample: LengthSample) -> None:
-        nonlocal done
-        done += 1
-        ctx.add_step(
-            {
-                "prompt_tokens": sample.prompt_tokens,
-                "min_ttft_s": sample.best,
-                "outcomes": dict(sample.outcomes),
-                "errors": sample.errors[:3],
-            }
-        )
-        best = f"{sample.best:.4f} s" if sample.best is not None else "no answer"
-        ctx.progress(done / lengths, f"{sample.prompt_tokens} tokens: min TTFT {best}")
 
     return report

@@ -1,0 +1,94 @@
+"""A stored probe run as window rows: one per request, completed then failed, with its goodput flag.
+
+Apart from the store (``store``) because it is a pure function of one run's figures: ``measure`` has
+judged the run, and these turn its results into the columns of ``window.Records`` (the store only
+appends them and keeps its counters).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from exporter.evaluation import DeadlinePolicy, Measured, metric_values, slo_tier
+from exporter.exposition.window import (
+    AT,
+    DEADLINES,
+    E2E,
+    FLUIDITY,
+    GOOD,
+    LATENESS,
+    MAX_TBT,
+    MIN_DECODE_DEADLINE,
+    MISSED,
+    NORMALIZED,
+    OUTCOME,
+    OUTCOME_CODE,
+    TOKENS,
+    TPOT,
+    TTFT,
+    Records,
+    build_records,
+    tier_column,
+)
+from exporter.probe.result import ProbeResult
+from exporter.stats.batch import FloatArray
+from exporter.stats.fluidity import min_decode_deadlines
+from exporter.stats.slo import GoodputBounds, SloMetric, goodput
+
+
+def good_flags(
+    bounds: GoodputBounds | None, measured: Measured, policy: DeadlinePolicy, failures: int
+) -> FloatArray:
+    """1.0 / 0.0 per completed request then per failure (never good); NaN without bounds."""
+    completed = len(measured.results)
+    if bounds is None:
+        return np.full(completed + failures, np.nan)
+    values = metric_values(measured, slo_tier(policy))
+    flags = [_is_good(bounds, values, index) for index in range(completed)]
+    return np.array([*flags, *([0.0] * failures)], dtype=np.float64)
+
+
+def _is_good(bounds: GoodputBounds, values: Mapping[SloMetric, FloatArray], index: int) -> float:
+    one = {metric: column[index : index + 1] for metric, column in values.items()}
+    return float(goodput(bounds, one, 1.0).good)
+
+
+def run_rows(
+    measured: Measured, failed: Sequence[ProbeResult], good: FloatArray, policy: DeadlinePolicy, now: float
+) -> Records:
+    done = measured.results
+    nan_failed = np.full(len(failed), np.nan)
+    latency = measured.latency
+    minima = min_decode_deadlines(measured.batch, policy.target_fluidity)
+    minima = np.where(measured.batch.lengths >= 2, minima, np.nan)  # no decode deadline below 2 tokens
+    columns: dict[str, ArrayLike] = {
+        AT: np.full(len(done) + len(failed), now),
+        OUTCOME: [OUTCOME_CODE[r.outcome] for r in (*done, *failed)],
+        TOKENS: np.concatenate([latency.tokens, np.zeros(len(failed), dtype=np.int64)]),
+        TTFT: np.concatenate([latency.ttft, nan_failed]),
+        TPOT: np.concatenate([latency.tpot, nan_failed]),
+        E2E: np.concatenate([latency.e2e, nan_failed]),
+        NORMALIZED: np.concatenate([latency.normalized_latency, nan_failed]),
+        MAX_TBT: np.concatenate([latency.max_tbt, nan_failed]),
+        MIN_DECODE_DEADLINE: np.concatenate([minima, nan_failed]),
+        LATENESS: [_lateness(r) for r in (*done, *failed)],
+        GOOD: good,
+    }
+    for tier, accounting in measured.tiers.items():
+        columns[tier_column(FLUIDITY, tier)] = np.concatenate([accounting.fluidity, nan_failed])
+        columns[tier_column(MISSED, tier)] = np.concatenate([accounting.missed, nan_failed])
+        columns[tier_column(DEADLINES, tier)] = np.concatenate([accounting.total, nan_failed])
+    return build_records(tuple(policy.decode_tiers), columns)
+
+
+def _lateness(result: ProbeResult) -> float:
+    """How late the prober sent the request after its scheduled time; NaN when unknown."""
+    if result.send_overhead_s is not None:
+        return result.send_overhead_s
+    if result.sent_at is None or result.scheduled_at is None:
+        return math.nan
+    return max(result.sent_at - result.scheduled_at, 0.0)

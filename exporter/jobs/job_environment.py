@@ -1,0 +1,91 @@
+"""What a job runner gets from where it runs: the daemon (``JobEnvironment``), the target's model, the shards.
+
+Each runner (``capacity_runner``, ``profile_runner``) takes the parsed parameters and a ``JobContext``
+(progress and steps, persisted by the job store) and returns the JSON-ready result. What it needs from
+the daemon (the current config, the target's probe client, its deadlines, where profiles go) comes
+through ``JobEnvironment``, so the runners can be driven by the daemon or by a test with a simulator on
+loopback. Apart from the runners because both take it, and the shards they send through (``job_shards``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from exporter.config.job_params import JobLimits
+from exporter.config.model import Config, ShardsConfig
+from exporter.evaluation import DeadlinePolicy
+from exporter.jobs.manager import JobFailedError
+from exporter.jobs.prefill_profile import PrefillProfile
+from exporter.load.shard_local import local_shards
+from exporter.load.shard_pool import ShardPool, remote_shards
+from exporter.load.shard_protocol import PoolSettings
+from exporter.probe.client import ProbeClient, TargetError
+from exporter.probe.target import Secret
+
+
+class JobEnvironment(Protocol):
+    """What the runners need from the daemon."""
+
+    @property
+    def config(self) -> Config: ...
+
+    def job_limits(self) -> JobLimits: ...
+
+    def client_for(self, target: str) -> ProbeClient: ...
+
+    def deadline_policy(self, target: str) -> DeadlinePolicy: ...
+
+    def store_profile(self, target: str, profile: PrefillProfile) -> None: ...
+
+    async def engine_busy(self, target: str) -> float | None:
+        """Requests running + waiting in the target's engine from a fresh scrape of its metrics (None
+        without engine metrics or when the scrape fails)."""
+
+    async def wait_idle(self, target: str) -> None:
+        """Until no probe of ours is in flight to ``target`` (new ones are paused by then)."""
+
+
+async def model_of(client: ProbeClient) -> str:
+    """The target's model; a target that cannot name it fails the job with its answer (not a bug)."""
+    try:
+        return await client.resolve_model()
+    except TargetError as exc:
+        raise JobFailedError(f"the target did not answer: {exc}") from None
+
+
+@contextlib.asynccontextmanager
+async def job_shards(
+    remote: ShardsConfig | None,
+    token: Secret | None,
+    asked: int | None,
+    env: JobEnvironment,
+    client: ProbeClient,
+    local: PoolSettings | None = None,
+) -> AsyncIterator[ShardPool | None]:
+    """The shards a job sends through: the Indexed Job's pods when ``jobs.shards`` is configured (they
+    present the jobs token), else ``asked`` (or ``jobs.workers``) local worker processes, else none
+    (this process sends)."""
+    workers = asked or env.job_limits().max_workers
+    if remote is not None and token is not None:
+        pools = remote_shards(remote.count, token.reveal(), remote.listen, remote.pool)
+    elif workers > 1:
+        pools = local_shards(workers, client.settings.api_key, local)
+    else:
+        yield None
+        return
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            pool = await stack.enter_async_context(pools)
+        except TimeoutError as exc:  # shards that never came: the job fails with who and why
+            raise JobFailedError(str(exc)) from None
+        except OSError as exc:  # the port is taken, e.g. by another target's sharded search
+            listen = remote.listen if remote is not None else "127.0.0.1"
+            raise JobFailedError(f"cannot listen for shards on {listen}: {exc.strerror or exc}") from None
+        yield pool
+
+
+def shards_used(pool: ShardPool | None) -> dict[str, int]:
+    """How many client processes sent the job's requests (for its result)."""
+    return {"workers": pool.shards if pool is not None else 1}

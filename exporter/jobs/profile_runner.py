@@ -1,0 +1,96 @@
+"""The prefill profile as a job: prompts of each length sent one at a time, the fit stored on request.
+
+Apart from the capacity runner because it shares only the job's environment with it: each request runs
+alone (in this process, or on the shards taking turns), and its steps are the lengths' outcomes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from exporter.config.job_params import JobParams, ProfileParams
+from exporter.config.model import Target
+from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
+from exporter.jobs.manager import JobContext, JobFailedError, Runner
+from exporter.jobs.prefill_profile import LengthSample, profile_prefill
+from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
+from exporter.load.shard_pool import ShardPool
+from exporter.load.shard_protocol import PoolSettings
+from exporter.probe.result import ProbeResult
+from exporter.probe.target import RequestSpec, TargetSettings
+
+PROFILE_START_DELAY_S = 0.05  # a profile's request waits this long for its shard to start it
+# A profile keeps the minimum TTFT of its repeats, which a late stamp cannot lower, and its in-process
+# form does not judge saturation either: a shard's flagged result is kept (the flag stays on it).
+PROFILE_POOL = PoolSettings(max_unreliable_share=1.0)
+
+
+def one_at_a_time(
+    pool: ShardPool, settings: TargetSettings
+) -> Callable[[RequestSpec], Awaitable[ProbeResult]]:
+    """A ``send`` for the prefill profile: each request alone, the shards taking turns."""
+    turn = itertools.count()
+
+    async def send(spec: RequestSpec) -> ProbeResult:
+        report = await pool.run_one(settings, spec, next(turn) % pool.shards, PROFILE_START_DELAY_S)
+        if report.problems or not report.in_order():
+            raise JobFailedError("; ".join(report.problems) or "a shard returned no result")
+        return report.in_order()[0]
+
+    return send
+
+
+def prompt_builder(target: Target) -> PromptBuilder:
+    """Exact prompts for our simulator, approximate (about 4 characters a token) for real servers."""
+    return SimPromptBuilder() if target.simulated else ApproxPromptBuilder()
+
+
+def profile_runner(env: JobEnvironment) -> Runner:
+    """The runner of ``POST /api/v1/jobs/prefill-profile`` and scheduled profiles."""
+
+    async def run(params: JobParams, ctx: JobContext) -> dict[str, Any]:
+        assert isinstance(params, ProfileParams)
+        target = env.config.target(params.target)
+        planned = sum(params.lengths) * params.repeats
+        limit = env.job_limits().max_tokens
+        if planned > limit:
+            raise JobFailedError(
+                f"the profile would send {planned} prompt tokens; jobs.limits.max_tokens is {limit}"
+            )
+        client = env.client_for(target.name)
+        await model_of(client)
+        await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
+        async with job_shards(None, None, params.workers, env, client, PROFILE_POOL) as pool:
+            profile = await profile_prefill(
+                client.send if pool is None else one_at_a_time(pool, client.settings), prompt_builder(target),
+                target.api, params.lengths, params.repeats, _sample_reporter(ctx, len(params.lengths)),
+            )  # fmt: skip
+        if profile.model is None:
+            raise JobFailedError("no prompt length got an answer; see the steps for each length's outcomes")
+        if params.apply:
+            env.store_profile(target.name, profile)
+        return {"target": target.name, "applied": params.apply, **shards_used(pool), **profile.to_dict()}
+
+    return run
+
+
+def _sample_reporter(ctx: JobContext, lengths: int) -> Callable[[LengthSample], None]:
+    done = 0
+
+    def report(sample: LengthSample) -> None:
+        nonlocal done
+        done += 1
+        ctx.add_step(
+            {
+                "prompt_tokens": sample.prompt_tokens,
+                "min_ttft_s": sample.best,
+                "outcomes": dict(sample.outcomes),
+                "errors": sample.errors[:3],
+            }
+        )
+        best = f"{sample.best:.4f} s" if sample.best is not None else "no answer"
+        ctx.progress(done / lengths, f"{sample.prompt_tokens} tokens: min TTFT {best}")
+
+    return report
