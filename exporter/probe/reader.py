@@ -197,10 +197,14 @@ class StreamReader:
     def _decode_run(self, run: list[tuple[float, bytes]]) -> None:
         """Lone events' data as the transport kept them: the leading plain chunks in one go, the rest
         one by one (a stream whose chunks carry usage or token ids has no plain one)."""
-        for now, payload in run[self.state.on_payloads(run) :]:
-            if self.state.done:
+        state = self.state
+        for now, payload in run[state.on_payloads(run) :]:
+            if state.done:
                 return
-            self._decode_kept(now, b"data: " + payload + b"\n\n")  # the read, as it came
+            if state.on_payload(now, payload) is None:  # not a shape the fast path reads
+                self._decode(now, b"data: " + payload + b"\n\n")  # the read, as it came
+            elif state.done:
+                self._arm_drain()
 
     def _decode_kept(self, now: float, body: bytes) -> None:
         """One kept read (``_decode``'s fast path inline: the first token has come, so only the end
