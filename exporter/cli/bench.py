@@ -43,6 +43,7 @@ from exporter.report.bench_report import bench_report, timestamped
 from exporter.report.evaluation_options import evaluation_spec
 from exporter.report.table import render_summary
 from exporter.sim.process import SimStartError, url_or_simulator
+from exporter.stats.slo import DECODE_TIERS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -113,7 +114,8 @@ def _add_evaluation_arguments(evaluation: argparse._ArgumentGroup) -> None:
     """Deadlines, the fluid rate's percentile, SLOs and goodput bounds."""
     add_prefill_arguments(evaluation)
     evaluation.add_argument(
-        "--decode-tiers", help="name=seconds,... (default strict=0.025,medium=0.05,relaxed=0.1)"
+        "--decode-tiers",
+        help=f"name=seconds,... (default {','.join(f'{n}={s:g}' for n, s in DECODE_TIERS.items())})",
     )
     evaluation.add_argument(
         "--percentile", type=float, help="share of requests for the fluid rate, in %% (99)"

@@ -42,7 +42,7 @@ from exporter.report.bench_report import OutputExistsError, refuse_overwrite, ti
 from exporter.report.capacity_plot import HeadroomPoint, write_headroom_plot
 from exporter.report.evaluation_options import prefill_deadlines
 from exporter.sim.process import SimStartError, url_or_simulator
-from exporter.stats.slo import DECODE_TIERS, DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
+from exporter.stats.slo import DECODE_TIERS, DEFAULT_DECODE_TIER, DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,9 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--think-time", help="seconds between a session's turns, e.g. fixed:2")
     _add_search_arguments(load)
     slo = parser.add_argument_group(
-        f"SLO (default: {DEFAULT_PERCENTILE:g}% of requests reach fluidity >= {DEFAULT_TARGET_FLUIDITY:g} at Dd 50 ms)"
+        f"SLO (default: {DEFAULT_PERCENTILE:g}% of requests reach fluidity >= {DEFAULT_TARGET_FLUIDITY:g} "
+        f"at Dd {DECODE_TIERS[DEFAULT_DECODE_TIER] * 1000:g} ms)"
     )
-    slo.add_argument("--decode-tier", help=f"decode deadline tier: {', '.join(DECODE_TIERS)} (medium)")
+    slo.add_argument(
+        "--decode-tier", help=f"decode deadline tier: {', '.join(DECODE_TIERS)} ({DEFAULT_DECODE_TIER})"
+    )
     slo.add_argument("--decode-deadline", type=float, help="decode deadline in seconds instead of a tier")
     add_prefill_arguments(slo)
     slo.add_argument(
