@@ -31,7 +31,7 @@ from exporter.cli.progress import ProgressPrinter
 from exporter.config.job_params import CapacityParams
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.capacity_report import capacity_table, write_capacity_json
-from exporter.jobs.local_capacity import capacity_params, search_capacity, trial_slo
+from exporter.jobs.local_capacity import DEFAULT_BUDGET_S, capacity_params, search_capacity, trial_slo
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
@@ -101,21 +101,34 @@ def _add_search_arguments(load: argparse._ArgumentGroup) -> None:
     load.add_argument(
         "--min-load", type=float, help="the floor: a failure here means not met (default: a 15-minute trial)"
     )
-    load.add_argument("--time-budget", type=float, help="seconds the whole search may take (default 3240)")
+    defaults = CapacityParams
     load.add_argument(
-        "--confidence", type=float, help="of each trial's pass-fraction interval (default 0.95)"
+        "--time-budget", type=float, help=f"seconds the whole search may take (default {DEFAULT_BUDGET_S:g})"
     )
-    load.add_argument("--tolerance", type=float, help="relative tolerance of the answer (default 0.05)")
-    load.add_argument("--max-trials", type=int, help="most trials (default 8)")
-    load.add_argument("--requests-per-trial", type=int, help="measured requests per trial (default 200)")
-    load.add_argument("--warmup-requests", type=int, help="unmeasured requests first (default 20)")
+    load.add_argument(
+        "--confidence",
+        type=float,
+        help=f"of each trial's pass-fraction interval (default {defaults.confidence:g})",
+    )
+    load.add_argument(
+        "--tolerance", type=float, help=f"relative tolerance of the answer (default {defaults.tolerance:g})"
+    )
+    load.add_argument("--max-trials", type=int, help=f"most trials (default {defaults.max_trials})")
+    load.add_argument(
+        "--requests-per-trial",
+        type=int,
+        help=f"measured requests per trial (default {defaults.requests_per_trial})",
+    )
+    load.add_argument(
+        "--warmup-requests", type=int, help=f"unmeasured requests first (default {defaults.warmup_requests})"
+    )
     load.add_argument(
         "--trial-duration",
         type=float,
         help="end a trial after this many seconds (default 1.5x its span + 60)",
     )
     load.add_argument("--no-early-stop", action="store_true", default=None, help="run every trial in full")
-    load.add_argument("--seed", type=int, help="random seed of the workload (default 0)")
+    load.add_argument("--seed", type=int, help=f"random seed of the workload (default {defaults.seed})")
     load.add_argument(
         "--workers", type=int, help="client processes sending each trial, results merged (default 1)"
     )
