@@ -29,7 +29,7 @@ from exporter.cli.flags import (
 )
 from exporter.cli.progress import LiveLine
 from exporter.evaluation import EvaluationSpec
-from exporter.load.load_plan import DEFAULT_RATE, LoadPlan, load_plan
+from exporter.load.load_plan import DEFAULT_RATE, DEFAULT_REQUESTS, LoadPlan, load_plan
 from exporter.load.plan_runner import send_plan
 from exporter.load.runner import LoadRun
 from exporter.load.sessions import session_turns
@@ -97,7 +97,7 @@ def _add_schedule_arguments(load: argparse._ArgumentGroup) -> None:
     )
     load.add_argument("--burstiness", type=float, help="gamma shape (1 = Poisson; < 1 burstier)")
     load.add_argument("--concurrency", type=int, help="closed loop: requests in flight")
-    load.add_argument("--requests", type=int, help="number of requests (default 100)")
+    load.add_argument("--requests", type=int, help=f"number of requests (default {DEFAULT_REQUESTS})")
     load.add_argument("--duration", type=float, help="seconds of load (instead of --requests)")
     load.add_argument("--workers", type=int, help="client processes for heavy open loads (default 1)")
     load.add_argument(
