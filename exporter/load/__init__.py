@@ -8,10 +8,10 @@ an injected ``send`` (the probe client's, or a fake) and returns a ``LoadRun`` w
 ``profile``) builds its target settings (``target_options``), its workload (``workload_options``) and
 its plan (``load_plan``) from its options, asks the target about itself (``target_facts``,
 ``calibration``) and sends the plan (``plan_runner``). Load too heavy for one process is split into
-shards (``shard_protocol`` the format, ``shard_pool`` the coordinator, ``shard_runner`` a shard,
-``shard_local`` local shard processes, ``shard_report`` what a sharded run reports; ``cpus`` the CPUs
-there are for them); only the shards speak HTTP with aiohttp themselves, the rest through the probe
-client. A new workload preset goes in ``presets``.
+shards (``shard_protocol`` the format, ``shard_pool`` the coordinator and ``shard_run`` a run's state
+there, ``shard_runner`` a shard, ``shard_local`` local shard processes, ``shard_report`` what a sharded
+run reports; ``cpus`` the CPUs there are for them); only the shards speak HTTP with aiohttp themselves,
+the rest through the probe client. A new workload preset goes in ``presets``.
 """
 
 from exporter.load.health import HealthCheck, HealthThresholds, load_health
