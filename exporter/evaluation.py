@@ -27,6 +27,7 @@ from exporter.stats.latency import LatencyBatch, latency_batch
 from exporter.stats.prefill import PrefillModel
 from exporter.stats.slo import (
     DECODE_TIERS,
+    DEFAULT_DECODE_TIER,
     DEFAULT_PERCENTILE,
     DEFAULT_PREFILL_DEADLINE_S,
     DEFAULT_TARGET_FLUIDITY,
@@ -158,5 +159,8 @@ def metric_values(measured: Measured, tier: str | None) -> dict[SloMetric, Float
 
 
 def slo_tier(policy: DeadlinePolicy) -> str | None:
-    """The tier fluidity SLOs and goodput are judged at: "medium" when configured, else the first."""
-    return "medium" if "medium" in policy.decode_tiers else next(iter(policy.decode_tiers), None)
+    """The tier fluidity SLOs and goodput are judged at: the default tier ("medium") when configured,
+    else the first."""
+    if DEFAULT_DECODE_TIER in policy.decode_tiers:
+        return DEFAULT_DECODE_TIER
+    return next(iter(policy.decode_tiers), None)

@@ -29,7 +29,7 @@ from exporter.cli.flags import (
 )
 from exporter.cli.progress import LiveLine
 from exporter.evaluation import EvaluationSpec
-from exporter.load.load_plan import DEFAULT_RATE, LoadPlan, load_plan
+from exporter.load.load_plan import DEFAULT_RATE, DEFAULT_REQUESTS, LoadPlan, load_plan
 from exporter.load.plan_runner import send_plan
 from exporter.load.runner import LoadRun
 from exporter.load.sessions import session_turns
@@ -43,6 +43,7 @@ from exporter.report.bench_report import bench_report, timestamped
 from exporter.report.evaluation_options import evaluation_spec
 from exporter.report.table import render_summary
 from exporter.sim.process import SimStartError, url_or_simulator
+from exporter.stats.slo import DECODE_TIERS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,7 +97,7 @@ def _add_schedule_arguments(load: argparse._ArgumentGroup) -> None:
     )
     load.add_argument("--burstiness", type=float, help="gamma shape (1 = Poisson; < 1 burstier)")
     load.add_argument("--concurrency", type=int, help="closed loop: requests in flight")
-    load.add_argument("--requests", type=int, help="number of requests (default 100)")
+    load.add_argument("--requests", type=int, help=f"number of requests (default {DEFAULT_REQUESTS})")
     load.add_argument("--duration", type=float, help="seconds of load (instead of --requests)")
     load.add_argument("--workers", type=int, help="client processes for heavy open loads (default 1)")
     load.add_argument(
@@ -113,7 +114,8 @@ def _add_evaluation_arguments(evaluation: argparse._ArgumentGroup) -> None:
     """Deadlines, the fluid rate's percentile, SLOs and goodput bounds."""
     add_prefill_arguments(evaluation)
     evaluation.add_argument(
-        "--decode-tiers", help="name=seconds,... (default strict=0.025,medium=0.05,relaxed=0.1)"
+        "--decode-tiers",
+        help=f"name=seconds,... (default {','.join(f'{n}={s:g}' for n, s in DECODE_TIERS.items())})",
     )
     evaluation.add_argument(
         "--percentile", type=float, help="share of requests for the fluid rate, in %% (99)"

@@ -31,7 +31,7 @@ from exporter.cli.progress import ProgressPrinter
 from exporter.config.job_params import CapacityParams
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.capacity_report import capacity_table, write_capacity_json
-from exporter.jobs.local_capacity import capacity_params, search_capacity, trial_slo
+from exporter.jobs.local_capacity import DEFAULT_BUDGET_S, capacity_params, search_capacity, trial_slo
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
@@ -42,7 +42,7 @@ from exporter.report.bench_report import OutputExistsError, refuse_overwrite, ti
 from exporter.report.capacity_plot import HeadroomPoint, write_headroom_plot
 from exporter.report.evaluation_options import prefill_deadlines
 from exporter.sim.process import SimStartError, url_or_simulator
-from exporter.stats.slo import DECODE_TIERS, DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
+from exporter.stats.slo import DECODE_TIERS, DEFAULT_DECODE_TIER, DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,9 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     load.add_argument("--think-time", help="seconds between a session's turns, e.g. fixed:2")
     _add_search_arguments(load)
     slo = parser.add_argument_group(
-        f"SLO (default: {DEFAULT_PERCENTILE:g}% of requests reach fluidity >= {DEFAULT_TARGET_FLUIDITY:g} at Dd 50 ms)"
+        f"SLO (default: {DEFAULT_PERCENTILE:g}% of requests reach fluidity >= {DEFAULT_TARGET_FLUIDITY:g} "
+        f"at Dd {DECODE_TIERS[DEFAULT_DECODE_TIER] * 1000:g} ms)"
     )
-    slo.add_argument("--decode-tier", help=f"decode deadline tier: {', '.join(DECODE_TIERS)} (medium)")
+    slo.add_argument(
+        "--decode-tier", help=f"decode deadline tier: {', '.join(DECODE_TIERS)} ({DEFAULT_DECODE_TIER})"
+    )
     slo.add_argument("--decode-deadline", type=float, help="decode deadline in seconds instead of a tier")
     add_prefill_arguments(slo)
     slo.add_argument(
@@ -98,21 +101,34 @@ def _add_search_arguments(load: argparse._ArgumentGroup) -> None:
     load.add_argument(
         "--min-load", type=float, help="the floor: a failure here means not met (default: a 15-minute trial)"
     )
-    load.add_argument("--time-budget", type=float, help="seconds the whole search may take (default 3240)")
+    defaults = CapacityParams
     load.add_argument(
-        "--confidence", type=float, help="of each trial's pass-fraction interval (default 0.95)"
+        "--time-budget", type=float, help=f"seconds the whole search may take (default {DEFAULT_BUDGET_S:g})"
     )
-    load.add_argument("--tolerance", type=float, help="relative tolerance of the answer (default 0.05)")
-    load.add_argument("--max-trials", type=int, help="most trials (default 8)")
-    load.add_argument("--requests-per-trial", type=int, help="measured requests per trial (default 200)")
-    load.add_argument("--warmup-requests", type=int, help="unmeasured requests first (default 20)")
+    load.add_argument(
+        "--confidence",
+        type=float,
+        help=f"of each trial's pass-fraction interval (default {defaults.confidence:g})",
+    )
+    load.add_argument(
+        "--tolerance", type=float, help=f"relative tolerance of the answer (default {defaults.tolerance:g})"
+    )
+    load.add_argument("--max-trials", type=int, help=f"most trials (default {defaults.max_trials})")
+    load.add_argument(
+        "--requests-per-trial",
+        type=int,
+        help=f"measured requests per trial (default {defaults.requests_per_trial})",
+    )
+    load.add_argument(
+        "--warmup-requests", type=int, help=f"unmeasured requests first (default {defaults.warmup_requests})"
+    )
     load.add_argument(
         "--trial-duration",
         type=float,
         help="end a trial after this many seconds (default 1.5x its span + 60)",
     )
     load.add_argument("--no-early-stop", action="store_true", default=None, help="run every trial in full")
-    load.add_argument("--seed", type=int, help="random seed of the workload (default 0)")
+    load.add_argument("--seed", type=int, help=f"random seed of the workload (default {defaults.seed})")
     load.add_argument(
         "--workers", type=int, help="client processes sending each trial, results merged (default 1)"
     )

@@ -24,6 +24,7 @@ import yaml
 from exporter.load.cpus import available_cpus
 from exporter.load.presets import PRESET_NAMES
 from exporter.options.oneshot import OptionError
+from exporter.options.target import Timeouts
 from exporter.probe.target import APIS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.stats.slo import DEFAULT_PREFILL_DEADLINE_S, DEFAULT_TARGET_FLUIDITY
@@ -46,9 +47,16 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--ca-file", help="CA bundle for TLS verification")
     target.add_argument("--insecure", action="store_true", default=None, help="do not verify TLS")
     target.add_argument("--sim-preset", help=f"simulator preset when no --url (default {DEFAULT_SIM_PRESET})")
-    target.add_argument("--ttft-timeout", type=float, help="seconds to the first token (default 60)")
-    target.add_argument("--idle-timeout", type=float, help="longest silence mid-stream, seconds (default 30)")
-    target.add_argument("--total-timeout", type=float, help="seconds per request (default 600)")
+    default = Timeouts()
+    target.add_argument(
+        "--ttft-timeout", type=float, help=f"seconds to the first token (default {default.ttft:g})"
+    )
+    target.add_argument(
+        "--idle-timeout", type=float, help=f"longest silence mid-stream, seconds (default {default.idle:g})"
+    )
+    target.add_argument(
+        "--total-timeout", type=float, help=f"seconds per request (default {default.total:g})"
+    )
     target.add_argument(
         "--no-calibrate",
         action="store_true",

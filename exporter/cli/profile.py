@@ -21,6 +21,7 @@ from exporter.cli.flags import (
     merged_options,
     note_shared_cpus,
 )
+from exporter.config.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
 from exporter.jobs.local_profile import fit_ladder, lengths, profile_table, profile_target
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import LengthSample, OnSample, PrefillProfile
@@ -36,10 +37,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``profile``."""
     add_target_arguments(parser)
     parser.add_argument(
-        "--lengths", help="prompt lengths, e.g. 128,512,2048 (default 128 to 16384, doubling)"
+        "--lengths",
+        help=f"prompt lengths, e.g. 128,512,2048 (default {DEFAULT_LOW} to {DEFAULT_HIGH}, doubling)",
     )
-    parser.add_argument("--max-length", type=int, help="top of the default ladder (default 16384)")
-    parser.add_argument("--repeats", type=int, default=3, help="requests per length; the minimum counts (3)")
+    parser.add_argument("--max-length", type=int, help=f"top of the default ladder (default {DEFAULT_HIGH})")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=ProfileParams.repeats,
+        help=f"requests per length; the minimum counts ({ProfileParams.repeats})",
+    )
     parser.add_argument(
         "--workers", type=int, help="client processes taking turns (requests stay one at a time; default 1)"
     )

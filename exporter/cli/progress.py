@@ -17,6 +17,7 @@ import numpy as np
 from exporter.evaluation import EvaluationSpec
 from exporter.probe.result import ProbeResult, intervals
 from exporter.stats.fluidity import fluidity_index
+from exporter.stats.slo import DECODE_TIERS, DEFAULT_DECODE_TIER
 
 BAR_WIDTH = 24
 PROGRESS_EVERY_S = 10.0
@@ -36,7 +37,8 @@ class LiveLine:
         self.total = total
         self.enabled = enabled
         self.tty = sys.stderr.isatty()
-        self.tier_name, self.tier_deadline = next(iter(spec.deadlines.decode_tiers.items()), ("medium", 0.05))
+        default_tier = (DEFAULT_DECODE_TIER, DECODE_TIERS[DEFAULT_DECODE_TIER])
+        self.tier_name, self.tier_deadline = next(iter(spec.deadlines.decode_tiers.items()), default_tier)
         self.prefill = spec.deadlines.prefill_deadline
         self.count = self.failed = 0
         self.ttfts: list[float] = []

@@ -21,7 +21,7 @@ Schema (every key is optional unless marked *required*; the values shown are the
     targets:                           # *required*, at least one
       - name: local-vllm               # *required*, unique, [A-Za-z0-9_.-]+ (a label value)
         url: http://127.0.0.1:8000     # *required*, http(s)://host[:port][/path], without /v1
-        api: chat                      # chat | completions
+        api: chat                      # chat | completions | responses
         model: null                    # null: the first model of /v1/models
         api_key: null                  # {env: NAME} or {file: PATH}; a literal string is refused
         headers: {}                    # header name -> string value, sent with every request

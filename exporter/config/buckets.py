@@ -83,13 +83,6 @@ OTEL_GENAI_TPOT_BUCKETS: Final = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
 )  # fmt: skip
 
-# Their advice for gen_ai.server.time_to_first_token (an engine's own TTFT, not a client's). Not a probe
-# histogram's preset (the probe's TTFT is the client's: time_to_first_chunk); kept for the mapping doc
-# and for comparing an engine's buckets with it.
-OTEL_GENAI_SERVER_TTFT_BUCKETS: Final = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-)  # fmt: skip
-
 
 @dataclass(frozen=True)
 class HistogramBuckets:

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from exporter.stats.slo import GoodputBounds, Slo
+from exporter.stats.slo import DEFAULT_DECODE_TIER, GoodputBounds, Slo
 
 JobKind = Literal["capacity", "prefill-profile"]
 JOB_KINDS: tuple[JobKind, ...] = ("capacity", "prefill-profile")
@@ -58,7 +58,7 @@ class SloSpec:
     added: a trial passes only when every one holds.
     """
 
-    decode_tier: str = "medium"
+    decode_tier: str = DEFAULT_DECODE_TIER
     decode_deadline_s: float | None = None
     prefill_deadline_s: float | None = None
     target_fluidity: float | None = None

@@ -87,11 +87,6 @@ def read_params(
     return _profile(sec, limits)
 
 
-def kind_of(params: JobParams) -> JobKind:
-    """The job kind that ``params`` are for."""
-    return "capacity" if isinstance(params, CapacityParams) else "prefill-profile"
-
-
 def params_to_dict(params: JobParams) -> dict[str, Any]:
     """Every field as JSON data (objectives as their text); ``parse_params`` reads it back."""
     data = {f.name: getattr(params, f.name) for f in fields(params)}

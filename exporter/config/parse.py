@@ -33,7 +33,7 @@ from exporter.config.model import (
 )
 from exporter.config.modules import MODULE_KEYS, ModuleReader
 from exporter.config.targets import TargetReader
-from exporter.config.values import bucket_bound, check_listen_address, check_state_dir, positive_duration
+from exporter.config.values import bucket_bound, check_listen_address, check_state_dir
 from exporter.options.problems import Problems
 from exporter.options.reader import (
     Context,
@@ -41,6 +41,7 @@ from exporter.options.reader import (
     check_name,
     child_path,
     expand_env,
+    positive_duration,
     resolve_scalar,
     show,
     string_value,

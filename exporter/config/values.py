@@ -12,10 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from exporter.options.reader import (
-    MAX_DURATION_S,
-    parse_duration,
     show,
-    show_seconds,
     string_value,
 )
 
@@ -70,15 +67,6 @@ def reference(value: Any, kind: str, valid: list[str]) -> str:
     if not isinstance(value, str) or value not in valid:
         raise ValueError(f"unknown {kind} {show(value)}; valid: {', '.join(valid) or '(none defined)'}")
     return value
-
-
-def positive_duration(value: Any, maximum: float = MAX_DURATION_S) -> float:
-    seconds = parse_duration(value)
-    if seconds <= 0:
-        raise ValueError(f"must be a duration > 0, got {show(value)}")
-    if seconds > maximum:
-        raise ValueError(f"must be a duration of at most {show_seconds(maximum)}, got {show(value)}")
-    return seconds
 
 
 def check_state_dir(path: str) -> str:

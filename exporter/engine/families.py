@@ -338,10 +338,6 @@ class Catalogue:
             )
         return self.tables[winners[0]]
 
-    def resolve(self, kind: str, present: Iterable[str]) -> EngineFamilies:
-        """The table for ``kind``, detecting it from the ``present`` family names when it is ``auto``."""
-        return self.detect(present) if kind == AUTO else self.families_for(kind)
-
 
 ENGINE_CATALOGUE = Catalogue("engine", ENGINES)
 GATEWAY_CATALOGUE = Catalogue("gateway", GATEWAYS)
@@ -355,8 +351,3 @@ def families_for(kind: str) -> EngineFamilies:
 def detect_kind(present: Iterable[str]) -> EngineFamilies:
     """The engine table that recognises the most of the ``present`` family names (see ``Catalogue``)."""
     return ENGINE_CATALOGUE.detect(present)
-
-
-def resolve_families(kind: str, present: Iterable[str]) -> EngineFamilies:
-    """The engine table for ``kind``, detecting it from the ``present`` family names when it is ``auto``."""
-    return ENGINE_CATALOGUE.resolve(kind, present)

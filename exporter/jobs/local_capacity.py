@@ -17,6 +17,7 @@ from exporter.config.model import SloConfig
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.capacity_runner import (
+    BUDGET_SHARE,
     resolve_trial_slo,
     run_capacity_search,
     search_settings,
@@ -35,7 +36,8 @@ NO_CEILINGS = JobLimits(
     max_rate=1e9, max_concurrency=10**9, max_duration_s=1e12, max_tokens=10**15, max_trials=1000,
     max_requests_per_trial=10**9, max_prompt_tokens=10**9, max_workers=10**6,
 )  # fmt: skip
-DEFAULT_BUDGET_S = 3240.0  # as the daemon's default: 90% of jobs.limits.max_duration_s (1 hour)
+# As the daemon's default: a share of the default jobs.limits.max_duration_s (90% of 1 hour, 3240 s).
+DEFAULT_BUDGET_S = BUDGET_SHARE * JobLimits().max_duration_s
 # Option name -> the jobs API's parameter (top level, then under "slo").
 PARAM_OPTIONS = (
     ("load", "load"), ("arrival", "arrival"), ("start", "start"), ("max_load", "max_load"),

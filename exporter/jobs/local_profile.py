@@ -7,7 +7,7 @@ processes taking turns.
 
 from __future__ import annotations
 
-from exporter.config.job_params import geometric_ladder
+from exporter.config.job_params import DEFAULT_HIGH, geometric_ladder
 from exporter.jobs.prefill_profile import OnSample, PrefillProfile, profile_prefill
 from exporter.jobs.profile_runner import PROFILE_POOL, one_at_a_time
 from exporter.load.plan_runner import worker_pool
@@ -16,8 +16,6 @@ from exporter.load.workload_options import prompt_builder
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
-
-DEFAULT_MAX_LENGTH = 16384
 
 
 def lengths(options: Options) -> tuple[int, ...]:
@@ -33,7 +31,7 @@ def lengths(options: Options) -> tuple[int, ...]:
             raise OptionError("--lengths: every length must be >= 1 token")
         return values
     try:
-        return geometric_ladder(high=options["max_length"] or DEFAULT_MAX_LENGTH)
+        return geometric_ladder(high=options["max_length"] or DEFAULT_HIGH)
     except ValueError as exc:
         raise OptionError(f"--max-length: {exc}") from exc
 

@@ -1,10 +1,17 @@
-"""Workloads, trace loaders, arrival processes and the load runner.
+"""Workloads, trace loaders, the load runner, shards, and a one-shot run's load plan.
 
-The flow is one way: a ``Workload`` (``presets``, ``traces``) yields ``RequestSpec``s; an arrival
-process (``exporter.options.arrival``) yields absolute send offsets; ``runner.run_load`` sends the
-specs through an injected ``send`` (the probe client's, or a fake) and returns a ``LoadRun`` with every
-``ProbeResult`` and the ``health`` checks of the load itself. Only the shards (``shard_pool``,
-``shard_runner``: load split across processes or pods) speak HTTP, with aiohttp and the probe client.
+The flow is one way: a ``Workload`` (``workloads``; named ones in ``presets``, real ones in ``traces``,
+prompts from ``prompts``, multi-turn ``sessions``) yields ``RequestSpec``s; an arrival process
+(``exporter.options.arrival``) yields absolute send offsets; ``runner.run_load`` sends the specs through
+an injected ``send`` (the probe client's, or a fake) and returns a ``LoadRun`` with every
+``ProbeResult`` and the ``health`` checks of the load itself. A one-shot run (``bench``, ``capacity``,
+``profile``) builds its target settings (``target_options``), its workload (``workload_options``) and
+its plan (``load_plan``) from its options, asks the target about itself (``target_facts``,
+``calibration``) and sends the plan (``plan_runner``). Load too heavy for one process is split into
+shards (``shard_protocol`` the format, ``shard_pool`` the coordinator and ``shard_run`` a run's state
+there, ``shard_runner`` a shard, ``shard_local`` local shard processes, ``shard_report`` what a sharded
+run reports; ``cpus`` the CPUs there are for them); only the shards speak HTTP with aiohttp themselves,
+the rest through the probe client. A new workload preset goes in ``presets``.
 """
 
 from exporter.load.health import HealthCheck, HealthThresholds, load_health

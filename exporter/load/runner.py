@@ -35,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from exporter.load.health import HealthCheck, HealthThresholds, Lateness, lateness, load_health, rates
+from exporter.load.health import HealthCheck, HealthThresholds, Lateness, lateness, load_health
 from exporter.load.sessions import run_session
 from exporter.probe.result import ProbeResult, intervals
 from exporter.probe.target import RequestSpec
@@ -63,16 +63,6 @@ class LoadRun:
     stopped_by: StopReason
     from_scheduled: bool = False
     checks: list[HealthCheck] = field(default_factory=list)
-
-    @property
-    def achieved_rate(self) -> float | None:
-        """Requests sent per second over the span of the sends."""
-        return rates(self.results)[0]
-
-    @property
-    def planned_rate(self) -> float | None:
-        """Requests per second of the schedule actually used (open loop)."""
-        return rates(self.results)[1]
 
     @property
     def lateness(self) -> Lateness:

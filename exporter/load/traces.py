@@ -287,11 +287,6 @@ def trace_workload(records: Sequence[TraceRequest], base: Workload) -> Workload:
     return replace(base, lengths=lengths)
 
 
-def has_texts(records: Sequence[TraceRequest]) -> bool:
-    """Whether any request carries its own prompt text (whose token count is then an estimate)."""
-    return any(r.prompt is not None for r in records)
-
-
 def trace_specs(
     records: Sequence[TraceRequest],
     workload: Workload,

@@ -328,6 +328,11 @@ def _number(value: Any, low: float, high: float, low_open: bool) -> float:
     return float(value)
 
 
+def positive_duration(value: Any, maximum: float = MAX_DURATION_S) -> float:
+    """A duration > 0 and at most ``maximum`` seconds, for values read outside a ``Section``."""
+    return _duration(value, True, maximum)
+
+
 def _duration(value: Any, positive: bool, maximum: float = MAX_DURATION_S) -> float:
     seconds = parse_duration(value)
     if positive and seconds <= 0:

@@ -52,6 +52,8 @@ VALID_METRICS: Final = ", ".join(sorted(m.value for m in SloMetric))
 # Per-token decode deadlines (seconds between tokens) of the Etalon paper's strict, medium and relaxed
 # service tiers.
 DECODE_TIERS: Final[Mapping[str, float]] = MappingProxyType({"strict": 0.025, "medium": 0.05, "relaxed": 0.1})
+# The tier fluidity SLOs and goodput are judged at when none is named (a capacity search's default too).
+DEFAULT_DECODE_TIER: Final = "medium"
 # The fluidity SLO every reader (daemon config, jobs API, flags) and every judge defaults to, defined
 # here once: the paper's "99% of requests reach a fluidity-index of 0.9", with a constant Dp of 1 s.
 DEFAULT_TARGET_FLUIDITY: Final = 0.9

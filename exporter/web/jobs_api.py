@@ -26,7 +26,7 @@ from exporter.jobs.manager import JobConflictError, JobManager, UnknownJobError
 from exporter.jobs.store import JOB_STATES, JobRecord
 from exporter.probe.target import Secret
 from exporter.web.auth import bearer_matches
-from exporter.web.openapi import committed_document, document_for
+from exporter.web.openapi import document_for
 
 PREFIX: Final = "/api/v1"
 LIST_PARAMETERS: Final = ("limit", "state", "target")
@@ -66,11 +66,6 @@ def add_job_routes(app: web.Application, service: JobService) -> None:
     router.add_get(f"{PREFIX}/jobs/{{id}}", get_job, allow_head=False)
     router.add_delete(f"{PREFIX}/jobs/{{id}}", cancel_job)
     router.add_get(f"{PREFIX}/openapi.json", openapi, allow_head=False)
-
-
-def openapi_document() -> bytes:
-    """The committed OpenAPI document (``exporter.web.openapi`` makes it exact for a config)."""
-    return committed_document()
 
 
 # -- handlers ----------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from exporter.config.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
-from exporter.config.job_parse import ParamsError, kind_of, params_to_dict, parse_params
+from exporter.config.job_parse import ParamsError, params_to_dict, parse_params
 from exporter.stats.slo import GoodputBounds, parse_slo
 
 LIMITS = JobLimits()
@@ -290,7 +290,7 @@ def test_a_full_capacity_body() -> None:
             min_goodput_ratio=0.9,
         ),
     )
-    assert kind_of(params) == "capacity"
+    assert isinstance(params, CapacityParams)
 
 
 GOOD: list[tuple[str, dict[str, Any]]] = [
@@ -314,7 +314,7 @@ def test_good_bodies_round_trip_through_json(kind: str, body: dict[str, Any]) ->
     params = parse_params(kind, body, LIMITS)
     data = json.loads(json.dumps(params_to_dict(params), allow_nan=False))
     assert parse_params(kind, data, LIMITS) == params
-    assert kind_of(params) == kind
+    assert isinstance(params, CapacityParams if kind == "capacity" else ProfileParams)
 
 
 def test_the_json_form_shows_every_field() -> None:

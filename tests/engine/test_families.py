@@ -17,7 +17,6 @@ from exporter.engine.families import (
     detect_kind,
     families_for,
     family_key,
-    resolve_families,
 )
 from exporter.engine.snapshot import index_families
 from tests.engine import fixtures
@@ -88,7 +87,7 @@ def test_unknown_gateway_kind_names_the_valid_ones() -> None:
 
 def test_explicit_kind_and_unknown_kind_message() -> None:
     assert families_for("tgi").prefixes == ("tgi_",)
-    assert resolve_families("llamacpp", []).kind == "llamacpp"
+    assert families_for("llamacpp").kind == "llamacpp"
     with pytest.raises(UnknownEngineError) as info:
         families_for("vlm")
     assert str(info.value) == 'unknown engine kind "vlm"; valid: auto, llamacpp, sglang, tgi, vllm'

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from exporter.load.health import rates
 from exporter.load.presets import preset
 from exporter.load.runner import Send, build_plan, deadline_waiter, load_run_from_results, run_load
 from exporter.options.arrival import Constant, Poisson
@@ -68,7 +69,7 @@ async def test_open_loop_keeps_an_absolute_schedule_without_drift() -> None:
     # No drift: the end of the run is as punctual as its beginning (a relative sleep would add up).
     assert np.median(late[-50:]) < 0.004
     assert run.results[-1].sent_at - start == pytest.approx(offsets[-1], abs=0.02)  # type: ignore[operator]
-    assert run.achieved_rate == pytest.approx(200.0, rel=0.05)
+    assert rates(run.results)[0] == pytest.approx(200.0, rel=0.05)
     assert run.healthy, [c.message for c in run.failed_checks]
 
 
@@ -344,6 +345,6 @@ def test_load_run_from_worker_results() -> None:
     ]  # fmt: skip
     run = load_run_from_results(results, _specs(10), target_rate=10.0)
     assert run.started_at == 10.0 and run.finished_at == 20.0
-    assert run.achieved_rate == pytest.approx(10.0) and run.planned_rate == pytest.approx(10.0)
+    assert rates(run.results) == (pytest.approx(10.0), pytest.approx(10.0))
     assert run.lateness.p50 == pytest.approx(0.001)
     assert run.healthy

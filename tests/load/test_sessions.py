@@ -20,6 +20,7 @@ from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import FollowUp, RequestSpec, TargetSettings, Timeouts
 from exporter.sim import tokenizer
 from tests.support.sim import StartSim
+from tests.support.wait import wait_for
 
 RNG = np.random.default_rng
 
@@ -106,6 +107,7 @@ class FakeTarget:
         self.delay = delay
         self.fail = fail
         self.sent: list[RequestSpec] = []
+        self.answered = 0
 
     async def send(self, spec: RequestSpec, at: float | None) -> ProbeResult:
         self.sent.append(spec)
@@ -113,6 +115,7 @@ class FakeTarget:
         result = ProbeResult(api="chat", session=spec.session, turn=spec.turn, sent_at=loop.time())
         await asyncio.sleep(self.delay)
         result.finished_at = loop.time()
+        self.answered += 1
         if spec.turn in self.fail:
             result.outcome = Outcome.STREAM_ABORTED
         else:
@@ -184,7 +187,7 @@ async def test_cancelling_the_run_ends_its_sessions() -> None:
     task = asyncio.create_task(
         run_load(target.send, [_session(5, think=10.0)], concurrency=1, clock=loop.time)
     )
-    await asyncio.sleep(0.1)  # the first turn (10 ms) is answered: the session is in its 10 s think time
+    await wait_for(lambda: target.answered == 1)  # the session is now in its 10 s think time
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

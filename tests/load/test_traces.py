@@ -13,7 +13,6 @@ from exporter.load.presets import preset
 from exporter.load.traces import (
     TraceRequest,
     estimate_tokens,
-    has_texts,
     load_azure,
     load_jsonl,
     load_mooncake,
@@ -178,7 +177,6 @@ def test_replay_specs_and_workload_from_a_trace() -> None:
     assert [(s.prompt_tokens, s.max_tokens) for s in specs] == [(50, 4), (30, 2), (70, 9)]
     assert len(tokenizer.encode(specs[0].prompt)) == 50
     assert specs[1].prompt == "hello world" and specs[1].messages is None
-    assert has_texts(records) and not has_texts(records[:1])
     chat_specs = trace_specs(records, preset("sharegpt"))
     assert chat_specs[1].messages == (("user", "hello world"),)
     sampled = trace_workload(records, workload).sample_lengths(200, np.random.default_rng(0))

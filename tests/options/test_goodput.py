@@ -11,7 +11,7 @@ from exporter.config.parse import load_config
 from exporter.options.goodput import GOODPUT_KEYS, GOODPUT_OPERATORS
 from exporter.report.evaluation_options import evaluation_spec
 from exporter.stats.slo import GoodputBounds
-from tests.options.test_slo import flag_options
+from tests.options.helpers import flag_options
 
 
 def parse_goodput(text: str) -> GoodputBounds | None:

@@ -17,18 +17,9 @@ from exporter.options.oneshot import OptionError, flag_of
 from exporter.report.evaluation_options import SLO_FLAGS, evaluation_spec, prefill_deadlines
 from exporter.stats.prefill import dump_json, fit_prefill_model
 from exporter.stats.slo import GoodputBounds, parse_slo
+from tests.options.helpers import flag_options
 
-# Every option evaluation_spec reads; a one-shot run's options hold None for those not given.
-FLAG_KEYS = (
-    "prefill_deadline", "prefill_model", "scheduling_slack", "decode_tiers", "target_fluidity",
-    "percentile", "objective", "goodput", "from_scheduled",
-)  # fmt: skip
 TARGET = "targets: [{name: t, url: 'http://127.0.0.1:1'}]\n"
-
-
-def flag_options(**given: Any) -> dict[str, Any]:
-    """A one-shot run's options with only ``given`` set."""
-    return dict.fromkeys(FLAG_KEYS) | given
 
 
 def config_problems(slo: dict[str, Any]) -> list[str]:

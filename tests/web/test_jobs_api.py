@@ -20,7 +20,8 @@ from exporter.config.job_parse import params_to_dict, parse_params
 from exporter.jobs.manager import JobContext, JobManager
 from exporter.jobs.store import JobStore
 from exporter.stats.slo import GoodputBounds, parse_slo
-from exporter.web.jobs_api import PREFIX, add_job_routes, openapi_document
+from exporter.web.jobs_api import PREFIX, add_job_routes
+from exporter.web.openapi import committed_document
 from tests.web.service import AUTH, TOKEN, Service
 
 Client = TestClient[web.Request, web.Application]
@@ -244,7 +245,7 @@ async def _poll(client: Client, job_id: str, done: Callable[[dict[str, Any]], bo
 
 
 def test_the_openapi_document_is_valid() -> None:
-    validate(json.loads(openapi_document()))
+    validate(json.loads(committed_document()))
 
 
 def test_the_openapi_document_describes_exactly_the_routes() -> None:
@@ -255,21 +256,21 @@ def test_the_openapi_document_describes_exactly_the_routes() -> None:
         for route in app.router.routes()
         if route.resource is not None and route.resource.canonical.startswith(PREFIX)
     }
-    paths = json.loads(openapi_document())["paths"]
+    paths = json.loads(committed_document())["paths"]
     documented = {(method, path) for path, item in paths.items() for method in item if method != "parameters"}
     assert documented == routes
 
 
 async def test_the_served_document_is_the_committed_one_made_exact(client: Client) -> None:
     response = await client.get(f"{PREFIX}/openapi.json")
-    served, committed = await response.json(), json.loads(openapi_document())
+    served, committed = await response.json(), json.loads(committed_document())
     assert response.content_type == "application/json" and served["paths"] == committed["paths"]
     assert served["components"]["schemas"].keys() == committed["components"]["schemas"].keys()
 
 
 def _schema(name: str) -> dict[str, Any]:
     """A component schema with its ``$ref``s to other components inlined, for jsonschema."""
-    components = json.loads(openapi_document())["components"]["schemas"]
+    components = json.loads(committed_document())["components"]["schemas"]
 
     def inline(node: Any) -> Any:
         if isinstance(node, dict):
