@@ -28,7 +28,6 @@ from exporter.cli.flags import (
     note_shared_cpus,
 )
 from exporter.cli.progress import ProgressPrinter
-from exporter.config.job_params import CapacityParams
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.capacity_report import capacity_table, write_capacity_json
 from exporter.jobs.local_capacity import DEFAULT_BUDGET_S, capacity_params, search_capacity, trial_slo
@@ -36,6 +35,7 @@ from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
 from exporter.load.workload_options import workload_from_options
+from exporter.options.job_params import CapacityParams
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputExistsError, refuse_overwrite, timestamped

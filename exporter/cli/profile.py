@@ -21,11 +21,11 @@ from exporter.cli.flags import (
     merged_options,
     note_shared_cpus,
 )
-from exporter.config.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
 from exporter.jobs.local_profile import fit_ladder, lengths, profile_table, profile_target
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import LengthSample, OnSample, PrefillProfile
 from exporter.load.target_facts import discover_target
+from exporter.options.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputExistsError, refuse_overwrite

@@ -78,7 +78,7 @@ Schema (every key is optional unless marked *required*; the values shown are the
                                        #   cron: "0 3 * * *"         # *required*, as modules' schedule.cron
                                        #   params: {target: local-vllm, module: chat-short,
                                        #            slo: {decode_tier: medium}}
-                                       # params: as the jobs API takes them (exporter.config.job_params);
+                                       # params: as the jobs API takes them (exporter.options.job_params);
                                        # target must be configured, module one of the target's modules
 
 Durations are numbers of seconds or strings such as ``250ms``, ``30s``, ``5m``, ``1h``, ``1h30m``.

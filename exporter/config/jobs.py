@@ -1,6 +1,6 @@
 """The ``jobs`` section: the jobs API token, the ceilings every job obeys, and jobs run on a schedule.
 
-A scheduled job's ``params`` are read by ``exporter.config.job_parse``, the reader of HTTP bodies too, with
+A scheduled job's ``params`` are read by ``exporter.options.job_parse``, the reader of HTTP bodies too, with
 the limits of this same section, so a schedule is refused at load time for exactly what the API would
 refuse it for; its target must be a configured one, and its module one of that target's modules.
 """
@@ -11,8 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from exporter.config import bounds, job_parse
-from exporter.config.job_params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
+from exporter.config import bounds
 from exporter.config.model import (
     DEFAULT_SHARD_POOL,
     DEFAULT_SHARDS_LISTEN,
@@ -23,6 +22,8 @@ from exporter.config.model import (
 )
 from exporter.config.values import check_cron, check_listen_address, check_target_url
 from exporter.load.cpus import available_cpus
+from exporter.options import job_parse
+from exporter.options.job_params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
 from exporter.options.reader import Context, Section, check_name, show
 from exporter.options.target import read_secret
 

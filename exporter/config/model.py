@@ -12,13 +12,13 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from exporter.config.job_params import JobKind, JobLimits, JobParams
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
 from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import IndependentLengths, LengthSource, PairedLengths, Workload, with_sessions
 from exporter.options.arrival import ArrivalProcess
+from exporter.options.job_params import JobKind, JobLimits, JobParams
 from exporter.options.lengths import Fixed, LogNormal
 from exporter.options.slo import SloOptions
 from exporter.options.workload import WorkloadOptions

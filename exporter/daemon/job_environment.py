@@ -17,7 +17,6 @@ from collections.abc import Callable
 import aiohttp
 
 from exporter.config import Config
-from exporter.config.job_params import JOB_KINDS, JobLimits
 from exporter.daemon.job_snapshots import jobs_snapshot
 from exporter.daemon.targets import TargetPool
 from exporter.engine.families import Signal
@@ -30,6 +29,7 @@ from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profile_runner import profile_runner
 from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_with_profile
 from exporter.jobs.store import JOB_STATES, JobRecord, JobStore
+from exporter.options.job_params import JOB_KINDS, JobLimits
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import Secret
 

@@ -7,7 +7,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from exporter.config.job_params import JOB_KINDS
 from exporter.config.model import Target
 from exporter.exposition.jobs import (
     CapacitySnapshot,
@@ -19,6 +18,7 @@ from exporter.exposition.jobs import (
 )
 from exporter.jobs.profiles import StoredProfile
 from exporter.jobs.store import JobRecord
+from exporter.options.job_params import JOB_KINDS
 
 
 def jobs_snapshot(

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.config.job_params import CapacityParams, JobLimits, JobParams, SloSpec
 from exporter.config.model import SloConfig, Target
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, search_capacity
@@ -28,10 +27,11 @@ from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.shard_pool import ShardPool
 from exporter.load.workloads import Workload
+from exporter.options.job_params import CapacityParams, JobLimits, JobParams, SloSpec
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
-from exporter.stats.slo import DECODE_TIERS
+from exporter.stats.slo import DECODE_TIERS, decode_tier
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}
 # The default floor of a rate search: the rate at which one trial's requests take this long to send. A
@@ -63,10 +63,10 @@ def decode_deadline(spec: SloSpec, configured: SloConfig) -> float:
     """``decode_deadline_s``, or the named tier of the target's SLO (the paper's tiers by default)."""
     if spec.decode_deadline_s is not None:
         return spec.decode_deadline_s
-    tiers = {**DECODE_TIERS, **dict(configured.decode_tiers)}
-    if spec.decode_tier not in tiers:
-        raise JobFailedError(f'unknown decode tier "{spec.decode_tier}"; valid: {", ".join(tiers)}')
-    return tiers[spec.decode_tier]
+    try:  # a reload may have removed the target's tier since the job was accepted
+        return decode_tier(spec.decode_tier, {**DECODE_TIERS, **dict(configured.decode_tiers)})
+    except ValueError as exc:
+        raise JobFailedError(str(exc)) from None
 
 
 def search_settings(params: CapacityParams, limits: JobLimits, slo: TrialSlo | None = None) -> SearchSettings:

@@ -13,7 +13,6 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from exporter.config.job_params import JobLimits
 from exporter.config.model import Config, ShardsConfig
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.manager import JobFailedError
@@ -21,6 +20,7 @@ from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool, remote_shards
 from exporter.load.shard_protocol import PoolSettings
+from exporter.options.job_params import JobLimits
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.target import Secret
 

@@ -1,6 +1,6 @@
 """A capacity search run from this process (the ``capacity`` command), without the daemon.
 
-The options become the jobs API's parameters through its own parser (``exporter.config.job_parse``), without
+The options become the jobs API's parameters through its own parser (``exporter.options.job_parse``), without
 the daemon's ceilings (the person at the terminal is the authority); the SLO is resolved as the daemon
 resolves a job's, with the default SLO config in place of a target's and ``Dp`` from the options. The
 search sends from this process's client, or over local worker processes.
@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from exporter.config.job_params import CapacityParams, JobLimits
-from exporter.config.job_parse import ParamsError, parse_params
 from exporter.config.model import SloConfig
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult
@@ -28,6 +26,8 @@ from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.plan_runner import worker_pool
 from exporter.load.workloads import Workload
+from exporter.options.job_params import CapacityParams, JobLimits
+from exporter.options.job_parse import ParamsError, parse_params
 from exporter.options.oneshot import OptionError, Options, flag_problem
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings

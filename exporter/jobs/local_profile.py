@@ -7,12 +7,12 @@ processes taking turns.
 
 from __future__ import annotations
 
-from exporter.config.job_params import DEFAULT_HIGH, geometric_ladder
 from exporter.jobs.prefill_profile import OnSample, PrefillProfile, profile_prefill
 from exporter.jobs.profile_runner import PROFILE_POOL, one_at_a_time
 from exporter.load.plan_runner import worker_pool
 from exporter.load.target_facts import CONTEXT_MARGIN, TargetFacts
 from exporter.load.workload_options import prompt_builder
+from exporter.options.job_params import DEFAULT_HIGH, geometric_ladder
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.config.job_params import CapacityParams, JobKind, JobLimits, JobParams
 from exporter.jobs.store import JobRecord, JobState, JobStore, Progress, Trigger, new_job_id
+from exporter.options.job_params import CapacityParams, JobKind, JobLimits, JobParams
 
 LOG = logging.getLogger(__name__)
 STOPPED_BY_SHUTDOWN = "the exporter stopped while this job ran"

@@ -10,7 +10,6 @@ import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from exporter.config.job_params import JobParams, ProfileParams
 from exporter.config.model import Target
 from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
@@ -18,6 +17,7 @@ from exporter.jobs.prefill_profile import LengthSample, profile_prefill
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
+from exporter.options.job_params import JobParams, ProfileParams
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporter.config.job_params import CapacityParams
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.trial import TrialPlan, TrialReport
+from exporter.options.job_params import CapacityParams
 from exporter.probe.result import ProbeResult
 
 EXPECTED_TRIALS = 6  # for progress: a search's typical trials (the bench's mean is 5.4)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from exporter.config.job_params import JOB_KINDS, JobKind
+from exporter.options.job_params import JOB_KINDS, JobKind
 
 LOG = logging.getLogger(__name__)
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import itertools
 import math
 import secrets
@@ -51,6 +50,7 @@ from exporter.load.shard_protocol import (
 )
 from exporter.load.shard_report import ShardRunReport, ShardState, shard_problems
 from exporter.load.shard_run import Hook, ShardRun
+from exporter.options.target import Secret
 from exporter.probe.target import RequestSpec, TargetSettings
 
 Alive = Callable[[int], str | None]  # why shard k is gone (e.g. "exit code -9"), or None while it runs
@@ -68,6 +68,7 @@ class ShardPool:
         if shards < 1:
             raise ValueError(f"shards must be >= 1, got {shards}")
         self.shards, self.token, self.settings, self.alive = shards, token, settings or PoolSettings(), alive
+        self._bearer = Secret(token)
         self.seen: dict[int, float] = {}  # shard -> last poll (monotonic)
         self.registered = asyncio.Event()
         # None in a queue: the coordinator is done with that shard.
@@ -112,8 +113,7 @@ class ShardPool:
     async def _auth(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        given = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode()):
+        if not self._bearer.matches_bearer(request.headers.get("Authorization")):
             return web.json_response({"error": "a shard needs Authorization: Bearer <token>"}, status=401)
         return await handler(request)
 

@@ -13,7 +13,9 @@ arrival processes and reads them (``read_arrival``) for ``modules.<name>``, a ca
 arrival flags; ``oneshot`` is the flat options mapping of a one-shot run (``bench``, ``capacity``,
 ``profile``), the error a bad option raises, and ``read_flags``, which puts flag values through the
 config's readers and names the flag in each message, and in the settings a message mentions
-(``or give --decode-deadline``). A new option's meaning goes here; its flag goes in ``exporter.cli``.
+(``or give --decode-deadline``); ``job_params`` defines a job's parameters and the limits the daemon
+puts on them (``CapacityParams``, ``ProfileParams``, ``JobLimits``) and ``job_parse`` reads them from a
+jobs API request body (the config's ``jobs.limits`` through ``config.jobs``). A new option's meaning goes here; its flag goes in ``exporter.cli``.
 
 Why a hand-written reader and not a validation library (measured 2026-11-25, Python 3 on the CI VM,
 ``time.perf_counter`` around the import and first use, ``ru_maxrss``; a bare interpreter is 10.6 MB):

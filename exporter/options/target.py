@@ -12,6 +12,7 @@ refused, and no message ever holds a secret's value.
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
 from collections.abc import Mapping
@@ -53,6 +54,17 @@ class Secret:
     def reveal(self) -> str:
         """The value, for the one place that sends it."""
         return self._value
+
+    def matches_bearer(self, authorization: str | None) -> bool:
+        """Whether an ``Authorization`` header value carries this secret under the Bearer scheme: the
+        one check of every route that takes a token (``/probe``, the jobs API, the shard coordinator).
+        The scheme matches in any case (RFC 7235), the token is compared in constant time, and a
+        header of odd bytes (aiohttp hands undecodable bytes over as surrogates) fails, never raises,
+        so the caller answers 401, not 500."""
+        scheme, _, given = (authorization or "").strip().partition(" ")
+        # Compared even when the scheme is wrong, so the time taken says nothing about which part failed.
+        matches = hmac.compare_digest(_utf8(given.strip()), _utf8(self._value))
+        return matches and scheme.lower() == "bearer"
 
     def __repr__(self) -> str:
         return "Secret('********')"
@@ -167,3 +179,8 @@ def read_timeouts(sec: Section) -> Timeouts:
         else:
             limits[key] = total
     return Timeouts(**limits)
+
+
+def _utf8(text: str) -> bytes:
+    # surrogatepass: every str encodes, lone surrogates included (they then just do not match).
+    return text.encode("utf-8", "surrogatepass")

@@ -193,12 +193,13 @@ def goodput(
     return Goodput(good, total, good / total if total else math.nan, good / duration_s)
 
 
-def decode_tier(name: str) -> float:
-    """The per-token decode deadline in seconds of the named Etalon tier."""
+def decode_tier(name: str, tiers: Mapping[str, float] = DECODE_TIERS) -> float:
+    """The per-token decode deadline in seconds of the named tier: Etalon's, or of ``tiers`` (a
+    target's own, with Etalon's)."""
     try:
-        return DECODE_TIERS[name]
+        return tiers[name]
     except KeyError:
-        valid = ", ".join(DECODE_TIERS)
+        valid = ", ".join(tiers)
         raise ValueError(f'unknown decode tier "{name}"; valid: {valid}') from None
 
 

@@ -20,12 +20,11 @@ from typing import Any, Final, NoReturn, Protocol
 
 from aiohttp import web
 
-from exporter.config.job_params import CapacityParams, JobKind, JobLimits, JobParams
-from exporter.config.job_parse import ParamsError, params_to_dict, parse_params
 from exporter.jobs.manager import JobConflictError, JobManager, UnknownJobError
 from exporter.jobs.store import JOB_STATES, JobRecord
+from exporter.options.job_params import CapacityParams, JobKind, JobLimits, JobParams
+from exporter.options.job_parse import ParamsError, params_to_dict, parse_params
 from exporter.probe.target import Secret
-from exporter.web.auth import bearer_matches
 from exporter.web.openapi import document_for
 
 PREFIX: Final = "/api/v1"
@@ -172,7 +171,7 @@ def _authorize(request: web.Request) -> JobService:
     token = service.jobs_token()
     if token is None:
         _fail(web.HTTPNotFound, DISABLED)
-    if not bearer_matches(request.headers.get("Authorization"), token):
+    if not token.matches_bearer(request.headers.get("Authorization")):
         _fail(
             web.HTTPUnauthorized,
             "this API needs Authorization: Bearer <jobs.api_token>",

@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from exporter.config.job_params import JobLimits
+from exporter.options.job_params import JobLimits
 from exporter.options.reader import MAX_DURATION_S
 from exporter.stats.slo import DECODE_TIERS, SloMetric
 

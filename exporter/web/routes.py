@@ -37,7 +37,6 @@ from exporter.exposition.probe_registry import failed_probe_registry, probe_regi
 from exporter.exposition.store import ResultStore
 from exporter.exposition.views import RecentResult, iso
 from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun, intervals
-from exporter.web.auth import bearer_matches
 from exporter.web.jobs_api import JobService, add_job_routes
 
 
@@ -184,7 +183,7 @@ def _authorize_probe(request: web.Request, daemon: DaemonService, target: str) -
                 "({env: NAME} or {file: PATH}) and send it as a bearer token\n"
             )
         return
-    if not bearer_matches(request.headers.get("Authorization"), token):
+    if not token.matches_bearer(request.headers.get("Authorization")):
         raise web.HTTPUnauthorized(
             text="/probe needs Authorization: Bearer <global.probe_token>\n",
             headers={"WWW-Authenticate": "Bearer"},

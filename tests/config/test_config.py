@@ -24,12 +24,12 @@ from exporter.config import (
     parse_config,
     parse_duration,
 )
-from exporter.config.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
-from exporter.config.job_parse import params_to_dict
 from exporter.config.model import JobsConfig
 from exporter.evaluation import DeadlinePolicy
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
 from exporter.options.arrival import Gamma, Poisson
+from exporter.options.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
+from exporter.options.job_parse import params_to_dict
 from exporter.options.lengths import Fixed, LogNormal
 from exporter.options.problems import Problems
 from exporter.options.reader import expand_env

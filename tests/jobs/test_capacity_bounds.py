@@ -9,7 +9,6 @@ import math
 
 import pytest
 
-from exporter.config.job_params import CapacityParams, JobLimits
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_runner import default_floor, search_settings, trial_time_limit
@@ -28,6 +27,7 @@ from exporter.jobs.drain import wait_drained
 from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial import Tally, TrialPlan, TrialReport, stop_reason
 from exporter.jobs.trial_verdict import TrialSlo, judge
+from exporter.options.job_params import CapacityParams, JobLimits
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec
 from exporter.stats.binomial import Verdict

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from exporter.config.job_params import CapacityParams, JobParams, ProfileParams
 from exporter.jobs.manager import (
     JobConflictError,
     JobContext,
@@ -22,6 +21,7 @@ from exporter.jobs.manager import (
     UnknownJobError,
 )
 from exporter.jobs.store import JobRecord, JobStore
+from exporter.options.job_params import CapacityParams, JobParams, ProfileParams
 
 CAPACITY = CapacityParams(target="a", module="chat")
 BODY = {"target": "a", "module": "chat"}

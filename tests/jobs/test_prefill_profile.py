@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
-from exporter.config.job_params import geometric_ladder
 from exporter.jobs.prefill_profile import profile_prefill
 from exporter.load.prompts import SimPromptBuilder
+from exporter.options.job_params import geometric_ladder
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings

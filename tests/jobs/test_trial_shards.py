@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from exporter.config.job_params import CapacityParams
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_runner import run_capacity_search
@@ -25,6 +24,7 @@ from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import IndependentLengths, Workload
+from exporter.options.job_params import CapacityParams
 from exporter.options.lengths import Fixed
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import RequestSpec, TargetSettings

@@ -26,7 +26,7 @@ from exporter.probe.workers import run_plan
 from exporter.report.summary import summarize
 from exporter.sim import SimServer
 from tests.probe.helpers import script, settings_for
-from tests.support.net import free_port
+from tests.support.net import free_port, raw_status
 
 pytestmark = pytest.mark.slow
 TTFT_S = 0.02
@@ -167,6 +167,12 @@ async def test_the_coordinator_needs_the_token(sim: SimServer) -> None:
                 assert resp.status == 404 and "valid 0 to 0" in await resp.text()
             async with http.get(f"{url}/shards/v1/0/task", headers=headers) as resp:
                 assert resp.status == 204  # no task yet
+            # The one bearer check (Secret.matches_bearer): any case of the scheme; odd bytes are a 401.
+            lower = {"Authorization": "bearer secret-token"}
+            async with http.get(f"{url}/shards/v1/0/task", headers=lower) as resp:
+                assert resp.status == 204
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        assert await raw_status(host, int(port), "/shards/v1/0/task", b"Bearer \xff\xfe") == 401
     finally:
         await pool.close()
 

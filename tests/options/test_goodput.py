@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.config.job_params import JobLimits
-from exporter.config.job_parse import parse_params
 from exporter.config.parse import load_config
 from exporter.options.goodput import GOODPUT_KEYS, GOODPUT_OPERATORS
+from exporter.options.job_params import JobLimits
+from exporter.options.job_parse import parse_params
 from exporter.report.evaluation_options import evaluation_spec
 from exporter.stats.slo import GoodputBounds
 from tests.options.helpers import flag_options

@@ -11,9 +11,9 @@ import pytest
 
 from exporter.cli.capacity import add_arguments
 from exporter.cli.flags import merged_options
-from exporter.config.job_params import JobLimits
-from exporter.config.job_parse import ParamsError, parse_params
 from exporter.jobs.local_capacity import capacity_params
+from exporter.options.job_params import JobLimits
+from exporter.options.job_parse import ParamsError, parse_params
 from exporter.options.oneshot import OptionError, flag_problem
 from exporter.options.problems import Problem, Problems, SpecError, literal
 from exporter.options.reader import Section, show

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from exporter.config import ConfigError, parse_config
-from exporter.config.job_params import JobLimits
-from exporter.config.job_parse import ParamsError, parse_params
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
+from exporter.options.job_params import JobLimits
+from exporter.options.job_parse import ParamsError, parse_params
 from exporter.options.oneshot import OptionError, flag_of
 from exporter.report.evaluation_options import SLO_FLAGS, evaluation_spec, prefill_deadlines
 from exporter.stats.prefill import dump_json, fit_prefill_model

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator
@@ -29,3 +30,19 @@ async def serving_app(app: web.Application, **runner_options: Any) -> AsyncItera
         yield f"http://{host}:{port}"
     finally:
         await runner.cleanup()
+
+
+async def raw_status(host: str, port: int, path: str, authorization: bytes) -> int:
+    """The status answered to ``GET path`` whose Authorization header is raw bytes (maybe not UTF-8)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode()
+        + b"Authorization: "
+        + authorization
+        + b"\r\n\r\n"
+    )
+    await writer.drain()
+    status_line = await reader.readline()
+    writer.close()
+    await writer.wait_closed()
+    return int(status_line.split()[1])

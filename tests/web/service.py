@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exporter.config.job_params import JobLimits
 from exporter.jobs.manager import JobManager
+from exporter.options.job_params import JobLimits
 from exporter.probe.target import Secret
 
 TOKEN = "s3cret-token"

@@ -1,4 +1,5 @@
-"""The bearer check of ``/probe`` and the jobs API: one function, over real servers on loopback.
+"""The bearer check of ``/probe`` and the jobs API: one check (``Secret.matches_bearer``), over real servers
+on loopback.
 
 Both routes once had their own check: ``/probe`` matched the scheme case-sensitively and answered 500 to
 a header of undecodable bytes. Now both accept any case of "Bearer" (RFC 7235) and answer 401 to odd bytes.
@@ -6,7 +7,6 @@ a header of undecodable bytes. Now both accept any case of "Bearer" (RFC 7235) a
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections.abc import AsyncIterator
 
@@ -17,8 +17,8 @@ from aiohttp import web
 from exporter.app import Daemon
 from exporter.config.parse import load_config
 from exporter.probe.target import Secret
-from exporter.web.auth import bearer_matches
 from exporter.web.routes import build_app
+from tests.support.net import raw_status
 
 TOKEN = "t0ken-\u00e9"  # a non-ASCII token: the compare works on bytes of any text
 ENV = {"PROBE_TOKEN": TOKEN, "JOBS_TOKEN": TOKEN}
@@ -43,7 +43,7 @@ JOBS = "/api/v1/jobs"
     ],
 )
 def test_bearer_matches(header: str | None, matches: bool) -> None:
-    assert bearer_matches(header, Secret(TOKEN)) is matches
+    assert Secret(TOKEN).matches_bearer(header) is matches
 
 
 def _free_port() -> int:
@@ -82,22 +82,6 @@ async def _status(server: tuple[str, int], path: str, authorization: str | None)
         return response.status
 
 
-async def _raw_status(server: tuple[str, int], path: str, authorization: bytes) -> int:
-    """The status answered to a request whose Authorization header is raw bytes (not UTF-8)."""
-    reader, writer = await asyncio.open_connection(*server)
-    writer.write(
-        f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n".encode()
-        + b"Authorization: "
-        + authorization
-        + b"\r\n\r\n"
-    )
-    await writer.drain()
-    status_line = await reader.readline()
-    writer.close()
-    await writer.wait_closed()
-    return int(status_line.split()[1])
-
-
 @pytest.mark.parametrize("path", [PROBE, JOBS])
 @pytest.mark.parametrize("header", [None, "Bearer wrong", f"Basic {TOKEN}", TOKEN, f"Bearer {TOKEN}x"])
 async def test_without_the_token_both_routes_answer_401(
@@ -121,4 +105,4 @@ async def test_both_routes_take_the_scheme_in_any_case(
 async def test_undecodable_header_bytes_answer_401_not_500(
     server: tuple[str, int], path: str, value: bytes
 ) -> None:
-    assert await _raw_status(server, path, value) == 401
+    assert await raw_status(*server, path, value) == 401

@@ -15,10 +15,10 @@ from aiohttp.test_utils import TestClient
 from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
-from exporter.config.job_params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
-from exporter.config.job_parse import params_to_dict, parse_params
 from exporter.jobs.manager import JobContext, JobManager
 from exporter.jobs.store import JobStore
+from exporter.options.job_params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
+from exporter.options.job_parse import params_to_dict, parse_params
 from exporter.stats.slo import GoodputBounds, parse_slo
 from exporter.web.jobs_api import PREFIX, add_job_routes
 from exporter.web.openapi import committed_document

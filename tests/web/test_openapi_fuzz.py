@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.core.parameters import ParameterLocation
 
-from exporter.config.job_params import JobLimits, JobParams
 from exporter.jobs.manager import JobContext, JobManager
 from exporter.jobs.store import JobStore
+from exporter.options.job_params import JobLimits, JobParams
 from exporter.web.jobs_api import add_job_routes
 from tests.web.service import AUTH, Service
 

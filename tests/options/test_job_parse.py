@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from exporter.config.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
-from exporter.config.job_parse import ParamsError, params_to_dict, parse_params
+from exporter.options.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
+from exporter.options.job_parse import ParamsError, params_to_dict, parse_params
 from exporter.stats.slo import GoodputBounds, parse_slo
 
 LIMITS = JobLimits()

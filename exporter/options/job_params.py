@@ -1,7 +1,7 @@
 """What a job is asked to do, and the ceilings every job must stay under: frozen, validated values.
 
 The same parameters come from an HTTP body (``POST /api/v1/jobs/capacity``), a scheduled job in the config
-(``jobs.schedules[*].params``) and the CLI, so they are parsed in one place (``exporter.config.job_parse``)
+(``jobs.schedules[*].params``) and the CLI, so they are parsed in one place (``exporter.options.job_parse``)
 into these dataclasses. Anything not given falls back to the target's SLO config at run time, which is
 why several fields are ``None``.
 """

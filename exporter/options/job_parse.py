@@ -3,7 +3,7 @@
 The same reader serves an HTTP body (``POST /api/v1/jobs/capacity``), a scheduled job in the config
 (``jobs.schedules[*].params``, where the problems sit under that path) and the CLI, so a parameter means
 the same and fails with the same message wherever it is given. Keys are the dataclass field names of
-``exporter.config.job_params``; ``_s`` fields take seconds or a duration string such as ``30s``.
+``exporter.options.job_params``; ``_s`` fields take seconds or a duration string such as ``30s``.
 
 Every value is also checked against the ``JobLimits`` (``jobs.limits`` in the config): a request for
 more than an operator allows is refused with a problem naming the limit. Defaults that a low limit
@@ -20,7 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any, TypeVar, cast
 
-from exporter.config.job_params import (
+from exporter.options.arrival import arrival_without_rate
+from exporter.options.goodput import GOODPUT_KEYS, read_goodput
+from exporter.options.job_params import (
     DEFAULT_HIGH,
     DEFAULT_LOW,
     JOB_KINDS,
@@ -34,8 +36,6 @@ from exporter.config.job_params import (
     SloSpec,
     geometric_ladder,
 )
-from exporter.options.arrival import arrival_without_rate
-from exporter.options.goodput import GOODPUT_KEYS, read_goodput
 from exporter.options.problems import Problems, literal
 from exporter.options.reader import Section, check_name, show
 from exporter.options.slo import read_objectives, read_percentile, read_target_fluidity
