@@ -29,6 +29,7 @@ from exporter.probe.socket_reads import (
 )
 from exporter.probe.stamped import StampedSocket
 from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from tests.support.wait import wait_for
 
 pytestmark = [
     pytest.mark.skipif(
@@ -284,9 +285,9 @@ async def test_a_protocol_that_raises_does_not_stop_the_paced_reads() -> None:
         assert all(protocol.seen for protocol in protocols)
         for _, server in pairs:
             server.sendall(b"2")  # read by the timer: the broken protocol raises there
-        await asyncio.sleep(0.05)
+        await wait_for(lambda: bool(errors) and b"2" in got, timeout=10, what="the second reads")
         pairs[1][1].sendall(b"3")
-        await asyncio.sleep(0.05)
+        await wait_for(lambda: b"3" in got, timeout=10, what="the healthy socket's third read")
         for stamped_socket, server in pairs:
             stamped_socket.abort()
             server.close()
