@@ -7,7 +7,8 @@ stored prefill profiles (``daemon.job_environment.DaemonJobEnvironment``); what 
 one probe job per (target, module), one scrape job per engine or gateway, one per scheduled job, and
 probes on demand (``daemon.probe_jobs.ProbeJobs`` on ``daemon.scheduler.JobScheduler``); the
 ``ResultStore`` and its collector; the exporter's self-metrics and loop-lag watcher
-(``daemon.loop_lag``). It also does reloads: a new config replaces the old one only after a full
+(``daemon.loop_lag``). ``web_app`` serves it: the daemon starts and stops with its web app
+(aiohttp's ``cleanup_ctx``). It also does reloads: a new config replaces the old one only after a full
 successful parse; jobs are added, replaced or removed by id; probes in flight finish on the old settings.
 """
 
@@ -15,10 +16,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import aiohttp
 import numpy as np
+from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from exporter.config import Config, ConfigError, load_config_file
@@ -45,6 +47,7 @@ from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobStore
 from exporter.load.cpus import available_cpus
 from exporter.probe.result import ProbeRun
+from exporter.web.routes import build_app
 
 LOG = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are cancelled
@@ -189,3 +192,19 @@ class Daemon:
     def deadline_policy(self, target: str) -> DeadlinePolicy:
         """The target's SLO deadlines (``DaemonJobEnvironment.deadline_policy``), as the routes ask."""
         return self.job_env.deadline_policy(target)
+
+
+def web_app(daemon: Daemon, *, enable_lifecycle: bool = False) -> web.Application:
+    """``daemon``'s web app (``enable_lifecycle`` allows ``POST /-/reload``); the daemon starts when the
+    app's runner is set up and stops when it is cleaned up, after the last request."""
+
+    async def running(_app: web.Application) -> AsyncIterator[None]:
+        await daemon.start()
+        try:
+            yield
+        finally:
+            await daemon.stop()
+
+    app = build_app(daemon, enable_lifecycle=enable_lifecycle)
+    app.cleanup_ctx.append(running)
+    return app

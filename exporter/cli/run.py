@@ -15,24 +15,24 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 
 from aiohttp import web
 
-from exporter.app import Daemon
+from exporter.app import Daemon, web_app
 from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
 from exporter.probe import loop as event_loop
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.sim.process import SimProcess
-from exporter.web.routes import build_app
 
 LOG = logging.getLogger("exporter")
 LOG_LEVELS = ("debug", "info", "warn", "error")
+LISTEN_BACKLOG = 128  # as aiohttp's sites listen
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -84,32 +84,55 @@ class ListenError(OSError):
 async def serve(daemon: Daemon, address: str, *, enable_lifecycle: bool = False) -> None:
     """Run the daemon and its web app until SIGTERM/SIGINT; SIGHUP reloads."""
     host, port = split_address(address)
-    runner = web.AppRunner(build_app(daemon, enable_lifecycle=enable_lifecycle), access_log=None)
-    await runner.setup()
     try:
         # Listen first: a port in use must stop us before any probe starts (and is cancelled mid-way).
-        await web.TCPSite(runner, host, port).start()
+        sockets = listening_sockets(host, port)
     except OSError as exc:
-        await runner.cleanup()
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        reason = exc.strerror or str(exc)  # "Address already in use", "Name or service not known"
         raise ListenError(f"cannot listen on {address}: {reason.lower()}") from None
     daemon.listen_address = address
-    await daemon.start()
-    # Everything allocated so far lives as long as the process: moving it out of the collector's sight
-    # keeps full collections (tens of ms, in the middle of a probe's stream or a scrape) short.
-    gc.freeze()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(daemon.reload()))
+    runner = web.AppRunner(web_app(daemon, enable_lifecycle=enable_lifecycle), access_log=None)
     try:
+        await runner.setup()  # starts the daemon (web_app's cleanup context)
+        for sock in sockets:
+            await web.SockSite(runner, sock).start()
+        # Everything allocated so far lives as long as the process: moving it out of the collector's
+        # sight keeps full collections (tens of ms, in the middle of a probe's stream or a scrape) short.
+        gc.freeze()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(daemon.reload()))
         print(f"fluidity-exporter: {startup_line(host, port)}", flush=True)
         await stop.wait()
     finally:
-        await daemon.stop()
-        await runner.cleanup()
+        await runner.cleanup()  # stops the daemon after the last request
+        for sock in sockets:
+            sock.close()
         print("fluidity-exporter: stopped", flush=True)
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound and listening on every address ``host`` resolves to, as asyncio's ``create_server``
+    binds them (an IPv6 socket only for IPv6): bound before the daemon starts, served after."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _name, sockaddr in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(sockaddr)
+            sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 def startup_line(host: str, port: int) -> str:

@@ -8,8 +8,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import Daemon
-from exporter.web.routes import build_app
+from exporter.app import Daemon, web_app
 from tests.support.net import serving_app
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -18,12 +17,8 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 @contextlib.asynccontextmanager
 async def serving(daemon: Daemon) -> AsyncIterator[str]:
     """The daemon started with its web app on a free loopback port; yields the base URL."""
-    async with serving_app(build_app(daemon, enable_lifecycle=True)) as url:
-        await daemon.start()
-        try:
-            yield url
-        finally:
-            await daemon.stop()
+    async with serving_app(web_app(daemon, enable_lifecycle=True)) as url:  # starts and stops it
+        yield url
 
 
 async def get(url: str) -> tuple[int, str]:

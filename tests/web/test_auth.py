@@ -14,10 +14,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.app import Daemon
+from exporter.app import Daemon, web_app
 from exporter.config.parse import load_config
 from exporter.probe.target import Secret
-from exporter.web.routes import build_app
 from tests.support.net import raw_status
 
 TOKEN = "t0ken-\u00e9"  # a non-ASCII token: the compare works on bytes of any text
@@ -63,16 +62,14 @@ async def server() -> AsyncIterator[tuple[str, int]]:
         environ=ENV,
     )
     daemon = Daemon(config)
-    runner = web.AppRunner(build_app(daemon))
-    await runner.setup()
-    await daemon.start()
+    runner = web.AppRunner(web_app(daemon))
+    await runner.setup()  # starts the daemon
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     try:
         yield "127.0.0.1", site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     finally:
-        await daemon.stop()
-        await runner.cleanup()
+        await runner.cleanup()  # stops the daemon
 
 
 async def _status(server: tuple[str, int], path: str, authorization: str | None) -> int:
