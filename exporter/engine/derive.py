@@ -135,8 +135,6 @@ class WindowFigures:
     end: float
     increases: Mapping[Signal, float] = field(default_factory=dict)
     histograms: Mapping[Signal, HistogramData] = field(default_factory=dict)
-    gauges_latest: Mapping[Signal, float] = field(default_factory=dict)
-    gauges_max: Mapping[Signal, float] = field(default_factory=dict)
     resets: int = 0
 
     @property
@@ -169,18 +167,14 @@ def derive(snapshots: Sequence[EngineSnapshot]) -> WindowFigures:
     _check_window(snapshots)
     increases: dict[Signal, float] = {}
     histograms: dict[Signal, HistogramData] = {}
-    latest: dict[Signal, float] = {}
-    highest: dict[Signal, float] = {}
     resets = 0
     for signal, kind in SIGNAL_TYPES.items():
         if kind is SignalType.COUNTER:
             resets += _derive_counter(snapshots, signal, increases)
         elif kind is SignalType.HISTOGRAM:
             resets += _derive_histogram(snapshots, signal, histograms)
-        else:
-            _derive_gauge(snapshots, signal, latest, highest)
     first, last = snapshots[0], snapshots[-1]
-    return WindowFigures(last.kind, first.at, last.at, increases, histograms, latest, highest, resets)
+    return WindowFigures(last.kind, first.at, last.at, increases, histograms, resets)
 
 
 def _check_window(snapshots: Sequence[EngineSnapshot]) -> None:
@@ -209,18 +203,6 @@ def _derive_histogram(
         return 0
     out[signal], resets = histogram_increase(readings)
     return resets
-
-
-def _derive_gauge(
-    snapshots: Sequence[EngineSnapshot],
-    signal: Signal,
-    latest: dict[Signal, float],
-    highest: dict[Signal, float],
-) -> None:
-    values = [v for v in (s.values.get(signal) for s in snapshots) if v is not None]
-    if values:
-        latest[signal] = values[-1]
-        highest[signal] = max(values)
 
 
 def client_minus_server_ttft(

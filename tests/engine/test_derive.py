@@ -135,7 +135,7 @@ def snapshot(at: float, prompt: float, ttft: HistogramData, waiting: float) -> E
     )
 
 
-def test_derive_rates_quantiles_means_and_gauges() -> None:
+def test_derive_rates_quantiles_and_means() -> None:
     first = snapshot(100.0, 1000.0, hist((0.0, 0.0, 0.0), 0.0), 2.0)
     middle = snapshot(110.0, 1500.0, hist((5.0, 10.0, 10.0), 2.0), 9.0)
     last = snapshot(120.0, 1600.0, hist((10.0, 30.0, 30.0), 7.0), 4.0)
@@ -144,8 +144,6 @@ def test_derive_rates_quantiles_means_and_gauges() -> None:
     assert figures.increases == {Signal.PROMPT_TOKENS_TOTAL: 600.0}
     assert figures.rate(Signal.PROMPT_TOKENS_TOTAL) == 30.0
     assert figures.rate(Signal.GENERATION_TOKENS_TOTAL) is None
-    assert figures.gauges_latest == {Signal.QUEUE_DEPTH: 4.0}
-    assert figures.gauges_max == {Signal.QUEUE_DEPTH: 9.0}
     # 30 observations: 10 in [0, 0.1], 20 in (0.1, 0.5]; p50 is rank 15: 5 of 20 into the second bucket.
     assert figures.quantile(Signal.SERVER_TTFT_SECONDS, 0.5) == pytest.approx(0.1 + 0.4 * 5 / 20)
     assert figures.mean(Signal.SERVER_TTFT_SECONDS) == pytest.approx(7.0 / 30)
