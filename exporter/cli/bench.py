@@ -34,6 +34,7 @@ from exporter.load.plan_runner import send_plan
 from exporter.load.runner import LoadRun
 from exporter.load.sessions import session_turns
 from exporter.load.target_facts import TargetFacts, discover_target
+from exporter.load.target_options import option_url
 from exporter.load.traces import TRACE_FORMATS
 from exporter.options.arrival import ARRIVAL_KINDS
 from exporter.options.oneshot import OptionError, Options
@@ -140,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         options = merged_options(args)
         spec = evaluation_spec(options)
         workers = _workers(options)
-        with url_or_simulator(options["url"], options["sim_preset"]) as (url, simulated):
+        with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             facts, load = _measure(options, spec, workers, url, simulated)
     except (OptionError, SimStartError) as exc:
         error("bench", exc)
@@ -149,9 +150,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _workers(options: Options) -> int:
-    workers: int = options["workers"] or 1
+    workers: int = 1 if options["workers"] is None else options["workers"]
     if workers < 1:
-        raise OptionError("--workers must be >= 1")
+        raise OptionError(f"--workers must be >= 1, got {workers}")
     if not options["quiet"]:
         note_shared_cpus(workers)
     return workers

@@ -34,6 +34,7 @@ from exporter.jobs.local_capacity import DEFAULT_BUDGET_S, capacity_params, sear
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
+from exporter.load.target_options import option_url
 from exporter.load.workload_options import workload_from_options
 from exporter.options.job_params import CapacityParams
 from exporter.options.oneshot import OptionError, Options
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         slo = trial_slo(params, prefill_deadlines(options))  # bad deadlines fail before any load is sent
         directory = Path(options["output"]) if options["output"] else timestamped("capacity-results")
         refuse_overwrite(directory / "capacity.json", bool(options["force"]))
-        with url_or_simulator(options["url"], options["sim_preset"]) as (url, simulated):
+        with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             result = event_loop.run(_search(options, params, slo, url, simulated))
     except (OptionError, OutputExistsError, SimStartError, JobFailedError) as exc:
         error("capacity", exc)

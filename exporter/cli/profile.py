@@ -25,6 +25,7 @@ from exporter.jobs.local_profile import fit_ladder, lengths, profile_table, prof
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import LengthSample, OnSample, PrefillProfile
 from exporter.load.target_facts import discover_target
+from exporter.load.target_options import option_url
 from exporter.options.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
@@ -62,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = merged_options(args)
         _check(options)
-        with url_or_simulator(options["url"], options["sim_preset"]) as (url, simulated):
+        with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             profile = event_loop.run(_profile(options, url, simulated))
     except (OptionError, OutputExistsError, SimStartError) as exc:
         error("profile", exc)

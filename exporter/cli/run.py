@@ -26,6 +26,7 @@ from exporter.app import Daemon, web_app
 from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
+from exporter.options.addresses import check_listen_address
 from exporter.probe import loop as event_loop
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.sim.process import SimProcess
@@ -59,10 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """``"0.0.0.0:9468" -> ("0.0.0.0", 9468)``; ``"[::1]:9468"`` works too."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f'--web.listen-address "{address}": expected HOST:PORT, e.g. 0.0.0.0:9468')
+    """``"0.0.0.0:9468" -> ("0.0.0.0", 9468)``; ``"[::1]:9468"`` works too. Checked as the config's
+    ``global.listen_address`` is (a port above 65535 would wrap around when bound)."""
+    try:
+        check_listen_address(address)
+    except ValueError as exc:
+        raise ValueError(f"--web.listen-address: {exc}") from None
+    host, _, port = address.rpartition(":")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 

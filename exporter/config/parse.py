@@ -33,7 +33,8 @@ from exporter.config.model import (
 )
 from exporter.config.modules import MODULE_KEYS, ModuleReader
 from exporter.config.targets import TargetReader
-from exporter.config.values import bucket_bound, check_listen_address, check_state_dir
+from exporter.config.values import bucket_bound, check_state_dir
+from exporter.options.addresses import check_listen_address
 from exporter.options.problems import Problems
 from exporter.options.reader import (
     Context,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from exporter.config import bounds
 from exporter.config.model import DEFAULT_SLO, Budget, EngineMetrics, Target, Tls
-from exporter.config.values import check_target_url, check_url, reference
+from exporter.config.values import reference
 from exporter.engine.families import VALID_GATEWAY_KINDS, VALID_KINDS
+from exporter.options.addresses import check_target_url, check_url
 from exporter.options.reader import (
     Context,
     Section,

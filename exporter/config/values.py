@@ -7,49 +7,12 @@ from __future__ import annotations
 import importlib
 import math
 import os
-import re
 from typing import Any
-from urllib.parse import urlsplit
 
 from exporter.options.reader import (
     show,
     string_value,
 )
-
-_LISTEN = re.compile(r"(?P<host>\[[0-9A-Fa-f:.]+\]|[^:\[\]]*):(?P<port>\d{1,5})")
-
-
-def check_url(value: Any) -> str:
-    """An ``http(s)://host[:port][/path]`` URL without credentials, query or fragment."""
-    text = string_value(value)
-    parts = urlsplit(text)
-    if parts.username is not None or parts.password is not None:
-        raise ValueError("must not hold credentials (user:password@); use api_key or headers")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"must be an http(s) URL like http://host:8000, got {show(text)}")
-    try:
-        parts.port  # noqa: B018 (urlsplit checks the port only when asked)
-    except ValueError:
-        raise ValueError(f"bad port in {show(text)}") from None
-    if parts.query or parts.fragment:
-        raise ValueError(f"must not have a query or fragment, got {show(text)}")
-    return text.rstrip("/")
-
-
-def check_target_url(value: Any) -> str:
-    """A target's base URL: the exporter adds ``/v1/...`` itself."""
-    url = check_url(value)
-    if url.endswith("/v1"):
-        raise ValueError(f"leave out the trailing /v1 (requests add it), got {show(url)}")
-    return url
-
-
-def check_listen_address(value: Any) -> str:
-    text = string_value(value)
-    match = _LISTEN.fullmatch(text)
-    if match is None or int(match["port"]) > 65535:
-        raise ValueError(f"must be HOST:PORT (e.g. 0.0.0.0:9468, :9468 or [::]:9468), got {show(text)}")
-    return text
 
 
 def check_cron(value: Any) -> str:

@@ -56,6 +56,7 @@ class LoadPlan:
 
 def load_plan(options: Options, simulated: bool, facts: TargetFacts | None = None) -> LoadPlan:
     """Requests and their schedule from the load flags."""
+    _check_amounts(options)
     rng = np.random.default_rng(options["seed"] or 0)
     workload = workload_from_options(options, simulated, facts)
     count, duration = options["requests"], options["duration"]
@@ -80,6 +81,16 @@ def load_plan(options: Options, simulated: bool, facts: TargetFacts | None = Non
         offsets = offsets[offsets < duration]
     specs = _sample_units(workload, len(offsets), rng)
     return LoadPlan(specs, offsets, None, process.rate, duration, exact, f"{described}; {process.describe()}")
+
+
+def _check_amounts(options: Options) -> None:
+    """How much to send, refused before any planning when it could send nothing."""
+    for flag, value in (("--requests", options["requests"]), ("--concurrency", options["concurrency"])):
+        if value is not None and value < 1:
+            raise OptionError(f"{flag} must be >= 1, got {value}")
+    duration = options["duration"]
+    if duration is not None and not duration > 0:
+        raise OptionError(f"--duration must be > 0 seconds, got {duration:g}")
 
 
 def _sample(workload: Workload, count: int, rng: np.random.Generator) -> list[RequestSpec]:
@@ -140,7 +151,10 @@ def _trace_plan(
     )
     description = f"trace {options['trace']} ({len(records)} requests)"
     if (options["arrival"] or "") == "trace":
-        arrivals = trace_arrivals(records)
+        try:
+            arrivals = trace_arrivals(records)
+        except ValueError as exc:
+            raise OptionError(f"--arrival trace: {exc}") from None
         return LoadPlan(
             specs, arrivals.offsets(len(specs), rng), None, arrivals.rate, duration, False, description
         )

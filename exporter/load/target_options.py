@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any, Final
 
+from exporter.options.addresses import check_url
 from exporter.options.oneshot import OptionError, Options, json_object, read_flags
 from exporter.options.reader import Context, Section
 from exporter.options.target import (
@@ -40,6 +41,18 @@ TARGET_FLAGS: Final = {
     "timeouts.total": "--total-timeout",
 }
 TARGET_FLAG_KEYS: Final = ("api", "model", "api_key", "headers", "extra_body", "timeouts")
+
+
+def option_url(options: Options) -> str | None:
+    """``--url``, checked as the config checks a URL (a trailing ``/v1`` is allowed: requests add it
+    only where it is missing); None for the built-in simulator."""
+    url = options["url"]
+    if url is None:
+        return None
+    try:
+        return check_url(url)
+    except ValueError as exc:
+        raise OptionError(f"--url: {exc}") from None
 
 
 def target_settings(options: Options, url: str) -> TargetSettings:

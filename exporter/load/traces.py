@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from exporter.load.workloads import PairedLengths, Workload
 from exporter.options.arrival import TraceReplay
@@ -260,6 +260,10 @@ def _non_empty(path: str | Path, records: list[TraceRequest]) -> list[TraceReque
     return records
 
 
+# Where each format keeps a request's arrival time (for --arrival trace).
+TIME_FIELDS: Final = (
+    'jsonl "timestamp" (seconds), mooncake "timestamp" (ms), azure TIMESTAMP; sharegpt has none'
+)
 TRACE_FORMATS: dict[str, Callable[[str | Path], list[TraceRequest]]] = {
     "azure": load_azure,
     "jsonl": load_jsonl,
@@ -336,5 +340,8 @@ def trace_arrivals(records: Sequence[TraceRequest], *, time_scale: float = 1.0) 
     """The trace's timestamps as an arrival process (sorted order is required, not imposed)."""
     missing = [i for i, r in enumerate(records) if r.timestamp is None]
     if missing:
-        raise ValueError(f"trace replay: request {missing[0]} has no timestamp ({len(missing)} without)")
+        raise ValueError(
+            f"trace replay: request {missing[0]} has no timestamp ({len(missing)} without); every request"
+            f" needs one: {TIME_FIELDS}"
+        )
     return TraceReplay(tuple(float(r.timestamp or 0.0) for r in records), time_scale)

@@ -141,6 +141,16 @@ def test_worker_processes_send_every_request_once(
             ["--turns", "2", "--requests", "4", "--workers", "2"],
             "--workers: multi-turn sessions (--turns) run in one",
         ),
+        # Amounts that could send nothing, and a URL without its scheme: each once a traceback.
+        (["--requests", "0"], "--requests must be >= 1, got 0"),
+        (["--requests", "-5"], "--requests must be >= 1, got -5"),
+        (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
+        (["--duration", "0"], "--duration must be > 0 seconds, got 0"),
+        (["--workers", "0"], "--workers must be >= 1"),
+        (
+            ["--url", "127.0.0.1:18000"],
+            '--url: must be an http(s) URL like http://host:8000, got "127.0.0.1:18000"',
+        ),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(

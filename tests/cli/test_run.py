@@ -75,9 +75,14 @@ def test_listen_addresses(address: str, expected: tuple[str, int]) -> None:
     assert split_address(address) == expected
 
 
-def test_a_bad_listen_address_names_the_flag() -> None:
-    with pytest.raises(ValueError, match=re.escape('--web.listen-address "9468": expected HOST:PORT')):
-        split_address("9468")
+@pytest.mark.parametrize("address", ["9468", "127.0.0.1:99999", "host:port"])
+def test_a_bad_listen_address_names_the_flag(address: str) -> None:
+    # As the config's global.listen_address says it; a port above 65535 once bound port - 65536.
+    expected = (
+        f'--web.listen-address: must be HOST:PORT (e.g. 0.0.0.0:9468, :9468 or [::]:9468), got "{address}"'
+    )
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        split_address(address)
 
 
 def _start(config: Path, port: int) -> subprocess.Popen[str]:

@@ -183,4 +183,7 @@ def test_replay_specs_and_workload_from_a_trace() -> None:
     assert {(int(p), int(o)) for p, o in zip(*sampled, strict=True)} == {(50, 4), (30, 2), (70, 9)}
     with pytest.raises(ValueError) as caught:
         trace_arrivals([TraceRequest(1, 1, 0.0), TraceRequest(1, 1)])
-    assert str(caught.value) == "trace replay: request 1 has no timestamp (1 without)"
+    assert str(caught.value) == (
+        "trace replay: request 1 has no timestamp (1 without); every request needs one: "
+        'jsonl "timestamp" (seconds), mooncake "timestamp" (ms), azure TIMESTAMP; sharegpt has none'
+    )
