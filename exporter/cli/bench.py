@@ -40,7 +40,7 @@ from exporter.options.arrival import ARRIVAL_KINDS
 from exporter.options.oneshot import OptionError, Options
 from exporter.options.think_time import DEFAULT_THINK_TIME
 from exporter.probe import loop as event_loop
-from exporter.report.bench_report import bench_report, timestamped
+from exporter.report.bench_report import OutputExistsError, bench_report, refuse_overwrite, timestamped
 from exporter.report.evaluation_options import evaluation_spec
 from exporter.report.table import render_summary
 from exporter.sim.process import SimStartError, url_or_simulator
@@ -59,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _add_evaluation_arguments(parser.add_argument_group("evaluation"))
     output = parser.add_argument_group("output")
     output.add_argument("--output", help="directory for the report files (default bench-results/<time>)")
+    output.add_argument("--force", action="store_true", default=None, help="replace an earlier result")
     output.add_argument(
         "--plots",
         action=argparse.BooleanOptionalAction,
@@ -141,12 +142,14 @@ def run(args: argparse.Namespace) -> int:
         options = merged_options(args)
         spec = evaluation_spec(options)
         workers = _workers(options)
+        directory = Path(options["output"]) if options["output"] else timestamped("bench-results")
+        refuse_overwrite(directory / "summary.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             facts, load = _measure(options, spec, workers, url, simulated)
-    except (OptionError, SimStartError) as exc:
+    except (OptionError, OutputExistsError, SimStartError) as exc:
         error("bench", exc)
         return EXIT_USAGE
-    return _report(load, spec, options, facts)
+    return _report(load, spec, options, facts, directory)
 
 
 def _workers(options: Options) -> int:
@@ -186,9 +189,10 @@ def _warn(problem: str) -> None:
     print(f"fluidity-exporter bench: {problem}", file=sys.stderr)
 
 
-def _report(load: LoadRun, spec: EvaluationSpec, options: Options, facts: TargetFacts) -> int:
-    """Compute the summary, write the files, print the tables (or the JSON)."""
-    directory = Path(options["output"]) if options["output"] else timestamped("bench-results")
+def _report(
+    load: LoadRun, spec: EvaluationSpec, options: Options, facts: TargetFacts, directory: Path
+) -> int:
+    """Compute the summary, write the files to ``directory``, print the tables (or the JSON)."""
     report = bench_report(load, spec, directory, facts.to_dict(), bool(options["plots"]))
     if report.no_plots is not None:
         _warn(report.no_plots)

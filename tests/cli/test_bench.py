@@ -161,6 +161,21 @@ def test_bad_flags_exit_2_with_a_message(
     assert message in capsys.readouterr().err
 
 
+def test_an_earlier_result_is_kept_unless_forced(
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = ["--url", child_sim_url, "--requests", "2", "--concurrency", "2", *SMALL]
+    code, out = bench(tmp_path, *flags)
+    assert_measured(code, out)
+    first = (out / "summary.json").read_text()
+    code, _ = bench(tmp_path, *flags)
+    assert code == 2  # refused before any load: the earlier summary is untouched
+    assert f"{out / 'summary.json'} exists (an earlier result)" in capsys.readouterr().err
+    assert (out / "summary.json").read_text() == first
+    code, _ = bench(tmp_path, *flags, "--force")
+    assert_measured(code, out)
+
+
 def test_config_file_keys_are_flags_and_unknown_keys_are_named(
     child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
