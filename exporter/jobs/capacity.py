@@ -35,6 +35,7 @@ from exporter.jobs.capacity_search import (
 from exporter.jobs.drain import Drained
 from exporter.jobs.trial import TrialReport
 from exporter.jobs.trial_verdict import SHARDS_REASON
+from exporter.options.job_params import MIN_TRIAL_S
 
 # (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's,
 # the (successes, requests) seen at the load when the trial runs to settle its pass: ``TrialPlan.settle``)
@@ -43,7 +44,6 @@ OnTrial = Callable[[TrialReport], None]
 OnStart = Callable[[int, float], None]  # a trial (index, load) is about to start
 Afford = Callable[[float], str | None]  # a reason not to run a trial at this load, or None
 Drain = Callable[[], Awaitable[Drained]]  # wait until the engine is idle
-MIN_TRIAL_S = 10.0  # a trial with less of the time budget left than this is not started
 
 
 @dataclass

@@ -75,12 +75,25 @@ def result_line(result: CapacityResult) -> str:
     if result.state == "found":
         return f"capacity {low:.4g} {unit} (fails at {high:.4g}); {result.stopped_by}"
     if result.state == "lower_bound":
-        return f"capacity at least {low:.4g} {unit} (stopped by {result.stopped_by})"
+        return f"capacity at least {low:.4g} {unit}{_unsure(result)} (stopped by {result.stopped_by})"
     if result.state == "inconclusive":
         return (
             f"capacity inconclusive: between {low:.4g} and {high:.4g} {unit}, an end straddles the objective"
         )
     return f"capacity none: the SLO is not met at any load tried (stopped by {result.stopped_by})"
+
+
+def _unsure(result: CapacityResult) -> str:
+    """Why a lower bound is not a confident pass, when it is not: its load passed on the point verdict
+    (what steers the search), but its pass fraction's interval reaches below the objective."""
+    end = result.intervals.get("lower_bound")
+    if end is None or end["verdict"] == "pass":
+        return ""
+    low, high = end["low"], end["high"]
+    return (
+        f", not confidently: {end['successes']} of {end['requests']} requests fluid there, interval "
+        f"[{low:.1%}, {high:.1%}] straddles the objective"
+    )
 
 
 # -- worker processes and shards ----------------------------------------------------------------------

@@ -21,6 +21,9 @@ LOAD_KINDS: tuple[LoadKind, ...] = ("rate", "concurrency")
 DEFAULT_LOW, DEFAULT_HIGH = 128, 16384  # prompt lengths of a prefill profile's default ladder
 
 
+MIN_TRIAL_S = 10.0  # a capacity trial with less of the time budget left than this is not started
+
+
 def geometric_ladder(low: int = DEFAULT_LOW, high: int = DEFAULT_HIGH) -> tuple[int, ...]:
     """Powers of two from ``low`` up to ``high`` (both kept): 128, 256, ..., 16384 by default."""
     if not 1 <= low <= high:

@@ -27,6 +27,7 @@ from exporter.options.job_params import (
     DEFAULT_LOW,
     JOB_KINDS,
     LOAD_KINDS,
+    MIN_TRIAL_S,
     CapacityParams,
     JobKind,
     JobLimits,
@@ -124,6 +125,8 @@ def _capacity(sec: Section, limits: JobLimits) -> CapacityParams:
     budget = sec.opt_duration("time_budget_s", None)
     if budget is not None:
         _within(sec, "time_budget_s", budget, "max_duration", limits.max_duration_s)
+        if budget < MIN_TRIAL_S:  # the search would end before its first trial, with no answer
+            sec.fail("time_budget_s", f"{budget:g} s is below one trial's minimum ({MIN_TRIAL_S:g} s)")
     confidence = sec.number("confidence", CapacityParams.confidence, 0.5, 0.999)
     slo = sec.section("slo", SLO_SPEC_KEYS)
     return CapacityParams(

@@ -30,7 +30,10 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
     # Two passing trials and no failure: a lower bound, said so, with no capacity number.
     assert result["state"] == "lower_bound" and result["capacity"] is None
     assert result["lower_bound"] == max(t["load"] for t in result["trials"])
-    assert "capacity at least" in captured.out
+    # 20 of 20 cannot show 99% with confidence (the interval starts at 83%): the answer says so.
+    end = result["pass_intervals"]["lower_bound"]
+    assert end["verdict"] == "inconclusive" and end["successes"] == end["requests"]
+    assert f"not confidently: {end['successes']} of {end['requests']} requests fluid there" in captured.out
 
 
 def test_capacity_command_prices_the_fluid_goodput(
@@ -96,6 +99,12 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         (["--load", "concurrency", "--start", "2.5"], "--start: must be a whole number"),
         (["--objective", "ttft:p99>=2"], "--objective: "),
         (["--workers", "0"], "--workers: must be an integer >= 1"),
+        # Once a search of no trial that said "not met at any load tried" (exit 1).
+        (["--time-budget", "5"], "--time-budget: 5 s is below one trial's minimum (10 s)"),
+        (
+            ["--url", "localhost:18000"],
+            '--url: must be an http(s) URL like http://host:8000, got "localhost:18000"',
+        ),
     ],
 )
 def test_bad_flags_fail_before_any_load(

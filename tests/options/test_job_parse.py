@@ -98,6 +98,11 @@ BAD: dict[str, tuple[str, Any, list[str]]] = {
             "trial_duration_s: 7200 exceeds jobs.limits.max_duration (3600)",
         ],
     ),
+    "budget-below-one-trial": (
+        "capacity",
+        {"target": "a", "time_budget_s": "5s"},
+        ["time_budget_s: 5 s is below one trial's minimum (10 s)"],
+    ),
     "warmup-alone-over-the-limit": (
         "capacity",
         {"target": "a", "warmup_requests": 1995},
