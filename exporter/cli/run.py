@@ -52,7 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow POST /-/reload (as in Prometheus; SIGHUP always reloads)",
     )
-    parser.add_argument("--log.level", dest="log_level", default="info", choices=LOG_LEVELS)
+    parser.add_argument(
+        "--log.level", dest="log_level", default="info", choices=LOG_LEVELS, help="log level (default info)"
+    )
     parser.add_argument(
         "--sim-preset", default=DEFAULT_SIM_PRESET, help="embedded default's model (a simulator preset)"
     )

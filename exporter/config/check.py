@@ -19,4 +19,6 @@ def check_file(path: str) -> tuple[bool, list[str]]:
         return False, [f"{path}: {count} problem{'s' if count != 1 else ''}"] + [
             f"  {problem}" for problem in exc.problems
         ]
-    return True, [f"{path}: OK ({len(config.targets)} targets, {len(config.modules)} modules)"]
+    targets, modules = len(config.targets), len(config.modules)
+    counts = f"{targets} target{'' if targets == 1 else 's'}, {modules} module{'' if modules == 1 else 's'}"
+    return True, [f"{path}: OK ({counts})"]

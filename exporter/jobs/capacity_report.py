@@ -31,7 +31,10 @@ def capacity_table(result: CapacityResult) -> str:
             "req/s (requests meeting the SLO per second of offered load)"
         )
     lines += [_cost_line(at, point, result.state == "found") for at, point in result.costs().items()]
-    lines.append(f"{len(result.trials)} trials, {result.tokens} tokens, {result.duration_s:.1f} s")
+    trials = len(result.trials)
+    lines.append(
+        f"{trials} trial{'' if trials == 1 else 's'}, {result.tokens} tokens, {result.duration_s:.1f} s"
+    )
     return "\n".join(lines)
 
 

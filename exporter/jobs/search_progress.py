@@ -29,7 +29,7 @@ class SearchProgress:
         self.index, self.planned, self.done = index, max(len(plan.specs), 1), 0
         limit = f", at most {plan.time_limit_s:.0f} s" if plan.time_limit_s is not None else ""
         self.line = (
-            f"trial {index}/{self.params.max_trials}: {load:.4g} {self.params.load}, "
+            f"trial {index}/{self.params.max_trials}: {load:.4g} {load_unit(self.params.load)}, "
             f"{len(plan.specs)} requests{limit}"
         )
         self.report(self.fraction(), self.line)
@@ -68,9 +68,14 @@ def trial_line(trial: TrialReport, load_kind: str) -> str:
     )
 
 
+def load_unit(load_kind: str) -> str:
+    """How a load of this kind is read: a rate in requests per second, or requests in flight."""
+    return "req/s" if load_kind == "rate" else "concurrent"
+
+
 def result_line(result: CapacityResult) -> str:
     """The answer in one line, said exactly as found."""
-    unit = "req/s" if result.load_kind == "rate" else "concurrent"
+    unit = load_unit(result.load_kind)
     low, high = result.lower_bound, result.upper_bound
     if result.state == "found":
         return f"capacity {low:.4g} {unit} (fails at {high:.4g}); {result.stopped_by}"

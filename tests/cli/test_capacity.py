@@ -18,7 +18,7 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
     flags += ["--start", "40", "--max-trials", "2", "--requests-per-trial", "20", "--warmup-requests", "0"]
     assert main(["capacity", *flags, "--output", str(out), "--no-plots"]) == 0
     captured = capsys.readouterr()
-    assert "trial 1/2: 40 rate" in captured.err  # the progress line
+    assert "trial 1/2: 40 req/s" in captured.err  # the progress line
     result = json.loads((out / "capacity.json").read_text())
     assert [t["index"] for t in result["trials"]] == [1, 2]
     assert result["trials"][0]["load"] == 40
@@ -61,7 +61,7 @@ def test_capacity_command_prices_the_fluid_goodput(
     assert "per million fluid tokens" in captured.out
     # The progress says when the first trial starts, before any of its requests is done.
     assert any(
-        re.search(r"0% trial 1/1: 10 rate, 20 requests, at most \d+ s$", line)
+        re.search(r"0% trial 1/1: 10 req/s, 20 requests, at most \d+ s$", line)
         for line in captured.err.splitlines()
     )
 

@@ -33,7 +33,7 @@ def test_check_config_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         "targets:\n  - {name: a, url: 'http://h:1'}\nmodules:\n  m: {}\n  n: {}\n", encoding="utf-8"
     )
     assert main(["check-config", str(path)]) == 0
-    assert capsys.readouterr().out == f"{path}: OK (1 targets, 2 modules)\n"
+    assert capsys.readouterr().out == f"{path}: OK (1 target, 2 modules)\n"
 
 
 def test_check_config_prints_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -336,7 +336,7 @@ def test_progress_counts_requests_and_ends_at_one() -> None:
     progress = SearchProgress(CapacityParams(target="t", max_trials=8), lambda f, m: told.append((f, m)))
     plan = TrialPlan(2.0, tuple(range(10)), 0, offsets=np.arange(10.0))  # type: ignore[arg-type]
     progress.started(1, 2.0, plan)
-    assert told[-1][0] == 0.0 and "trial 1/8: 2 rate, 10 requests" in told[-1][1]
+    assert told[-1][0] == 0.0 and "trial 1/8: 2 req/s, 10 requests" in told[-1][1]
     for _ in range(5):
         progress.request_done(ProbeResult(api="completions"))
     assert told[-1][0] == pytest.approx(0.5 / 6)  # half of one of the six expected trials
