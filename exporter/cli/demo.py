@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from exporter.cli.command import Command
+from exporter.cli.flags import DeprecatedAlias
 from exporter.sim.demo import SCHEDULING_SLACK_S, Comparison, Workload, compare_prefill_modes
 from exporter.sim.presets import PRESETS
 from exporter.sim.process import DEFAULT_PRESET
@@ -17,7 +18,16 @@ from exporter.sim.process import DEFAULT_PRESET
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of the demo command."""
-    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=sorted(PRESETS))
+    parser.add_argument(
+        "--sim-preset",
+        dest="preset",
+        default=DEFAULT_PRESET,
+        choices=sorted(PRESETS),
+        help=f"the simulated engine's model, as for run, bench, capacity and profile (default {DEFAULT_PRESET})",
+    )
+    parser.add_argument(
+        "--preset", action=DeprecatedAlias, use="--sim-preset", dest="preset", choices=sorted(PRESETS)
+    )
     parser.add_argument("--requests", type=int, default=400, help="requests in the workload (default 400)")
     parser.add_argument("--rate", type=float, default=10.0, help="Poisson arrival rate, req/s (default 10)")
     parser.add_argument("--seed", type=int, default=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.cli import main
+from exporter.sim.presets import PRESETS
 
 
 def _row(output: str, label: str) -> tuple[str, str]:
@@ -27,3 +28,10 @@ def test_demo_shows_chunked_prefill_removing_the_long_stalls(capsys: pytest.Capt
 def test_demo_rejects_a_bad_rate() -> None:
     with pytest.raises(SystemExit, match="--rate"):
         main(["demo", "--rate", "0"])
+
+
+def test_the_preset_flag_is_spelled_as_everywhere_else(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--sim-preset", "tiny", "--requests", "20"]) == 0
+    assert capsys.readouterr().out.startswith(PRESETS["tiny"].description)
+    assert main(["demo", "--preset", "tiny", "--requests", "20"]) == 0  # the old spelling, still taken
+    assert "--preset is deprecated and will be removed; use --sim-preset" in capsys.readouterr().err
