@@ -34,6 +34,10 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
     end = result["pass_intervals"]["lower_bound"]
     assert end["verdict"] == "inconclusive" and end["successes"] == end["requests"]
     assert f"not confidently: {end['successes']} of {end['requests']} requests fluid there" in captured.out
+    # The nominal rate is the answer; beside it, what the trial's Poisson sample really offered.
+    at = [t for t in result["trials"] if t["load"] == result["lower_bound"]][-1]
+    offered = at["figures"]["offered_rate_per_s"]
+    assert f"its trial offered {offered:.4g} req/s: the Poisson sample's own rate" in captured.out
 
 
 def test_capacity_command_prices_the_fluid_goodput(
