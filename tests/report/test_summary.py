@@ -101,6 +101,9 @@ def test_outcomes_goodput_and_slos_count_every_request() -> None:
     assert slos["ttft:p99<=0.28"]["met"] is False and slos["ttft:p99<=0.28"]["observed"] == pytest.approx(0.3)
     assert slos["fluidity:p99>=0.9"]["samples"] == 3
     json.dumps(summary, allow_nan=False)  # strict JSON: no NaN anywhere
+    # Per second of the whole run (vLLM's definition), and the table says so.
+    assert summary["goodput"]["rate_per_s"] == pytest.approx(2 / 10.0)
+    assert "(40.0%, 0.20 req/s over the run's 10.0 s, first send to last end)" in render_summary(summary)
 
 
 def test_prefill_model_sets_per_request_deadlines() -> None:
