@@ -315,6 +315,8 @@ def _spec_mapping(spec: str | Mapping[str, Any]) -> dict[str, Any]:
     if re.fullmatch(r"\d+", text):
         return {"kind": "fixed", "value": text}
     kind, _, rest = text.partition(":")
+    if kind.strip().lower() not in _KINDS:  # before its fields: "fixd:512" is a misspelt kind
+        raise ValueError(f'unknown length distribution "{kind}"; valid: {", ".join(DISTRIBUTION_KINDS)}')
     params: dict[str, Any] = {"kind": kind}
     for item in filter(None, (part.strip() for part in rest.split(","))):
         name, eq, value = item.partition("=")

@@ -49,6 +49,10 @@ ERRORS = [
         "lognorm:median=1",
         'unknown length distribution "lognorm"; valid: empirical, fixed, lognormal, normal, uniform, zipf',
     ),
+    (  # the kind is named first: this once said 'fixd: expected field=value, got "512"'
+        "fixd:512",
+        'unknown length distribution "fixd"; valid: empirical, fixed, lognormal, normal, uniform, zipf',
+    ),
     (
         {"median": 1},
         'unknown length distribution ""; valid: empirical, fixed, lognormal, normal, uniform, zipf',
