@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from exporter import __version__
-from exporter.cli.command import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
+from exporter.cli.command import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MEASURED, EXIT_USAGE, Command
 
 __all__ = ["EXIT_FAILED", "EXIT_MEASURED", "EXIT_USAGE", "Command", "build_parser", "main"]
 
@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[args.command].run(args)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except TargetError as exc:  # e.g. GET /v1/models failed: the target is down, not our bug
         print(f"fluidity-exporter {args.command}: error: the target did not answer: {exc}", file=sys.stderr)
         return 1

@@ -12,11 +12,14 @@ reported by ``exporter.report.bench_report``.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import json
+import signal
 import sys
 from pathlib import Path
 
-from exporter.cli.command import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
+from exporter.cli.command import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.cli.flags import (
     DeprecatedAlias,
     add_config_argument,
@@ -40,6 +43,7 @@ from exporter.options.arrival import ARRIVAL_KINDS
 from exporter.options.oneshot import OptionError, Options
 from exporter.options.think_time import DEFAULT_THINK_TIME
 from exporter.probe import loop as event_loop
+from exporter.probe.target import TargetSettings
 from exporter.report.bench_report import OutputExistsError, bench_report, refuse_overwrite, timestamped
 from exporter.report.evaluation_options import evaluation_spec
 from exporter.report.table import render_summary
@@ -175,9 +179,31 @@ def _measure(
         target = f"target {url}{' (built-in simulator)' if simulated else ''}; {plan.description}"
         print(target, *facts.describe(), sep="\n", file=sys.stderr)
     live = LiveLine(_total(plan), spec, not quiet)
-    load = event_loop.run(send_plan(settings, plan, workers, live, _warn))
+    load = event_loop.run(_send_until_interrupted(settings, plan, workers, live))
     live.close()
     return facts, load
+
+
+async def _send_until_interrupted(
+    settings: TargetSettings, plan: LoadPlan, workers: int, live: LiveLine
+) -> LoadRun:
+    """``send_plan``, where a first Ctrl-C stops sending and lets the requests in flight end, so the
+    report covers what was sent (the run says it was interrupted); a second one aborts at once."""
+    loop, stop = asyncio.get_running_loop(), asyncio.Event()
+
+    def interrupted() -> None:
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C raises KeyboardInterrupt
+        _warn("interrupted: the requests in flight end, then the report is written (Ctrl-C again to abort)")
+
+    if workers <= 1:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # no signal handlers here
+            loop.add_signal_handler(signal.SIGINT, interrupted)
+    try:
+        return await send_plan(settings, plan, workers, live, _warn, stop)
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 def _total(plan: LoadPlan) -> int | None:
@@ -202,6 +228,9 @@ def _report(
     else:
         print(render_summary(report.summary))
         print(f"\nwrote {len(report.written)} files to {directory}")
+    if load.stopped_by == "interrupted":
+        _warn(f"interrupted: the report covers the {len(load.results)} requests sent before Ctrl-C")
+        return EXIT_INTERRUPTED
     return EXIT_MEASURED if report.summary["reliable"] else EXIT_FAILED
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 EXIT_MEASURED = 0
 EXIT_FAILED = 1  # the target failed, or the measurement is not reliable
 EXIT_USAGE = 2  # a bad flag, file or config; nothing was measured
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells say it); bench reports what it sent first
 
 
 @dataclass(frozen=True)

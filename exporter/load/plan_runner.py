@@ -7,6 +7,7 @@ progress display sees the load live.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
@@ -43,9 +44,11 @@ async def send_plan(
     workers: int,
     on_result: Callable[[ProbeResult], None],
     warn: Callable[[str], None],
+    stop: asyncio.Event | None = None,
 ) -> LoadRun:
     """Send the plan in this process or over worker processes (shards); ``warn`` hears what made a
-    sharded load other than planned."""
+    sharded load other than planned. ``stop``, once set, ends the sending in this process (the run is
+    ``interrupted``); worker processes are not told."""
     if workers > 1 and isinstance(plan.specs, list):
         return await _send_sharded(settings, plan, plan.specs, workers, on_result, warn)
     async with ProbeClient(settings) as client:
@@ -60,6 +63,7 @@ async def send_plan(
             prompt_tokens_exact=plan.prompt_tokens_exact,
             from_scheduled=False,
             on_result=on_result,
+            stop=stop,
         )
 
 

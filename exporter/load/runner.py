@@ -45,7 +45,7 @@ WaitUntil = Callable[[float], Awaitable[None]]
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 OnResult = Callable[[ProbeResult], None]
-StopReason = Literal["requests", "duration", "exhausted"]
+StopReason = Literal["requests", "duration", "exhausted", "interrupted"]
 Offsets = Sequence[float] | npt.NDArray[np.float64]  # absolute send offsets in seconds from the start
 
 
@@ -128,6 +128,24 @@ class _Context:
     clock: Clock
     wait_until: WaitUntil
     on_result: OnResult | None
+    stop: asyncio.Event | None = None  # set: send nothing new; what is in flight ends as it would
+    interrupted: bool = False  # the stop left requests unsent
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop is not None and self.stop.is_set()
+
+    async def wait_or_stop(self, deadline: float) -> None:
+        """Until ``deadline``, or sooner when ``stop`` is set."""
+        if self.stop is None:
+            await self.wait_until(deadline)
+            return
+        waits = [asyncio.ensure_future(self.wait_until(deadline)), asyncio.ensure_future(self.stop.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
 
 Sent = list[tuple[RequestSpec, ProbeResult]]
@@ -181,10 +199,13 @@ async def _open_loop(
                 hit_duration = True
                 break
             scheduled = start + float(offset)  # a plain float, even from a numpy schedule
-            await ctx.wait_until(scheduled)
+            await ctx.wait_or_stop(scheduled)
             if slots is not None:
                 await slots.acquire()
-            if crashed.is_set():
+            if crashed.is_set() or ctx.stopped:
+                ctx.interrupted = ctx.stopped
+                if slots is not None:
+                    slots.release()
                 break
             task = asyncio.create_task(_send_one(ctx, spec, scheduled, slots))
             task.add_done_callback(lambda t: crashed.set() if not t.cancelled() and t.exception() else None)
@@ -208,6 +229,9 @@ async def _closed_loop(
         while True:
             if duration is not None and ctx.clock() - start >= duration:
                 expired = True
+                return
+            if ctx.stopped:
+                ctx.interrupted = True
                 return
             spec = next(specs, None)
             if spec is None:
@@ -253,6 +277,7 @@ async def run_load(
     wait_until: WaitUntil | None = None,
     on_result: OnResult | None = None,
     limits: HealthThresholds | None = None,
+    stop: asyncio.Event | None = None,
 ) -> LoadRun:
     """Send ``specs`` open-loop at ``arrivals`` (absolute offsets in seconds from the start, e.g. from
     an ``ArrivalProcess``) or closed-loop at ``concurrency``; stop after ``max_requests``, ``duration``
@@ -260,18 +285,22 @@ async def run_load(
     ``Workload.stream(rng)`` for a duration-limited closed loop); only the sent ones are drawn. ``target_rate`` (req/s) is quoted in the rate check;
     ``prompt_tokens_exact`` says whether the prompts were built exactly for the server's tokenizer.
     ``clock`` must be the clock the probe stamps with (``time.perf_counter``); ``wait_until``
-    overrides the default absolute-deadline waiter built from ``clock`` and ``sleep``."""
+    overrides the default absolute-deadline waiter built from ``clock`` and ``sleep``. Once ``stop`` is
+    set (an operator's Ctrl-C), nothing new is sent, the requests in flight end as they would, and the
+    run says it was ``interrupted``."""
     _validate(arrivals, concurrency, duration)
     if max_requests is not None and max_requests < 0:
         raise ValueError(f"max_requests must be >= 0, got {max_requests}")
     source = iter(specs) if max_requests is None else islice(specs, max_requests)
-    ctx = _Context(send, clock, wait_until or deadline_waiter(clock, sleep), on_result)
+    ctx = _Context(send, clock, wait_until or deadline_waiter(clock, sleep), on_result, stop)
     if arrivals is not None:
         sent, results, start, hit = await _open_loop(ctx, source, arrivals, duration, max_in_flight)
     else:
         sent, results, start, hit = await _closed_loop(ctx, source, concurrency or 1, duration)
     reached = max_requests is not None and len(results) >= max_requests
     stopped: StopReason = "duration" if hit else ("requests" if reached else "exhausted")
+    if ctx.interrupted:
+        stopped = "interrupted"
     return load_run_from_results(
         results,
         sent,

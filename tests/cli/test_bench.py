@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -284,3 +288,22 @@ def test_responses_api_with_tool_calls(
         "text": 0,
         "tool_call": sum(r["output_tokens"] for r in records),
     }
+
+
+def test_ctrl_c_stops_sending_and_reports_what_was_sent(child_sim_url: str, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    command = [sys.executable, "-m", "exporter", "bench", "--url", child_sim_url, "--requests", "200"]
+    command += ["--rate", "5", *SMALL, "--output", str(out)]
+    bench_process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4)  # a few requests sent, most of the 40 s plan still to come
+        bench_process.send_signal(signal.SIGINT)
+        _, err = bench_process.communicate(timeout=60)  # the requests in flight end, then the report
+    finally:
+        bench_process.kill()
+    assert bench_process.returncode == 130
+    assert "interrupted: the requests in flight end" in err
+    summary = json.loads((out / "summary.json").read_text())
+    sent = summary["requests"]["total"]
+    assert 0 < sent < 200 and f"the report covers the {sent} requests sent before Ctrl-C" in err
+    assert len((out / "requests.jsonl").read_text().splitlines()) == sent

@@ -198,6 +198,31 @@ async def test_cancelling_a_closed_loop_cancels_sends_in_flight() -> None:
     await _cancel_while_in_flight(lambda send: run_load(send, _specs(100), concurrency=3), 3)
 
 
+@pytest.mark.parametrize("loop", ["open", "closed"])
+async def test_a_stop_sends_nothing_new_and_lets_the_sends_in_flight_end(loop: str) -> None:
+    stop = asyncio.Event()
+    offsets = [0.02 * i for i in range(100)] if loop == "open" else None
+    concurrency = 2 if loop == "closed" else None
+    running = asyncio.ensure_future(
+        run_load(fake_send(0.05), _specs(100), arrivals=offsets, concurrency=concurrency, stop=stop)
+    )
+    await asyncio.sleep(0.2)
+    stop.set()  # an operator's Ctrl-C, mid-run: a 2 s open loop, a closed loop of 100 x 50 ms / 2
+    run = await asyncio.wait_for(running, timeout=5)
+    assert run.stopped_by == "interrupted"
+    assert 0 < len(run.results) < 30  # what was sent before the stop, no more
+    assert all(r.outcome is Outcome.OK for r in run.results)  # those in flight ended, not cancelled
+
+
+async def test_a_stop_after_the_last_send_leaves_the_run_complete() -> None:
+    stop = asyncio.Event()
+    running = asyncio.ensure_future(run_load(fake_send(0.1), _specs(3), arrivals=[0.0, 0.0, 0.0], stop=stop))
+    await asyncio.sleep(0.03)  # all three sent, none ended
+    stop.set()
+    run = await asyncio.wait_for(running, timeout=5)
+    assert run.stopped_by == "exhausted" and len(run.results) == 3  # nothing was left unsent
+
+
 async def test_a_bug_in_send_propagates_and_cancels_the_rest() -> None:
     cancelled = 0
 
