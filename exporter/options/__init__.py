@@ -16,7 +16,8 @@ config's readers and names the flag in each message, and in the settings a messa
 (``or give --decode-deadline``); ``job_params`` defines a job's parameters and the limits the daemon
 puts on them (``CapacityParams``, ``ProfileParams``, ``JobLimits``) and ``job_parse`` reads them from a
 jobs API request body (the config's ``jobs.limits`` through ``config.jobs``); ``addresses`` checks a
-target's URL and a listen address for the config and the flags alike. A new option's meaning goes here; its flag goes in ``exporter.cli``.
+target's URL and a listen address for the config and the flags alike. A new option's meaning goes
+here; its flag goes in ``exporter.cli``.
 
 Why a hand-written reader and not a validation library (measured 2026-11-25, Python 3 on the CI VM,
 ``time.perf_counter`` around the import and first use, ``ru_maxrss``; a bare interpreter is 10.6 MB):
