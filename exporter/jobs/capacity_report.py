@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from exporter.jobs.capacity import CapacityResult
@@ -28,8 +27,8 @@ def capacity_table(result: CapacityResult) -> str:
     if result.lower_bound is not None:
         rate, good = result.figure("fluid_token_rate"), result.figure("goodput_rate")
         lines.append(
-            f"at {result.lower_bound:.4g}{_offered(result)}: fluid token rate {_maybe(rate)} tokens/s; goodput "
-            f"{_maybe(good)} req/s (requests meeting the SLO per second of offered load)"
+            f"at {result.lower_bound:.4g}: fluid token rate {_maybe(rate)} tokens/s; goodput {_maybe(good)} "
+            "req/s (requests meeting the SLO per second of offered load)"
         )
     lines += [_cost_line(at, point, result.state == "found") for at, point in result.costs().items()]
     trials = len(result.trials)
@@ -37,17 +36,6 @@ def capacity_table(result: CapacityResult) -> str:
         f"{trials} trial{'' if trials == 1 else 's'}, {result.tokens} tokens, {result.duration_s:.1f} s"
     )
     return "\n".join(lines)
-
-
-def _offered(result: CapacityResult) -> str:
-    """What a rate's trial really offered: its arrivals are a Poisson sample, whose own rate differs
-    from the nominal one (by 1/sqrt(n) typically: 16 % with 40 requests), and goodput is per second
-    of that."""
-    trial = result.at_capacity
-    offered = trial.figures.get("offered_rate_per_s") if trial is not None else None
-    if result.load_kind != "rate" or not isinstance(offered, float) or math.isnan(offered):
-        return ""
-    return f" req/s (its trial offered {offered:.4g} req/s: the Poisson sample's own rate)"
 
 
 def _fraction(trial: TrialReport) -> str:

@@ -34,10 +34,10 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
     end = result["pass_intervals"]["lower_bound"]
     assert end["verdict"] == "inconclusive" and end["successes"] == end["requests"]
     assert f"not confidently: {end['successes']} of {end['requests']} requests fluid there" in captured.out
-    # The nominal rate is the answer; beside it, what the trial's Poisson sample really offered.
-    at = [t for t in result["trials"] if t["load"] == result["lower_bound"]][-1]
-    offered = at["figures"]["offered_rate_per_s"]
-    assert f"its trial offered {offered:.4g} req/s: the Poisson sample's own rate" in captured.out
+    # Each trial offers its nominal rate over its measured requests, not its Poisson sample's own rate
+    # (which differs from it by about 1/sqrt(20), 22 %, typically): goodput is per second of that.
+    for trial in result["trials"]:
+        assert trial["figures"]["offered_rate_per_s"] == pytest.approx(trial["load"], rel=1e-9)
 
 
 def test_capacity_command_prices_the_fluid_goodput(

@@ -1,0 +1,39 @@
+"""Planning a capacity trial: the same lengths and gaps in every trial of a search, and an open loop
+that offers exactly its nominal rate over the measured requests."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exporter.jobs.trial import at_unit_rate, plan_trial
+from exporter.load.workloads import IndependentLengths, Workload
+from exporter.options.arrival import Poisson
+from exporter.options.lengths import Fixed
+
+WORKLOAD = Workload("plain", IndependentLengths(Fixed(100), Fixed(8)))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_rate_trial_offers_its_nominal_rate_over_the_measured_requests(seed: int) -> None:
+    plan = plan_trial(
+        WORKLOAD, 35.0, concurrency=False, arrival="poisson", warmup=5, requests=40, seed=seed, salt=1
+    )
+    assert plan.offsets is not None
+    measured = plan.offsets[plan.warmup :]
+    # (n - 1) over the span, as the trial's verdict computes the offered rate from the schedule.
+    assert (len(measured) - 1) / (measured[-1] - measured[0]) == pytest.approx(35.0, rel=1e-12)
+
+
+def test_the_gaps_keep_their_shape_and_order() -> None:
+    unit = Poisson(1.0).offsets(45, np.random.default_rng(0))
+    raw_rate = 39 / (unit[-1] - unit[5])
+    assert abs(raw_rate - 1) > 0.1  # seed 0's own sample: far from its process's rate
+    scaled = at_unit_rate(unit, warmup=5)
+    assert np.allclose(scaled[1:] / unit[1:], raw_rate)  # one factor for every gap (0.815 here)
+    assert (np.diff(scaled) >= 0).all()
+
+
+def test_too_few_measured_arrivals_are_left_as_they_are() -> None:
+    unit = np.array([0.0, 0.5, 2.0])
+    assert (at_unit_rate(unit, warmup=2) == unit).all()  # one measured arrival: no span to scale
