@@ -20,7 +20,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from exporter.options.job_params import JobLimits
+from exporter.options.job_params import MIN_TRIAL_S, JobLimits
 from exporter.options.reader import MAX_DURATION_S
 from exporter.stats.slo import DECODE_TIERS, SloMetric
 
@@ -85,7 +85,9 @@ def _capacity(schema: dict[str, Any], targets: Mapping[str, tuple[str, ...]], li
     props["requests_per_trial"]["maximum"] = ceiling
     props["warmup_requests"]["maximum"] = ceiling - props["requests_per_trial"]["minimum"]
     props["trial_duration_s"].update(_seconds(low_open=True, maximum=limits.max_duration_s))
-    props["time_budget_s"].update(_seconds(low_open=True, maximum=limits.max_duration_s))
+    props["time_budget_s"].update(
+        _seconds(low_open=False, maximum=limits.max_duration_s), minimum=MIN_TRIAL_S
+    )
     props["arrival"]["pattern"] = ARRIVAL_PATTERN
     props["seed"]["minimum"] = 0
     props["workers"]["maximum"] = limits.max_workers
