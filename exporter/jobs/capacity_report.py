@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 from exporter.jobs.capacity import CapacityResult
-from exporter.jobs.search_progress import result_line
-from exporter.jobs.trial import TrialReport
+from exporter.jobs.search_progress import pass_fraction, result_line
 
 
 def capacity_table(result: CapacityResult) -> str:
@@ -20,7 +19,7 @@ def capacity_table(result: CapacityResult) -> str:
     for trial in result.trials:
         verdict = trial.verdict if trial.verdict != "fail" else f"fail ({trial.reason})"
         lines.append(
-            f"{trial.load:>10.4g} {verdict:>14} {trial.headroom:>9.3f} {_fraction(trial):>29} "
+            f"{trial.load:>10.4g} {verdict:>14} {trial.headroom:>9.3f} {pass_fraction(trial):>29} "
             f"{trial.tokens:>10} {trial.duration_s:>8.1f}"
         )
     lines.append(f"answer ({result.state}): {result_line(result)}")
@@ -36,13 +35,6 @@ def capacity_table(result: CapacityResult) -> str:
         f"{trials} trial{'' if trials == 1 else 's'}, {result.tokens} tokens, {result.duration_s:.1f} s"
     )
     return "\n".join(lines)
-
-
-def _fraction(trial: TrialReport) -> str:
-    share, bounds = trial.figures.get("fluid_share"), trial.figures.get("pass_interval")
-    if not isinstance(share, float):
-        return "-"
-    return f"{share:.1%} [{bounds[0]:.1%}, {bounds[1]:.1%}]" if bounds else f"{share:.1%}"
 
 
 def _cost_line(at: str, point: dict[str, float | None], found: bool) -> str:

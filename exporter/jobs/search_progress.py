@@ -52,20 +52,24 @@ class SearchProgress:
 
 def trial_line(trial: TrialReport, load_kind: str) -> str:
     """One trial as an operator reads it: load, pass fraction with its interval, verdict, tokens."""
-    bounds = trial.figures.get("pass_interval")
-    share = trial.figures.get("fluid_share")
-    fraction = f"{share:.1%}" if isinstance(share, float) else "-"
-    if bounds:
-        fraction += f" [{bounds[0]:.1%}, {bounds[1]:.1%}]"
     verdict = trial.verdict if trial.passed or trial.verdict != "fail" else f"fail ({trial.reason})"
     ended = {
         "early_stop": ", stopped early", "cannot_settle": ", stopped: cannot settle a pass",
         "time_limit": ", time limit",
     }.get(trial.ended_by, "")  # fmt: skip
     return (
-        f"trial {trial.index}: {trial.load:.4g} {load_kind}, pass fraction {fraction}, {verdict}, "
+        f"trial {trial.index}: {trial.load:.4g} {load_unit(load_kind)}, pass fraction {pass_fraction(trial)}, "
+        f"{verdict}, "
         f"{trial.tokens} tokens, {trial.duration_s:.1f} s{ended}"
     )
+
+
+def pass_fraction(trial: TrialReport) -> str:
+    """A trial's share of fluid requests with its interval, ``99.5% [97.2%, 99.9%]`` ("-" without)."""
+    share, bounds = trial.figures.get("fluid_share"), trial.figures.get("pass_interval")
+    if not isinstance(share, float):
+        return "-"
+    return f"{share:.1%} [{bounds[0]:.1%}, {bounds[1]:.1%}]" if bounds else f"{share:.1%}"
 
 
 def load_unit(load_kind: str) -> str:

@@ -343,3 +343,7 @@ def test_progress_counts_requests_and_ends_at_one() -> None:
     assert "5/10 done" in told[-1][1]
     fractions = [f for f, _ in told]
     assert fractions == sorted(fractions)
+    figures = {"fluid_share": 1.0, "pass_interval": [0.7, 1.0]}
+    report = TrialReport(1, 2.0, True, "", 1.4, figures, requests_sent=10, duration_s=5.0, tokens=100)
+    progress.trial_done(report)
+    assert told[-1][1].startswith("trial 1: 2 req/s, pass fraction 100.0% [70.0%, 100.0%], pass")
