@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.load.prompts import PromptBuilder, first_token_spec
-from exporter.probe.result import ProbeResult, ttft
+from exporter.probe.result import Outcome, ProbeResult, ttft
 from exporter.probe.target import Api, RequestSpec
 from exporter.stats.prefill import PrefillModel, fit_prefill_model
 
 Send = Callable[[RequestSpec], Awaitable[ProbeResult]]
 OnSample = Callable[["LengthSample"], None]
+RETRY_KEY_BIT = 1 << 41  # a redrawn prompt's key: above the 40 random bits of a run's base
 
 
 @dataclass
@@ -82,7 +83,8 @@ async def profile_prefill(
     """Send ``repeats`` isolated one-token requests per length, in order, and fit the model.
 
     A length whose every request failed (e.g. longer than the model's context: a 400) is kept in the
-    samples with its outcomes and left out of the fit.
+    samples with its outcomes and left out of the fit. A request answered without a content token
+    (``no_tokens``) is counted and sent once more with a new prompt.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -94,8 +96,15 @@ async def profile_prefill(
         sample = LengthSample(length)
         for attempt in range(repeats):
             key = base + index * 1000 + attempt
-            spec = first_token_spec(builder, api, length, key, f"profile-{length}-{key}")
-            _record(sample, await send(spec))
+            result = await send(first_token_spec(builder, api, length, key, f"profile-{length}-{key}"))
+            if result.outcome is Outcome.NO_TOKENS:
+                # The model's one token had no text (measured on llama.cpp: one prompt in ~150 gives a
+                # token that is a piece of a multi-byte character, streamed as ""), so nothing was timed.
+                # The prefill is what is measured, not the model's choice: one more prompt is drawn.
+                _record(sample, result)
+                key |= RETRY_KEY_BIT
+                result = await send(first_token_spec(builder, api, length, key, f"profile-{length}-{key}"))
+            _record(sample, result)
         samples.append(sample)
         if on_sample is not None:
             on_sample(sample)

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from exporter.load.prompts import ApproxPromptBuilder, first_token_spec
-from exporter.probe.result import ProbeResult
+from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import Api, RequestSpec
 
 PROBE_TOKENS = (256, 1024)  # the two lengths of the fit (intended, in words)
@@ -52,7 +52,10 @@ class Calibration:
 
 async def _reported(send: Send, builder: ApproxPromptBuilder, api: Api, tokens: int, key: int) -> int | None:
     result = await send(first_token_spec(builder, api, tokens, key, f"calibration-{key}"))
-    return result.prompt_tokens_reported if result.ok else None
+    # A token without text (``no_tokens``: a piece of a multi-byte character) still comes with the
+    # server's count of the prompt, which is all calibration needs.
+    answered = result.ok or result.outcome is Outcome.NO_TOKENS
+    return result.prompt_tokens_reported if answered else None
 
 
 async def calibrate_prompts(send: Send, api: Api, salt: int = 0) -> Calibration:

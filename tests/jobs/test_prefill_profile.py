@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from exporter.cli import main
 from exporter.jobs.prefill_profile import profile_prefill
@@ -18,6 +19,7 @@ from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.sim.presets import PRESETS, isolated_ttft
 from exporter.stats.prefill import parse_json
 from tests.support.measured import assert_measured
+from tests.support.net import serving_app
 from tests.support.sim import StartSim
 
 PRESET = "llama-3.1-8b-h100"
@@ -122,3 +124,39 @@ async def test_every_profiling_run_sends_new_prompt_texts() -> None:
         await profile_prefill(recorder(run), SimPromptBuilder(), "completions", [16, 64], repeats=2)
     assert len(set(sent[0])) == len(set(sent[1])) == 4
     assert not set(sent[0]) & set(sent[1])
+
+
+def _one_token_stream(text: str) -> bytes:
+    """A llama.cpp completions stream of one token whose text is ``text``, then usage (as captured)."""
+    token = {"choices": [{"text": text, "index": 0, "finish_reason": None}], "object": "text_completion"}
+    last = {"choices": [{"text": "", "index": 0, "finish_reason": "length"}], "object": "text_completion"}
+    last["usage"] = {"completion_tokens": 1, "prompt_tokens": 130, "total_tokens": 131}
+    return (
+        b"".join(f"data: {json.dumps(event)}\n\n".encode() for event in (token, last)) + b"data: [DONE]\n\n"
+    )
+
+
+async def test_a_token_without_text_is_counted_and_its_prompt_redrawn() -> None:
+    """llama.cpp streams a token that is a piece of a multi-byte character as "": nothing to time, so
+    the profile draws one more prompt for that repeat, and counts what happened."""
+    prompts: list[str] = []
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        prompts.append((await request.json())["prompt"])
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(_one_token_stream("" if len(prompts) == 1 else "x"))
+        await response.write_eof()
+        return response
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "llama-20m", "object": "model"}]})
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", models)
+    async with serving_app(app) as url, ProbeClient(TargetSettings(url, api="completions")) as client:
+        profile = await profile_prefill(client.send, SimPromptBuilder(), "completions", [64], repeats=2)
+    sample = profile.samples[0]
+    assert sample.outcomes == {"no_tokens": 1, "ok": 2} and len(sample.ttfts) == 2
+    assert len(prompts) == 3 and len(set(prompts)) == 3  # the redrawn prompt is a new one

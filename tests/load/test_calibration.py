@@ -13,6 +13,7 @@ from exporter.cli import main
 from exporter.load.calibration import calibrate_prompts, max_model_len
 from exporter.load.prompts import ApproxPromptBuilder
 from exporter.probe.client import ProbeClient
+from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.sim.process import SimProcess
 
@@ -76,3 +77,15 @@ def test_profile_fits_its_ladder_to_the_context(
     assert all(s["outcomes"] == {"ok": 1} for s in samples), samples  # nothing sent that must fail
     assert "prompt lengths 2048, 4096, 8192 left out: the server's context is 2048 tokens" in captured.err
     assert f"wrote {output}" in captured.err
+
+
+async def test_a_token_without_text_still_calibrates() -> None:
+    """llama.cpp streams a token that is a piece of a multi-byte character as "" (``no_tokens``); its
+    usage still counts the prompt, which is all calibration reads."""
+
+    async def send(spec: RequestSpec) -> ProbeResult:
+        counted = round(1.5 * len(spec.prompt.split())) + 7  # a tokenizer of 1.5 tokens a word, + a template
+        return ProbeResult(api="completions", outcome=Outcome.NO_TOKENS, prompt_tokens_reported=counted)
+
+    calibration = await calibrate_prompts(send, "completions")
+    assert calibration.tokens_per_word is not None and abs(calibration.tokens_per_word - 1.5) < 0.05

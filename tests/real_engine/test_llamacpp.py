@@ -119,7 +119,9 @@ def test_prefill_profile_fits_llamacpps_prompt_times_and_reports_a_refused_lengt
     printed = json.loads(capsys.readouterr().out)
     fitted, refused = printed["samples"][:3], printed["samples"][3]
     for sample in fitted:
-        assert sample["outcomes"] == {"ok": 2}, sample
+        # A random-weight model's one token is now and then a piece of a multi-byte character, streamed
+        # as "" (measured: about one prompt in 150): the profile redraws that prompt and counts it.
+        assert sample["outcomes"]["ok"] == 2 and set(sample["outcomes"]) <= {"ok", "no_tokens"}, sample
         assert (
             abs(sample["reported_prompt_tokens"] - sample["prompt_tokens"]) <= 0.15 * sample["prompt_tokens"]
         )
