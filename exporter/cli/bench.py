@@ -39,6 +39,7 @@ from exporter.load.sessions import session_turns
 from exporter.load.target_facts import TargetFacts, discover_target
 from exporter.load.target_options import option_url
 from exporter.load.traces import TRACE_FORMATS
+from exporter.load.workload_options import checked_workload_options
 from exporter.options.arrival import ARRIVAL_KINDS
 from exporter.options.oneshot import OptionError, Options
 from exporter.options.think_time import DEFAULT_THINK_TIME
@@ -145,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = merged_options(args)
         spec = evaluation_spec(options)
+        checked_workload_options(options)
         workers = _workers(options)
         directory = Path(options["output"]) if options["output"] else timestamped("bench-results")
         refuse_overwrite(directory / "summary.json", bool(options["force"]))

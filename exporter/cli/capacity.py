@@ -35,7 +35,7 @@ from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
 from exporter.load.target_options import option_url
-from exporter.load.workload_options import workload_from_options
+from exporter.load.workload_options import checked_workload_options, workload_from_options
 from exporter.options.job_params import CapacityParams
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
@@ -143,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         options = merged_options(args)
         params = capacity_params(options)
         slo = trial_slo(params, prefill_deadlines(options))  # bad deadlines fail before any load is sent
+        checked_workload_options(options)
         directory = Path(options["output"]) if options["output"] else timestamped("capacity-results")
         refuse_overwrite(directory / "capacity.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):

@@ -51,8 +51,7 @@ def workload_from_options(options: Options, simulated: bool, facts: TargetFacts 
     facts = facts or TargetFacts()
     builder = prompt_builder(facts, simulated)
     api = option_api(options)
-    spec = read_flags(workload_tree(options), ("workload",), _read, WORKLOAD_FLAGS)
-    _check_flags_only(options, api)
+    spec = checked_workload_options(options)
     limits = {
         "max_prompt_tokens": options["max_prompt_tokens"],
         "max_output_tokens": options["max_output_tokens"],
@@ -71,6 +70,14 @@ def workload_from_options(options: Options, simulated: bool, facts: TargetFacts 
     if context is None and simulated:
         context = SIM_PRESETS[options["sim_preset"] or DEFAULT_SIM_PRESET].engine.max_model_len
     return _fit_context(workload, options, context, exact=simulated)
+
+
+def checked_workload_options(options: Options) -> WorkloadOptions:
+    """The workload flags read and checked, with nothing asked of the target: a command calls it
+    before it starts a simulator or sends anything, so that a bad flag costs no wait."""
+    spec = read_flags(workload_tree(options), ("workload",), _read, WORKLOAD_FLAGS)
+    _check_flags_only(options, option_api(options))
+    return spec
 
 
 def workload_tree(options: Options) -> dict[str, Any]:

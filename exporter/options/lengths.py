@@ -86,6 +86,7 @@ class Fixed:
 
     def __post_init__(self) -> None:
         _require(self.value >= 0, "fixed", "value", "an integer >= 0", self.value)
+        _above_min("fixed", "value", self.value, self.bounds)
 
     def sample(self, n: int, rng: np.random.Generator) -> IntArray:
         return self.bounds.clip(np.full(n, float(self.value)))
@@ -105,6 +106,7 @@ class Uniform:
     def __post_init__(self) -> None:
         _require(self.low >= 0, "uniform", "low", "an integer >= 0", self.low)
         _require(self.high >= self.low, "uniform", "high", f"an integer >= low ({self.low})", self.high)
+        _above_min("uniform", "high", self.high, self.bounds)
 
     def sample(self, n: int, rng: np.random.Generator) -> IntArray:
         drawn = rng.integers(self.low, self.high, size=n, endpoint=True)
@@ -236,6 +238,16 @@ def _parse_count(word: str, where: str) -> int:
 def _require(ok: bool, kind: str, name: str, expected: str, got: object) -> None:
     if not ok:
         raise ValueError(f'{kind}: field "{name}" must be {expected}, got {got!r}')
+
+
+def _above_min(kind: str, name: str, high: int, bounds: Bounds) -> None:
+    """Lengths wholly below their ``min`` (``fixed:0`` against the default ``min`` of 1) would all be
+    clipped to it: refused, so that the lengths sent are the ones asked for."""
+    if high < bounds.low:
+        raise ValueError(
+            f'{kind}: field "{name}" ({high}) is below "min" ({bounds.low}): every length would be '
+            f"clipped to {bounds.low} (set min to allow it)"
+        )
 
 
 _Builder = Callable[[Mapping[str, Any], Bounds], LengthDistribution]

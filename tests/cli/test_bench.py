@@ -139,6 +139,8 @@ def test_worker_processes_send_every_request_once(
         (["--api", "completions", "--tool-calls"], "--tool-calls: needs --api chat or responses"),
         (["--turns", "3", "--tool-calls"], "--tool-calls and --turns above 1 exclude each other"),
         (["--turns", "zipf:a=0"], "--turns: "),
+        # Once 15-token prompts, recorded as asked for: 0 clipped to 1, then to the prompt builder's floor.
+        (["--prompt-tokens", "fixed:0"], '--prompt-tokens: fixed: field "value" (0) is below "min" (1)'),
         (["--think-time", "gamma:k=1"], '--think-time: unknown think-time distribution "gamma"'),
         (["--response-format", "[1]"], "--response-format: expected a JSON object"),
         (

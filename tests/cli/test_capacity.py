@@ -105,6 +105,9 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         (["--workers", "0"], "--workers: must be an integer >= 1"),
         # Once a search of no trial that said "not met at any load tried" (exit 1).
         (["--time-budget", "5"], "--time-budget: 5 s is below one trial's minimum (10 s)"),
+        # Workload flags are read before the target is asked anything (http://127.0.0.1:9 answers nothing).
+        (["--turns", "0"], '--turns: fixed: field "value" (0) is below "min" (1)'),
+        (["--prompt-tokens", "uniform:low=0,high=0"], '--prompt-tokens: uniform: field "high" (0) is below'),
         (
             ["--url", "localhost:18000"],
             '--url: must be an http(s) URL like http://host:8000, got "localhost:18000"',

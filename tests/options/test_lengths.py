@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -120,9 +121,12 @@ def test_empirical_missing_file(tmp_path: Path) -> None:
 
 bounds = st.tuples(st.integers(1, 50), st.one_of(st.none(), st.integers(50, 5000))).map(lambda b: Bounds(*b))
 distributions = st.one_of(
-    st.builds(Fixed, st.integers(0, 10_000), bounds),
+    bounds.flatmap(lambda b: st.builds(Fixed, st.integers(b.low, 10_000), st.just(b))),
     st.builds(
-        lambda lo, width, b: Uniform(lo, lo + width, b), st.integers(0, 1000), st.integers(0, 1000), bounds
+        lambda lo, width, b: Uniform(lo, max(lo + width, b.low), b),
+        st.integers(0, 1000),
+        st.integers(0, 1000),
+        bounds,
     ),
     st.builds(Normal, st.integers(-100, 3000).map(float), st.integers(0, 500).map(float), bounds),
     st.builds(LogNormal, st.integers(1, 5000).map(float), st.integers(0, 200).map(lambda s: s / 100), bounds),
@@ -180,3 +184,19 @@ def test_zipf_is_truncated_not_clipped() -> None:
 def test_clipping_rounds_then_clips() -> None:
     assert Normal(0, 0, Bounds(1, None)).sample(3, np.random.default_rng(0)).tolist() == [1, 1, 1]
     assert Fixed(10, Bounds(1, 4)).sample(2, np.random.default_rng(0)).tolist() == [4, 4]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("fixed:0", 'fixed: field "value" (0) is below "min" (1): every length would be clipped to 1'),
+        ("uniform:low=0,high=0", 'uniform: field "high" (0) is below "min" (1)'),
+        ("fixed:value=3,min=5", 'fixed: field "value" (3) is below "min" (5)'),
+    ],
+)
+def test_lengths_wholly_below_their_min_are_refused(spec: str, message: str) -> None:
+    """``fixed:0`` once sent 15-token prompts without a word: clipped to the default min of 1, then
+    to the prompt builder's floor."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_length_spec(spec)
+    assert parse_length_spec("fixed:value=0,min=0").sample(2, np.random.default_rng(0)).tolist() == [0, 0]
