@@ -73,10 +73,10 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 @contextlib.contextmanager
-def embedded_or_file(args: argparse.Namespace) -> Iterator[Config]:
-    """The config file's config, or the embedded default around a simulator child process."""
-    if args.config_file:
-        yield load_config_file(args.config_file)
+def embedded_or_file(args: argparse.Namespace, loaded: Config | None) -> Iterator[Config]:
+    """The config file's config (``loaded``), or the embedded default around a simulator child process."""
+    if loaded is not None:
+        yield loaded
         return
     with SimProcess(["--preset", args.sim_preset]) as sim:
         LOG.info("no --config.file: probing the built-in simulator (%s) at %s", args.sim_preset, sim.url)
@@ -87,15 +87,22 @@ class ListenError(OSError):
     """The web app cannot listen where it was told to (the message says where and why)."""
 
 
-async def serve(daemon: Daemon, address: str, *, enable_lifecycle: bool = False) -> None:
-    """Run the daemon and its web app until SIGTERM/SIGINT; SIGHUP reloads."""
+def listen(address: str) -> list[socket.socket]:
+    """Sockets listening on ``address``, or a ``ListenError`` that says where and why not."""
     host, port = split_address(address)
     try:
-        # Listen first: a port in use must stop us before any probe starts (and is cancelled mid-way).
-        sockets = listening_sockets(host, port)
+        return listening_sockets(host, port)
     except OSError as exc:
         reason = exc.strerror or str(exc)  # "Address already in use", "Name or service not known"
         raise ListenError(f"cannot listen on {address}: {reason.lower()}") from None
+
+
+async def serve(
+    daemon: Daemon, address: str, sockets: list[socket.socket], *, enable_lifecycle: bool = False
+) -> None:
+    """Run the daemon and its web app on ``sockets`` (listening on ``address``) until SIGTERM/SIGINT;
+    SIGHUP reloads."""
+    host, port = split_address(address)
     daemon.listen_address = address
     runner = web.AppRunner(web_app(daemon, enable_lifecycle=enable_lifecycle), access_log=None)
     try:
@@ -114,8 +121,6 @@ async def serve(daemon: Daemon, address: str, *, enable_lifecycle: bool = False)
         await stop.wait()
     finally:
         await runner.cleanup()  # stops the daemon after the last request
-        for sock in sockets:
-            sock.close()
         print("fluidity-exporter: stopped", flush=True)
 
 
@@ -156,12 +161,18 @@ def run(args: argparse.Namespace) -> int:
     # APScheduler logs every job run at INFO: useful when debugging, noise otherwise.
     logging.getLogger("apscheduler").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     try:
-        with embedded_or_file(args) as config:
-            address = args.listen_address or config.global_.listen_address
-            split_address(address)
-            daemon = Daemon(config, config_path=args.config_file)
-            daemon.listen_flag = args.listen_address is not None
-            event_loop.run(serve(daemon, address, enable_lifecycle=args.enable_lifecycle))
+        loaded = load_config_file(args.config_file) if args.config_file else None
+        address = args.listen_address or (loaded.global_.listen_address if loaded else DEFAULT_LISTEN_ADDRESS)
+        # Listen first: a port in use must stop us before a simulator or any probe starts.
+        sockets = listen(address)
+        try:
+            with embedded_or_file(args, loaded) as config:
+                daemon = Daemon(config, config_path=args.config_file)
+                daemon.listen_flag = args.listen_address is not None
+                event_loop.run(serve(daemon, address, sockets, enable_lifecycle=args.enable_lifecycle))
+        finally:
+            for sock in sockets:
+                sock.close()
     except ConfigError as exc:
         print(f"fluidity-exporter: {args.config_file}: {len(exc.problems)} problems", file=sys.stderr)
         for problem in exc.problems:

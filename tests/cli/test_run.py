@@ -85,15 +85,20 @@ def test_a_bad_listen_address_names_the_flag(address: str) -> None:
         split_address(address)
 
 
-def _start(config: Path, port: int) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "exporter", "run", f"--config.file={config}"]
-    command.append(f"--web.listen-address=127.0.0.1:{port}")
+def _start(config: Path | None, port: int) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "exporter", "run", f"--web.listen-address=127.0.0.1:{port}"]
+    if config is not None:
+        command.append(f"--config.file={config}")
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_a_port_in_use_is_one_line_before_any_probe_starts(tmp_path: Path) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text("targets:\n  - {name: a, url: 'http://127.0.0.1:9'}\nmodules: {m: {}}\n")
+@pytest.mark.parametrize("embedded", [False, True])
+def test_a_port_in_use_is_one_line_before_any_probe_starts(tmp_path: Path, embedded: bool) -> None:
+    """With a config file, and on the embedded default, where the simulator once started (and logged
+    that it did) before the port was found taken."""
+    config = None if embedded else tmp_path / "config.yaml"
+    if config is not None:
+        config.write_text("targets:\n  - {name: a, url: 'http://127.0.0.1:9'}\nmodules: {m: {}}\n")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
