@@ -68,6 +68,11 @@ class DaemonService(Protocol):
     def config(self) -> Config: ...
 
     @property
+    def config_path(self) -> str | None:
+        """The config file a reload re-reads (None: the embedded default, nothing to reload)."""
+        ...
+
+    @property
     def job_env(self) -> JobService:
         """The daemon's side of the jobs API."""
         ...
@@ -168,7 +173,10 @@ async def reload(request: web.Request) -> web.Response:
         raise web.HTTPForbidden(
             text="Lifecycle API is not enabled: start with --web.enable-lifecycle, or send SIGHUP\n"
         )
-    ok, message = await request.app[DAEMON].reload()
+    daemon = request.app[DAEMON]
+    ok, message = await daemon.reload()
+    if daemon.config_path is None:  # nothing failed: there is no file (a conflict with how it runs)
+        return web.Response(status=409, text=message + "\n")
     return web.Response(status=200 if ok else 500, text=message + "\n")
 
 

@@ -17,7 +17,7 @@ import pytest
 from aiohttp import web
 
 from exporter.app import Daemon
-from exporter.config import load_config_file
+from exporter.config import default_config, load_config_file
 from exporter.exposition import render
 from exporter.web.routes import build_app
 from tests.support.daemon import samples, serving, value
@@ -205,6 +205,17 @@ async def test_reload_stamps_come_from_the_daemons_clock(failing_server: str, tm
         await daemon.stop()
     stamp = "fluidity_exporter_config_last_reload_success_timestamp_seconds"
     assert daemon.registry.get_sample_value(stamp) == 1_700_000_000.0
+
+
+async def test_a_reload_of_the_embedded_default_is_a_conflict_not_a_failure(failing_server: str) -> None:
+    """No config file to re-read: nothing failed (once a 500, as a refused config answers)."""
+    daemon = Daemon(default_config(failing_server), config_path=None)
+    async with serving(daemon) as url, aiohttp.ClientSession() as session:
+        async with session.post(url + "/-/reload") as response:
+            assert response.status == 409
+            assert "no --config.file to reload (running on the embedded default)" in await response.text()
+        _, text, _ = await fetch(url + "/metrics")
+        assert value(samples(text), "fluidity_exporter_config_last_reload_successful") == 1
 
 
 async def test_reload_over_http_needs_the_lifecycle_flag(failing_server: str, tmp_path: Path) -> None:
