@@ -15,6 +15,7 @@ output folder that would be overwritten). ``check-config`` and ``run`` exit 0 or
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -61,19 +62,48 @@ def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that serve until told to stop handle these signals in their event loop (a clean shutdown).
+SERVING_COMMANDS = ("run", "sim", "shard")
+TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP (a ``timeout``, a cancelled CI job, a container stop) ends a one-shot command
+    the way Ctrl-C does: a ``KeyboardInterrupt``, so every cleanup that Ctrl-C runs (the simulator child,
+    the worker processes) runs for it too. They once kept running, the workers still sending load."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns the exit code."""
     commands = _commands()
     args = build_parser(commands).parse_args(argv)
     from exporter.probe.client import TargetError
 
+    serving = args.command in SERVING_COMMANDS
+    previous = {} if serving else {signum: signal.signal(signum, _terminate) for signum in TERMINATING_SIGNALS}
     try:
         return commands[args.command].run(args)
+    except Terminated as exc:
+        name = signal.Signals(exc.signum).name
+        print(f"fluidity-exporter {args.command}: {name}: stopped at once, nothing written", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
+        print(f"fluidity-exporter {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except TargetError as exc:  # e.g. GET /v1/models failed: the target is down, not our bug
         print(f"fluidity-exporter {args.command}: error: the target did not answer: {exc}", file=sys.stderr)
         return 1
+    finally:
+        for signum, handler in previous.items():  # main() may run inside another program (the tests)
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

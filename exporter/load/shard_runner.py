@@ -317,17 +317,21 @@ async def _tasks(
 ) -> AsyncIterator[ShardTask | int]:
     """Tasks as they come; an int is the exit code to end with."""
     reached, last = False, time.monotonic()
+    answered = last  # when the coordinator last answered
     while True:
         try:
             task = await coordinator.next_task(api_key)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            if time.monotonic() - last > idle_exit_s:
+            now = time.monotonic()
+            # Once reached, a coordinator silent this long is gone (its process stopped or was killed): a
+            # local shard once waited out the idle limit, 10 minutes, after its parent died.
+            if now - last > idle_exit_s or (reached and now - answered > LOST_S):
                 log.error("shard %d: the coordinator is unreachable: %s", coordinator.shard, exc)
                 yield 0 if reached else 1
                 return
             await asyncio.sleep(1.0)  # the coordinator is not listening yet (the job has not begun)
             continue
-        reached = True
+        reached, answered = True, time.monotonic()
         if task == "exit":
             yield 0
             return

@@ -13,12 +13,13 @@ import signal
 import time
 
 import pytest
+from aiohttp import web
 
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.load.shard_local import LocalShards, local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
-from exporter.load.shard_runner import serve_shard
+from exporter.load.shard_runner import LOST_S, serve_shard
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult, intervals
 from exporter.probe.target import RequestSpec
@@ -195,6 +196,34 @@ async def test_a_shard_leaves_when_the_coordinator_is_done() -> None:
     await pool.wait_registered(10)
     await pool.close()
     assert await asyncio.wait_for(shard, 10) == 0
+
+
+async def test_a_shard_leaves_when_its_coordinator_vanishes_without_a_word() -> None:
+    """A coordinator process killed mid-search never answers 410: once reached, LOST_S of silence is
+    enough (a local shard once outlived its killed parent by the 10-minute idle limit)."""
+    polls = 0
+
+    async def no_task_yet(_: web.Request) -> web.Response:
+        nonlocal polls
+        polls += 1
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_get("/shards/v1/0/task", no_task_yet)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    shard = asyncio.create_task(serve_shard(f"http://{host}:{port}", 0, "t", None, idle_exit_s=600))
+    try:
+        while polls == 0:
+            await asyncio.sleep(0.05)
+    finally:
+        await runner.cleanup()
+    began = time.monotonic()
+    assert await asyncio.wait_for(shard, LOST_S + 10) == 0
+    assert time.monotonic() - began < LOST_S + 5
 
 
 async def test_a_shard_that_never_reaches_a_coordinator_exits_1() -> None:
