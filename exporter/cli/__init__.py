@@ -88,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from exporter.probe.client import TargetError
 
     serving = args.command in SERVING_COMMANDS
-    previous = {} if serving else {signum: signal.signal(signum, _terminate) for signum in TERMINATING_SIGNALS}
+    previous = (
+        {} if serving else {signum: signal.signal(signum, _terminate) for signum in TERMINATING_SIGNALS}
+    )
     try:
         return commands[args.command].run(args)
     except Terminated as exc:

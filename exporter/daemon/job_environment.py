@@ -8,6 +8,7 @@ through a callable at every call, because a reload replaces it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -104,8 +105,9 @@ class DaemonJobEnvironment:
 
     # -- what the runners ask for -------------------------------------------------------------------
 
-    def client_for(self, target: str) -> ProbeClient:
-        return self._pool.client_for(target)
+    def lease(self, target: str) -> contextlib.AbstractAsyncContextManager[ProbeClient]:
+        """The target's client for a job's life (``TargetPool.lease``)."""
+        return self._pool.lease(target)
 
     def deadline_policy(self, target: str) -> DeadlinePolicy:
         """The target's SLO deadlines, ``Dp`` from its stored prefill profile unless the SLO has a model."""
@@ -125,7 +127,8 @@ class DaemonJobEnvironment:
     async def engine_busy(self, target: str) -> float | None:
         """Running + waiting requests in the target's engine, from a scrape now (None without engine
         metrics, when the scrape fails or the engine names neither)."""
-        engine = self.config.target(target).engine_metrics
+        configured = next((t for t in self.config.targets if t.name == target), None)
+        engine = configured.engine_metrics if configured is not None else None  # None: a reload removed it
         session = self._scrape_session()
         if engine is None or session is None:
             return None

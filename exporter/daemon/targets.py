@@ -4,13 +4,19 @@ through them within the budget.
 A reload replaces a target's state only when its settings changed; a replaced client is closed once
 the probes still running on it have ended (``close_later``), and the target's health (its last error,
 its back-off) carries over, because the operator still needs it.
+
+A job holds the client it started with for its whole life (``lease``): a reload that changes or
+removes the target takes effect for the next job, and the old client stays open until the leases on
+it end. A search measured half on old settings and half on new ones would measure neither, and a job
+whose target a reload removed once failed as a bug (``KeyError``, or a client closed under it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +44,7 @@ class TargetState:
     budget: BudgetTracker
     health: TargetHealth
     busy: set[str] = field(default_factory=set)  # probes in flight, "module:on-demand|scheduled"
+    leases: int = 0  # jobs running on this client (``TargetPool.lease``)
 
 
 class TargetPool:
@@ -51,20 +58,33 @@ class TargetPool:
     def states(self) -> Mapping[str, TargetState]:
         return self._states
 
-    def client_for(self, target: str) -> ProbeClient:
-        return self._states[target].client
+    @contextlib.asynccontextmanager
+    async def lease(self, target: str) -> AsyncIterator[ProbeClient]:
+        """The target's client, kept open for the block even if a reload replaces or removes it."""
+        state = self._states[target]
+        state.leases += 1
+        try:
+            yield state.client
+        finally:
+            state.leases -= 1
 
     async def sync(self, config: Config) -> list[str]:
         """Open, keep or replace each configured target's client; returns the names removed."""
         names = {target.name for target in config.targets}
         removed = [name for name in self._states if name not in names]
         for name in removed:
-            await self._states.pop(name).client.__aexit__(None, None, None)
+            gone = self._states.pop(name)
+            if gone.leases or gone.busy:  # a job or a probe still uses it
+                asyncio.get_running_loop().create_task(close_later(gone))
+            else:
+                await gone.client.__aexit__(None, None, None)
         for target in config.targets:
             state = self._states.get(target.name)
             if state is not None and state.config == target:
                 continue
-            if state is not None:  # new settings: in-flight probes keep the old client until they end
+            if (
+                state is not None
+            ):  # new settings: in-flight probes and jobs keep the old client until they end
                 asyncio.get_running_loop().create_task(close_later(state))
             client = await ProbeClient(target.settings()).__aenter__()
             health = state.health if state is not None else TargetHealth(target.name, self._wall_clock)
@@ -125,8 +145,9 @@ async def _send(
 
 
 async def close_later(state: TargetState, grace_s: float = REPLACED_CLIENT_GRACE_S) -> None:
-    """Close a replaced client once its in-flight probes are done (or after a long grace)."""
+    """Close a replaced or removed client once the jobs leasing it have ended (their own limits bound
+    them) and its in-flight probes are done (or after a long grace)."""
     deadline = time.monotonic() + grace_s
-    while state.busy and time.monotonic() < deadline:
+    while state.leases or (state.busy and time.monotonic() < deadline):
         await asyncio.sleep(1.0)
     await state.client.__aexit__(None, None, None)

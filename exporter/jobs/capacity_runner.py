@@ -131,15 +131,17 @@ def capacity_runner(env: JobEnvironment) -> Runner:
         module = module_of(params, target)
         workload = config.workload(target.name, module)
         slo = resolve_trial_slo(params.slo, config.slo_for(target), env.deadline_policy(target.name))
-        client = env.client_for(target.name)
-        await model_of(client)
-        await env.wait_idle(target.name)
         remote, limits = config.jobs.shards, env.job_limits()
         progress = SearchProgress(params, ctx.progress)
-        async with job_shards(remote, config.jobs.api_token, params.workers, env, client) as pool:
+        async with (
+            env.lease(target.name) as client,
+            job_shards(remote, config.jobs.api_token, params.workers, env, client) as pool,
+        ):
+            await model_of(client)
+            await env.wait_idle(target.name)
             result = await run_capacity_search(
                 params, search_settings(params, limits, slo), workload, slo,
-                lambda: env.client_for(target.name), budget=TokenBudget(limits.max_tokens),
+                lambda: client, budget=TokenBudget(limits.max_tokens),
                 on_trial=_reporter(ctx, progress), pool=pool,
                 shard_url=remote.url_for(target.name) if remote is not None else None,
                 time_budget_s=time_budget(params, limits), progress=progress,
@@ -170,7 +172,7 @@ async def run_capacity_search(
     busy: Busy | None = None,
 ) -> CapacityResult:
     """A whole search (the daemon's job and the CLI share it). ``client()`` is asked for the target's
-    client at every send: a reload that changes the target's settings swaps it mid-search. With a
+    client at every send (a daemon's job leases one for its whole life: ``JobEnvironment.lease``). With a
     ``pool`` every trial is sharded over its shards (worker processes or pods), which reach the target
     at ``shard_url`` when given (pods of their own cannot use a sidecar's loopback). Every trial after
     the first waits for a drained engine (``busy``: its running + waiting requests) and ends at its time

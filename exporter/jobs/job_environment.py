@@ -33,7 +33,9 @@ class JobEnvironment(Protocol):
 
     def job_limits(self) -> JobLimits: ...
 
-    def client_for(self, target: str) -> ProbeClient: ...
+    def lease(self, target: str) -> contextlib.AbstractAsyncContextManager[ProbeClient]:
+        """The target's client, for the job's whole life: a reload that changes or removes the target
+        takes effect for the next job."""
 
     def deadline_policy(self, target: str) -> DeadlinePolicy: ...
 

@@ -59,10 +59,12 @@ def profile_runner(env: JobEnvironment) -> Runner:
             raise JobFailedError(
                 f"the profile would send {planned} prompt tokens; jobs.limits.max_tokens is {limit}"
             )
-        client = env.client_for(target.name)
-        await model_of(client)
-        await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
-        async with job_shards(None, None, params.workers, env, client, PROFILE_POOL) as pool:
+        async with (
+            env.lease(target.name) as client,
+            job_shards(None, None, params.workers, env, client, PROFILE_POOL) as pool,
+        ):
+            await model_of(client)
+            await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
             profile = await profile_prefill(
                 client.send if pool is None else one_at_a_time(pool, client.settings), prompt_builder(target),
                 target.api, params.lengths, params.repeats, _sample_reporter(ctx, len(params.lengths)),

@@ -169,6 +169,38 @@ async def test_a_restart_mid_job_marks_it_interrupted(slow_sim: SimServer, tmp_p
     assert [job["state"] for job in listed["jobs"] if job["id"] == record["id"]] == ["interrupted"]
 
 
+@pytest.mark.parametrize(
+    ("kind", "body"),
+    [
+        (
+            "capacity",
+            {"target": "sim", "start": 4, "requests_per_trial": 40, "warmup_requests": 0, "max_trials": 2},
+        ),
+        ("prefill-profile", {"target": "sim", "lengths": [1024, 2048, 4096], "repeats": 6, "apply": False}),
+    ],
+)
+async def test_a_reload_that_renames_the_target_lets_the_running_job_finish(
+    slow_sim: SimServer, tmp_path: Path, kind: str, body: dict[str, object]
+) -> None:
+    """The job keeps the client it started with. It once failed as a bug: a KeyError for the capacity
+    search (the target's client looked up by name at every send), a closed client for the profile."""
+    path = write_config(tmp_path, slow_sim.url)
+    daemon = Daemon(load_config_file(path), config_path=str(path), seed=1)
+    async with serving(daemon) as url:
+        before = slow_sim.engine.prompt_tokens
+        status, record = await call("POST", f"{url}/api/v1/jobs/{kind}", body)
+        assert status == 202
+        # The job's requests are in the engine (a scheduled probe sends at most 96 prompt tokens a second).
+        await wait_for(lambda: slow_sim.engine.prompt_tokens - before >= 1000, timeout=20)
+        path.write_text(path.read_text().replace("name: sim", "name: renamed"))
+        ok, message = await daemon.reload()
+        assert ok, message
+        assert "renamed" in daemon.targets and record["state"] == "running"
+        done = await finished(url, record["id"])
+    assert done["state"] == "succeeded", done
+    assert done["result"]["target"] == "sim"
+
+
 async def test_the_api_needs_the_token(daemon: tuple[Daemon, str]) -> None:
     _, url = daemon
     status, _ = await call("POST", f"{url}/api/v1/jobs/capacity", {"target": "sim"}, headers={})
