@@ -127,6 +127,23 @@ def test_noisy_pass_above_a_failure_is_ignored() -> None:
     assert capacity(history) == 9.0
 
 
+def test_missed_bets_halve_the_kept_end() -> None:
+    """Passes with a flat headroom of 1.02 creep up by the tolerance, each a bet that the next trial at
+    ``lo * 1.05`` fails (plain regula falsi keeps betting there). Once a bet has missed and the failure
+    at 10 was kept twice in a row, its log(headroom) is halved per trial that keeps it: the line leaves
+    the creeping end."""
+    config = SearchSettings(start=5.0, max_load=100.0)
+    history = [Observation(10.0, False, 0.5), Observation(5.0, True, 1.02)]
+    for _ in range(3):  # the kept end weighs 1, 1, 0.5: still a bet each time
+        load = next_load(config, history)
+        assert load == pytest.approx(history[-1].load * 1.05)
+        history.append(Observation(load, True, 1.02))
+    low, h_low, h_high = history[-1].load, math.log(1.02), 0.25 * math.log(0.5)
+    expected = low + (10.0 - low) * h_low / (h_low - h_high)
+    assert expected > low * 1.05
+    assert next_load(config, history) == pytest.approx(expected)
+
+
 def test_search_with_noisy_passes_above_the_capacity() -> None:
     """Loads between 2% and 6% above the capacity pass by luck: the search reports a load below the
     lowest failure it saw, within tolerance of the capacity."""
