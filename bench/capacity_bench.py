@@ -58,7 +58,7 @@ from multiprocessing import Pool
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
-from exporter.jobs.capacity_search import SearchSettings
+from exporter.jobs.search_state import SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.presets import preset as workload_preset

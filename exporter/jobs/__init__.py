@@ -1,7 +1,7 @@
 """Long jobs run on demand or on a schedule: capacity search and prefill profiling.
 
-``capacity`` searches for the highest load that meets the SLO (``capacity_search`` the pure search,
-``trial`` and ``trial_shards`` one trial, ``trial_verdict`` its pure verdict, ``drain`` waiting for the
+``capacity`` searches for the highest load that meets the SLO (``capacity_search`` the pure search's
+next step, ``search_state`` what its trials show, ``trial`` and ``trial_shards`` one trial, ``trial_verdict`` its pure verdict, ``drain`` waiting for the
 engine to go idle, ``search_progress`` what an operator watches, ``capacity_report`` the result as a
 person reads it); ``prefill_profile`` fits the prefill deadline model; ``manager`` runs jobs, one per
 target at a time, bounded and cancellable; ``store`` and ``profiles`` keep results on disk;

@@ -19,20 +19,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.jobs.capacity_search import (
+from exporter.jobs.capacity_search import next_load, settling
+from exporter.jobs.drain import Drained
+from exporter.jobs.search_state import (
     Observation,
     SearchSettings,
     State,
     bracket,
     converged,
-    next_load,
     outcome,
     pass_interval,
     pool,
-    settling,
     verdict,
 )
-from exporter.jobs.drain import Drained
 from exporter.jobs.trial import TrialReport
 from exporter.jobs.trial_verdict import SHARDS_REASON
 from exporter.options.job_params import MIN_TRIAL_S

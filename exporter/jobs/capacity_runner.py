@@ -17,11 +17,11 @@ from typing import Any
 from exporter.config.model import SloConfig, Target
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, search_capacity
-from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.drain import Busy, Drained, wait_drained
 from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.search_progress import SearchProgress
+from exporter.jobs.search_state import SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import TrialSlo

@@ -74,15 +74,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 
-from exporter.stats.binomial import DEFAULT_CONFIDENCE, Interval, Method, Verdict, classify_fraction, interval
+from exporter.jobs.search_state import (
+    Bracket,
+    Observation,
+    SearchSettings,
+    bracket,
+    clipped_headroom,
+    converged,
+    log_headroom,
+    pool,
+    verdict,
+)
+from exporter.stats.binomial import Verdict, classify_fraction
 
-MIN_RATE = 0.01  # requests/s: below this a rate search gives up ("no capacity")
-# Headroom is clipped to this range (the range ``exporter.stats.headroom`` searches) before its log is
-# taken: a trial whose every request failed has headroom 0.
-HEADROOM_RANGE = (1.0 / 64.0, 64.0)
 EDGE_GUARD = 0.1  # an interpolated load stays this share of the interval away from both ends
 # The first failure is aimed this share of the tolerance past the line's estimate (a whole tolerance
 # before): where the line overshoots (from two light loads it lands about 10% past the capacity on
@@ -90,141 +95,6 @@ EDGE_GUARD = 0.1  # an interpolated load stays this share of the interval away f
 # Measured on bench/capacity_bench.py against a whole tolerance: 62.5% of Etalon's tokens in the
 # median (63.7%), 11/48 runs at <= 50% (9), within 5% and within 6 trials unchanged (46, 42 of 48).
 AIM_PAST = 0.5
-MAX_PARTS = 3  # a load whose verdict is inconclusive where the search would end runs at most this often
-
-
-class State(StrEnum):
-    """What a search found (``capacity.json``, the jobs API and ``fluidity_capacity_state``)."""
-
-    FOUND = "found"  # a confident pass below a confident failure, within the tolerance: a measurement
-    LOWER_BOUND = "lower_bound"  # still passing when the ceiling, the trials or a budget stopped it
-    NOT_MET = "not_met"  # no load tried passed (down to the floor, or until a budget ran out)
-    INCONCLUSIVE = "inconclusive"  # bracketed within the tolerance, but an end straddles the objective
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """Bounds and steps of one search. ``integer``: loads are concurrencies (whole numbers >= 1)."""
-
-    start: float
-    max_load: float
-    tolerance: float = 0.05
-    max_trials: int = 8
-    growth: float = 2.0
-    max_growth: float = 4.0
-    integer: bool = False
-    floor: float | None = None  # lowest load tried (None: 1 for concurrencies, MIN_RATE for rates)
-    required: float | None = None  # share of requests that must meet the target (None: point verdicts)
-    confidence: float = DEFAULT_CONFIDENCE
-    method: Method = "clopper-pearson"
-    max_parts: int = MAX_PARTS
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.start <= self.max_load:
-            raise ValueError(
-                f"start must be in (0, max_load], got {self.start} with max_load {self.max_load}"
-            )
-        if not 0.0 < self.tolerance < 1.0:
-            raise ValueError(f"tolerance must be in (0, 1), got {self.tolerance}")
-        if self.max_trials < 1:
-            raise ValueError(f"max_trials must be >= 1, got {self.max_trials}")
-        if not 1.0 < self.growth <= self.max_growth:
-            raise ValueError(f"growth must be in (1, max_growth], got {self.growth}")
-        if self.floor is not None and not 0.0 < self.floor <= self.start:
-            raise ValueError(f"floor must be in (0, start], got {self.floor} with start {self.start}")
-
-    @property
-    def min_load(self) -> float:
-        if self.floor is not None:
-            return self.floor
-        return 1.0 if self.integer else MIN_RATE
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One trial as the search sees it. ``headroom``: NaN when the trial measured nothing.
-
-    ``successes`` of ``requests`` met the target (None: not counted, the point verdict decides);
-    ``objectives_met``: every other objective of the SLO held (those are judged as points)."""
-
-    load: float
-    passed: bool
-    headroom: float
-    successes: int | None = None
-    requests: int | None = None
-    objectives_met: bool = True
-    parts: int = 1
-
-
-def pool(settings: SearchSettings, history: Sequence[Observation]) -> list[Observation]:
-    """Trials at one load merged into one observation (counts summed, headroom's geometric mean),
-    in order of first appearance. Without counts the load passes only if every trial at it passed."""
-    merged: dict[float, list[Observation]] = {}
-    for item in history:
-        merged.setdefault(item.load, []).append(item)
-    return [_merge(settings, parts) if len(parts) > 1 else parts[0] for parts in merged.values()]
-
-
-def _merge(settings: SearchSettings, parts: Sequence[Observation]) -> Observation:
-    objectives = all(p.objectives_met for p in parts)
-    logs = [_log(p.headroom) for p in parts if not math.isnan(p.headroom)]
-    headroom = math.exp(sum(logs) / len(logs)) if logs else math.nan
-    if settings.required is None or any(p.successes is None or not p.requests for p in parts):
-        return Observation(parts[0].load, all(p.passed for p in parts), headroom, parts=len(parts))
-    successes = sum(p.successes or 0 for p in parts)
-    requests = sum(p.requests or 0 for p in parts)
-    passed = objectives and successes >= math.ceil(settings.required * requests - 1e-9)
-    return Observation(parts[0].load, passed, headroom, successes, requests, objectives, len(parts))
-
-
-def verdict(settings: SearchSettings, item: Observation) -> Verdict:
-    """PASS, FAIL or INCONCLUSIVE: the pass fraction's interval against ``required`` (any other
-    objective missed fails it); without counts or ``required``, the point verdict."""
-    if settings.required is None or item.successes is None or not item.requests:
-        return Verdict.PASS if item.passed else Verdict.FAIL
-    if not item.objectives_met:
-        return Verdict.FAIL
-    return classify_fraction(
-        item.successes, item.requests, settings.required, settings.confidence, settings.method
-    )
-
-
-def pass_interval(settings: SearchSettings, item: Observation) -> Interval | None:
-    """The confidence interval of the load's pass fraction (None without counts)."""
-    if item.successes is None or not item.requests:
-        return None
-    return interval(item.successes, item.requests, settings.confidence, settings.method)
-
-
-@dataclass(frozen=True)
-class Bracket:
-    """The highest passing load below the lowest failing one (either may be missing)."""
-
-    low: Observation | None
-    high: Observation | None
-
-
-def bracket(history: Sequence[Observation]) -> Bracket:
-    """``high``: the lowest failing load; ``low``: the highest passing load below it. A pass above a
-    failure (noise near the capacity) is ignored: the search stays on the side it can vouch for."""
-    fails = [o for o in history if not o.passed]
-    high = min(fails, key=lambda o: o.load, default=None)
-    passes = [o for o in history if o.passed and (high is None or o.load < high.load)]
-    low = max(passes, key=lambda o: o.load, default=None)
-    return Bracket(low, high)
-
-
-def converged(settings: SearchSettings, found: Bracket) -> bool:
-    """Both ends known and close enough: the capacity is ``low`` within the tolerance."""
-    low, high = found.low, found.high
-    if low is None or high is None:
-        return False
-    if settings.integer and high.load - low.load <= 1:
-        return True
-    # The relative epsilon absorbs rounding: a pass placed at ``high / (1 + tolerance)`` must end the
-    # search, and ``high / t * t`` falls an ulp short of ``high`` for about 2% of loads, which used to
-    # repeat the same trial.
-    return high.load <= low.load * (1.0 + settings.tolerance) * (1.0 + 1e-9)
 
 
 def next_load(settings: SearchSettings, history: Sequence[Observation]) -> float | None:
@@ -289,29 +159,10 @@ def could_settle(settings: SearchSettings, end: Observation) -> bool:
     return settled is not Verdict.INCONCLUSIVE
 
 
-def capacity(history: Sequence[Observation]) -> float | None:
-    """The highest passing load below the lowest failing one (None if none): the answer when the
-    outcome is ``found``, a lower bound otherwise."""
-    low = bracket(history).low
-    return low.load if low is not None else None
-
-
-def outcome(settings: SearchSettings, history: Sequence[Observation]) -> State:
-    """What the search found (its trials pooled by load)."""
-    found = bracket(pool(settings, history))
-    if found.low is None:
-        return State.NOT_MET
-    if not converged(settings, found):
-        return State.LOWER_BOUND
-    assert found.high is not None
-    confident = verdict(settings, found.low) is Verdict.PASS and verdict(settings, found.high) is Verdict.FAIL
-    return State.FOUND if confident else State.INCONCLUSIVE
-
-
 def _grow(settings: SearchSettings, history: Sequence[Observation], last: Observation) -> float | None:
     if last.load >= settings.max_load:
         return None  # the capacity is at least max_load: the search may not go higher
-    target = last.load * min(max(_clipped(last.headroom), settings.growth), settings.max_growth)
+    target = last.load * min(max(clipped_headroom(last.headroom), settings.growth), settings.max_growth)
     estimate = _extrapolate(history, last)
     if estimate is not None:
         target = estimate * (1.0 + AIM_PAST * settings.tolerance)
@@ -326,16 +177,16 @@ def _extrapolate(history: Sequence[Observation], last: Observation) -> float | N
     if not below or not math.isfinite(last.headroom):
         return None
     previous = max(below, key=lambda o: o.load)
-    slope = (_log(last.headroom) - _log(previous.headroom)) / (last.load - previous.load)
+    slope = (log_headroom(last.headroom) - log_headroom(previous.headroom)) / (last.load - previous.load)
     if slope >= 0.0:
         return None
-    return last.load + _log(last.headroom) / -slope
+    return last.load + log_headroom(last.headroom) / -slope
 
 
 def _shrink(settings: SearchSettings, failed: Observation) -> float | None:
     if failed.load <= settings.min_load:
         return None  # not even the smallest load passes
-    target = failed.load * min(max(_clipped(failed.headroom), 0.25), 0.5)
+    target = failed.load * min(max(clipped_headroom(failed.headroom), 0.25), 0.5)
     return _fit(settings, max(target, settings.min_load))
 
 
@@ -390,20 +241,10 @@ def _interpolate(
     ``weights``) reaches ``log(headroom) = 0``."""
     if math.isnan(low.headroom) or math.isnan(high.headroom):
         return None
-    h_low, h_high = _log(low.headroom) * weights[0], _log(high.headroom) * weights[1]
+    h_low, h_high = log_headroom(low.headroom) * weights[0], log_headroom(high.headroom) * weights[1]
     if h_low < 0.0 or h_high >= 0.0:
         return None  # noisy headroom on the wrong side of 1: no trustworthy line
     return low.load + (high.load - low.load) * h_low / (h_low - h_high)
-
-
-def _clipped(headroom: float) -> float:
-    """Headroom within ``HEADROOM_RANGE`` (NaN, a trial that measured nothing, counts as the floor)."""
-    low, high = HEADROOM_RANGE
-    return low if math.isnan(headroom) else min(max(headroom, low), high)
-
-
-def _log(headroom: float) -> float:
-    return math.log(_clipped(headroom))
 
 
 def _inside(settings: SearchSettings, target: float, low: float, high: float) -> float | None:

@@ -12,19 +12,10 @@ import pytest
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_runner import default_floor, search_settings, trial_time_limit
-from exporter.jobs.capacity_search import (
-    Observation,
-    SearchSettings,
-    State,
-    could_settle,
-    next_load,
-    outcome,
-    pool,
-    settling,
-    verdict,
-)
+from exporter.jobs.capacity_search import could_settle, next_load, settling
 from exporter.jobs.drain import wait_drained
 from exporter.jobs.search_progress import SearchProgress
+from exporter.jobs.search_state import Observation, SearchSettings, State, outcome, pool, verdict
 from exporter.jobs.trial import Tally, TrialPlan, TrialReport, stop_reason
 from exporter.jobs.trial_verdict import TrialSlo, judge
 from exporter.options.job_params import CapacityParams, JobLimits

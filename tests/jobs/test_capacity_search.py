@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.jobs.capacity import search_capacity
-from exporter.jobs.capacity_search import (
+from exporter.jobs.capacity_search import next_load
+from exporter.jobs.search_state import (
     MIN_RATE,
     Bracket,
     Observation,
@@ -20,7 +21,6 @@ from exporter.jobs.capacity_search import (
     bracket,
     capacity,
     converged,
-    next_load,
 )
 from exporter.jobs.trial import TrialReport
 
