@@ -53,7 +53,8 @@ Schema (every key is optional unless marked *required*; the values shown are the
         schedule: {interval: 30s, jitter: 0s}   # or {cron: "*/5 * * * *", jitter: ...}; jitter < interval
     slos:                              # name -> SLO; "default" is built in (all defaults) unless defined
       default:
-        prefill: {deadline: 1s}        # or {model_file: prefill.json, scheduling_slack: 250ms}
+        prefill: {deadline: 1s}        # or {model_file: prefill.json, scheduling_slack: 250ms}; the
+                                       # slack alone is added to a profile a job applies
         decode_tiers: {strict: 25ms, medium: 50ms, relaxed: 100ms}
         target_fluidity: 0.9           # in (0, 1]
         percentile: 99                 # in (0, 100]

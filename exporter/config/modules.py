@@ -114,4 +114,4 @@ class ModuleReader:
         return None
 
     def slo(self, name: str, sec: Section) -> SloConfig:
-        return SloConfig.of(name, read_slo(sec, self.ctx.path))
+        return SloConfig.of(name, read_slo(sec, self.ctx.path, profiled=True))

@@ -143,8 +143,10 @@ def profile_file_name(target: str) -> str:
 def deadline_policy_with_profile(policy: DeadlinePolicy, profile: StoredProfile | None) -> DeadlinePolicy:
     """``policy`` with ``Dp(P)`` from the stored profile, unless the SLO configures a model of its own.
 
-    The SLO's scheduling slack is kept; a constant ``Dp`` is what a model replaces, since the profile
-    measured this target and the constant is a guess.
+    The SLO's scheduling slack (``prefill.scheduling_slack``, which the config allows without a model
+    file for this) is added to the profile's prediction; a constant ``Dp`` is what a model replaces,
+    since the profile measured this target and the constant is a guess. Without a slack the deadline
+    is the isolated prefill time itself, which any queueing misses.
     """
     if profile is None or policy.prefill_model is not None:
         return policy

@@ -49,10 +49,14 @@ class SloOptions:
     goodput: GoodputBounds | None = None
 
 
-def read_slo(sec: Section, resolve_path: Callable[[str], str] = str) -> SloOptions:
-    """The SLO of one ``slos.<name>``-shaped mapping; ``resolve_path`` places a relative model file."""
+def read_slo(sec: Section, resolve_path: Callable[[str], str] = str, *, profiled: bool = False) -> SloOptions:
+    """The SLO of one ``slos.<name>``-shaped mapping; ``resolve_path`` places a relative model file.
+    ``profiled``: a prefill profile may supply the model (the daemon's jobs apply them), so a
+    ``scheduling_slack`` without ``model_file`` is the slack added to that profile's prediction."""
     prefill = sec.section("prefill", PREFILL_KEYS)
-    model_file, model = _prefill_model(prefill, resolve_path) if prefill is not None else (None, None)
+    model_file, model = (
+        _prefill_model(prefill, resolve_path, profiled) if prefill is not None else (None, None)
+    )
     goodput = sec.section("goodput", GOODPUT_KEYS)
     return SloOptions(
         prefill_deadline_s=(
@@ -84,13 +88,13 @@ def read_percentile(sec: Section) -> float | None:
 
 
 def _prefill_model(
-    sec: Section, resolve_path: Callable[[str], str]
+    sec: Section, resolve_path: Callable[[str], str], profiled: bool
 ) -> tuple[str | None, PrefillModel | None]:
     """``prefill.model_file`` and the model read from it (a constant ``deadline`` excludes both)."""
     if sec.has("deadline") and sec.has("model_file"):
         sec.problems.add(sec.path, "give either deadline (a constant Dp) or model_file, not both")
     if not sec.has("model_file"):
-        if sec.has("scheduling_slack"):
+        if sec.has("scheduling_slack") and not profiled:
             sec.fail("scheduling_slack", "applies only with model_file (a constant deadline has no slack)")
         return None, None
     path = sec.read("model_file", None, lambda v: resolve_path(string_value(v)))

@@ -357,10 +357,6 @@ CASES: dict[str, tuple[str, list[str]]] = {
             "slos.s.prefill.model_file: cannot read the prefill model file /nonexistent.json: No such file or directory",
         ],
     ),
-    "slack-without-model": (
-        T + "slos:\n  s:\n    prefill: {deadline: 1s, scheduling_slack: 100ms}\n",
-        ["slos.s.prefill.scheduling_slack: applies only with model_file (a constant deadline has no slack)"],
-    ),
     "slo-numbers-out-of-range": (
         T + "slos:\n  s:\n    target_fluidity: 1.5\n    percentile: 0\n    decode_tiers: {fast: 0}\n",
         [

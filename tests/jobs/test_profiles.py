@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from exporter.config import load_config_file
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.profiles import (
     ProfileStore,
@@ -103,6 +104,21 @@ def test_a_stored_profile_sets_dp_when_the_slo_has_no_model() -> None:
     applied = deadline_policy_with_profile(policy, profile)
     assert applied.prefill_model == MODEL
     assert applied.scheduling_slack == 0.25 and applied.target_fluidity == 0.8
+    lengths = np.array([128.0, 4096.0])
+    assert applied.prefill_deadlines(lengths) == pytest.approx(MODEL.predict(lengths) + 0.25)
+
+
+def test_the_config_gives_an_applied_profile_its_slack(tmp_path: Path) -> None:
+    """``prefill.scheduling_slack`` without a model file: the slack a profile applied by a job gets
+    (once refused, which left a profiled Dp at the isolated prefill time, missed by any queueing)."""
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "targets:\n  - {name: a, url: 'http://127.0.0.1:9', slo: s}\nmodules: {m: {}}\n"
+        "slos:\n  s:\n    prefill: {scheduling_slack: 250ms}\n"
+    )
+    config = load_config_file(path)
+    policy = config.slo_for(config.target("a")).deadline_policy()
+    applied = deadline_policy_with_profile(policy, StoredProfile("a", MODEL, 1.0))
     lengths = np.array([128.0, 4096.0])
     assert applied.prefill_deadlines(lengths) == pytest.approx(MODEL.predict(lengths) + 0.25)
 
