@@ -87,9 +87,9 @@ capacity_concurrency = stat(
 )
 fluid_rate = stat(
     "Fluid token rate at capacity",
-    "Fluid token generation rate measured at the capacity load: how fast output can be played back "
-    "smoothly to most users when the replica is as busy as the SLO allows. Good: above your users' "
-    "reading speed.",
+    "Fluid token generation rate measured at the search's lower end: the capacity when the state is found, "
+    "else the highest load that passed (a lower bound). How fast output can be played back smoothly to "
+    "most users when the replica is as busy as the SLO allows. Good: above your users' reading speed.",
     TOKENS_PER_SECOND,
     [Query(latest(names.CAPACITY_FLUID_RATE), SERIES_LEGEND)],
     decimals=1,

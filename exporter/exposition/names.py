@@ -459,6 +459,11 @@ GATEWAY_WINDOW_E2E = MetricSpec(
 # --- Job results: the latest capacity search per (target, module), the stored prefill profiles ------
 
 _CAPACITY = "From the latest finished capacity search of this (target, module)."
+# Where the figures of a search are measured: its lower end, a capacity only when the state is found.
+_AT_LOWER = (
+    'at the load of fluidity_capacity_load_lower_bound (the capacity when fluidity_capacity_state{state="found"} '
+    "is 1, else the highest load that passed: a lower bound, not a measured capacity)"
+)
 CAPACITY_RATE = MetricSpec(
     "fluidity_capacity_requests_per_second",
     "gauge",
@@ -499,13 +504,15 @@ CAPACITY_LOWER_BOUND = MetricSpec(
 CAPACITY_UPPER_BOUND = MetricSpec(
     "fluidity_capacity_load_upper_bound",
     "gauge",
-    f"Lowest load that failed (requests/s or requests in flight); absent when none failed. {_CAPACITY}",
+    "Lowest load that failed on its point verdict (requests/s or requests in flight; whether its failure "
+    "is confident, fluidity_capacity_state says: found only when both ends are); absent when none failed. "
+    f"{_CAPACITY}",
     SERIES,
 )
 CAPACITY_FLUID_GOODPUT = MetricSpec(
     "fluidity_capacity_fluid_goodput_tokens_per_second",
     "gauge",
-    "Output tokens per second of the requests that met the SLO (fluid), at the capacity (at=capacity) "
+    f"Output tokens per second of the requests that met the SLO (fluid), {_AT_LOWER} (at=capacity), "
     f"and at the highest load tried (at=highest_load). {_CAPACITY}",
     (*SERIES, AT),
 )
@@ -534,19 +541,19 @@ TARGET_GPUS = MetricSpec(
 CAPACITY_FLUID_RATE = MetricSpec(
     "fluidity_capacity_fluid_tokens_per_second",
     "gauge",
-    f"Fluid token generation rate measured at the capacity load. {_CAPACITY}",
+    f"Fluid token generation rate measured {_AT_LOWER}. {_CAPACITY}",
     SERIES,
 )
 CAPACITY_GOODPUT_RATIO = MetricSpec(
     "fluidity_capacity_goodput_ratio",
     "gauge",
-    f"Share of requests that met every goodput bound at the capacity load. {_CAPACITY}",
+    f"Share of requests that met every goodput bound {_AT_LOWER}. {_CAPACITY}",
     SERIES,
 )
 CAPACITY_GOODPUT_RATE = MetricSpec(
     "fluidity_capacity_goodput_requests_per_second",
     "gauge",
-    f"Requests per second that met every goodput bound at the capacity load. {_CAPACITY}",
+    f"Requests per second that met every goodput bound {_AT_LOWER}. {_CAPACITY}",
     SERIES,
 )
 CAPACITY_TIMESTAMP = MetricSpec(
@@ -559,7 +566,7 @@ CAPACITY_TRIAL_LOAD = MetricSpec(
     "fluidity_capacity_trial_load",
     "gauge",
     "Load of each trial: requests per second for a rate search, requests in flight for a concurrency "
-    f"search (whichever of fluidity_capacity_requests_per_second and _concurrency exists). {_CAPACITY}",
+    f"search (the unit of fluidity_capacity_load_lower_bound). {_CAPACITY}",
     (*SERIES, TRIAL),
 )
 CAPACITY_TRIAL_PASSED = MetricSpec(
