@@ -118,7 +118,7 @@ def _capacity(sec: Section, limits: JobLimits) -> CapacityParams:
     if min_load is not None and start is not None and min_load > start:
         sec.fail("min_load", f"{min_load:g} is above start ({start:g})")
     tolerance = sec.number("tolerance", CapacityParams.tolerance, 0.0, 0.5, low_open=True)
-    max_trials = sec.integer("max_trials", min(CapacityParams.max_trials, limits.max_trials), minimum=1)
+    max_trials = sec.integer("max_trials", default_max_trials(limits), minimum=1)
     _within(sec, "max_trials", max_trials, "max_trials", limits.max_trials)
     warmup, requests = _requests(sec, limits)
     trial_duration = _trial_duration(sec, limits)
@@ -178,13 +178,30 @@ def _load(sec: Section, key: str, load: LoadKind, limits: JobLimits) -> float | 
     return value
 
 
+def default_max_trials(limits: JobLimits) -> int:
+    """``max_trials`` left out: the search's default, within ``jobs.limits.max_trials``."""
+    return min(CapacityParams.max_trials, limits.max_trials)
+
+
+def default_warmup(limits: JobLimits) -> int:
+    """``warmup_requests`` left out: the default, at most a tenth of ``max_requests_per_trial``."""
+    ceiling = limits.max_requests_per_trial
+    return max(0, min(CapacityParams.warmup_requests, ceiling // 10, ceiling - MIN_REQUESTS_PER_TRIAL))
+
+
+def default_requests(limits: JobLimits, warmup: int) -> int:
+    """``requests_per_trial`` left out: the default, within ``max_requests_per_trial`` with ``warmup``."""
+    ceiling = limits.max_requests_per_trial
+    return max(MIN_REQUESTS_PER_TRIAL, min(CapacityParams.requests_per_trial, ceiling - warmup))
+
+
 def _requests(sec: Section, limits: JobLimits) -> tuple[int, int]:
     """``(warmup_requests, requests_per_trial)``; together at most ``max_requests_per_trial``."""
     ceiling = limits.max_requests_per_trial
-    fitting = max(0, min(CapacityParams.warmup_requests, ceiling // 10, ceiling - MIN_REQUESTS_PER_TRIAL))
-    warmup = sec.integer("warmup_requests", fitting)
-    default = max(MIN_REQUESTS_PER_TRIAL, min(CapacityParams.requests_per_trial, ceiling - warmup))
-    requests = sec.integer("requests_per_trial", default, minimum=MIN_REQUESTS_PER_TRIAL)
+    warmup = sec.integer("warmup_requests", default_warmup(limits))
+    requests = sec.integer(
+        "requests_per_trial", default_requests(limits, warmup), minimum=MIN_REQUESTS_PER_TRIAL
+    )
     if requests + warmup > ceiling:
         key = "requests_per_trial" if sec.has("requests_per_trial") else "warmup_requests"
         sec.fail(

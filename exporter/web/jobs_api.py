@@ -22,7 +22,7 @@ from aiohttp import web
 
 from exporter.jobs.manager import JobConflictError, JobManager, UnknownJobError
 from exporter.jobs.store import JOB_STATES, JobRecord
-from exporter.options.job_params import CapacityParams, JobKind, JobLimits, JobParams
+from exporter.options.job_params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
 from exporter.options.job_parse import ParamsError, params_to_dict, parse_params
 from exporter.probe.target import Secret
 from exporter.web.openapi import document_for
@@ -139,6 +139,10 @@ async def _method_not_allowed(request: web.Request, handler: Any) -> web.StreamR
             raise
         allowed = STATIC_METHODS.get(request.path, tuple(sorted(exc.allowed_methods)))
         message = f"{request.method} is not allowed on {request.path}; allowed: {', '.join(allowed)}"
+        if request.method == "POST" and request.path.startswith(
+            f"{PREFIX}/jobs"
+        ):  # a kind mistyped or left out
+            message += f"; a job starts with POST {PREFIX}/jobs/<kind>, kinds: {', '.join(JOB_KINDS)}"
         raise web.HTTPMethodNotAllowed(
             request.method, allowed, text=json.dumps({"error": message}), content_type="application/json"
         ) from None

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from exporter.options.job_params import MIN_TRIAL_S, JobLimits
+from exporter.options.job_parse import default_max_trials, default_requests, default_warmup
 from exporter.options.reader import MAX_DURATION_S
 from exporter.stats.slo import DECODE_TIERS, SloMetric
 
@@ -80,7 +81,11 @@ def _slo(slo: dict[str, Any], goodput: dict[str, Any]) -> None:
 
 def _capacity(schema: dict[str, Any], targets: Mapping[str, tuple[str, ...]], limits: JobLimits) -> None:
     props = schema["properties"]
-    props["max_trials"]["maximum"] = limits.max_trials
+    # The defaults as the parser applies them, within this config's limits (not the dataclass's).
+    props["max_trials"].update(maximum=limits.max_trials, default=default_max_trials(limits))
+    warmup = default_warmup(limits)
+    props["warmup_requests"]["default"] = warmup
+    props["requests_per_trial"]["default"] = default_requests(limits, warmup)
     ceiling = limits.max_requests_per_trial
     props["requests_per_trial"]["maximum"] = ceiling
     props["warmup_requests"]["maximum"] = ceiling - props["requests_per_trial"]["minimum"]

@@ -21,7 +21,7 @@ from exporter.options.job_params import CapacityParams, JobLimits, JobParams, Pr
 from exporter.options.job_parse import params_to_dict, parse_params
 from exporter.stats.slo import GoodputBounds, parse_slo
 from exporter.web.jobs_api import PREFIX, add_job_routes
-from exporter.web.openapi import committed_document
+from exporter.web.openapi import committed_document, document_for
 from tests.web.service import AUTH, TOKEN, Service
 
 Client = TestClient[web.Request, web.Application]
@@ -336,6 +336,20 @@ def test_the_json_form_of_parameters_fits_the_documented_schema(params: JobParam
     )
 
 
+@pytest.mark.parametrize(
+    "limits",
+    [JobLimits(), JobLimits(max_trials=4, max_requests_per_trial=100), JobLimits(max_requests_per_trial=30)],
+)
+def test_the_documented_defaults_are_the_ones_applied_within_the_limits(limits: JobLimits) -> None:
+    """Once "default": 8 beside "maximum": 4, and 200 requests where 180 were applied."""
+    props = document_for({"a": ("m",)}, limits)["components"]["schemas"]["CapacityParams"]["properties"]
+    applied = parse_params("capacity", {"target": "a"}, limits)
+    assert isinstance(applied, CapacityParams)
+    for key in ("max_trials", "warmup_requests", "requests_per_trial"):
+        assert props[key]["default"] == getattr(applied, key), key
+        assert props[key]["default"] <= props[key].get("maximum", props[key]["default"])
+
+
 async def test_the_served_document_is_exact_for_the_config(client: Client, service: Service) -> None:
     import jsonschema
 
@@ -379,6 +393,15 @@ async def test_a_405_allows_the_paths_own_methods(
     assert response.status == 405
     assert response.headers["Allow"] == allowed
     assert "is not allowed" in (await response.json())["error"]
+
+
+@pytest.mark.parametrize("path", ["/jobs/benchmark", "/jobs"])
+async def test_a_post_to_no_kind_names_the_kinds(client: Client, path: str) -> None:
+    """A mistyped kind once got only "allowed: DELETE, GET"."""
+    response = await client.post(PREFIX + path, headers=AUTH, json={"target": "a"})
+    assert response.status == 405
+    error = (await response.json())["error"]
+    assert error.endswith(f"a job starts with POST {PREFIX}/jobs/<kind>, kinds: capacity, prefill-profile")
 
 
 async def test_the_list_refuses_what_its_document_does_not_allow(client: Client) -> None:
