@@ -21,9 +21,9 @@ from exporter.cli.flags import (
     merged_options,
     note_shared_cpus,
 )
-from exporter.jobs.local_profile import fit_ladder, lengths, profile_table, profile_target
+from exporter.jobs.local_profile import lengths, profile_table, profile_target
 from exporter.jobs.manager import JobFailedError
-from exporter.jobs.prefill_profile import LengthSample, OnSample, PrefillProfile
+from exporter.jobs.prefill_profile import LengthSample, OnSample, PrefillProfile, fit_ladder
 from exporter.load.target_facts import discover_target
 from exporter.load.target_options import option_url
 from exporter.options.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
@@ -94,7 +94,7 @@ async def _profile(options: Options, url: str, simulated: bool) -> PrefillProfil
     settings, facts = await discover_target(options, url, simulated)
     for line in facts.describe():
         print(line, file=sys.stderr)
-    ladder, left_out = fit_ladder(lengths(options), facts, exact=simulated)
+    ladder, left_out = fit_ladder(lengths(options), facts.context, exact=simulated)
     if left_out:
         print(
             f"prompt lengths {', '.join(map(str, left_out))} left out: the server's context is "

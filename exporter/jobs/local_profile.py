@@ -10,7 +10,7 @@ from __future__ import annotations
 from exporter.jobs.prefill_profile import OnSample, PrefillProfile, profile_prefill
 from exporter.jobs.profile_runner import PROFILE_POOL, one_at_a_time
 from exporter.load.plan_runner import worker_pool
-from exporter.load.target_facts import CONTEXT_MARGIN, TargetFacts
+from exporter.load.target_facts import TargetFacts
 from exporter.load.workload_options import prompt_builder
 from exporter.options.job_params import DEFAULT_HIGH, geometric_ladder
 from exporter.options.oneshot import OptionError, Options
@@ -34,20 +34,6 @@ def lengths(options: Options) -> tuple[int, ...]:
         return geometric_ladder(high=options["max_length"] or DEFAULT_HIGH)
     except ValueError as exc:
         raise OptionError(f"--max-length: {exc}") from exc
-
-
-def fit_ladder(ladder: tuple[int, ...], facts: TargetFacts, exact: bool) -> tuple[tuple[int, ...], list[int]]:
-    """The lengths that fit the target's context with their one output token, and those left out (a
-    default ladder to 16384 sent two requests the default 8192-token simulator must refuse); the top
-    becomes the longest prompt that fits. Calibrated prompts keep a margin for their residual error."""
-    if facts.context is None:
-        return ladder, []
-    room = facts.context - 1 if exact else int(facts.context * (1 - CONTEXT_MARGIN)) - 1
-    kept = tuple(length for length in ladder if length <= room)
-    left_out = [length for length in ladder if length > room]
-    if left_out and room not in kept and room > (kept[-1] if kept else 0):
-        kept = (*kept, room)
-    return kept, left_out
 
 
 async def profile_target(
@@ -78,6 +64,5 @@ def profile_table(profile: PrefillProfile) -> str:
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(sample.outcomes.items()))
         lines.append(f"{sample.length:>14}{best:>14}{fitted:>12}  {outcomes}")
     if profile.model is not None:
-        a, b, c = profile.model.coefficients
-        lines.append(f"TTFT(P) = {a:.4g} + {b:.4g}*P + {c:.4g}*P^2  (rmse {profile.model.rmse:.4g} s)")
+        lines.append(profile.model.formula())
     return "\n".join(lines)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.load.prompts import PromptBuilder, first_token_spec
+from exporter.load.target_facts import CONTEXT_MARGIN
 from exporter.probe.result import Outcome, ProbeResult, ttft
 from exporter.probe.target import Api, RequestSpec
 from exporter.stats.prefill import PrefillModel, fit_prefill_model
@@ -109,6 +110,20 @@ async def profile_prefill(
         if on_sample is not None:
             on_sample(sample)
     return PrefillProfile(samples, fit(samples))
+
+
+def fit_ladder(ladder: Sequence[int], context: int | None, exact: bool) -> tuple[tuple[int, ...], list[int]]:
+    """The lengths that fit the target's ``context`` with their one output token, and those left out (a
+    default ladder to 16384 sent two requests the default 8192-token simulator must refuse); the top
+    becomes the longest prompt that fits. Calibrated prompts keep a margin for their residual error."""
+    if context is None:
+        return tuple(ladder), []
+    room = context - 1 if exact else int(context * (1 - CONTEXT_MARGIN)) - 1
+    kept = tuple(length for length in ladder if length <= room)
+    left_out = [length for length in ladder if length > room]
+    if left_out and room not in kept and room > (kept[-1] if kept else 0):
+        kept = (*kept, room)
+    return kept, left_out
 
 
 def fit(samples: Sequence[LengthSample]) -> PrefillModel | None:

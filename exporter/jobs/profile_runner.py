@@ -13,10 +13,11 @@ from typing import Any
 from exporter.config.model import Target
 from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
-from exporter.jobs.prefill_profile import LengthSample, profile_prefill
+from exporter.jobs.prefill_profile import LengthSample, fit_ladder, profile_prefill
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
+from exporter.load.target_facts import served_context
 from exporter.options.job_params import JobParams, ProfileParams
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
@@ -53,29 +54,46 @@ def profile_runner(env: JobEnvironment) -> Runner:
     async def run(params: JobParams, ctx: JobContext) -> dict[str, Any]:
         assert isinstance(params, ProfileParams)
         target = env.config.target(params.target)
-        planned = sum(params.lengths) * params.repeats
-        limit = env.job_limits().max_tokens
-        if planned > limit:
-            raise JobFailedError(
-                f"the profile would send {planned} prompt tokens; jobs.limits.max_tokens is {limit}"
-            )
         async with (
             env.lease(target.name) as client,
             job_shards(None, None, params.workers, env, client, PROFILE_POOL) as pool,
         ):
             await model_of(client)
+            lengths, left_out = _fitting(params, await served_context(client), target, ctx)
+            planned, limit = sum(lengths) * params.repeats, env.job_limits().max_tokens
+            if planned > limit:
+                raise JobFailedError(
+                    f"the profile would send {planned} prompt tokens; jobs.limits.max_tokens is {limit}"
+                )
             await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
             profile = await profile_prefill(
                 client.send if pool is None else one_at_a_time(pool, client.settings), prompt_builder(target),
-                target.api, params.lengths, params.repeats, _sample_reporter(ctx, len(params.lengths)),
+                target.api, lengths, params.repeats, _sample_reporter(ctx, len(lengths)),
             )  # fmt: skip
         if profile.model is None:
             raise JobFailedError("no prompt length got an answer; see the steps for each length's outcomes")
+        fitted = sum(1 for sample in profile.samples if sample.best is not None)
+        ctx.progress(1.0, f"fitted over {fitted} length{'s' * (fitted != 1)}: {profile.model.formula()}")
         if params.apply:
             env.store_profile(target.name, profile)
-        return {"target": target.name, "applied": params.apply, **shards_used(pool), **profile.to_dict()}
+        return {
+            "target": target.name, "applied": params.apply, "left_out_lengths": left_out, **shards_used(pool),
+            **profile.to_dict(),
+        }  # fmt: skip
 
     return run
+
+
+def _fitting(
+    params: ProfileParams, context: int | None, target: Target, ctx: JobContext
+) -> tuple[tuple[int, ...], list[int]]:
+    """The lengths that fit the context the target serves, as the ``profile`` command cuts them (a
+    longer one only collects the server's refusals), and those left out (said in the progress)."""
+    lengths, left_out = fit_ladder(params.lengths, context, exact=target.simulated)
+    if left_out:
+        shown = ", ".join(map(str, left_out))
+        ctx.progress(0.0, f"prompt lengths {shown} left out: the server's context is {context} tokens")
+    return lengths, left_out
 
 
 def _sample_reporter(ctx: JobContext, lengths: int) -> Callable[[LengthSample], None]:

@@ -65,11 +65,16 @@ async def discover(settings: TargetSettings, exact_prompts: bool) -> TargetFacts
     calibrate our approximate prompts unless ``exact_prompts``)."""
     async with ProbeClient(settings) as client:
         await client.resolve_model()
-        try:
-            async with asyncio.timeout(settings.timeouts.connect or 10.0):
-                status, body = await client.get("/models")
-            context = max_model_len(body) if status == 200 else None
-        except (TimeoutError, OSError, HttpError):
-            context = None
+        context = await served_context(client)
         calibration = None if exact_prompts else await calibrate_prompts(client.send, settings.api)
     return TargetFacts(context, calibration)
+
+
+async def served_context(client: ProbeClient) -> int | None:
+    """The context length the target serves (``max_model_len`` of ``/v1/models``; None: not said)."""
+    try:
+        async with asyncio.timeout(client.settings.timeouts.connect or 10.0):
+            status, body = await client.get("/models")
+    except (TimeoutError, OSError, HttpError):
+        return None
+    return max_model_len(body) if status == 200 else None

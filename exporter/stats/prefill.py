@@ -68,6 +68,11 @@ class PrefillModel:
         predicted = a + p * (b + p * c)
         return float(predicted) if np.ndim(prompt_length) == 0 else predicted
 
+    def formula(self) -> str:
+        """The fitted curve as a person reads it: ``TTFT(P) = a + b*P + c*P^2`` with its error."""
+        a, b, c = self.coefficients
+        return f"TTFT(P) = {a:.4g} + {b:.4g}*P + {c:.4g}*P^2  (rmse {self.rmse:.4g} s)"
+
     @overload
     def deadline(self, prompt_length: float, scheduling_slack: float = 0.0) -> float: ...
     @overload

@@ -201,6 +201,22 @@ async def test_a_reload_that_renames_the_target_lets_the_running_job_finish(
     assert done["result"]["target"] == "sim"
 
 
+async def test_a_profile_job_leaves_out_lengths_over_the_served_context(daemon: tuple[Daemon, str]) -> None:
+    """As the profile command does: the job once sent them and collected the server's 400s."""
+    _, url = daemon
+    body = {"target": "sim", "lengths": [128, 1024, 16384], "repeats": 1, "apply": False}
+    status, record = await call("POST", f"{url}/api/v1/jobs/prefill-profile", body)
+    assert status == 202
+    done = await finished(url, record["id"])
+    assert done["state"] == "succeeded", done
+    result = done["result"]
+    assert result["left_out_lengths"] == [16384]
+    assert [s["prompt_tokens"] for s in result["samples"]][:2] == [128, 1024]
+    assert all(s["outcomes"] == {"ok": 1} for s in result["samples"])
+    assert result["samples"][-1]["prompt_tokens"] > 1024  # the longest prompt that fits takes its place
+    assert done["progress"]["message"].startswith("fitted over 3 lengths: TTFT(P) = ")
+
+
 async def test_the_api_needs_the_token(daemon: tuple[Daemon, str]) -> None:
     _, url = daemon
     status, _ = await call("POST", f"{url}/api/v1/jobs/capacity", {"target": "sim"}, headers={})
