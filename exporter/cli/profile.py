@@ -23,7 +23,14 @@ from exporter.cli.flags import (
 )
 from exporter.jobs.local_profile import lengths, profile_table, profile_target
 from exporter.jobs.manager import JobFailedError
-from exporter.jobs.prefill_profile import LengthSample, OnSample, PrefillProfile, fit_ladder
+from exporter.jobs.prefill_profile import (
+    LengthSample,
+    OnSample,
+    PrefillProfile,
+    constant_note,
+    fit_ladder,
+    left_out_note,
+)
 from exporter.load.target_facts import discover_target
 from exporter.load.target_options import option_url
 from exporter.options.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
@@ -75,6 +82,9 @@ def run(args: argparse.Namespace) -> int:
     if profile.model is None:
         print("fluidity-exporter profile: no prompt length got an answer; no model written", file=sys.stderr)
         return EXIT_FAILED
+    note = constant_note(profile.model)
+    if note is not None:
+        print(f"fluidity-exporter profile: {note}", file=sys.stderr)
     Path(options["output"]).write_text(dump_json(profile.model) + "\n", encoding="utf-8")
     print(f"wrote {options['output']}", file=sys.stderr if options["json"] else sys.stdout)
     return EXIT_MEASURED
@@ -96,11 +106,7 @@ async def _profile(options: Options, url: str, simulated: bool) -> PrefillProfil
         print(line, file=sys.stderr)
     ladder, left_out = fit_ladder(lengths(options), facts.context, exact=simulated)
     if left_out:
-        print(
-            f"prompt lengths {', '.join(map(str, left_out))} left out: the server's context is "
-            f"{facts.context} tokens",
-            file=sys.stderr,
-        )
+        print(left_out_note(left_out, facts.context), file=sys.stderr)
     if options["workers"] and options["workers"] > 1:
         note_shared_cpus(options["workers"])
     return await profile_target(settings, ladder, options, facts, simulated, _progress(options))

@@ -126,6 +126,21 @@ def fit_ladder(ladder: Sequence[int], context: int | None, exact: bool) -> tuple
     return kept, left_out
 
 
+def left_out_note(left_out: Sequence[int], context: int | None) -> str:
+    """What an operator reads about the lengths ``fit_ladder`` left out."""
+    return (
+        f"prompt lengths {', '.join(map(str, left_out))} left out: the server's context is {context} tokens"
+    )
+
+
+def constant_note(model: PrefillModel) -> str | None:
+    """A warning when the model was fitted on one length: a constant, which cannot show how TTFT grows
+    with the prompt (None for a curve)."""
+    if model.sample_count > 1:
+        return None
+    return "one prompt length answered: the model is a constant TTFT; give two lengths or more for a curve"
+
+
 def fit(samples: Sequence[LengthSample]) -> PrefillModel | None:
     """The prefill model over the lengths that answered (None when none did)."""
     usable = [(s.length, s.best) for s in samples if s.best is not None]

@@ -13,7 +13,13 @@ from typing import Any
 from exporter.config.model import Target
 from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
-from exporter.jobs.prefill_profile import LengthSample, fit_ladder, profile_prefill
+from exporter.jobs.prefill_profile import (
+    LengthSample,
+    constant_note,
+    fit_ladder,
+    left_out_note,
+    profile_prefill,
+)
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
@@ -72,8 +78,10 @@ def profile_runner(env: JobEnvironment) -> Runner:
             )  # fmt: skip
         if profile.model is None:
             raise JobFailedError("no prompt length got an answer; see the steps for each length's outcomes")
-        fitted = sum(1 for sample in profile.samples if sample.best is not None)
-        ctx.progress(1.0, f"fitted over {fitted} length{'s' * (fitted != 1)}: {profile.model.formula()}")
+        fitted = profile.model.sample_count
+        note = constant_note(profile.model)
+        message = f"fitted over {fitted} length{'s' * (fitted != 1)}: {profile.model.formula()}"
+        ctx.progress(1.0, message + (f"; {note}" if note else ""))
         if params.apply:
             env.store_profile(target.name, profile)
         return {
@@ -91,8 +99,7 @@ def _fitting(
     longer one only collects the server's refusals), and those left out (said in the progress)."""
     lengths, left_out = fit_ladder(params.lengths, context, exact=target.simulated)
     if left_out:
-        shown = ", ".join(map(str, left_out))
-        ctx.progress(0.0, f"prompt lengths {shown} left out: the server's context is {context} tokens")
+        ctx.progress(0.0, left_out_note(left_out, context))
     return lengths, left_out
 
 

@@ -81,6 +81,18 @@ def test_profile_command_writes_a_model_bench_can_read(
 
 
 @pytest.mark.slow
+def test_one_length_that_fits_is_said_to_make_a_constant_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both lengths over the tiny simulator's 8192-token context: one length (8191) takes their place,
+    and a model fitted on it is a constant, which once came without a word."""
+    flags = ["--sim-preset", "tiny", "--lengths", "9000,10000", "--repeats", "1"]
+    assert main(["profile", *flags, "--output", str(tmp_path / "model.json")]) == 0
+    err = capsys.readouterr().err
+    assert "prompt lengths 9000, 10000 left out: the server's context is 8192 tokens" in err
+    assert "one prompt length answered: the model is a constant TTFT; give two lengths or more" in err
+
+
 def test_profile_command_with_workers_fits_the_same_curve(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
