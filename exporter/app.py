@@ -146,7 +146,9 @@ class Daemon:
     async def reload(self) -> tuple[bool, str]:
         """Re-read the config file; the old config stays in force unless the new one parses completely."""
         if self.config_path is None:
-            return False, "no --config.file to reload (running on the embedded default)"
+            message = "no --config.file to reload (running on the embedded default)"
+            LOG.warning("reload asked for: %s", message)  # a SIGHUP has no other answer
+            return False, message
         try:
             config = load_config_file(self.config_path)
         except ConfigError as exc:

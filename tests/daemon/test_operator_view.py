@@ -207,13 +207,17 @@ async def test_reload_stamps_come_from_the_daemons_clock(failing_server: str, tm
     assert daemon.registry.get_sample_value(stamp) == 1_700_000_000.0
 
 
-async def test_a_reload_of_the_embedded_default_is_a_conflict_not_a_failure(failing_server: str) -> None:
-    """No config file to re-read: nothing failed (once a 500, as a refused config answers)."""
+async def test_a_reload_of_the_embedded_default_is_a_conflict_not_a_failure(
+    failing_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No config file to re-read: nothing failed (once a 500, as a refused config answers), and the log
+    says so (a SIGHUP once got no answer at all)."""
     daemon = Daemon(default_config(failing_server), config_path=None)
     async with serving(daemon) as url, aiohttp.ClientSession() as session:
         async with session.post(url + "/-/reload") as response:
             assert response.status == 409
             assert "no --config.file to reload (running on the embedded default)" in await response.text()
+        assert "reload asked for: no --config.file to reload" in caplog.text
         _, text, _ = await fetch(url + "/metrics")
         assert value(samples(text), "fluidity_exporter_config_last_reload_successful") == 1
 
