@@ -82,9 +82,7 @@ class TargetPool:
             state = self._states.get(target.name)
             if state is not None and state.config == target:
                 continue
-            if (
-                state is not None
-            ):  # new settings: in-flight probes and jobs keep the old client until they end
+            if state is not None:  # new settings: probes and jobs in flight keep the old client
                 asyncio.get_running_loop().create_task(close_later(state))
             client = await ProbeClient(target.settings()).__aenter__()
             health = state.health if state is not None else TargetHealth(target.name, self._wall_clock)

@@ -133,20 +133,18 @@ def capacity_runner(env: JobEnvironment) -> Runner:
         slo = resolve_trial_slo(params.slo, config.slo_for(target), env.deadline_policy(target.name))
         remote, limits = config.jobs.shards, env.job_limits()
         progress = SearchProgress(params, ctx.progress)
-        async with (
-            env.lease(target.name) as client,
-            job_shards(remote, config.jobs.api_token, params.workers, env, client) as pool,
-        ):
+        async with env.lease(target.name) as client:
             await model_of(client)
             await env.wait_idle(target.name)
-            result = await run_capacity_search(
-                params, search_settings(params, limits, slo), workload, slo,
-                lambda: client, budget=TokenBudget(limits.max_tokens),
-                on_trial=_reporter(ctx, progress), pool=pool,
-                shard_url=remote.url_for(target.name) if remote is not None else None,
-                time_budget_s=time_budget(params, limits), progress=progress,
-                busy=lambda: env.engine_busy(target.name),
-            )  # fmt: skip
+            async with job_shards(remote, config.jobs.api_token, params.workers, env, client) as pool:
+                result = await run_capacity_search(
+                    params, search_settings(params, limits, slo), workload, slo,
+                    lambda: client, budget=TokenBudget(limits.max_tokens),
+                    on_trial=_reporter(ctx, progress), pool=pool,
+                    shard_url=remote.url_for(target.name) if remote is not None else None,
+                    time_budget_s=time_budget(params, limits), progress=progress,
+                    busy=lambda: env.engine_busy(target.name),
+                )  # fmt: skip
         if not result.trials:
             raise JobFailedError(result.stopped_by)
         result.gpus, result.gpu_hour_price = target.gpus, target.gpu_hour_price

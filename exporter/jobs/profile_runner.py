@@ -60,10 +60,7 @@ def profile_runner(env: JobEnvironment) -> Runner:
     async def run(params: JobParams, ctx: JobContext) -> dict[str, Any]:
         assert isinstance(params, ProfileParams)
         target = env.config.target(params.target)
-        async with (
-            env.lease(target.name) as client,
-            job_shards(None, None, params.workers, env, client, PROFILE_POOL) as pool,
-        ):
+        async with env.lease(target.name) as client:
             await model_of(client)
             lengths, left_out = _fitting(params, await served_context(client), target, ctx)
             planned, limit = sum(lengths) * params.repeats, env.job_limits().max_tokens
@@ -71,11 +68,13 @@ def profile_runner(env: JobEnvironment) -> Runner:
                 raise JobFailedError(
                     f"the profile would send {planned} prompt tokens; jobs.limits.max_tokens is {limit}"
                 )
-            await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
-            profile = await profile_prefill(
-                client.send if pool is None else one_at_a_time(pool, client.settings), prompt_builder(target),
-                target.api, lengths, params.repeats, _sample_reporter(ctx, len(lengths)),
-            )  # fmt: skip
+            async with job_shards(None, None, params.workers, env, client, PROFILE_POOL) as pool:
+                await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
+                profile = await profile_prefill(
+                    client.send if pool is None else one_at_a_time(pool, client.settings),
+                    prompt_builder(target), target.api, lengths, params.repeats,
+                    _sample_reporter(ctx, len(lengths)),
+                )  # fmt: skip
         if profile.model is None:
             raise JobFailedError("no prompt length got an answer; see the steps for each length's outcomes")
         fitted = profile.model.sample_count
