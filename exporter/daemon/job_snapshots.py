@@ -27,13 +27,19 @@ def jobs_snapshot(
     targets: Sequence[Target],
     finished: Mapping[tuple[str, str], int],
 ) -> JobsSnapshot:
-    """``records`` newest first, as the store lists them; ``finished`` counts ended jobs by (kind, state)."""
+    """``records`` newest first, as the store lists them; ``finished`` counts ended jobs by (kind, state).
+    Results of targets no longer configured (a reload removed or renamed them) stay in the store and the
+    jobs API but leave /metrics, as the target's probe series do: a gauge of a target that is gone
+    would keep a dashboard and an alert on it."""
+    configured = {target.name for target in targets}
     latest: dict[tuple[str, str], CapacitySnapshot] = {}
     for record in reversed(records):  # oldest first: newer ones overwrite
         snapshot = capacity_snapshot(record)
-        if snapshot is not None:
+        if snapshot is not None and snapshot.target in configured:
             latest[(snapshot.target, snapshot.module)] = snapshot
-    stored = tuple(ProfileSnapshot(name, p.model, p.measured_at) for name, p in profiles.items())
+    stored = tuple(
+        ProfileSnapshot(name, p.model, p.measured_at) for name, p in profiles.items() if name in configured
+    )
     # Every (target, kind) from the start, with 0: a gauge that vanishes at 0 reads "no data".
     running: Counter[tuple[str, str]] = Counter({(t.name, kind): 0 for t in targets for kind in JOB_KINDS})
     running.update((r.target, r.kind) for r in records if r.state == "running")

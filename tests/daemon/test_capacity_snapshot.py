@@ -7,8 +7,13 @@ from typing import Any
 
 import pytest
 
-from exporter.daemon.job_snapshots import capacity_snapshot
+from exporter.config.model import Target
+from exporter.daemon.job_snapshots import capacity_snapshot, jobs_snapshot
+from exporter.jobs.profiles import StoredProfile
 from exporter.jobs.store import JobRecord
+from exporter.stats.prefill import PrefillModel
+
+MODEL = PrefillModel(coefficients=(0.02, 1e-4, 0.0), prompt_range=(128.0, 4096.0), sample_count=4, rmse=0.001)
 
 
 def record(result: dict[str, Any]) -> JobRecord:
@@ -53,3 +58,13 @@ def test_cost_figures_are_exported_per_token() -> None:
     point = snapshot.costs["capacity"]
     assert point.tokens_per_gpu_second == 450.0
     assert point.token_cost == pytest.approx(1.5e-6)
+
+
+def test_a_target_no_longer_configured_leaves_the_snapshot() -> None:
+    """A reload that removed or renamed "llm" once left its capacity gauges on /metrics for good."""
+    result = {"load_kind": "rate", "state": "found", "lower_bound": 8.0}
+    profiles = {"llm": StoredProfile("llm", MODEL, 1.0)}
+    kept = jobs_snapshot([record(result)], profiles, [Target(name="llm", url="http://127.0.0.1:9")], {})
+    assert [c.target for c in kept.capacity] == ["llm"] and [p.target for p in kept.profiles] == ["llm"]
+    gone = jobs_snapshot([record(result)], profiles, [Target(name="other", url="http://127.0.0.1:9")], {})
+    assert gone.capacity == () and gone.profiles == ()
