@@ -149,8 +149,12 @@ def merged_options(args: argparse.Namespace) -> dict[str, Any]:
     from_file = _renamed({str(key).replace("-", "_"): value for key, value in loaded.items()}, flags)
     unknown = sorted(set(from_file) - set(flags))
     if unknown:
+        named = ", ".join(f'"{key}"' for key in unknown)
         valid = ", ".join(sorted(key.replace("_", "-") for key in flags))
-        raise OptionError(f'--config {args.config}: unknown key "{unknown[0]}"; valid: {valid}')
+        raise OptionError(
+            f"--config {args.config}: unknown key{'s' * (len(unknown) > 1)} {named}; valid (the flags' names, "
+            f"with dashes or underscores): {valid}"
+        )
     return {key: flags[key] if flags[key] is not None else from_file.get(key) for key in flags}
 
 

@@ -190,10 +190,12 @@ def test_config_file_keys_are_flags_and_unknown_keys_are_named(
     code, out = bench(tmp_path, "--config", str(config), "--json", "--quiet")
     assert_measured(code, out)
     assert json.loads(capsys.readouterr().out)["requests"]["completed"] == 3
-    config.write_text("rates: 3\n")
+    config.write_text("rates: 3\nworker: 2\n")
     code, _ = bench(tmp_path, "--config", str(config))
-    assert code == 2
-    assert 'unknown key "rates"; valid: ' in capsys.readouterr().err
+    assert code == 2  # every unknown key is named, not only the first
+    assert 'unknown keys "rates", "worker"; valid (the flags\' names, with dashes or underscores): ' in (
+        capsys.readouterr().err
+    )
 
 
 def test_api_key_never_reaches_the_report(
