@@ -86,18 +86,29 @@ async def start_prefill_profile(request: web.Request) -> web.Response:
 
 async def list_jobs(request: web.Request) -> web.Response:
     manager = _authorize(request).job_manager
-    unknown = sorted(set(request.query) - set(LIST_PARAMETERS))
-    if unknown:
-        _fail(
-            web.HTTPBadRequest, f'unknown query parameter "{unknown[0]}"; valid: {", ".join(LIST_PARAMETERS)}'
-        )
-    target, state = request.query.get("target"), request.query.get("state")
-    if target == "":
-        _fail(web.HTTPBadRequest, "target: give a target name, or leave the parameter out")
-    if state is not None and state not in JOB_STATES:
-        _fail(web.HTTPBadRequest, f'state "{state}" is not a job state; valid: {", ".join(JOB_STATES)}')
+    problems = _list_problems(request.query)
+    if problems:  # the first is the error, as everywhere in the API; every one is listed
+        _fail(web.HTTPBadRequest, problems[0], problems=problems)
+    target, state, limit = request.query.get("target"), request.query.get("state"), request.query.get("limit")
     records = [r for r in manager.list() if target in (None, r.target) and state in (None, r.state)]
-    return web.json_response({"jobs": [r.to_dict() for r in records[: _limit(request)]]})
+    return web.json_response({"jobs": [r.to_dict() for r in records[: int(limit) if limit else None]]})
+
+
+def _list_problems(query: Mapping[str, str]) -> list[str]:
+    """What is wrong with a list's query parameters, every problem (empty when nothing is)."""
+    problems = [
+        f'unknown query parameter "{name}"; valid: {", ".join(LIST_PARAMETERS)}'
+        for name in sorted(set(query) - set(LIST_PARAMETERS))
+    ]
+    if query.get("target") == "":
+        problems.append("target: give a target name, or leave the parameter out")
+    state = query.get("state")
+    if state is not None and state not in JOB_STATES:
+        problems.append(f'state "{state}" is not a job state; valid: {", ".join(JOB_STATES)}')
+    limit = query.get("limit")
+    if limit is not None and (not (limit.isascii() and limit.isdigit()) or int(limit) < 1):
+        problems.append(f'limit "{limit}": expected a whole number >= 1')
+    return problems
 
 
 async def get_job(request: web.Request) -> web.Response:
@@ -221,15 +232,6 @@ def _check_names(params: JobParams, targets: Mapping[str, tuple[str, ...]]) -> N
             f'unknown module "{module}" for target "{params.target}"; valid: {", ".join(modules)}',
             valid=list(modules),
         )
-
-
-def _limit(request: web.Request) -> int | None:
-    raw = request.query.get("limit")
-    if raw is None:
-        return None
-    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
-        _fail(web.HTTPBadRequest, f'limit "{raw}": expected a whole number >= 1')
-    return int(raw)
 
 
 def _fail(

@@ -16,7 +16,7 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
 from exporter.jobs.manager import JobContext, JobManager
-from exporter.jobs.store import JobStore
+from exporter.jobs.store import JOB_STATES, JobStore
 from exporter.options.job_params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
 from exporter.options.job_parse import params_to_dict, parse_params
 from exporter.stats.slo import GoodputBounds, parse_slo
@@ -402,6 +402,17 @@ async def test_a_post_to_no_kind_names_the_kinds(client: Client, path: str) -> N
     assert response.status == 405
     error = (await response.json())["error"]
     assert error.endswith(f"a job starts with POST {PREFIX}/jobs/<kind>, kinds: capacity, prefill-profile")
+
+
+async def test_the_list_names_every_problem_of_its_query(client: Client) -> None:
+    response = await client.get(f"{PREFIX}/jobs?state=bogus&limit=-1&tagret=a", headers=AUTH)
+    body = await response.json()
+    assert response.status == 400 and body["error"] == body["problems"][0]
+    assert body["problems"] == [
+        'unknown query parameter "tagret"; valid: limit, state, target',
+        'state "bogus" is not a job state; valid: ' + ", ".join(JOB_STATES),
+        'limit "-1": expected a whole number >= 1',
+    ]
 
 
 async def test_the_list_refuses_what_its_document_does_not_allow(client: Client) -> None:
