@@ -46,7 +46,8 @@ class Calibration:
         residual = f"{self.residual:.1%}" if self.residual is not None else "unknown"
         return (
             f"prompt calibration: the server counts {self.tokens_per_word:.3f} tokens per prompt word "
-            f"+ {self.overhead_tokens:.0f}; residual error after fitting {residual}"
+            f"+ {self.overhead_tokens:.0f}; residual error after fitting {residual} on a {CHECK_TOKENS}-token "
+            "check (other lengths can be a few percent off: 3 % of the context is kept free for it)"
         )
 
 
