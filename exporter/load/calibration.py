@@ -43,11 +43,15 @@ class Calibration:
     def describe(self) -> str:
         if self.tokens_per_word is None:
             return "prompt calibration: the server reported no prompt tokens; prompt lengths are approximate"
-        residual = f"{self.residual:.1%}" if self.residual is not None else "unknown"
-        return (
+        fitted = (
             f"prompt calibration: the server counts {self.tokens_per_word:.3f} tokens per prompt word "
-            f"+ {self.overhead_tokens:.0f}; residual error after fitting {residual} on a {CHECK_TOKENS}-token "
-            "check (other lengths can be a few percent off: 3 % of the context is kept free for it)"
+            f"+ {self.overhead_tokens:.0f}; "
+        )
+        if self.residual is None:
+            return fitted + f"the {CHECK_TOKENS}-token check request failed, so the residual error is unknown"
+        return fitted + (
+            f"residual error after fitting {self.residual:.1%} on a {CHECK_TOKENS}-token check (other lengths "
+            "can be a few percent off: 3 % of the context is kept free for it)"
         )
 
 

@@ -89,3 +89,20 @@ async def test_a_token_without_text_still_calibrates() -> None:
 
     calibration = await calibrate_prompts(send, "completions")
     assert calibration.tokens_per_word is not None and abs(calibration.tokens_per_word - 1.5) < 0.05
+
+
+async def test_a_failed_check_says_why_its_residual_is_unknown() -> None:
+    sent: list[RequestSpec] = []
+
+    async def send(spec: RequestSpec) -> ProbeResult:
+        sent.append(spec)
+        if len(sent) == 3:  # the check, after the two fitting requests
+            return ProbeResult(api="completions", outcome=Outcome.HTTP_STATUS, error="HTTP 503")
+        counted = round(1.5 * len(spec.prompt.split())) + 7
+        return ProbeResult(api="completions", outcome=Outcome.OK, prompt_tokens_reported=counted)
+
+    calibration = await calibrate_prompts(send, "completions")
+    assert calibration.residual is None
+    assert calibration.describe().endswith(
+        "the 512-token check request failed, so the residual error is unknown"
+    )
