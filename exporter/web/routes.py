@@ -121,6 +121,13 @@ def build_app(daemon: DaemonService, *, enable_lifecycle: bool = False) -> web.A
     return app
 
 
+# Said beside the links, which a browser follows without a token (they answer 401 or 403 then).
+PROBE_ACCESS = (
+    "Each sends load on demand: with global.probe_token set it needs that bearer token (curl -H "
+    "'Authorization: Bearer ...'); without one, only simulated targets may be probed this way."
+)
+
+
 async def index(request: web.Request) -> web.Response:
     daemon = request.app[DAEMON]
     probes = "".join(
@@ -134,9 +141,10 @@ async def index(request: web.Request) -> web.Response:
     )
     body = (
         f"<html><head><title>Fluidity Exporter</title></head><body><h1>Fluidity Exporter {__version__}</h1>"
-        '<p><a href="/metrics">Metrics</a> | <a href="/-/healthy">Healthy</a> | <a href="/-/ready">Ready</a></p>'
+        '<p><a href="/metrics">Metrics</a> | <a href="/-/healthy">Healthy</a> | <a href="/-/ready">Ready</a> | '
+        '<a href="/api/v1/openapi.json">Jobs API (OpenAPI)</a></p>'
         f"<h2>Targets</h2><ul>{states}</ul>"
-        f"<h2>Probe now (debug view)</h2><ul>{probes}</ul></body></html>"
+        f"<h2>Probe now (debug view)</h2><p>{PROBE_ACCESS}</p><ul>{probes}</ul></body></html>"
     )
     return web.Response(text=body, content_type="text/html")
 

@@ -97,6 +97,8 @@ async def test_a_failing_target_is_named_once_per_state_change(
     assert re.search(r"\n  \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ http_status HTTP 503", debug)  # no reprs
     assert "RecentResult(" not in debug
     assert "t: backing_off since" in index and "last error: http_status" in index
+    # The jobs API is linked, and the probe links say what they need (a browser sends no token).
+    assert '<a href="/api/v1/openapi.json">' in index and "needs that bearer token" in index
 
 
 async def test_a_recovery_is_logged_with_the_last_error(
