@@ -86,7 +86,7 @@ def virtual_trial(index: int, plan: TrialPlan, slo: TrialSlo, engine: Engine) ->
         end = stop_at
         given_up = [max(give_up_bound(r, end, slo), ABOVE_ONE) for r in measured if _given_up(r, end, slo)]
         measured = [r for r in measured if r.finished_at is not None and r.finished_at <= end]
-    verdict = judge(measured, slo, given_up)
+    verdict = judge(measured, slo, given_up, closed_loop=plan.concurrency is not None)
     sent = [r for r in results if (r.scheduled_at or 0.0) <= end]
     tokens = sum(_tokens_by(r, end) for r in sent)
     report = TrialReport.of(index, plan.load, verdict, len(sent), end, tokens, ended_by in STOPPED_EARLY)

@@ -36,7 +36,7 @@ from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
 from exporter.load.target_options import option_url
 from exporter.load.workload_options import checked_workload_options, workload_from_options
-from exporter.options.job_params import CapacityParams
+from exporter.options.job_params import MIN_TRIAL_S, CapacityParams
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputExistsError, refuse_overwrite, timestamped
@@ -97,8 +97,12 @@ def _add_search_arguments(load: argparse._ArgumentGroup) -> None:
     load.add_argument(
         "--arrival", help="arrival process without its rate: poisson, constant, gamma:shape=0.5"
     )
-    load.add_argument("--start", type=float, help="first load tried (default 1)")
-    load.add_argument("--max-load", type=float, help="never try above this load")
+    load.add_argument("--start", type=float, help="first load tried (default 1, or --min-load if higher)")
+    load.add_argument(
+        "--max-load",
+        type=float,
+        help="never try above this load (a concurrency: at most half the trial's requests, warm-up included)",
+    )
     load.add_argument(
         "--min-load", type=float, help="the floor: a failure here means not met (default: a 15-minute trial)"
     )
@@ -126,7 +130,7 @@ def _add_search_arguments(load: argparse._ArgumentGroup) -> None:
     load.add_argument(
         "--trial-duration",
         type=float,
-        help="end a trial after this many seconds (default 1.5x its span + 60)",
+        help=f"end a trial after this many seconds, at least {MIN_TRIAL_S:g} (default 1.5x its span + 60)",
     )
     load.add_argument("--no-early-stop", action="store_true", default=None, help="run every trial in full")
     load.add_argument("--seed", type=int, help=f"random seed of the workload (default {defaults.seed})")
@@ -163,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"no plot: {exc}", file=sys.stderr)
     target_failed = all(trial.reason == "errors" for trial in result.trials)
     unreliable = result.stopped_by.startswith("shards: ")  # a worker late, dead or saturated
-    return EXIT_FAILED if target_failed or unreliable else EXIT_MEASURED
+    unmeasured = result.state is None  # no trial measured the target: nothing was found
+    return EXIT_FAILED if target_failed or unreliable or unmeasured else EXIT_MEASURED
 
 
 async def _search(

@@ -33,7 +33,7 @@ from exporter.jobs.search_state import (
     verdict,
 )
 from exporter.jobs.trial import TrialReport
-from exporter.jobs.trial_verdict import SHARDS_REASON
+from exporter.jobs.trial_verdict import NO_DATA_REASON, SHARDS_REASON
 from exporter.options.job_params import MIN_TRIAL_S
 
 # (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's,
@@ -49,16 +49,17 @@ Drain = Callable[[], Awaitable[Drained]]  # wait until the engine is idle
 class CapacityResult:
     """The outcome of a search. ``lower_bound``: the highest passing load below the lowest failing one
     (``upper_bound``), None when no load passed. ``capacity`` is the lower bound when the state is
-    ``found`` (a measurement), else None; ``bracketed`` is False when no load failed."""
+    ``found`` (a measurement), else None; ``bracketed`` is False when no load failed. ``state`` is None
+    when no trial measured the target (``stopped_by`` says why): there is no finding to state."""
 
     load_kind: str
-    state: State
+    state: State | None
     lower_bound: float | None
     upper_bound: float | None
     converged: bool
-    stopped_by: (
-        str  # "converged", "max_load", "floor", "max_trials", "time_budget", a budget reason, "shards: ..."
-    )
+    # "converged", "max_load", "floor", "max_trials", "time_budget", a budget reason, "shards: ...",
+    # "no_data: ..."
+    stopped_by: str
     trials: list[TrialReport] = field(default_factory=list)
     slo: dict[str, Any] = field(default_factory=dict)
     intervals: dict[str, Any] = field(default_factory=dict)  # pass-fraction interval of each end
@@ -120,7 +121,7 @@ class CapacityResult:
         return {
             "load_kind": self.load_kind,
             "unit": unit,
-            "state": str(self.state),
+            "state": str(self.state) if self.state is not None else None,
             "capacity": self.capacity,
             "lower_bound": self.lower_bound,
             "upper_bound": self.upper_bound,
@@ -219,10 +220,13 @@ async def search_capacity(
             trial.drain_wait_s, trial.drained_by = drained.waited_s, drained.how
         clock.spent += trial.duration_s
         trials.append(trial)
-        if trial.reason == SHARDS_REASON:
-            # The load was not the planned one (a shard late, dead or saturated): nothing to learn
-            # about the target from it, and the next trial's shards are no safer.
-            stopped_by = "shards: " + "; ".join(trial.figures["shards"]["problems"])
+        unmeasured = _unmeasured(trial, load_kind)
+        if unmeasured is not None:
+            # Nothing to learn about the target from it, and the next trial would fare no better:
+            # the load was not the planned one (a shard late, dead or saturated), or it measured
+            # nothing (its duration ended in the warm-up). Counted as a failure it would steer the
+            # search down to the floor and report "not met" for a target never measured.
+            stopped_by = unmeasured
             if on_trial is not None:
                 on_trial(trial)
             break
@@ -230,6 +234,20 @@ async def search_capacity(
         if on_trial is not None:
             on_trial(trial)
     return _result(settings, history, trials, load_kind, stopped_by, slo or {})
+
+
+def _unmeasured(trial: TrialReport, load_kind: str) -> str | None:
+    """Why ``trial`` says nothing about the target (``stopped_by``), or None when it does."""
+    if trial.reason == SHARDS_REASON:
+        return "shards: " + "; ".join(trial.figures["shards"]["problems"])
+    if trial.reason == NO_DATA_REASON:
+        unit = "req/s" if load_kind == "rate" else "concurrent"
+        return (
+            f"no_data: trial {trial.index} at {trial.load:g} {unit} measured no request "
+            f"({trial.requests_sent} sent, ended by {trial.ended_by.replace('_', ' ')}, after "
+            f"{trial.duration_s:.1f} s): raise the trial duration or lower the warm-up"
+        )
+    return None
 
 
 def _result(
@@ -252,7 +270,7 @@ def _result(
             }  # fmt: skip
     return CapacityResult(
         load_kind=load_kind,
-        state=outcome(settings, history),
+        state=outcome(settings, history) if history else None,
         lower_bound=found.low.load if found.low is not None else None,
         upper_bound=found.high.load if found.high is not None else None,
         converged=converged(settings, found),

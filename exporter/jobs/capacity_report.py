@@ -22,7 +22,7 @@ def capacity_table(result: CapacityResult) -> str:
             f"{trial.load:>10.4g} {verdict:>14} {trial.headroom:>9.3f} {pass_fraction(trial):>29} "
             f"{trial.tokens:>10} {trial.duration_s:>8.1f}"
         )
-    lines.append(f"answer ({result.state}): {result_line(result)}")
+    lines.append(f"answer ({result.state or 'nothing measured'}): {result_line(result)}")
     if result.lower_bound is not None:
         rate, good = result.figure("fluid_token_rate"), result.figure("goodput_rate")
         lines.append(

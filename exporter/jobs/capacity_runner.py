@@ -27,7 +27,7 @@ from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.shard_pool import ShardPool
 from exporter.load.workloads import Workload
-from exporter.options.job_params import CapacityParams, JobLimits, JobParams, SloSpec
+from exporter.options.job_params import CapacityParams, JobLimits, JobParams, SloSpec, concurrency_ceiling
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
@@ -74,8 +74,10 @@ def search_settings(params: CapacityParams, limits: JobLimits, slo: TrialSlo | N
     judged by the pass fraction's interval at the SLO's percentile and the job's confidence."""
     concurrency = params.load == "concurrency"
     ceiling = float(limits.max_concurrency if concurrency else limits.max_rate)
+    if concurrency:
+        ceiling = min(ceiling, concurrency_ceiling(params.warmup_requests, params.requests_per_trial))
     max_load = min(params.max_load or ceiling, ceiling)
-    start = min(params.start or DEFAULT_START[params.load], max_load)
+    start = min(params.start or max(DEFAULT_START[params.load], params.min_load or 0.0), max_load)
     return SearchSettings(
         start, max_load, params.tolerance, params.max_trials, integer=concurrency,
         floor=min(default_floor(params), start), required=None if slo is None else slo.required,
@@ -145,7 +147,7 @@ def capacity_runner(env: JobEnvironment) -> Runner:
                     time_budget_s=time_budget(params, limits), progress=progress,
                     busy=lambda: env.engine_busy(target.name),
                 )  # fmt: skip
-        if not result.trials:
+        if result.state is None:  # no trial measured the target (or none ran): no finding to publish
             raise JobFailedError(result.stopped_by)
         result.gpus, result.gpu_hour_price = target.gpus, target.gpu_hour_price
         progress.finished(result)

@@ -55,7 +55,7 @@ def trial_line(trial: TrialReport, load_kind: str) -> str:
     verdict = trial.verdict if trial.passed or trial.verdict != "fail" else f"fail ({trial.reason})"
     ended = {
         "early_stop": ", stopped early", "cannot_settle": ", stopped: cannot settle a pass",
-        "time_limit": ", time limit",
+        "time_limit": ", time limit", "duration": ", trial duration reached",
     }.get(trial.ended_by, "")  # fmt: skip
     return (
         f"trial {trial.index}: {trial.load:.4g} {load_unit(load_kind)}, pass fraction {pass_fraction(trial)}, "
@@ -81,6 +81,8 @@ def result_line(result: CapacityResult) -> str:
     """The answer in one line, said exactly as found."""
     unit = load_unit(result.load_kind)
     low, high = result.lower_bound, result.upper_bound
+    if result.state is None:
+        return f"no capacity: no trial measured the target (stopped by {result.stopped_by})"
     if result.state == "found":
         return f"capacity {low:.4g} {unit} (fails at {high:.4g}); {result.stopped_by}"
     if result.state == "lower_bound":

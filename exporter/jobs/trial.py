@@ -91,7 +91,9 @@ class TrialReport:
     tokens: int
     stopped_early: bool = False
     planned: int = 0  # measured requests planned
-    ended_by: str = "requests"  # "requests" (all sent and done), "early_stop", "cannot_settle", "time_limit"
+    # "requests" (all sent and done), "duration" (the trial duration ended the sends, the rest done),
+    # "early_stop", "cannot_settle", "time_limit"
+    ended_by: str = "requests"
     drain_wait_s: float = 0.0  # waited for a drained engine before it
     drained_by: str | None = None  # how that wait ended (``exporter.jobs.drain.Drained.how``)
 
@@ -324,10 +326,14 @@ async def run_trial(
     now = time.perf_counter()
     if ended_by == "early_stop":
         ended_by = tally.reason or ended_by
+    closed = plan.concurrency is not None
     if ended_by != "requests":
-        verdict = judge(list(tally.measured), slo, tally.given_up(now))
+        verdict = judge(list(tally.measured), slo, tally.given_up(now), closed_loop=closed)
     else:
-        verdict = judge(_measured_in_order(load.result().results), slo)
+        done = load.result()
+        verdict = judge(_measured_in_order(done.results), slo, closed_loop=closed)
+        if done.stopped_by == "duration":
+            ended_by = "duration"  # its trial duration ended the sends: fewer requests than planned
     early = ended_by in STOPPED_EARLY
     report = TrialReport.of(index, plan.load, verdict, len(tally.started), now - began, tally.tokens(), early)
     report.planned, report.ended_by = plan.measured, ended_by

@@ -55,10 +55,11 @@ async def run_sharded_trial(
         if watcher is not None:
             watcher.cancel()
     now = time.perf_counter()
+    closed = plan.concurrency is not None
     if stopped_early:
-        verdict = judge(list(tally.measured), slo, tally.given_up(now))
+        verdict = judge(list(tally.measured), slo, tally.given_up(now), closed_loop=closed)
     else:
-        verdict = judge([r for r in report.in_order() if r.extra.get("measured")], slo)
+        verdict = judge([r for r in report.in_order() if r.extra.get("measured")], slo, closed_loop=closed)
     trial = TrialReport.of(
         index, plan.load, with_shards(verdict, report), len(tally.started), now - began, tally.tokens(),
         stopped_early,

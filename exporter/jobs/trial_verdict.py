@@ -47,6 +47,7 @@ from exporter.stats.slo import (
 
 TRIAL_TIER = "trial"  # the one decode deadline a trial is judged at
 SHARDS_REASON = "shards"  # a sharded trial whose shards made the load other than planned
+NO_DATA_REASON = "no data"  # a trial that measured no request (it ended before its warm-up did)
 
 
 @dataclass(frozen=True)
@@ -112,16 +113,24 @@ class Verdict:
     figures: dict[str, Any]
 
 
-def judge(results: Sequence[ProbeResult], slo: TrialSlo, given_up: Sequence[float] = ()) -> Verdict:
+def judge(
+    results: Sequence[ProbeResult],
+    slo: TrialSlo,
+    given_up: Sequence[float] = (),
+    *,
+    closed_loop: bool = False,
+) -> Verdict:
     """The verdict over the measured requests (pure).
 
     ``given_up``: for a trial stopped early, the unfinished requests whose first token did not come
     by the point where they could still reach the target; each value is a lower bound on the factor
     its deadlines would need (wait / give-up wait). They count as failed, and their bound enters the headroom: left
     out, the headroom of a stopped trial would only see the requests that were quick enough to finish.
+    ``closed_loop``: the trial held a concurrency, so its rate is the one its slots achieved
+    (``offered_rate``).
     """
     if not results and not given_up:
-        return Verdict(False, "no data", math.nan, {"requests": 0})
+        return Verdict(False, NO_DATA_REASON, math.nan, {"requests": 0})
     duration_s = measured_span(results) if results else math.nan
     # One decode tier, the trial's: ``measure`` evaluates every tier of the policy it is given.
     deadlines = dataclasses.replace(slo.deadlines, decode_tiers={TRIAL_TIER: slo.decode_deadline})
@@ -138,7 +147,7 @@ def judge(results: Sequence[ProbeResult], slo: TrialSlo, given_up: Sequence[floa
     objective_rows = _objectives(values, failed, slo)
     checks += [row["met"] for row in objective_rows]
     headrooms += [row["headroom"] for row in objective_rows]
-    offered = offered_rate(results)
+    offered = offered_rate(results, closed_loop=closed_loop)
     good = _goodput(values, len(scores), slo, offered)
     if good["met"] is not None:
         checks.append(good["met"])
@@ -176,9 +185,17 @@ def _statistics(fluid: int, total: int, others_met: bool, slo: TrialSlo) -> dict
     return {"pass_interval": [bounds.low, bounds.high], "verdict": str(verdict)}
 
 
-def offered_rate(results: Sequence[ProbeResult]) -> float:
+def offered_rate(results: Sequence[ProbeResult], *, closed_loop: bool = False) -> float:
     """Requests per second as sent: (n - 1) over the span from the first measured send to the last
-    (scheduled times for an open loop). NaN with fewer than two sends."""
+    (scheduled times for an open loop). NaN with fewer than two sends.
+
+    A closed loop offers what its slots achieve: its first requests leave together (at a concurrency
+    near the trial's request count, nearly all of them: the span of sends is then ~0 and their rate
+    meaningless), so its rate is the measured requests over the span from the first send to the last
+    end."""
+    if closed_loop:
+        span = measured_span(results) if results else math.nan
+        return len(results) / span if span > 0.0 else math.nan
     starts = sorted(
         t
         for t in (r.scheduled_at if r.scheduled_at is not None else r.sent_at for r in results)

@@ -71,6 +71,13 @@ class SloSpec:
     min_goodput_ratio: float | None = None  # with ``goodput``: share of requests that must meet every bound
 
 
+def concurrency_ceiling(warmup_requests: int, requests_per_trial: int) -> int:
+    """The highest concurrency a closed-loop trial of this many requests can hold: every slot sends at
+    least two of them, so at least half wait for a slot. At or above the trial's request count every
+    request starts at once, a burst, not a closed loop (and its offered rate is no rate at all)."""
+    return max(1, (warmup_requests + requests_per_trial) // 2)
+
+
 @dataclass(frozen=True)
 class CapacityParams:
     """A capacity search: the highest load at which the SLO holds, to a relative ``tolerance``."""
@@ -80,8 +87,11 @@ class CapacityParams:
     load: LoadKind = "rate"  # requests/s (open loop, ``arrival`` process) or concurrency (closed loop)
     arrival: str = "poisson"  # an arrival spec without its rate: poisson, constant, gamma:cv=2
     start: float | None = None  # first load tried; None: 1 req/s or concurrency 1
-    max_load: float | None = None  # never try above this; None: the limit (max_rate / max_concurrency)
-    # Never try below this: a failure here ends the search with "not met" (None: see search_settings)
+    # Never try above this; None: the limit (max_rate / max_concurrency; a concurrency also within
+    # ``concurrency_ceiling``)
+    max_load: float | None = None
+    # Never try below this: a failure here ends the search with "not met"; the start is raised to it
+    # (None: see search_settings)
     min_load: float | None = None
     tolerance: float = 0.05
     max_trials: int = 8

@@ -35,6 +35,7 @@ from exporter.options.job_params import (
     LoadKind,
     ProfileParams,
     SloSpec,
+    concurrency_ceiling,
     geometric_ladder,
 )
 from exporter.options.problems import Problems, literal
@@ -115,12 +116,15 @@ def _capacity(sec: Section, limits: JobLimits) -> CapacityParams:
     arrival = sec.read("arrival", CapacityParams.arrival, arrival_without_rate)
     start, max_load = _loads(sec, load, limits)
     min_load = _load(sec, "min_load", load, limits)
-    if min_load is not None and start is not None and min_load > start:
-        sec.fail("min_load", f"{min_load:g} is above start ({start:g})")
+    for key, value in (("start", start), ("max_load", max_load)):
+        if min_load is not None and value is not None and min_load > value:
+            sec.fail("min_load", f"{min_load:g} is above {key} ({value:g})")
     tolerance = sec.number("tolerance", CapacityParams.tolerance, 0.0, 0.5, low_open=True)
     max_trials = sec.integer("max_trials", default_max_trials(limits), minimum=1)
     _within(sec, "max_trials", max_trials, "max_trials", limits.max_trials)
     warmup, requests = _requests(sec, limits)
+    if load == "concurrency":
+        _closed_loop_fits(sec, {"start": start, "max_load": max_load, "min_load": min_load}, warmup, requests)
     trial_duration = _trial_duration(sec, limits)
     budget = sec.opt_duration("time_budget_s", None)
     if budget is not None:
@@ -212,10 +216,25 @@ def _requests(sec: Section, limits: JobLimits) -> tuple[int, int]:
     return warmup, requests
 
 
+def _closed_loop_fits(sec: Section, loads: dict[str, float | None], warmup: int, requests: int) -> None:
+    """A concurrency no trial of ``warmup + requests`` can hold as a closed loop is refused."""
+    ceiling = concurrency_ceiling(warmup, requests)
+    for key, value in loads.items():
+        if value is not None and value > ceiling:
+            sec.fail(
+                key,
+                f"concurrency {value:g} is above {ceiling}, the most a trial of {warmup + requests} "
+                "requests (warmup_requests + requests_per_trial) holds as a closed loop (every slot "
+                "sends at least two); raise requests_per_trial",
+            )
+
+
 def _trial_duration(sec: Section, limits: JobLimits) -> float | None:
     seconds = sec.opt_duration("trial_duration_s", None)
     if seconds is not None:
         _within(sec, "trial_duration_s", seconds, "max_duration", limits.max_duration_s)
+        if seconds < MIN_TRIAL_S:  # over before most warm-ups: the trial would measure nothing
+            sec.fail("trial_duration_s", f"{seconds:g} s is below one trial's minimum ({MIN_TRIAL_S:g} s)")
     return seconds
 
 

@@ -7,8 +7,8 @@ one of that target's modules, and every number bounded by ``jobs.limits`` (``sta
 by ``max_rate`` for a rate search, by ``max_concurrency`` and whole for a concurrency search). An API
 fuzzer reading the served document then generates only requests the API takes, and everything it calls
 invalid is refused. Two rules remain that JSON Schema cannot state, each said in its field's
-description: ``start <= max_load``, and ``requests_per_trial + warmup_requests`` within
-``max_requests_per_trial``.
+description: ``min_load <= start <= max_load``, ``requests_per_trial + warmup_requests`` within
+``max_requests_per_trial``, and a concurrency within half of that sum (``concurrency_ceiling``).
 """
 
 from __future__ import annotations
@@ -89,7 +89,9 @@ def _capacity(schema: dict[str, Any], targets: Mapping[str, tuple[str, ...]], li
     ceiling = limits.max_requests_per_trial
     props["requests_per_trial"]["maximum"] = ceiling
     props["warmup_requests"]["maximum"] = ceiling - props["requests_per_trial"]["minimum"]
-    props["trial_duration_s"].update(_seconds(low_open=True, maximum=limits.max_duration_s))
+    props["trial_duration_s"].update(
+        _seconds(low_open=False, maximum=limits.max_duration_s), minimum=MIN_TRIAL_S
+    )
     props["time_budget_s"].update(
         _seconds(low_open=False, maximum=limits.max_duration_s), minimum=MIN_TRIAL_S
     )

@@ -70,6 +70,48 @@ def test_capacity_command_prices_the_fluid_goodput(
     )
 
 
+def test_a_search_whose_trial_measured_nothing_says_so_and_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At 1 req/s, 20 warm-up requests sent 1 s apart take 20 s: a 10 s trial measures nothing. It
+    said "not met at any load tried" and exited 0, after steering down to the floor."""
+    out = tmp_path / "out"
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:16", "--output-tokens", "fixed:4"]
+    flags += [
+        "--start",
+        "1",
+        "--requests-per-trial",
+        "10",
+        "--warmup-requests",
+        "20",
+        "--trial-duration",
+        "10",
+        "--arrival",
+        "constant",
+    ]
+    assert main(["capacity", *flags, "--output", str(out), "--no-plots"]) == 1
+    captured = capsys.readouterr()
+    result = json.loads((out / "capacity.json").read_text())
+    assert result["state"] is None and result["capacity"] is None and len(result["trials"]) == 1
+    assert result["trials"][0]["ended_by"] == "duration"
+    assert result["stopped_by"].startswith("no_data: trial 1 at 1 req/s measured no request (")
+    assert "answer (nothing measured): no capacity: no trial measured the target" in captured.out
+
+
+def test_a_closed_loop_offers_the_rate_its_slots_achieved(tmp_path: Path) -> None:
+    """Every request of a closed loop at a concurrency near its trial's size leaves at once: its rate
+    is its requests over the trial's span, not over the ~0 s between their sends."""
+    out = tmp_path / "out"
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16"]
+    flags += ["--load", "concurrency", "--start", "10", "--max-trials", "1"]
+    flags += ["--requests-per-trial", "20", "--warmup-requests", "0", "--no-early-stop"]
+    assert main(["capacity", *flags, "--output", str(out), "--no-plots"]) == 0
+    figures = json.loads((out / "capacity.json").read_text())["trials"][0]["figures"]
+    assert figures["offered_rate_per_s"] == pytest.approx(20 / figures["duration_s"])
+    tokens = figures["fluid_goodput_tokens_per_s"]
+    assert tokens == pytest.approx(16 * figures["offered_rate_per_s"] * figures["fluid_share"])
+
+
 @pytest.mark.slow
 def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -102,6 +144,11 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         ),
         (["--load", "concurrency", "--start", "2.5"], "--start: must be a whole number"),
         (["--objective", "ttft:p99>=2"], "--objective: "),
+        (["--min-load", "20", "--max-load", "10"], "--min-load: 20 is above max_load (10)"),
+        (["--trial-duration", "1"], "--trial-duration: 1 s is below one trial's minimum (10 s)"),
+        # 220 requests a trial hold at most 110 in flight as a closed loop (it tried 494 and reported
+        # an "offered rate" of 8,600 req/s for requests that all left at once).
+        (["--load", "concurrency", "--max-load", "494"], "--max-load: concurrency 494 is above 110"),
         (["--workers", "0"], "--workers: must be an integer >= 1"),
         # Once a search of no trial that said "not met at any load tried" (exit 1).
         (["--time-budget", "5"], "--time-budget: 5 s is below one trial's minimum (10 s)"),

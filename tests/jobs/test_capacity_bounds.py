@@ -14,7 +14,7 @@ from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_runner import default_floor, search_settings, trial_time_limit
 from exporter.jobs.capacity_search import could_settle, next_load, settling
 from exporter.jobs.drain import wait_drained
-from exporter.jobs.search_progress import SearchProgress
+from exporter.jobs.search_progress import SearchProgress, result_line
 from exporter.jobs.search_state import Observation, SearchSettings, State, outcome, pool, verdict
 from exporter.jobs.trial import Tally, TrialPlan, TrialReport, stop_reason
 from exporter.jobs.trial_verdict import TrialSlo, judge
@@ -25,6 +25,7 @@ from exporter.stats.binomial import Verdict
 from exporter.stats.headroom import decided_failure
 
 P99 = 0.99
+SLO = TrialSlo(DeadlinePolicy(prefill_deadline=1.0), decode_deadline=0.05)
 
 
 def counted(load: float, fluid: int, total: int, headroom: float = 1.0) -> TrialReport:
@@ -65,6 +66,50 @@ def test_the_default_floor_is_a_trial_of_fifteen_minutes() -> None:
     assert settings.min_load == pytest.approx(120 / 900)
     assert search_settings(CapacityParams(target="t", start=0.05), JobLimits()).min_load == 0.05  # <= start
     assert default_floor(CapacityParams(target="t", load="concurrency")) == 1.0
+
+
+def test_min_load_raises_the_default_start_and_a_concurrency_stays_within_its_trial() -> None:
+    """The floor is where the search starts when no start is given (it started at 1 req/s below a
+    floor of 20); a concurrency search never goes above what its trial's requests hold as a closed loop
+    (it tried 494 in flight with 220 requests a trial, all sent at once)."""
+    settings = search_settings(CapacityParams(target="a", min_load=20.0), JobLimits(max_rate=100.0))
+    assert settings.start == 20.0 and settings.min_load == 20.0
+    closed = CapacityParams(target="a", load="concurrency", requests_per_trial=200, warmup_requests=20)
+    assert search_settings(closed, JobLimits(max_concurrency=1000)).max_load == 110.0
+
+
+async def test_a_trial_that_measured_nothing_ends_the_search_with_no_state() -> None:
+    """A trial whose duration ended in its warm-up measured nothing: it is no failure of the target
+    (counted as one, it steered the search to the floor and reported "not met", exit 0)."""
+    loads: list[float] = []
+
+    async def trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
+    ) -> TrialReport:
+        loads.append(load)
+        if index == 1:
+            return counted(load, 200, 200, headroom=3.0)
+        report = TrialReport.of(index, load, judge([], SLO), 12, 15.0, 800, False)
+        report.ended_by = "duration"
+        return report
+
+    result = await run(SearchSettings(start=2.0, max_load=100.0), trial)
+    assert loads == [2.0, 6.0]  # no third trial: the next would fare no better
+    assert result.stopped_by == (  # type: ignore[attr-defined]
+        "no_data: trial 2 at 6 req/s measured no request (12 sent, ended by duration, after 15.0 s): "
+        "raise the trial duration or lower the warm-up"
+    )
+    # What the first trial showed still stands; with nothing measured at all there is no state.
+    assert result.state is State.LOWER_BOUND and result.lower_bound == 2.0  # type: ignore[attr-defined]
+
+    async def nothing(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
+    ) -> TrialReport:
+        return TrialReport.of(index, load, judge([], SLO), 0, 15.0, 0, False)
+
+    empty = await run(SearchSettings(start=2.0, max_load=100.0), nothing)
+    assert empty.state is None and empty.to_dict()["state"] is None  # type: ignore[attr-defined]
+    assert "no capacity: no trial measured the target" in result_line(empty)  # type: ignore[arg-type]
 
 
 async def test_the_time_budget_ends_a_search_and_bounds_each_trial() -> None:

@@ -263,3 +263,20 @@ async def test_a_job_on_a_target_that_does_not_answer_fails_with_its_reason(tmp_
             assert done["error"].startswith(f"the target did not answer: GET {dead}/v1/models"), done["error"]
         async with aiohttp.ClientSession() as session, session.get(f"{url}/-/healthy") as response:
             assert response.status == 200  # the daemon stays up
+
+
+async def test_a_search_that_measured_nothing_fails_the_job_and_publishes_no_state(
+    daemon: tuple[Daemon, str],
+) -> None:
+    """At 1 req/s, 20 warm-up requests 1 s apart outlast a 10 s trial: nothing measured. The job once
+    succeeded with state not_met (and an upper bound) for a target that had never been measured."""
+    _, url = daemon
+    body = {"target": "sim", "start": 1, "arrival": "constant", "trial_duration_s": 10}
+    body |= {"warmup_requests": 20, "requests_per_trial": 10}
+    status, record = await call("POST", f"{url}/api/v1/jobs/capacity", body)
+    assert status == 202, record
+    done = await finished(url, record["id"])
+    assert done["state"] == "failed", done
+    assert done["error"].startswith("no_data: trial 1 at 1 req/s measured no request ("), done["error"]
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+        assert "fluidity_capacity_state{" not in await response.text()

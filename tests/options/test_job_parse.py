@@ -98,6 +98,30 @@ BAD: dict[str, tuple[str, Any, list[str]]] = {
             "trial_duration_s: 7200 exceeds jobs.limits.max_duration (3600)",
         ],
     ),
+    "min-load-above-max-load": (
+        "capacity",
+        {"target": "a", "min_load": 15, "max_load": 10},
+        ["min_load: 15 is above max_load (10)"],
+    ),
+    "concurrency-above-what-a-trial-holds": (
+        "capacity",
+        {
+            "target": "a",
+            "load": "concurrency",
+            "max_load": 60,
+            "requests_per_trial": 50,
+            "warmup_requests": 10,
+        },
+        [
+            "max_load: concurrency 60 is above 30, the most a trial of 60 requests (warmup_requests + "
+            "requests_per_trial) holds as a closed loop (every slot sends at least two); raise requests_per_trial"
+        ],
+    ),
+    "trial-duration-below-one-trial": (
+        "capacity",
+        {"target": "a", "trial_duration_s": "1s"},
+        ["trial_duration_s: 1 s is below one trial's minimum (10 s)"],
+    ),
     "budget-below-one-trial": (
         "capacity",
         {"target": "a", "time_budget_s": "5s"},

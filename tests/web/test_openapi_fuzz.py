@@ -19,7 +19,7 @@ from schemathesis.core.parameters import ParameterLocation
 
 from exporter.jobs.manager import JobContext, JobManager
 from exporter.jobs.store import JobStore
-from exporter.options.job_params import JobLimits, JobParams
+from exporter.options.job_params import JobLimits, JobParams, concurrency_ceiling
 from exporter.web.jobs_api import add_job_routes
 from tests.web.service import AUTH, Service
 
@@ -61,8 +61,8 @@ def api_url() -> Iterator[str]:
 
 def within_cross_field_rules(body: Any) -> bool:
     """The rules JSON Schema cannot state (each said in its field's description of the document):
-    ``min_load <= start <= max_load``, ``requests_per_trial + warmup_requests <= max_requests_per_trial``, and a
-    ladder's ``low <= high``. The API refuses a body that breaks one, naming it, as it should."""
+    ``min_load <= start <= max_load``, ``requests_per_trial + warmup_requests <= max_requests_per_trial``, a
+    concurrency within half of that sum, and a ladder's ``low <= high``. The API refuses a body that breaks one, naming it, as it should."""
     if not isinstance(body, dict):
         return True
     start, max_load = body.get("start"), body.get("max_load")
@@ -79,6 +79,10 @@ def within_cross_field_rules(body: Any) -> bool:
     )
     if isinstance(requests, int | float) and isinstance(warmup, int | float) and requests + warmup > ceiling:
         return False
+    if body.get("load") == "concurrency" and isinstance(requests, int) and isinstance(warmup, int):
+        loads = (start, max_load, min_load)
+        if any(isinstance(v, int | float) and v > concurrency_ceiling(warmup, requests) for v in loads):
+            return False
     ladder = body.get("lengths")
     if isinstance(ladder, dict):
         low, high = ladder.get("low", 128), ladder.get("high", 16384)
