@@ -17,7 +17,13 @@ from exporter.load.target_options import option_api
 from exporter.load.workloads import IndependentLengths, Workload, with_sessions
 from exporter.options.oneshot import OptionError, Options, json_object, read_flags
 from exporter.options.reader import Section
-from exporter.options.workload import TOOLS_AND_TURNS, WorkloadOptions, read_workload
+from exporter.options.workload import (
+    TOOL_CALL_APIS,
+    TOOLS_AND_TURNS,
+    WorkloadOptions,
+    read_workload,
+    tool_calls_problem,
+)
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 
@@ -113,8 +119,8 @@ def _check_flags_only(options: Options, api: str) -> None:
     """What only the flags can get wrong: tool calls for an API without them, and with ``--turns trace``."""
     if not options.get("tool_calls"):
         return
-    if api == "completions":
-        raise OptionError("--tool-calls: needs --api chat or responses")
+    if tool_calls_problem(True, api) is not None:
+        raise OptionError(f"--tool-calls: needs --api {' or '.join(TOOL_CALL_APIS)}")
     if _trace_turns(options):
         raise OptionError(TOOLS_AND_TURNS.format("--tool-calls", "--turns"))
 
