@@ -108,6 +108,13 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         # Workload flags are read before the target is asked anything (http://127.0.0.1:9 answers nothing).
         (["--turns", "0"], '--turns: fixed: field "value" (0) is below "min" (1)'),
         (["--prompt-tokens", "uniform:low=0,high=0"], '--prompt-tokens: uniform: field "high" (0) is below'),
+        # Once accepted: a negative cost printed, or (a price alone) no cost at all, without a word.
+        (["--gpus", "0"], "--gpus: must be a number > 0, got 0"),
+        (["--gpus", "1", "--gpu-hour-price", "-1"], "--gpu-hour-price: must be a number >= 0, got -1"),
+        (
+            ["--gpu-hour-price", "2"],
+            "--gpu-hour-price: needs --gpus: the price is per GPU-hour, so without it nothing is priced",
+        ),
         (
             ["--url", "localhost:18000"],
             '--url: must be an http(s) URL like http://host:8000, got "localhost:18000"',

@@ -584,6 +584,10 @@ CASES: dict[str, tuple[str, list[str]]] = {
             "not completions; change one of them"
         ],
     ),
+    "gpu-hour-price-without-gpus": (
+        T + "    gpu_hour_price: 2.5\n",
+        ["targets[0].gpu_hour_price: needs gpus: the price is per GPU-hour, so without it nothing is priced"],
+    ),
     "duplicate-module-reference": (
         T + "    modules: [m, m]\nmodules:\n  m: {}\n",
         ['targets[0].modules[1]: module "m" is listed twice'],
