@@ -64,7 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     slo.add_argument(
         "--decode-tier", help=f"decode deadline tier: {', '.join(DECODE_TIERS)} ({DEFAULT_DECODE_TIER})"
     )
-    slo.add_argument("--decode-deadline", type=float, help="decode deadline in seconds instead of a tier")
+    slo.add_argument(
+        "--decode-deadline", type=float, help="decode deadline in seconds instead of --decode-tier"
+    )
     add_prefill_arguments(slo)
     slo.add_argument(
         "--percentile",
@@ -96,7 +98,8 @@ def _add_search_arguments(load: argparse._ArgumentGroup) -> None:
         "--load", choices=("rate", "concurrency"), help="search requests/s or concurrency (rate)"
     )
     load.add_argument(
-        "--arrival", help="arrival process without its rate: poisson, constant, gamma:shape=0.5"
+        "--arrival",
+        help="with --load rate: arrival process without its rate: poisson, constant, gamma:shape=0.5",
     )
     load.add_argument("--start", type=float, help="first load tried (default 1)")
     load.add_argument("--max-load", type=float, help="never try above this load")

@@ -63,6 +63,7 @@ CAPACITY_FLAGS = {key: "--" + option.replace("_", "-") for option, key in PARAM_
 
 def capacity_params(options: Options) -> CapacityParams:
     """The options as the API's parameters, through the API's own parser."""
+    _refuse_conflicts(options)
     body: dict[str, Any] = {"target": "cli"}
     body |= {key: options[option] for option, key in PARAM_OPTIONS if options[option] is not None}
     if options["no_early_stop"]:
@@ -78,6 +79,17 @@ def capacity_params(options: Options) -> CapacityParams:
         ) from exc
     assert isinstance(params, CapacityParams)
     return params
+
+
+def _refuse_conflicts(options: Options) -> None:
+    """Flags of which one would be ignored without a word (the API's parser takes both)."""
+    if options["decode_tier"] is not None and options["decode_deadline"] is not None:
+        raise OptionError("give either --decode-tier or --decode-deadline (a deadline of its own), not both")
+    if options["load"] == "concurrency" and options["arrival"] is not None:
+        raise OptionError(
+            "--arrival: only a rate search (--load rate) has arrivals; a concurrency search keeps its "
+            "requests in flight, so drop --arrival"
+        )
 
 
 def trial_slo(params: CapacityParams, deadlines: DeadlinePolicy) -> TrialSlo:
