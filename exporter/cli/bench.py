@@ -80,8 +80,8 @@ def _add_session_arguments(load: argparse._ArgumentGroup) -> None:
     """Multi-turn sessions, tool calls and structured output."""
     load.add_argument(
         "--turns",
-        help="turns per session: N, a distribution (uniform:low=2,high=6) or trace (a conversation "
-        "trace's own turns); default 1, the mooncake preset 1-5",
+        help="turns per session: N, a distribution (uniform:low=2,high=6) or trace (with --trace: a "
+        "conversation trace's own turns); default 1, the mooncake preset 1-5",
     )
     load.add_argument(
         "--think-time", help=f"seconds between turns, e.g. fixed:2 (default {DEFAULT_THINK_TIME})"
@@ -102,7 +102,9 @@ def _add_schedule_arguments(load: argparse._ArgumentGroup) -> None:
     load.add_argument(
         "--arrival", help=f"arrival process: {', '.join(ARRIVAL_KINDS)}, trace (default poisson)"
     )
-    load.add_argument("--burstiness", type=float, help="gamma shape (1 = Poisson; < 1 burstier)")
+    load.add_argument(
+        "--burstiness", type=float, help="with --arrival gamma: its shape (1 = Poisson; < 1 burstier)"
+    )
     load.add_argument("--concurrency", type=int, help="closed loop: requests in flight")
     load.add_argument("--requests", type=int, help=f"number of requests (default {DEFAULT_REQUESTS})")
     load.add_argument("--duration", type=float, help="seconds of load (instead of --requests)")

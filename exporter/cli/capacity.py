@@ -36,8 +36,9 @@ from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
 from exporter.load.target_options import option_url
 from exporter.load.workload_options import checked_workload_options, workload_from_options
+from exporter.options.cost import COST_KEYS, Cost, read_cost
 from exporter.options.job_params import MIN_TRIAL_S, CapacityParams
-from exporter.options.oneshot import OptionError, Options
+from exporter.options.oneshot import OptionError, Options, read_flags
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputExistsError, refuse_overwrite, timestamped
 from exporter.report.capacity_plot import HeadroomPoint, write_headroom_plot
@@ -63,7 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     slo.add_argument(
         "--decode-tier", help=f"decode deadline tier: {', '.join(DECODE_TIERS)} ({DEFAULT_DECODE_TIER})"
     )
-    slo.add_argument("--decode-deadline", type=float, help="decode deadline in seconds instead of a tier")
+    slo.add_argument(
+        "--decode-deadline", type=float, help="decode deadline in seconds instead of --decode-tier"
+    )
     add_prefill_arguments(slo)
     slo.add_argument(
         "--percentile",
@@ -95,7 +98,8 @@ def _add_search_arguments(load: argparse._ArgumentGroup) -> None:
         "--load", choices=("rate", "concurrency"), help="search requests/s or concurrency (rate)"
     )
     load.add_argument(
-        "--arrival", help="arrival process without its rate: poisson, constant, gamma:shape=0.5"
+        "--arrival",
+        help="with --load rate: arrival process without its rate: poisson, constant, gamma:shape=0.5",
     )
     load.add_argument("--start", type=float, help="first load tried (default 1, or --min-load if higher)")
     load.add_argument(
@@ -148,10 +152,11 @@ def run(args: argparse.Namespace) -> int:
         params = capacity_params(options)
         slo = trial_slo(params, prefill_deadlines(options))  # bad deadlines fail before any load is sent
         checked_workload_options(options)
+        cost = _cost(options)
         directory = Path(options["output"]) if options["output"] else timestamped("capacity-results")
         refuse_overwrite(directory / "capacity.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
-            result = event_loop.run(_search(options, params, slo, url, simulated))
+            result = event_loop.run(_search(options, params, slo, cost, url, simulated))
     except (OptionError, OutputExistsError, SimStartError, JobFailedError) as exc:
         error("capacity", exc)
         return EXIT_USAGE
@@ -171,8 +176,15 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if target_failed or unreliable or unmeasured else EXIT_MEASURED
 
 
+def _cost(options: Options) -> Cost:
+    """``--gpus`` and ``--gpu-hour-price``, read as ``targets[].gpus`` and ``gpu_hour_price`` are (each
+    flag is its key with dashes, so no flag needs naming)."""
+    given = {key: options[key] for key in COST_KEYS if options[key] is not None}
+    return read_flags(given, COST_KEYS, read_cost, {})
+
+
 async def _search(
-    options: Options, params: CapacityParams, slo: TrialSlo, url: str, simulated: bool
+    options: Options, params: CapacityParams, slo: TrialSlo, cost: Cost, url: str, simulated: bool
 ) -> CapacityResult:
     settings, facts = await discover_target(options, url, simulated)  # calibrated prompts, context
     for line in facts.describe():
@@ -180,7 +192,6 @@ async def _search(
     workload = workload_from_options(options, simulated, facts)
     printer = ProgressPrinter() if not options["json"] else (lambda fraction, message: None)
     note_shared_cpus(params.workers)
-    cost = (options["gpus"], options["gpu_hour_price"])
     return await search_capacity(params, slo, settings, workload, printer, cost)
 
 

@@ -46,9 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_target_arguments(parser)
     parser.add_argument(
         "--lengths",
-        help=f"prompt lengths, e.g. 128,512,2048 (default {DEFAULT_LOW} to {DEFAULT_HIGH}, doubling)",
+        help=f"distinct prompt lengths, e.g. 128,512,2048 (default {DEFAULT_LOW} to {DEFAULT_HIGH}, doubling)",
     )
-    parser.add_argument("--max-length", type=int, help=f"top of the default ladder (default {DEFAULT_HIGH})")
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        help=f"top of the default ladder, without --lengths (default {DEFAULT_HIGH})",
+    )
     parser.add_argument(
         "--repeats",
         type=int,

@@ -21,7 +21,7 @@ from exporter.options.arrival import ArrivalProcess
 from exporter.options.job_params import JobKind, JobLimits, JobParams
 from exporter.options.lengths import Fixed, LogNormal
 from exporter.options.slo import SloOptions
-from exporter.options.workload import WorkloadOptions
+from exporter.options.workload import WorkloadOptions, tool_calls_problem
 from exporter.probe.target import Api, Secret, TargetSettings, Timeouts
 
 DEFAULT_LISTEN_ADDRESS = "0.0.0.0:9468"
@@ -184,6 +184,14 @@ class Module:
     arrival: ArrivalProcess | None = None  # open loop; exactly one of arrival and concurrency is set
     concurrency: int | None = 1  # closed loop
     schedule: ProbeSchedule = field(default_factory=ProbeSchedule)
+
+    def problem_with(self, target: Target) -> str | None:
+        """Why ``target`` cannot be sent this module's requests (None when it can): the config check,
+        ``/probe`` and the workload built at run time apply the same rule."""
+        problem = tool_calls_problem(self.workload.tool_calls, target.api)
+        if problem is None:
+            return None
+        return f'target "{target.name}" cannot probe module "{self.name}": {problem}; change one of them'
 
     def workload_for(self, target: Target) -> Workload:
         """The module's workload as sent to ``target`` (its api, its prompt builder, the filters)."""

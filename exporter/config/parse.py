@@ -259,13 +259,17 @@ def _bucket_list(ctx: Context, sec: Section, name: str) -> tuple[float, ...] | N
 
 
 def check_runs_fit(ctx: Context, config: Config) -> None:
-    """Every module a target probes must be able to run at all: its prompts within the ceiling, and a
-    whole run within the target's hourly budget (a run over it is skipped every time, without a word)."""
+    """Every module a target probes must be able to run at all: its requests in the target's api, its
+    prompts within the ceiling, and a whole run within the target's hourly budget (a run over it is skipped every time, without a word)."""
     rng = np.random.default_rng(0)
     for index, target in enumerate(config.targets):
         budget, path = target.budget, f"targets[{index}].budget"
         for name in target.modules:
             module = config.modules[name]
+            problem = module.problem_with(target)
+            if problem is not None:
+                ctx.problems.add(f"targets[{index}]", problem)
+                continue  # nothing of it can run, within a budget or not
             runs = module.requests_per_run
             if budget.max_requests_per_hour is not None and runs > budget.max_requests_per_hour:
                 ctx.problems.add(

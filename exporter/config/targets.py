@@ -12,6 +12,7 @@ from exporter.config.model import DEFAULT_SLO, Budget, EngineMetrics, Target, Tl
 from exporter.config.values import reference
 from exporter.engine.families import VALID_GATEWAY_KINDS, VALID_KINDS
 from exporter.options.addresses import check_target_url, check_url
+from exporter.options.cost import read_cost
 from exporter.options.reader import (
     Context,
     Section,
@@ -66,6 +67,7 @@ class TargetReader:
         timeouts, tls = sec.section("timeouts", TIMEOUT_KEYS), sec.section("tls", ("verify", "ca_file"))
         engine, budget = sec.section("engine_metrics", ENGINE_KEYS), sec.section("budget", BUDGET_KEYS)
         gateway = sec.section("gateway_metrics", ENGINE_KEYS)
+        cost = read_cost(sec)
         return Target(
             name=name,
             url=url,
@@ -84,8 +86,8 @@ class TargetReader:
             slo=self.reference(sec, "slo", DEFAULT_SLO, "slo", self.slo_names),
             budget=self.budget(budget) if budget is not None else Budget(),
             simulated=sec.boolean("simulated", False),
-            gpus=sec.opt_number("gpus", None, 0.0, low_open=True),
-            gpu_hour_price=sec.opt_number("gpu_hour_price", None, 0.0),
+            gpus=cost.gpus,
+            gpu_hour_price=cost.gpu_hour_price,
         )
 
     def tls(self, sec: Section) -> Tls:

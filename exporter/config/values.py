@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import tempfile
 from typing import Any
 
 from exporter.options.reader import (
@@ -35,20 +36,37 @@ def reference(value: Any, kind: str, valid: list[str]) -> str:
 def check_state_dir(path: str) -> str:
     """A folder the daemon can write (profiles and job history go there), or one it can create: checked
     now, so that ``check-config`` refuses what would fail at the first write."""
-    if os.path.exists(path):
-        if not os.path.isdir(path):
-            raise ValueError(f"{path} exists and is not a directory")
-        if not os.access(path, os.W_OK | os.X_OK):
-            raise ValueError(f"the directory {path} is not writable by this user")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{path} exists and is not a directory")
+    existing = _nearest_existing(os.path.abspath(path))
+    problem = _creation_problem(existing)
+    if problem is None:
         return path
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(
-            f"{path} does not exist and cannot be created ({parent} is not a writable directory)"
-        )
+    if existing == os.path.abspath(path):
+        raise ValueError(f"the daemon cannot write in the directory {path} ({problem})")
+    raise ValueError(f"{path} does not exist and cannot be created ({problem})")
+
+
+def _nearest_existing(path: str) -> str:
+    """``path`` itself when it exists, else its closest ancestor that does."""
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
     return path
+
+
+def _creation_problem(folder: str) -> str | None:
+    """Why a folder cannot be made in ``folder`` (None when one can), by making one and removing it.
+
+    ``os.access`` is not enough: root passes it everywhere, yet cannot create in ``/proc`` or ``/sys``
+    (ENOENT), and the file system's type is not portable to read. An empty folder under a hidden name,
+    removed at once, is the one check that agrees with the daemon's own ``mkdir``."""
+    if not os.path.isdir(folder):
+        return f"{folder} is not a directory"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".fluidity-check-", dir=folder))
+    except OSError as exc:
+        return f"making a folder in {folder} failed: {exc.strerror or exc}"
+    return None
 
 
 def bucket_bound(value: Any, high: float) -> float:

@@ -26,6 +26,7 @@ from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.plan_runner import worker_pool
 from exporter.load.workloads import Workload
+from exporter.options.cost import Cost
 from exporter.options.job_params import CapacityParams, JobLimits
 from exporter.options.job_parse import ParamsError, parse_params
 from exporter.options.oneshot import OptionError, Options, flag_problem
@@ -36,6 +37,7 @@ NO_CEILINGS = JobLimits(
     max_rate=1e9, max_concurrency=10**9, max_duration_s=1e12, max_tokens=10**15, max_trials=1000,
     max_requests_per_trial=10**9, max_prompt_tokens=10**9, max_workers=10**6,
 )  # fmt: skip
+NO_COST = Cost()  # no --gpus: a result without cost figures
 # As the daemon's default: a share of the default jobs.limits.max_duration_s (90% of 1 hour, 3240 s).
 DEFAULT_BUDGET_S = BUDGET_SHARE * JobLimits().max_duration_s
 # Option name -> the jobs API's parameter (top level, then under "slo").
@@ -61,6 +63,7 @@ CAPACITY_FLAGS = {key: "--" + option.replace("_", "-") for option, key in PARAM_
 
 def capacity_params(options: Options) -> CapacityParams:
     """The options as the API's parameters, through the API's own parser."""
+    _refuse_conflicts(options)
     body: dict[str, Any] = {"target": "cli"}
     body |= {key: options[option] for option, key in PARAM_OPTIONS if options[option] is not None}
     if options["no_early_stop"]:
@@ -78,6 +81,17 @@ def capacity_params(options: Options) -> CapacityParams:
     return params
 
 
+def _refuse_conflicts(options: Options) -> None:
+    """Flags of which one would be ignored without a word (the API's parser takes both)."""
+    if options["decode_tier"] is not None and options["decode_deadline"] is not None:
+        raise OptionError("give either --decode-tier or --decode-deadline (a deadline of its own), not both")
+    if options["load"] == "concurrency" and options["arrival"] is not None:
+        raise OptionError(
+            "--arrival: only a rate search (--load rate) has arrivals; a concurrency search keeps its "
+            "requests in flight, so drop --arrival"
+        )
+
+
 def trial_slo(params: CapacityParams, deadlines: DeadlinePolicy) -> TrialSlo:
     """The job's SLO resolved as the daemon resolves it, with the default SLO config in place of a
     target's and ``Dp`` from ``deadlines`` (the options' prefill deadline or model)."""
@@ -93,10 +107,10 @@ async def search_capacity(
     settings: TargetSettings,
     workload: Workload,
     on_progress: Callable[[float, str], None],
-    cost: tuple[float | None, float | None] = (None, None),
+    cost: Cost = NO_COST,
 ) -> CapacityResult:
     """The search against ``settings``' target, progress told to ``on_progress(fraction, message)``;
-    ``cost`` is ``(--gpus, --gpu-hour-price)``, for the result's cost figures."""
+    ``cost`` is ``--gpus`` and ``--gpu-hour-price``, for the result's cost figures."""
     progress = SearchProgress(params, on_progress)
     budget = time_budget(params, NO_CEILINGS) if params.time_budget_s is not None else DEFAULT_BUDGET_S
     async with ProbeClient(settings) as client, worker_pool(params.workers, settings) as pool:
@@ -104,6 +118,6 @@ async def search_capacity(
             params, search_settings(params, NO_CEILINGS, slo), workload, slo, lambda: client,
             on_trial=progress.trial_done, pool=pool, time_budget_s=budget, progress=progress,
         )  # fmt: skip
-    result.gpus, result.gpu_hour_price = cost
+    result.gpus, result.gpu_hour_price = cost.gpus, cost.gpu_hour_price
     progress.finished(result)
     return result

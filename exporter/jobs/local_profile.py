@@ -21,19 +21,31 @@ from exporter.probe.target import TargetSettings
 def lengths(options: Options) -> tuple[int, ...]:
     """``--lengths``, or the doubling ladder up to ``--max-length``."""
     if options["lengths"]:
-        try:
-            values = tuple(int(part) for part in str(options["lengths"]).split(","))
-        except ValueError:
+        if options["max_length"] is not None:
             raise OptionError(
-                f'--lengths "{options["lengths"]}": expected integers, e.g. 128,512,2048'
-            ) from None
-        if not values or min(values) < 1:
-            raise OptionError("--lengths: every length must be >= 1 token")
-        return values
+                "give either --lengths or --max-length (the top of the default ladder), not both"
+            )
+        return _given_lengths(str(options["lengths"]))
     try:
         return geometric_ladder(high=options["max_length"] or DEFAULT_HIGH)
     except ValueError as exc:
         raise OptionError(f"--max-length: {exc}") from exc
+
+
+def _given_lengths(text: str) -> tuple[int, ...]:
+    """``--lengths``: distinct prompt lengths of at least one token (a length twice would be profiled twice)."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise OptionError(f'--lengths "{text}": expected integers, e.g. 128,512,2048') from None
+    if not values or min(values) < 1:
+        raise OptionError("--lengths: every length must be >= 1 token")
+    repeated = sorted({value for value in values if values.count(value) > 1})
+    if repeated:
+        raise OptionError(
+            f"--lengths: {', '.join(map(str, repeated))} given more than once; list each length once"
+        )
+    return values
 
 
 async def profile_target(

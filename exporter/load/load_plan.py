@@ -126,7 +126,9 @@ def arrival_tree(options: Options) -> dict[str, Any]:
         return tree
     kind = options["arrival"] or "poisson"
     tree["arrival"] = {"kind": kind, "rate": options["rate"] if options["rate"] is not None else DEFAULT_RATE}
-    if kind == "gamma" and options["burstiness"] is not None:  # as ever, the shape of gamma alone
+    if options["burstiness"] is not None:
+        if kind != "gamma":  # only gamma has a shape: another process would ignore it without a word
+            raise OptionError(f"--burstiness: only --arrival gamma has a shape, not {kind}; drop one of them")
         tree["arrival"]["shape"] = options["burstiness"]
     return tree
 

@@ -17,7 +17,13 @@ from exporter.load.target_options import option_api
 from exporter.load.workloads import IndependentLengths, Workload, with_sessions
 from exporter.options.oneshot import OptionError, Options, json_object, read_flags
 from exporter.options.reader import Section
-from exporter.options.workload import TOOLS_AND_TURNS, WorkloadOptions, read_workload
+from exporter.options.workload import (
+    TOOL_CALL_APIS,
+    TOOLS_AND_TURNS,
+    WorkloadOptions,
+    read_workload,
+    tool_calls_problem,
+)
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 
@@ -110,13 +116,20 @@ def _trace_turns(options: Options) -> bool:
 
 
 def _check_flags_only(options: Options, api: str) -> None:
-    """What only the flags can get wrong: tool calls for an API without them, and with ``--turns trace``."""
-    if not options.get("tool_calls"):
-        return
-    if api == "completions":
-        raise OptionError("--tool-calls: needs --api chat or responses")
-    if _trace_turns(options):
-        raise OptionError(TOOLS_AND_TURNS.format("--tool-calls", "--turns"))
+    """What only the flags can get wrong: tool calls for an API without them, and with ``--turns
+    trace``; ``--turns trace`` without a trace."""
+    if options.get("tool_calls"):
+        if tool_calls_problem(True, api) is not None:
+            raise OptionError(f"--tool-calls: needs --api {' or '.join(TOOL_CALL_APIS)}")
+        if _trace_turns(options):
+            raise OptionError(TOOLS_AND_TURNS.format("--tool-calls", "--turns"))
+    if _trace_turns(options) and not options.get("trace"):
+        # Without a trace there are no conversations to replay: it ran as single requests, without a word.
+        raise OptionError(
+            "--turns trace: needs --trace (the conversation trace whose turns it replays)"
+            if "trace" in options
+            else "--turns trace: only bench replays a trace's turns; give N or a distribution"
+        )
 
 
 def _fit_context(workload: Workload, options: Options, context: int | None, exact: bool) -> Workload:

@@ -34,7 +34,7 @@ import numpy as np
 from exporter.load.prompts import PromptBuilder, SimPromptBuilder
 from exporter.options.lengths import IntArray, LengthDistribution
 from exporter.options.think_time import DEFAULT_THINK_TIME, ThinkTime, parse_think_time
-from exporter.options.workload import WorkloadOptions
+from exporter.options.workload import WorkloadOptions, tool_calls_problem
 from exporter.probe.target import APIS, Api, FollowUp, RequestSpec
 
 # Below this share of accepted draws the filters leave too little of the distribution to sample.
@@ -116,8 +116,9 @@ class Workload:
     def __post_init__(self) -> None:
         if self.api not in APIS:
             raise ValueError(f'workload {self.name}: unknown api "{self.api}"; valid: {", ".join(APIS)}')
-        if self.tool_calls and self.api == "completions":
-            raise ValueError(f"workload {self.name}: tool calls need the chat or responses api")
+        problem = tool_calls_problem(self.tool_calls, self.api)
+        if problem is not None:
+            raise ValueError(f"workload {self.name}: {problem}")
         for name, value in (
             ("max_prompt_tokens", self.max_prompt_tokens),
             ("max_output_tokens", self.max_output_tokens),

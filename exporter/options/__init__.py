@@ -6,7 +6,7 @@ every problem recorded under its path (``problems``: each keeps its path, the se
 names and the wrong part of a spec); ``slo`` defines the SLO (``SloOptions``) and reads it (``read_slo``)
 for the daemon config, a job's parameters and the flags alike; ``target`` defines how to reach a target
 (``Api``, ``Secret``, ``Timeouts``) and reads it for ``targets[]`` and the target flags; ``goodput`` reads
-goodput bounds; ``workload`` defines a workload (``WorkloadOptions``: a preset or length distributions,
+goodput bounds; ``cost`` reads a target's accelerators and their price (``targets[]``, the ``capacity`` flags); ``workload`` defines a workload (``WorkloadOptions``: a preset or length distributions,
 sessions) and reads it (``read_workload``) for ``modules.<name>`` and the workload flags, with the
 length distributions (``lengths``) and think times (``think_time``) it is made of; ``arrival`` defines the
 arrival processes and reads them (``read_arrival``) for ``modules.<name>``, a capacity job and the

@@ -22,12 +22,15 @@ from typing import Any, Final
 
 from exporter.options.lengths import Fixed, LengthDistribution, LogNormal, length_spec
 from exporter.options.reader import Section, show
+from exporter.options.target import Api
 from exporter.options.think_time import ThinkTime, think_spec
 
 LENGTH_KEYS: Final = ("preset", "prompt_tokens", "output_tokens")
 TRACE_KEYS: Final = ("trace", "format")
 SESSION_KEYS: Final = ("turns", "think_time", "tool_calls", "response_format")
 TOOLS_AND_TURNS: Final = "{} and {} above 1 exclude each other (a conversation would need tool results)"
+# The APIs whose request body can name a tool (``exporter.probe.openai``): completions has no ``tools``.
+TOOL_CALL_APIS: Final[tuple[Api, ...]] = ("chat", "responses")
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,14 @@ def read_sessions(sec: Section, spec: WorkloadOptions, presets: Presets) -> Work
     if spec.tool_calls and sessions:
         sec.complain(TOOLS_AND_TURNS, ("tool_calls", "turns"))
     return spec
+
+
+def tool_calls_problem(tool_calls: bool, api: str) -> str | None:
+    """Why a workload cannot be sent with ``api`` (None when it can): the one rule the flags, the
+    config and the workload itself apply, so that what a check accepts also runs."""
+    if tool_calls and api not in TOOL_CALL_APIS:
+        return f"tool calls need api {' or '.join(TOOL_CALL_APIS)}, not {api}"
+    return None
 
 
 def preset_options(value: Any, presets: Presets) -> WorkloadOptions:

@@ -218,11 +218,14 @@ async def probe(request: web.Request) -> web.Response:
     daemon = request.app[DAEMON]
     target, module = request.query.get("target", ""), request.query.get("module", "")
     try:
-        daemon.config.target(target)
-        daemon.config.module(module)
+        # A pair of names the config does not put together may still be one the target cannot send.
+        configured = daemon.config.target(target)
+        problem = daemon.config.module(module).problem_with(configured)
     except UnknownNameError as exc:
         raise web.HTTPBadRequest(text=f"{exc}\n") from None
     _authorize_probe(request, daemon, target)
+    if problem is not None:
+        raise web.HTTPBadRequest(text=f"{problem}\n")
     timeout = _probe_timeout(request)
     debug = request.query.get("debug", "").lower() == "true"
     started = time.perf_counter()

@@ -155,6 +155,24 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         # Workload flags are read before the target is asked anything (http://127.0.0.1:9 answers nothing).
         (["--turns", "0"], '--turns: fixed: field "value" (0) is below "min" (1)'),
         (["--prompt-tokens", "uniform:low=0,high=0"], '--prompt-tokens: uniform: field "high" (0) is below'),
+        # Each once ignored without a word: the tier for the deadline, the arrivals of a closed loop.
+        (
+            ["--decode-tier", "strict", "--decode-deadline", "0.1"],
+            "give either --decode-tier or --decode-deadline (a deadline of its own), not both",
+        ),
+        (
+            ["--load", "concurrency", "--arrival", "gamma:shape=0.5"],
+            "--arrival: only a rate search (--load rate) has arrivals; a concurrency search keeps its "
+            "requests in flight, so drop --arrival",
+        ),
+        (["--turns", "trace"], "--turns trace: only bench replays a trace's turns; give N or a distribution"),
+        # Once accepted: a negative cost printed, or (a price alone) no cost at all, without a word.
+        (["--gpus", "0"], "--gpus: must be a number > 0, got 0"),
+        (["--gpus", "1", "--gpu-hour-price", "-1"], "--gpu-hour-price: must be a number >= 0, got -1"),
+        (
+            ["--gpu-hour-price", "2"],
+            "--gpu-hour-price: needs --gpus: the price is per GPU-hour, so without it nothing is priced",
+        ),
         (
             ["--url", "localhost:18000"],
             '--url: must be an http(s) URL like http://host:8000, got "localhost:18000"',

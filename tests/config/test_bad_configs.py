@@ -567,6 +567,27 @@ CASES: dict[str, tuple[str, list[str]]] = {
             "targets[0].gpu_hour_price: must be a number >= 0, got -1",
         ],
     ),
+    # Once accepted, then every probe run failed with a traceback and /probe answered 500.
+    "tool-calls-with-the-completions-api": (
+        "targets:\n  - {name: comp, url: 'http://h:1', api: completions, modules: [tools]}\n"
+        "modules:\n  tools:\n    workload: {prompt_tokens: 'fixed:64', output_tokens: 'fixed:16', tool_calls: true}\n",
+        [
+            'targets[0]: target "comp" cannot probe module "tools": tool calls need api chat or responses, '
+            "not completions; change one of them"
+        ],
+    ),
+    "tool-calls-with-the-completions-api-by-default-modules": (
+        "targets:\n  - {name: comp, url: 'http://h:1', api: completions, budget: {max_tokens_per_hour: 1000}}\n"
+        "modules:\n  plain: {}\n  tools:\n    workload: {preset: sharegpt, tool_calls: true}\n",
+        [
+            'targets[0]: target "comp" cannot probe module "tools": tool calls need api chat or responses, '
+            "not completions; change one of them"
+        ],
+    ),
+    "gpu-hour-price-without-gpus": (
+        T + "    gpu_hour_price: 2.5\n",
+        ["targets[0].gpu_hour_price: needs gpus: the price is per GPU-hour, so without it nothing is priced"],
+    ),
     "duplicate-module-reference": (
         T + "    modules: [m, m]\nmodules:\n  m: {}\n",
         ['targets[0].modules[1]: module "m" is listed twice'],

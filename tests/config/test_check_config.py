@@ -96,6 +96,26 @@ def test_state_dir_must_be_a_directory_the_daemon_can_write(
     assert main(["check-config", str(good)]) == 0
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("state_dir", ["/proc/forbidden", "/proc"])
+def test_state_dir_where_no_folder_can_be_made_is_refused_even_for_root(
+    state_dir: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Root passes os.access on /proc, so this was accepted, and run failed with "No such file or directory".
+    config = tmp_path / "proc.yaml"
+    config.write_text(f"global: {{state_dir: {state_dir}}}\ntargets:\n  - {{name: a, url: 'http://h:1'}}\n")
+    assert main(["check-config", str(config)]) == 1
+    assert "making a folder in /proc failed: No such file or directory" in capsys.readouterr().err
+
+
+def test_the_state_dir_check_leaves_nothing_behind(tmp_path: Path) -> None:
+    (tmp_path / "state").mkdir()
+    target = "targets:\n  - {name: a, url: 'http://h:1'}\n"
+    for state_dir in ("state", "new/state"):
+        load_config(f"global: {{state_dir: {tmp_path / state_dir}}}\n" + target)
+    assert sorted(path.name for path in tmp_path.rglob("*")) == ["state"]
+
+
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_a_shipped_config_run_as_it_is_probes_only_this_machine(path: Path) -> None:
     # A newcomer runs the example literally: it must not send load to a host outside the machine.

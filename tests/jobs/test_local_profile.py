@@ -22,6 +22,15 @@ def test_the_ladder_keeps_what_fits_and_ends_at_the_longest_prompt_that_does() -
     [
         ({"lengths": "128,big", "max_length": None}, '--lengths "128,big": expected integers'),
         ({"lengths": "0,128", "max_length": None}, "--lengths: every length must be >= 1 token"),
+        # Each once taken without a word: the ladder's top ignored, a length profiled twice.
+        (
+            {"lengths": "128,256", "max_length": 64},
+            "give either --lengths or --max-length (the top of the default ladder), not both",
+        ),
+        (
+            {"lengths": "512,128,128,512,64", "max_length": None},
+            "--lengths: 128, 512 given more than once; list each length once",
+        ),
     ],
 )
 def test_bad_lengths_name_the_flag(options: dict[str, object], message: str) -> None:

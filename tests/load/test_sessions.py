@@ -96,7 +96,7 @@ def test_a_conversation_stops_before_its_prompt_would_pass_the_filter() -> None:
 
 
 def test_tool_calls_need_a_message_api() -> None:
-    with pytest.raises(ValueError, match="tool calls need the chat or responses api"):
+    with pytest.raises(ValueError, match="tool calls need api chat or responses, not completions"):
         _workload(api="completions", tool_calls=True)
 
 

@@ -157,6 +157,16 @@ def test_a_problem_of_several_settings_names_them_as_keys_or_flags(name: str) ->
         (["--arrival", "gamma", "--concurrency", "2"], "give either --arrival/--rate (open loop)"),
         (["--api", "completions", "--tool-calls"], "--tool-calls: needs --api chat or responses"),
         (["--turns", "trace", "--tool-calls"], "--tool-calls and --turns above 1 exclude each other"),
+        # Each once ignored without a word: one turn per session, and a Poisson or constant process.
+        (
+            ["--turns", "trace"],
+            "--turns trace: needs --trace (the conversation trace whose turns it replays)",
+        ),
+        (
+            ["--arrival", "constant", "--burstiness", "0.5"],
+            "--burstiness: only --arrival gamma has a shape, not constant; drop one of them",
+        ),
+        (["--burstiness", "0.5"], "--burstiness: only --arrival gamma has a shape, not poisson"),
     ],
 )
 def test_what_only_flags_can_get_wrong_names_the_flags(flags: list[str], message: str) -> None:
