@@ -77,6 +77,9 @@ def test_profile_fits_its_ladder_to_the_context(
     samples = json.loads(captured.out)["samples"]
     assert [s["prompt_tokens"] for s in samples] == [128, 256, 512, 1024, 1985]
     assert all(s["outcomes"] == {"ok": 1} for s in samples), samples  # nothing sent that must fail
+    # The context line says which lengths fit (it said "requests fit in it" above the lengths left out).
+    fit = "prompt lengths 128, 256, 512, 1024, 1985 fit in it"
+    assert f"context: the server serves 2048 tokens (max_model_len); {fit}\n" in captured.err
     assert "prompt lengths 2048, 4096, 8192 left out: the server's context is 2048 tokens" in captured.err
     assert f"wrote {output}" in captured.err
 

@@ -13,7 +13,7 @@ import pytest
 from exporter.cli.bench import add_arguments
 from exporter.cli.flags import merged_options
 from exporter.load.target_facts import CONTEXT_MARGIN, TargetFacts
-from exporter.load.workload_options import workload_from_options
+from exporter.load.workload_options import context_fit_note, workload_from_options
 
 SERVED = 8192  # the simulator's context (sim presets), as /v1/models reports it
 CALIBRATED_ROOM = int(SERVED * (1 - CONTEXT_MARGIN))
@@ -68,3 +68,20 @@ def test_the_users_filter_turns_the_fit_off() -> None:
         simulated=False,
     )
     assert (prompts + outputs == 8500).all()  # over the context: the server's 400s are the finding
+
+
+@pytest.mark.parametrize(
+    ("flags", "note"),
+    [
+        ([], "every request's prompt + output fits in it"),
+        (
+            ["--max-prompt-tokens", "9000"],
+            "not fitted to it: --max-prompt-tokens was given, and a request over it is sent",
+        ),
+    ],
+)
+def test_the_context_line_says_whether_requests_were_fitted(flags: list[str], note: str) -> None:
+    facts = TargetFacts(context=SERVED)
+    assert facts.describe(context_fit_note(bench_options(*flags))) == [
+        f"context: the server serves {SERVED} tokens (max_model_len); {note}"
+    ]
