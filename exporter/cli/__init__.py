@@ -9,7 +9,8 @@ module only dispatches; it holds no logic of its own.
 Exit codes, the same for ``bench``, ``capacity`` and ``profile`` (README "Exit codes"): 0 the target
 was measured and the measurement is reliable; 1 the target failed (did not answer, every request or
 every trial failed) or the measurement is not reliable; 2 usage or config (a bad flag, a bad file, an
-output folder that would be overwritten). ``check-config`` and ``run`` exit 0 or 1.
+output folder that would be overwritten). A usage error (argparse's) exits 2 for every command; past
+that, ``check-config`` and ``run`` exit 0 or 1.
 """
 
 from __future__ import annotations

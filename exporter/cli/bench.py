@@ -39,7 +39,7 @@ from exporter.load.sessions import session_turns
 from exporter.load.target_facts import TargetFacts, discover_target
 from exporter.load.target_options import option_url
 from exporter.load.traces import TRACE_FORMATS
-from exporter.load.workload_options import checked_workload_options
+from exporter.load.workload_options import checked_workload_options, context_fit_note
 from exporter.options.arrival import ARRIVAL_KINDS
 from exporter.options.oneshot import OptionError, Options
 from exporter.options.think_time import DEFAULT_THINK_TIME
@@ -181,7 +181,7 @@ def _measure(
     quiet = bool(options["quiet"] or options["json"])
     if not quiet:
         target = f"target {url}{' (built-in simulator)' if simulated else ''}; {plan.description}"
-        print(target, *facts.describe(), sep="\n", file=sys.stderr)
+        print(target, *facts.describe(context_fit_note(options)), sep="\n", file=sys.stderr)
     live = LiveLine(_total(plan), spec, not quiet)
     load = event_loop.run(_send_until_interrupted(settings, plan, workers, live))
     live.close()

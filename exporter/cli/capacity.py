@@ -35,7 +35,7 @@ from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
 from exporter.load.target_options import option_url
-from exporter.load.workload_options import checked_workload_options, workload_from_options
+from exporter.load.workload_options import checked_workload_options, context_fit_note, workload_from_options
 from exporter.options.cost import COST_KEYS, Cost, read_cost
 from exporter.options.job_params import MIN_TRIAL_S, CapacityParams
 from exporter.options.oneshot import OptionError, Options, read_flags
@@ -187,7 +187,7 @@ async def _search(
     options: Options, params: CapacityParams, slo: TrialSlo, cost: Cost, url: str, simulated: bool
 ) -> CapacityResult:
     settings, facts = await discover_target(options, url, simulated)  # calibrated prompts, context
-    for line in facts.describe():
+    for line in facts.describe(context_fit_note(options)):
         print(line, file=sys.stderr)
     workload = workload_from_options(options, simulated, facts)
     printer = ProgressPrinter() if not options["json"] else (lambda fraction, message: None)

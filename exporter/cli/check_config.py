@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 CHECK_CONFIG_COMMAND = Command(
-    help="check config files: print OK or every problem with its path; exit 0 or 1",
+    help="check config files: print OK or every problem with its path; exit 0, 1 (a bad file) or 2 (usage)",
     add_arguments=add_arguments,
     run=run,
 )

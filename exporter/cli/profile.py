@@ -106,9 +106,9 @@ def _check(options: Options) -> None:
 
 async def _profile(options: Options, url: str, simulated: bool) -> PrefillProfile:
     settings, facts = await discover_target(options, url, simulated)
-    for line in facts.describe():
-        print(line, file=sys.stderr)
     ladder, left_out = fit_ladder(lengths(options), facts.context, exact=simulated)
+    for line in facts.describe(f"prompt lengths {', '.join(map(str, ladder))} fit in it"):
+        print(line, file=sys.stderr)
     if left_out:
         print(left_out_note(left_out, facts.context), file=sys.stderr)
     if options["workers"] and options["workers"] > 1:

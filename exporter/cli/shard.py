@@ -18,6 +18,8 @@ import sys
 from exporter.cli.command import Command
 from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
 from exporter.load.shard_runner import serve_shard
+from exporter.options.addresses import check_url
+from exporter.options.reader import show
 from exporter.probe import loop as event_loop
 from exporter.probe.target import Secret
 
@@ -42,22 +44,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when the coordinator let the shard go (or it idled out), 1 if never reached, 2 on bad input
     or when the coordinator refused it (a wrong token, another protocol version)."""
-    shard = args.shard if args.shard is not None else os.environ.get(INDEX_ENV)
-    if not args.coordinator or shard is None:
-        print(
-            f"fluidity-exporter shard: error: needs --coordinator (or ${COORDINATOR_ENV}) and --shard "
-            f"(or ${INDEX_ENV})",
-            file=sys.stderr,
-        )
+    try:
+        url, shard = _checked(args)
+    except ValueError as exc:
+        print(f"fluidity-exporter shard: error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s shard %(levelname)s %(message)s")
     key = os.environ.get(API_KEY_ENV)
     api_key = Secret(key) if key else None
     return event_loop.run(
-        serve_shard(
-            args.coordinator, int(shard), os.environ.get(TOKEN_ENV), api_key, idle_exit_s=args.idle_exit
-        )
+        serve_shard(url, shard, os.environ.get(TOKEN_ENV), api_key, idle_exit_s=args.idle_exit)
     )
+
+
+def _checked(args: argparse.Namespace) -> tuple[str, int]:
+    """The coordinator's URL and the shard number, checked before the first poll: a URL that is no URL
+    was retried without a word until ``--idle-exit``."""
+    shard = args.shard if args.shard is not None else os.environ.get(INDEX_ENV)
+    if not args.coordinator or shard is None:
+        raise ValueError(f"needs --coordinator (or ${COORDINATOR_ENV}) and --shard (or ${INDEX_ENV})")
+    try:
+        url = check_url(args.coordinator)
+    except ValueError as exc:
+        raise ValueError(f"--coordinator (or ${COORDINATOR_ENV}): {exc}") from None
+    if not str(shard).isdigit():
+        raise ValueError(f"--shard (or ${INDEX_ENV}): must be an integer >= 0, got {show(str(shard))}")
+    return url, int(shard)
 
 
 SHARD_COMMAND = Command(

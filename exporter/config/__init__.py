@@ -3,7 +3,7 @@
 ``load_config(path_or_text)`` returns a ``Config`` or raises one ``ConfigError`` whose ``problems`` list
 holds every problem of the file as ``path: message`` (``targets[1].modules[0]: unknown module "chatt";
 valid: chat-short, code``). Unknown keys are errors. ``default_config(sim_url)`` is the embedded default
-(probe the built-in simulator). ``fluidity-exporter check-config FILE`` checks a file (exit 0 or 1).
+(probe the built-in simulator). ``fluidity-exporter check-config FILE`` checks a file (exit 0, or 1 for a bad one).
 
 Schema (every key is optional unless marked *required*; the values shown are the defaults)::
 

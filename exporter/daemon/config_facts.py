@@ -48,11 +48,13 @@ def probe_changed(old: Config, new: Config, target: Target, module: Module) -> b
 
 
 def unapplied_changes(old: Config, new: Config, listening_on: str | None, by_flag: bool) -> list[str]:
-    """What a reload cannot change in a running process, said aloud instead of ignored."""
+    """What a reload cannot change in a running process, said aloud instead of ignored: a new
+    ``listen_address`` other than the one bound (``listening_on``; the old config's when not known).
+    A file set back to the bound address changes nothing, and a file that did not change is no news."""
     before, after = old.global_.listen_address, new.global_.listen_address
-    if before == after:
-        return []
     where = listening_on or before
+    if after in (before, where):
+        return []
     return [
         f"global.listen_address changed from {before} to {after}: the exporter keeps listening on "
         f"{where} until it is restarted"

@@ -211,7 +211,8 @@ WINDOW_FLUIDITY = MetricSpec(
 WINDOW_SERVICE_LEVEL = MetricSpec(
     "fluidity_window_service_level_ratio",
     "gauge",
-    f"Token-weighted fluidity of the window: 1 - missed deadlines / deadlines, per tier. {_WINDOW}",
+    "Token-weighted fluidity of the window's completed requests: 1 - missed deadlines / deadlines, per "
+    f"tier; failed requests are not in it (see fluidity_window_requests), none completed: absent. {_WINDOW}",
     (*SERIES, WINDOW, TIER),
 )
 WINDOW_FLUID_RATE = MetricSpec(

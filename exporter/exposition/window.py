@@ -181,7 +181,7 @@ def probe_window(
     return ProbeWindow(
         requests={outcome: int(counts[code]) for outcome, code in OUTCOME_CODE.items()},
         fluidity={t: _fluidity_quantiles(done, t, fluidity_quantiles) for t in done.tiers if len(done)},
-        service_level={t: _service_level(done, t) for t in done.tiers if len(done)},
+        service_level=_service_levels(done),
         fluid_token_rate=_fluid_token_rate(done.column(MIN_DECODE_DEADLINE), policy.percentile),
         slos=tuple(r for r in evaluate_slos(slos, _slo_values(done, policy)) if r.sample_count),
         goodput_ratio=_goodput_ratio(records) if goodput is not None and len(records) else None,
@@ -201,7 +201,14 @@ def _fluidity_quantiles(done: Records, tier: str, quantiles: Sequence[float]) ->
     return {q: nearest_rank(values, 1.0 - q, largest=True) for q in quantiles}
 
 
-def _service_level(done: Records, tier: str) -> float:
+def _service_levels(done: Records) -> dict[str, float]:
+    """Each tier's token-weighted level over the completed requests; a tier without one accounted
+    deadline (no completed request) has no level, not a perfect one."""
+    levels = {tier: _service_level(done, tier) for tier in done.tiers}
+    return {tier: level for tier, level in levels.items() if level is not None}
+
+
+def _service_level(done: Records, tier: str) -> float | None:
     accounting = dataclasses.replace(
         FluidityBatch.empty(len(done)),
         missed=done.column(tier_column(MISSED, tier)),

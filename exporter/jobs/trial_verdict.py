@@ -43,6 +43,7 @@ from exporter.stats.slo import (
     SloMetric,
     evaluate_slos,
     goodput,
+    with_failed,
 )
 
 TRIAL_TIER = "trial"  # the one decode deadline a trial is judged at
@@ -237,15 +238,8 @@ def _objectives(values: Mapping[SloMetric, FloatArray], failed: int, slo: TrialS
     """Each added objective, per request (TBT: each request's longest gap, as goodput bounds it)."""
     if not slo.objectives:
         return []
-    # A failed request is as bad as it gets on every metric: infinitely late, fluidity 0.
-    padded = {
-        metric: np.concatenate(
-            [np.asarray(v, dtype=np.float64), np.full(failed, 0.0 if metric.higher_is_better else math.inf)]
-        )
-        for metric, v in values.items()
-    }
     rows = []
-    for result in evaluate_slos(slo.objectives, padded):
+    for result in evaluate_slos(slo.objectives, with_failed(values, failed)):
         rows.append(
             {
                 "slo": str(result.slo),

@@ -6,8 +6,8 @@ as two tokens: its prompts came out 82% longer than asked, and 12% of requests w
 and a chat template adds tokens of its own. So before the load, ``calibrate_prompts`` sends two
 one-token requests with prompts of ``PROBE_TOKENS`` lengths, reads the prompt tokens the server reports
 in its usage, fits ``reported = overhead + tokens_per_word * words`` through them, and checks the fit
-on a third length: the residual is reported beside the figures. A server that reports no usage leaves
-the builder as it was (and says so).
+on a third length: the residual is reported beside the figures. A server that reports no usage, or
+fails the fitting requests, leaves the builder as it was and says which (a 501 is not a missing count).
 
 ``context_length`` reads ``max_model_len`` from ``GET /v1/models`` where the server gives it (vLLM and
 the simulator do), so that workloads and prefill ladders keep ``prompt + output`` within it instead of
@@ -36,13 +36,14 @@ class Calibration:
     """How the server counts our prompts, and the builder that asks for the right number of words."""
 
     builder: ApproxPromptBuilder
-    tokens_per_word: float | None  # None: the server reported no usage; nothing was fitted
+    tokens_per_word: float | None  # None: nothing was fitted (``unfitted`` says why)
     overhead_tokens: float
     residual: float | None  # |reported - intended| / intended on the check length, after the fit
+    unfitted: str = "the server reported no prompt tokens"  # why nothing was fitted, when it was not
 
     def describe(self) -> str:
         if self.tokens_per_word is None:
-            return "prompt calibration: the server reported no prompt tokens; prompt lengths are approximate"
+            return f"prompt calibration: {self.unfitted}; prompt lengths are approximate"
         fitted = (
             f"prompt calibration: the server counts {self.tokens_per_word:.3f} tokens per prompt word "
             f"+ {self.overhead_tokens:.0f}; "
@@ -55,12 +56,35 @@ class Calibration:
         )
 
 
-async def _reported(send: Send, builder: ApproxPromptBuilder, api: Api, tokens: int, key: int) -> int | None:
-    result = await send(first_token_spec(builder, api, tokens, key, f"calibration-{key}"))
+async def _ask(send: Send, builder: ApproxPromptBuilder, api: Api, tokens: int, key: int) -> ProbeResult:
+    return await send(first_token_spec(builder, api, tokens, key, f"calibration-{key}"))
+
+
+def _answered(result: ProbeResult) -> bool:
     # A token without text (``no_tokens``: a piece of a multi-byte character) still comes with the
     # server's count of the prompt, which is all calibration needs.
-    answered = result.ok or result.outcome is Outcome.NO_TOKENS
-    return result.prompt_tokens_reported if answered else None
+    return result.ok or result.outcome is Outcome.NO_TOKENS
+
+
+def _reported(result: ProbeResult) -> int | None:
+    return result.prompt_tokens_reported if _answered(result) else None
+
+
+def _why_unfitted(results: tuple[ProbeResult, ProbeResult]) -> str:
+    """Why two fitting requests gave no fit: they failed (with how), gave no count, or counts that do
+    not grow with the prompt."""
+    failed = [r for r in results if not _answered(r)]
+    if failed:
+        how = ", ".join(sorted({_failure(r) for r in failed}))
+        return f"{len(failed)} of the 2 calibration requests failed ({how})"
+    if any(r.prompt_tokens_reported is None for r in results):
+        return "the server reported no prompt tokens"
+    return "the server's prompt token counts did not grow with the prompt"
+
+
+def _failure(result: ProbeResult) -> str:
+    status = f" {result.http_status}" if result.http_status is not None else ""
+    return f"{result.outcome.value}{status}"
 
 
 async def calibrate_prompts(send: Send, api: Api, salt: int = 0) -> Calibration:
@@ -68,14 +92,14 @@ async def calibrate_prompts(send: Send, api: Api, salt: int = 0) -> Calibration:
     plain = ApproxPromptBuilder()
     low, high = PROBE_TOKENS
     key = CALIBRATION_KEY + salt
-    reported_low = await _reported(send, plain, api, low, key)
-    reported_high = await _reported(send, plain, api, high, key + 1)
+    fitting = (await _ask(send, plain, api, low, key), await _ask(send, plain, api, high, key + 1))
+    reported_low, reported_high = (_reported(r) for r in fitting)
     if reported_low is None or reported_high is None or reported_high <= reported_low:
-        return Calibration(plain, None, 0.0, None)
+        return Calibration(plain, None, 0.0, None, _why_unfitted(fitting))
     per_word = (reported_high - reported_low) / (high - low)
     overhead = max(reported_low - per_word * low, 0.0)
     builder = ApproxPromptBuilder(tokens_per_word=per_word, overhead_tokens=overhead)
-    checked = await _reported(send, builder, api, CHECK_TOKENS, key + 2)
+    checked = _reported(await _ask(send, builder, api, CHECK_TOKENS, key + 2))
     residual = abs(checked - CHECK_TOKENS) / CHECK_TOKENS if checked is not None else None
     return Calibration(builder, per_word, overhead, residual)
 

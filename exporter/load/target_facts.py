@@ -30,12 +30,13 @@ class TargetFacts:
     context: int | None = None
     calibration: Calibration | None = None
 
-    def describe(self) -> list[str]:
+    def describe(self, fit: str) -> list[str]:
+        """The calibration and the context, the latter with ``fit``: what the command does to keep
+        within it (its own words, so the line is true of what it sends: ``requests fit in it`` above a
+        profile that leaves prompt lengths out was not)."""
         lines = [self.calibration.describe()] if self.calibration is not None else []
         if self.context is not None:
-            lines.append(
-                f"context: the server serves {self.context} tokens (max_model_len); requests fit in it"
-            )
+            lines.append(f"context: the server serves {self.context} tokens (max_model_len); {fit}")
         return lines
 
     def to_dict(self) -> dict[str, Any]:

@@ -132,12 +132,25 @@ def _check_flags_only(options: Options, api: str) -> None:
         )
 
 
+def fits_context(options: Options) -> bool:
+    """Whether a run's requests are fitted to the served context: unless ``--max-prompt-tokens`` is
+    given, for the user's filter wins and a 400 for an over-long request is then a finding."""
+    return options["max_prompt_tokens"] is None
+
+
+def context_fit_note(options: Options) -> str:
+    """What a run does to keep within the served context, for ``TargetFacts.describe``."""
+    if fits_context(options):
+        return "every request's prompt + output fits in it"
+    return "not fitted to it: --max-prompt-tokens was given, and a request over it is sent"
+
+
 def _fit_context(workload: Workload, options: Options, context: int | None, exact: bool) -> Workload:
     """Keep prompt + output within the target's context (the presets allow 16K prompts; a server
-    answers 400 beyond ``max_model_len``). Calibrated prompts keep a margin for their residual error."""
-    if context is None or options["max_prompt_tokens"] is not None:
-        return workload  # the user's filter wins, and a 400 for an over-long request is a finding
+    answers 400 beyond ``max_model_len``): the two together, so that a long output leaves room for a
+    long prompt. Calibrated prompts keep a margin for their residual error."""
+    if context is None or not fits_context(options):
+        return workload
     if not exact:
         context = int(context * (1 - CONTEXT_MARGIN))
-    output_cap = min(workload.max_output_tokens or context // 2, context // 2)
-    return workload.with_options(max_prompt_tokens=context - output_cap, max_output_tokens=output_cap)
+    return workload.with_options(max_total_tokens=context)

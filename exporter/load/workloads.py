@@ -1,7 +1,8 @@
 """A workload: prompt and output lengths, a prompt builder, length filters, and the requests it yields.
 
 ``Workload.sample(n, rng)`` returns ``n`` ``RequestSpec``s: lengths drawn from the workload's
-``LengthSource``, kept only where ``prompt <= max_prompt_tokens`` and ``output <= max_output_tokens``
+``LengthSource``, kept only where ``prompt <= max_prompt_tokens``, ``output <= max_output_tokens`` and
+``prompt + output <= max_total_tokens`` (the served context a one-shot run fits its requests to)
 (rejection sampling: the filters *truncate* the distribution as filtering a trace would, rather than
 clipping it; ``MAX_PROMPT_TOKENS`` and ``MAX_OUTPUT_TOKENS`` always apply), then a unique prompt of that length from the ``PromptBuilder`` and ``max_tokens`` set to
 the output length. The same seed gives the same requests.
@@ -17,8 +18,8 @@ and whose think times come from ``think_time``. ``sample(n)`` then gives session
 requests in all (the last one cut short, and as many sessions as that takes), ``sample_sessions(k)``
 gives ``k`` sessions. A conversation
 ends early where its next prompt (the context so far plus the new message) would pass
-``max_prompt_tokens``. ``tool_calls`` asks every request for a tool call; ``extra_body`` is merged into
-every request (structured output: ``{"response_format": {"type": "json_schema", ...}}``).
+``max_prompt_tokens``, or that prompt plus its output ``max_total_tokens``. ``tool_calls`` asks every
+request for a tool call; ``extra_body`` is merged into every request (structured output: ``{"response_format": {"type": "json_schema", ...}}``).
 """
 
 from __future__ import annotations
@@ -106,6 +107,8 @@ class Workload:
     api: Api = "chat"
     max_prompt_tokens: int | None = None  # filter: keep prompts of at most this many tokens
     max_output_tokens: int | None = None  # filter: keep outputs of at most this many tokens
+    # filter: keep requests whose prompt + output fit this many tokens (the context the server serves)
+    max_total_tokens: int | None = None
     description: str = ""
     turns: LengthDistribution | None = None  # turns per session; None: single requests
     followup_lengths: LengthSource | None = None  # (new message, output) lengths of later turns
@@ -122,6 +125,7 @@ class Workload:
         for name, value in (
             ("max_prompt_tokens", self.max_prompt_tokens),
             ("max_output_tokens", self.max_output_tokens),
+            ("max_total_tokens", self.max_total_tokens),
         ):
             if value is not None and value < 1:
                 raise ValueError(f"workload {self.name}: {name} must be >= 1, got {value}")
@@ -138,6 +142,7 @@ class Workload:
         api: Api | None = None,
         max_prompt_tokens: int | None = None,
         max_output_tokens: int | None = None,
+        max_total_tokens: int | None = None,
     ) -> Workload:
         """A copy with another builder, api or filters (None keeps the current one)."""
         return replace(
@@ -146,14 +151,31 @@ class Workload:
             api=api or self.api,
             max_prompt_tokens=max_prompt_tokens or self.max_prompt_tokens,
             max_output_tokens=max_output_tokens or self.max_output_tokens,
+            max_total_tokens=max_total_tokens or self.max_total_tokens,
         )
+
+    def _length_filters(self, prompts: IntArray, outputs: IntArray) -> dict[str, np.ndarray]:
+        """The draws each length filter that is set keeps, by the name an error gives it."""
+        return {
+            f"{name}={limit}": drawn <= limit
+            for name, drawn, limit in (
+                ("max_prompt_tokens", prompts, self.max_prompt_tokens),
+                ("max_output_tokens", outputs, self.max_output_tokens),
+            )
+            if limit is not None
+        }
+
+    def _fits_context(self, prompts: IntArray, outputs: IntArray) -> np.ndarray:
+        """The draws whose prompt + output fit ``max_total_tokens`` (all of them when it is not set)."""
+        if self.max_total_tokens is None:
+            return np.ones(len(prompts), dtype=bool)
+        return prompts + outputs <= self.max_total_tokens
 
     def _keep(self, prompts: IntArray, outputs: IntArray) -> np.ndarray:
         keep = (prompts <= MAX_PROMPT_TOKENS) & (outputs <= MAX_OUTPUT_TOKENS)
-        if self.max_prompt_tokens is not None:
-            keep &= prompts <= self.max_prompt_tokens
-        if self.max_output_tokens is not None:
-            keep &= outputs <= self.max_output_tokens
+        for kept in self._length_filters(prompts, outputs).values():
+            keep &= kept
+        keep &= self._fits_context(prompts, outputs)
         return keep
 
     def sample_lengths(self, n: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
@@ -178,10 +200,24 @@ class Workload:
         )
 
     def _filter_error(self, kept: int, drawn: int) -> str:
-        return (
-            f"workload {self.name}: the filters max_prompt_tokens={self.max_prompt_tokens}, "
-            f"max_output_tokens={self.max_output_tokens} keep only {kept} of {drawn} draws; loosen them"
-        )
+        """Names what rejects the draws, with its fix: the length filters that reject any of a fresh
+        sample, and the served context when it does (it may be all that limits them: a filter that is
+        set but rejects nothing is no part of the problem)."""
+        prompts, outputs = self.lengths.sample(1024, np.random.default_rng(0))
+        limiting = [name for name, keep in self._length_filters(prompts, outputs).items() if not keep.all()]
+        causes, fixes = [], []
+        if limiting:
+            causes.append(f"pass the filter{'s' * (len(limiting) > 1)} {' and '.join(limiting)}")
+            fixes.append("loosen them" if len(limiting) > 1 else "loosen it")
+        if not self._fits_context(prompts, outputs).all():
+            causes.append(f"fit the served context (prompt + output <= {self.max_total_tokens} tokens)")
+            fixes.append("ask for shorter prompts or outputs")
+        if not causes:
+            causes.append(
+                f"stay within the ceilings (prompt <= {MAX_PROMPT_TOKENS}, output <= {MAX_OUTPUT_TOKENS})"
+            )
+            fixes.append("ask for shorter prompts or outputs")
+        return f"workload {self.name}: only {kept} of {drawn} draws {' and '.join(causes)}; {' and '.join(fixes)}"
 
     @property
     def sessions(self) -> bool:
@@ -244,14 +280,15 @@ class Workload:
         return FollowUp(text, output, intended, think)
 
     def _fit_context(self, first: RequestSpec, follow: list[FollowUp]) -> tuple[FollowUp, ...]:
-        """The follow-ups whose prompts (the conversation so far) stay within ``max_prompt_tokens``."""
-        if self.max_prompt_tokens is None:
-            return tuple(follow)
+        """The follow-ups whose prompts (the conversation so far) stay within ``max_prompt_tokens`` and,
+        with their outputs, within ``max_total_tokens``."""
+        prompt_limit = self.max_prompt_tokens or MAX_PROMPT_TOKENS
+        total_limit = self.max_total_tokens or MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS
         context = (first.prompt_tokens or 0) + first.max_tokens + _MESSAGE_OVERHEAD
         kept: list[FollowUp] = []
         for item in follow:
             context += (item.content_tokens or 0) + _MESSAGE_OVERHEAD
-            if context > self.max_prompt_tokens:
+            if context > prompt_limit or context + item.max_tokens > total_limit:
                 break
             kept.append(item)
             context += item.max_tokens + _MESSAGE_OVERHEAD
@@ -284,6 +321,8 @@ class Workload:
 
     def describe(self) -> str:
         filters = f"prompt <= {self.max_prompt_tokens}, output <= {self.max_output_tokens}"
+        if self.max_total_tokens is not None:
+            filters += f", prompt + output <= {self.max_total_tokens}"
         exactness = "exact" if self.prompt_tokens_exact else "approximate"
         text = (
             f"{self.name}: {self.lengths.describe()}; filters {filters}; {exactness} prompts; api {self.api}"

@@ -96,7 +96,8 @@ def write_miss_curve(path: Path, measured: Measured) -> Path:
         writer.writerow(["decode_deadline_s", "miss_rate"])
         if measured.batch.token_count:
             curve = deadline_miss_curve(measured.batch, MISS_CURVE_DEADLINES_S)
-            writer.writerows(zip(curve.decode_deadlines.tolist(), curve.miss_rate.tolist(), strict=True))
+            rates = (_cell(rate) for rate in curve.miss_rate.tolist())
+            writer.writerows(zip(curve.decode_deadlines.tolist(), rates, strict=True))
     return path
 
 

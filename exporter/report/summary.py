@@ -30,7 +30,7 @@ from exporter.probe.result import ProbeResult, intervals, ttft
 from exporter.stats.batch import FloatArray
 from exporter.stats.distribution import describe, percentile
 from exporter.stats.fluidity import fluid_token_rate
-from exporter.stats.slo import Goodput, SloMetric, evaluate_slos, goodput
+from exporter.stats.slo import Goodput, SloMetric, evaluate_slos, goodput, with_failed
 
 
 def summarize(
@@ -52,7 +52,7 @@ def summarize(
         "fluidity": _fluidity(measured, spec.deadlines),
         "rates": _rates(measured, spec.deadlines),
         "goodput": _goodput(results, measured, spec, duration_s),
-        "slos": _slos(measured, spec),
+        "slos": _slos(results, measured, spec),
         "turns": turns_summary(results, spec),
         "health_checks": [dict(check) for check in health_checks],
     }
@@ -185,20 +185,25 @@ def _rates(measured: Measured, policy: DeadlinePolicy) -> dict[str, float | None
     }
 
 
-def _slos(measured: Measured, spec: EvaluationSpec) -> list[dict[str, Any]]:
+def _slos(results: Sequence[ProbeResult], measured: Measured, spec: EvaluationSpec) -> list[dict[str, Any]]:
+    """Each objective judged as a capacity trial judges it: over every request sent, a failed one at
+    the worst value (``with_failed``). A per-request SLO on TBT means on every gap: TBT SLOs are checked
+    against the pooled gaps, a failed request adding one gap that never ended. ``met`` is None where
+    there was nothing to judge."""
     values = metric_values(measured, slo_tier(spec.deadlines))
-    # A per-request SLO on TBT means on every gap: check TBT SLOs against the pooled gaps.
     values[SloMetric.TBT] = measured.latency.tbt
-    results = evaluate_slos(spec.slos, values)
+    failed = len(results) - len(measured.results)
     return [
         {
             "slo": str(r.slo),
             "observed": r.observed,
             "threshold": r.threshold,
-            "met": r.met,
+            "met": r.met if r.sample_count else None,
             "samples": r.sample_count,
+            "samples_of": "gaps" if r.slo.metric is SloMetric.TBT else "requests",
+            "failed_requests": failed,
         }
-        for r in results
+        for r in evaluate_slos(spec.slos, with_failed(values, failed))
     ]
 
 

@@ -139,9 +139,22 @@ def _goodput(goodput: Mapping[str, Any], duration_s: float) -> str:
 def _slos(slos: list[Mapping[str, Any]]) -> str:
     lines = ["SLOs:"]
     for slo in slos:
-        mark = "met " if slo["met"] else "MISSED"
-        lines.append(f"  {mark:6} {slo['slo']:24} observed {_number(slo['observed'], '{:.4g}')}")
+        lines.append(f"  {_slo_mark(slo['met']):6} {slo['slo']:24} {_slo_basis(slo)}")
     return "\n".join(lines)
+
+
+def _slo_mark(met: bool | None) -> str:
+    return "n/a" if met is None else "met" if met else "MISSED"
+
+
+def _slo_basis(slo: Mapping[str, Any]) -> str:
+    """What the verdict was judged on: the observed value, over how many samples, and the failed
+    requests among them (each at the worst value: it counts against the objective)."""
+    if not slo["samples"]:
+        return "not judged: no request to judge it on"
+    failed = slo["failed_requests"]
+    text = f"observed {_number(slo['observed'], '{:.4g}')} over {slo['samples']} {slo['samples_of']}"
+    return text + (f" ({failed} failed requests, each counted against it)" if failed else "")
 
 
 def _health(checks: list[Mapping[str, Any]]) -> str:

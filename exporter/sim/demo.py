@@ -77,8 +77,9 @@ def report(batch: IntervalBatch, prompts: np.ndarray, model: PrefillModel) -> di
     for tier, deadline in DECODE_TIERS.items():
         result = evaluate(batch, prefill_deadlines, deadline)
         share = float(np.mean(result.fluidity >= DEFAULT_TARGET_FLUIDITY)) * 100
+        level = "n/a" if result.service_level is None else f"{result.service_level:.3f}"
         rows[f"fluidity {tier} ({deadline * 1e3:.0f} ms): level / >={DEFAULT_TARGET_FLUIDITY:g}"] = (
-            f"{result.service_level:.3f} / {share:.0f}%"
+            f"{level} / {share:.0f}%"
         )
     rows["fluid token rate (tok/s)"] = f"{fluid_token_rate(batch):.1f}"
     rows["TPOT-based rate p50 (tok/s)"] = f"{decode_rate_from_tpot(latency.tpot, 50):.1f}"

@@ -94,10 +94,11 @@ class FluidityBatch:
         return cast(FloatArray, np.where(missed_any, fraction, np.nan))
 
     @property
-    def service_level(self) -> float:
-        """Token-weighted fluidity over all requests: ``1 - sum(missed) / sum(total)``."""
+    def service_level(self) -> float | None:
+        """Token-weighted fluidity over all requests: ``1 - sum(missed) / sum(total)``; None when no
+        deadline was accounted (no request, or none with a token): a level from no data is no level."""
         total = float(self.total.sum())
-        return 1.0 - float(self.missed.sum()) / total if total else 1.0
+        return 1.0 - float(self.missed.sum()) / total if total else None
 
     def request(self, index: int) -> RequestFluidity:
         """The accounting of one request."""

@@ -166,8 +166,8 @@ def deadline_miss_curve(
     deadlines = np.asarray(decode_deadlines, dtype=np.float64).reshape(-1)
     rates = np.empty(len(deadlines))
     for k, dd in enumerate(deadlines):
-        result = evaluate(batch, prefill_deadline or 0.0, float(dd), options)
-        rates[k] = 1.0 - result.service_level
+        level = evaluate(batch, prefill_deadline or 0.0, float(dd), options).service_level
+        rates[k] = np.nan if level is None else 1.0 - level
     return MissRateCurve(deadlines, rates)
 
 

@@ -175,6 +175,20 @@ def evaluate_slos(slos: Iterable[Slo], metric_values: Mapping[SloMetric, ArrayLi
     return [evaluate_slo(slo, _metric_values(metric_values, slo.metric)) for slo in slos]
 
 
+def with_failed(
+    metric_values: Mapping[SloMetric, ArrayLike], failed: int
+) -> dict[SloMetric, NDArray[np.float64]]:
+    """``metric_values`` with ``failed`` requests added at the worst value of every metric (fluidity 0,
+    each latency infinite): a failed or timed-out request counts against every objective, so that a
+    target failing half its requests cannot meet ``fluidity:p50>=0.9`` on the half that completed."""
+    return {
+        metric: np.concatenate(
+            [np.asarray(v, dtype=np.float64), np.full(failed, 0.0 if metric.higher_is_better else math.inf)]
+        )
+        for metric, v in metric_values.items()
+    }
+
+
 def goodput(
     bounds: GoodputBounds, per_request_values: Mapping[SloMetric, ArrayLike], duration_s: float
 ) -> Goodput:

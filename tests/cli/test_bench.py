@@ -82,11 +82,24 @@ def test_failures_are_counted_and_a_failed_target_exits_1(
     child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     flags = ["--url", child_sim_url, "--requests", "6", "--rate", "30", "--json", *SMALL]
+    flags += ["--objective", "fluidity:p50>=0.9"]
     code, out = bench(tmp_path, *flags, "--extra-body", '{"sim": {"fault": "http_503"}}')
     assert code == 1  # every request failed: the exit code says so (it was 0)
     captured = capsys.readouterr()
     summary = json.loads(captured.out)
     assert summary["requests"]["by_outcome"] == {"http_status": 6}
+    # No completed request: no service level (it was a measured 1.0), and the objective is missed on
+    # the six failed requests, as a capacity trial judges it (it was met on none).
+    assert {tier["service_level"] for tier in summary["fluidity"]["tiers"].values()} == {None}
+    assert summary["slos"][0] | {"observed": 0.0} == {
+        "slo": "fluidity:p50>=0.9",
+        "observed": 0.0,
+        "threshold": 0.9,
+        "met": False,
+        "samples": 6,
+        "samples_of": "requests",
+        "failed_requests": 6,
+    }
     assert summary["requests"]["http_status"] == {"503": 6}
     assert summary["reliable"] is False  # the success check fails, and says so
     assert "success" in summary["failed_checks"]

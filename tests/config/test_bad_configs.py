@@ -277,9 +277,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "filters-reject-everything": (
         T
         + "modules:\n  m:\n    workload: {prompt_tokens: 'fixed:1000', output_tokens: 10}\n    max_prompt_tokens: 10\n",
-        [
-            "modules.m: workload m: the filters max_prompt_tokens=10, max_output_tokens=None keep only 0 of 10048 draws; loosen them"
-        ],
+        ["modules.m: workload m: only 0 of 10048 draws pass the filter max_prompt_tokens=10; loosen it"],
     ),
     "bad-url-scheme": (
         "targets:\n  - name: a\n    url: ftp://h:8000\n",

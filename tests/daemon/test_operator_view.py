@@ -209,6 +209,27 @@ async def test_reload_stamps_come_from_the_daemons_clock(failing_server: str, tm
     assert daemon.registry.get_sample_value(stamp) == 1_700_000_000.0
 
 
+async def test_a_listen_address_set_back_to_the_bound_one_is_no_change(
+    failing_server: str, tmp_path: Path
+) -> None:
+    """The bound address, not the previous file, is what a new listen_address is compared with."""
+    text = FAILING.format(url=failing_server).replace("interval: 0.2s", "interval: 1h")
+    path = write(tmp_path, "global: {listen_address: '127.0.0.1:19998'}\n" + text)
+    daemon = Daemon(load_config_file(path), config_path=str(path))
+    daemon.listen_address = "127.0.0.1:19998"  # as serve() sets it once bound
+    try:
+        path.write_text("global: {listen_address: '127.0.0.1:19999'}\n" + text)
+        assert await daemon.reload() == (
+            True,
+            f"reloaded {path}\nglobal.listen_address changed from 127.0.0.1:19998 to 127.0.0.1:19999: "
+            "the exporter keeps listening on 127.0.0.1:19998 until it is restarted",
+        )
+        path.write_text("global: {listen_address: '127.0.0.1:19998'}\n" + text)
+        assert await daemon.reload() == (True, f"reloaded {path}")  # back to where it listens: no note
+    finally:
+        await daemon.stop()
+
+
 async def test_a_reload_of_the_embedded_default_is_a_conflict_not_a_failure(
     failing_server: str, caplog: pytest.LogCaptureFixture
 ) -> None:

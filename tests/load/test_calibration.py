@@ -4,7 +4,9 @@ words-as-tokens guess (a word of four letters or more is two of its tokens), ove
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,9 @@ def test_profile_fits_its_ladder_to_the_context(
     samples = json.loads(captured.out)["samples"]
     assert [s["prompt_tokens"] for s in samples] == [128, 256, 512, 1024, 1985]
     assert all(s["outcomes"] == {"ok": 1} for s in samples), samples  # nothing sent that must fail
+    # The context line says which lengths fit (it said "requests fit in it" above the lengths left out).
+    fit = "prompt lengths 128, 256, 512, 1024, 1985 fit in it"
+    assert f"context: the server serves 2048 tokens (max_model_len); {fit}\n" in captured.err
     assert "prompt lengths 2048, 4096, 8192 left out: the server's context is 2048 tokens" in captured.err
     assert f"wrote {output}" in captured.err
 
@@ -105,4 +110,27 @@ async def test_a_failed_check_says_why_its_residual_is_unknown() -> None:
     assert calibration.residual is None
     assert calibration.describe().endswith(
         "the 512-token check request failed, so the residual error is unknown"
+    )
+
+
+@pytest.fixture
+def non_llm_url() -> Iterator[str]:
+    """A plain HTTP file server: it answers every POST with 501, as ``python -m http.server`` does."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_failed_calibration_requests_are_called_failed_not_countless(non_llm_url: str) -> None:
+    async with ProbeClient(TargetSettings(base_url=non_llm_url, model="x")) as client:
+        calibration = await calibrate_prompts(client.send, "chat")
+    assert calibration.tokens_per_word is None
+    assert calibration.describe() == (
+        "prompt calibration: 2 of the 2 calibration requests failed (http_status 501); "
+        "prompt lengths are approximate"
     )

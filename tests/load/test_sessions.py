@@ -95,6 +95,12 @@ def test_a_conversation_stops_before_its_prompt_would_pass_the_filter() -> None:
         context += 5 + 16
 
 
+def test_a_conversation_stops_before_its_prompt_and_answer_would_pass_the_context() -> None:
+    # Prompts of 162, 209 and 256 with answers of 5: the second follow-up needs 214 tokens, over 212.
+    specs = _workload(turns=Fixed(10), max_total_tokens=212).sample_sessions(1, RNG(0))
+    assert len(specs[0].followups) == 1
+
+
 def test_tool_calls_need_a_message_api() -> None:
     with pytest.raises(ValueError, match="tool calls need api chat or responses, not completions"):
         _workload(api="completions", tool_calls=True)

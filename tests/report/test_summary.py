@@ -98,12 +98,37 @@ def test_outcomes_goodput_and_slos_count_every_request() -> None:
         summary["goodput"]["good"] == 2 and summary["goodput"]["total"] == 5
     )  # ttft 0.3 fails, failures count
     slos = {s["slo"]: s for s in summary["slos"]}
-    assert slos["ttft:p99<=0.28"]["met"] is False and slos["ttft:p99<=0.28"]["observed"] == pytest.approx(0.3)
-    assert slos["fluidity:p99>=0.9"]["samples"] == 3
+    # The two failed requests count against every objective, at the worst value (an infinite TTFT).
+    assert slos["ttft:p99<=0.28"]["met"] is False and slos["ttft:p99<=0.28"]["observed"] is None
+    assert slos["fluidity:p99>=0.9"]["samples"] == 5 and slos["fluidity:p99>=0.9"]["failed_requests"] == 2
     json.dumps(summary, allow_nan=False)  # strict JSON: no NaN anywhere
     # Per second of the whole run (vLLM's definition), and the table says so.
     assert summary["goodput"]["rate_per_s"] == pytest.approx(2 / 10.0)
     assert "(40.0%, 0.20 req/s over the run's 10.0 s, first send to last end)" in render_summary(summary)
+
+
+def test_failed_requests_count_against_an_objective_as_in_a_capacity_trial() -> None:
+    # Two fluid requests of five: met at p50 on the completed ones alone, missed over all requests.
+    results = [RESULTS[0], RESULTS[0], RESULTS[3], RESULTS[3], RESULTS[4]]
+    spec = dataclasses.replace(SPEC, slos=(parse_slo("fluidity:p50>=0.9"),))
+    summary = summarize(results, measure(results, spec), spec, duration_s=10.0)
+    assert summary["slos"][0]["met"] is False and summary["slos"][0]["observed"] == 0.0
+    assert (
+        "MISSED fluidity:p50>=0.9        observed 0 over 5 requests (3 failed requests, each counted against it)"
+        in render_summary(summary)
+    )
+
+
+def test_no_completed_request_gives_no_level_and_no_request_no_verdict() -> None:
+    failed = [RESULTS[3]] * 3
+    summary = summarize(failed, measure(failed, SPEC), SPEC, duration_s=10.0)
+    assert {tier["service_level"] for tier in summary["fluidity"]["tiers"].values()} == {None}
+    table = render_summary(summary)
+    assert "strict           25       -       -       -        -        0" in table  # not a level of 1.000
+    assert "MISSED fluidity:p99>=0.9        observed 0 over 3 requests (3 failed requests" in table
+    empty = summarize([], measure([], SPEC), SPEC, duration_s=10.0)
+    assert [slo["met"] for slo in empty["slos"]] == [None, None]
+    assert "n/a    ttft:p99<=0.28           not judged: no request to judge it on" in render_summary(empty)
 
 
 def test_prefill_model_sets_per_request_deadlines() -> None:

@@ -133,7 +133,13 @@ def test_service_level_is_token_weighted() -> None:
     assert list(result.missed) == [3, 0]
     assert result.service_level == 1 - 3 / (3 + 1 + 99)
     assert result.fluidity[0] == 1 - 3 / 4
-    assert np.mean(result.fluidity) < result.service_level
+    assert result.service_level is not None and np.mean(result.fluidity) < result.service_level
+
+
+def test_a_service_level_from_no_deadline_is_none_not_one() -> None:
+    assert evaluate(IntervalBatch.from_sequences([]), 0.5, 0.125).service_level is None
+    one_token = IntervalBatch.from_sequences([[0.2]])
+    assert math.isnan(deadline_miss_curve(one_token, [0.05]).miss_rate[0])  # decode-only: no deadline
 
 
 def test_per_request_deadlines() -> None:
