@@ -170,7 +170,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
         except RuntimeError as exc:  # the plots extra is not installed
             print(f"no plot: {exc}", file=sys.stderr)
-    target_failed = all(trial.reason == "errors" for trial in result.trials)
+    failure = result.target_failure()
+    if failure is not None:
+        error("capacity", failure)
+    target_failed = failure is not None
     unreliable = result.stopped_by.startswith("shards: ")  # a worker late, dead or saturated
     unmeasured = result.state is None  # no trial measured the target: nothing was found
     return EXIT_FAILED if target_failed or unreliable or unmeasured else EXIT_MEASURED

@@ -33,7 +33,7 @@ from exporter.jobs.search_state import (
     verdict,
 )
 from exporter.jobs.trial import TrialReport
-from exporter.jobs.trial_verdict import NO_DATA_REASON, SHARDS_REASON
+from exporter.jobs.trial_verdict import ERRORS_REASON, NO_DATA_REASON, SHARDS_REASON
 from exporter.options.job_params import MIN_TRIAL_S
 
 # (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's,
@@ -83,6 +83,18 @@ class CapacityResult:
     @property
     def tokens(self) -> int:
         return sum(t.tokens for t in self.trials)
+
+    def target_failure(self) -> str | None:
+        """Why the target itself failed (every trial sunk by failed requests alone: it is down or
+        erroring, not slow), or None. Such a search measured no capacity, not a capacity of 0."""
+        if not self.trials or any(t.reason != ERRORS_REASON for t in self.trials):
+            return None
+        outcomes = self.trials[-1].figures.get("outcomes") or {}
+        seen = ", ".join(f"{name} {count}" for name, count in sorted(outcomes.items()))
+        return (
+            f"the target failed: in every trial ({len(self.trials)}) more requests failed than the SLO "
+            f"allows (the last one's outcomes: {seen or 'none recorded'})"
+        )
 
     @property
     def duration_s(self) -> float:

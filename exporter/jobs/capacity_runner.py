@@ -149,6 +149,8 @@ def capacity_runner(env: JobEnvironment) -> Runner:
                 )  # fmt: skip
         if result.state is None:  # no trial measured the target (or none ran): no finding to publish
             raise JobFailedError(result.stopped_by)
+        if (failure := result.target_failure()) is not None:  # down or erroring: no capacity of 0
+            raise JobFailedError(failure)
         result.gpus, result.gpu_hour_price = target.gpus, target.gpu_hour_price
         progress.finished(result)
         return {"target": target.name, "module": module, **shards_used(pool), **result.to_dict()}

@@ -49,6 +49,7 @@ from exporter.stats.slo import (
 TRIAL_TIER = "trial"  # the one decode deadline a trial is judged at
 SHARDS_REASON = "shards"  # a sharded trial whose shards made the load other than planned
 NO_DATA_REASON = "no data"  # a trial that measured no request (it ended before its warm-up did)
+ERRORS_REASON = "errors"  # more requests failed than the SLO allows: the failures alone sank it
 
 
 @dataclass(frozen=True)
@@ -298,7 +299,7 @@ def _fluid_rate(done: Any, slo: TrialSlo) -> float | None:
 def _reason(passed: bool, failed: int, total: int, slo: TrialSlo) -> str:
     if passed:
         return "pass"
-    return "errors" if failed > allowed_failures(total, slo.percentile) else "slo"
+    return ERRORS_REASON if failed > allowed_failures(total, slo.percentile) else "slo"
 
 
 # -- running a trial ---------------------------------------------------------------------------------

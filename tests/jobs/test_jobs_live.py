@@ -22,6 +22,7 @@ from exporter.sim.presets import Preset, isolated_ttft
 from tests.jobs.live import BUDGET, SEQS, SLOW_COST, call, finished, write_config
 from tests.support.daemon import samples, serving
 from tests.support.net import free_port
+from tests.support.sim import StartSim
 from tests.support.wait import wait_for
 
 
@@ -280,3 +281,21 @@ async def test_a_search_that_measured_nothing_fails_the_job_and_publishes_no_sta
     assert done["error"].startswith("no_data: trial 1 at 1 req/s measured no request ("), done["error"]
     async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
         assert "fluidity_capacity_state{" not in await response.text()
+
+
+async def test_a_search_against_a_failing_target_fails_the_job(start_sim: StartSim, tmp_path: Path) -> None:
+    """Every request answered 503: the job failed, not succeeded with state not_met, which published a
+    capacity of 0 (and a regression alert against the last one found) for a target that was down."""
+    failing = await start_sim(fault_rates={"http_503": 1.0})
+    daemon = Daemon(load_config_file(write_config(tmp_path, failing.url)), seed=1)
+    body = {"target": "sim", "start": 2, "min_load": 1, "max_trials": 2}
+    body |= {"requests_per_trial": 10, "warmup_requests": 0}
+    async with serving(daemon) as url:
+        status, record = await call("POST", f"{url}/api/v1/jobs/capacity", body)
+        assert status == 202, record
+        done = await finished(url, record["id"])
+        assert done["state"] == "failed", done
+        assert done["error"].startswith("the target failed: in every trial (2) more requests failed"), done
+        assert "outcomes: http_status " in done["error"]  # what the requests got
+        async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
+            assert "fluidity_capacity_state{" not in await response.text()
