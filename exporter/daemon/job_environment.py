@@ -110,9 +110,13 @@ class DaemonJobEnvironment:
         return self._pool.lease(target)
 
     def deadline_policy(self, target: str) -> DeadlinePolicy:
-        """The target's SLO deadlines, ``Dp`` from its stored prefill profile unless the SLO has a model."""
-        policy = self.config.slo_for(target).deadline_policy()
-        return deadline_policy_with_profile(policy, self.prefill_profiles.get(target))
+        """The target's SLO deadlines, ``Dp`` from its stored prefill profile unless the SLO has a model
+        or a deadline of its own."""
+        slo = self.config.slo_for(target)
+        profile = self.prefill_profiles.get(target)
+        return deadline_policy_with_profile(
+            slo.deadline_policy(), profile, deadline_given=slo.prefill_deadline_given
+        )
 
     def set_profile(self, target: str, profile: StoredProfile) -> None:
         """Use ``profile`` for ``target``'s deadlines from now on (the job runner has saved it already)."""

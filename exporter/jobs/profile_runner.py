@@ -20,6 +20,7 @@ from exporter.jobs.prefill_profile import (
     left_out_note,
     profile_prefill,
 )
+from exporter.jobs.profiles import profile_overridden
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
@@ -60,6 +61,7 @@ def profile_runner(env: JobEnvironment) -> Runner:
     async def run(params: JobParams, ctx: JobContext) -> dict[str, Any]:
         assert isinstance(params, ProfileParams)
         target = env.config.target(params.target)
+        slo = env.config.slo_for(target)  # as the job starts: a reload may rename the target meanwhile
         async with env.lease(target.name) as client:
             await model_of(client)
             lengths, left_out = _fitting(params, await served_context(client), target, ctx)
@@ -80,15 +82,21 @@ def profile_runner(env: JobEnvironment) -> Runner:
         fitted = profile.model.sample_count
         note = constant_note(profile.model)
         message = f"fitted over {fitted} length{'s' * (fitted != 1)}: {profile.model.formula()}"
-        ctx.progress(1.0, message + (f"; {note}" if note else ""))
+        overridden = profile_overridden(slo, slo.name) if params.apply else None
         if params.apply:
-            env.store_profile(target.name, profile)
+            env.store_profile(target.name, profile)  # kept: it sets Dp once the SLO leaves Dp to profiles
+        ctx.progress(1.0, message + (f"; {note}" if note else "") + _not_applied(overridden))
         return {
-            "target": target.name, "applied": params.apply, "left_out_lengths": left_out, **shards_used(pool),
+            "target": target.name, "applied": params.apply and overridden is None,
+            "not_applied_because": overridden, "left_out_lengths": left_out, **shards_used(pool),
             **profile.to_dict(),
         }  # fmt: skip
 
     return run
+
+
+def _not_applied(overridden: str | None) -> str:
+    return f"; stored, not applied: {overridden}" if overridden is not None else ""
 
 
 def _fitting(

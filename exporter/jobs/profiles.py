@@ -6,7 +6,8 @@ never leaves half a profile), or in memory when there is no state folder. A file
 back is skipped with a warning naming it: one bad file must not stop the daemon, nor hide the others.
 
 ``deadline_policy_with_profile`` is how a stored profile reaches the fluidity of a target: its model
-sets ``Dp(P)`` unless the SLO has a model of its own (``slos.*.prefill.model_file``), which wins.
+sets ``Dp(P)`` unless the SLO has a model of its own (``slos.*.prefill.model_file``) or a deadline
+written in the config (``slos.*.prefill.deadline``), which win.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 from exporter.evaluation import DeadlinePolicy
+from exporter.options.slo import SloOptions
 from exporter.stats.prefill import PrefillModel
 
 LOG = logging.getLogger(__name__)
@@ -140,17 +142,34 @@ def profile_file_name(target: str) -> str:
     return quote(target, safe="") + ".json"
 
 
-def deadline_policy_with_profile(policy: DeadlinePolicy, profile: StoredProfile | None) -> DeadlinePolicy:
-    """``policy`` with ``Dp(P)`` from the stored profile, unless the SLO configures a model of its own.
+def deadline_policy_with_profile(
+    policy: DeadlinePolicy, profile: StoredProfile | None, *, deadline_given: bool = False
+) -> DeadlinePolicy:
+    """``policy`` with ``Dp(P)`` from the stored profile, unless the SLO configures a model of its own
+    or ``deadline_given`` (its constant ``Dp`` was written in the config).
 
     The SLO's scheduling slack (``prefill.scheduling_slack``, which the config allows without a model
-    file for this) is added to the profile's prediction; a constant ``Dp`` is what a model replaces,
-    since the profile measured this target and the constant is a guess. Without a slack the deadline
-    is the isolated prefill time itself, which any queueing misses.
+    file for this) is added to the profile's prediction; the default constant ``Dp`` is what a model
+    replaces, since the profile measured this target and the default is a guess. A deadline the
+    operator wrote is the SLO itself: a profile replacing it set the bare isolated prefill time (no
+    slack), which any queueing misses, and a weekly profile turned a met SLO into a burning one.
     """
-    if profile is None or policy.prefill_model is not None:
+    if profile is None or policy.prefill_model is not None or deadline_given:
         return policy
     return replace(policy, prefill_model=profile.model)
+
+
+def profile_overridden(slo: SloOptions, name: str) -> str | None:
+    """Why a profile stored for a target under this SLO (``slos.<name>``) does not set its ``Dp``
+    (None: it does)."""
+    if slo.prefill_model is not None:
+        return f"slos.{name}.prefill.model_file sets Dp"
+    if slo.prefill_deadline_given:
+        return (
+            f"slos.{name}.prefill.deadline ({slo.prefill_deadline_s:g} s) is the SLO's Dp; for profiles "
+            "to set it, give prefill.scheduling_slack without a deadline"
+        )
+    return None
 
 
 def _read(path: Path) -> StoredProfile | None:

@@ -42,6 +42,8 @@ class SloOptions:
     prefill_model_file: str | None = None
     prefill_model: PrefillModel | None = None  # read from prefill_model_file when the SLO is read
     scheduling_slack_s: float = 0.0
+    # ``prefill.deadline`` was written in the config: the SLO's own Dp, which no prefill profile replaces
+    prefill_deadline_given: bool = False
     decode_tiers: tuple[tuple[str, float], ...] = tuple(DECODE_TIERS.items())
     target_fluidity: float = DEFAULT_TARGET_FLUIDITY
     percentile: float = DEFAULT_PERCENTILE
@@ -69,6 +71,7 @@ def read_slo(sec: Section, resolve_path: Callable[[str], str] = str, *, profiled
         scheduling_slack_s=(
             prefill.duration("scheduling_slack", 0.0, positive=False) if prefill is not None else 0.0
         ),
+        prefill_deadline_given=prefill is not None and prefill.has("deadline"),
         decode_tiers=read_decode_tiers(sec),
         target_fluidity=sec.number("target_fluidity", DEFAULT_TARGET_FLUIDITY, 0.0, 1.0, low_open=True),
         percentile=sec.number("percentile", DEFAULT_PERCENTILE, 0.0, 100.0, low_open=True),

@@ -23,6 +23,7 @@ targets:
 modules:
   m: {{requests_per_run: 3, schedule: {{interval: 1h}}}}
 slos:
+  default: {{target_fluidity: 0.9}}
   constant: {{prefill: {{deadline: 1s}}}}
   modelled: {{prefill: {{model_file: "{model_file}", scheduling_slack: 2s}}}}
 """
@@ -32,7 +33,7 @@ SLO_MODEL = PrefillModel(coefficients=(0.5, 0.0, 0.0), prompt_range=(1.0, 2.0), 
 LOOSE = PrefillModel(coefficients=(5.0, 0.0, 0.0), prompt_range=(128.0, 16384.0), sample_count=8, rmse=0.0)
 
 
-def daemon_for(tmp_path: Path, slo: str = "constant", clock: Callable[[], float] = time.time) -> Daemon:
+def daemon_for(tmp_path: Path, slo: str = "default", clock: Callable[[], float] = time.time) -> Daemon:
     model_file = tmp_path / "slo-model.json"
     model_file.write_text(dump_json(SLO_MODEL), encoding="utf-8")
     text = CONFIG.format(state_dir=tmp_path / "state", slo=slo, model_file=model_file)
@@ -53,7 +54,7 @@ async def missed_first_tokens(daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -
 async def test_a_profile_stored_before_start_sets_the_targets_dp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert await missed_first_tokens(daemon_for(tmp_path), monkeypatch) == 0.0  # constant Dp = 1 s
+    assert await missed_first_tokens(daemon_for(tmp_path), monkeypatch) == 0.0  # the default Dp, 1 s
     ProfileStore(tmp_path / "state" / "profiles").save("a", TIGHT, 1_700_000_000.0)
     daemon = daemon_for(tmp_path)
     assert daemon.deadline_policy("a").prefill_model == TIGHT
@@ -77,6 +78,18 @@ async def test_a_model_file_in_the_slo_wins_over_a_stored_profile(tmp_path: Path
     policy = daemon.deadline_policy("a")
     assert policy.prefill_model == SLO_MODEL
     assert policy.scheduling_slack == 2.0
+
+
+async def test_a_deadline_written_in_the_slo_wins_over_a_stored_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """prefill.deadline is the operator's SLO: a weekly profile replaced it with the bare isolated
+    prefill time, and an SLO met all week burned its error budget from Sunday on."""
+    daemon = daemon_for(tmp_path, slo="constant")
+    daemon.job_env.set_profile("a", StoredProfile("a", TIGHT, 1.0))
+    assert daemon.deadline_policy("a").prefill_model is None
+    assert daemon.deadline_policy("a").prefill_deadline == 1.0
+    assert await missed_first_tokens(daemon, monkeypatch) == 0.0
 
 
 def test_a_fitted_profile_is_dated_by_the_daemons_clock(tmp_path: Path) -> None:

@@ -16,7 +16,11 @@ from exporter.jobs.profiles import (
     StoredProfile,
     deadline_policy_with_profile,
     profile_file_name,
+    profile_overridden,
 )
+from exporter.options.problems import Problems
+from exporter.options.reader import Section
+from exporter.options.slo import SLO_KEYS, read_slo
 from exporter.stats.prefill import PrefillModel
 
 MODEL = PrefillModel(
@@ -128,3 +132,26 @@ def test_a_model_configured_in_the_slo_wins_and_no_profile_changes_nothing() -> 
     assert deadline_policy_with_profile(configured, StoredProfile("a", MODEL, 1.0)) is configured
     constant = DeadlinePolicy(prefill_deadline=2.0)
     assert deadline_policy_with_profile(constant, None) is constant
+
+
+@pytest.mark.parametrize(
+    ("slo", "why"),
+    [
+        ({}, None),
+        ({"prefill": {"scheduling_slack": "250ms"}}, None),
+        (
+            {"prefill": {"deadline": "1s"}},
+            "slos.interactive.prefill.deadline (1 s) is the SLO's Dp; for profiles to set it, give "
+            "prefill.scheduling_slack without a deadline",
+        ),
+    ],
+)
+def test_a_profile_sets_dp_only_where_the_slo_leaves_it_to_profiles(
+    slo: dict[str, object], why: str | None
+) -> None:
+    """A deadline written in the config is the operator's SLO; the default one is a guess a profile
+    replaces (the profile job's result says which: applied, or not_applied_because)."""
+    problems = Problems()
+    options = read_slo(Section(slo, "slos.interactive", problems, SLO_KEYS), profiled=True)
+    assert not problems
+    assert profile_overridden(options, "interactive") == why
