@@ -179,6 +179,7 @@ def _config(ctx: Context, tree: Any, source: str) -> Config | None:
         return None
     config = Config(global_, targets, modules, slos, source, jobs)
     check_runs_fit(ctx, config)
+    check_windows_fit(ctx, config)
     return None if ctx.problems else config
 
 
@@ -256,6 +257,27 @@ def _bucket_list(ctx: Context, sec: Section, name: str) -> tuple[float, ...] | N
             )
         bounds.append(value)
     return tuple(bounds)
+
+
+def check_windows_fit(ctx: Context, config: Config) -> None:
+    """The longest rolling window must hold what a module sends in it: past
+    ``global.max_results_per_window`` results the oldest are dropped, and a "1d" window of a module
+    probed every 30 s would silently cover its last 2,000 requests (42 minutes at 4 a run) while its
+    gauges said a day. Modules on a cron line are not counted (their rate varies)."""
+    cap, longest = config.global_.max_results_per_window, max(config.global_.windows_s)
+    for name in sorted({m for target in config.targets for m in target.modules}):
+        module = config.modules[name]
+        interval = module.schedule.interval_s
+        if interval is None or module.schedule.cron is not None:
+            continue
+        held = math.ceil(longest / interval) * module.requests_per_run
+        if held > cap:
+            ctx.problems.add(
+                "global.max_results_per_window",
+                f"{cap} results hold less than the {longest:g} s window of modules.{name} (about {held}: "
+                f"{module.requests_per_run} every {interval:g} s); raise it to at least {held}, or "
+                "shorten global.windows",
+            )
 
 
 def check_runs_fit(ctx: Context, config: Config) -> None:

@@ -36,6 +36,17 @@ CASES: dict[str, tuple[str, list[str]]] = {
             'targets[0]: unknown key "urll"; valid: api, api_key, budget, engine_metrics, extra_body, gateway_metrics, gpu_hour_price, gpus, headers, model, modules, name, simulated, slo, timeouts, tls, url'
         ],
     ),
+    # A "1d" window of a module probed every 30 s, 4 requests a run, with the default 2000 results: it
+    # covered the last 42 minutes while its gauges said a day.
+    "window-longer-than-its-results": (
+        "global: {windows: [5m, 1d]}\n"
+        + T
+        + "    modules: [m]\nmodules: {m: {requests_per_run: 4, schedule: {interval: 30s}}}\n",
+        [
+            "global.max_results_per_window: 2000 results hold less than the 86400 s window of modules.m "
+            "(about 11520: 4 every 30 s); raise it to at least 11520, or shorten global.windows"
+        ],
+    ),
     "unknown-timeouts-key": (
         T + "    timeouts: {ttft: 1s, read: 2s}\n",
         ['targets[0].timeouts: unknown key "read"; valid: connect, idle, total, ttft'],

@@ -38,6 +38,8 @@ modules:
     requests_per_run: 1
     schedule: {{interval: 0.2s}}
 """
+# Probed every 0.2 s, the default 1h window would need 18,000 results: check-config refuses that.
+FAST = "global: {windows: [5m]}\n"
 
 
 @pytest.fixture
@@ -78,7 +80,7 @@ async def test_a_failing_target_is_named_once_per_state_change(
     failing_server: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    daemon = Daemon(load_config_file(write(tmp_path, FAILING.format(url=failing_server))))
+    daemon = Daemon(load_config_file(write(tmp_path, FAST + FAILING.format(url=failing_server))))
     async with serving(daemon) as url:
         await wait_for(lambda: daemon.targets["t"].health.state == "backing_off")
         for _ in range(3):  # skipped runs while backing off add no warning
@@ -157,7 +159,7 @@ async def test_probe_timing_out_is_a_failed_probe_not_a_504(tmp_path: Path) -> N
 
 
 async def test_metrics_has_the_standard_collectors_and_gzip(failing_server: str, tmp_path: Path) -> None:
-    daemon = Daemon(load_config_file(write(tmp_path, FAILING.format(url=failing_server))))
+    daemon = Daemon(load_config_file(write(tmp_path, FAST + FAILING.format(url=failing_server))))
     async with serving(daemon) as url, aiohttp.ClientSession(auto_decompress=False) as session:
         async with session.get(url + "/metrics", headers={"Accept-Encoding": "gzip"}) as response:
             assert response.headers["Content-Encoding"] == "gzip"
@@ -246,7 +248,7 @@ async def test_a_reload_of_the_embedded_default_is_a_conflict_not_a_failure(
 
 
 async def test_reload_over_http_needs_the_lifecycle_flag(failing_server: str, tmp_path: Path) -> None:
-    path = write(tmp_path, FAILING.format(url=failing_server))
+    path = write(tmp_path, FAST + FAILING.format(url=failing_server))
     daemon = Daemon(load_config_file(path), config_path=str(path))
     async with (
         serving_app(build_app(daemon)) as url,

@@ -24,6 +24,7 @@ SLOW_SIM = {"preset": "tiny", "cost": SLOW_COST, "max_num_batched_tokens": BUDGE
 CONFIG = """
 global:
   state_dir: {state}
+  windows: [5m]  # probed every second: a 1h window would need 3,600 results
 targets:
   - name: sim
     url: {url}
