@@ -182,14 +182,15 @@ token_cost = stat(
 )
 live_per_gpu = timeseries(
     "Generated tokens per GPU-second (live)",
-    "The engine's own generation counter over the target's declared GPUs, over the rate interval: what "
-    "the replica yields now, beside what it yields at capacity within the SLO. Good: below the capacity "
-    "figure with room to spare at peak.",
+    "The engines' own generation counters over the GPUs their replicas declare, over the rate interval, "
+    "both summed over the replicas (each exporter scrapes its own engine and declares its replica's "
+    "GPUs): what one GPU yields now, beside what it yields at capacity within the SLO. Good: below the "
+    "capacity figure with room to spare at peak.",
     COUNT,
     [
         Query(
             f"sum by (target) (rate({names.ENGINE_GENERATION_TOKENS.name}{ENGINE}[$__rate_interval])) "
-            f"/ on (target) max by (target) ({names.TARGET_GPUS.name}{ENGINE})",
+            f"/ sum by (target) ({names.TARGET_GPUS.name}{ENGINE})",
             "{{target}}",
         )
     ],

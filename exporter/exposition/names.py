@@ -535,8 +535,9 @@ TARGET_GPUS = MetricSpec(
     "fluidity_target_gpus",
     "gauge",
     "Accelerators the target declares (targets[].gpus, per replica): the denominator of every "
-    "per-GPU-second figure, e.g. the engine's generated tokens per GPU-second "
-    "rate(fluidity_engine_generation_tokens_total[5m]) / on (target) fluidity_target_gpus.",
+    "per-GPU-second figure, e.g. the engine's generated tokens per GPU-second, summed over the exporters "
+    "(one per replica) on both sides: sum by (target) (rate(fluidity_engine_generation_tokens_total[5m])) "
+    "/ sum by (target) (fluidity_target_gpus).",
     (TARGET,),
 )
 CAPACITY_FLUID_RATE = MetricSpec(
