@@ -247,10 +247,13 @@ goodput_history = timeseries(
 trials = table(
     "Trials of the latest search",
     "Every trial of the latest search per (target, module): the load it ran (requests/s for a rate "
-    "search, requests in flight for a concurrency search), whether the SLO held, and the SLO headroom "
-    "(how many times tighter every deadline could have been with the trial still passing: above 1 it "
-    "passed with room to spare, below 1 it failed). Good: passes up to the capacity, then failures "
-    "close above it (a tight bracket).",
+    "search, requests in flight for a concurrency search), whether it passed on its point verdict (the "
+    "measured share of fluid requests and every objective met, what steers the search: an inconclusive "
+    "trial, whose pass-fraction interval straddles the objective, shows pass when its point verdict "
+    "passed; each trial's interval verdict is in the job, GET /api/v1/jobs/<id>, and Search result says "
+    "whether the ends were confident), and the SLO headroom (how many times tighter every deadline could "
+    "have been with the trial still passing: above 1 it passed with room to spare, below 1 it failed). "
+    "Good: passes up to the capacity, then failures close above it (a tight bracket).",
     COUNT,
     [
         Query(latest(names.CAPACITY_TRIAL_LOAD), instant=True, format="table"),
@@ -258,11 +261,11 @@ trials = table(
         Query(latest(names.CAPACITY_TRIAL_HEADROOM), instant=True, format="table"),
     ],
     transformations=table_of(
-        {"Value #A": "load", "Value #B": "SLO held", "Value #C": "SLO headroom"}, "trial"
+        {"Value #A": "load", "Value #B": "point verdict", "Value #C": "SLO headroom"}, "trial"
     ),
     overrides=[
         by_name(
-            "SLO held",
+            "point verdict",
             {"id": "mappings", "value": PASSED_TEXT},
             {"id": "custom.cellOptions", "value": {"type": "color-text"}},
         ),

@@ -574,7 +574,12 @@ CAPACITY_TRIAL_LOAD = MetricSpec(
 CAPACITY_TRIAL_PASSED = MetricSpec(
     "fluidity_capacity_trial_passed",
     "gauge",
-    f"1 when the SLO held in the trial, else 0. {_CAPACITY}",
+    "1 when the trial passed on its point verdict (its measured share of fluid requests and every other "
+    "objective met: what steers the search), else 0; a trial whose pass-fraction interval straddles the "
+    "objective (interval verdict inconclusive) reads 1 when its point verdict passed. The interval "
+    "verdict of each trial is no series: it is trials[].verdict (pass, fail, inconclusive) of the job "
+    "(GET /api/v1/jobs/<id>); fluidity_capacity_state says whether the search's ends were confident. "
+    f"{_CAPACITY}",
     (*SERIES, TRIAL),
 )
 CAPACITY_TRIAL_HEADROOM = MetricSpec(
