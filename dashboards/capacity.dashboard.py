@@ -182,14 +182,15 @@ token_cost = stat(
 )
 live_per_gpu = timeseries(
     "Generated tokens per GPU-second (live)",
-    "The engine's own generation counter over the target's declared GPUs, over the rate interval: what "
-    "the replica yields now, beside what it yields at capacity within the SLO. Good: below the capacity "
-    "figure with room to spare at peak.",
+    "The engines' own generation counters over the GPUs their replicas declare, over the rate interval, "
+    "both summed over the replicas (each exporter scrapes its own engine and declares its replica's "
+    "GPUs): what one GPU yields now, beside what it yields at capacity within the SLO. Good: below the "
+    "capacity figure with room to spare at peak.",
     COUNT,
     [
         Query(
             f"sum by (target) (rate({names.ENGINE_GENERATION_TOKENS.name}{ENGINE}[$__rate_interval])) "
-            f"/ on (target) max by (target) ({names.TARGET_GPUS.name}{ENGINE})",
+            f"/ sum by (target) ({names.TARGET_GPUS.name}{ENGINE})",
             "{{target}}",
         )
     ],
@@ -246,10 +247,13 @@ goodput_history = timeseries(
 trials = table(
     "Trials of the latest search",
     "Every trial of the latest search per (target, module): the load it ran (requests/s for a rate "
-    "search, requests in flight for a concurrency search), whether the SLO held, and the SLO headroom "
-    "(how many times tighter every deadline could have been with the trial still passing: above 1 it "
-    "passed with room to spare, below 1 it failed). Good: passes up to the capacity, then failures "
-    "close above it (a tight bracket).",
+    "search, requests in flight for a concurrency search), whether it passed on its point verdict (the "
+    "measured share of fluid requests and every objective met, what steers the search: an inconclusive "
+    "trial, whose pass-fraction interval straddles the objective, shows pass when its point verdict "
+    "passed; each trial's interval verdict is in the job, GET /api/v1/jobs/<id>, and Search result says "
+    "whether the ends were confident), and the SLO headroom (how many times tighter every deadline could "
+    "have been with the trial still passing: above 1 it passed with room to spare, below 1 it failed). "
+    "Good: passes up to the capacity, then failures close above it (a tight bracket).",
     COUNT,
     [
         Query(latest(names.CAPACITY_TRIAL_LOAD), instant=True, format="table"),
@@ -257,11 +261,11 @@ trials = table(
         Query(latest(names.CAPACITY_TRIAL_HEADROOM), instant=True, format="table"),
     ],
     transformations=table_of(
-        {"Value #A": "load", "Value #B": "SLO held", "Value #C": "SLO headroom"}, "trial"
+        {"Value #A": "load", "Value #B": "point verdict", "Value #C": "SLO headroom"}, "trial"
     ),
     overrides=[
         by_name(
-            "SLO held",
+            "point verdict",
             {"id": "mappings", "value": PASSED_TEXT},
             {"id": "custom.cellOptions", "value": {"type": "color-text"}},
         ),

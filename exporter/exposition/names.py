@@ -535,8 +535,9 @@ TARGET_GPUS = MetricSpec(
     "fluidity_target_gpus",
     "gauge",
     "Accelerators the target declares (targets[].gpus, per replica): the denominator of every "
-    "per-GPU-second figure, e.g. the engine's generated tokens per GPU-second "
-    "rate(fluidity_engine_generation_tokens_total[5m]) / on (target) fluidity_target_gpus.",
+    "per-GPU-second figure, e.g. the engine's generated tokens per GPU-second, summed over the exporters "
+    "(one per replica) on both sides: sum by (target) (rate(fluidity_engine_generation_tokens_total[5m])) "
+    "/ sum by (target) (fluidity_target_gpus).",
     (TARGET,),
 )
 CAPACITY_FLUID_RATE = MetricSpec(
@@ -573,7 +574,12 @@ CAPACITY_TRIAL_LOAD = MetricSpec(
 CAPACITY_TRIAL_PASSED = MetricSpec(
     "fluidity_capacity_trial_passed",
     "gauge",
-    f"1 when the SLO held in the trial, else 0. {_CAPACITY}",
+    "1 when the trial passed on its point verdict (its measured share of fluid requests and every other "
+    "objective met: what steers the search), else 0; a trial whose pass-fraction interval straddles the "
+    "objective (interval verdict inconclusive) reads 1 when its point verdict passed. The interval "
+    "verdict of each trial is no series: it is trials[].verdict (pass, fail, inconclusive) of the job "
+    "(GET /api/v1/jobs/<id>); fluidity_capacity_state says whether the search's ends were confident. "
+    f"{_CAPACITY}",
     (*SERIES, TRIAL),
 )
 CAPACITY_TRIAL_HEADROOM = MetricSpec(

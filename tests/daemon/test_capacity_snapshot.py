@@ -6,9 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from exporter.config.model import Target
 from exporter.daemon.job_snapshots import capacity_snapshot, jobs_snapshot
+from exporter.exposition import names
+from exporter.exposition.jobs import JobsCollector, JobsSnapshot
 from exporter.jobs.profiles import StoredProfile
 from exporter.jobs.store import JobRecord
 from exporter.stats.prefill import PrefillModel
@@ -68,3 +71,26 @@ def test_a_target_no_longer_configured_leaves_the_snapshot() -> None:
     assert [c.target for c in kept.capacity] == ["llm"] and [p.target for p in kept.profiles] == ["llm"]
     gone = jobs_snapshot([record(result)], profiles, [Target(name="other", url="http://127.0.0.1:9")], {})
     assert gone.capacity == () and gone.profiles == ()
+
+
+def test_an_inconclusive_trial_that_passed_on_its_point_verdict_reads_passed_as_its_help_says() -> None:
+    trials = [
+        {"index": 0, "load": 4.0, "passed": True, "verdict": "pass", "headroom": 2.0},
+        {"index": 1, "load": 8.0, "passed": True, "verdict": "inconclusive", "headroom": 1.1},
+        {"index": 2, "load": 9.0, "passed": False, "verdict": "inconclusive", "headroom": 0.9},
+    ]
+    result = {"load_kind": "rate", "state": "inconclusive", "lower_bound": 8.0, "trials": trials}
+    snapshot = capacity_snapshot(record(result))
+    assert snapshot is not None
+    registry = CollectorRegistry()
+    registry.register(JobsCollector(lambda: JobsSnapshot(capacity=(snapshot,))))
+    passed = [
+        registry.get_sample_value(
+            names.CAPACITY_TRIAL_PASSED.name, {"target": "llm", "module": "chat", "trial": i}
+        )
+        for i in "012"
+    ]
+    assert passed == [1.0, 1.0, 0.0]  # the point verdicts, whatever the intervals said
+    help_text = names.CAPACITY_TRIAL_PASSED.help
+    assert "point verdict" in help_text and "inconclusive" in help_text and "trials[].verdict" in help_text
+    assert "SLO held" not in help_text

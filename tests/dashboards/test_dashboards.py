@@ -150,3 +150,10 @@ def test_provisioning_points_grafana_at_prometheus_and_the_dashboards() -> None:
     [provider] = providers["providers"]
     assert provider["type"] == "file" and provider["folder"]
     assert provider["options"]["path"].startswith("/")
+
+
+def test_the_trials_table_says_its_pass_column_is_the_point_verdict() -> None:
+    [panel] = [p for name, p in PANELS if name == "capacity" and p["title"] == "Trials of the latest search"]
+    [organize] = [t for t in panel["transformations"] if t["id"] == "organize"]
+    assert organize["options"]["renameByName"]["Value #B"] == "point verdict"
+    assert "inconclusive" in panel["description"] and "interval verdict" in panel["description"]

@@ -127,3 +127,18 @@ def test_policies_route_every_severity_to_an_existing_contact_point() -> None:
 
 def _queries(rule: dict[str, Any]) -> list[tuple[str, str]]:
     return [(q["refId"], q["model"]["expr"]) for q in rule["data"] if q["datasourceUid"] == DATASOURCE_UID]
+
+
+def test_the_file_names_every_prometheus_only_alert_and_each_alert_it_mentions_is_in_it_or_listed() -> None:
+    """The file's header lists the alerts it does not carry (they must be deployed as Prometheus rules),
+    and no comment points at an alert as if the file had it when it is not listed there."""
+    text = files.GRAFANA_RULES.read_text()
+    header = text.partition("\napiVersion:")[0]
+    here = {rule["title"].split(" ")[0] for rule in files.grafana_rules()}
+    prometheus_only = {alert["alert"] for alert in files.alerts()} - here
+    listed = set(re.findall(r"\bFluidity\w+", header.partition("exist only as Prometheus rules:")[2]))
+    assert listed == prometheus_only
+    mentioned = set(re.findall(r"#.*?\b(Fluidity[A-Z]\w+)", text))
+    assert mentioned <= here | prometheus_only
+    body_comments = re.findall(r"#.*", text.partition("\napiVersion:")[2])
+    assert not any(name in comment for comment in body_comments for name in prometheus_only), body_comments
