@@ -163,13 +163,14 @@ def check_prompt_tokens(results: Sequence[ProbeResult], exact: bool, limits: Hea
     threshold = limits.max_prompt_error_exact if exact else limits.max_prompt_error_approx
     kind = "exact" if exact else "approximate"
     if not pairs:
-        return HealthCheck(
-            "prompt_tokens",
-            None,
-            threshold,
-            None,
-            f"not judged: the server reported no prompt tokens ({kind})",
+        # Where no request completed, the server had no chance to report any: say that, not that it
+        # reports none (which sends an operator looking for a usage option).
+        why = (
+            "no request completed"
+            if not any(r.ok for r in results)
+            else "the server reported no prompt tokens"
         )
+        return HealthCheck("prompt_tokens", None, threshold, None, f"not judged: {why} ({kind})")
     errors = np.asarray([abs(rep - want) / want for rep, want in pairs])
     observed = float(np.median(errors))
     passed = bool(observed <= threshold)

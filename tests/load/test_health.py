@@ -57,6 +57,10 @@ def test_unjudged_checks_say_why() -> None:
     check = check_prompt_tokens([_result()], exact=False, limits=LIMITS)
     assert check.passed is None
     assert check.message == "not judged: the server reported no prompt tokens (approximate)"
+    # Every request failed: the server never had a chance to report any (it said it reported none).
+    failed = _result(outcome=Outcome.HTTP_STATUS)
+    message = check_prompt_tokens([failed], exact=False, limits=LIMITS).message
+    assert message == "not judged: no request completed (approximate)"
     assert check_send_rate([_result()], 5.0, LIMITS).passed is None
     assert (
         check_lateness([ProbeResult(api="chat")], LIMITS).message
