@@ -248,14 +248,18 @@ async def search_capacity(
     return _result(settings, history, trials, load_kind, stopped_by, slo or {})
 
 
+def load_unit(load_kind: str) -> str:
+    """How a load of this kind is read: a rate in requests per second, or requests in flight."""
+    return "req/s" if load_kind == "rate" else "concurrent"
+
+
 def _unmeasured(trial: TrialReport, load_kind: str) -> str | None:
     """Why ``trial`` says nothing about the target (``stopped_by``), or None when it does."""
     if trial.reason == SHARDS_REASON:
         return "shards: " + "; ".join(trial.figures["shards"]["problems"])
     if trial.reason == NO_DATA_REASON:
-        unit = "req/s" if load_kind == "rate" else "concurrent"
         return (
-            f"no_data: trial {trial.index} at {trial.load:g} {unit} measured no request "
+            f"no_data: trial {trial.index} at {trial.load:g} {load_unit(load_kind)} measured no request "
             f"({trial.requests_sent} sent, ended by {trial.ended_by.replace('_', ' ')}, after "
             f"{trial.duration_s:.1f} s): raise the trial duration or lower the warm-up"
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from exporter.jobs.capacity import CapacityResult
+from exporter.jobs.capacity import CapacityResult, load_unit
 from exporter.jobs.trial import TrialPlan, TrialReport
 from exporter.options.job_params import CapacityParams
 from exporter.probe.result import ProbeResult
@@ -70,11 +70,6 @@ def pass_fraction(trial: TrialReport) -> str:
     if not isinstance(share, float):
         return "-"
     return f"{share:.1%} [{bounds[0]:.1%}, {bounds[1]:.1%}]" if bounds else f"{share:.1%}"
-
-
-def load_unit(load_kind: str) -> str:
-    """How a load of this kind is read: a rate in requests per second, or requests in flight."""
-    return "req/s" if load_kind == "rate" else "concurrent"
 
 
 def result_line(result: CapacityResult) -> str:
