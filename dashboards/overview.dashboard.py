@@ -78,8 +78,9 @@ goodput_now = stat(
 )
 slos_now = stat(
     "SLOs (window)",
-    "Each configured SLO evaluated over the window's completed requests: met or missed. Absent while "
-    "the window holds no completed request. Good: every one met.",
+    "Each configured SLO evaluated over the window's probe requests, a failed one at the worst value "
+    "(as bench --objective judges it): met or missed. Absent while the window holds no request. Good: "
+    "every one met.",
     STATE,
     [Query(f"{names.WINDOW_SLO_MET.name}{WINDOWED}", "{{module}} {{slo}}")],
     thresholds=steps("red", (1, "green")),

@@ -203,9 +203,10 @@ WINDOW_REQUESTS = MetricSpec(
 WINDOW_FLUIDITY = MetricSpec(
     "fluidity_window_fluidity_index",
     "gauge",
-    'Percentiles of the per-request fluidity-index: percentile="1" (p1) is the value that 99% of the '
-    "window's requests reach or exceed (nearest rank), so an SLO fluidity:p99>=X holds exactly when "
-    f"it is >= X. {_WINDOW}",
+    'Percentiles of the fluidity-index of the window\'s completed requests: percentile="1" (p1) is the '
+    "value that 99% of them reach or exceed (nearest rank), so with no failed request an SLO "
+    "fluidity:p99>=X holds exactly when it is >= X (fluidity_window_slo_met also counts the failed "
+    f"ones, at fluidity 0). {_WINDOW}",
     (*SERIES, WINDOW, TIER, PERCENTILE),
 )
 WINDOW_SERVICE_LEVEL = MetricSpec(
@@ -219,13 +220,15 @@ WINDOW_FLUID_RATE = MetricSpec(
     "fluidity_window_fluid_tokens_per_second",
     "gauge",
     "Fluid token generation rate: the highest playback rate at which the configured percentile of "
-    f"the window's requests reach the target decode-only fluidity. {_WINDOW}",
+    f"the window's completed requests reach the target decode-only fluidity. {_WINDOW}",
     (*SERIES, WINDOW),
 )
 WINDOW_SLO_MET = MetricSpec(
     "fluidity_window_slo_met",
     "gauge",
-    f"1 when the SLO holds over the window's completed requests, 0 when not; absent without data. {_WINDOW}",
+    "1 when the SLO holds over the window's probe requests, 0 when not; a failed request counts at the "
+    "worst value of every metric (fluidity 0, latency infinite), as bench --objective and capacity "
+    f"trials judge it; absent without a request. {_WINDOW}",
     (*SERIES, WINDOW, SLO),
 )
 WINDOW_GOODPUT = MetricSpec(

@@ -15,6 +15,11 @@ necessarily per-request reductions of what the report computes from intervals:
   ``fluid_token_rate``, over minima ``min_decode_deadlines`` computed when each run was added;
 * a TBT SLO is checked against each request's longest gap (the goodput definition), not against the
   pooled gaps as the one-shot report does: the pooled gaps are the intervals this store does not keep.
+
+The SLOs are judged over every request of the window, a failed one at the worst value of each metric,
+as ``bench --objective`` and a capacity trial judge them; the fluidity percentiles and service levels
+are figures of the completed requests, as the one-shot report's are (the counts by outcome say how
+many failed).
   The cumulative ``fluidity_probe_tbt_seconds`` histogram has every gap.
 """
 
@@ -34,7 +39,7 @@ from exporter.probe.result import Outcome
 from exporter.stats.accounting import FluidityBatch
 from exporter.stats.batch import FloatArray
 from exporter.stats.distribution import nearest_rank, without_nan
-from exporter.stats.slo import GoodputBounds, Slo, SloMetric, SloResult, evaluate_slos
+from exporter.stats.slo import GoodputBounds, Slo, SloMetric, SloResult, evaluate_slos, with_failed
 
 OUTCOMES: Final = tuple(Outcome)
 OUTCOME_CODE: Final = {outcome: code for code, outcome in enumerate(OUTCOMES)}
@@ -183,7 +188,7 @@ def probe_window(
         fluidity={t: _fluidity_quantiles(done, t, fluidity_quantiles) for t in done.tiers if len(done)},
         service_level=_service_levels(done),
         fluid_token_rate=_fluid_token_rate(done.column(MIN_DECODE_DEADLINE), policy.percentile),
-        slos=tuple(r for r in evaluate_slos(slos, _slo_values(done, policy)) if r.sample_count),
+        slos=_slo_results(slos, done, len(records) - len(done), policy),
         goodput_ratio=_goodput_ratio(records) if goodput is not None and len(records) else None,
         lateness={q: nearest_rank(lateness, q) for q in lateness_quantiles} if len(lateness) else {},
         client_ttfts=ttfts,
@@ -224,6 +229,17 @@ def _fluid_token_rate(minima: FloatArray, percentile: float) -> float | None:
         return None
     deadline = nearest_rank(usable, percentile / 100.0)
     return 1.0 / deadline if deadline > 0 else math.inf
+
+
+def _slo_results(
+    slos: Sequence[Slo], done: Records, failed: int, policy: DeadlinePolicy
+) -> tuple[SloResult, ...]:
+    """Each SLO judged as ``bench --objective`` and a capacity trial judge it: over every request of
+    the window, a failed one at the worst value of every metric (``with_failed``), so that a target
+    failing half its probes cannot meet ``fluidity:p50>=0.9`` on the half that completed. An SLO with
+    no request to judge has no result."""
+    results = evaluate_slos(slos, with_failed(_slo_values(done, policy), failed))
+    return tuple(r for r in results if r.sample_count)
 
 
 def _slo_values(done: Records, policy: DeadlinePolicy) -> dict[SloMetric, FloatArray]:

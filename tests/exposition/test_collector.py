@@ -22,6 +22,7 @@ from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.probe.result import Outcome, intervals
+from exporter.report.summary import summarize
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from exporter.stats.slo import GoodputBounds, parse_slo
@@ -120,9 +121,43 @@ def test_window_gauges_equal_stats_on_the_window_requests() -> None:
     assert get("fluidity_window_requests", {**window, "outcome": "ok"}) == 5
     assert get("fluidity_window_requests", {**window, "outcome": "stream_aborted"}) == 1
     assert get("fluidity_window_goodput_ratio", window) == pytest.approx(2 / 7)
-    assert get("fluidity_window_slo_met", {**window, "slo": "ttft:p99<=0.5"}) == 1.0
+    # 2 of the 7 requests failed: at an infinite TTFT they sink a p99 that the 5 completed ones meet.
+    assert get("fluidity_window_slo_met", {**window, "slo": "ttft:p99<=0.5"}) == 0.0
     assert get("fluidity_window_slo_met", {**window, "slo": "fluidity:p99>=0.99"}) == 0.0
     assert get("fluidity_window_probe_lateness_seconds", {**window, "percentile": "99"}) == 0.002
+
+
+SLOS_NOT_ON_GAPS = tuple(
+    parse_slo(text)
+    for text in ("ttft:p99<=0.5", "ttft:p50<=0.5", "ttft:p50<=0.1", "fluidity:p50>=0.5", "e2e:p90<=5")
+)
+
+
+@pytest.mark.parametrize("failures", [0, 1, 2, 6])
+def test_window_slo_verdicts_are_the_bench_report_verdicts(failures: int) -> None:
+    """The same requests and objectives give the same verdicts on /metrics as in ``bench``'s summary
+    (a failed request at the worst value); TBT objectives differ by design (longest gap per request
+    here, pooled gaps there), so they are left out."""
+    results = [smooth(), smooth(60, 0.045, 0.35), stalled(), *(failed() for _ in range(failures))]
+    store = ResultStore(clock=lambda: NOW)
+    store.add("llm", "chat", results, POLICY, None, NOW - 10, slos=SLOS_NOT_ON_GAPS)
+    get = registry_of(store).get_sample_value
+    spec = EvaluationSpec(POLICY, SLOS_NOT_ON_GAPS)
+    report = summarize(results, measure(results, spec), spec, duration_s=10.0)["slos"]
+    window = {**SERIES, "window": "5m"}
+    verdicts = {r["slo"]: get("fluidity_window_slo_met", {**window, "slo": r["slo"]}) for r in report}
+    assert verdicts == {r["slo"]: float(r["met"]) for r in report}
+    assert verdicts["ttft:p50<=0.1"] == 0.0  # never met: the comparison sees both verdicts
+    assert verdicts["ttft:p99<=0.5"] == (1.0 if failures == 0 else 0.0)
+
+
+def test_a_window_of_failures_alone_misses_every_slo() -> None:
+    store = ResultStore(clock=lambda: NOW)
+    store.add("llm", "chat", [failed(), failed(Outcome.TTFT_TIMEOUT)], POLICY, None, NOW - 10, slos=SLOS)
+    get = registry_of(store).get_sample_value
+    window = {**SERIES, "window": "5m"}
+    assert [get("fluidity_window_slo_met", {**window, "slo": str(slo)}) for slo in SLOS] == [0.0, 0.0]
+    assert get("fluidity_window_service_level_ratio", {**window, "tier": "medium"}) is None  # none completed
 
 
 def test_window_gauges_follow_the_clock() -> None:
