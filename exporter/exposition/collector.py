@@ -344,6 +344,8 @@ def _add_cumulative(out: Families, series: SeriesView) -> None:
         out.add(names.PROBE_GOOD_REQUESTS, labels, series.good_requests)
     if series.last_success is not None:
         out.add(names.PROBE_LAST_SUCCESS, labels, series.last_success)
+    if series.last_run_ok is not None:
+        out.add(names.PROBE_LAST_RUN_OK, labels, series.last_run_ok)
     for kind, turn in series.turns.items():
         out.histogram(names.PROBE_TURN_TTFT, (*labels, kind), turn.ttft)
         out.add(names.PROBE_PROMPT_TOKENS, (*labels, kind), turn.prompt_tokens)

@@ -191,6 +191,14 @@ PROBE_LAST_SUCCESS = MetricSpec(
     f"Unix time when a probe run last stored at least one completed request. {_CACHED}",
     SERIES,
 )
+PROBE_LAST_RUN_OK = MetricSpec(
+    "fluidity_probe_last_run_ok_ratio",
+    "gauge",
+    'Share of the requests of the latest probe run that ended ok (outcome="ok"), held until the next '
+    "run: a state that does not lapse between the runs of a module probed less often than an alert's "
+    f"window (FluidityTargetDown reads it). Absent before the first run. {_CACHED}",
+    SERIES,
+)
 
 # --- Per (target, module, window): figures over the rolling window --------------------------------
 
@@ -694,6 +702,7 @@ COLLECTED: Final = (
     PROBE_DEADLINES_MISSED,
     PROBE_GOOD_REQUESTS,
     PROBE_LAST_SUCCESS,
+    PROBE_LAST_RUN_OK,
     PROBE_TURN_TTFT,
     PROBE_PROMPT_TOKENS,
     PROBE_PROMPT_CACHED_TOKENS,

@@ -78,6 +78,7 @@ class _Series:
     deadlines_missed: dict[str, float] = field(default_factory=dict)
     good_requests: int | None = None
     last_success: float | None = None
+    last_run_ok: float | None = None
     histograms: dict[str, Histogram] = field(default_factory=dict)
     fluidity: dict[str, Histogram] = field(default_factory=dict)
     turns: dict[str, Turn] = field(default_factory=dict)
@@ -149,6 +150,8 @@ class ResultStore:
         series.set_rows(kept.newest(self.limits.max_records))
         for result in results:
             _remember(series, result, now)
+        if results:
+            series.last_run_ok = sum(r.outcome is Outcome.OK for r in results) / len(results)
 
     def add_engine_scrape(self, target: str, result: ScrapeResult) -> None:
         """Record an engine scrape: its snapshot joins the target's window; its status is the latest."""
@@ -289,6 +292,7 @@ class ResultStore:
             deadlines_missed=dict(series.deadlines_missed),
             good_requests=series.good_requests,
             last_success=series.last_success,
+            last_run_ok=series.last_run_ok,
             histograms={kind: h.snapshot() for kind, h in series.histograms.items()},
             fluidity={tier: h.snapshot() for tier, h in series.fluidity.items()},
             records=self._current_rows(series, now),

@@ -67,6 +67,7 @@ class SeriesView:
     deadlines_missed: Mapping[str, float]
     good_requests: int | None
     last_success: float | None
+    last_run_ok: float | None  # share of the latest run's requests that ended ok; None before a run
     histograms: Mapping[str, HistogramCounts]  # by spec name of names.PROBE_HISTOGRAMS' kind
     fluidity: Mapping[str, HistogramCounts]  # by tier
     records: Records

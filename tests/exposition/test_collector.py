@@ -513,3 +513,17 @@ def test_turn_families_are_exported_at_zero_before_any_session() -> None:
         registry.get_sample_value("fluidity_probe_prompt_cached_tokens_total", {**SERIES, "turn": "first"})
         == 0
     )
+
+
+def test_the_latest_run_ok_ratio_is_held_until_the_next_run() -> None:
+    store = ResultStore(clock=lambda: NOW)
+    get = registry_of(store).get_sample_value
+    assert get("fluidity_probe_last_run_ok_ratio", SERIES) is None  # no run yet: no state to hold
+    store.add("llm", "chat", mixed_run(), POLICY, None, NOW - 30)
+    assert get("fluidity_probe_last_run_ok_ratio", SERIES) == pytest.approx(5 / 7)
+    store.add("llm", "chat", [failed(), failed(Outcome.TTFT_TIMEOUT)], POLICY, None, NOW - 20)
+    assert get("fluidity_probe_last_run_ok_ratio", SERIES) == 0.0
+    # Long after the run, with its rows gone from every window, the state is still the run's.
+    assert (
+        registry_of(store, now=NOW + 3600).get_sample_value("fluidity_probe_last_run_ok_ratio", SERIES) == 0.0
+    )
