@@ -82,9 +82,8 @@ def capacity_params(options: Options) -> CapacityParams:
 
 
 def _refuse_conflicts(options: Options) -> None:
-    """Flags of which one would be ignored without a word (the API's parser takes both)."""
-    if options["decode_tier"] is not None and options["decode_deadline"] is not None:
-        raise OptionError("give either --decode-tier or --decode-deadline (a deadline of its own), not both")
+    """Flags of which one would be ignored without a word (--decode-tier with --decode-deadline is the
+    parser's own rule, the same for a jobs API body)."""
     if options["load"] == "concurrency" and options["arrival"] is not None:
         raise OptionError(
             "--arrival: only a rate search (--load rate) has arrivals; a concurrency search keeps its "

@@ -12,7 +12,7 @@ from exporter.jobs.profile_runner import PROFILE_POOL, one_at_a_time
 from exporter.load.plan_runner import worker_pool
 from exporter.load.target_facts import TargetFacts
 from exporter.load.workload_options import prompt_builder
-from exporter.options.job_params import DEFAULT_HIGH, geometric_ladder
+from exporter.options.job_params import DEFAULT_HIGH, distinct_lengths, geometric_ladder
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
@@ -40,12 +40,10 @@ def _given_lengths(text: str) -> tuple[int, ...]:
         raise OptionError(f'--lengths "{text}": expected integers, e.g. 128,512,2048') from None
     if not values or min(values) < 1:
         raise OptionError("--lengths: every length must be >= 1 token")
-    repeated = sorted({value for value in values if values.count(value) > 1})
-    if repeated:
-        raise OptionError(
-            f"--lengths: {', '.join(map(str, repeated))} given more than once; list each length once"
-        )
-    return values
+    try:
+        return distinct_lengths(values)  # the jobs API's rule, and its message
+    except ValueError as exc:
+        raise OptionError(f"--lengths: {exc}") from None
 
 
 async def profile_target(

@@ -64,9 +64,17 @@ async def run_sharded_trial(
         index, plan.load, with_shards(verdict, report), len(tally.started), now - began, tally.tokens(),
         stopped_early,
     )  # fmt: skip
-    if stopped_early and tally.reason is not None:
-        trial.ended_by = tally.reason  # a confident failure, or a pass it could no longer settle
+    trial.planned, trial.ended_by = plan.measured, _ended_by(stopped_early, tally, report)
     return trial
+
+
+def _ended_by(stopped_early: bool, tally: Tally, report: ShardRunReport) -> str:
+    """How the merged trial's sends ended, as ``run_trial`` says it of one process: the tally's stop
+    (a confident failure, or a pass it could no longer settle), else ``duration`` when it cut any
+    shard's sends (the merged run then sent fewer requests than planned), else ``requests``."""
+    if stopped_early:
+        return tally.reason or "early_stop"
+    return "duration" if report.cut_by_duration else "requests"
 
 
 async def _until_done_or_decided(

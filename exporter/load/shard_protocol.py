@@ -9,7 +9,9 @@ path tested here with local processes is the one the pods take.
   from its own environment, ``FLUIDITY_SHARD_API_KEY``), the entries ``(plan index, offset, spec)`` of
   an open loop or the specs and concurrency share of a closed loop, an optional duration.
 * Events (shard -> coordinator, batched): requests started (index, scheduled time), first tokens
-  (index, time), finished or cancelled results, and at the end the shard's figures.
+  (index, time), finished or cancelled results, and at the end the shard's figures: requests sent,
+  CPU and wall seconds, and how its sends ended (``ended_by``: ``requests``, ``duration`` when the
+  task's duration left entries unsent, or ``stop``).
 
 Timestamps cross machines as seconds since the common start instant (``origin``): every shard stamps
 with its own ``time.perf_counter``, which means nothing on another machine, and converts once to
@@ -34,7 +36,9 @@ from typing import Any
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.probe.target import FollowUp, RequestSpec, TargetSettings, Timeouts
 
-PROTOCOL_VERSION = 1
+# 2: a shard's final figures say how its sends ended (``ended_by``). A version-1 shard leaves that out,
+# and a trial its duration cut would read as one that sent every request: refused instead.
+PROTOCOL_VERSION = 2
 API_KEY_ENV = "FLUIDITY_SHARD_API_KEY"  # the target's API key, in a shard's environment only
 TOKEN_ENV = "FLUIDITY_SHARD_TOKEN"  # the bearer token a shard presents to the coordinator
 # ProbeResult fields holding perf_counter stamps: rebased to the start instant on the wire.

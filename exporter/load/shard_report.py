@@ -31,7 +31,7 @@ class ShardState:
         return {
             "shard": self.shard, "requests_dealt": self.requests, "start_lateness_s": self.late_s,
             "results": self.results, "unreliable": self.unreliable, "done": self.done, "gone": self.gone,
-            **{k: v for k, v in self.stats.items() if k in ("cpu_s", "wall_s", "requests")},
+            **{k: v for k, v in self.stats.items() if k in ("cpu_s", "wall_s", "requests", "ended_by")},
         }  # fmt: skip
 
 
@@ -67,6 +67,12 @@ class ShardRunReport:
     cancelled: set[int]
     problems: list[str]
     origin: float | None
+
+    @property
+    def cut_by_duration(self) -> bool:
+        """Whether the duration left any shard's entries unsent: the merged run then ended by its
+        duration, as one process's would (its sends are the shards' sends, merged)."""
+        return any(s.stats.get("ended_by") == "duration" for s in self.states)
 
     def in_order(self) -> list[ProbeResult]:
         """Every finished (not cancelled) result, in plan order: what one process would return."""

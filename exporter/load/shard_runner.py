@@ -114,6 +114,9 @@ class SliceSender:
         self.client, self.task, self.origin, self.outbox = client, task, origin, outbox
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.sent = 0
+        # The duration left entries of the slice unsent: the coordinator's merged trial then ended by its
+        # duration, as one process's run_load says when its duration cuts the sends.
+        self.cut = False
 
     async def send(self, entry: ShardEntry, due: float) -> None:
         self.sent += 1
@@ -127,6 +130,7 @@ class SliceSender:
         for entry in sorted(self.task.entries, key=lambda e: (e.offset or 0.0, e.index)):
             offset = entry.offset or 0.0
             if duration is not None and offset >= duration:
+                self.cut = True
                 break
             await _until(self.origin + offset, stopper)
             if stopper.done():
@@ -141,6 +145,7 @@ class SliceSender:
         async def slot() -> None:
             while queue and not stopper.done():
                 if duration is not None and time.perf_counter() - self.origin >= duration:
+                    self.cut = True
                     return
                 entry = queue.popleft()
                 # No await between the previous request's end and this send: the slot never idles.
@@ -184,12 +189,23 @@ async def run_task(
         if stopper.done():
             await sender.cancel_rest()
         wall = time.perf_counter() - origin
-        return {"requests": sender.sent, "cpu_s": time.process_time() - cpu, "wall_s": wall}
+        return {
+            "requests": sender.sent, "cpu_s": time.process_time() - cpu, "wall_s": wall,
+            "ended_by": _ended_by(sender, stopper),
+        }  # fmt: skip
     except BaseException:
         await sender.cancel_rest()
         raise
     finally:
         stopper.cancel()
+
+
+def _ended_by(sender: SliceSender, stopper: asyncio.Future[Any]) -> str:
+    """How the slice's sends ended, in ``run_load``'s words: ``stop`` (the coordinator said so),
+    ``duration`` (the task's duration left entries unsent) or ``requests`` (every entry sent)."""
+    if stopper.done():
+        return "stop"
+    return "duration" if sender.cut else "requests"
 
 
 # -- talking to the coordinator ---------------------------------------------------------------------

@@ -9,6 +9,8 @@ why several fields are ``None``.
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,6 +24,16 @@ DEFAULT_LOW, DEFAULT_HIGH = 128, 16384  # prompt lengths of a prefill profile's 
 
 
 MIN_TRIAL_S = 10.0  # a capacity trial with less of the time budget left than this is not started
+
+
+def distinct_lengths(lengths: Sequence[int]) -> tuple[int, ...]:
+    """``lengths`` as given; a ``ValueError`` names each one given more than once (it would be profiled
+    twice, and its minimum TTFT weigh twice in the fit). The one rule of a prefill profile's list, for
+    the jobs API and ``--lengths`` alike."""
+    repeated = sorted(length for length, count in Counter(lengths).items() if count > 1)
+    if repeated:
+        raise ValueError(f"{', '.join(map(str, repeated))} given more than once; list each length once")
+    return tuple(lengths)
 
 
 def geometric_ladder(low: int = DEFAULT_LOW, high: int = DEFAULT_HIGH) -> tuple[int, ...]:
@@ -57,7 +69,7 @@ class SloSpec:
     Default, as in the Etalon paper: ``percentile`` % of requests reach fluidity >= ``target_fluidity``
     at the ``decode_tier`` decode deadline, with ``Dp`` from the target's stored prefill profile (or its
     configured model or constant). ``prefill_deadline_s`` forces a constant ``Dp``; ``decode_deadline_s``
-    a decode deadline other than the tiers. ``objectives`` (``ttft:p99<=2``...) and a goodput floor can be
+    a decode deadline other than the tiers, instead of ``decode_tier`` (not with it). ``objectives`` (``ttft:p99<=2``...) and a goodput floor can be
     added: a trial passes only when every one holds.
     """
 

@@ -36,10 +36,11 @@ from exporter.options.job_params import (
     ProfileParams,
     SloSpec,
     concurrency_ceiling,
+    distinct_lengths,
     geometric_ladder,
 )
 from exporter.options.problems import Problems, literal
-from exporter.options.reader import Section, check_name, show
+from exporter.options.reader import Section, show
 from exporter.options.slo import read_objectives, read_percentile, read_target_fluidity
 from exporter.stats.slo import DECODE_TIERS
 
@@ -49,6 +50,10 @@ SLO_SPEC_KEYS = tuple(f.name for f in fields(SloSpec))
 LADDER_KEYS = ("low", "high")
 MIN_REQUESTS_PER_TRIAL = 10  # fewer cannot tell a p99 from the maximum
 MAX_REPEATS = 100  # requests per prefill length: the minimum of 100 is as good as it gets
+# Two ways to give the decode deadline; the ``{}`` name the settings (flags on the command line).
+DECODE_PAIR = (
+    f"give either {{}} (a tier: {', '.join(DECODE_TIERS)}) or {{}} (a deadline of its own), not both"
+)
 
 T = TypeVar("T")
 
@@ -102,6 +107,8 @@ def params_to_dict(params: JobParams) -> dict[str, Any]:
 def _slo_dict(slo: SloSpec) -> dict[str, Any]:
     data = {f.name: getattr(slo, f.name) for f in fields(slo)}
     data["objectives"] = [str(objective) for objective in slo.objectives]
+    if slo.decode_deadline_s is not None:  # the tier does not apply, and the pair reads back refused
+        del data["decode_tier"]
     if slo.goodput is not None:
         data["goodput"] = {f.name: getattr(slo.goodput, f.name) for f in fields(slo.goodput)}
     return data
@@ -275,9 +282,11 @@ def _slo(sec: Section) -> SloSpec:
 
 
 def _decode_tier(sec: Section, custom_deadline: bool) -> str:
-    """One of the Etalon tiers, or with ``decode_deadline_s`` any label-safe name for that deadline."""
+    """One of the Etalon tiers; left out when ``decode_deadline_s`` gives a deadline of its own."""
     if custom_deadline:
-        return sec.read("decode_tier", SloSpec.decode_tier, check_name)
+        if sec.has("decode_tier"):  # one of the two would be ignored without a word
+            sec.fail("decode_tier", DECODE_PAIR, mentions=("decode_tier", "decode_deadline_s"))
+        return SloSpec.decode_tier
     tier = sec.read("decode_tier", SloSpec.decode_tier, lambda value: value)
     if tier in DECODE_TIERS:
         return str(tier)
@@ -331,7 +340,8 @@ def _lengths(sec: Section, limits: JobLimits) -> tuple[int, ...]:
         _value(sec.problems, path, value, lambda v: _prompt_length(v, ceiling))
         for path, value in sec.items("lengths")
     ]
-    return tuple(length for length in lengths if length is not None)
+    given = tuple(length for length in lengths if length is not None)
+    return _value(sec.problems, sec.at("lengths"), given, distinct_lengths) or given
 
 
 def _ladder(sec: Section, ceiling: int) -> tuple[int, ...]:

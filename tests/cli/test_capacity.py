@@ -158,7 +158,8 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         # Each once ignored without a word: the tier for the deadline, the arrivals of a closed loop.
         (
             ["--decode-tier", "strict", "--decode-deadline", "0.1"],
-            "give either --decode-tier or --decode-deadline (a deadline of its own), not both",
+            "--decode-tier: give either --decode-tier (a tier: strict, medium, relaxed) or --decode-deadline "
+            "(a deadline of its own), not both",
         ),
         (
             ["--load", "concurrency", "--arrival", "gamma:shape=0.5"],

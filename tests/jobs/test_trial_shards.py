@@ -156,3 +156,51 @@ async def test_sessions_are_refused_over_shards(pool: ShardPool) -> None:
             params, SearchSettings(1.0, 2.0, 0.05, 1), workload, SLO, lambda: ProbeClient(TargetSettings("http://x")),
             pool=pool,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("closed_loop", [False, True], ids=["open", "closed"])
+async def test_a_trial_its_duration_cut_says_so_over_shards_as_in_one_process(
+    sim: SimServer, pool: ShardPool, closed_loop: bool
+) -> None:
+    # 44 requests due over 1.3 s (open) or 44 x ~0.04 s over 2 slots (closed), cut at 0.5 s: both
+    # reports must say the duration ended the sends, not that every planned request was sent (the
+    # shards' figures once carried no such fact, and a no_data stop said "ended by requests").
+    base = plan(44, slow_every=0)
+    trial = (
+        TrialPlan(2.0, base.specs, base.warmup, None, 2, 0.5, False)
+        if closed_loop
+        else TrialPlan(base.load, base.specs, base.warmup, base.offsets, None, 0.5, False)
+    )
+    alone, sharded = await both(sim, pool, trial)
+    assert alone.requests_sent < 44 and sharded.requests_sent < 44
+    assert alone.ended_by == sharded.ended_by == "duration"
+    assert sharded.to_dict()["planned"] == alone.to_dict()["planned"] == 40
+    assert sorted(s["ended_by"] for s in sharded.figures["shards"]["shards"]) == ["duration", "duration"]
+
+
+async def test_a_sharded_trial_that_sent_every_request_ended_by_requests(
+    sim: SimServer, pool: ShardPool
+) -> None:
+    base = plan(12, slow_every=0)
+    trial = TrialPlan(base.load, base.specs, base.warmup, base.offsets, None, 30.0, False)
+    alone, sharded = await both(sim, pool, trial)
+    assert alone.ended_by == sharded.ended_by == "requests"
+    assert sharded.requests_sent == alone.requests_sent == 12
+
+
+async def test_a_sharded_search_cut_in_its_warm_up_says_its_duration_ended_it(
+    sim: SimServer, pool: ShardPool
+) -> None:
+    # 0.1 s of a 0.03 s spacing sends 4 requests, all warm-up: no data, and the stop says why.
+    base = plan(24, slow_every=0, warmup=8)
+    cut = TrialPlan(base.load, base.specs, base.warmup, base.offsets, None, 0.1, False)
+
+    async def trial(
+        index: int, _load: float, _may_stop: bool, _time_left: float | None, _settle: object
+    ) -> TrialReport:
+        return await run_sharded_trial(index, cut, SLO, pool, settings_for(sim))
+
+    result = await search_capacity(SearchSettings(10.0, 100.0, 0.05, 4), trial)
+    assert result.stopped_by.startswith(
+        "no_data: trial 1 at 10 req/s measured no request (4 sent, ended by duration"
+    )

@@ -176,10 +176,14 @@ BAD: dict[str, tuple[str, Any, list[str]]] = {
             "slo.min_goodput_ratio: must be a number in (0, 1], got 0",
         ],
     ),
-    "custom-tier-name-must-be-label-safe": (
+    # Two ways to give one deadline: the tier was read and then ignored without a word.
+    "decode-tier-and-deadline": (
         "capacity",
-        {"target": "a", "slo": {"decode_tier": "my tier", "decode_deadline_s": "40ms"}},
-        ['slo.decode_tier: bad name "my tier"; use only letters, digits, _ . - (it becomes a label value)'],
+        {"target": "a", "slo": {"decode_tier": "strict", "decode_deadline_s": "40ms"}},
+        [
+            "slo.decode_tier: give either decode_tier (a tier: strict, medium, relaxed) or decode_deadline_s "
+            "(a deadline of its own), not both"
+        ],
     ),
     "slo-not-a-mapping": (
         "capacity",
@@ -196,6 +200,11 @@ BAD: dict[str, tuple[str, Any, list[str]]] = {
             "repeats: must be an integer in [1, 100], got 0",
             "apply: must be true or false, got 1",
         ],
+    ),
+    "profile-lengths-twice": (
+        "prefill-profile",
+        {"target": "a", "lengths": [512, 128, 128, 512, 64]},
+        ["lengths: 128, 512 given more than once; list each length once"],
     ),
     "profile-empty-lengths": (
         "prefill-profile",
@@ -283,7 +292,6 @@ def test_a_full_capacity_body() -> None:
         "early_stop": False,
         "seed": 7,
         "slo": {
-            "decode_tier": "tight",
             "decode_deadline_s": "40ms",
             "prefill_deadline_s": 1.5,
             "target_fluidity": 0.95,
@@ -309,7 +317,6 @@ def test_a_full_capacity_body() -> None:
         early_stop=False,
         seed=7,
         slo=SloSpec(
-            decode_tier="tight",
             decode_deadline_s=0.04,
             prefill_deadline_s=1.5,
             target_fluidity=0.95,
@@ -333,6 +340,9 @@ GOOD: list[tuple[str, dict[str, Any]]] = [
         {"target": "a", "slo": {"objectives": ["e2e:p99.9<=30"], "goodput": {"max_tbt": "250ms"}}},
     ),
     ("capacity", {"target": "a", "load": "concurrency", "max_load": 64, "slo": {"decode_tier": "strict"}}),
+    # The tier left out of the JSON form: the pair would read back refused.
+    ("capacity", {"target": "a", "slo": {"decode_deadline_s": "40ms"}}),
+    ("capacity", {"target": "a", "slo": {"decode_tier": "relaxed", "decode_deadline_s": None}}),
     ("prefill-profile", {"target": "a", "lengths": [100, 1000, 10000], "repeats": 5, "apply": False}),
     ("prefill-profile", {"target": "a", "lengths": {"low": 100, "high": 1000}}),
 ]

@@ -164,6 +164,38 @@ async def test_bad_parameters_are_400_with_every_problem(
 
 
 @pytest.mark.parametrize(
+    ("kind", "body", "problem"),
+    [
+        (  # two ways to give one deadline: the tier was taken, then ignored without a word
+            "capacity",
+            {"target": "a", "slo": {"decode_tier": "strict", "decode_deadline_s": "40ms"}},
+            "slo.decode_tier: give either decode_tier (a tier: strict, medium, relaxed) or decode_deadline_s "
+            "(a deadline of its own), not both",
+        ),
+        (  # a length twice was profiled twice, and weighed twice in the fit
+            "prefill-profile",
+            {"target": "a", "lengths": [512, 128, 128, 512, 64]},
+            "lengths: 128, 512 given more than once; list each length once",
+        ),
+    ],
+    ids=["decode-tier-and-deadline", "lengths-twice"],
+)
+async def test_what_the_cli_refuses_the_api_refuses_in_its_words(
+    client: Client, kind: str, body: dict[str, Any], problem: str
+) -> None:
+    status, answer = await start(client, kind, body)
+    assert (status, answer) == (400, {"error": "invalid job parameters", "problems": [problem]})
+
+
+async def test_a_deadline_of_null_leaves_the_tier_alone(client: Client, load: Load) -> None:
+    status, record = await start(
+        client, "capacity", {"target": "a", "slo": {"decode_tier": "strict", "decode_deadline_s": None}}
+    )
+    assert status == 202 and record["params"]["slo"]["decode_tier"] == "strict"
+    load.release.set()
+
+
+@pytest.mark.parametrize(
     ("body", "message", "valid"),
     [
         ({"target": "c"}, 'unknown target "c"; valid: a, b', ["a", "b"]),
@@ -374,6 +406,24 @@ async def test_the_served_document_is_exact_for_the_config(client: Client, servi
         assert status == 202, body
         record = (await (await client.get(f"{PREFIX}/jobs", headers=AUTH)).json())["jobs"][0]
         await client.delete(f"{PREFIX}/jobs/{record['id']}", headers=AUTH)
+
+
+async def test_the_served_document_refuses_what_the_api_refuses(client: Client) -> None:
+    """The pair of decode deadlines and a length given twice, as the API answers them (400 above)."""
+    import jsonschema
+
+    schemas = (await (await client.get(f"{PREFIX}/openapi.json")).json())["components"]["schemas"]
+    slo = jsonschema.Draft202012Validator(schemas["SloSpec"])
+    assert not slo.is_valid({"decode_tier": "strict", "decode_deadline_s": 0.04})
+    assert not slo.is_valid({"decode_tier": "strict", "decode_deadline_s": "40ms"})
+    for one in (
+        {"decode_tier": "strict"},
+        {"decode_deadline_s": 0.04},
+        {"decode_tier": "strict", "decode_deadline_s": None},
+    ):
+        assert slo.is_valid(one), one
+    lengths = jsonschema.Draft202012Validator(schemas["ProfileParams"]["properties"]["lengths"])
+    assert not lengths.is_valid([128, 128]) and lengths.is_valid([128, 256])
 
 
 @pytest.mark.parametrize(
