@@ -5,8 +5,9 @@ prompt + output within it (``exporter.load.target_facts``); without that, a modu
 server's context (a long-context module against a vLLM started with ``--max-model-len 2048``) got a
 400 on every probe, forever. The daemon does the same per target, with no extra request per probe:
 it asks before the target's first probe, again after each reload (the server may have been restarted
-with another context), and while the target has not said, at most once per ``CONTEXT_REASK_S``
-(it was down, or its ``/v1/models`` has no ``max_model_len``, as llama.cpp's). Each probe's workload
+with another context), and at most once per ``CONTEXT_REASK_S`` while the target has not said (it was
+down, or its ``/v1/models`` has no ``max_model_len``, as llama.cpp's) or after it refused a request with
+a 400 (a server restarted with a shorter context refuses what fitted the old one). Each probe's workload
 is fitted by the one-shot run's own rule (``fit_to_context``), and a module whose ``max_prompt_tokens``
 is set is left as it is, as ``--max-prompt-tokens`` is. Each change is logged once: what the target
 serves, and per module whether its requests are cut to fit, left as they are, or cannot fit at all
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,12 +28,13 @@ from exporter.config.model import Module, Target
 from exporter.load.target_facts import context_fit_on, fit_to_context, served_context
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import ProbeRefusedError
+from exporter.probe.result import ProbeRefusedError, ProbeResult
 from exporter.probe.target import RequestSpec
 
 LOG = logging.getLogger(__name__)
-# While a target has not said its context, ask again at most this often: an answer that came back
-# empty once (a server still loading, or one that never says) is not worth a request per probe.
+# While a target has not said its context, or refused a request since, ask again at most this often: an
+# answer that came back empty once (a server still loading, or one that never says), or a 400 that may
+# have another cause, is not worth a request per probe.
 CONTEXT_REASK_S = 600.0
 # The skip reason of a probe none of whose requests fit (``ProbeRefusedError.reason``).
 OVER_CONTEXT = "over_context"
@@ -47,6 +49,7 @@ class ServedContext:
     clock: Callable[[], float] = time.monotonic
     tokens: int | None = None
     asked_at: float | None = None  # None: to be asked before the next probe
+    refused: bool = False  # a request got a 400 since the last answer: ask again when due
     said: str | None = None  # the line last logged about the target
     fits: dict[str, str] = field(default_factory=dict)  # module -> the line last logged about it
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one question at a time
@@ -55,12 +58,19 @@ class ServedContext:
         """Ask again before the next probe (a reload); the value stays until the answer replaces it."""
         self.asked_at = None
 
+    def observe(self, results: Sequence[ProbeResult]) -> None:
+        """Note a run's 400s: the context may have shrunk under the cached value."""
+        if any(result.http_status == 400 for result in results):
+            self.refused = True
+
     async def learn(self, client: ProbeClient) -> int | None:
         """The target's context, asked when due; concurrent probes wait for the one question."""
         async with self.lock:
             if self._due():
-                self.asked_at = self.clock()
-                self.tokens = await served_context(client)
+                self.asked_at, self.refused = self.clock(), False
+                answer = await served_context(client)
+                # Unanswered (the target was down at a reload): what it said before still holds.
+                self.tokens = answer if answer is not None else self.tokens
                 self._note_target()
         return self.tokens
 
@@ -88,7 +98,8 @@ class ServedContext:
     def _due(self) -> bool:
         if self.asked_at is None:
             return True
-        return self.tokens is None and self.clock() - self.asked_at >= CONTEXT_REASK_S
+        unsure = self.tokens is None or self.refused
+        return unsure and self.clock() - self.asked_at >= CONTEXT_REASK_S
 
     def _note_target(self) -> None:
         if self.tokens is None:

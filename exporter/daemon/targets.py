@@ -118,6 +118,7 @@ class TargetPool:
             results = await _send(state.client, module, specs, rng)
         finally:
             state.busy.discard(key)
+        state.context.observe(results)
         backoff_s = state.budget.record(results)
         state.health.observe(module.name, results, state.budget.failed_runs, backoff_s)
         return ProbeRun(results, time.perf_counter() - started)

@@ -5,6 +5,7 @@ target that does not say its context is asked again only rarely."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from exporter.config import load_config, load_config_file
 from exporter.daemon import served_context
 from exporter.daemon.served_context import CONTEXT_REASK_S, ServedContext
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import ProbeResult
+from exporter.probe.result import Outcome, ProbeResult
 from tests.support.daemon import get, samples, serving, value
 from tests.support.net import serving_app
 from tests.support.sim import StartSim
@@ -130,20 +131,29 @@ async def test_a_module_that_cannot_fit_is_skipped_counted_and_named(
     assert daemon.ready
 
 
-@pytest.fixture
-async def silent_server() -> AsyncIterator[tuple[str, list[int]]]:
-    """A server whose /v1/models says no max_model_len (llama.cpp's says n_ctx_train, the model's
-    training context, not the one it serves); counts the times it is asked."""
+@contextlib.asynccontextmanager
+async def models_server(said: list[int | None]) -> AsyncIterator[tuple[str, list[int]]]:
+    """A server whose /v1/models says ``said[0]`` as max_model_len (None: only n_ctx_train, as
+    llama.cpp's, the model's training context, not the one it serves); counts the times it is asked."""
     asked: list[int] = []
 
     async def models(_request: web.Request) -> web.Response:
         asked.append(1)
-        return web.json_response({"data": [{"id": "m", "meta": {"n_ctx_train": 4096}}]})
+        model: dict[str, object] = {"id": "m", "meta": {"n_ctx_train": 4096}}
+        if said[0] is not None:
+            model["max_model_len"] = said[0]
+        return web.json_response({"data": [model]})
 
     app = web.Application()
     app.router.add_get("/v1/models", models)
     async with serving_app(app) as url:
         yield url, asked
+
+
+@pytest.fixture
+async def silent_server() -> AsyncIterator[tuple[str, list[int]]]:
+    async with models_server([None]) as served:
+        yield served
 
 
 async def test_a_target_that_does_not_say_is_probed_as_configured_and_asked_rarely(
@@ -168,3 +178,26 @@ async def test_a_target_that_does_not_say_is_probed_as_configured_and_asked_rare
         await context.learn(client)
     assert len(asked) == 3
     assert len(_lines(caplog, "target sim does not say its context")) == 1
+
+
+async def test_a_refused_request_has_the_context_asked_again_when_due() -> None:
+    """A server restarted with a shorter context refuses what fitted the old one: a 400 has the
+    context asked again, at most once per CONTEXT_REASK_S; an unanswered question keeps the old one."""
+    said: list[int | None] = [SERVED]
+    async with models_server(said) as (url, asked):
+        target = load_config(CONFIG.format(url=url)).target("sim")
+        now = [1000.0]
+        context = ServedContext("sim", clock=lambda: now[0])
+        async with ProbeClient(target.settings()) as client:
+            assert await context.learn(client) == SERVED
+            said[0] = 256
+            context.observe([ProbeResult("completions", Outcome.HTTP_STATUS, http_status=400)])
+            assert await context.learn(client) == SERVED  # not due yet
+            now[0] += CONTEXT_REASK_S
+            assert await context.learn(client) == 256
+            now[0] += CONTEXT_REASK_S
+            assert await context.learn(client) == 256  # no refusal since: nothing to ask
+            said[0] = None
+            context.forget()
+            assert await context.learn(client) == 256
+    assert len(asked) == 3
