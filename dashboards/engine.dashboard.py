@@ -265,6 +265,17 @@ jobs_running = timeseries(
     [Query(f"{names.JOB_RUNNING.name}{ENGINE}", "{{target}} {{kind}}")],
     step=True,
 )
+served_context = stat(
+    "Served context (tokens)",
+    "The context length the target says it serves (max_model_len of its GET /v1/models), asked before its "
+    "first probe and after each reload. Probes keep each request's prompt + output within it, so a "
+    "module longer than it is cut to fit (the log says how much) or, if none of it fits, skipped "
+    "(fluidity_exporter_job_skipped_total). Good: the context you deployed; empty when the server "
+    "does not say (llama.cpp), and then probes are sent as configured.",
+    COUNT,
+    [Query(f"{names.TARGET_SERVED_CONTEXT.name}{ENGINE}", "{{target}}")],
+    sparkline=False,
+)
 scrape_duration = timeseries(
     "Engine scrape duration",
     "How long the latest scrape of the engine's /metrics took. Good: well under the scrape interval; a "
@@ -376,6 +387,7 @@ dashboard = new_dashboard(
                 Cell(engine_kind, 3, 6),
                 Cell(scrape_duration, 6, 6),
                 Cell(scrape_errors, 6, 6),
+                Cell(served_context, 6, 6),
             ],
         ),
     ],

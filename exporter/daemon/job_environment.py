@@ -161,7 +161,9 @@ class DaemonJobEnvironment:
         self.jobs_finished[(record.kind, record.state)] += 1
 
     def job_snapshot(self) -> JobsSnapshot:
-        """The latest capacity search per (target, module), the stored profiles and the job counts."""
+        """The latest capacity search per (target, module), the stored profiles, the job counts and the
+        context each target serves."""
+        contexts = {name: state.context.tokens for name, state in self._pool.states.items()}
         return jobs_snapshot(
-            self.job_store.records(), self.prefill_profiles, self.config.targets, self.jobs_finished
+            self.job_store.records(), self.prefill_profiles, self.config.targets, self.jobs_finished, contexts
         )

@@ -26,8 +26,10 @@ def jobs_snapshot(
     profiles: Mapping[str, StoredProfile],
     targets: Sequence[Target],
     finished: Mapping[tuple[str, str], int],
+    contexts: Mapping[str, int | None] | None = None,
 ) -> JobsSnapshot:
-    """``records`` newest first, as the store lists them; ``finished`` counts ended jobs by (kind, state).
+    """``records`` newest first, as the store lists them; ``finished`` counts ended jobs by (kind, state);
+    ``contexts`` is the context each target said it serves (None: not said).
     Results of targets no longer configured (a reload removed or renamed them) stay in the store and the
     jobs API but leave /metrics, as the target's probe series do: a gauge of a target that is gone
     would keep a dashboard and an alert on it."""
@@ -44,7 +46,10 @@ def jobs_snapshot(
     running: Counter[tuple[str, str]] = Counter({(t.name, kind): 0 for t in targets for kind in JOB_KINDS})
     running.update((r.target, r.kind) for r in records if r.state == "running")
     gpus = {target.name: target.gpus for target in targets if target.gpus is not None}
-    return JobsSnapshot(tuple(latest.values()), stored, JobCounts(dict(finished), dict(running)), gpus)
+    served = {t: n for t, n in (contexts or {}).items() if n is not None and t in configured}
+    return JobsSnapshot(
+        tuple(latest.values()), stored, JobCounts(dict(finished), dict(running)), gpus, served
+    )
 
 
 def capacity_snapshot(record: JobRecord) -> CapacitySnapshot | None:

@@ -1,5 +1,5 @@
-"""The daemon's targets: one probe client, budget and health per configured target, and probes run
-through them within the budget.
+"""The daemon's targets: one probe client, budget, health and served context per configured target, and
+probes run through them within the budget, fitted to the context (``daemon.served_context``).
 
 A reload replaces a target's state only when its settings changed; a replaced client is closed once
 the probes still running on it have ended (``close_later``), and the target's health (its last error,
@@ -25,6 +25,7 @@ from exporter.config import Config
 from exporter.config.model import Module, Target
 from exporter.daemon.budget import BudgetTracker
 from exporter.daemon.health import TargetHealth
+from exporter.daemon.served_context import ServedContext
 from exporter.load.runner import run_load
 from exporter.load.sessions import planned_tokens, session_turns
 from exporter.probe.client import ProbeClient
@@ -43,6 +44,7 @@ class TargetState:
     client: ProbeClient
     budget: BudgetTracker
     health: TargetHealth
+    context: ServedContext
     busy: set[str] = field(default_factory=set)  # probes in flight, "module:on-demand|scheduled"
     leases: int = 0  # jobs running on this client (``TargetPool.lease``)
 
@@ -81,26 +83,30 @@ class TargetPool:
         for target in config.targets:
             state = self._states.get(target.name)
             if state is not None and state.config == target:
+                state.context.forget()  # the server may have been restarted with another context
                 continue
             if state is not None:  # new settings: probes and jobs in flight keep the old client
                 asyncio.get_running_loop().create_task(close_later(state))
             client = await ProbeClient(target.settings()).__aenter__()
             health = state.health if state is not None else TargetHealth(target.name, self._wall_clock)
+            budget = BudgetTracker(target.budget, time.monotonic)
             self._states[target.name] = TargetState(
-                target, client, BudgetTracker(target.budget, time.monotonic), health
+                target, client, budget, health, ServedContext(target.name)
             )
         return removed
 
     async def probe(
         self, target: Target, module: Module, rng: np.random.Generator, *, on_demand: bool
     ) -> ProbeRun:
-        """One probe of ``module`` against ``target``, refused (``ProbeRefusedError``) when one of the
-        same kind is running or the target's budget says no."""
+        """One probe of ``module`` against ``target``, its requests fitted to the context the target
+        serves; refused (``ProbeRefusedError``) when one of the same kind is running, none of its
+        requests can fit that context, or the target's budget says no."""
         state = self._states[target.name]
         key = f"{module.name}:{'on-demand' if on_demand else 'scheduled'}"
         if key in state.busy:
             raise ProbeRefusedError(f"a probe of {target.name}/{module.name} is already running", "busy")
-        specs = module.workload_for(target).sample(module.requests_per_run, rng)
+        await state.context.learn(state.client)
+        specs = state.context.sample(target, module, rng)
         # A session counts every turn, each re-sending the conversation so far.
         reason = state.budget.skip_reason(session_turns(specs), sum(planned_tokens(spec) for spec in specs))
         if reason is not None:
@@ -112,6 +118,7 @@ class TargetPool:
             results = await _send(state.client, module, specs, rng)
         finally:
             state.busy.discard(key)
+        state.context.observe(results)
         backoff_s = state.budget.record(results)
         state.health.observe(module.name, results, state.budget.failed_runs, backoff_s)
         return ProbeRun(results, time.perf_counter() - started)

@@ -1,5 +1,6 @@
 """Gauges of job results: the latest capacity search per (target, module), the stored prefill profiles,
-and how many jobs finished and run.
+and how many jobs finished and run; beside them, what each target declares or says of itself (its
+GPUs, the context it serves), the denominators and limits those results are read against.
 
 The job runner keeps its results as the plain snapshots defined here; ``JobsCollector`` asks a callable
 for the current ``JobsSnapshot`` on every scrape and builds fresh families from it (nothing global is
@@ -99,6 +100,7 @@ class JobsSnapshot:
     profiles: tuple[ProfileSnapshot, ...] = ()
     counts: JobCounts = field(default_factory=JobCounts)
     gpus: Mapping[str, float] = field(default_factory=dict)  # target -> declared accelerators
+    contexts: Mapping[str, int] = field(default_factory=dict)  # target -> the context it said it serves
 
 
 class JobsCollector(Collector):
@@ -126,6 +128,8 @@ def build_families(snapshot: JobsSnapshot) -> Families:
         _add_profile(out, profile)
     for target, gpus in snapshot.gpus.items():
         out.add(names.TARGET_GPUS, (target,), gpus)
+    for target, tokens in snapshot.contexts.items():
+        out.add(names.TARGET_SERVED_CONTEXT, (target,), tokens)
     for (kind, state), count in snapshot.counts.finished.items():
         out.add(names.JOBS_FINISHED, (kind, state), count)
     for (target, kind), count in snapshot.counts.running.items():

@@ -283,7 +283,8 @@ PROBE_FAILURE = MetricSpec(
     "fluidity_probe_failure_info",
     "gauge",
     "1 with the reason this probe failed (a request outcome such as http_status or connect_error, or "
-    "scrape_timeout, backing_off, over_requests, over_tokens, busy, paused); absent when it succeeded "
+    "scrape_timeout, backing_off, over_requests, over_tokens, over_context, busy, paused); absent when it "
+    "succeeded "
     "(/probe only).",
     (*SERIES, REASON),
 )
@@ -551,6 +552,15 @@ TARGET_GPUS = MetricSpec(
     "/ sum by (target) (fluidity_target_gpus).",
     (TARGET,),
 )
+TARGET_SERVED_CONTEXT = MetricSpec(
+    "fluidity_target_served_context_tokens",
+    "gauge",
+    "Context length the target serves, in tokens: max_model_len from its GET /v1/models, asked before its "
+    "first probe and after each reload. Scheduled and /probe runs keep each request's prompt + output "
+    "within it (less 3% for approximate prompts) unless the module sets max_prompt_tokens; absent while "
+    "the target has not said (then its probes are sent as configured).",
+    (TARGET,),
+)
 CAPACITY_FLUID_RATE = MetricSpec(
     "fluidity_capacity_fluid_tokens_per_second",
     "gauge",
@@ -651,8 +661,9 @@ JOB_SKIPPED = MetricSpec(
     "fluidity_exporter_job_skipped_total",
     "counter",
     "Scheduled job runs skipped: the previous run was still going (max_instances=1), or a probe run "
-    "held back (a capacity search or prefill profile runs on its target, its budget is spent, or it "
-    "backs off after failed runs; the log says which).",
+    "held back (a capacity search or prefill profile runs on its target, its budget is spent, it "
+    "backs off after failed runs, or none of its requests can fit the context the target serves; the "
+    "log says which).",
     (JOB_ID,),
 )
 EVENT_LOOP_LAG = MetricSpec(
@@ -774,6 +785,7 @@ JOB_RESULTS: Final = (
     CAPACITY_TOKENS_PER_GPU_SECOND,
     CAPACITY_TOKEN_COST,
     TARGET_GPUS,
+    TARGET_SERVED_CONTEXT,
     CAPACITY_FLUID_RATE,
     CAPACITY_GOODPUT_RATIO,
     CAPACITY_GOODPUT_RATE,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.load.prompts import PromptBuilder, first_token_spec
-from exporter.load.target_facts import CONTEXT_MARGIN
+from exporter.load.target_facts import usable_context
 from exporter.probe.result import Outcome, ProbeResult, ttft
 from exporter.probe.target import Api, RequestSpec
 from exporter.stats.prefill import PrefillModel, fit_prefill_model
@@ -118,7 +118,7 @@ def fit_ladder(ladder: Sequence[int], context: int | None, exact: bool) -> tuple
     becomes the longest prompt that fits. Calibrated prompts keep a margin for their residual error."""
     if context is None:
         return tuple(ladder), []
-    room = context - 1 if exact else int(context * (1 - CONTEXT_MARGIN)) - 1
+    room = usable_context(context, exact) - 1
     kept = tuple(length for length in ladder if length <= room)
     left_out = [length for length in ladder if length > room]
     if left_out and room not in kept and room > (kept[-1] if kept else 0):

@@ -1,8 +1,11 @@
-"""What a target says about itself before a one-shot run's load: its context length and its token counts.
+"""What a target says about itself before a one-shot run's load: its context length and its token counts,
+and the one rule that fits a workload to that context.
 
 ``discover`` asks ``/v1/models`` for ``max_model_len`` and, unless the prompts are exact already (the
 simulator's), sends three one-token requests to calibrate our approximate prompts to the server's
-tokenizer (``exporter.load.calibration``).
+tokenizer (``exporter.load.calibration``). ``fit_to_context`` keeps each request's prompt + output
+within the served context; the one-shot commands, the prefill profile job and the daemon's scheduled
+probes all fit through it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from exporter.load.calibration import Calibration, calibrate_prompts, max_model_len
 from exporter.load.target_options import target_settings
+from exporter.load.workloads import Workload
 from exporter.options.oneshot import Options
 from exporter.probe.client import ProbeClient
 from exporter.probe.http import HttpError
@@ -20,6 +24,27 @@ from exporter.probe.target import TargetSettings
 
 # Calibrated prompts come out within a few percent of the asked length: keep that much of the context free.
 CONTEXT_MARGIN = 0.03
+
+
+def context_fit_on(max_prompt_tokens: int | None) -> bool:
+    """Whether requests are fitted to the served context: not when a ``max_prompt_tokens`` filter is
+    given, for the user's filter wins and a 400 for an over-long request is then a finding."""
+    return max_prompt_tokens is None
+
+
+def usable_context(context: int, exact: bool) -> int:
+    """The tokens of a served ``context`` that one request's prompt + output may fill: all of them with
+    exact prompts, less ``CONTEXT_MARGIN`` with approximate or calibrated ones."""
+    return context if exact else int(context * (1 - CONTEXT_MARGIN))
+
+
+def fit_to_context(workload: Workload, context: int | None, exact: bool) -> Workload:
+    """``workload`` keeping each request's prompt + output within ``context`` (None: not said, kept as
+    it is). The two share it, so a long output leaves the rest to the prompt; the presets allow 16K
+    prompts, and a server answers 400 beyond ``max_model_len``."""
+    if context is None:
+        return workload
+    return workload.with_options(max_total_tokens=usable_context(context, exact))
 
 
 @dataclass(frozen=True)

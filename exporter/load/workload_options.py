@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from exporter.load.presets import PRESET_SESSIONS, preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
-from exporter.load.target_facts import CONTEXT_MARGIN, TargetFacts
+from exporter.load.target_facts import TargetFacts, context_fit_on, fit_to_context
 from exporter.load.target_options import option_api
 from exporter.load.workloads import IndependentLengths, Workload, with_sessions
 from exporter.options.oneshot import OptionError, Options, json_object, read_flags
@@ -135,7 +135,7 @@ def _check_flags_only(options: Options, api: str) -> None:
 def fits_context(options: Options) -> bool:
     """Whether a run's requests are fitted to the served context: unless ``--max-prompt-tokens`` is
     given, for the user's filter wins and a 400 for an over-long request is then a finding."""
-    return options["max_prompt_tokens"] is None
+    return context_fit_on(options["max_prompt_tokens"])
 
 
 def context_fit_note(options: Options) -> str:
@@ -146,11 +146,5 @@ def context_fit_note(options: Options) -> str:
 
 
 def _fit_context(workload: Workload, options: Options, context: int | None, exact: bool) -> Workload:
-    """Keep prompt + output within the target's context (the presets allow 16K prompts; a server
-    answers 400 beyond ``max_model_len``): the two together, so that a long output leaves room for a
-    long prompt. Calibrated prompts keep a margin for their residual error."""
-    if context is None or not fits_context(options):
-        return workload
-    if not exact:
-        context = int(context * (1 - CONTEXT_MARGIN))
-    return workload.with_options(max_total_tokens=context)
+    """``fit_to_context`` unless ``--max-prompt-tokens`` was given (``fits_context``)."""
+    return fit_to_context(workload, context, exact) if fits_context(options) else workload

@@ -171,6 +171,12 @@ class Workload:
             return np.ones(len(prompts), dtype=bool)
         return prompts + outputs <= self.max_total_tokens
 
+    def share_over_context(self, draws: int = 1024) -> float:
+        """The share of a fresh sample (seed 0, so the same every time) whose prompt + output is over
+        ``max_total_tokens`` and left out: how much fitting to the served context cuts (0 without it)."""
+        prompts, outputs = self.lengths.sample(draws, np.random.default_rng(0))
+        return float(1.0 - self._fits_context(prompts, outputs).mean())
+
     def _keep(self, prompts: IntArray, outputs: IntArray) -> np.ndarray:
         keep = (prompts <= MAX_PROMPT_TOKENS) & (outputs <= MAX_OUTPUT_TOKENS)
         for kept in self._length_filters(prompts, outputs).values():

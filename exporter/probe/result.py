@@ -123,7 +123,8 @@ def e2e(result: ProbeResult) -> float | None:
 
 class ProbeRefusedError(Exception):
     """A probe that may not run now (budget, back-off, or one already running); the message says why,
-    ``reason`` names it: ``paused``, ``busy``, ``backing_off``, ``over_requests`` or ``over_tokens``."""
+    ``reason`` names it: ``paused``, ``busy``, ``backing_off``, ``over_requests``, ``over_tokens`` or
+    ``over_context``."""
 
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)

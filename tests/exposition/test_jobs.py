@@ -166,9 +166,16 @@ def test_each_scrape_reads_a_fresh_snapshot_and_registering_reads_none() -> None
 def test_every_family_is_as_names_defines_it() -> None:
     found = CapacitySnapshot("llm", "long", "concurrency", 12.0, None, None, None, 5.0)
     full = JobsSnapshot(
-        capacity=(*SNAPSHOT.capacity, found), profiles=SNAPSHOT.profiles, counts=COUNTS, gpus={"llm": 8.0}
+        capacity=(*SNAPSHOT.capacity, found),
+        profiles=SNAPSHOT.profiles,
+        counts=COUNTS,
+        gpus={"llm": 8.0},
+        contexts={"llm": 2048},
     )
     assert registry_of(full).get_sample_value("fluidity_capacity_found", {**CODE, "module": "long"}) == 1.0
+    assert (
+        registry_of(full).get_sample_value("fluidity_target_served_context_tokens", {"target": "llm"}) == 2048
+    )
     specs = {spec.name.removesuffix("_total"): spec for spec in names.JOB_RESULTS}
     families = list(registry_of(full).collect())
     assert {family.name for family in families} == set(specs)

@@ -1,0 +1,147 @@
+"""The context each target serves, as the daemon learns it, and each module's probes fitted to it.
+
+A one-shot run asks ``GET /v1/models`` for ``max_model_len`` before its load and keeps every request's
+prompt + output within it (``exporter.load.target_facts``); without that, a module longer than the
+server's context (a long-context module against a vLLM started with ``--max-model-len 2048``) got a
+400 on every probe, forever. The daemon does the same per target, with no extra request per probe:
+it asks before the target's first probe, again after each reload (the server may have been restarted
+with another context), and at most once per ``CONTEXT_REASK_S`` while the target has not said (it was
+down, or its ``/v1/models`` has no ``max_model_len``, as llama.cpp's) or after it refused a request with
+a 400 (a server restarted with a shorter context refuses what fitted the old one). Each probe's workload
+is fitted by the one-shot run's own rule (``fit_to_context``), and a module whose ``max_prompt_tokens``
+is set is left as it is, as ``--max-prompt-tokens`` is. Each change is logged once: what the target
+serves, and per module whether its requests are cut to fit, left as they are, or cannot fit at all
+(its probes are then skipped and counted, where a one-shot run refuses such a workload).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from exporter.config.model import Module, Target
+from exporter.load.target_facts import context_fit_on, fit_to_context, served_context
+from exporter.load.workloads import Workload
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import ProbeRefusedError, ProbeResult
+from exporter.probe.target import RequestSpec
+
+LOG = logging.getLogger(__name__)
+# While a target has not said its context, or refused a request since, ask again at most this often: an
+# answer that came back empty once (a server still loading, or one that never says), or a 400 that may
+# have another cause, is not worth a request per probe.
+CONTEXT_REASK_S = 600.0
+# The skip reason of a probe none of whose requests fit (``ProbeRefusedError.reason``).
+OVER_CONTEXT = "over_context"
+
+
+@dataclass
+class ServedContext:
+    """What one target said of its context (``tokens``, None: not said), when it was asked, and the
+    fit last logged for each of its modules."""
+
+    target: str
+    clock: Callable[[], float] = time.monotonic
+    tokens: int | None = None
+    asked_at: float | None = None  # None: to be asked before the next probe
+    refused: bool = False  # a request got a 400 since the last answer: ask again when due
+    said: str | None = None  # the line last logged about the target
+    fits: dict[str, str] = field(default_factory=dict)  # module -> the line last logged about it
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one question at a time
+
+    def forget(self) -> None:
+        """Ask again before the next probe (a reload); the value stays until the answer replaces it."""
+        self.asked_at = None
+
+    def observe(self, results: Sequence[ProbeResult]) -> None:
+        """Note a run's 400s: the context may have shrunk under the cached value."""
+        if any(result.http_status == 400 for result in results):
+            self.refused = True
+
+    async def learn(self, client: ProbeClient) -> int | None:
+        """The target's context, asked when due; concurrent probes wait for the one question."""
+        async with self.lock:
+            if self._due():
+                self.asked_at, self.refused = self.clock(), False
+                answer = await served_context(client)
+                # Unanswered (the target was down at a reload): what it said before still holds.
+                self.tokens = answer if answer is not None else self.tokens
+                self._note_target()
+        return self.tokens
+
+    def sample(self, target: Target, module: Module, rng: np.random.Generator) -> list[RequestSpec]:
+        """A run of ``module``'s requests fitted to the context; ``ProbeRefusedError`` when none fit."""
+        workload = self.workload(target, module)
+        try:
+            specs = workload.sample(module.requests_per_run, rng)
+        except ValueError as exc:
+            if workload.max_total_tokens is None:  # not the context: a bug of ours, with its traceback
+                raise
+            line = f"probes of {target.name}/{module.name} skipped: they cannot fit the served context: {exc}"
+            self._note_module(module.name, logging.WARNING, line)
+            raise ProbeRefusedError(line, OVER_CONTEXT) from None
+        self._note_fit(module, workload)
+        return specs
+
+    def workload(self, target: Target, module: Module) -> Workload:
+        """``module``'s workload as sent to ``target``, fitted to the context the target said."""
+        workload = module.workload_for(target)
+        if not context_fit_on(module.max_prompt_tokens):
+            return workload
+        return fit_to_context(workload, self.tokens, exact=target.simulated)
+
+    def _due(self) -> bool:
+        if self.asked_at is None:
+            return True
+        unsure = self.tokens is None or self.refused
+        return unsure and self.clock() - self.asked_at >= CONTEXT_REASK_S
+
+    def _note_target(self) -> None:
+        if self.tokens is None:
+            line = (
+                f"target {self.target} does not say its context (no max_model_len from GET /v1/models); "
+                "its probes are sent as configured"
+            )
+        else:
+            line = f"target {self.target} serves {self.tokens} tokens (max_model_len of GET /v1/models)"
+        if line != self.said:
+            self.said = line
+            LOG.info("%s", line)
+
+    def _note_fit(self, module: Module, workload: Workload) -> None:
+        """Log how ``module``'s requests meet the context, when that changed."""
+        name = f"{self.target}/{module.name}"
+        if self.tokens is None:
+            self._note_module(module.name, logging.DEBUG, f"probes of {name} are sent as configured")
+        elif workload.max_total_tokens is None:
+            self._note_module(
+                module.name,
+                logging.WARNING,
+                f"probes of {name} are not fitted to the {self.tokens} tokens {self.target} serves: the "
+                "module sets max_prompt_tokens, which wins (a request over the context is sent, and refused)",
+            )
+        else:
+            self._note_cut(module.name, name, workload)
+
+    def _note_cut(self, module: str, name: str, workload: Workload) -> None:
+        limit, cut = workload.max_total_tokens, workload.share_over_context()
+        if cut == 0:
+            line = f"probes of {name}: every request fits the {self.tokens} tokens {self.target} serves"
+            self._note_module(module, logging.INFO, line)
+            return
+        self._note_module(
+            module,
+            logging.WARNING,
+            f"probes of {name} are cut to fit the {self.tokens} tokens {self.target} serves: prompt + "
+            f"output <= {limit}, which leaves out about {cut:.0%} of the module's length distribution",
+        )
+
+    def _note_module(self, module: str, level: int, line: str) -> None:
+        if self.fits.get(module) != line:
+            self.fits[module] = line
+            LOG.log(level, "%s", line)

@@ -1,0 +1,203 @@
+"""The daemon's probes fit the context their target serves: against a simulator started with a small
+``max_model_len`` a longer module's probes succeed instead of drawing a 400 each, the fit is logged once
+and the served context is on /metrics; a module that cannot fit at all is skipped and counted, and a
+target that does not say its context is asked again only rarely."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+from exporter.app import Daemon
+from exporter.config import load_config, load_config_file
+from exporter.daemon import served_context
+from exporter.daemon.served_context import CONTEXT_REASK_S, ServedContext
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import Outcome, ProbeResult
+from tests.support.daemon import get, samples, serving, value
+from tests.support.net import serving_app
+from tests.support.sim import StartSim
+from tests.support.wait import wait_for
+
+SERVED = 512  # the simulator's max_model_len: shorter than most of the module's requests
+CONFIG = """
+global:
+  windows: [1m, 5m]
+targets:
+  - name: sim
+    url: {url}
+    api: completions
+    simulated: true
+modules:
+  long:
+    # Over half of these (prompt > 448) would be refused by a 512-token server.
+    workload: {{prompt_tokens: "uniform:low=64,high=1024", output_tokens: "fixed:64"}}
+    requests_per_run: 4
+    concurrency: 4
+    schedule: {{interval: 1s}}
+  huge:
+    # Its prompt alone is longer than the context: no request of it can fit.
+    workload: {{prompt_tokens: "fixed:600", output_tokens: "fixed:8"}}
+    requests_per_run: 1
+    schedule: {{interval: 1s}}
+slos:
+  default:
+    prefill: {{deadline: 5s}}
+"""
+LOGGER = served_context.__name__
+
+
+class Runs:
+    """Every run the daemon stores, by module."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.add = daemon.store.add
+        self.results: dict[str, list[ProbeResult]] = {}
+        self.count: dict[str, int] = {}
+        daemon.store.add = self  # type: ignore[method-assign]
+
+    def __call__(
+        self, target: str, module: str, results: list[ProbeResult], *args: object, **kw: object
+    ) -> None:
+        self.results.setdefault(module, []).extend(results)
+        self.count[module] = self.count.get(module, 0) + 1
+        self.add(target, module, results, *args, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+async def running(
+    start_sim: StartSim, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> AsyncIterator[tuple[Daemon, str, Runs]]:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    sim = await start_sim(max_model_len=SERVED)
+    path = tmp_path / "config.yaml"
+    path.write_text(CONFIG.format(url=sim.url))
+    daemon = Daemon(load_config_file(path), config_path=str(path), seed=3)
+    runs = Runs(daemon)
+    async with serving(daemon) as url:
+        yield daemon, url, runs
+
+
+def _lines(caplog: pytest.LogCaptureFixture, part: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and part in r.getMessage()]
+
+
+async def test_scheduled_probes_fit_the_served_context_and_say_so(
+    running: tuple[Daemon, str, Runs], caplog: pytest.LogCaptureFixture
+) -> None:
+    daemon, url, runs = running
+    await wait_for(lambda: runs.count.get("long", 0) >= 3)
+    reloaded, _ = await daemon.reload()  # the same config: the context is asked again, not logged again
+    context = daemon.pool.states["sim"].context
+    assert reloaded and context.asked_at is None
+    await wait_for(lambda: context.asked_at is not None)
+    await wait_for(lambda: runs.count.get("long", 0) >= 4)
+    results = runs.results["long"]
+    assert [r.outcome.value for r in results if not r.ok] == []
+    assert all((r.prompt_tokens_reported or 0) + r.output_tokens <= SERVED for r in results)
+    _, text = await get(url + "/metrics")
+    assert value(samples(text), "fluidity_target_served_context_tokens", target="sim") == SERVED
+    _, text = await get(url + "/probe?target=sim&module=long")  # on demand: fitted alike
+    assert value(samples(text), "fluidity_probe_success", target="sim", module="long") == 1
+    # Once per change of state, not once per probe.
+    assert _lines(caplog, f"target sim serves {SERVED} tokens") == [
+        f"target sim serves {SERVED} tokens (max_model_len of GET /v1/models)"
+    ]
+    cut = _lines(caplog, "probes of sim/long are cut to fit")
+    assert len(cut) == 1 and f"prompt + output <= {SERVED}" in cut[0], cut
+
+
+async def test_a_module_that_cannot_fit_is_skipped_counted_and_named(
+    running: tuple[Daemon, str, Runs], caplog: pytest.LogCaptureFixture
+) -> None:
+    daemon, url, runs = running
+    await wait_for(lambda: runs.count.get("long", 0) >= 2)
+    _, text = await get(url + "/metrics")
+    assert "huge" not in runs.count  # no run of it reached the server, so none was stored
+    assert value(samples(text), "fluidity_exporter_job_skipped_total", job_id="probe:sim:huge") >= 1
+    assert value(samples(text), "fluidity_exporter_job_errors_total", job_id="probe:sim:huge") == 0
+    skipped = _lines(caplog, "probes of sim/huge skipped")
+    assert len(skipped) == 1 and f"prompt + output <= {SERVED} tokens" in skipped[0], skipped
+    status, text = await get(url + "/probe?target=sim&module=huge")
+    assert status == 200
+    labels = {"target": "sim", "module": "huge"}
+    assert value(samples(text), "fluidity_probe_failure_info", reason="over_context", **labels) == 1
+    assert daemon.ready
+
+
+@contextlib.asynccontextmanager
+async def models_server(said: list[int | None]) -> AsyncIterator[tuple[str, list[int]]]:
+    """A server whose /v1/models says ``said[0]`` as max_model_len (None: only n_ctx_train, as
+    llama.cpp's, the model's training context, not the one it serves); counts the times it is asked."""
+    asked: list[int] = []
+
+    async def models(_request: web.Request) -> web.Response:
+        asked.append(1)
+        model: dict[str, object] = {"id": "m", "meta": {"n_ctx_train": 4096}}
+        if said[0] is not None:
+            model["max_model_len"] = said[0]
+        return web.json_response({"data": [model]})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    async with serving_app(app) as url:
+        yield url, asked
+
+
+@pytest.fixture
+async def silent_server() -> AsyncIterator[tuple[str, list[int]]]:
+    async with models_server([None]) as served:
+        yield served
+
+
+async def test_a_target_that_does_not_say_is_probed_as_configured_and_asked_rarely(
+    silent_server: tuple[str, list[int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    url, asked = silent_server
+    config = load_config(CONFIG.format(url=url))
+    target, module = config.target("sim"), config.module("long")
+    now = [1000.0]
+    context = ServedContext("sim", clock=lambda: now[0])
+    async with ProbeClient(target.settings()) as client:
+        assert await context.learn(client) is None
+        assert await context.learn(client) is None  # a second probe asks nothing
+        assert context.workload(target, module).max_total_tokens is None
+        specs = context.sample(target, module, np.random.default_rng(0))
+        assert len(specs) == module.requests_per_run
+        assert len(asked) == 1
+        now[0] += CONTEXT_REASK_S
+        await context.learn(client)
+        context.forget()  # a reload
+        await context.learn(client)
+    assert len(asked) == 3
+    assert len(_lines(caplog, "target sim does not say its context")) == 1
+
+
+async def test_a_refused_request_has_the_context_asked_again_when_due() -> None:
+    """A server restarted with a shorter context refuses what fitted the old one: a 400 has the
+    context asked again, at most once per CONTEXT_REASK_S; an unanswered question keeps the old one."""
+    said: list[int | None] = [SERVED]
+    async with models_server(said) as (url, asked):
+        target = load_config(CONFIG.format(url=url)).target("sim")
+        now = [1000.0]
+        context = ServedContext("sim", clock=lambda: now[0])
+        async with ProbeClient(target.settings()) as client:
+            assert await context.learn(client) == SERVED
+            said[0] = 256
+            context.observe([ProbeResult("completions", Outcome.HTTP_STATUS, http_status=400)])
+            assert await context.learn(client) == SERVED  # not due yet
+            now[0] += CONTEXT_REASK_S
+            assert await context.learn(client) == 256
+            now[0] += CONTEXT_REASK_S
+            assert await context.learn(client) == 256  # no refusal since: nothing to ask
+            said[0] = None
+            context.forget()
+            assert await context.learn(client) == 256
+    assert len(asked) == 3
