@@ -77,7 +77,7 @@ def report(batch: IntervalBatch, prompts: np.ndarray, model: PrefillModel) -> di
     for tier, deadline in DECODE_TIERS.items():
         result = evaluate(batch, prefill_deadlines, deadline)
         share = float(np.mean(result.fluidity >= DEFAULT_TARGET_FLUIDITY)) * 100
-        level = "n/a" if result.service_level is None else f"{result.service_level:.3f}"
+        level = "-" if result.service_level is None else f"{result.service_level:.3f}"  # as the bench tables
         rows[f"fluidity {tier} ({deadline * 1e3:.0f} ms): level / >={DEFAULT_TARGET_FLUIDITY:g}"] = (
             f"{level} / {share:.0f}%"
         )
