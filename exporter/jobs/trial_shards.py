@@ -49,47 +49,51 @@ async def run_sharded_trial(
         )
     )  # fmt: skip
     try:
-        stopped_early = await _until_done_or_decided(run, tally, stop)
+        stopped_by = await _until_done_or_decided(run, tally, stop, plan.time_limit_s)
         report = run.result()
     finally:
         if watcher is not None:
             watcher.cancel()
     now = time.perf_counter()
     closed = plan.concurrency is not None
-    if stopped_early:
+    if stopped_by is not None:  # judged on what came back, the requests cut short as given up
         verdict = judge(list(tally.measured), slo, tally.given_up(now), closed_loop=closed)
     else:
         verdict = judge([r for r in report.in_order() if r.extra.get("measured")], slo, closed_loop=closed)
     trial = TrialReport.of(
         index, plan.load, with_shards(verdict, report), len(tally.started), now - began, tally.tokens(),
-        stopped_early,
+        stopped_by == "early_stop",
     )  # fmt: skip
-    trial.planned, trial.ended_by = plan.measured, _ended_by(stopped_early, tally, report)
+    trial.planned, trial.ended_by = plan.measured, _ended_by(stopped_by, tally, report)
     return trial
 
 
-def _ended_by(stopped_early: bool, tally: Tally, report: ShardRunReport) -> str:
+def _ended_by(stopped_by: str | None, tally: Tally, report: ShardRunReport) -> str:
     """How the merged trial's sends ended, as ``run_trial`` says it of one process: the tally's stop
-    (a confident failure, or a pass it could no longer settle), else ``duration`` when it cut any
-    shard's sends (the merged run then sent fewer requests than planned), else ``requests``."""
-    if stopped_early:
-        return tally.reason or "early_stop"
+    (a confident failure, or a pass it could no longer settle) or the time limit, else ``duration``
+    when it cut any shard's sends (the merged run then sent fewer requests than planned), else
+    ``requests``."""
+    if stopped_by == "early_stop":
+        return tally.reason or stopped_by
+    if stopped_by is not None:
+        return stopped_by
     return "duration" if report.cut_by_duration else "requests"
 
 
 async def _until_done_or_decided(
-    run: asyncio.Future[ShardRunReport], tally: Tally, stop: asyncio.Event
-) -> bool:
-    """Wait for the run; once the verdict is decided, stop the shards and wait for their last results.
-    True when stopped early."""
+    run: asyncio.Future[ShardRunReport], tally: Tally, stop: asyncio.Event, limit_s: float | None
+) -> str | None:
+    """Wait for the run; once the verdict is decided or the trial's time limit is reached, stop the
+    shards and wait for their last results (their requests in flight come back cancelled). Says which
+    ended it early ("early_stop", "time_limit"), or None when the run ended by itself."""
     decided: asyncio.Future[Any] = asyncio.ensure_future(tally.decided.wait())
     try:
-        await asyncio.wait({run, decided}, return_when=asyncio.FIRST_COMPLETED)
-        early = not run.done()
-        if early:
-            stop.set()
-            await asyncio.wait({run})
-        return early
+        await asyncio.wait({run, decided}, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+        if run.done():
+            return None
+        stop.set()
+        await asyncio.wait({run})
+        return "early_stop" if decided.done() else "time_limit"
     except asyncio.CancelledError:
         run.cancel()  # the job was cancelled: the pool calls the run off, the shards hear "stop"
         await asyncio.gather(run, return_exceptions=True)

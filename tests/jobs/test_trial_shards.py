@@ -204,3 +204,18 @@ async def test_a_sharded_search_cut_in_its_warm_up_says_its_duration_ended_it(
     assert result.stopped_by.startswith(
         "no_data: trial 1 at 10 req/s measured no request (4 sent, ended by duration"
     )
+
+
+async def test_a_sharded_trial_ends_at_its_time_limit_as_in_one_process(
+    sim: SimServer, pool: ShardPool
+) -> None:
+    # Every request takes ~2 s (slow tokens, no early stop) and the trial's time limit is 1 s: both
+    # runs stop there, their requests in flight cancelled, and say the time limit ended them (a sharded
+    # trial once ran on to the end of its requests, however long the search had left).
+    specs = tuple(RequestSpec(f"p{i}", 10, 20, None, f"r{i}", script(ttft=0.02, gaps=0.1)) for i in range(12))
+    trial = TrialPlan(10.0, specs, 2, np.arange(12) * 0.03, None, None, False, time_limit_s=1.0)
+    alone, sharded = await both(sim, pool, trial)
+    for report in (alone, sharded):
+        assert report.ended_by == "time_limit" and not report.passed
+        assert report.duration_s < 1.9
+    assert sharded.figures["shards"]["problems"] == []
