@@ -228,7 +228,9 @@ async def _closed_loop(
         nonlocal expired
         while True:
             if duration is not None and ctx.clock() - start >= duration:
-                expired = True
+                # Cut by the duration only when a request is left unsent: the last ones ending late
+                # is not a cut (the spec drawn here would not be sent either way).
+                expired = expired or next(specs, None) is not None
                 return
             if ctx.stopped:
                 ctx.interrupted = True

@@ -125,6 +125,13 @@ async def test_closed_loop_stops_at_the_duration_and_max_requests() -> None:
     assert run.stopped_by == "requests" and len(run.results) == 7
 
 
+async def test_a_closed_loop_that_sent_every_request_was_not_cut_by_its_duration() -> None:
+    # 4 requests of 0.3 s over 2 slots: the last two start at 0.3 s, before the 0.45 s duration, and
+    # end after it. Every request was sent: the run ended by its requests, not by the duration.
+    run = await run_load(fake_send(0.3), _specs(4), concurrency=2, duration=0.45)
+    assert len(run.results) == 4 and run.stopped_by == "exhausted"
+
+
 async def test_lazy_specs_for_a_duration_limited_closed_loop() -> None:
     workload = preset("lmsys", api="completions")
     run = await run_load(
