@@ -161,9 +161,17 @@ class DaemonJobEnvironment:
         self.jobs_finished[(record.kind, record.state)] += 1
 
     def job_snapshot(self) -> JobsSnapshot:
-        """The latest capacity search per (target, module), the stored profiles, the job counts and the
-        context each target serves."""
-        contexts = {name: state.context.tokens for name, state in self._pool.states.items()}
+        """The latest capacity search per (target, module), the stored profiles, the job counts, the
+        context each target serves and the modules that cannot fit it."""
+        states = self._pool.states
+        contexts = {name: state.context.tokens for name, state in states.items()}
+        unfit = {(name, module) for name, state in states.items() for module in state.context.unfit}
+        configured = {(target.name, module.name) for target, module in self.config.probes()}
         return jobs_snapshot(
-            self.job_store.records(), self.prefill_profiles, self.config.targets, self.jobs_finished, contexts
+            self.job_store.records(),
+            self.prefill_profiles,
+            self.config.targets,
+            self.jobs_finished,
+            contexts,
+            over_context=tuple(sorted(unfit & configured)),  # a module a reload removed is gone
         )

@@ -27,9 +27,12 @@ def jobs_snapshot(
     targets: Sequence[Target],
     finished: Mapping[tuple[str, str], int],
     contexts: Mapping[str, int | None] | None = None,
+    *,
+    over_context: tuple[tuple[str, str], ...] = (),
 ) -> JobsSnapshot:
     """``records`` newest first, as the store lists them; ``finished`` counts ended jobs by (kind, state);
-    ``contexts`` is the context each target said it serves (None: not said).
+    ``contexts`` is the context each target said it serves (None: not said); ``over_context`` the
+    configured (target, module) pairs none of whose requests fit it.
     Results of targets no longer configured (a reload removed or renamed them) stay in the store and the
     jobs API but leave /metrics, as the target's probe series do: a gauge of a target that is gone
     would keep a dashboard and an alert on it."""
@@ -48,7 +51,7 @@ def jobs_snapshot(
     gpus = {target.name: target.gpus for target in targets if target.gpus is not None}
     served = {t: n for t, n in (contexts or {}).items() if n is not None and t in configured}
     return JobsSnapshot(
-        tuple(latest.values()), stored, JobCounts(dict(finished), dict(running)), gpus, served
+        tuple(latest.values()), stored, JobCounts(dict(finished), dict(running)), gpus, served, over_context
     )
 
 

@@ -5,13 +5,17 @@ prompt + output within it (``exporter.load.target_facts``); without that, a modu
 server's context (a long-context module against a vLLM started with ``--max-model-len 2048``) got a
 400 on every probe, forever. The daemon does the same per target, with no extra request per probe:
 it asks before the target's first probe, again after each reload (the server may have been restarted
-with another context), and at most once per ``CONTEXT_REASK_S`` while the target has not said (it was
-down, or its ``/v1/models`` has no ``max_model_len``, as llama.cpp's) or after it refused a request with
-a 400 (a server restarted with a shorter context refuses what fitted the old one). Each probe's workload
+with another context), before every probe while the question goes unanswered (a sidecar starts beside
+an engine that is still loading: the probe would be sent anyway, and back-off spaces them), and at
+most once per ``CONTEXT_REASK_S`` while the target does not say (its ``/v1/models`` has no
+``max_model_len``, as llama.cpp's), after it refused a request with a 400 (a server restarted with a
+shorter context refuses what fitted the old one) or while a module cannot fit (one restarted with a
+longer context would take it). Each probe's workload
 is fitted by the one-shot run's own rule (``fit_to_context``), and a module whose ``max_prompt_tokens``
 is set is left as it is, as ``--max-prompt-tokens`` is. Each change is logged once: what the target
 serves, and per module whether its requests are cut to fit, left as they are, or cannot fit at all
-(its probes are then skipped and counted, where a one-shot run refuses such a workload).
+(its probes are then skipped and counted, where a one-shot run refuses such a workload, and the module
+is listed in ``unfit``: /metrics shows it, and an alert reads it, since nothing else measures it).
 """
 
 from __future__ import annotations
@@ -25,16 +29,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from exporter.config.model import Module, Target
-from exporter.load.target_facts import context_fit_on, fit_to_context, served_context
+from exporter.load.target_facts import ContextAnswer, ask_context, context_fit_on, fit_to_context
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeRefusedError, ProbeResult
 from exporter.probe.target import RequestSpec
 
 LOG = logging.getLogger(__name__)
-# While a target has not said its context, or refused a request since, ask again at most this often: an
-# answer that came back empty once (a server still loading, or one that never says), or a 400 that may
-# have another cause, is not worth a request per probe.
+# While a target does not say its context, refused a request since, or has a module that cannot fit, ask
+# again at most this often: an answer without the context (a server that never says it), a 400 that may
+# have another cause, or a module too long for the context is not worth a request per probe.
 CONTEXT_REASK_S = 600.0
 # The skip reason of a probe none of whose requests fit (``ProbeRefusedError.reason``).
 OVER_CONTEXT = "over_context"
@@ -49,9 +53,11 @@ class ServedContext:
     clock: Callable[[], float] = time.monotonic
     tokens: int | None = None
     asked_at: float | None = None  # None: to be asked before the next probe
-    refused: bool = False  # a request got a 400 since the last answer: ask again when due
+    answered: bool = False  # the last question got an answer (else: ask before the next probe)
+    recheck: bool = False  # a 400, or a module that could not fit, since the last answer: ask when due
     said: str | None = None  # the line last logged about the target
     fits: dict[str, str] = field(default_factory=dict)  # module -> the line last logged about it
+    unfit: set[str] = field(default_factory=set)  # modules none of whose requests fit, at their last probe
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one question at a time
 
     def forget(self) -> None:
@@ -61,17 +67,18 @@ class ServedContext:
     def observe(self, results: Sequence[ProbeResult]) -> None:
         """Note a run's 400s: the context may have shrunk under the cached value."""
         if any(result.http_status == 400 for result in results):
-            self.refused = True
+            self.recheck = True
 
     async def learn(self, client: ProbeClient) -> int | None:
         """The target's context, asked when due; concurrent probes wait for the one question."""
         async with self.lock:
             if self._due():
-                self.asked_at, self.refused = self.clock(), False
-                answer = await served_context(client)
-                # Unanswered (the target was down at a reload): what it said before still holds.
-                self.tokens = answer if answer is not None else self.tokens
-                self._note_target()
+                self.asked_at, self.recheck = self.clock(), False
+                answer = await ask_context(client)
+                self.answered = answer.error is None
+                if self.answered:  # unanswered (the target is down): what it said before still holds
+                    self.tokens = answer.tokens
+                self._note_target(answer)
         return self.tokens
 
     def sample(self, target: Target, module: Module, rng: np.random.Generator) -> list[RequestSpec]:
@@ -84,7 +91,10 @@ class ServedContext:
                 raise
             line = f"probes of {target.name}/{module.name} skipped: they cannot fit the served context: {exc}"
             self._note_module(module.name, logging.WARNING, line)
+            self.unfit.add(module.name)
+            self.recheck = True  # a server restarted with a longer context would take them
             raise ProbeRefusedError(line, OVER_CONTEXT) from None
+        self.unfit.discard(module.name)
         self._note_fit(module, workload)
         return specs
 
@@ -96,13 +106,21 @@ class ServedContext:
         return fit_to_context(workload, self.tokens, exact=target.simulated)
 
     def _due(self) -> bool:
-        if self.asked_at is None:
+        if self.asked_at is None or not self.answered:
             return True
-        unsure = self.tokens is None or self.refused
+        unsure = self.tokens is None or self.recheck
         return unsure and self.clock() - self.asked_at >= CONTEXT_REASK_S
 
-    def _note_target(self) -> None:
-        if self.tokens is None:
+    def _note_target(self, answer: ContextAnswer) -> None:
+        if answer.error is not None:
+            kept = (
+                f"fitted to the {self.tokens} tokens it said before" if self.tokens else "sent as configured"
+            )
+            line = (
+                f"could not ask target {self.target} its context ({answer.error}); its probes are {kept} "
+                "until it answers, and it is asked again before each probe"
+            )
+        elif self.tokens is None:
             line = (
                 f"target {self.target} does not say its context (no max_model_len from GET /v1/models); "
                 "its probes are sent as configured"

@@ -101,6 +101,7 @@ class JobsSnapshot:
     counts: JobCounts = field(default_factory=JobCounts)
     gpus: Mapping[str, float] = field(default_factory=dict)  # target -> declared accelerators
     contexts: Mapping[str, int] = field(default_factory=dict)  # target -> the context it said it serves
+    over_context: tuple[tuple[str, str], ...] = ()  # (target, module) none of whose requests fit it
 
 
 class JobsCollector(Collector):
@@ -130,6 +131,8 @@ def build_families(snapshot: JobsSnapshot) -> Families:
         out.add(names.TARGET_GPUS, (target,), gpus)
     for target, tokens in snapshot.contexts.items():
         out.add(names.TARGET_SERVED_CONTEXT, (target,), tokens)
+    for target, module in snapshot.over_context:
+        out.add(names.PROBE_OVER_CONTEXT, (target, module), 1.0)
     for (kind, state), count in snapshot.counts.finished.items():
         out.add(names.JOBS_FINISHED, (kind, state), count)
     for (target, kind), count in snapshot.counts.running.items():

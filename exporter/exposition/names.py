@@ -561,6 +561,14 @@ TARGET_SERVED_CONTEXT = MetricSpec(
     "the target has not said (then its probes are sent as configured).",
     (TARGET,),
 )
+PROBE_OVER_CONTEXT = MetricSpec(
+    "fluidity_probe_over_context",
+    "gauge",
+    "1 while none of the requests of the module's probes can fit the context its target serves "
+    "(prompt + output over fluidity_target_served_context_tokens): its probes are skipped, so nothing "
+    "measures it (FluidityProbeOverContext reads it); absent otherwise.",
+    SERIES,
+)
 CAPACITY_FLUID_RATE = MetricSpec(
     "fluidity_capacity_fluid_tokens_per_second",
     "gauge",
@@ -786,6 +794,7 @@ JOB_RESULTS: Final = (
     CAPACITY_TOKEN_COST,
     TARGET_GPUS,
     TARGET_SERVED_CONTEXT,
+    PROBE_OVER_CONTEXT,
     CAPACITY_FLUID_RATE,
     CAPACITY_GOODPUT_RATIO,
     CAPACITY_GOODPUT_RATE,

@@ -96,11 +96,29 @@ async def discover(settings: TargetSettings, exact_prompts: bool) -> TargetFacts
     return TargetFacts(context, calibration)
 
 
-async def served_context(client: ProbeClient) -> int | None:
-    """The context length the target serves (``max_model_len`` of ``/v1/models``; None: not said)."""
+@dataclass(frozen=True)
+class ContextAnswer:
+    """What ``GET /v1/models`` said of the served context: ``tokens`` (None: not said, as llama.cpp's),
+    or ``error``, why no answer came (the server is down or still loading, a timeout, a non-200)."""
+
+    tokens: int | None = None
+    error: str | None = None
+
+
+async def ask_context(client: ProbeClient) -> ContextAnswer:
+    """Ask the target for the context length it serves (``max_model_len`` of ``/v1/models``)."""
     try:
         async with asyncio.timeout(client.settings.timeouts.connect or 10.0):
             status, body = await client.get("/models")
-    except (TimeoutError, OSError, HttpError):
-        return None
-    return max_model_len(body) if status == 200 else None
+    except TimeoutError:  # before OSError, of which it is a subclass
+        return ContextAnswer(error="GET /v1/models: no answer in time")
+    except (OSError, HttpError) as exc:
+        return ContextAnswer(error=f"GET /v1/models: {exc}")
+    if status != 200:
+        return ContextAnswer(error=f"GET /v1/models: HTTP {status}")
+    return ContextAnswer(max_model_len(body))
+
+
+async def served_context(client: ProbeClient) -> int | None:
+    """The context length the target serves (None: not said, or no answer)."""
+    return (await ask_context(client)).tokens

@@ -19,7 +19,7 @@ from exporter.config import load_config, load_config_file
 from exporter.daemon import served_context
 from exporter.daemon.served_context import CONTEXT_REASK_S, ServedContext
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeResult
+from exporter.probe.result import Outcome, ProbeRefusedError, ProbeResult
 from tests.support.daemon import get, samples, serving, value
 from tests.support.net import serving_app
 from tests.support.sim import StartSim
@@ -128,6 +128,10 @@ async def test_a_module_that_cannot_fit_is_skipped_counted_and_named(
     assert status == 200
     labels = {"target": "sim", "module": "huge"}
     assert value(samples(text), "fluidity_probe_failure_info", reason="over_context", **labels) == 1
+    # Nothing measures it, so /metrics says so (FluidityProbeOverContext reads it); not of a module that fits.
+    _, text = await get(url + "/metrics")
+    assert value(samples(text), "fluidity_probe_over_context", **labels) == 1
+    assert ("fluidity_probe_over_context", (("module", "long"), ("target", "sim"))) not in samples(text)
     assert daemon.ready
 
 
@@ -197,7 +201,54 @@ async def test_a_refused_request_has_the_context_asked_again_when_due() -> None:
             assert await context.learn(client) == 256
             now[0] += CONTEXT_REASK_S
             assert await context.learn(client) == 256  # no refusal since: nothing to ask
-            said[0] = None
+            said[0] = None  # restarted as a server that does not say (llama.cpp's): sent as configured
             context.forget()
-            assert await context.learn(client) == 256
+            assert await context.learn(client) is None
     assert len(asked) == 3
+
+
+async def test_an_unanswered_question_is_asked_again_before_the_next_probe(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A sidecar starts beside an engine still loading: the first question goes unanswered, and is
+    asked again before each probe (not in 10 minutes) until the engine says its context."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    async with models_server([SERVED]) as (url, asked):
+        down = url.rsplit(":", 1)[0] + ":9"  # the discard port: nothing listens on loopback
+        config = load_config(CONFIG.format(url=down))
+        context = ServedContext("sim", clock=lambda: 1000.0)  # no time passes: only answers count
+        async with ProbeClient(config.target("sim").settings()) as client:
+            assert await context.learn(client) is None
+            assert await context.learn(client) is None
+        target = load_config(CONFIG.format(url=url)).target("sim")
+        async with ProbeClient(target.settings()) as client:
+            assert await context.learn(client) == SERVED  # the engine is up: asked at once
+            assert await context.learn(client) == SERVED
+        assert len(asked) == 1
+    unanswered = _lines(caplog, "could not ask target sim its context")
+    assert len(unanswered) == 1 and "asked again before each probe" in unanswered[0], unanswered
+    assert not _lines(caplog, "does not say its context")  # it was not asked, so it did not say
+
+
+async def test_a_module_that_could_not_fit_has_the_context_asked_again_when_due() -> None:
+    """An engine restarted with a longer context takes a module that could not fit: the daemon asks
+    again after CONTEXT_REASK_S, with no 400 to tell it (a skipped module sends nothing)."""
+    said: list[int | None] = [SERVED]
+    async with models_server(said) as (url, asked):
+        config = load_config(CONFIG.format(url=url))
+        target, huge = config.target("sim"), config.module("huge")
+        now = [1000.0]
+        context = ServedContext("sim", clock=lambda: now[0])
+        async with ProbeClient(target.settings()) as client:
+            assert await context.learn(client) == SERVED
+            with pytest.raises(ProbeRefusedError):
+                context.sample(target, huge, np.random.default_rng(0))
+            assert context.unfit == {"huge"}
+            said[0] = 4096
+            now[0] += CONTEXT_REASK_S
+            assert await context.learn(client) == 4096
+            assert len(context.sample(target, huge, np.random.default_rng(0))) == huge.requests_per_run
+            assert context.unfit == set()
+            now[0] += CONTEXT_REASK_S
+            await context.learn(client)  # it fits, and nothing was refused: nothing to ask
+    assert len(asked) == 2
