@@ -1,12 +1,16 @@
-"""What an operator needs to know about a failing target: its state, its last error, and a log line
-for every change of state, not one per skipped probe.
+"""What an operator needs to know about a failing target: its state, its last error, and a log line for
+every change of state, not one per skipped probe.
 
 A target is ``ok``, ``failing`` (its last run failed: nothing completed, or it answered 429) or
-``backing_off`` (the budget holds its probes back after consecutive failed runs). Each change is
-logged once at WARNING, with the cause: the first failure with its outcome and error, a back-off with
-its delay and the last error, a recovery with how many runs had failed. A failed request inside a run
-that still succeeded is logged too, at most once per ``PARTIAL_LOG_INTERVAL_S`` per target, so a dead
-target or a flaky one never floods the log. The last error stays for ``/probe?debug=true`` and ``/``.
+``backing_off`` (the budget holds its probes back after consecutive failed runs). Each change is logged
+once at WARNING, with the cause: the first failure with its outcome and error, a back-off with its delay
+and the last error, a recovery with how many runs had failed. While backing off, every run the budget
+lets through that fails again starts a new back-off (its delay doubles up to the target's
+``max_backoff``, see ``budget.py``): a line is logged only when that delay changes, so a dead target
+logs a few lines as its delay grows and none once it has reached the maximum. A failed request inside a
+run that still succeeded is logged too, at most once per ``PARTIAL_LOG_INTERVAL_S`` per target, so a
+dead target or a flaky one never floods the log. The last error stays for ``/probe?debug=true`` and
+``/``.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ class TargetHealth:
         self.failed_runs = 0
         self.last_error: LastError | None = None
         self.resume_at: float | None = None  # unix seconds, while backing off
+        self.backoff_s = 0.0  # the delay of the current back-off, 0 when not backing off
         self._partial_logged_at = float("-inf")
 
     def observe(
@@ -86,6 +91,7 @@ class TargetHealth:
                 self.last_error.describe() if self.last_error else "none",
             )
             self._enter("ok", now)
+            self.backoff_s = 0.0
         elif partial and self.last_error and now - self._partial_logged_at >= PARTIAL_LOG_INTERVAL_S:
             self._partial_logged_at = now
             LOG.warning(
@@ -108,14 +114,16 @@ class TargetHealth:
             self._enter("failing", now)
 
     def _backing_off(self, now: float, failed_runs: int, backoff_s: float) -> None:
-        # One line per back-off: the delay doubles up to max_backoff, so these lines are that far apart.
-        LOG.warning(
-            "target %s backing off for %.0f s after %d failed runs in a row; last error: %s",
-            self.target,
-            backoff_s,
-            failed_runs,
-            self.last_error.describe() if self.last_error else "none",
-        )
+        # Every failed run after a back-off starts another: only a new delay is news to an operator.
+        if self.state != "backing_off" or backoff_s != self.backoff_s:
+            LOG.warning(
+                "target %s backing off for %.0f s after %d failed runs in a row; last error: %s",
+                self.target,
+                backoff_s,
+                failed_runs,
+                self.last_error.describe() if self.last_error else "none",
+            )
+        self.backoff_s = backoff_s
         self.resume_at = now + backoff_s
         if self.state != "backing_off":
             self._enter("backing_off", now)

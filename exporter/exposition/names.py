@@ -555,10 +555,12 @@ TARGET_GPUS = MetricSpec(
 TARGET_SERVED_CONTEXT = MetricSpec(
     "fluidity_target_served_context_tokens",
     "gauge",
+    # "10 minutes" is exporter.daemon.served_context.CONTEXT_REASK_S (a layer above: not importable here).
     "Context length the target serves, in tokens: max_model_len from its GET /v1/models, asked before its "
-    "first probe and after each reload. Scheduled and /probe runs keep each request's prompt + output "
-    "within it (less 3% for approximate prompts) unless the module sets max_prompt_tokens; absent while "
-    "the target has not said (then its probes are sent as configured).",
+    "first probe, after each reload, and again at most every 10 minutes while it is unknown, after an "
+    "HTTP 400, or while a module cannot fit it. Scheduled and /probe runs keep each request's prompt + "
+    "output within it (less 3% for approximate prompts) unless the module sets max_prompt_tokens; absent "
+    "while the target has not said (then its probes are sent as configured).",
     (TARGET,),
 )
 PROBE_OVER_CONTEXT = MetricSpec(

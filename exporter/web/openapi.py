@@ -54,11 +54,27 @@ def _nulls(schemas: dict[str, Any]) -> None:
     schemas["SloSpec"]["properties"]["objectives"]["type"] = ["array", "null"]
 
 
-# A duration as seconds: the form the served document gives (strings such as "30s" are accepted too,
-# but a pattern cannot bound them, so the exact document leaves them out).
+# A duration as seconds: the form the served document gives for every duration. Strings such as "30s"
+# are accepted too; a pattern cannot bound them exactly, so only where the bounds are fixed (> 0 and at
+# most MAX_DURATION_S) does the document allow the strings DURATION_PATTERN matches, each within them.
 def _seconds(low_open: bool, maximum: float = MAX_DURATION_S) -> dict[str, Any]:
     low: dict[str, Any] = {"exclusiveMinimum": 0} if low_open else {"minimum": 0}
     return {"type": ["number", "null"], **low, "maximum": maximum}
+
+
+def _positive(digits: int) -> str:
+    """A number > 0 with at most ``digits`` before the point and 3 after it."""
+    return rf"([1-9][0-9]{{0,{digits - 1}}}(\.[0-9]{{1,3}})?|0\.[0-9]{{0,2}}[1-9])"
+
+
+# One number and unit, > 0 and, by the digits each unit may have, under 116 days (MAX_DURATION_S: 366).
+_UNIT_DIGITS = {"ms": 9, "s": 7, "m": 5, "h": 3, "d": 2}
+DURATION_PATTERN = "^(" + "|".join(_positive(n) + unit for unit, n in _UNIT_DIGITS.items()) + ")$"
+
+
+def _duration_string_or_seconds() -> dict[str, Any]:
+    """A deadline: seconds > 0, or a duration string such as ``40ms`` (as the description says)."""
+    return {**_seconds(low_open=True), "type": ["number", "string", "null"], "pattern": DURATION_PATTERN}
 
 
 _NUMBER = r"(0|[1-9][0-9]{0,5})(\.[0-9]{1,6})?"
@@ -72,7 +88,7 @@ def _slo(slo: dict[str, Any], goodput: dict[str, Any]) -> None:
     props = slo["properties"]
     props["decode_tier"]["enum"] = list(DECODE_TIERS)
     for key in ("decode_deadline_s", "prefill_deadline_s"):
-        props[key].update(_seconds(low_open=True))
+        props[key].update(_duration_string_or_seconds())
     props["objectives"]["items"]["pattern"] = OBJECTIVE_PATTERN
     for key, value in goodput["properties"].items():
         if key != "min_fluidity":

@@ -125,6 +125,44 @@ async def test_a_recovery_is_logged_with_the_last_error(
     assert health.describe().startswith("ok since 2027-01-15T08:01:00Z; last error: connect_error")
 
 
+def test_a_dead_target_logs_its_back_off_only_when_the_delay_changes(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A day of a dead target: the delay grows 30, 60, ... 480, 600 s, then stays; one line per delay."""
+    from exporter.config.model import Budget
+    from exporter.daemon.budget import BudgetTracker
+    from exporter.daemon.health import TargetHealth
+    from exporter.probe.result import Outcome, ProbeResult
+
+    caplog.set_level(logging.DEBUG)
+    now = [1_800_000_000.0]
+    budget = BudgetTracker(Budget(backoff_after_failures=3, max_backoff_s=600.0), lambda: now[0])
+    health = TargetHealth("t", lambda: now[0])
+    failed = ProbeResult("chat", outcome=Outcome.CONNECT_ERROR, error="connection refused")
+    for _ in range(150):  # each run the budget lets through fails again
+        backoff_s = budget.record([failed])
+        health.observe("m", [failed], budget.failed_runs, backoff_s)
+        now[0] = max(now[0] + 60.0, budget.resume_at)
+    lines = [r.getMessage() for r in caplog.records if "backing off" in r.getMessage()]
+    delays = [re.match(r"target t backing off for (\d+) s after (\d+) failed runs", line) for line in lines]
+    assert [(int(m[1]), int(m[2])) for m in delays if m] == [
+        (30, 3),
+        (60, 4),
+        (120, 5),
+        (240, 6),
+        (480, 7),
+        (600, 8),
+    ], lines
+    assert [r.levelno for r in caplog.records].count(logging.WARNING) == len(lines) + 1  # + "failing"
+    # The last error and the back-off stay on the debug views all along.
+    assert health.state == "backing_off" and health.failed_runs == 150 and health.backoff_s == 600.0
+    assert "150 failed runs in a row" in health.describe()
+    assert "last error: connect_error: connection refused" in health.describe()
+    health.observe("m", [ProbeResult("chat")], failed_runs=0, backoff_s=0.0)
+    health.observe("m", [failed], failed_runs=3, backoff_s=30.0)  # a new back-off after recovering
+    assert caplog.records[-1].getMessage().startswith("target t backing off for 30 s after 3 failed runs")
+
+
 async def test_probe_answers_a_failed_probe_as_data(failing_server: str, tmp_path: Path) -> None:
     config = FAILING.format(url=failing_server).replace("interval: 0.2s", "interval: 1h")
     daemon = Daemon(load_config_file(write(tmp_path, config)))

@@ -408,6 +408,25 @@ async def test_the_served_document_is_exact_for_the_config(client: Client, servi
         await client.delete(f"{PREFIX}/jobs/{record['id']}", headers=AUTH)
 
 
+async def test_a_decode_deadline_as_a_duration_string_is_served_as_valid_and_taken(
+    client: Client, load: Load
+) -> None:
+    """The description says "seconds, or a duration string such as 30s or 500ms": the type says so too."""
+    import jsonschema
+
+    schemas = (await (await client.get(f"{PREFIX}/openapi.json")).json())["components"]["schemas"]
+    deadline = schemas["SloSpec"]["properties"]["decode_deadline_s"]
+    assert "string" in deadline["type"] and "duration string" in deadline["description"]
+    slo = jsonschema.Draft202012Validator(schemas["SloSpec"])
+    for valid in ("40ms", "0.5s", "2m", 0.04, None):
+        assert slo.is_valid({"decode_deadline_s": valid}), valid
+    for invalid in ("0s", "soon", "40", "400d", 0, True):  # each of them the API refuses too
+        assert not slo.is_valid({"decode_deadline_s": invalid}), invalid
+    status, record = await start(client, "capacity", {"target": "a", "slo": {"decode_deadline_s": "40ms"}})
+    assert status == 202 and record["params"]["slo"]["decode_deadline_s"] == pytest.approx(0.04)
+    load.release.set()
+
+
 async def test_the_served_document_refuses_what_the_api_refuses(client: Client) -> None:
     """The pair of decode deadlines and a length given twice, as the API answers them (400 above)."""
     import jsonschema
