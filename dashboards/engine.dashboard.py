@@ -268,10 +268,10 @@ jobs_running = timeseries(
 served_context = stat(
     "Served context (tokens)",
     "The context length the target says it serves (max_model_len of its GET /v1/models), asked before its "
-    "first probe, after each reload, and again at most every 10 minutes while it is unknown, after an "
-    "HTTP 400, or while a module cannot fit it. Probes keep each request's prompt + output within it, so a "
-    "module longer than it is cut to fit (the log says how much) or, if none of it fits, skipped "
-    "(fluidity_exporter_job_skipped_total). Good: the context you deployed; empty when the server "
+    "first probe, after each reload, before each probe while it does not answer, and again at most every "
+    "10 minutes while it does not say, after an HTTP 400, or while a module cannot fit it. Probes keep "
+    "each request's prompt + output within it, so a module longer than it is cut to fit (the log says how "
+    "much) or, if none of it fits, skipped (fluidity_probe_over_context). Good: the context you deployed; empty when the server "
     "does not say (llama.cpp), and then probes are sent as configured.",
     COUNT,
     [Query(f"{names.TARGET_SERVED_CONTEXT.name}{ENGINE}", "{{target}}")],

@@ -557,8 +557,8 @@ TARGET_SERVED_CONTEXT = MetricSpec(
     "gauge",
     # "10 minutes" is exporter.daemon.served_context.CONTEXT_REASK_S (a layer above: not importable here).
     "Context length the target serves, in tokens: max_model_len from its GET /v1/models, asked before its "
-    "first probe, after each reload, and again at most every 10 minutes while it is unknown, after an "
-    "HTTP 400, or while a module cannot fit it. Scheduled and /probe runs keep each request's prompt + "
+    "first probe, after each reload, before each probe while it does not answer, and again at most every "
+    "10 minutes while it does not say, after an HTTP 400, or while a module cannot fit it. Scheduled and /probe runs keep each request's prompt + "
     "output within it (less 3% for approximate prompts) unless the module sets max_prompt_tokens; absent "
     "while the target has not said (then its probes are sent as configured).",
     (TARGET,),
