@@ -36,6 +36,24 @@ def test_check_config_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert capsys.readouterr().out == f"{path}: OK (1 target, 2 modules)\n"
 
 
+def test_check_config_notes_an_slo_without_the_tier_the_burn_rules_judge(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A typo in a tier name is a valid config, and every burn-rate alert of its targets is silent.
+    path = tmp_path / "typo.yaml"
+    path.write_text(
+        "targets:\n  - {name: a, url: 'http://h:1', slo: typo}\n  - {name: b, url: 'http://h:2'}\n"
+        "modules:\n  m: {}\n"
+        "slos:\n  typo: {decode_tiers: {strict: 25ms, medum: 50ms, relaxed: 100ms}}\n",
+        encoding="utf-8",
+    )
+    assert main(["check-config", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{path}: OK (2 targets, 1 module)"
+    assert len(lines) == 2 and lines[1].startswith("  note: slos.typo.decode_tiers has no 'medium' tier")
+    assert "(it has strict, medum, relaxed)" in lines[1] and "no burn alert covers a until" in lines[1]
+
+
 def test_check_config_prints_every_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("targets:\n  - {name: 'a b', url: 'http://h:1', api_key: sk-123}\n", encoding="utf-8")
