@@ -1,7 +1,9 @@
 """What an operator needs to know about a failing target: its state, its last error, and a log line for
 every change of state, not one per skipped probe.
 
-A target is ``ok``, ``failing`` (its last run failed: nothing completed, or it answered 429) or
+A target is ``ok``, ``failing`` (its last run failed: nothing completed, or it answered 429; and it
+stays failing while the latest run of any of its modules failed, so a module refused on every run
+beside a good one is one failure, not a failure and a recovery per interval) or
 ``backing_off`` (the budget holds its probes back after consecutive failed runs). Each change is logged
 once at WARNING, with the cause: the first failure with its outcome and error, a back-off with its delay
 and the last error, a recovery with how many runs had failed. While backing off, every run the budget
@@ -16,7 +18,7 @@ dead target or a flaky one never floods the log. The last error stays for ``/pro
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -64,6 +66,7 @@ class TargetHealth:
         self.last_error: LastError | None = None
         self.resume_at: float | None = None  # unix seconds, while backing off
         self.backoff_s = 0.0  # the delay of the current back-off, 0 when not backing off
+        self.failing_modules: set[str] = set()  # modules whose latest run failed
         self._partial_logged_at = float("-inf")
 
     def observe(
@@ -75,6 +78,14 @@ class TargetHealth:
         if error is not None:
             self.last_error = LastError(now, module, *error)
         if failed_runs == 0:
+            self.failing_modules.discard(module)
+        else:
+            self.failing_modules.add(module)
+        if failed_runs == 0 and self.failing_modules:
+            # Another module's latest run failed: no recovery of the target yet (a module refused on
+            # every run beside a good one logged "failing" and "recovered" at every interval).
+            self.resume_at = None
+        elif failed_runs == 0:
             self._succeeded(now, results, partial=error is not None)
         elif backoff_s > 0:
             self._backing_off(now, failed_runs, backoff_s)
@@ -84,10 +95,12 @@ class TargetHealth:
 
     def _succeeded(self, now: float, results: Sequence[ProbeResult], *, partial: bool) -> None:
         if self.state != "ok":
+            # A run of another module may have come between: "after 0 failed runs" says nothing.
+            after = f" after {self.failed_runs} failed runs" if self.failed_runs else ""
             LOG.warning(
-                "target %s recovered after %d failed runs (last error: %s)",
+                "target %s recovered%s (last error: %s)",
                 self.target,
-                self.failed_runs,
+                after,
                 self.last_error.describe() if self.last_error else "none",
             )
             self._enter("ok", now)
@@ -131,11 +144,17 @@ class TargetHealth:
     def _enter(self, state: State, now: float) -> None:
         self.state, self.since = state, now
 
+    def retain(self, modules: Iterable[str]) -> None:
+        """Forget modules a reload took from the target: a module that is gone cannot recover."""
+        self.failing_modules &= set(modules)
+
     def describe(self) -> str:
         """One line for the debug view and the index page."""
         line = f"{self.state} since {iso(self.since)}"
-        if self.state != "ok":
+        if self.state != "ok" and self.failed_runs:
             line += f", {self.failed_runs} failed runs in a row"
+        if self.failing_modules:
+            line += f", failing modules: {', '.join(sorted(self.failing_modules))}"
         if self.state == "backing_off" and self.resume_at is not None:
             line += f", next probe after {iso(self.resume_at)}"
         error = self.last_error.describe() if self.last_error is not None else "none"

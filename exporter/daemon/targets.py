@@ -82,6 +82,8 @@ class TargetPool:
                 await gone.client.__aexit__(None, None, None)
         for target in config.targets:
             state = self._states.get(target.name)
+            if state is not None:
+                state.health.retain(target.modules)
             if state is not None and state.config == target:
                 state.context.forget()  # the server may have been restarted with another context
                 continue

@@ -125,6 +125,31 @@ async def test_a_recovery_is_logged_with_the_last_error(
     assert health.describe().startswith("ok since 2027-01-15T08:01:00Z; last error: connect_error")
 
 
+def test_a_module_failing_beside_a_good_one_is_one_failure_not_a_flap(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A module refused on every run (a prompt over the context) beside a module that succeeds: the
+    target was logged failing and recovered at every interval; now once failing, once recovered."""
+    from exporter.daemon.health import TargetHealth
+    from exporter.probe.result import Outcome, ProbeResult
+
+    caplog.set_level(logging.WARNING)
+    now = [1_800_000_000.0]
+    health = TargetHealth("t", lambda: now[0])
+    refused = ProbeResult("chat", outcome=Outcome.HTTP_STATUS, http_status=400, error="too long")
+    for _ in range(10):
+        health.observe("toolong", [refused], failed_runs=1, backoff_s=0.0)
+        now[0] += 5
+        health.observe("good", [ProbeResult("chat")], failed_runs=0, backoff_s=0.0)
+        now[0] += 5
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["target t failing"]
+    assert health.state == "failing" and "failing modules: toolong" in health.describe()
+    health.retain(["good"])  # a reload takes the module away: the next good run is a recovery
+    health.observe("good", [ProbeResult("chat")], failed_runs=0, backoff_s=0.0)
+    assert caplog.records[-1].getMessage().startswith("target t recovered (last error: http_status")
+    assert health.state == "ok" and "failing modules" not in health.describe()
+
+
 def test_a_dead_target_logs_its_back_off_only_when_the_delay_changes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
