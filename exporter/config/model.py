@@ -114,6 +114,9 @@ class Target:
     slo: str = DEFAULT_SLO
     budget: Budget = field(default_factory=Budget)
     simulated: bool = False
+    # Fit our approximate prompts to the target's tokenizer (three one-token requests per start or
+    # reload, as a one-shot run's --no-calibrate turns off); never for a simulated target's exact ones.
+    calibrate_prompts: bool = True
     # Accelerators behind this endpoint (per replica: what one capacity search loads) and what one of
     # them costs an hour: capacity results are then priced in GPU-seconds (fluid tokens per GPU-second,
     # the cost of a million tokens served within the SLO).

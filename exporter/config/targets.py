@@ -31,7 +31,8 @@ from exporter.options.target import (
 
 TARGET_KEYS = (
     "name", "url", "api", "model", "api_key", "headers", "extra_body", "timeouts", "tls",
-    "engine_metrics", "gateway_metrics", "modules", "slo", "budget", "simulated", "gpus", "gpu_hour_price",
+    "engine_metrics", "gateway_metrics", "modules", "slo", "budget", "simulated", "calibrate_prompts", "gpus",
+    "gpu_hour_price",
 )  # fmt: skip
 ENGINE_KEYS = ("url", "kind", "interval", "model", "bearer_token")
 BUDGET_KEYS = ("max_requests_per_hour", "max_tokens_per_hour", "backoff_after_failures", "max_backoff")
@@ -86,6 +87,7 @@ class TargetReader:
             slo=self.reference(sec, "slo", DEFAULT_SLO, "slo", self.slo_names),
             budget=self.budget(budget) if budget is not None else Budget(),
             simulated=sec.boolean("simulated", False),
+            calibrate_prompts=sec.boolean("calibrate_prompts", True),
             gpus=cost.gpus,
             gpu_hour_price=cost.gpu_hour_price,
         )

@@ -93,7 +93,11 @@ class TargetPool:
             health = state.health if state is not None else TargetHealth(target.name, self._wall_clock)
             budget = BudgetTracker(target.budget, time.monotonic)
             self._states[target.name] = TargetState(
-                target, client, budget, health, ServedContext(target.name)
+                target,
+                client,
+                budget,
+                health,
+                ServedContext(target.name, calibrate=target.calibrate_prompts and not target.simulated),
             )
         return removed
 

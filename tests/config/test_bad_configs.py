@@ -33,7 +33,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "unknown-target-key": (
         "targets:\n  - name: a\n    url: http://h:8000\n    urll: http://x\n",
         [
-            'targets[0]: unknown key "urll"; valid: api, api_key, budget, engine_metrics, extra_body, gateway_metrics, gpu_hour_price, gpus, headers, model, modules, name, simulated, slo, timeouts, tls, url'
+            'targets[0]: unknown key "urll"; valid: api, api_key, budget, calibrate_prompts, engine_metrics, extra_body, gateway_metrics, gpu_hour_price, gpus, headers, model, modules, name, simulated, slo, timeouts, tls, url'
         ],
     ),
     # A "1d" window of a module probed every 30 s, 4 requests a run, with the default 2000 results: it

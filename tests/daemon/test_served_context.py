@@ -168,7 +168,7 @@ async def test_a_target_that_does_not_say_is_probed_as_configured_and_asked_rare
     config = load_config(CONFIG.format(url=url))
     target, module = config.target("sim"), config.module("long")
     now = [1000.0]
-    context = ServedContext("sim", clock=lambda: now[0])
+    context = ServedContext("sim", clock=lambda: now[0], calibrate=False)
     async with ProbeClient(target.settings()) as client:
         assert await context.learn(client) is None
         assert await context.learn(client) is None  # a second probe asks nothing
@@ -191,7 +191,7 @@ async def test_a_refused_request_has_the_context_asked_again_when_due() -> None:
     async with models_server(said) as (url, asked):
         target = load_config(CONFIG.format(url=url)).target("sim")
         now = [1000.0]
-        context = ServedContext("sim", clock=lambda: now[0])
+        context = ServedContext("sim", clock=lambda: now[0], calibrate=False)
         async with ProbeClient(target.settings()) as client:
             assert await context.learn(client) == SERVED
             said[0] = 256
@@ -216,7 +216,7 @@ async def test_an_unanswered_question_is_asked_again_before_the_next_probe(
     async with models_server([SERVED]) as (url, asked):
         down = url.rsplit(":", 1)[0] + ":9"  # the discard port: nothing listens on loopback
         config = load_config(CONFIG.format(url=down))
-        context = ServedContext("sim", clock=lambda: 1000.0)  # no time passes: only answers count
+        context = ServedContext("sim", clock=lambda: 1000.0, calibrate=False)  # only answers count
         async with ProbeClient(config.target("sim").settings()) as client:
             assert await context.learn(client) is None
             assert await context.learn(client) is None
@@ -238,7 +238,7 @@ async def test_a_module_that_could_not_fit_has_the_context_asked_again_when_due(
         config = load_config(CONFIG.format(url=url))
         target, huge = config.target("sim"), config.module("huge")
         now = [1000.0]
-        context = ServedContext("sim", clock=lambda: now[0])
+        context = ServedContext("sim", clock=lambda: now[0], calibrate=False)
         async with ProbeClient(target.settings()) as client:
             assert await context.learn(client) == SERVED
             with pytest.raises(ProbeRefusedError):
@@ -252,3 +252,43 @@ async def test_a_module_that_could_not_fit_has_the_context_asked_again_when_due(
             now[0] += CONTEXT_REASK_S
             await context.learn(client)  # it fits, and nothing was refused: nothing to ask
     assert len(asked) == 2
+
+
+REAL_CONFIG = """
+global:
+  windows: [1m, 5m]
+targets:
+  - name: real
+    url: {url}
+    api: completions
+modules:
+  short:
+    workload: {{prompt_tokens: "fixed:128", output_tokens: "fixed:8"}}
+    requests_per_run: 2
+    schedule: {{interval: 1s}}
+slos:
+  default:
+    prefill: {{deadline: 5s}}
+"""
+
+
+async def test_a_target_whose_tokenizer_we_lack_has_its_prompts_calibrated(
+    start_sim: StartSim, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The simulator, not declared simulated, counts a word of four letters or more as two tokens: an
+    uncalibrated 128-token prompt came out ~245 tokens (and the context fit, 3% off at most, went
+    wrong). The daemon calibrates as a one-shot run does, once, and its prompts come out as asked."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    sim = await start_sim(max_model_len=4096)
+    path = tmp_path / "config.yaml"
+    path.write_text(REAL_CONFIG.format(url=sim.url))
+    daemon = Daemon(load_config_file(path), config_path=str(path), seed=3)
+    runs = Runs(daemon)
+    async with serving(daemon):
+        await wait_for(lambda: runs.count.get("short", 0) >= 2)
+    prompts = [r.prompt_tokens_reported or 0 for r in runs.results["short"]]
+    assert all(r.ok for r in runs.results["short"]) and all(abs(p - 128) <= 128 * 0.1 for p in prompts), (
+        prompts
+    )
+    calibrated = _lines(caplog, "prompt calibration: the server counts")
+    assert len(calibrated) == 1, calibrated

@@ -213,6 +213,9 @@ targets:
     api: {api}
     extra_body: {extra_body}
     engine_metrics: {{url: "{url}/metrics", interval: 1s}}
+    # The engine's counters must hold the probes alone (engine_counted_our_probes), as bench's
+    # --no-calibrate keeps them; the daemon's calibration is tested on the simulator.
+    calibrate_prompts: false
 modules:
   steady:
     workload: {{prompt_tokens: "uniform:low=32,high=256", output_tokens: "fixed:24"}}
