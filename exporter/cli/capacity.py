@@ -195,7 +195,7 @@ async def _search(
     workload = workload_from_options(options, simulated, facts)
     printer = ProgressPrinter() if not options["json"] else (lambda fraction, message: None)
     note_shared_cpus(params.workers)
-    return await search_capacity(params, slo, settings, workload, printer, cost)
+    return await search_capacity(params, slo, settings, workload, printer, cost, facts.context)
 
 
 CAPACITY_COMMAND = Command("search the highest load that meets a fluidity SLO", add_arguments, run)

@@ -34,6 +34,7 @@ from exporter.jobs.search_state import (
 )
 from exporter.jobs.trial import TrialReport
 from exporter.jobs.trial_verdict import ERRORS_REASON, NO_DATA_REASON, SHARDS_REASON
+from exporter.load.target_facts import ContextFit
 from exporter.options.job_params import MIN_TRIAL_S
 
 # (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's,
@@ -65,6 +66,7 @@ class CapacityResult:
     intervals: dict[str, Any] = field(default_factory=dict)  # pass-fraction interval of each end
     gpus: float | None = None  # accelerators behind the target (targets[].gpus), for the cost figures
     gpu_hour_price: float | None = None
+    context: ContextFit | None = None  # how the workload met the served context (None: not asked)
 
     @property
     def capacity(self) -> float | None:
@@ -147,6 +149,7 @@ class CapacityResult:
             "costs": self.costs(),
             "gpus": self.gpus,
             "gpu_hour_price": self.gpu_hour_price,
+            "context": self.context.to_dict() if self.context is not None else None,
             "trial_count": len(self.trials),
             "tokens": self.tokens,
             "duration_s": self.duration_s,

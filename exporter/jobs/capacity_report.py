@@ -23,6 +23,8 @@ def capacity_table(result: CapacityResult) -> str:
             f"{trial.tokens:>10} {trial.duration_s:>8.1f}"
         )
     lines.append(f"answer ({result.state or 'nothing measured'}): {result_line(result)}")
+    if result.context is not None:
+        lines.append(result.context.describe())
     if result.lower_bound is not None:
         rate, good = result.figure("fluid_token_rate"), result.figure("goodput_rate")
         lines.append(

@@ -2,7 +2,10 @@
 
 A trial is planned (fresh prompt texts per search, new samples at a repeated load), sent in process or
 over the shards, and counted against the job's token budget. The daemon's runner (``capacity_runner``)
-and the CLI's command (``local_capacity``) share ``run_capacity_search``.
+and the CLI's command (``local_capacity``) share ``run_capacity_search``. Both send a workload fitted to
+the context the target serves (the runner asks it as the profile job does, the CLI as its other
+commands do), so the first trial's plan, made before any trial, refuses a workload none of whose
+requests fit: the job once sent them all and failed on the server's 400s, the context unnamed.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.config.model import SloConfig, Target
+from exporter.config.model import Module, SloConfig, Target
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, search_capacity
 from exporter.jobs.drain import Busy, Drained, wait_drained
@@ -26,6 +29,7 @@ from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.shard_pool import ShardPool
+from exporter.load.target_facts import ContextFit, cannot_fit, context_fit_on, fit_to_context, served_context
 from exporter.load.workloads import Workload
 from exporter.options.job_params import CapacityParams, JobLimits, JobParams, SloSpec, concurrency_ceiling
 from exporter.probe.client import ProbeClient
@@ -131,12 +135,13 @@ def capacity_runner(env: JobEnvironment) -> Runner:
         config = env.config
         target = config.target(params.target)
         module = module_of(params, target)
-        workload = config.workload(target.name, module)
         slo = resolve_trial_slo(params.slo, config.slo_for(target), env.deadline_policy(target.name))
         remote, limits = config.jobs.shards, env.job_limits()
         progress = SearchProgress(params, ctx.progress)
         async with env.lease(target.name) as client:
             await model_of(client)
+            context = await served_context(client)
+            workload = fitted_workload(config.module(module), target, context, ctx)
             await env.wait_idle(target.name)
             async with job_shards(remote, config.jobs.api_token, params.workers, env, client) as pool:
                 result = await run_capacity_search(
@@ -145,7 +150,7 @@ def capacity_runner(env: JobEnvironment) -> Runner:
                     on_trial=_reporter(ctx, progress), pool=pool,
                     shard_url=remote.url_for(target.name) if remote is not None else None,
                     time_budget_s=time_budget(params, limits), progress=progress,
-                    busy=lambda: env.engine_busy(target.name),
+                    busy=lambda: env.engine_busy(target.name), context=context,
                 )  # fmt: skip
         if result.state is None:  # no trial measured the target (or none ran): no finding to publish
             raise JobFailedError(result.stopped_by)
@@ -156,6 +161,19 @@ def capacity_runner(env: JobEnvironment) -> Runner:
         return {"target": target.name, "module": module, **shards_used(pool), **result.to_dict()}
 
     return run
+
+
+def fitted_workload(module: Module, target: Target, context: int | None, ctx: JobContext) -> Workload:
+    """``module``'s workload for ``target`` fitted to the ``context`` it serves, as its scheduled
+    probes are (left as it is when the module sets ``max_prompt_tokens``); a cut is said in the
+    progress, as the profile job says the lengths it leaves out."""
+    workload = module.workload_for(target)
+    if context_fit_on(module.max_prompt_tokens):
+        workload = fit_to_context(workload, context, exact=target.simulated)
+    fit = ContextFit.of(workload, context)
+    if fit.cut > 0:
+        ctx.progress(0.0, fit.describe())
+    return workload
 
 
 async def run_capacity_search(
@@ -172,13 +190,15 @@ async def run_capacity_search(
     time_budget_s: float | None = None,
     progress: SearchProgress | None = None,
     busy: Busy | None = None,
+    context: int | None = None,
 ) -> CapacityResult:
     """A whole search (the daemon's job and the CLI share it). ``client()`` is asked for the target's
     client at every send (a daemon's job leases one for its whole life: ``JobEnvironment.lease``). With a
     ``pool`` every trial is sharded over its shards (worker processes or pods), which reach the target
     at ``shard_url`` when given (pods of their own cannot use a sidecar's loopback). Every trial after
     the first waits for a drained engine (``busy``: its running + waiting requests) and ends at its time
-    limit; the search ends at ``time_budget_s``."""
+    limit; the search ends at ``time_budget_s``. ``workload`` comes fitted to ``context``, the tokens the
+    target serves (None: not said), and the result says how (``CapacityResult.context``)."""
     if pool is not None and workload.sessions:
         # A shard sends single requests: a session's later turns need its earlier answers in one place.
         raise JobFailedError(
@@ -186,8 +206,8 @@ async def run_capacity_search(
         )
     trials = _SearchTrials(params, workload, slo, client, budget, pool, shard_url, progress)
     # Every trial sends the same lengths (common random numbers) whatever its load, so one plan gives
-    # the worst case of them all.
-    worst_case = trials.plan(0, settings.start, False).planned_tokens if budget is not None else 0
+    # the worst case of them all, and refuses a workload that cannot fit before a token is sent.
+    worst_case = _first_plan(trials, settings.start, workload, context).planned_tokens
 
     def afford(load: float) -> str | None:
         return budget.refusal(worst_case) if budget is not None else None
@@ -196,10 +216,23 @@ async def run_capacity_search(
         return await wait_drained(busy)
 
     await client().resolve_model()
-    return await search_capacity(
+    result = await search_capacity(
         settings, trials.run, load_kind=params.load, slo=slo.describe(), on_trial=on_trial, afford=afford,
         early_stop=params.early_stop, time_budget_s=time_budget_s, drain=drain,
     )  # fmt: skip
+    result.context = ContextFit.of(workload, context)
+    return result
+
+
+def _first_plan(trials: _SearchTrials, start: float, workload: Workload, context: int | None) -> TrialPlan:
+    """The first trial's plan; a ``JobFailedError`` naming the context and the workload's lengths when
+    none of its requests fit the context (a ``ValueError`` of an unfitted workload is a bug of ours)."""
+    try:
+        return trials.plan(0, start, False)
+    except ValueError as exc:
+        if workload.max_total_tokens is None:
+            raise
+        raise JobFailedError(f"no trial ran: the workload {cannot_fit(workload, context, exc)}") from None
 
 
 @dataclass

@@ -107,15 +107,18 @@ async def search_capacity(
     workload: Workload,
     on_progress: Callable[[float, str], None],
     cost: Cost = NO_COST,
+    context: int | None = None,
 ) -> CapacityResult:
     """The search against ``settings``' target, progress told to ``on_progress(fraction, message)``;
-    ``cost`` is ``--gpus`` and ``--gpu-hour-price``, for the result's cost figures."""
+    ``cost`` is ``--gpus`` and ``--gpu-hour-price``, for the result's cost figures; ``workload`` comes
+    fitted to ``context``, the tokens the target serves (None: not said)."""
     progress = SearchProgress(params, on_progress)
     budget = time_budget(params, NO_CEILINGS) if params.time_budget_s is not None else DEFAULT_BUDGET_S
     async with ProbeClient(settings) as client, worker_pool(params.workers, settings) as pool:
         result = await run_capacity_search(
             params, search_settings(params, NO_CEILINGS, slo), workload, slo, lambda: client,
             on_trial=progress.trial_done, pool=pool, time_budget_s=budget, progress=progress,
+            context=context,
         )  # fmt: skip
     result.gpus, result.gpu_hour_price = cost.gpus, cost.gpu_hour_price
     progress.finished(result)

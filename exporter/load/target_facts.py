@@ -4,8 +4,9 @@ and the one rule that fits a workload to that context.
 ``discover`` asks ``/v1/models`` for ``max_model_len`` and, unless the prompts are exact already (the
 simulator's), sends three one-token requests to calibrate our approximate prompts to the server's
 tokenizer (``exporter.load.calibration``). ``fit_to_context`` keeps each request's prompt + output
-within the served context; the one-shot commands, the prefill profile job and the daemon's scheduled
-probes all fit through it.
+within the served context; the one-shot commands, the prefill profile and capacity jobs and the daemon's
+scheduled probes all fit through it, and say what the fit did (``ContextFit``) or why nothing can fit
+(``cannot_fit``) in the same words.
 """
 
 from __future__ import annotations
@@ -45,6 +46,55 @@ def fit_to_context(workload: Workload, context: int | None, exact: bool) -> Work
     if context is None:
         return workload
     return workload.with_options(max_total_tokens=usable_context(context, exact))
+
+
+def cannot_fit(workload: Workload, context: int | None, problem: ValueError) -> str:
+    """Why none of ``workload``'s requests can be sent (``problem``: its sampling's refusal, which names
+    the prompt + output limit): they cannot fit ``context``, the tokens the target serves. The one
+    wording of a refused capacity search, from the jobs API and the command alike."""
+    served = (
+        "the served context" if context is None else f"the {context} tokens the target serves (max_model_len)"
+    )
+    return f"cannot fit {served}: its lengths are {workload.lengths.describe()}: {problem}"
+
+
+@dataclass(frozen=True)
+class ContextFit:
+    """What fitting did to a workload, for a result: the context the target said (``context``, None:
+    not said), the prompt + output each request keeps within (``limit``, None: not fitted) and the
+    share of the workload's length distribution left out by it (``cut``)."""
+
+    context: int | None
+    limit: int | None
+    cut: float
+
+    @classmethod
+    def of(cls, workload: Workload, context: int | None) -> ContextFit:
+        """How ``workload`` (fitted or not) meets ``context``."""
+        return cls(context, workload.max_total_tokens, workload.share_over_context())
+
+    def describe(self) -> str:
+        """One line, as the daemon logs a module's fit."""
+        if self.context is None:
+            return (
+                "context: the target does not say its context (no max_model_len); requests sent as configured"
+            )
+        served = f"context: the target serves {self.context} tokens (max_model_len)"
+        if self.limit is None:
+            return f"{served}; not fitted to it: max_prompt_tokens is set, and a request over it is sent"
+        if self.cut == 0:
+            return f"{served}; every request fits it"
+        return (
+            f"{served}; cut to fit it: prompt + output <= {self.limit}, which leaves out about "
+            f"{self.cut:.0%} of the workload's length distribution"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_model_len": self.context,
+            "max_total_tokens": self.limit,
+            "share_cut": round(self.cut, 4),
+        }
 
 
 @dataclass(frozen=True)

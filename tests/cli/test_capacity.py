@@ -27,6 +27,9 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
         "answer (lower_bound): capacity at least" in captured.out
         and f"{len(result['trials'])} trials" in captured.out
     )
+    # The tiny preset serves 8192 tokens, and 64 + 16 fit it whole: said in the report and the JSON.
+    assert result["context"] == {"max_model_len": 8192, "max_total_tokens": 8192, "share_cut": 0.0}
+    assert "context: the target serves 8192 tokens (max_model_len); every request fits it" in captured.out
     # Two passing trials and no failure: a lower bound, said so, with no capacity number.
     assert result["state"] == "lower_bound" and result["capacity"] is None
     assert result["lower_bound"] == max(t["load"] for t in result["trials"])
@@ -38,6 +41,19 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
     # (which differs from it by about 1/sqrt(20), 22 %, typically): goodput is per second of that.
     for trial in result["trials"]:
         assert trial["figures"]["offered_rate_per_s"] == pytest.approx(trial["load"], rel=1e-9)
+
+
+def test_capacity_command_refuses_a_workload_over_the_context_with_it_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before any trial, as the jobs API's capacity job does: it once ended in a ValueError's traceback."""
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:9000", "--output-tokens", "fixed:16"]
+    out = tmp_path / "out"
+    assert main(["capacity", *flags, "--max-trials", "1", "--output", str(out), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "no trial ran: the workload cannot fit the 8192 tokens the target serves (max_model_len)" in err
+    assert "prompt fixed:value=9000" in err and "prompt + output <= 8192 tokens" in err, err
+    assert not (out / "capacity.json").exists()
 
 
 def test_capacity_command_prices_the_fluid_goodput(
