@@ -61,7 +61,10 @@ PROBE_WINDOW: Final = "probe"
 
 # True of both endpoints: /metrics counts the scheduled probes, /probe the one probe it just ran.
 _CACHED = "Counted over completed probe runs (on /probe: this probe alone), not measured at scrape time."
-_WINDOW = "Computed at scrape time over the requests of the rolling window; do not sum across sidecars."
+_WINDOW = (
+    'Computed at scrape time over the requests of the rolling window (on /probe: window="probe", this '
+    "probe's requests); do not sum across sidecars."
+)
 
 
 @dataclass(frozen=True)
