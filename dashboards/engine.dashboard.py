@@ -10,6 +10,8 @@ fluidity panels are also narrowed by ``module``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from dashboards.common import (
     COUNT,
     ENGINE,
@@ -38,16 +40,40 @@ from exporter.exposition import names
 from exporter.exposition.names import MetricSpec
 
 PERCENTILE_LEGEND = "{{target}} p{{percentile}}"
+BOUND_LEGEND = "{{target}} p{{percentile}} {{bound}} bound"
 FLUIDITY_STEPS = steps("red", (0.95, "orange"), (0.99, "green"))
+# A percentile that falls in a bucket starting at 0 or in the +Inf bucket is exported only as a bound
+# (``..._bound_seconds``). Drawn dashed, and its legend ends "upper bound" or "lower bound", so that it is
+# not read as a measured line.
+BOUND_DASHED: dict[str, Any] = {
+    "matcher": {"id": "byRegexp", "options": ".* (upper|lower) bound$"},
+    "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}}],
+}
+BOUND_NOTE = (
+    " Dashed: where a percentile falls in a bucket starting at 0 (the histogram's first) or in its +Inf "
+    "bucket, the buckets give only a bound, drawn instead: upper bound (the percentile is at most this) or "
+    "lower bound (above this); not a measurement."
+)
 
 
 def gauge(spec: MetricSpec) -> str:
     return f"{spec.name}{ENGINE}"
 
 
-def server_percentiles(title: str, spec: MetricSpec, description: str) -> Cell:
-    query = Query(f"{spec.name}{ENGINE_WINDOWED}", PERCENTILE_LEGEND)
-    return Cell(timeseries(title, description, SECONDS, [query]), 6)
+def server_percentiles(title: str, specs: tuple[MetricSpec, MetricSpec], description: str) -> Cell:
+    """A window percentile family beside its bound family (what the buckets cannot resolve), dashed."""
+    value, bound = specs
+    queries = [
+        Query(f"{value.name}{ENGINE_WINDOWED}", PERCENTILE_LEGEND),
+        Query(f"{bound.name}{ENGINE_WINDOWED}", BOUND_LEGEND),
+    ]
+    panel = timeseries(title, description + BOUND_NOTE, SECONDS, queries, overrides=[BOUND_DASHED])
+    return Cell(panel, 6)
+
+
+def window_percentile(spec: MetricSpec, percentile: str) -> str:
+    """One percentile of a window gauge of the engine or the gateway."""
+    return f'{spec.name}{{target=~"$target",window="$window",percentile="{percentile}"}}'
 
 
 scrape_up = stat(
@@ -124,21 +150,22 @@ client_vs_server = timeseries(
     "Client vs server TTFT (p50)",
     "Median time to first token as the probes see it (client, from the TTFT histogram over the rate "
     "interval) and as the engine reports it (server, over the selected window). Good: the two close "
-    "together; the gap is network, gateways and queues in front of the engine.",
+    "together; the gap is network, gateways and queues in front of the engine." + BOUND_NOTE,
     SECONDS,
     [
         Query(quantile(0.5, names.PROBE_TTFT, ["target"]), "{{target}} client"),
-        Query(
-            f'{names.ENGINE_WINDOW_TTFT.name}{{target=~"$target",window="$window",percentile="50"}}',
-            "{{target}} server",
-        ),
+        Query(window_percentile(names.ENGINE_WINDOW_TTFT, "50"), "{{target}} server"),
+        Query(window_percentile(names.ENGINE_WINDOW_TTFT_BOUND, "50"), "{{target}} server {{bound}} bound"),
     ],
+    overrides=[BOUND_DASHED],
 )
 client_minus_server = timeseries(
     "Client minus server TTFT",
     "Probe TTFT minus the engine's own TTFT over the window, per module: the percentile difference and "
     "the difference of means. Positive: time spent outside the engine (network, TLS, gateways, "
-    "load balancer queues). Bucket-resolution limited, so it can dip below 0. Good: a few milliseconds.",
+    "load balancer queues). Bucket-resolution limited, so it can dip below 0; the percentile difference "
+    "is absent where the engine's percentile is only a bound (in a bucket starting at 0 or in +Inf), the "
+    "difference of means is exact. Good: a few milliseconds.",
     SECONDS,
     [
         Query(
@@ -170,21 +197,26 @@ tbt_p99 = timeseries(
     "Client TBT p99 vs server ITL p99",
     "The 99th percentile gap between tokens as the probes receive them (client TBT) and as the engine "
     "emits them (server inter-token latency, over the window). Good: both below the decode deadline; "
-    "client far above server means the stream is delayed between engine and client.",
+    "client far above server means the stream is delayed between engine and client." + BOUND_NOTE,
     SECONDS,
     [
         Query(quantile(0.99, names.PROBE_TBT, ["target"]), "{{target}} client TBT p99"),
+        Query(window_percentile(names.ENGINE_WINDOW_ITL, "99"), "{{target}} server ITL p99"),
         Query(
-            f'{names.ENGINE_WINDOW_ITL.name}{{target=~"$target",window="$window",percentile="99"}}',
-            "{{target}} server ITL p99",
+            window_percentile(names.ENGINE_WINDOW_ITL_BOUND, "99"),
+            "{{target}} server ITL p99 {{bound}} bound",
         ),
     ],
+    overrides=[BOUND_DASHED],
 )
 
 
-def window_percentile(spec: MetricSpec, percentile: str) -> str:
-    """One percentile of a window gauge of the engine or the gateway."""
-    return f'{spec.name}{{target=~"$target",window="$window",percentile="{percentile}"}}'
+def hop_medians(value: MetricSpec, bound: MetricSpec, hop: str) -> list[Query]:
+    """The median at one hop (gateway or engine), and its bound where the buckets give only that."""
+    return [
+        Query(window_percentile(value, "50"), f"{{{{target}}}} {hop}"),
+        Query(window_percentile(bound, "50"), f"{{{{target}}}} {hop} {{{{bound}}}} bound"),
+    ]
 
 
 three_ttft = timeseries(
@@ -192,26 +224,28 @@ three_ttft = timeseries(
     "Median time to first token at each hop: as the probes receive it (client), as the gateway sees "
     "it (request received to first response byte, streaming requests) and as the engine stamps it. "
     "Each gap is time spent in between: probes minus gateway is the network to the gateway, gateway "
-    "minus engine the routing and the hop to the pod. Good: the three close together.",
+    "minus engine the routing and the hop to the pod. Good: the three close together." + BOUND_NOTE,
     SECONDS,
     [
         Query(quantile(0.5, names.PROBE_TTFT, ["target"]), "{{target}} probes"),
-        Query(window_percentile(names.GATEWAY_WINDOW_TTFT, "50"), "{{target}} gateway"),
-        Query(window_percentile(names.ENGINE_WINDOW_TTFT, "50"), "{{target}} engine"),
+        *hop_medians(names.GATEWAY_WINDOW_TTFT, names.GATEWAY_WINDOW_TTFT_BOUND, "gateway"),
+        *hop_medians(names.ENGINE_WINDOW_TTFT, names.ENGINE_WINDOW_TTFT_BOUND, "engine"),
     ],
+    overrides=[BOUND_DASHED],
 )
 three_tpot = timeseries(
     "TPOT p50: probes, gateway, engine",
     "Median time per output token, (E2E - TTFT) / (tokens - 1) per request, at each hop (OpenTelemetry's "
     "gen_ai.server.time_per_output_token on the engine and the gateway). The probes are a small part of "
     "the gateway's and the engine's traffic, so the three agree only when the probes are typical. Good: "
-    "the three close together and below the decode deadline.",
+    "the three close together and below the decode deadline." + BOUND_NOTE,
     SECONDS,
     [
         Query(quantile(0.5, names.PROBE_TPOT, ["target"]), "{{target}} probes"),
-        Query(window_percentile(names.GATEWAY_WINDOW_TPOT, "50"), "{{target}} gateway"),
-        Query(window_percentile(names.ENGINE_WINDOW_TPOT, "50"), "{{target}} engine"),
+        *hop_medians(names.GATEWAY_WINDOW_TPOT, names.GATEWAY_WINDOW_TPOT_BOUND, "gateway"),
+        *hop_medians(names.ENGINE_WINDOW_TPOT, names.ENGINE_WINDOW_TPOT_BOUND, "engine"),
     ],
+    overrides=[BOUND_DASHED],
 )
 gateway_traffic = timeseries(
     "Gateway requests, errors and SLO violations",
@@ -326,31 +360,31 @@ dashboard = new_dashboard(
                 Cell(tbt_p99, 8),
                 server_percentiles(
                     "Server TTFT percentiles",
-                    names.ENGINE_WINDOW_TTFT,
+                    (names.ENGINE_WINDOW_TTFT, names.ENGINE_WINDOW_TTFT_BOUND),
                     "Time to first token as the engine measures it (queue + prefill), p50/p90/p99 over the "
                     "window, from its histogram. Good: below your prefill deadline.",
                 ),
                 server_percentiles(
                     "Server inter-token latency percentiles",
-                    names.ENGINE_WINDOW_ITL,
+                    (names.ENGINE_WINDOW_ITL, names.ENGINE_WINDOW_ITL_BOUND),
                     "Gap between tokens as the engine emits them, p50/p90/p99 over the window. Good: p99 "
                     "below the decode deadline; a high p99 with a low p50 means stalls.",
                 ),
                 server_percentiles(
                     "Server queue time percentiles",
-                    names.ENGINE_WINDOW_QUEUE,
+                    (names.ENGINE_WINDOW_QUEUE, names.ENGINE_WINDOW_QUEUE_BOUND),
                     "Time requests waited in the engine's queue before being scheduled, p50/p90/p99 over "
                     "the window. Good: near 0; it grows first when the engine saturates.",
                 ),
                 server_percentiles(
                     "Server E2E latency percentiles",
-                    names.ENGINE_WINDOW_E2E,
+                    (names.ENGINE_WINDOW_E2E, names.ENGINE_WINDOW_E2E_BOUND),
                     "End-to-end request latency as the engine measures it, p50/p90/p99 over the window. "
                     "Good: stable for a steady workload; compare with the probes' E2E on the overview.",
                 ),
                 server_percentiles(
                     "Server TPOT percentiles",
-                    names.ENGINE_WINDOW_TPOT,
+                    (names.ENGINE_WINDOW_TPOT, names.ENGINE_WINDOW_TPOT_BOUND),
                     "Time per output token as the engine measures it, one value per request ((E2E - TTFT) "
                     "/ (tokens - 1)), p50/p90/p99 over the window. Good: below the decode deadline.",
                 ),
@@ -363,13 +397,13 @@ dashboard = new_dashboard(
                 Cell(three_tpot, 12),
                 server_percentiles(
                     "Gateway inter-token latency percentiles",
-                    names.GATEWAY_WINDOW_ITL,
+                    (names.GATEWAY_WINDOW_ITL, names.GATEWAY_WINDOW_ITL_BOUND),
                     "Time between response body chunks as the gateway forwards them, p50/p90/p99 over the "
                     "window. Good: p99 below the decode deadline, close to the engine's.",
                 ),
                 server_percentiles(
                     "Gateway E2E latency percentiles",
-                    names.GATEWAY_WINDOW_E2E,
+                    (names.GATEWAY_WINDOW_E2E, names.GATEWAY_WINDOW_E2E_BOUND),
                     "End-to-end request latency at the gateway, p50/p90/p99 over the window. Good: the "
                     "engine's plus a few milliseconds.",
                 ),

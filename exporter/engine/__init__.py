@@ -14,11 +14,15 @@ Typical use by the daemon::
         window.add(result.snapshot)
     figures = window.figures(300)
     p99 = figures.quantile(Signal.SERVER_TTFT_SECONDS, 0.99) if figures else None
+    # p99.measured is None where the buckets give only a bound (p99.resolution, p99.bound)
 """
 
 from exporter.engine.derive import (
     DEFAULT_QUANTILES,
+    BucketQuantile,
+    Resolution,
     WindowFigures,
+    bucket_quantile,
     client_minus_server_mean_ttft,
     client_minus_server_ttft,
     derive,
@@ -53,11 +57,13 @@ __all__ = [
     "GATEWAY_CATALOGUE",
     "VALID_GATEWAY_KINDS",
     "VALID_KINDS",
+    "BucketQuantile",
     "Catalogue",
     "EngineFamilies",
     "EngineSnapshot",
     "ExpositionError",
     "HistogramData",
+    "Resolution",
     "ScrapeFailure",
     "ScrapeResult",
     "Signal",
@@ -65,6 +71,7 @@ __all__ = [
     "SnapshotWindow",
     "UnknownEngineError",
     "WindowFigures",
+    "bucket_quantile",
     "client_minus_server_mean_ttft",
     "client_minus_server_ttft",
     "derive",

@@ -10,11 +10,17 @@ between the last scrape before it and the restart, not the whole window.
 holding the rank ``q * count``, then interpolate linearly inside it, the first bucket starting at 0; a
 rank in the +Inf bucket answers the highest finite bound. Its answer is only as fine as the buckets:
 with vLLM's TTFT buckets a value between 0.1 s and 0.25 s can be off by up to 150 ms.
+
+Two of its answers are not measurements at all, and ``bucket_quantile`` says which (``Resolution``): a
+rank in a bucket that starts at 0 gives only an upper bound (vLLM's queue-time histogram starts with
+0.3 s, so requests that all queued 0.6 ms get a "p50" of 0.15 s and a "p99" of 0.297 s, which mean no
+more than "at most 0.3 s"), and a rank in the +Inf bucket only a lower bound (the highest finite bound).
 """
 
 from __future__ import annotations
 
 import bisect
+import enum
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -87,11 +93,55 @@ def _empty_like(histogram: HistogramData) -> HistogramData:
     return HistogramData(tuple((bound, 0.0) for bound, _ in histogram.buckets), 0.0, 0.0)
 
 
+class Resolution(enum.Enum):
+    """What a histogram's buckets tell of one of its quantiles."""
+
+    MEASURED = "measured"  # interpolated inside a bucket with two finite bounds above 0
+    UPPER_BOUND = "upper"  # in a bucket that starts at 0: only "at most its upper bound" is known
+    LOWER_BOUND = "lower"  # in the +Inf bucket: only "above the highest finite bound" is known
+
+
+@dataclass(frozen=True)
+class BucketQuantile:
+    """Prometheus' answer for a quantile, with the bucket ``(lower, upper]`` the rank fell in."""
+
+    value: float  # what histogram_quantile answers: interpolated, or a bucket bound
+    lower: float  # 0 for a first bucket with a positive bound (Prometheus' assumption), else -inf
+    upper: float  # math.inf for the +Inf bucket
+
+    @property
+    def resolution(self) -> Resolution:
+        # A bucket from 0 bounds the value's size only from above: 0.6 ms and 0.29 s are the same
+        # observation to a first bucket of 0.3 s, so interpolating inside it invents a figure.
+        if math.isinf(self.upper):
+            return Resolution.LOWER_BOUND
+        if self.lower <= 0:
+            return Resolution.UPPER_BOUND
+        return Resolution.MEASURED
+
+    @property
+    def measured(self) -> float | None:
+        """The interpolated value where it is a measurement (as fine as its bucket), else None."""
+        return self.value if self.resolution is Resolution.MEASURED else None
+
+    @property
+    def bound(self) -> float:
+        """The bound the buckets give: ``upper`` for UPPER_BOUND, ``lower`` for LOWER_BOUND."""
+        return self.lower if self.resolution is Resolution.LOWER_BOUND else self.upper
+
+
 def histogram_quantile(q: float, buckets: Buckets) -> float | None:
     """Prometheus' ``histogram_quantile`` over cumulative ``(upper bound, count)`` buckets.
 
-    None where Prometheus answers NaN: no observations, fewer than two buckets, or no +Inf bucket.
+    None where Prometheus answers NaN: no observations, fewer than two buckets, or no +Inf bucket. Its
+    answer can be a bound rather than a measurement; ``bucket_quantile`` says which.
     """
+    found = bucket_quantile(q, buckets)
+    return None if found is None else found.value
+
+
+def bucket_quantile(q: float, buckets: Buckets) -> BucketQuantile | None:
+    """``histogram_quantile``'s answer with the bucket it came from; None where it answers None."""
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"quantile must be within [0, 1], got {q}")
     ordered = _monotonic(sorted(buckets))
@@ -101,10 +151,14 @@ def histogram_quantile(q: float, buckets: Buckets) -> float | None:
     # The first finite bucket whose cumulative count reaches the rank (sort.Search in Prometheus).
     index = bisect.bisect_left([count for _, count in ordered[:-1]], rank)
     if index == len(ordered) - 1:
-        return ordered[-2][0]
-    if index == 0 and ordered[0][0] <= 0:
-        return ordered[0][0]
-    return _interpolate(ordered, index, rank)
+        highest = ordered[-2][0]
+        return BucketQuantile(highest, highest, math.inf)
+    upper = ordered[index][0]
+    if index == 0 and upper <= 0:
+        return BucketQuantile(upper, -math.inf, upper)
+    value = _interpolate(ordered, index, rank)
+    lower = ordered[index - 1][0] if index > 0 else 0.0
+    return None if value is None else BucketQuantile(value, lower, upper)
 
 
 def _interpolate(ordered: Buckets, index: int, rank: float) -> float | None:
@@ -149,10 +203,11 @@ class WindowFigures:
             return None
         return increase / self.span_s
 
-    def quantile(self, signal: Signal, q: float) -> float | None:
-        """The ``q`` quantile of a histogram signal's observations made within the window."""
+    def quantile(self, signal: Signal, q: float) -> BucketQuantile | None:
+        """The ``q`` quantile of a histogram signal's observations made within the window, with the
+        bucket it fell in: ``.measured`` is None where the buckets give only a bound."""
         histogram = self.histograms.get(signal)
-        return None if histogram is None else histogram_quantile(q, histogram.buckets)
+        return None if histogram is None else bucket_quantile(q, histogram.buckets)
 
     def mean(self, signal: Signal) -> float | None:
         """Exact mean of a histogram signal's observations in the window (from sum and count)."""
@@ -221,9 +276,12 @@ def client_minus_server_ttft(
     agree only when the probes are typical of the traffic; the server side is interpolated inside
     buckets (see the module docstring), so the gap is no finer than the bucket width around that
     quantile and can come out negative. Prefer ``client_minus_server_mean_ttft`` for small gaps: the
-    server's mean is exact. None when either side has no observations.
+    server's mean is exact. None when either side has no observations, and when the server's quantile
+    is only a bound (its first bucket or its +Inf bucket): a difference against a bound is no
+    measurement of the gap.
     """
-    server = histogram_quantile(q, server_ttft.buckets)
+    found = bucket_quantile(q, server_ttft.buckets)
+    server = None if found is None else found.measured
     client = percentile(client_ttfts, q * 100.0)
     if server is None or math.isnan(client):
         return None

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from exporter.engine.derive import (
     DEFAULT_QUANTILES,
+    BucketQuantile,
     WindowFigures,
     client_minus_server_mean_ttft,
     client_minus_server_ttft,
@@ -49,7 +50,8 @@ class _Plane:
     duration: MetricSpec
     info: MetricSpec  # labels (target, kind)
     values: Mapping[Signal, MetricSpec]
-    window_quantiles: Mapping[Signal, MetricSpec]
+    # signal -> (its percentile gauge, the gauge of the bound where the buckets give only that)
+    window_quantiles: Mapping[Signal, tuple[MetricSpec, MetricSpec]]
 
 
 ENGINE_PLANE = _Plane(
@@ -69,11 +71,11 @@ ENGINE_PLANE = _Plane(
         Signal.REQUEST_SUCCESS_TOTAL: names.ENGINE_REQUEST_SUCCESS,
     },
     {
-        Signal.SERVER_TTFT_SECONDS: names.ENGINE_WINDOW_TTFT,
-        Signal.SERVER_ITL_SECONDS: names.ENGINE_WINDOW_ITL,
-        Signal.SERVER_E2E_SECONDS: names.ENGINE_WINDOW_E2E,
-        Signal.SERVER_QUEUE_SECONDS: names.ENGINE_WINDOW_QUEUE,
-        Signal.SERVER_TPOT_SECONDS: names.ENGINE_WINDOW_TPOT,
+        Signal.SERVER_TTFT_SECONDS: (names.ENGINE_WINDOW_TTFT, names.ENGINE_WINDOW_TTFT_BOUND),
+        Signal.SERVER_ITL_SECONDS: (names.ENGINE_WINDOW_ITL, names.ENGINE_WINDOW_ITL_BOUND),
+        Signal.SERVER_E2E_SECONDS: (names.ENGINE_WINDOW_E2E, names.ENGINE_WINDOW_E2E_BOUND),
+        Signal.SERVER_QUEUE_SECONDS: (names.ENGINE_WINDOW_QUEUE, names.ENGINE_WINDOW_QUEUE_BOUND),
+        Signal.SERVER_TPOT_SECONDS: (names.ENGINE_WINDOW_TPOT, names.ENGINE_WINDOW_TPOT_BOUND),
     },
 )
 GATEWAY_PLANE = _Plane(
@@ -88,10 +90,10 @@ GATEWAY_PLANE = _Plane(
         Signal.SLO_VIOLATIONS_TOTAL: names.GATEWAY_SLO_VIOLATIONS,
     },
     {
-        Signal.SERVER_TTFT_SECONDS: names.GATEWAY_WINDOW_TTFT,
-        Signal.SERVER_ITL_SECONDS: names.GATEWAY_WINDOW_ITL,
-        Signal.SERVER_TPOT_SECONDS: names.GATEWAY_WINDOW_TPOT,
-        Signal.SERVER_E2E_SECONDS: names.GATEWAY_WINDOW_E2E,
+        Signal.SERVER_TTFT_SECONDS: (names.GATEWAY_WINDOW_TTFT, names.GATEWAY_WINDOW_TTFT_BOUND),
+        Signal.SERVER_ITL_SECONDS: (names.GATEWAY_WINDOW_ITL, names.GATEWAY_WINDOW_ITL_BOUND),
+        Signal.SERVER_TPOT_SECONDS: (names.GATEWAY_WINDOW_TPOT, names.GATEWAY_WINDOW_TPOT_BOUND),
+        Signal.SERVER_E2E_SECONDS: (names.GATEWAY_WINDOW_E2E, names.GATEWAY_WINDOW_E2E_BOUND),
     },
 )
 PLANES: tuple[_Plane, ...] = (ENGINE_PLANE, GATEWAY_PLANE)
@@ -302,11 +304,11 @@ class FluidityCollector(Collector):
             if value is not None:
                 out.add(spec, (view.target,), value)
         for label, window in figures.items():
-            for signal, spec in plane.window_quantiles.items():
+            for signal, specs in plane.window_quantiles.items():
                 for q in self.engine_quantiles:
-                    value = window.quantile(signal, q)
-                    if value is not None:
-                        out.add(spec, (view.target, label, _quantile_label(q)), value)
+                    _add_window_quantile(
+                        out, specs, (view.target, label, _quantile_label(q)), window.quantile(signal, q)
+                    )
 
     def _add_client_minus_server(
         self, out: Families, labels: tuple[str, str, str], window: ProbeWindow, figures: WindowFigures | None
@@ -321,6 +323,20 @@ class FluidityCollector(Collector):
         mean_gap = client_minus_server_mean_ttft(window.client_ttfts.tolist(), server)
         if mean_gap is not None:
             out.add(names.WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT, labels, mean_gap)
+
+
+def _add_window_quantile(
+    out: Families, specs: tuple[MetricSpec, MetricSpec], labels: tuple[str, ...], found: BucketQuantile | None
+) -> None:
+    """A percentile where the buckets measure it; else only the bound they give, in the bound family,
+    so that no dashboard or rule reads "at most 0.3 s" as a measured 0.15 s."""
+    if found is None:
+        return
+    value_spec, bound_spec = specs
+    if found.measured is not None:
+        out.add(value_spec, labels, found.measured)
+    else:
+        out.add(bound_spec, (*labels, found.resolution.value), found.bound)
 
 
 def _plane(key: PlaneKey) -> _Plane:

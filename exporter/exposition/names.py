@@ -50,6 +50,7 @@ ENGINE: Final = "engine"  # the engine whose metric names were recognised: vllm,
 GATEWAY: Final = "gateway"  # the gateway whose metric names were recognised: llm-d-epp
 TURN: Final = "turn"  # of a multi-turn session: first or followup (bounded: never the turn number)
 TURN_KINDS: Final = ("first", "followup")
+BOUND: Final = "bound"  # the side a percentile's buckets bound it from: upper (bucket from 0), lower (+Inf)
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
 
@@ -259,7 +260,9 @@ WINDOW_CLIENT_MINUS_SERVER_TTFT = MetricSpec(
     "fluidity_window_client_minus_server_ttft_seconds",
     "gauge",
     "Probe TTFT percentile minus the engine's own TTFT percentile over the window: network, gateways and "
-    f"queues the engine does not see. Bucket-resolution limited, can be negative. {_WINDOW}",
+    "queues the engine does not see. Bucket-resolution limited, can be negative; absent where the "
+    "engine's percentile is only a bound (in a bucket starting at 0 or in +Inf; see "
+    f"fluidity_engine_window_ttft_bound_seconds). {_WINDOW}",
     (*SERIES, WINDOW, PERCENTILE),
 )
 WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT = MetricSpec(
@@ -356,39 +359,55 @@ ENGINE_REQUEST_SUCCESS = MetricSpec(
     (TARGET,),
 )
 _ENGINE_WINDOW = (
-    "Interpolated from the engine's histogram increase over the window, as histogram_quantile does; "
-    "no finer than its buckets."
+    "Interpolated from the engine's histogram increase over the window, as histogram_quantile does."
 )
-ENGINE_WINDOW_TTFT = MetricSpec(
-    "fluidity_engine_window_ttft_seconds",
-    "gauge",
-    f"Server-side time to first token, percentile over the window. {_ENGINE_WINDOW}",
-    (TARGET, WINDOW, PERCENTILE),
+
+
+def _window_quantile(name: str, what: str, source: str) -> tuple[MetricSpec, MetricSpec]:
+    """A percentile gauge over the window, and its twin ``..._bound_seconds`` for what it cannot publish.
+
+    A percentile in a histogram's first bucket (from 0) or its +Inf bucket is only a bound: Prometheus'
+    interpolation there reads like a measurement (a first bucket of 0.3 s makes a p50 of 0.15 s out of
+    0.6 ms waits), so it goes to the twin, whose ``bound`` label says which side is known.
+    """
+    bound_name = f"{name.removesuffix('_seconds')}_bound_seconds"
+    value = MetricSpec(
+        name,
+        "gauge",
+        f"{what}, percentile over the window. {source} Present only where the percentile lies between "
+        f"two finite bucket bounds above 0 (no finer than that bucket); else absent, and {bound_name} "
+        "gives its bound.",
+        (TARGET, WINDOW, PERCENTILE),
+    )
+    bound = MetricSpec(
+        bound_name,
+        "gauge",
+        f"{what}: where its percentile over the window lies in a bucket starting at 0 or in the +Inf "
+        f"bucket of the histogram, the bound those buckets give, in place of {name} (absent then); not a "
+        'measurement. bound="upper": the percentile is at most this value (that bucket\'s upper bound); '
+        'bound="lower": above this value (the highest finite bound).',
+        (TARGET, WINDOW, PERCENTILE, BOUND),
+    )
+    return value, bound
+
+
+ENGINE_WINDOW_TTFT, ENGINE_WINDOW_TTFT_BOUND = _window_quantile(
+    "fluidity_engine_window_ttft_seconds", "Server-side time to first token", _ENGINE_WINDOW
 )
-ENGINE_WINDOW_ITL = MetricSpec(
-    "fluidity_engine_window_itl_seconds",
-    "gauge",
-    f"Server-side inter-token latency, percentile over the window. {_ENGINE_WINDOW}",
-    (TARGET, WINDOW, PERCENTILE),
+ENGINE_WINDOW_ITL, ENGINE_WINDOW_ITL_BOUND = _window_quantile(
+    "fluidity_engine_window_itl_seconds", "Server-side inter-token latency", _ENGINE_WINDOW
 )
-ENGINE_WINDOW_E2E = MetricSpec(
-    "fluidity_engine_window_e2e_seconds",
-    "gauge",
-    f"Server-side end-to-end request latency, percentile over the window. {_ENGINE_WINDOW}",
-    (TARGET, WINDOW, PERCENTILE),
+ENGINE_WINDOW_E2E, ENGINE_WINDOW_E2E_BOUND = _window_quantile(
+    "fluidity_engine_window_e2e_seconds", "Server-side end-to-end request latency", _ENGINE_WINDOW
 )
-ENGINE_WINDOW_QUEUE = MetricSpec(
-    "fluidity_engine_window_queue_seconds",
-    "gauge",
-    f"Server-side time requests waited in the queue, percentile over the window. {_ENGINE_WINDOW}",
-    (TARGET, WINDOW, PERCENTILE),
+ENGINE_WINDOW_QUEUE, ENGINE_WINDOW_QUEUE_BOUND = _window_quantile(
+    "fluidity_engine_window_queue_seconds", "Server-side time requests waited in the queue", _ENGINE_WINDOW
 )
-ENGINE_WINDOW_TPOT = MetricSpec(
+ENGINE_WINDOW_TPOT, ENGINE_WINDOW_TPOT_BOUND = _window_quantile(
     "fluidity_engine_window_tpot_seconds",
-    "gauge",
     "Server-side time per output token, (E2E - TTFT) / (tokens - 1) with one observation per request "
-    f"(vLLM's request_time_per_output_token_seconds), percentile over the window. {_ENGINE_WINDOW}",
-    (TARGET, WINDOW, PERCENTILE),
+    "(vLLM's request_time_per_output_token_seconds)",
+    _ENGINE_WINDOW,
 )
 
 # --- Per target: the gateway's view (llm-d's endpoint picker), from a second scrape -----------------
@@ -444,32 +463,23 @@ GATEWAY_SLO_VIOLATIONS = MetricSpec(
 )
 _GATEWAY_WINDOW = (
     "Measured at the gateway (request received to response bytes), interpolated from its histogram "
-    "increase over the window, as histogram_quantile does; no finer than its buckets."
+    "increase over the window, as histogram_quantile does."
 )
-GATEWAY_WINDOW_TTFT = MetricSpec(
+GATEWAY_WINDOW_TTFT, GATEWAY_WINDOW_TTFT_BOUND = _window_quantile(
     "fluidity_gateway_window_ttft_seconds",
-    "gauge",
-    f"Gateway time to first byte of streaming requests, percentile over the window. {_GATEWAY_WINDOW}",
-    (TARGET, WINDOW, PERCENTILE),
+    "Gateway time to first byte of streaming requests",
+    _GATEWAY_WINDOW,
 )
-GATEWAY_WINDOW_ITL = MetricSpec(
-    "fluidity_gateway_window_itl_seconds",
-    "gauge",
-    f"Gateway time between response body chunks, percentile over the window. {_GATEWAY_WINDOW}",
-    (TARGET, WINDOW, PERCENTILE),
+GATEWAY_WINDOW_ITL, GATEWAY_WINDOW_ITL_BOUND = _window_quantile(
+    "fluidity_gateway_window_itl_seconds", "Gateway time between response body chunks", _GATEWAY_WINDOW
 )
-GATEWAY_WINDOW_TPOT = MetricSpec(
+GATEWAY_WINDOW_TPOT, GATEWAY_WINDOW_TPOT_BOUND = _window_quantile(
     "fluidity_gateway_window_tpot_seconds",
-    "gauge",
-    "Gateway time per output token of streaming requests, (E2E - TTFT) / (tokens - 1) per request, "
-    f"percentile over the window. {_GATEWAY_WINDOW}",
-    (TARGET, WINDOW, PERCENTILE),
+    "Gateway time per output token of streaming requests, (E2E - TTFT) / (tokens - 1) per request",
+    _GATEWAY_WINDOW,
 )
-GATEWAY_WINDOW_E2E = MetricSpec(
-    "fluidity_gateway_window_e2e_seconds",
-    "gauge",
-    f"Gateway end-to-end request latency, percentile over the window. {_GATEWAY_WINDOW}",
-    (TARGET, WINDOW, PERCENTILE),
+GATEWAY_WINDOW_E2E, GATEWAY_WINDOW_E2E_BOUND = _window_quantile(
+    "fluidity_gateway_window_e2e_seconds", "Gateway end-to-end request latency", _GATEWAY_WINDOW
 )
 
 # --- Job results: the latest capacity search per (target, module), the stored prefill profiles ------
@@ -752,10 +762,15 @@ COLLECTED: Final = (
     ENGINE_GENERATION_TOKENS,
     ENGINE_REQUEST_SUCCESS,
     ENGINE_WINDOW_TTFT,
+    ENGINE_WINDOW_TTFT_BOUND,
     ENGINE_WINDOW_ITL,
+    ENGINE_WINDOW_ITL_BOUND,
     ENGINE_WINDOW_E2E,
+    ENGINE_WINDOW_E2E_BOUND,
     ENGINE_WINDOW_QUEUE,
+    ENGINE_WINDOW_QUEUE_BOUND,
     ENGINE_WINDOW_TPOT,
+    ENGINE_WINDOW_TPOT_BOUND,
     GATEWAY_SCRAPE_SUCCESS,
     GATEWAY_SCRAPE_DURATION,
     GATEWAY_INFO,
@@ -764,9 +779,13 @@ COLLECTED: Final = (
     GATEWAY_REQUEST_ERRORS,
     GATEWAY_SLO_VIOLATIONS,
     GATEWAY_WINDOW_TTFT,
+    GATEWAY_WINDOW_TTFT_BOUND,
     GATEWAY_WINDOW_ITL,
+    GATEWAY_WINDOW_ITL_BOUND,
     GATEWAY_WINDOW_TPOT,
+    GATEWAY_WINDOW_TPOT_BOUND,
     GATEWAY_WINDOW_E2E,
+    GATEWAY_WINDOW_E2E_BOUND,
 )
 """The families ``FluidityCollector`` builds on every scrape (``describe()`` yields them empty)."""
 

@@ -159,3 +159,36 @@ def test_the_trials_table_says_its_pass_column_is_the_point_verdict() -> None:
     [organize] = [t for t in panel["transformations"] if t["id"] == "organize"]
     assert organize["options"]["renameByName"]["Value #B"] == "point verdict"
     assert "inconclusive" in panel["description"] and "interval verdict" in panel["description"]
+
+
+def _legend(target: dict[str, Any]) -> str:
+    """A legend as Grafana shows it for one series (labels filled in, a bound series an upper one)."""
+    values = {"target": "llm", "percentile": "50", "bound": "upper"}
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: values[m.group(1)], target["legendFormat"])
+
+
+def _dashed(panel: dict[str, Any], legend: str) -> bool:
+    overrides = panel["fieldConfig"]["overrides"]
+    return any(
+        o["matcher"]["id"] == "byRegexp"
+        and re.fullmatch(o["matcher"]["options"], legend)
+        and any(p["id"] == "custom.lineStyle" for p in o["properties"])
+        for o in overrides
+    )
+
+
+def test_a_panel_of_a_window_percentile_draws_its_bound_dashed_beside_it() -> None:
+    # A percentile in a bucket starting at 0 or in +Inf is exported only as ..._bound_seconds: a panel
+    # with the percentile alone goes blank exactly then, and a bound drawn like a measurement is read as
+    # one.
+    bounds = {spec.name for spec in names.COLLECTED if spec.name.endswith("_bound_seconds")}
+    for dashboard_name, panel in PANELS:
+        where = f"{dashboard_name}/{panel['title']}"
+        by_metric = {m: t for t in panel.get("targets", []) for m in METRIC.findall(t["expr"])}
+        for bound in bounds:
+            value = bound.replace("_bound_seconds", "_seconds")
+            if value not in by_metric:
+                continue
+            assert bound in by_metric, f"{where} shows {value} without its bound"
+            assert _dashed(panel, _legend(by_metric[bound])), f"{where} draws {bound} like a measurement"
+            assert not _dashed(panel, _legend(by_metric[value])), f"{where} draws {value} dashed"

@@ -1,4 +1,5 @@
-"""Tests of exporter.engine.derive: counter resets, histogram deltas, Prometheus' histogram_quantile."""
+"""Tests of exporter.engine.derive: counter resets, histogram deltas, Prometheus' histogram_quantile and
+what its buckets can tell of each answer (bucket_quantile)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.engine.derive import (
+    BucketQuantile,
+    Resolution,
+    bucket_quantile,
     client_minus_server_mean_ttft,
     client_minus_server_ttft,
     counter_increase,
@@ -56,6 +60,50 @@ def test_histogram_quantile_edge_cases_follow_prometheus() -> None:
         histogram_quantile(1.5, BUCKETS)
 
 
+# vLLM's request_queue_time_seconds buckets start at 0.3 s: 100 requests that each queued 0.6 ms.
+VLLM_QUEUE = ((0.3, 100.0), (0.5, 100.0), (0.8, 100.0), (1.0, 100.0), (INF, 100.0))
+
+
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.99])
+def test_a_quantile_in_the_first_bucket_is_only_an_upper_bound(q: float) -> None:
+    found = bucket_quantile(q, VLLM_QUEUE)
+    assert found == BucketQuantile(pytest.approx(0.3 * q), 0.0, 0.3)  # Prometheus' 0.15 s, 0.27 s, 0.297 s
+    assert found.resolution is Resolution.UPPER_BOUND
+    assert found.measured is None and found.bound == 0.3
+
+
+def test_a_quantile_in_the_inf_bucket_is_only_a_lower_bound() -> None:
+    found = bucket_quantile(0.9, BUCKETS)  # rank 45 of 50, past the last finite bound, 1.0
+    assert found == BucketQuantile(1.0, 1.0, INF)
+    assert found.resolution is Resolution.LOWER_BOUND
+    assert found.measured is None and found.bound == 1.0
+
+
+def test_a_quantile_between_two_finite_bounds_is_measured() -> None:
+    found = bucket_quantile(0.5, BUCKETS)  # rank 25: 15 of 20 into (0.1, 0.5]
+    assert found == BucketQuantile(pytest.approx(0.4), 0.1, 0.5)
+    assert found.resolution is Resolution.MEASURED and found.measured == pytest.approx(0.4)
+    top = bucket_quantile(0.8, BUCKETS)  # rank 40: the top of the last finite bucket, still inside it
+    assert top is not None and top.measured == 1.0
+
+
+def test_a_bucket_that_starts_at_zero_gives_only_an_upper_bound() -> None:
+    # SGLang's queue histogram starts at le=0: its first bucket is the bound itself, the next (0, 0.1].
+    sglang = ((0.0, 5.0), (0.1, 15.0), (INF, 20.0))
+    at_zero, above = bucket_quantile(0.1, sglang), bucket_quantile(0.5, sglang)
+    assert at_zero == BucketQuantile(0.0, -INF, 0.0) and at_zero.resolution is Resolution.UPPER_BOUND
+    assert above == BucketQuantile(pytest.approx(0.05), 0.0, 0.1) and above.bound == 0.1
+    assert above.resolution is Resolution.UPPER_BOUND
+    top = bucket_quantile(0.2, BUCKETS)  # rank 10: exactly the top of the first bucket
+    assert top is not None and top.resolution is Resolution.UPPER_BOUND
+
+
+def test_bucket_quantile_is_none_where_histogram_quantile_is() -> None:
+    assert bucket_quantile(0.5, ((0.1, 0.0), (INF, 0.0))) is None  # no observations
+    assert bucket_quantile(0.5, ((0.1, 1.0), (0.2, 2.0))) is None  # no +Inf bucket
+    assert bucket_quantile(0.0, ((0.1, 0.0), (INF, 2.0))) is None  # 0/0 in Prometheus
+
+
 @st.composite
 def histograms(draw: st.DrawFn) -> tuple[tuple[float, float], ...]:
     bounds = sorted(draw(st.sets(st.floats(0.001, 1000.0), min_size=1, max_size=12)))
@@ -95,6 +143,19 @@ def test_histogram_quantile_lies_in_the_bucket_holding_the_rank(
     lower = buckets[index - 1][0] if index else 0.0
     tolerance = 1e-9 * max(1.0, buckets[index][0])
     assert lower - tolerance <= value <= buckets[index][0] + tolerance
+
+
+@settings(max_examples=300, deadline=None)
+@given(histograms(), st.floats(0.0, 1.0))
+def test_bucket_quantile_is_histogram_quantile_with_its_bucket(
+    buckets: tuple[tuple[float, float], ...], q: float
+) -> None:
+    found = bucket_quantile(q, buckets)
+    assert (found.value if found else None) == histogram_quantile(q, buckets)
+    if found is not None and found.measured is not None:
+        assert 0.0 < found.lower <= found.value <= found.upper < INF
+    if found is not None and found.measured is None:
+        assert found.resolution is (Resolution.LOWER_BOUND if found.upper == INF else Resolution.UPPER_BOUND)
 
 
 def test_counter_increase_handles_resets() -> None:
@@ -145,7 +206,8 @@ def test_derive_rates_quantiles_and_means() -> None:
     assert figures.rate(Signal.PROMPT_TOKENS_TOTAL) == 30.0
     assert figures.rate(Signal.GENERATION_TOKENS_TOTAL) is None
     # 30 observations: 10 in [0, 0.1], 20 in (0.1, 0.5]; p50 is rank 15: 5 of 20 into the second bucket.
-    assert figures.quantile(Signal.SERVER_TTFT_SECONDS, 0.5) == pytest.approx(0.1 + 0.4 * 5 / 20)
+    p50 = figures.quantile(Signal.SERVER_TTFT_SECONDS, 0.5)
+    assert p50 is not None and p50.measured == pytest.approx(0.1 + 0.4 * 5 / 20)
     assert figures.mean(Signal.SERVER_TTFT_SECONDS) == pytest.approx(7.0 / 30)
     assert figures.quantile(Signal.SERVER_E2E_SECONDS, 0.5) is None
     assert figures.resets == 0
@@ -172,11 +234,23 @@ def test_derive_rejects_bad_windows() -> None:
 
 
 def test_client_minus_server_ttft() -> None:
-    # Server: 10 observations in [0, 0.1], 10 in (0.1, 0.5]: p50 = rank 10 = 0.1 exactly; mean 2.0/20.
-    server = hist((10.0, 20.0, 20.0), 2.0)
-    client = [0.12, 0.14, 0.16, 0.18, 0.20]  # p50 0.16 (linear interpolation), mean 0.16
-    assert client_minus_server_ttft(client, server, 0.5) == pytest.approx(0.06)
-    assert client_minus_server_mean_ttft(client, server) == pytest.approx(0.06)
+    # Server: 5 observations in [0, 0.1], 15 in (0.1, 0.5]: p50 = rank 10 = 0.1 + 0.4 / 3; mean 4.0/20.
+    server = hist((5.0, 20.0, 20.0), 4.0)
+    client = [0.26, 0.28, 0.30, 0.32, 0.34]  # p50 0.30 (linear interpolation), mean 0.30
+    assert client_minus_server_ttft(client, server, 0.5) == pytest.approx(0.30 - (0.1 + 0.4 / 3))
+    assert client_minus_server_mean_ttft(client, server) == pytest.approx(0.10)
     assert client_minus_server_ttft([], server) is None
     assert client_minus_server_ttft(client, hist((0.0, 0.0, 0.0), 0.0)) is None
     assert client_minus_server_mean_ttft([math.nan], server) is None
+
+
+def test_client_minus_server_ttft_is_none_against_a_server_bound() -> None:
+    client = [0.12, 0.14, 0.16, 0.18, 0.20]
+    # p50 rank 10 is the top of the first bucket, [0, 0.1]: the server's p50 is only "at most 0.1 s".
+    first_bucket = hist((10.0, 20.0, 20.0), 0.6)
+    assert client_minus_server_ttft(client, first_bucket, 0.5) is None
+    # p99 rank 19.8 is past 0.5 s, in +Inf: only "above 0.5 s".
+    inf_bucket = hist((2.0, 10.0, 20.0), 12.0)
+    assert client_minus_server_ttft(client, inf_bucket, 0.99) is None
+    # The difference of means needs no buckets: still there.
+    assert client_minus_server_mean_ttft(client, first_bucket) == pytest.approx(0.16 - 0.03)

@@ -76,7 +76,7 @@ async def test_simulator_page_matches_the_traffic_sent(
     figures = derive([before.snapshot, snap])
     assert figures.increases[Signal.GENERATION_TOKENS_TOTAL] == 18.0
     ttft_p50 = figures.quantile(Signal.SERVER_TTFT_SECONDS, 0.5)
-    assert ttft_p50 is not None and 0.0 < ttft_p50 < 10.0
+    assert ttft_p50 is not None and 0.0 < ttft_p50.value < 10.0
     other_model = await scrape(session, url, timeout=5.0, model="another-model")
     assert other_model.snapshot is not None and other_model.snapshot.values == {}
 

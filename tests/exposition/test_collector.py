@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.engine.derive import client_minus_server_mean_ttft, client_minus_server_ttft, histogram_quantile
-from exporter.engine.families import GATEWAY_CATALOGUE
+from exporter.engine.families import GATEWAY_CATALOGUE, Signal
 from exporter.engine.snapshot import EngineSnapshot, HistogramData, parse_exposition
 from exporter.evaluation import EvaluationSpec, measure
 from exporter.exposition import names
@@ -31,6 +31,7 @@ from tests.exposition.builders import (
     POLICY,
     engine_snapshot,
     failed,
+    histogram,
     mixed_run,
     scrape_failed,
     scraped,
@@ -225,6 +226,69 @@ def test_engine_signals_reexported_with_target_and_window_figures_derived() -> N
     assert gap == pytest.approx(client_minus_server_ttft(client, server, 0.5))
     mean_gap = get("fluidity_window_client_minus_server_mean_ttft_seconds", window)
     assert mean_gap == pytest.approx(client_minus_server_mean_ttft(client, server))
+
+
+def _vllm_queue_snapshot(
+    at: float, requests: float, *, ttft_bounds: tuple[float, ...] = (0.01, 0.1)
+) -> EngineSnapshot:
+    """vLLM's queue-time and E2E histograms (first bucket 0.3 s), every request queued about 0.6 ms and
+    finished within 0.3 s; every TTFT lies in the second of ``ttft_bounds`` (default: between two finite
+    bounds, (0.01, 0.1])."""
+    vllm_bounds = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0)
+    all_first = [requests] * len(vllm_bounds)
+    ttft = histogram((*ttft_bounds, 1.0), [0.0, requests, requests], 0.05 * requests)
+    return EngineSnapshot(
+        kind="vllm",
+        at=at,
+        histograms={
+            Signal.SERVER_QUEUE_SECONDS: histogram(vllm_bounds, all_first, 0.0006 * requests),
+            Signal.SERVER_E2E_SECONDS: histogram(vllm_bounds, all_first, 0.2 * requests),
+            Signal.SERVER_TTFT_SECONDS: ttft,
+        },
+    )
+
+
+def test_quantiles_in_the_first_bucket_are_published_as_upper_bounds_only() -> None:
+    store = filled_store()
+    store.add_engine_scrape("llm", scraped(_vllm_queue_snapshot(NOW - 60, 0.0)))
+    store.add_engine_scrape("llm", scraped(_vllm_queue_snapshot(NOW - 5, 100.0)))
+    collector = FluidityCollector(store, {"5m": 300.0}, clock=lambda: NOW)
+    registry = CollectorRegistry()
+    registry.register(collector)
+    get = registry.get_sample_value
+    for percentile in ("50", "90", "99"):
+        labels = {"target": "llm", "window": "5m", "percentile": percentile}
+        # Prometheus would answer 0.15 s, 0.27 s, 0.297 s: figures that look measured. None is published.
+        assert get("fluidity_engine_window_queue_seconds", labels) is None
+        assert get("fluidity_engine_window_e2e_seconds", labels) is None
+        assert get("fluidity_engine_window_queue_bound_seconds", {**labels, "bound": "upper"}) == 0.3
+        assert get("fluidity_engine_window_e2e_bound_seconds", {**labels, "bound": "upper"}) == 0.3
+        assert get("fluidity_engine_window_queue_bound_seconds", {**labels, "bound": "lower"}) is None
+    # A median between two finite bounds, (0.01, 0.1], stays a measurement, with no bound beside it.
+    p50 = {"target": "llm", "window": "5m", "percentile": "50"}
+    assert get("fluidity_engine_window_ttft_seconds", p50) == pytest.approx(0.055)
+    assert get("fluidity_engine_window_ttft_bound_seconds", {**p50, "bound": "upper"}) is None
+    # The rendered page says the same: no queue-time percentile line, the bound with its label.
+    parsed = _parsed(collector.render_text())
+    assert "fluidity_engine_window_queue_seconds" not in parsed
+    labels = (("bound", "upper"), ("percentile", "50"), ("target", "llm"), ("window", "5m"))
+    assert ("fluidity_engine_window_queue_bound_seconds", labels, 0.3) in parsed[
+        "fluidity_engine_window_queue_bound_seconds"
+    ]
+    assert parsed == _parsed(generate_latest(registry).decode())
+
+
+def test_no_client_minus_server_percentile_against_an_engine_bound() -> None:
+    store = filled_store()
+    # TTFT buckets (0, 0.1]: the engine's p50 is only "at most 0.1 s", so no percentile gap exists.
+    for at, requests in ((NOW - 60, 0.0), (NOW - 5, 100.0)):
+        store.add_engine_scrape("llm", scraped(_vllm_queue_snapshot(at, requests, ttft_bounds=(0.0, 0.1))))
+    get = registry_of(store).get_sample_value
+    window = {**SERIES, "window": "5m"}
+    assert get("fluidity_window_client_minus_server_ttft_seconds", {**window, "percentile": "50"}) is None
+    p50 = {"target": "llm", "window": "5m", "percentile": "50"}
+    assert get("fluidity_engine_window_ttft_bound_seconds", {**p50, "bound": "upper"}) == 0.1
+    assert get("fluidity_window_client_minus_server_mean_ttft_seconds", window) is not None  # exact
 
 
 def test_failed_engine_scrape_hides_stale_engine_values() -> None:
@@ -432,9 +496,19 @@ def test_gateway_view_sits_beside_the_engines_and_the_probes() -> None:
     assert get("fluidity_engine_window_ttft_seconds", p50) == pytest.approx(engine_ttft)
     engine_tpot = histogram_quantile(0.5, ((0.01, 1.0), (0.025, 4.0), (math.inf, 4.0)))
     assert get("fluidity_engine_window_tpot_seconds", p50) == pytest.approx(engine_tpot)
-    assert get("fluidity_gateway_window_tpot_seconds", p50) == pytest.approx(0.02)
-    assert get("fluidity_gateway_window_itl_seconds", p50) == pytest.approx(0.02)
-    assert get("fluidity_gateway_window_e2e_seconds", p50) == pytest.approx(5.0)
+    # The gateway's TPOT, ITL and E2E medians lie in their first buckets (half of the requests at most
+    # 0.02 s, 0.02 s, 5 s): only the bound is published, never Prometheus' answer as a measurement.
+    upper = {**p50, "bound": "upper"}
+    assert get("fluidity_gateway_window_tpot_seconds", p50) is None
+    assert get("fluidity_gateway_window_tpot_bound_seconds", upper) == pytest.approx(0.02)
+    assert get("fluidity_gateway_window_itl_seconds", p50) is None
+    assert get("fluidity_gateway_window_itl_bound_seconds", upper) == pytest.approx(0.02)
+    assert get("fluidity_gateway_window_e2e_seconds", p50) is None
+    assert get("fluidity_gateway_window_e2e_bound_seconds", upper) == pytest.approx(5.0)
+    # Its p90 TTFT is past 0.2 s, in +Inf: above 0.2 s is all the buckets say.
+    p90 = {**p50, "percentile": "90"}
+    assert get("fluidity_gateway_window_ttft_seconds", p90) is None
+    assert get("fluidity_gateway_window_ttft_bound_seconds", {**p90, "bound": "lower"}) == pytest.approx(0.2)
     # And the probes' own TTFT of the same target, with the engine's (not the gateway's) gap to it.
     assert get("fluidity_probe_ttft_seconds_count", SERIES) is not None
     window = {**SERIES, "window": "5m"}
@@ -445,7 +519,8 @@ def test_gateway_view_sits_beside_the_engines_and_the_probes() -> None:
     # No gateway signal leaks into the engine's families, nor the reverse.
     assert get("fluidity_engine_queue_depth", target) == 6.0
     assert get("fluidity_gateway_queue_depth", target) is None
-    assert get("fluidity_engine_window_queue_seconds", p50) is not None
+    # vLLM 0.13's queue histogram holds every request in its first bucket, 0.3 s: a bound, not a p50.
+    assert get("fluidity_engine_window_queue_bound_seconds", {**p50, "bound": "upper"}) == 0.3
     assert get("fluidity_gateway_window_queue_seconds", p50) is None
 
 

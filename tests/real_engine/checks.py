@@ -235,8 +235,17 @@ SCRAPE_FAMILIES = {
 
 
 def reexported(samples: Samples) -> set[str]:
-    """The engine's values the daemon re-exports (sample names, window quantiles included)."""
-    names = {name for name, _ in samples if name.startswith("fluidity_engine_")}
+    """The engine's values the daemon re-exports (sample names, window quantiles included).
+
+    A window percentile counts under its own name whether it was measured or only bounded
+    (``..._bound_seconds``): which one a real engine's buckets give depends on the traffic (vLLM's queue
+    time of a lightly loaded engine lies in its first bucket, 0.3 s).
+    """
+    names = {
+        name.replace("_bound_seconds", "_seconds")
+        for name, _ in samples
+        if name.startswith("fluidity_engine_")
+    }
     return names - SCRAPE_FAMILIES
 
 
