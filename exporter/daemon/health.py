@@ -83,8 +83,11 @@ class TargetHealth:
             self.failing_modules.add(module)
         if failed_runs == 0 and self.failing_modules:
             # Another module's latest run failed: no recovery of the target yet (a module refused on
-            # every run beside a good one logged "failing" and "recovered" at every interval).
-            self.resume_at = None
+            # every run beside a good one logged "failing" and "recovered" at every interval); but its
+            # back-off is over, and the next one is news again.
+            self.resume_at, self.backoff_s = None, 0.0
+            if self.state == "backing_off":
+                self._enter("failing", now)
         elif failed_runs == 0:
             self._succeeded(now, results, partial=error is not None)
         elif backoff_s > 0:

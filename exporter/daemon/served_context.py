@@ -59,7 +59,8 @@ class ServedContext:
     asked_at: float | None = None  # None: to be asked before the next probe
     answered: bool = False  # the last question got an answer (else: ask before the next probe)
     recheck: bool = False  # a 400, or a module that could not fit, since the last answer: ask when due
-    said: str | None = None  # the line last logged about the target
+    said: tuple[object, ...] | None = None  # the state last logged about the target (once per change)
+    generation: int = 0  # bumped by a reload: an answer or a fit begun before it is dropped
     fits: dict[str, str] = field(default_factory=dict)  # module -> the line last logged about it
     unfit: set[str] = field(default_factory=set)  # modules none of whose requests fit, at their last probe
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one question at a time
@@ -69,6 +70,7 @@ class ServedContext:
         restarted with another context or model; the values stay until the answers replace them."""
         self.asked_at = None
         self.calibration = None
+        self.generation += 1
 
     def observe(self, results: Sequence[ProbeResult]) -> None:
         """Note a run's 400s: the context may have shrunk under the cached value."""
@@ -79,8 +81,13 @@ class ServedContext:
         """The target's context, asked when due; concurrent probes wait for the one question."""
         async with self.lock:
             if self._due():
-                self.asked_at, self.recheck = self.clock(), False
+                generation, asked_at = self.generation, self.clock()
                 answer = await ask_context(client)
+                if generation != self.generation:
+                    return self.tokens  # a reload came in between: the next probe asks again
+                # Only now: a question cancelled on the way (a /probe past its scrape timeout) is
+                # asked again, not forgotten.
+                self.asked_at, self.recheck = asked_at, False
                 self.answered = answer.error is None
                 if self.answered:  # unanswered (the target is down): what it said before still holds
                     self.tokens = answer.tokens
@@ -91,11 +98,17 @@ class ServedContext:
 
     async def _calibrate(self, client: ProbeClient) -> None:
         """Fit our approximate prompts to the target's tokenizer, as a one-shot run does before its
-        load (three one-token requests; ``exporter.load.calibration``): its prompts otherwise came out
-        up to 82% longer than asked, and the 3% of the context kept free for approximate prompts was
-        not enough. Once per answer after a start or reload; a failed fit keeps the prompts as they are."""
-        self.calibration = await calibrate_prompts(client.send, client.settings.api)
-        LOG.info("target %s: %s", self.target, self.calibration.describe())
+        load (three one-token requests, shorter against a short context; ``exporter.load.calibration``):
+        its prompts otherwise came out up to 82% longer than asked, and the 3% of the context kept free
+        for approximate prompts was not enough. Once per answer after a start or reload; a failed fit
+        keeps the prompts approximate, and says so at WARNING."""
+        generation = self.generation
+        calibration = await calibrate_prompts(client.send, client.settings.api, context=self.tokens)
+        if generation != self.generation:
+            return  # a reload came in between: its own calibration replaces this one
+        self.calibration = calibration
+        level = logging.INFO if calibration.tokens_per_word is not None else logging.WARNING
+        LOG.log(level, "target %s: %s", self.target, calibration.describe())
 
     def sample(self, target: Target, module: Module, rng: np.random.Generator) -> list[RequestSpec]:
         """A run of ``module``'s requests fitted to the context; ``ProbeRefusedError`` when none fit."""
@@ -145,8 +158,10 @@ class ServedContext:
             )
         else:
             line = f"target {self.target} serves {self.tokens} tokens (max_model_len of GET /v1/models)"
-        if line != self.said:
-            self.said = line
+        # The state, not the line: an error whose text changes (refused, then timed out) is one state.
+        state = (self.answered, self.tokens)
+        if state != self.said:
+            self.said = state
             LOG.info("%s", line)
 
     def _note_fit(self, module: Module, workload: Workload) -> None:

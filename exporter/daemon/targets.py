@@ -111,23 +111,36 @@ class TargetPool:
         key = f"{module.name}:{'on-demand' if on_demand else 'scheduled'}"
         if key in state.busy:
             raise ProbeRefusedError(f"a probe of {target.name}/{module.name} is already running", "busy")
-        await state.context.learn(state.client)
-        specs = state.context.sample(target, module, rng)
-        # A session counts every turn, each re-sending the conversation so far.
-        reason = state.budget.skip_reason(session_turns(specs), sum(planned_tokens(spec) for spec in specs))
-        if reason is not None:
-            detail = state.health.describe() if reason == "backing_off" else "see targets[].budget"
-            raise ProbeRefusedError(f"target {target.name}: {reason.replace('_', ' ')}; {detail}", reason)
+        # Busy from here: asking the context and calibrating send requests too, which a second probe of
+        # the same kind, or a job waiting for the target to be idle, must not overlap.
         state.busy.add(key)
-        started = time.perf_counter()
         try:
+            _refuse_over_budget(state, target, 0, 0)  # a target backing off is not even asked
+            await state.context.learn(state.client)
+            specs = self._sample(state, target, module, rng)
+            # A session counts every turn, each re-sending the conversation so far.
+            _refuse_over_budget(state, target, session_turns(specs), sum(planned_tokens(s) for s in specs))
+            started = time.perf_counter()
             results = await _send(state.client, module, specs, rng)
         finally:
             state.busy.discard(key)
         state.context.observe(results)
         backoff_s = state.budget.record(results)
         state.health.observe(module.name, results, state.budget.failed_runs, backoff_s)
+        state.health.retain(target.modules)  # an on-demand probe of another module cannot pin its state
         return ProbeRun(results, time.perf_counter() - started)
+
+    @staticmethod
+    def _sample(
+        state: TargetState, target: Target, module: Module, rng: np.random.Generator
+    ) -> list[RequestSpec]:
+        try:
+            return state.context.sample(target, module, rng)
+        except ProbeRefusedError:
+            # Skipped, not failed: FluidityProbeOverContext says so; an earlier failure of the module
+            # (the 400s that preceded the fit) must not hold the target failing for good.
+            state.health.retain(m for m in target.modules if m != module.name)
+            raise
 
     async def wait_idle(self, target: str) -> None:
         """Until the target's probes in flight have ended (their own timeouts bound the wait)."""
@@ -140,6 +153,13 @@ class TargetPool:
         for state in self._states.values():
             await state.client.__aexit__(None, None, None)
         self._states.clear()
+
+
+def _refuse_over_budget(state: TargetState, target: Target, requests: int, tokens: int) -> None:
+    reason = state.budget.skip_reason(requests, tokens)
+    if reason is not None:
+        detail = state.health.describe() if reason == "backing_off" else "see targets[].budget"
+        raise ProbeRefusedError(f"target {target.name}: {reason.replace('_', ' ')}; {detail}", reason)
 
 
 async def _send(

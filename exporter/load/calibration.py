@@ -26,6 +26,9 @@ from exporter.probe.target import Api, RequestSpec
 
 PROBE_TOKENS = (256, 1024)  # the two lengths of the fit (intended, in words)
 CHECK_TOKENS = 512  # the length the fit is checked on
+# Against a short context every length is shrunk so the longest is at most this share of it: a
+# 1024-word prompt drew a 400 from a 512-token server, and the fit was lost (a word can be 2 tokens).
+CONTEXT_SHARE = 0.4
 CALIBRATION_KEY = 7_777_000  # prompt keys of the calibration requests (unique texts: no prompt cache)
 
 Send = Callable[[RequestSpec], Awaitable[ProbeResult]]
@@ -40,6 +43,7 @@ class Calibration:
     overhead_tokens: float
     residual: float | None  # |reported - intended| / intended on the check length, after the fit
     unfitted: str = "the server reported no prompt tokens"  # why nothing was fitted, when it was not
+    check_tokens: int = CHECK_TOKENS  # the length the fit was checked on
 
     def describe(self) -> str:
         if self.tokens_per_word is None:
@@ -49,9 +53,12 @@ class Calibration:
             f"+ {self.overhead_tokens:.0f}; "
         )
         if self.residual is None:
-            return fitted + f"the {CHECK_TOKENS}-token check request failed, so the residual error is unknown"
+            return (
+                fitted
+                + f"the {self.check_tokens}-token check request failed, so the residual error is unknown"
+            )
         return fitted + (
-            f"residual error after fitting {self.residual:.1%} on a {CHECK_TOKENS}-token check (other lengths "
+            f"residual error after fitting {self.residual:.1%} on a {self.check_tokens}-token check (other lengths "
             "can be a few percent off: 3 % of the context is kept free for it)"
         )
 
@@ -87,21 +94,32 @@ def _failure(result: ProbeResult) -> str:
     return f"{result.outcome.value}{status}"
 
 
-async def calibrate_prompts(send: Send, api: Api, salt: int = 0) -> Calibration:
-    """Two fitting requests and one check, each of one output token; see the module docstring."""
+def calibration_lengths(context: int | None) -> tuple[int, int, int]:
+    """The two fitting lengths and the check length, in words: ``PROBE_TOKENS`` and ``CHECK_TOKENS``,
+    shrunk to a short ``context`` (the longest at most ``CONTEXT_SHARE`` of it)."""
+    (low, high), check = PROBE_TOKENS, CHECK_TOKENS
+    if context is None or high <= context * CONTEXT_SHARE:
+        return low, high, check
+    scale = context * CONTEXT_SHARE / high
+    return max(round(low * scale), 4), max(round(high * scale), 16), max(round(check * scale), 8)
+
+
+async def calibrate_prompts(send: Send, api: Api, salt: int = 0, context: int | None = None) -> Calibration:
+    """Two fitting requests and one check, each of one output token, their lengths within ``context``
+    (the served context, when known); see the module docstring."""
     plain = ApproxPromptBuilder()
-    low, high = PROBE_TOKENS
+    low, high, check = calibration_lengths(context)
     key = CALIBRATION_KEY + salt
     fitting = (await _ask(send, plain, api, low, key), await _ask(send, plain, api, high, key + 1))
     reported_low, reported_high = (_reported(r) for r in fitting)
     if reported_low is None or reported_high is None or reported_high <= reported_low:
-        return Calibration(plain, None, 0.0, None, _why_unfitted(fitting))
+        return Calibration(plain, None, 0.0, None, _why_unfitted(fitting), check)
     per_word = (reported_high - reported_low) / (high - low)
     overhead = max(reported_low - per_word * low, 0.0)
     builder = ApproxPromptBuilder(tokens_per_word=per_word, overhead_tokens=overhead)
-    checked = _reported(await _ask(send, builder, api, CHECK_TOKENS, key + 2))
-    residual = abs(checked - CHECK_TOKENS) / CHECK_TOKENS if checked is not None else None
-    return Calibration(builder, per_word, overhead, residual)
+    checked = _reported(await _ask(send, builder, api, check, key + 2))
+    residual = abs(checked - check) / check if checked is not None else None
+    return Calibration(builder, per_word, overhead, residual, check_tokens=check)
 
 
 def max_model_len(models_body: bytes) -> int | None:

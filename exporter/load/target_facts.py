@@ -142,7 +142,9 @@ async def discover(settings: TargetSettings, exact_prompts: bool) -> TargetFacts
     async with ProbeClient(settings) as client:
         await client.resolve_model()
         context = await served_context(client)
-        calibration = None if exact_prompts else await calibrate_prompts(client.send, settings.api)
+        calibration = (
+            None if exact_prompts else await calibrate_prompts(client.send, settings.api, context=context)
+        )
     return TargetFacts(context, calibration)
 
 
@@ -164,9 +166,11 @@ async def ask_context(client: ProbeClient) -> ContextAnswer:
         return ContextAnswer(error="GET /v1/models: no answer in time")
     except (OSError, HttpError) as exc:
         return ContextAnswer(error=f"GET /v1/models: {exc}")
-    if status != 200:
+    if status >= 500:  # the server is there but not ready: ask again
         return ContextAnswer(error=f"GET /v1/models: HTTP {status}")
-    return ContextAnswer(max_model_len(body))
+    # A 404 or 401 is an answer: this server does not say its context (asking at every probe would
+    # not change that).
+    return ContextAnswer(max_model_len(body) if status == 200 else None)
 
 
 async def served_context(client: ProbeClient) -> int | None:

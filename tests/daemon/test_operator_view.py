@@ -150,6 +150,23 @@ def test_a_module_failing_beside_a_good_one_is_one_failure_not_a_flap(
     assert health.state == "ok" and "failing modules" not in health.describe()
 
 
+def test_a_back_off_ended_by_another_module_s_success_is_over_and_the_next_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from exporter.daemon.health import TargetHealth
+    from exporter.probe.result import Outcome, ProbeResult
+
+    caplog.set_level(logging.WARNING)
+    health = TargetHealth("t", lambda: 1_800_000_000.0)
+    failed = ProbeResult("chat", outcome=Outcome.CONNECT_ERROR, error="refused")
+    health.observe("a", [failed], failed_runs=3, backoff_s=30.0)
+    health.observe("b", [ProbeResult("chat")], failed_runs=0, backoff_s=0.0)  # a still failing
+    assert health.state == "failing" and "next probe after" not in health.describe()
+    health.observe("a", [failed], failed_runs=3, backoff_s=30.0)  # a new back-off: news again
+    backing = [r.getMessage() for r in caplog.records if "backing off" in r.getMessage()]
+    assert len(backing) == 2 and health.state == "backing_off"
+
+
 def test_a_dead_target_logs_its_back_off_only_when_the_delay_changes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

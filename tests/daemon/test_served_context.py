@@ -5,6 +5,7 @@ target that does not say its context is asked again only rarely."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -292,3 +293,116 @@ async def test_a_target_whose_tokenizer_we_lack_has_its_prompts_calibrated(
     )
     calibrated = _lines(caplog, "prompt calibration: the server counts")
     assert len(calibrated) == 1, calibrated
+
+
+@contextlib.asynccontextmanager
+async def counting_server(
+    models_status: int = 200, models_delay: float = 0.0, said: int | None = 4096
+) -> AsyncIterator[tuple[str, dict[str, int]]]:
+    """A server whose /v1/models answers ``models_status`` after ``models_delay`` s, and whose
+    completions answer 503; counts the requests of each path."""
+    import asyncio
+
+    counts = {"models": 0, "completions": 0}
+
+    async def models(_request: web.Request) -> web.Response:
+        counts["models"] += 1
+        await asyncio.sleep(models_delay)
+        body: dict[str, object] = {"data": [{"id": "m", **({"max_model_len": said} if said else {})}]}
+        return web.json_response(body, status=models_status)
+
+    async def completions(_request: web.Request) -> web.Response:
+        counts["completions"] += 1
+        return web.json_response({"error": {"message": "not ready"}}, status=503)
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", completions)
+    async with serving_app(app) as url:
+        yield url, counts
+
+
+async def test_a_404_on_models_is_an_answer_that_does_not_say() -> None:
+    async with counting_server(models_status=404) as (url, counts):
+        target = load_config(CONFIG.format(url=url)).target("sim")
+        context = ServedContext("sim", clock=lambda: 1000.0, calibrate=False)
+        async with ProbeClient(target.settings()) as client:
+            for _ in range(4):
+                assert await context.learn(client) is None
+    assert counts["models"] == 1  # not once per probe: asking again would not change the answer
+
+
+async def test_a_target_backing_off_is_not_asked_and_two_probes_of_a_kind_never_overlap() -> None:
+    from exporter.daemon.targets import TargetPool
+
+    async with counting_server(models_status=503, models_delay=0.3) as (url, counts):  # never answers
+        config = load_config(CONFIG.format(url=url).replace("simulated: true", "calibrate_prompts: false"))
+        target, module = config.target("sim"), config.module("long")
+        pool = TargetPool()
+        await pool.sync(config)
+        try:
+            rng = np.random.default_rng(0)
+            # The second probe of the same kind arrives while the first asks the context: refused.
+            first = asyncio.ensure_future(pool.probe(target, module, rng, on_demand=True))
+            await asyncio.sleep(0.1)
+            with pytest.raises(ProbeRefusedError) as busy:
+                await pool.probe(target, module, rng, on_demand=True)
+            assert busy.value.reason == "busy"
+            await first  # every request of it got a 503
+            for _ in range(4):  # the budget backs off after 3 failed runs
+                with contextlib.suppress(ProbeRefusedError):
+                    await pool.probe(target, module, rng, on_demand=False)
+            asked = counts["models"]
+            with pytest.raises(ProbeRefusedError) as refused:
+                await pool.probe(target, module, rng, on_demand=False)
+            assert refused.value.reason == "backing_off" and counts["models"] == asked
+        finally:
+            await pool.close()
+
+
+async def test_a_module_that_stops_fitting_does_not_hold_its_target_failing() -> None:
+    """The engine restarts with a shorter context: the long module's requests fail (400s), then, asked
+    again, it cannot fit and is skipped. Its failures must not pin the target "failing" while the
+    other module succeeds (FluidityProbeOverContext says the rest)."""
+    from exporter.daemon.targets import TargetPool
+
+    said: list[int | None] = [4096]
+    async with models_server(said) as (url, _asked):
+        config = load_config(CONFIG.format(url=url))
+        target, huge = config.target("sim"), config.module("huge")
+        pool = TargetPool()
+        await pool.sync(config)
+        try:
+            state = pool.states["sim"]
+            state.health.observe("huge", [ProbeResult("completions", Outcome.HTTP_STATUS, 400)], 1, 0.0)
+            assert state.health.state == "failing"
+            said[0] = 512
+            state.context.forget()
+            with pytest.raises(ProbeRefusedError) as skipped:
+                await pool.probe(target, huge, np.random.default_rng(0), on_demand=False)
+            assert skipped.value.reason == "over_context"
+            assert state.health.failing_modules == set()
+            state.health.observe("long", [ProbeResult("completions")], 0, 0.0)
+            assert state.health.state == "ok"
+        finally:
+            await pool.close()
+
+
+async def test_calibration_against_a_short_context_fits_within_it(
+    start_sim: StartSim, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Calibration's 1024-word request drew a 400 from a 512-token server, the fit was lost (logged
+    at INFO only), and the uncalibrated probes drew 400s on every run: its lengths now shrink to the
+    context, and the probes fit."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    sim = await start_sim(max_model_len=512)
+    config = load_config(REAL_CONFIG.format(url=sim.url))
+    target, module = config.target("real"), config.module("short")
+    context = ServedContext("real")
+    async with ProbeClient(target.settings()) as client:
+        assert await context.learn(client) == 512
+        assert context.calibration is not None and context.calibration.tokens_per_word is not None
+        specs = context.sample(target, module, np.random.default_rng(0))
+        results = [await client.send(spec) for spec in specs]
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
