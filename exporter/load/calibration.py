@@ -101,7 +101,7 @@ def calibration_lengths(context: int | None) -> tuple[int, int, int]:
     if context is None or high <= context * CONTEXT_SHARE:
         return low, high, check
     scale = context * CONTEXT_SHARE / high
-    return max(round(low * scale), 4), max(round(high * scale), 16), max(round(check * scale), 8)
+    return max(int(low * scale), 4), max(int(high * scale), 16), max(int(check * scale), 8)
 
 
 async def calibrate_prompts(send: Send, api: Api, salt: int = 0, context: int | None = None) -> Calibration:

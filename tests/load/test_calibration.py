@@ -134,3 +134,15 @@ async def test_failed_calibration_requests_are_called_failed_not_countless(non_l
         "prompt calibration: 2 of the 2 calibration requests failed (http_status 501); "
         "prompt lengths are approximate"
     )
+
+
+@pytest.mark.parametrize("context", [None, 2560, 4096, 2048, 512, 64])
+def test_calibration_lengths_fit_a_short_context(context: int | None) -> None:
+    from exporter.load.calibration import CONTEXT_SHARE, calibration_lengths
+
+    low, high, check = calibration_lengths(context)
+    assert low < check < high
+    if context is None or context * CONTEXT_SHARE >= 1024:
+        assert (low, high, check) == (256, 1024, 512)
+    else:
+        assert high <= max(context * CONTEXT_SHARE, 16)
