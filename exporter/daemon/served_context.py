@@ -56,6 +56,7 @@ class ServedContext:
     calibrate: bool = True  # fit our prompts to the target's tokenizer (not the simulator's exact ones)
     tokens: int | None = None
     calibration: Calibration | None = None  # how the target counts our prompts (None: not asked yet)
+    calibrated_at: float = 0.0  # when; a fit that failed is tried again CONTEXT_REASK_S later
     asked_at: float | None = None  # None: to be asked before the next probe
     answered: bool = False  # the last question got an answer (else: ask before the next probe)
     recheck: bool = False  # a 400, or a module that could not fit, since the last answer: ask when due
@@ -92,9 +93,17 @@ class ServedContext:
                 if self.answered:  # unanswered (the target is down): what it said before still holds
                     self.tokens = answer.tokens
                 self._note_target(answer)
-            if self.answered and self.calibration is None and self.calibrate:
+            if self.answered and self.calibrate and self._calibration_due():
                 await self._calibrate(client)
         return self.tokens
+
+    def _calibration_due(self) -> bool:
+        """Not calibrated since the start or a reload, or the last fit failed long enough ago (its
+        requests may have met an engine still warming up)."""
+        if self.calibration is None:
+            return True
+        failed = self.calibration.tokens_per_word is None
+        return failed and self.clock() - self.calibrated_at >= CONTEXT_REASK_S
 
     async def _calibrate(self, client: ProbeClient) -> None:
         """Fit our approximate prompts to the target's tokenizer, as a one-shot run does before its
@@ -106,9 +115,11 @@ class ServedContext:
         calibration = await calibrate_prompts(client.send, client.settings.api, context=self.tokens)
         if generation != self.generation:
             return  # a reload came in between: its own calibration replaces this one
-        self.calibration = calibration
-        level = logging.INFO if calibration.tokens_per_word is not None else logging.WARNING
-        LOG.log(level, "target %s: %s", self.target, calibration.describe())
+        said = self.calibration.describe() if self.calibration is not None else None
+        self.calibration, self.calibrated_at = calibration, self.clock()
+        if calibration.describe() != said:  # a retry that fails the same way is no news
+            level = logging.INFO if calibration.tokens_per_word is not None else logging.WARNING
+            LOG.log(level, "target %s: %s", self.target, calibration.describe())
 
     def sample(self, target: Target, module: Module, rng: np.random.Generator) -> list[RequestSpec]:
         """A run of ``module``'s requests fitted to the context; ``ProbeRefusedError`` when none fit."""

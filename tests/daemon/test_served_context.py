@@ -406,3 +406,26 @@ async def test_calibration_against_a_short_context_fits_within_it(
         results = [await client.send(spec) for spec in specs]
     assert all(r.ok for r in results), [r.error for r in results]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_calibration_that_failed_is_tried_again_later_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its requests may have met an engine still warming up: tried again after CONTEXT_REASK_S, not
+    before every probe, and the same failure is not logged twice."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    async with models_server([SERVED]) as (url, _asked):  # no completions route: every request fails
+        target = load_config(REAL_CONFIG.format(url=url)).target("real")
+        now = [1000.0]
+        context = ServedContext("real", clock=lambda: now[0])
+        async with ProbeClient(target.settings()) as client:
+            await context.learn(client)
+            first = context.calibration
+            assert first is not None and first.tokens_per_word is None
+            await context.learn(client)
+            assert context.calibration is first  # not before every probe
+            now[0] += CONTEXT_REASK_S
+            await context.learn(client)
+            assert context.calibration is not first  # tried again
+    failed = [r for r in caplog.records if "calibration requests failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].levelno == logging.WARNING
