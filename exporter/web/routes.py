@@ -217,6 +217,11 @@ def _probe_timeout(request: web.Request) -> float:
 async def probe(request: web.Request) -> web.Response:
     daemon = request.app[DAEMON]
     target, module = request.query.get("target", ""), request.query.get("module", "")
+    missing = [name for name in ("target", "module") if not request.query.get(name)]
+    if missing:  # said as missing, not as the unknown name ""
+        given = {"target": [t.name for t in daemon.config.targets], "module": list(daemon.config.modules)}
+        lines = [f"missing query parameter {name}; valid: {', '.join(given[name])}" for name in missing]
+        raise web.HTTPBadRequest(text="\n".join(lines) + "\n")
     try:
         # A pair of names the config does not put together may still be one the target cannot send.
         configured = daemon.config.target(target)

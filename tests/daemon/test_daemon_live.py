@@ -142,6 +142,10 @@ async def test_probe_endpoint_runs_one_probe_with_a_fresh_registry(
     assert status == 400 and 'unknown target "nope"; valid: sim' in text
     status, text = await get(url + "/probe?target=sim&module=fats")
     assert status == 400 and 'unknown module "fats"; valid: fast' in text
+    status, text = await get(url + "/probe?target=sim")  # a parameter left out is missing, not unknown
+    assert status == 400 and text == "missing query parameter module; valid: fast\n"
+    status, text = await get(url + "/probe")
+    assert status == 400 and "missing query parameter target; valid: sim\n" in text
     status, text = await get(url + "/probe?target=sim&module=fast&debug=true")
     assert status == 200 and "probe sim/fast: 2 requests" in text and "#0: ok" in text
 
