@@ -29,8 +29,8 @@ from exporter.jobs.manager import JobManager
 from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profile_runner import profile_runner
 from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_with_profile
-from exporter.jobs.store import JOB_STATES, JobRecord, JobStore
-from exporter.options.job_params import JOB_KINDS, JobLimits
+from exporter.jobs.store import JobRecord, JobStore
+from exporter.options.job_params import JobLimits
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import Secret
 
@@ -71,10 +71,8 @@ class DaemonJobEnvironment:
             max_duration_s=lambda: self.config.jobs.limits.max_duration_s,
         )
         self.paused: set[str] = set()  # targets whose scheduled probes wait for a job to end
-        terminal = [state for state in JOB_STATES if state != "running"]
-        self.jobs_finished: Counter[tuple[str, str]] = Counter(
-            {(kind, state): 0 for kind in JOB_KINDS for state in terminal}
-        )
+        # Jobs ended since start by (target, kind, state); jobs_snapshot lists the zeros.
+        self.jobs_finished: Counter[tuple[str, str, str]] = Counter()
 
     @property
     def config(self) -> Config:
@@ -158,7 +156,7 @@ class DaemonJobEnvironment:
 
     def _job_finished(self, record: JobRecord) -> None:
         self.paused.discard(record.target)
-        self.jobs_finished[(record.kind, record.state)] += 1
+        self.jobs_finished[(record.target, record.kind, record.state)] += 1
 
     def job_snapshot(self) -> JobsSnapshot:
         """The latest capacity search per (target, module), the stored profiles, the job counts, the

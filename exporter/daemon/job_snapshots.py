@@ -17,7 +17,7 @@ from exporter.exposition.jobs import (
     TrialPoint,
 )
 from exporter.jobs.profiles import StoredProfile
-from exporter.jobs.store import JobRecord
+from exporter.jobs.store import JOB_STATES, JobRecord
 from exporter.options.job_params import JOB_KINDS
 
 
@@ -25,12 +25,13 @@ def jobs_snapshot(
     records: Sequence[JobRecord],
     profiles: Mapping[str, StoredProfile],
     targets: Sequence[Target],
-    finished: Mapping[tuple[str, str], int],
+    finished: Mapping[tuple[str, str, str], int],
     contexts: Mapping[str, int | None] | None = None,
     *,
     over_context: tuple[tuple[str, str], ...] = (),
 ) -> JobsSnapshot:
-    """``records`` newest first, as the store lists them; ``finished`` counts ended jobs by (kind, state);
+    """``records`` newest first, as the store lists them; ``finished`` counts ended jobs by (target,
+    kind, state), listed with 0 for every configured target from the start;
     ``contexts`` is the context each target said it serves (None: not said); ``over_context`` the
     configured (target, module) pairs none of whose requests fit it.
     Results of targets no longer configured (a reload removed or renamed them) stay in the store and the
@@ -47,11 +48,16 @@ def jobs_snapshot(
     )
     # Every (target, kind) from the start, with 0: a gauge that vanishes at 0 reads "no data".
     running: Counter[tuple[str, str]] = Counter({(t.name, kind): 0 for t in targets for kind in JOB_KINDS})
+    terminal = [state for state in JOB_STATES if state != "running"]
+    ended: Counter[tuple[str, str, str]] = Counter(
+        {(t.name, kind, state): 0 for t in targets for kind in JOB_KINDS for state in terminal}
+    )
+    ended.update(finished)  # a target a reload removed keeps its counts: a counter does not go back
     running.update((r.target, r.kind) for r in records if r.state == "running")
     gpus = {target.name: target.gpus for target in targets if target.gpus is not None}
     served = {t: n for t, n in (contexts or {}).items() if n is not None and t in configured}
     return JobsSnapshot(
-        tuple(latest.values()), stored, JobCounts(dict(finished), dict(running)), gpus, served, over_context
+        tuple(latest.values()), stored, JobCounts(dict(ended), dict(running)), gpus, served, over_context
     )
 
 

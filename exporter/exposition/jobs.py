@@ -82,13 +82,13 @@ class ProfileSnapshot:
 
 @dataclass(frozen=True)
 class JobCounts:
-    """Jobs finished since start by (kind, state), and running now by (target, kind).
+    """Jobs finished since start by (target, kind, state), and running now by (target, kind).
 
-    List every (kind, state) a job can end in from the start, with 0, so that ``rate()`` sees each
-    series begin at 0 instead of appearing with its first increment.
+    List every (target, kind, state) a job can end in from the start, with 0, so that ``rate()`` sees
+    each series begin at 0 instead of appearing with its first increment.
     """
 
-    finished: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    finished: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
     running: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
@@ -133,8 +133,8 @@ def build_families(snapshot: JobsSnapshot) -> Families:
         out.add(names.TARGET_SERVED_CONTEXT, (target,), tokens)
     for target, module in snapshot.over_context:
         out.add(names.PROBE_OVER_CONTEXT, (target, module), 1.0)
-    for (kind, state), count in snapshot.counts.finished.items():
-        out.add(names.JOBS_FINISHED, (kind, state), count)
+    for (target, kind, state), count in snapshot.counts.finished.items():
+        out.add(names.JOBS_FINISHED, (target, kind, state), count)
     for (target, kind), count in snapshot.counts.running.items():
         out.add(names.JOB_RUNNING, (target, kind), count)
     return out

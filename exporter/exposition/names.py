@@ -649,8 +649,9 @@ PREFILL_PROFILE_TIMESTAMP = MetricSpec(
 JOBS_FINISHED = MetricSpec(
     "fluidity_jobs_finished_total",
     "counter",
-    "Jobs (capacity searches, prefill profiles) finished since the exporter started, by how they ended.",
-    (KIND, STATE),
+    "Jobs (capacity searches, prefill profiles) finished since the exporter started, by target and by how "
+    "they ended.",
+    (TARGET, KIND, STATE),
 )
 JOB_RUNNING = MetricSpec(
     "fluidity_job_running",

@@ -94,3 +94,13 @@ def test_an_inconclusive_trial_that_passed_on_its_point_verdict_reads_passed_as_
     help_text = names.CAPACITY_TRIAL_PASSED.help
     assert "point verdict" in help_text and "inconclusive" in help_text and "trials[].verdict" in help_text
     assert "SLO held" not in help_text
+
+
+def test_finished_jobs_are_counted_per_target_from_zero_and_kept_after_a_reload() -> None:
+    # FluidityJobFailed could not say which target's job failed: the counter had no target label.
+    targets = [Target(name="llm", url="http://127.0.0.1:9")]
+    finished = {("llm", "capacity", "failed"): 1, ("gone", "capacity", "succeeded"): 2}
+    counts = jobs_snapshot([], {}, targets, finished).counts.finished
+    assert counts[("llm", "capacity", "failed")] == 1
+    assert counts[("llm", "prefill-profile", "succeeded")] == 0  # listed from the start, for rate()
+    assert counts[("gone", "capacity", "succeeded")] == 2  # a reload removed it: a counter never goes back

@@ -68,7 +68,11 @@ NOT_FOUND = CapacitySnapshot(
     trials=(TrialPoint(0, 1.0, False, 0.4),),
 )
 COUNTS = JobCounts(
-    finished={("capacity", "succeeded"): 2, ("capacity", "failed"): 0, ("prefill-profile", "succeeded"): 1},
+    finished={
+        ("llm", "capacity", "succeeded"): 2,
+        ("llm", "capacity", "failed"): 0,
+        ("llm", "prefill-profile", "succeeded"): 1,
+    },
     running={("llm", "prefill-profile"): 1},
 )
 SNAPSHOT = JobsSnapshot(
@@ -142,9 +146,12 @@ def test_a_profile_shows_its_predictions_at_the_reference_lengths() -> None:
 
 def test_job_counts() -> None:
     get = registry_of(SNAPSHOT).get_sample_value
-    assert get("fluidity_jobs_finished_total", {"kind": "capacity", "state": "succeeded"}) == 2
-    assert get("fluidity_jobs_finished_total", {"kind": "capacity", "state": "failed"}) == 0
-    assert get("fluidity_jobs_finished_total", {"kind": "prefill-profile", "state": "succeeded"}) == 1
+    ended = {"target": "llm"}
+    assert get("fluidity_jobs_finished_total", {**ended, "kind": "capacity", "state": "succeeded"}) == 2
+    assert get("fluidity_jobs_finished_total", {**ended, "kind": "capacity", "state": "failed"}) == 0
+    assert (
+        get("fluidity_jobs_finished_total", {**ended, "kind": "prefill-profile", "state": "succeeded"}) == 1
+    )
     assert get("fluidity_job_running", {"target": "llm", "kind": "prefill-profile"}) == 1
 
 
