@@ -148,7 +148,9 @@ class TargetHealth:
         self.state, self.since = state, now
 
     def retain(self, modules: Iterable[str]) -> None:
-        """Forget modules a reload took from the target: a module that is gone cannot recover."""
+        """Forget the failures of modules not in ``modules``: none of them is probed on schedule to
+        recover (a reload took it away, an on-demand probe named a module the target is not configured
+        with, or the module is skipped as over the served context, which its own alert says)."""
         self.failing_modules &= set(modules)
 
     def describe(self) -> str:
