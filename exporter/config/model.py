@@ -13,9 +13,11 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
+from exporter.load.calibration import Calibration
 from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_protocol import PoolSettings
+from exporter.load.target_facts import context_fit_on, fit_to_context
 from exporter.load.workloads import IndependentLengths, LengthSource, PairedLengths, Workload, with_sessions
 from exporter.options.arrival import ArrivalProcess
 from exporter.options.job_params import JobKind, JobLimits, JobParams
@@ -141,6 +143,11 @@ class Target:
         """Exact prompts for the simulator's tokenizer, approximate ones for any other server."""
         return SimPromptBuilder() if self.simulated else ApproxPromptBuilder()
 
+    @property
+    def calibrates_prompts(self) -> bool:
+        """Whether its prompts are fitted to its tokenizer first (never the simulator's exact ones)."""
+        return self.calibrate_prompts and not self.simulated
+
 
 @dataclass(frozen=True)
 class WorkloadSpec(WorkloadOptions):
@@ -220,6 +227,19 @@ class Module:
             Workload(self.name, lengths, builder, target.api, self.max_prompt_tokens, self.max_output_tokens),
             spec,
         )
+
+    def fitted_workload(
+        self, target: Target, context: int | None, calibration: Calibration | None
+    ) -> Workload:
+        """The workload as sent to ``target``: its prompts calibrated when ``calibration`` fitted, and
+        fitted to the ``context`` it serves by the one-shot run's rule, unless ``max_prompt_tokens`` is
+        set (as ``--max-prompt-tokens`` turns the fit off). The daemon's probes and capacity jobs alike."""
+        workload = self.workload_for(target)
+        if calibration is not None and calibration.tokens_per_word is not None:
+            workload = workload.with_options(builder=calibration.builder)
+        if not context_fit_on(self.max_prompt_tokens):
+            return workload
+        return fit_to_context(workload, context, exact=target.simulated)
 
 
 @dataclass(frozen=True)

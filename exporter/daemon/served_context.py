@@ -31,7 +31,7 @@ import numpy as np
 
 from exporter.config.model import Module, Target
 from exporter.load.calibration import Calibration, calibrate_prompts
-from exporter.load.target_facts import ContextAnswer, ask_context, context_fit_on, fit_to_context
+from exporter.load.target_facts import ContextAnswer, ask_context
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeRefusedError, ProbeResult
@@ -140,12 +140,7 @@ class ServedContext:
 
     def workload(self, target: Target, module: Module) -> Workload:
         """``module``'s workload as sent to ``target``, fitted to the context the target said."""
-        workload = module.workload_for(target)
-        if self.calibration is not None and self.calibration.tokens_per_word is not None:
-            workload = workload.with_options(builder=self.calibration.builder)
-        if not context_fit_on(module.max_prompt_tokens):
-            return workload
-        return fit_to_context(workload, self.tokens, exact=target.simulated)
+        return module.fitted_workload(target, self.tokens, self.calibration)
 
     def _due(self) -> bool:
         if self.asked_at is None or not self.answered:

@@ -97,7 +97,7 @@ class TargetPool:
                 client,
                 budget,
                 health,
-                ServedContext(target.name, calibrate=target.calibrate_prompts and not target.simulated),
+                ServedContext(target.name, calibrate=target.calibrates_prompts),
             )
         return removed
 

@@ -30,7 +30,7 @@ from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.calibration import Calibration, calibrate_prompts
 from exporter.load.shard_pool import ShardPool
-from exporter.load.target_facts import ContextFit, cannot_fit, context_fit_on, fit_to_context, served_context
+from exporter.load.target_facts import ContextFit, cannot_fit, served_context
 from exporter.load.workloads import Workload
 from exporter.options.job_params import CapacityParams, JobLimits, JobParams, SloSpec, concurrency_ceiling
 from exporter.probe.client import ProbeClient
@@ -172,7 +172,7 @@ async def job_calibration(
     are (None for a simulated target, whose prompts are exact, or one with ``calibrate_prompts``
     off): without it a prompt of a non-simulated simulator came out ~1.9x as long as asked, and the
     context fit's 3% margin sent a trial's longest requests into 400s. Said in the progress."""
-    if target.simulated or not target.calibrate_prompts:
+    if not target.calibrates_prompts:
         return None
     calibration = await calibrate_prompts(client.send, target.api, context=context)
     ctx.progress(0.0, calibration.describe())
@@ -186,15 +186,9 @@ def fitted_workload(
     ctx: JobContext,
     calibration: Calibration | None = None,
 ) -> Workload:
-    """``module``'s workload for ``target``, its prompts calibrated when ``calibration`` fitted, and
-    fitted to the ``context`` it serves, as its scheduled probes are (left as it is when the module
-    sets ``max_prompt_tokens``); a cut is said in the progress, as the profile job says the lengths it
-    leaves out."""
-    workload = module.workload_for(target)
-    if calibration is not None and calibration.tokens_per_word is not None:
-        workload = workload.with_options(builder=calibration.builder)
-    if context_fit_on(module.max_prompt_tokens):
-        workload = fit_to_context(workload, context, exact=target.simulated)
+    """``module``'s workload for ``target`` as its scheduled probes send it (``Module.fitted_workload``);
+    a cut is said in the progress, as the profile job says the lengths it leaves out."""
+    workload = module.fitted_workload(target, context, calibration)
     fit = ContextFit.of(workload, context)
     if fit.cut > 0:
         ctx.progress(0.0, fit.describe())
