@@ -22,6 +22,10 @@
  *   - any other read goes to `received(stamp, bytes)`, as stamped.py would hand it, and ends keep mode
  *     (http.py turns it on again when the parser is between chunks once more); a closed socket or an
  *     error goes to `lose(None | OSError)`.
+ *   - the gaps of streams being kept: for every read of a socket in keep mode (kept or not, so reads that
+ *     came together count too), the time since that socket's previous read, when it is at least
+ *     `gap_floor`; take_gaps() returns how many there were and the shortest, and starts counting
+ *     afresh. socket_reads.py paces its reads by them (``next_pace``).
  * Callbacks may add or remove sockets, so no pointer into the table is held across one.
  */
 #define PY_SSIZE_T_CLEAN
@@ -60,6 +64,9 @@ typedef struct {
     char *buffer;
     Py_ssize_t buffer_size;
     PyObject *last_read_name;
+    double gap_floor; /* shorter gaps are a server's own bursts, which no pace separates */
+    Py_ssize_t gaps;  /* since the last take_gaps() */
+    double shortest_gap;
 } Reads;
 
 /* Clearing moves the references out of the entry before releasing any: a release may run a finalizer
@@ -99,15 +106,19 @@ static Entry *entry_of(Reads *self, int fd) {
 }
 
 static int Reads_init(Reads *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"timestamp_type", "buffer_size", NULL};
+    static char *kwlist[] = {"timestamp_type", "buffer_size", "gap_floor", NULL};
     Py_ssize_t buffer_size = 256 * 1024;
+    double gap_floor = 0.001;
     if (self->epfd >= 0 || self->buffer != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Reads is initialised already");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|n", kwlist, &self->timestamp_type, &buffer_size)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|nd", kwlist, &self->timestamp_type, &buffer_size,
+                                     &gap_floor)) {
         return -1;
     }
+    self->gap_floor = gap_floor;
+    self->shortest_gap = Py_HUGE_VAL;
     if (buffer_size <= 0) {
         PyErr_SetString(PyExc_ValueError, "buffer_size must be positive");
         return -1;
@@ -409,6 +420,12 @@ static int lose_with_errno(PyObject *lose) {
     return status;
 }
 
+static void note_gap(Reads *self, double gap) {
+    if (gap < self->gap_floor) return;
+    self->gaps++;
+    if (gap < self->shortest_gap) self->shortest_gap = gap;
+}
+
 /* What arrived on `fd` since its last read, once, to where it goes; -1 on a Python error. */
 static int read_into(Reads *self, int fd, double now, double offset, PyObject *received, PyObject *lose) {
     union { /* aligned as the cmsghdr the kernel writes there */
@@ -429,6 +446,7 @@ static int read_into(Reads *self, int fd, double now, double offset, PyObject *r
     double stamp = message.msg_controllen ? kernel_stamp(self, &message, offset, &found) : (found = 0, 0.0);
     double chosen = (!found || stamp > now) ? now : stamp;
     if (chosen < e->last_stamp) chosen = e->last_stamp;
+    if (e->kept != NULL && e->last_stamp > 0) note_gap(self, chosen - e->last_stamp); /* 0: no read yet */
     e->last_stamp = chosen;
     if (e->kept != NULL) {
         int kept = keep_read(self, e, size, chosen);
@@ -482,6 +500,13 @@ static PyObject *Reads_read(Reads *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Reads_take_gaps(Reads *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = Py_BuildValue("nd", self->gaps, self->shortest_gap);
+    self->gaps = 0;
+    self->shortest_gap = Py_HUGE_VAL;
+    return out;
+}
+
 static PyObject *Reads_fileno(Reads *self, PyObject *Py_UNUSED(ignored)) { return PyLong_FromLong(self->epfd); }
 
 static PyObject *Reads_close(Reads *self, PyObject *Py_UNUSED(ignored)) {
@@ -500,6 +525,8 @@ static PyMethodDef Reads_methods[] = {
     {"read_ready", (PyCFunction)Reads_read_ready, METH_VARARGS,
      "read_ready(now, offset) -> int: read every ready socket once; returns how many were ready."},
     {"read", (PyCFunction)Reads_read, METH_VARARGS, "read(fd, now, offset): read fd once, out of turn."},
+    {"take_gaps", (PyCFunction)Reads_take_gaps, METH_NOARGS,
+     "take_gaps() -> (count, shortest): the gaps of kept streams since the last call (see the module)."},
     {"fileno", (PyCFunction)Reads_fileno, METH_NOARGS, "The epoll set's file descriptor."},
     {"close", (PyCFunction)Reads_close, METH_NOARGS, "Forget every socket and close the epoll set."},
     {NULL, NULL, 0, NULL},

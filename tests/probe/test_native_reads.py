@@ -7,6 +7,7 @@ of ``_reads.c`` one by one, with no event loop: each calls ``read`` itself."""
 
 from __future__ import annotations
 
+import math
 import select
 import socket
 import sys
@@ -89,7 +90,7 @@ def pair() -> Iterator[Pair]:
     client.setblocking(False)
     client.setsockopt(socket.SOL_SOCKET, socket_reads.SO_TIMESTAMPNS, 1)
     sink = Sink()
-    reads = socket_reads._native.Reads(socket_reads.SO_TIMESTAMPNS, 4096)
+    reads = socket_reads._native.Reads(socket_reads.SO_TIMESTAMPNS, 4096, socket_reads.GAP_FLOOR_S)
     reads.add(client.fileno(), sink.on_received, sink.on_lose)
     try:
         yield Pair(reads, client, server, sink)
@@ -250,6 +251,46 @@ def test_a_state_whose_setattr_ends_keep_mode_is_safe(pair: Pair) -> None:
     pair.send(event(b"{}"))
     pair.read()
     assert len(kept) == 1 and pair.sink.due_calls == 1 and not keeping(pair)
+
+
+def test_gaps_are_counted_between_reads_of_a_kept_stream_only(pair: Pair) -> None:
+    """What the pace is chosen by (``socket_reads.next_pace``): the time between two reads of a socket
+    in keep mode, a read kept or not (two events read together count too)."""
+    pair.send(b"HTTP/1.1 200 OK\r\n\r\n")
+    pair.read()  # not in keep mode: no gap
+    assert pair.reads.take_gaps() == (0, math.inf)
+    keep(pair, [])
+    time.sleep(0.02)
+    pair.send(event(b"{}"))
+    pair.read()  # kept, 20 ms after the headers
+    time.sleep(0.005)
+    pair.send(event(b"{}") + event(b"{}"))
+    pair.read()  # two events together, 5 ms later: counted, and keep mode ends
+    count, shortest = pair.reads.take_gaps()
+    assert count == 2 and 0.004 <= shortest <= 0.015, shortest
+    assert [d.count(b"data:") for _, d in pair.sink.received] == [0, 2]
+    assert pair.reads.take_gaps() == (0, math.inf)  # taken: counting starts afresh
+    time.sleep(0.005)
+    pair.send(event(b"{}"))
+    pair.read()  # keep mode ended with the last read: no gap
+    assert pair.reads.take_gaps() == (0, math.inf)
+
+
+def test_gaps_shorter_than_the_floor_are_not_counted(pair: Pair) -> None:
+    """A server's own burst (events written together, or within the floor) is no gap any pace separates."""
+    assert socket_reads._native is not None and socket_reads.SO_TIMESTAMPNS is not None
+    floored = socket_reads._native.Reads(socket_reads.SO_TIMESTAMPNS, 4096, 0.010)
+    try:
+        floored.add(pair.fd, pair.sink.on_received, pair.sink.on_lose)
+        floored.keep(pair.fd, [], pair.sink, pair.sink.due, MARKERS, 100, 1000)
+        for pause in (0.0, 0.002, 0.03):
+            time.sleep(pause)
+            pair.send(event(b"{}"))
+            floored.read(pair.fd, time.perf_counter(), time.time() - time.perf_counter())
+        count, shortest = floored.take_gaps()
+        assert count == 1 and 0.025 <= shortest <= 0.1, (count, shortest)  # only the 30 ms gap
+    finally:
+        floored.close()
 
 
 def test_bad_arguments_are_refused_with_a_clear_error(pair: Pair) -> None:

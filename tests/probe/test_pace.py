@@ -1,0 +1,164 @@
+"""The pace of the paced reads (``socket_reads.next_pace``): slower while every stream's gaps are long,
+back to the fastest at the first gap the pace would not separate; and, on the real client, a pace that
+slows for 20 ms gaps without reading two chunks together."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.probe.client import ProbeClient
+from exporter.probe.result import Outcome
+from exporter.probe.socket_reads import (
+    MAX_PACE_S,
+    PACE_EVIDENCE,
+    PACE_S,
+    PACE_WINDOW_S,
+    Pace,
+    loop_reads,
+    next_pace,
+)
+from exporter.probe.target import RequestSpec, TargetSettings
+from tests.probe.helpers import TEST_TIMEOUTS
+
+INF = math.inf
+
+
+def window(pace: Pace, start: float, gaps: int, shortest: float) -> Pace:
+    """One paced read at ``start`` with those gaps, then an empty one a whole window later."""
+    return next_pace(next_pace(pace, start, gaps, shortest), start + PACE_WINDOW_S, 0, INF)
+
+
+def test_the_pace_slows_one_doubling_per_window_of_long_gaps_up_to_the_slowest() -> None:
+    pace = Pace(since=0.0)
+    seen = []
+    for k in range(5):
+        pace = window(pace, k * PACE_WINDOW_S, PACE_EVIDENCE, 0.020)
+        seen.append(pace.seconds)
+    assert seen == [2 * PACE_S, 4 * PACE_S, MAX_PACE_S, MAX_PACE_S, MAX_PACE_S]
+    assert MAX_PACE_S == 4 * PACE_S
+
+
+def test_no_slowing_without_evidence_or_within_a_window() -> None:
+    assert window(Pace(), 0.0, PACE_EVIDENCE - 1, 1.0).seconds == PACE_S  # too few gaps seen
+    assert window(Pace(), 0.0, 0, INF).seconds == PACE_S  # none (the Python reads have no keep mode)
+    half = next_pace(Pace(since=0.0), PACE_WINDOW_S / 2, 100, 1.0)
+    assert half.seconds == PACE_S and half.gaps == 100  # the window is not over: evidence is gathered
+    # Gaps under four paces (twice the doubled pace) hold the pace where it is.
+    assert window(Pace(), 0.0, 100, 4 * PACE_S - 1e-6).seconds == PACE_S
+
+
+@pytest.mark.parametrize(
+    ("shortest", "expected"),
+    [(0.0159, 2 * PACE_S), (0.0079, PACE_S), (0.003, PACE_S)],
+)
+def test_a_short_gap_brings_the_pace_down_at_once(shortest: float, expected: float) -> None:
+    after = next_pace(Pace(MAX_PACE_S, since=0.0), 0.001, 1, shortest)
+    assert after.seconds == expected
+    assert after.since == 0.001 and after.gaps == 0  # a new window starts
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.floats(0.0, 0.1), st.integers(0, 20), st.floats(0.001, 0.1)), min_size=1, max_size=40
+    )
+)
+def test_the_pace_stays_in_bounds_and_under_half_of_any_gap_it_just_saw(
+    steps: list[tuple[float, int, float]],
+) -> None:
+    pace, now = Pace(), 0.0
+    for advance, gaps, shortest in steps:
+        now += advance
+        pace = next_pace(pace, now, gaps, shortest)
+        assert PACE_S <= pace.seconds <= MAX_PACE_S
+        if gaps:  # the pace after a read separates, with a margin of two, the gaps of that read
+            assert pace.seconds == PACE_S or pace.seconds <= shortest / 2
+
+
+@asynccontextmanager
+async def spread_streams(streams: int, tokens: int, gap_s: float, slots: int) -> AsyncIterator[str]:
+    """A completions server that streams ``tokens`` chunks ``gap_s`` apart to each of ``streams``
+    connections, their phases spread over ``slots`` slots of one gap, so that chunks of some stream
+    arrive all the time and the client's reads stay paced (a wake-up finds several sockets ready)."""
+    writers: list[asyncio.StreamWriter] = []
+    all_in = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lengths = [line for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")]
+        await reader.readexactly(int(lengths[0].split(b":")[1]))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        writers.append(writer)
+        if len(writers) == streams:
+            all_in.set()
+        await asyncio.sleep(60)  # the sender ends the answer
+
+    def chunk_of(index: int) -> bytes:
+        if index == tokens + 1:
+            data = b"[DONE]"
+        elif index == tokens:
+            data = b'{"choices":[{"text":"","finish_reason":"length"}]}'
+        else:
+            data = b'{"choices":[{"text":"t","finish_reason":null}]}'
+        event = b"data: " + data + b"\n\n"
+        return b"%x\r\n%s\r\n" % (len(event), event) + (b"0\r\n\r\n" if index == tokens + 1 else b"")
+
+    async def send() -> None:
+        await all_in.wait()
+        loop = asyncio.get_running_loop()
+        start, slot_s = loop.time(), gap_s / slots
+        for step in range((tokens + 2) * slots):
+            await asyncio.sleep(max(0.0, start + step * slot_s - loop.time()))
+            for writer in writers[step % slots :: slots]:
+                writer.write(chunk_of(step // slots))
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    sender = asyncio.ensure_future(send())
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        sender.cancel()
+        for writer in writers:
+            writer.close()
+        server.close()
+
+
+async def test_streams_with_long_gaps_are_read_at_a_slower_pace_and_never_together(both_reads: str) -> None:
+    """Forty streams of 20 ms gaps, spread over the gap: the C reads slow their pace, and no read holds
+    two token events."""
+    paces: set[float] = set()
+    streams, tokens = 40, 50
+    spec = RequestSpec(prompt="x", max_tokens=tokens)
+    async with spread_streams(streams, tokens, gap_s=0.02, slots=10) as url:
+        settings = TargetSettings(base_url=url, model="m", api="completions", timeouts=TEST_TIMEOUTS)
+        async with ProbeClient(settings) as client:
+            reads = loop_reads(time.perf_counter)
+
+            async def watch() -> None:
+                while True:
+                    paces.add(reads.pace.seconds)
+                    await asyncio.sleep(0.01)
+
+            watcher = asyncio.ensure_future(watch())
+            try:
+                sends = (client.send(spec) for _ in range(streams))
+                results = await asyncio.wait_for(asyncio.gather(*sends), 30)
+            finally:
+                watcher.cancel()
+    assert all(r.outcome is Outcome.OK for r in results), [r.error for r in results]
+    assert [r.output_tokens for r in results] == [tokens] * streams
+    assert sum(r.multi_event_reads for r in results) == 0
+    if both_reads == "native":
+        assert max(paces) > PACE_S, paces
+    else:
+        assert paces == {PACE_S}  # the Python reads see no gaps: they stay at the fastest
