@@ -288,12 +288,17 @@ def _decode_tier(sec: Section, custom_deadline: bool) -> str:
             sec.fail("decode_tier", DECODE_PAIR, mentions=("decode_tier", "decode_deadline_s"))
         return SloSpec.decode_tier
     tier = sec.read("decode_tier", SloSpec.decode_tier, lambda value: value)
-    if tier in DECODE_TIERS:
-        return str(tier)
+    if isinstance(tier, str) and tier in DECODE_TIERS:  # a list or a mapping is no tier (nor hashable)
+        return tier
     # The alternative is named as a setting, so the command line names its flag (--decode-deadline).
+    what = (
+        f"unknown decode tier {literal(show(tier))}"
+        if isinstance(tier, str)
+        else f"must be a tier, got {show(tier)}"
+    )
     sec.fail(
         "decode_tier",
-        f"unknown decode tier {literal(show(tier))}; valid: {', '.join(DECODE_TIERS)} (or give {{}})",
+        f"{what}; valid: {', '.join(DECODE_TIERS)} (or give {{}})",
         mentions=("decode_deadline_s",),
     )
     return SloSpec.decode_tier

@@ -185,6 +185,15 @@ BAD: dict[str, tuple[str, Any, list[str]]] = {
             "(a deadline of its own), not both"
         ],
     ),
+    # Found by the OpenAPI fuzz test: a mapping (or list) is unhashable, and the tier check raised.
+    "decode-tier-not-a-string": (
+        "capacity",
+        {"target": "a", "slo": {"decode_tier": {"x": 1}}},
+        [
+            "slo.decode_tier: must be a tier, got a mapping; valid: strict, medium, relaxed "
+            "(or give decode_deadline_s)"
+        ],
+    ),
     "slo-not-a-mapping": (
         "capacity",
         {"target": "a", "slo": "strict"},
