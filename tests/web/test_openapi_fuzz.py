@@ -79,9 +79,10 @@ def within_cross_field_rules(body: Any) -> bool:
     )
     if isinstance(requests, int | float) and isinstance(warmup, int | float) and requests + warmup > ceiling:
         return False
-    if body.get("load") == "concurrency" and isinstance(requests, int) and isinstance(warmup, int):
-        loads = (start, max_load, min_load)
-        if any(isinstance(v, int | float) and v > concurrency_ceiling(warmup, requests) for v in loads):
+    # JSON Schema's integers include 0.0 and 10.0, which the API reads as the integers they are.
+    if body.get("load") == "concurrency" and all(_whole(v) for v in (requests, warmup)):
+        loads, ceiling = (start, max_load, min_load), concurrency_ceiling(int(warmup), int(requests))
+        if any(isinstance(v, int | float) and v > ceiling for v in loads):
             return False
     ladder = body.get("lengths")
     if isinstance(ladder, dict):
@@ -89,6 +90,10 @@ def within_cross_field_rules(body: Any) -> bool:
         if isinstance(low, int | float) and isinstance(high, int | float) and low > high:
             return False
     return True
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer()
 
 
 def credentials(case: Any) -> dict[str, str]:
