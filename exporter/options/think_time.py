@@ -72,7 +72,7 @@ def parse_think_time(spec: str | float | Mapping[str, Any]) -> ThinkTime:
         raise ValueError(f'unknown think-time distribution "{kind}"; valid: {", ".join(THINK_KINDS)}')
     limit = fields.pop("max", None)
     expected = _THINK_PARAMS[kind]
-    unknown = sorted(set(fields) - set(expected))
+    unknown = sorted(set(fields) - set(expected), key=str)  # YAML keys may be numbers too
     if unknown or set(expected) - set(fields):
         raise ValueError(f"{kind} think time needs {', '.join(expected)} (and optionally max), got {spec!r}")
     values = {name: _seconds(fields[name], f"{kind}.{name}") for name in expected}

@@ -143,7 +143,7 @@ def validate(config: SimConfig) -> SimConfig:
 
 def from_mapping(data: Mapping[str, Any], base: SimConfig | None = None) -> SimConfig:
     """A validated config from a mapping (a parsed YAML file or flags), on top of ``base``."""
-    unknown = sorted(set(data) - set(FIELDS))
+    unknown = sorted(set(data) - set(FIELDS), key=str)  # YAML keys may be numbers too
     if unknown:
         raise ConfigError(f'unknown key "{unknown[0]}"; valid: {", ".join(FIELDS)}')
     try:

@@ -238,7 +238,7 @@ def _check_non_negative(name: str, value: float) -> None:
 
 
 def _check_keys(what: str, data: Mapping[str, Any], expected: Sequence[str]) -> None:
-    unknown = sorted(set(data) - set(expected))
+    unknown = sorted(set(data) - set(expected), key=str)  # YAML keys may be numbers too
     if unknown:
         raise ValueError(f'unknown {what} field "{unknown[0]}"; valid: {", ".join(expected)}')
     missing = [key for key in expected if key not in data]

@@ -54,9 +54,14 @@ def test_think_time_specs(spec: Any, describe: str, mean: float) -> None:
         ("uniform:low=3,high=1", "uniform think time: low must be <= high, got 'uniform:low=3,high=1'"),
         ("fixed:-1", "think time fixed.value: expected seconds >= 0, got '-1'"),
         ("lognormal:median=x,sigma=1", "think time lognormal.median: expected seconds, got 'x'"),
+        # YAML keys may be numbers: sorting them beside names raised a TypeError (a traceback).
+        (
+            {"kind": "fixed", 1: 2, "b": 3},
+            "fixed think time needs value (and optionally max), got {'kind': 'fixed', 1: 2, 'b': 3}",
+        ),
     ],
 )
-def test_think_time_errors(spec: str, message: str) -> None:
+def test_think_time_errors(spec: Any, message: str) -> None:
     with pytest.raises(ValueError) as caught:
         parse_think_time(spec)
     assert str(caught.value) == message

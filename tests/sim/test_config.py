@@ -25,6 +25,7 @@ BAD_YAML = [
         "mistral-7b-a100",
     ),
     ("max_num_seq: 4\n", 'unknown key "max_num_seq"; valid: '),
+    ("1: 2\nb: 3\n", 'unknown key "1"; valid: '),  # a number beside a name once raised a TypeError
     ("port: 70000\n", "port: expected an integer in 0..65535, got 70000"),
     ("max_num_seqs: 0\n", "max_num_seqs: expected an integer >= 1, got 0"),
     ("max_num_seqs: many\n", "max_num_seqs: expected an integer >= 1, got 'many'"),

@@ -163,6 +163,8 @@ BAD_MODELS = {
     "negative coefficient": (_with("coefficients.b", -1e-4), "coefficients.b must be finite and >= 0"),
     "text coefficient": (_with("coefficients.a", "0.1"), "coefficients.a must be a number, got '0.1'"),
     "unknown coefficient": (_with("coefficients.d", 1.0), 'unknown coefficients field "d"; valid: a, b, c'),
+    # A YAML key may be a number: sorted beside the names, it raised a TypeError.
+    "numeric key": ({**_good(), 7: 1, "z": 2}, 'unknown prefill model field "7"; valid: kind, version, '),
     "coefficient list": (
         _with("coefficients", [1, 2, 3]),
         "coefficients must be a mapping with keys a, b, c",
