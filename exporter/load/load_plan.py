@@ -91,6 +91,9 @@ def _check_amounts(options: Options) -> None:
     duration = options["duration"]
     if duration is not None and not duration > 0:
         raise OptionError(f"--duration must be > 0 seconds, got {duration:g}")
+    seed = options["seed"]
+    if seed is not None and seed < 0:  # numpy's generators take none
+        raise OptionError(f"--seed must be an integer >= 0, got {seed}")
 
 
 def _sample(workload: Workload, count: int, rng: np.random.Generator) -> list[RequestSpec]:

@@ -294,7 +294,7 @@ def _decode_tier(sec: Section, custom_deadline: bool) -> str:
     what = (
         f"unknown decode tier {literal(show(tier))}"
         if isinstance(tier, str)
-        else f"must be a tier, got {show(tier)}"
+        else f"must be a tier, got {literal(show(tier))}"
     )
     sec.fail(
         "decode_tier",

@@ -40,6 +40,7 @@ IntArray = npt.NDArray[np.int64]
 
 # Bounded support for zipf when no max is given: longer than any context window we expect to serve.
 ZIPF_DEFAULT_MAX = 131_072
+DRAW_CEILING = 2.0**53  # the longest a draw is made: exact as a float, far inside int64, far past any filter
 # The largest zipf support we tabulate: the probability table is one float per length.
 _ZIPF_MAX_SUPPORT = 10_000_000
 
@@ -69,8 +70,9 @@ class Bounds:
             raise ValueError(f'field "max" ({self.high}) must be >= "min" ({self.low})')
 
     def clip(self, values: npt.NDArray[np.float64]) -> IntArray:
-        """Round to whole tokens, then clip."""
-        upper = np.inf if self.high is None else float(self.high)
+        """Round to whole tokens, then clip (unbounded: at ``DRAW_CEILING``, so no draw overflows the
+        integer it becomes, and one that long is left out by the length filters as too long)."""
+        upper = DRAW_CEILING if self.high is None else float(self.high)
         return np.clip(np.rint(values), float(self.low), upper).astype(np.int64)
 
     def spec(self) -> str:
@@ -109,7 +111,8 @@ class Uniform:
         _above_min("uniform", "high", self.high, self.bounds)
 
     def sample(self, n: int, rng: np.random.Generator) -> IntArray:
-        drawn = rng.integers(self.low, self.high, size=n, endpoint=True)
+        ceiling = int(DRAW_CEILING)  # numpy draws no integer past int64
+        drawn = rng.integers(min(self.low, ceiling), min(self.high, ceiling), size=n, endpoint=True)
         return self.bounds.clip(drawn.astype(np.float64))
 
     def describe(self) -> str:
@@ -178,7 +181,9 @@ class Zipf:
 
 
 def _zipf_cdf(a: float, low: int, high: int) -> npt.NDArray[np.float64]:
-    weights = np.arange(low, high + 1, dtype=np.float64) ** -a
+    # Relative to the first (k / low)**-a, which is 1: k**-a alone underflows to 0 for every k when a is
+    # large (a=2000 from 1000), and the normalised sum was NaN.
+    weights = (np.arange(low, high + 1, dtype=np.float64) / low) ** -a
     cdf: npt.NDArray[np.float64] = np.cumsum(weights)
     cdf /= cdf[-1]
     return cdf

@@ -103,6 +103,8 @@ def show(value: Any) -> str:
         return "a mapping"
     if isinstance(value, list | tuple):
         return "a list"
+    if isinstance(value, set | frozenset):  # YAML's !!set
+        return "a set"
     return repr(value)
 
 

@@ -31,6 +31,7 @@ LITERAL_SECRET: Final = (
     "write {env: NAME} or {file: PATH}"
 )
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE_BREAK = re.compile(r"[\r\n\x00]")  # RFC 9110: a field value holds no CR, LF or NUL
 
 
 class Secret:
@@ -140,8 +141,10 @@ def read_headers(sec: Section) -> tuple[tuple[str, str], ...]:
             sec.problems.add(path, "not a valid HTTP header name")
         elif not isinstance(value, str):
             sec.problems.add(path, f"must be a string (quote it), got {show(value)}")
+        elif _HEADER_VALUE_BREAK.search(value):  # it would end the header: a 400 for every request
+            sec.problems.add(path, "the value must not hold a line break or NUL")
         else:
-            pairs.append((name, str(value)))
+            pairs.append((name, value))
     return tuple(pairs)
 
 

@@ -21,6 +21,7 @@ from exporter.options.reader import show
 
 THINK_KINDS = ("fixed", "uniform", "exponential", "lognormal")
 DEFAULT_THINK_TIME = "lognormal:median=10,sigma=0.8,max=120"
+THINK_CEILING_S = 86_400.0  # a day: no field and no draw is longer (a longer wait held a run for ever)
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ class ThinkTime:
             values = rng.exponential(p["mean"], size=n)
         else:
             values = np.exp(rng.normal(np.log(p["median"]), p["sigma"], size=n))
-        clipped: npt.NDArray[np.float64] = np.clip(values, 0.0, self.max if self.max is not None else np.inf)
+        upper = self.max if self.max is not None else THINK_CEILING_S
+        clipped: npt.NDArray[np.float64] = np.clip(values, 0.0, upper)
         return clipped
 
     def describe(self) -> str:
@@ -111,6 +113,8 @@ def _seconds(value: object, where: str) -> float:
         raise ValueError(f"think time {where}: expected seconds, got {value!r}") from None
     if not 0 <= seconds < float("inf"):
         raise ValueError(f"think time {where}: expected seconds >= 0, got {value!r}")
+    if seconds > THINK_CEILING_S:
+        raise ValueError(f"think time {where}: at most {THINK_CEILING_S:g} seconds (a day), got {value!r}")
     return seconds
 
 

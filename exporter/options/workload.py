@@ -126,7 +126,9 @@ def tool_calls_problem(tool_calls: bool, api: str) -> str | None:
 
 def preset_options(value: Any, presets: Presets) -> WorkloadOptions:
     """The workload of the preset named ``value`` (one of ``presets``, in any case)."""
-    name = value.strip().lower() if isinstance(value, str) else value
+    if not isinstance(value, str):  # a list or a mapping is no name (nor hashable)
+        raise ValueError(f"must be a workload preset's name, got {show(value)}; valid: {', '.join(presets)}")
+    name = value.strip().lower()
     if name not in presets:
         raise ValueError(f"unknown workload preset {show(value)}; valid: {', '.join(presets)}")
     return WorkloadOptions(preset=name)
@@ -139,4 +141,8 @@ def response_format_spec(value: Any) -> str:
             'must be a response_format object with a "type", e.g. {type: json_schema, json_schema: {...}}, '
             f"got {show(value)}"
         )
-    return json.dumps(value, sort_keys=True)
+    try:  # JSON's own data (a YAML date or NaN is not), its keys made strings before they are sorted
+        plain = json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"must be JSON data: {exc}") from None
+    return json.dumps(plain, sort_keys=True)

@@ -166,6 +166,8 @@ def test_worker_processes_send_every_request_once(
         (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
         (["--duration", "0"], "--duration must be > 0 seconds, got 0"),
         (["--workers", "0"], "--workers must be >= 1"),
+        (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),  # numpy's ValueError, once
+        (["--header", "X-A: a\nb"], "--header.X-A: the value must not hold a line break or NUL"),
         (
             ["--url", "127.0.0.1:18000"],
             '--url: must be an http(s) URL like http://host:8000, got "127.0.0.1:18000"',

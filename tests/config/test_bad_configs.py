@@ -120,6 +120,17 @@ CASES: dict[str, tuple[str, list[str]]] = {
             '{type: json_schema, json_schema: {...}}, got "json"',
         ],
     ),
+    # Not JSON data: a YAML date or NaN, and a number among names (sorting the keys raised a TypeError).
+    "response-format-not-json": (
+        T
+        + "modules:\n  m:\n    workload: {preset: lmsys, response_format: {type: json_schema, x: 2020-01-01}}\n"
+        "  n:\n    workload: {preset: lmsys, response_format: {type: json_schema, x: .nan}}\n"
+        "  o:\n    workload: {preset: lmsys, response_format: {type: json_schema, 1: x}}\n",
+        [
+            "modules.m.workload.response_format: must be JSON data: Object of type date is not JSON serializable",
+            "modules.n.workload.response_format: must be JSON data: Out of range float values are not JSON compliant",
+        ],
+    ),
     "tool-calls-in-conversations": (
         T + "modules:\n  m:\n    workload: {preset: lmsys, turns: 3, tool_calls: true}\n",
         [
@@ -279,10 +290,25 @@ CASES: dict[str, tuple[str, list[str]]] = {
             'modules.m.workload.output_tokens: fixed: field "value" must be an integer >= 0, got -3',
         ],
     ),
+    # A draw past int64: numpy raised inside the length check's own error path (a traceback).
+    "lengths-past-int64": (
+        T + "modules:\n  m:\n    workload: {prompt_tokens: 'uniform:low=0,high=1e30', output_tokens: 8}\n",
+        [
+            "modules.m: workload m: every prompt length drawn is above the ceiling of 1048576 tokens a request "
+            "may have (e.g. 24666216691666)",
+        ],
+    ),
     "unknown-preset": (
         T + "modules:\n  m:\n    workload: sharegtp\n",
         [
             'modules.m.workload: unknown workload preset "sharegtp"; valid: sharegpt, lmsys, mooncake, azure-code, arxiv-summarization, bwb'
+        ],
+    ),
+    # A list is unhashable: the preset check raised a TypeError (found by fuzzing the config).
+    "preset-not-a-name": (
+        T + "modules:\n  m:\n    workload: {preset: []}\n",
+        [
+            "modules.m.workload.preset: must be a workload preset's name, got a list; valid: sharegpt, lmsys, mooncake, azure-code, arxiv-summarization, bwb"
         ],
     ),
     "filters-reject-everything": (
@@ -341,10 +367,12 @@ CASES: dict[str, tuple[str, list[str]]] = {
         ['global.buckets.preset: unknown value "otel"; valid: default, opentelemetry'],
     ),
     "headers-and-extra-body": (
-        T + "    headers: {X-Id: 5, 'bad header': x}\n    extra_body: [1]\n",
+        T + "    headers: {X-Id: 5, 'bad header': x, X-A: \"a\\nb\"}\n    extra_body: [1]\n",
         [
             "targets[0].headers.X-Id: must be a string (quote it), got 5",
             "targets[0].headers.bad header: not a valid HTTP header name",
+            # It was sent as it was: the target answered 400 to every request, and nothing said why.
+            "targets[0].headers.X-A: the value must not hold a line break or NUL",
             "targets[0].extra_body: must be a mapping (merged into every request body), got a list",
         ],
     ),
@@ -499,6 +527,13 @@ CASES: dict[str, tuple[str, list[str]]] = {
             'jobs.schedules[0].params: unknown key "speed"; valid: arrival, confidence, early_stop, load, max_load, max_trials, min_load, module, requests_per_trial, seed, slo, start, target, time_budget_s, tolerance, trial_duration_s, warmup_requests, workers',
             "jobs.schedules[0].params.max_load: 50 exceeds jobs.limits.max_rate (20)",
             'jobs.schedules[0].params.slo.decode_tier: unknown decode tier "fast"; valid: strict, medium, relaxed (or give decode_deadline_s)',
+        ],
+    ),
+    # A YAML set quoted in the message once read as a placeholder ({'a'}): a KeyError, a traceback.
+    "job-schedule-decode-tier-a-set": (
+        J + "{target: a, slo: {decode_tier: !!set {a}}}}\n",
+        [
+            "jobs.schedules[0].params.slo.decode_tier: must be a tier, got a set; valid: strict, medium, relaxed (or give decode_deadline_s)"
         ],
     ),
     "job-schedule-params-against-configured-limits": (

@@ -54,6 +54,8 @@ def test_think_time_specs(spec: Any, describe: str, mean: float) -> None:
         ("uniform:low=3,high=1", "uniform think time: low must be <= high, got 'uniform:low=3,high=1'"),
         ("fixed:-1", "think time fixed.value: expected seconds >= 0, got '-1'"),
         ("lognormal:median=x,sigma=1", "think time lognormal.median: expected seconds, got 'x'"),
+        # No ceiling held a run for ever (bench hung until killed).
+        ("fixed:1e300", "think time fixed.value: at most 86400 seconds (a day), got '1e300'"),
         # YAML keys may be numbers: sorting them beside names raised a TypeError (a traceback).
         (
             {"kind": "fixed", 1: 2, "b": 3},

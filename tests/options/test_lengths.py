@@ -181,6 +181,30 @@ def test_zipf_is_truncated_not_clipped() -> None:
     assert counts[98] / counts[99] == pytest.approx(expected_ratio, rel=0.35)
 
 
+def test_zipf_with_a_steep_exponent_is_still_zipf() -> None:
+    # k**-a underflowed to 0 for every k (a=2000 from 1000): the sum was 0, the CDF NaN, and every draw
+    # the minimum. P(1000) / P(1001) = (1001 / 1000)**2000 = e**2 nearly.
+    values = Zipf(2000, Bounds(1000, 2000)).sample(40_000, np.random.default_rng(4))
+    counts = np.bincount(values - 1000)
+    assert counts[0] / counts[1] == pytest.approx((1001 / 1000) ** 2000, rel=0.1)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "fixed:1e30",
+        "normal:mean=1e19,std=0",
+        "lognormal:median=1e300,sigma=0",
+        "empirical:values=1e30",
+        "uniform:low=0,high=1e30",
+    ],
+)
+def test_draws_far_past_any_ceiling_stay_far_past_it(spec: str) -> None:
+    """They overflowed int64 (negative lengths that passed every ceiling) or raised in numpy."""
+    values = parse_length_spec(spec).sample(100, np.random.default_rng(0))
+    assert (values > 2**40).all(), values
+
+
 def test_clipping_rounds_then_clips() -> None:
     assert Normal(0, 0, Bounds(1, None)).sample(3, np.random.default_rng(0)).tolist() == [1, 1, 1]
     assert Fixed(10, Bounds(1, 4)).sample(2, np.random.default_rng(0)).tolist() == [4, 4]
