@@ -191,7 +191,7 @@ class SocketReads:
         self.buffer = self._read_buffer()
         self._buffers = (self.buffer,)
         self._offset: float | None = None  # wall clock minus monotonic clock, from the last clean read
-        self.pace = Pace()
+        self.pace = Pace(since=clock())  # the first window starts now, not at the clock's zero
 
     def _epoll_set(self) -> Any:
         return select.epoll()
