@@ -131,10 +131,11 @@ def monotonic_stamp(stamp: float | None, now: float, previous: float) -> float:
 @dataclass(frozen=True, slots=True)
 class Pace:
     """How often the sockets are read while busy (``seconds``), and the evidence gathered for it since
-    ``since``: ``gaps`` gaps between two reads of one kept stream, the shortest ``shortest``."""
+    ``since`` (None: no paced read yet): ``gaps`` gaps between two reads of one kept stream, the
+    shortest ``shortest``."""
 
     seconds: float = PACE_S
-    since: float = 0.0
+    since: float | None = None
     gaps: int = 0
     shortest: float = float("inf")
 
@@ -154,8 +155,8 @@ def next_pace(pace: Pace, now: float, gaps: int, shortest: float) -> Pace:
         return Pace(PACE_S, now)
     gaps += pace.gaps
     shortest = min(shortest, pace.shortest)
-    if now - pace.since < PACE_WINDOW_S:
-        return Pace(pace.seconds, pace.since, gaps, shortest)
+    if pace.since is None or now - pace.since < PACE_WINDOW_S:  # the first window starts at the first read
+        return Pace(pace.seconds, now if pace.since is None else pace.since, gaps, shortest)
     if gaps >= PACE_EVIDENCE and shortest >= 4 * pace.seconds and pace.seconds < MAX_PACE_S:
         return Pace(min(2 * pace.seconds, MAX_PACE_S), now)
     return Pace(pace.seconds, now)
@@ -191,7 +192,7 @@ class SocketReads:
         self.buffer = self._read_buffer()
         self._buffers = (self.buffer,)
         self._offset: float | None = None  # wall clock minus monotonic clock, from the last clean read
-        self.pace = Pace(since=clock())  # the first window starts now, not at the clock's zero
+        self.pace = Pace()
 
     def _epoll_set(self) -> Any:
         return select.epoll()

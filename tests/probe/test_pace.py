@@ -46,6 +46,12 @@ def test_the_pace_slows_one_doubling_per_window_of_long_gaps_up_to_the_slowest()
     assert MAX_PACE_S == 4 * PACE_S
 
 
+def test_the_first_window_starts_at_the_first_paced_read() -> None:
+    first = next_pace(Pace(), 1000.0, PACE_EVIDENCE, 1.0)
+    assert first.since == 1000.0 and first.seconds == PACE_S  # not judged on that read alone
+    assert next_pace(first, 1000.0 + PACE_WINDOW_S, 0, INF).seconds == 2 * PACE_S
+
+
 def test_no_slowing_without_evidence_or_within_a_window() -> None:
     assert window(Pace(), 0.0, PACE_EVIDENCE - 1, 1.0).seconds == PACE_S  # too few gaps seen
     assert window(Pace(), 0.0, 0, INF).seconds == PACE_S  # none (the Python reads have no keep mode)
