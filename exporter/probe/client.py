@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import ssl
 import time
 from collections.abc import Callable
@@ -37,7 +38,16 @@ from types import TracebackType
 
 import msgspec
 
-from exporter.probe.http import BodySink, ConnectionPool, Endpoint, HttpConnection, HttpError, request_bytes
+from exporter.probe.http import (
+    BodySink,
+    ConnectionPool,
+    Endpoint,
+    HttpConnection,
+    HttpError,
+    request_bytes,
+    request_head,
+    with_body,
+)
 from exporter.probe.openai import FORMATS, ApiFormat, exact_length
 from exporter.probe.reader import StreamReader, error_text
 from exporter.probe.result import Outcome, ProbeResult
@@ -100,6 +110,7 @@ class ProbeClient:
         self._path = self._format.path.removeprefix("/v1")
         self._url = _api_root(settings.base_url) + self._path
         self._headers = self._build_headers()
+        self._post_head = request_head("POST", self._endpoint, self._path, self._headers.items())
         self._model = settings.model
         self._model_lock = asyncio.Lock()
         self._text_counter: TextCounter | None = (
@@ -195,15 +206,20 @@ class ProbeClient:
         self.pool.release(self._endpoint, conn)
         return sink.status, bytes(sink.body)
 
-    async def _connect(self, *, fresh: bool) -> tuple[HttpConnection, bool]:
-        """A connection and whether it was reused (``fresh``: always a new one)."""
+    async def _connect(self, *, fresh: bool, watchdog: Watchdog | None = None) -> tuple[HttpConnection, bool]:
+        """A connection and whether it was reused (``fresh``: always a new one). Opening one waits at
+        most the connect limit, and no longer than ``watchdog``'s request has left: then its failure
+        (a ``StreamFailureError``) is raised."""
         if not fresh and (conn := self.pool.reuse(self._endpoint)) is not None:
             return conn, True  # no timer for what takes no waiting
         connect = self.settings.timeouts.connect
+        left, reason = watchdog.remaining() if watchdog is not None else (math.inf, Outcome.OK)
         try:
-            async with asyncio.timeout(connect):
+            async with asyncio.timeout(left if connect is None or left < connect else connect):
                 return await self.pool.open(self._endpoint), False
         except TimeoutError:
+            if watchdog is not None and (connect is None or left < connect):
+                raise watchdog.failure(reason) from None
             raise HttpError(f"connect timed out after {connect} s") from None
         except (OSError, ssl.SSLError) as exc:
             raise HttpError(f"cannot connect to {self._endpoint.host}:{self._endpoint.port}: {exc}") from None
@@ -239,7 +255,7 @@ class ProbeClient:
         except TargetError as exc:
             return self._failed(result, exc.outcome, str(exc), exc.status)
         body = _encode_json(self._format.build_body(self.settings, spec, model))
-        request = request_bytes("POST", self._endpoint, self._path, self._headers.items(), body)
+        request = with_body(self._post_head, body)
         self._enter_flight()
         try:
             mark = self.monitor.mark() if self.monitor is not None else 0
@@ -309,38 +325,28 @@ class ProbeClient:
             result.send_overhead_s = sent - result.scheduled_at
         watchdog = Watchdog(self.settings.timeouts, self._clock, sent, state)
         try:
-            async with asyncio.timeout(None) as scope:
-                watchdog.start(scope)
-                try:
-                    await self._exchange(result, request, state, watchdog, fresh=fresh)
-                finally:
-                    watchdog.cancel()
-        except TimeoutError:
-            if watchdog.expired is None:
-                raise  # not ours: someone else's timeout around send()
-            limit = {
-                Outcome.TTFT_TIMEOUT: self.settings.timeouts.ttft,
-                Outcome.IDLE_TIMEOUT: self.settings.timeouts.idle,
-                Outcome.TOTAL_TIMEOUT: self.settings.timeouts.total,
-            }[watchdog.expired]
-            self._failed(result, watchdog.expired, f"{watchdog.expired.value} after {limit} s")
-        except StreamFailureError as exc:
+            await self._exchange(result, request, state, watchdog, fresh=fresh)
+        except StreamFailureError as exc:  # the stream's own failure, or a time limit (watchdog.py)
             self._failed(result, exc.outcome, exc.message)
+        finally:
+            watchdog.cancel()
         result.extra["token_reads"] = state.token_reads
 
     async def _exchange(
         self, result: ProbeResult, request: bytes, state: StreamState, watchdog: Watchdog, *, fresh: bool
     ) -> None:
         try:
-            conn, reused = await self._connect(fresh=fresh)
+            conn, reused = await self._connect(fresh=fresh, watchdog=watchdog)
         except HttpError as exc:
             self._failed(result, Outcome.CONNECT_ERROR, str(exc))
             return
         result.kernel_stamps = conn.kernel_stamped
-        reader = StreamReader(state, self.settings.max_line_bytes, on_first_token=watchdog.rearm)
+        reader = StreamReader(state, self.settings.max_line_bytes)
+        watchdog.start(reader.expire)
         try:
             try:
-                conn.start(request, reader)
+                if not reader.finished.done():  # else a limit passed while connecting
+                    conn.start(request, reader)
             except HttpError as exc:  # closed between the pool's check and the write
                 reader.on_end(self._clock(), exc)
             await reader.finished

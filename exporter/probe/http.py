@@ -94,10 +94,21 @@ def request_bytes(
     method: str, endpoint: Endpoint, path: str, headers: Iterable[tuple[str, str]], body: bytes = b""
 ) -> bytes:
     """The bytes of one HTTP/1.1 request (``path`` is appended to the endpoint's prefix)."""
+    return with_body(request_head(method, endpoint, path, headers), body)
+
+
+def request_head(method: str, endpoint: Endpoint, path: str, headers: Iterable[tuple[str, str]]) -> bytes:
+    """A request's bytes up to its ``Content-Length``: the same for every request a client sends to
+    one path, so made once (``with_body`` completes it)."""
     lines = [f"{method} {endpoint.path}{path} HTTP/1.1", f"Host: {endpoint.host_header}"]
     lines += [f"{name}: {value}" for name, value in headers]
-    lines += ["Accept-Encoding: identity", f"Content-Length: {len(body)}", "", ""]
-    return "\r\n".join(lines).encode("latin-1") + body
+    lines.append("Accept-Encoding: identity")
+    return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+
+def with_body(head: bytes, body: bytes) -> bytes:
+    """The request of ``request_head`` with ``body``."""
+    return b"%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body)
 
 
 class HttpConnection(asyncio.Protocol):

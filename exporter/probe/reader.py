@@ -54,9 +54,7 @@ Kept = tuple[float, bytes] | tuple[float, bytes, None]
 class StreamReader:
     """Receives one response; ``finished`` resolves when the request's fate is known."""
 
-    def __init__(
-        self, state: StreamState, max_line_bytes: int, on_first_token: Callable[[], None] | None = None
-    ) -> None:
+    def __init__(self, state: StreamState, max_line_bytes: int) -> None:
         self.state = state
         self._loop = asyncio.get_running_loop()
         self.finished: asyncio.Future[None] = self._loop.create_future()
@@ -66,12 +64,12 @@ class StreamReader:
         self._decoder = SseDecoder(max_line_bytes)
         self._max_line = max_line_bytes
         self._end_markers = state.fmt.end_markers
-        self._on_first_token = on_first_token
         self._kept: list[Kept] | None = None  # None: decoding as reads arrive
         self._kept_bytes = 0
         self._error_body: bytearray | None = None
         self._drain: asyncio.TimerHandle | None = None
         self._flush_due = False  # a decoding callback is scheduled
+        self._ending = False  # the end of the body (or the connection) came; ``_end`` is scheduled
         self._unkeep: Callable[[], None] | None = None  # ends the transport's keep mode (keep_mode)
 
     # -- ResponseSink ----------------------------------------------------------------------------------
@@ -139,6 +137,7 @@ class StreamReader:
         if self.finished.done():
             return
         # After the reads stamped in this turn of the loop, like every decoding step.
+        self._ending = True
         self._loop.call_soon(self._scheduled_end, now, error)
 
     def _scheduled_flush(self) -> None:
@@ -170,8 +169,6 @@ class StreamReader:
             return
         if state.has_token and not had_token:
             self._kept = []  # from now on, keep the bytes and decode later
-            if self._on_first_token is not None:
-                self._on_first_token()
 
     def _flush(self) -> None:
         """Decode every kept read, in order, each with its own stamp: a run of lone events kept by the
@@ -215,6 +212,14 @@ class StreamReader:
         elif self.state.done:
             self._arm_drain()
 
+    def expire(self, failure: StreamFailureError) -> None:
+        """A time limit passed (``watchdog.py``): the reads kept so far still count, then the request
+        ends with ``failure``."""
+        if self.finished.done():
+            return
+        self._guarded(self.flush_quietly)
+        self._fail(failure)
+
     def flush_quietly(self) -> None:
         """Decode what was kept, for a request given up (its tokens still count); failures ignored."""
         with contextlib.suppress(StreamFailureError):
@@ -247,7 +252,8 @@ class StreamReader:
     # -- the end -----------------------------------------------------------------------------------------
 
     def _arm_drain(self) -> None:
-        self._drain = self._loop.call_later(DRAIN_LIMIT_S, self._complete, False)
+        if not self._ending:  # else the end of the body came with [DONE], as it nearly always does
+            self._drain = self._loop.call_later(DRAIN_LIMIT_S, self._complete, False)
 
     def _complete(self, body_complete: bool) -> None:
         if self.finished.done():

@@ -75,10 +75,10 @@ class SseDecoder:
             chunk = self._trim_start(chunk)
         if not chunk:
             return []
-        payload = self.lone_payload(chunk)
-        if payload is not None:
+        payloads = self._lone_payloads(chunk)
+        if payloads is not None:
             try:
-                return [SseEvent(payload.decode("utf-8"))]
+                return [SseEvent(payload.decode("utf-8")) for payload in payloads]
             except UnicodeDecodeError as exc:
                 raise SseInvalidUtf8Error(f"invalid UTF-8 in an SSE line at byte {exc.start}") from None
         buffer = self._buffer + chunk if self._buffer else chunk
@@ -99,19 +99,36 @@ class SseDecoder:
 
     def lone_payload(self, chunk: bytes) -> bytes | None:
         """The data of ``chunk`` when it is exactly one whole ``data: ...`` event and nothing else is
-        pending (the caller then reads it without ``feed``, which leaves the decoder as it was), else
-        None: what one read of a streaming server nearly always is, read without splitting it into
-        lines. Its bytes are not checked as UTF-8 here: the reader of the payload must."""
+        pending (the caller then reads it without ``feed``, which leaves the decoder as ``feed`` would
+        have), else None: what one read of a streaming server nearly always is, read without splitting
+        it into lines. Its bytes are not checked as UTF-8 here: the reader of the payload must."""
         if (
             chunk[:6] == b"data: "
             and chunk[-2:] == b"\n\n"
-            and self.clean
             and chunk.count(b"\n") == 2
             and b"\r" not in chunk
             and len(chunk) <= self._max_line
+            and self._start_clean()
         ):
             return chunk[6:-2]
         return None
+
+    def _lone_payloads(self, chunk: bytes) -> list[bytes] | None:
+        """``lone_payload`` of a read of several whole one-line ``data:`` events (the last read of a
+        stream: its last chunks and ``[DONE]``): the data of each, in order, else None."""
+        if chunk[:6] != b"data: " or chunk[-2:] != b"\n\n" or b"\r" in chunk or len(chunk) > self._max_line:
+            return None
+        payloads = chunk[6:-2].split(b"\n\ndata: ")
+        if chunk.count(b"\n") != 2 * len(payloads) or not self._start_clean():
+            return None  # another line among them: a comment, an event type, a data line of two
+        return payloads
+
+    def _start_clean(self) -> bool:
+        """``clean``, where a read that starts with ``data:`` also starts the stream (it has no
+        byte-order mark): the first read of a stream takes the fast paths too."""
+        if not self._started and not self._buffer and not self._skip_lf:
+            self._started = True
+        return self.clean
 
     @property
     def clean(self) -> bool:

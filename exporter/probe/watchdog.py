@@ -2,12 +2,16 @@
 
 A timer per socket read would cost a timer handle per chunk; instead the watchdog sleeps until the
 earliest limit *could* have passed, then looks at the request's state (``StreamState.has_token`` and
-``last_read``) and either ends the request, by rescheduling its ``asyncio.timeout`` scope to now, or
-sleeps again until the new earliest limit. ``expired`` then says which limit it was.
+``last_read``) and either ends the request, by handing its reader the failure (``StreamReader.expire``),
+or sleeps again until the new earliest limit. ``expired`` then says which limit it was. No
+``asyncio.timeout`` scope per request (~5 us each): the only wait it would interrupt is the reader's,
+and the connect step bounds its own wait by ``remaining`` (a fresh connection counts towards the time to
+the first token, as a user's does).
 
-The earliest limit moves earlier once, when the first token arrives (the time-to-first-token limit
-gives way to the idle limit, which may be much shorter): the reader then calls ``rearm``, so a stall
-right after the first token is caught at ``idle``, not at ``ttft``.
+Until the first token the watchdog wakes at least every ``idle`` seconds, although only the
+time-to-first-token limit can pass then: the first token may come at any moment, and a stall right
+after it must be caught at its idle limit (which may be much shorter), not at ``ttft``. So nothing
+needs telling when the first token arrives, and a request costs one timer, not two.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ import math
 from collections.abc import Callable
 
 from exporter.probe.result import Outcome
-from exporter.probe.stream import StreamState
+from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.target import Timeouts
 
 Clock = Callable[[], float]
+Expire = Callable[[StreamFailureError], None]
 
 
 class Watchdog:
@@ -32,13 +37,14 @@ class Watchdog:
         self._clock = clock
         self._sent_at = sent_at
         self._state = state
-        self._scope: asyncio.Timeout | None = None
+        self._on_expire: Expire | None = None
         self._handle: asyncio.TimerHandle | None = None
         self.expired: Outcome | None = None
 
-    def start(self, scope: asyncio.Timeout) -> None:
-        """Watch the request running inside ``scope`` (an ``asyncio.timeout(None)``)."""
-        self._scope = scope
+    def start(self, on_expire: Expire) -> None:
+        """Watch the request: once a limit passes, ``on_expire`` gets the failure (at once, when one
+        already has)."""
+        self._on_expire = on_expire
         self._check()
 
     def cancel(self) -> None:
@@ -47,12 +53,16 @@ class Watchdog:
             self._handle.cancel()
             self._handle = None
 
-    def rearm(self) -> None:
-        """Look again now: the earliest limit may have moved earlier (the first token arrived)."""
-        if self._scope is None or self.expired is not None:
-            return
-        self.cancel()
-        self._check()
+    def remaining(self) -> tuple[float, Outcome]:
+        """The seconds left until the earliest limit (``math.inf``: none), and which limit it is."""
+        limit, reason = self._limit()
+        return limit - self._clock(), reason
+
+    def failure(self, reason: Outcome) -> StreamFailureError:
+        """The failure that ends a request when the limit ``reason`` passes."""
+        t = self._timeouts
+        seconds = {Outcome.TTFT_TIMEOUT: t.ttft, Outcome.IDLE_TIMEOUT: t.idle, Outcome.TOTAL_TIMEOUT: t.total}
+        return StreamFailureError(reason, f"{reason.value} after {seconds[reason]} s")
 
     def _limit(self) -> tuple[float, Outcome]:
         t, inf = self._timeouts, math.inf
@@ -67,13 +77,13 @@ class Watchdog:
 
     def _check(self) -> None:
         limit, reason = self._limit()
-        if limit == math.inf:
-            return
         now = self._clock()
-        loop = asyncio.get_running_loop()
         if now >= limit:
-            assert self._scope is not None
+            assert self._on_expire is not None
             self.expired = reason
-            self._scope.reschedule(loop.time())
+            self._on_expire(self.failure(reason))
             return
-        self._handle = loop.call_later(limit - now, self._check)
+        idle = self._timeouts.idle
+        wake = limit if self._state.has_token or idle is None else min(limit, now + idle)
+        if wake < math.inf:
+            self._handle = asyncio.get_running_loop().call_later(wake - now, self._check)

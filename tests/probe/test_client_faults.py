@@ -113,19 +113,20 @@ async def test_cancellation_propagates_and_the_client_stays_usable(sim: SimServe
 
 
 @pytest.mark.parametrize(
-    ("tokens", "stall_at"),
+    ("tokens", "stall_at", "ttft"),
     [
-        (6, 1),  # a stall right after the first token, long before the TTFT limit would look
-        (60, 50),  # a stall late in a long stream
+        (6, 1, 10.0),  # a stall right after the first token, long before the TTFT limit would look
+        (60, 50, 10.0),  # a stall late in a long stream
+        (6, 1, None),  # no TTFT limit and no total: the idle limit alone
     ],
 )
 async def test_idle_limit_holds_before_the_ttft_limit_would_have_passed(
-    sim: SimServer, tokens: int, stall_at: int
+    sim: SimServer, tokens: int, stall_at: int, ttft: float | None
 ) -> None:
     """With ``ttft: 10 s, idle: 0.4 s`` a 1.5 s silence once tokens flow is an idle timeout: the watchdog
-    re-arms at the first token instead of sleeping until the TTFT limit (which would see a stream that
-    had long resumed and call it ok)."""
-    timeouts = Timeouts(connect=1.0, ttft=10.0, idle=0.4, total=20.0)
+    wakes every idle limit until the first token instead of sleeping until the TTFT limit (which would
+    see a stream that had long resumed and call it ok)."""
+    timeouts = Timeouts(connect=1.0, ttft=ttft, idle=0.4, total=None if ttft is None else 20.0)
     spec = RequestSpec(
         prompt="hi", max_tokens=tokens, extra_body=fault({"mode": "stall", "at": stall_at, "duration": 1.5})
     )
@@ -136,3 +137,45 @@ async def test_idle_limit_holds_before_the_ttft_limit_would_have_passed(
     assert result.finished_at is not None and result.token_times
     silence = result.finished_at - result.token_times[-1]
     assert 0.4 <= silence < 1.4  # ended by the idle limit, not by the stall's end (1.5 s)
+
+
+@pytest.mark.parametrize(
+    ("timeouts", "outcome", "message"),
+    [
+        # Connecting counts towards the time to the first token, as it does for a user.
+        (
+            Timeouts(connect=5.0, ttft=0.3, idle=1.0, total=5.0),
+            Outcome.TTFT_TIMEOUT,
+            "ttft_timeout after 0.3 s",
+        ),
+        (
+            Timeouts(connect=5.0, ttft=None, idle=1.0, total=0.3),
+            Outcome.TOTAL_TIMEOUT,
+            "total_timeout after 0.3 s",
+        ),
+        (
+            Timeouts(connect=0.3, ttft=5.0, idle=1.0, total=5.0),
+            Outcome.CONNECT_ERROR,
+            "connect timed out after 0.3 s",
+        ),
+    ],
+)
+async def test_a_connect_that_never_completes_ends_at_the_earliest_limit(
+    timeouts: Timeouts, outcome: Outcome, message: str
+) -> None:
+    """A TLS server that accepts the connection and never answers the handshake: the request ends at
+    whichever limit comes first, the connect limit or the request's own."""
+    silent = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
+    port = silent.sockets[0].getsockname()[1]
+    settings = TargetSettings(
+        base_url=f"https://127.0.0.1:{port}", model="m", verify_tls=False, timeouts=timeouts
+    )
+    try:
+        async with ProbeClient(settings) as client:
+            started = asyncio.get_running_loop().time()
+            result = await client.send(RequestSpec(prompt="hi", max_tokens=4))
+            waited = asyncio.get_running_loop().time() - started
+    finally:
+        silent.close()
+    assert (result.outcome, result.error) == (outcome, message)
+    assert 0.3 <= waited < 2.0

@@ -145,9 +145,29 @@ def test_any_split_of_a_stream_gives_the_same_events(
         ((b"data: a\rdata: b\n\n",), [SseEvent("a\nb")]),
         # Leftover bytes of an unfinished line.
         ((b"da", b"ta: x\n\n"), [SseEvent("x")]),
+        # Several whole events in one read (a stream's last read): the fast path, each event.
+        ((b"data: a\n\ndata: b\n\ndata: [DONE]\n\n",), [SseEvent("a"), SseEvent("b"), SseEvent(DONE)]),
+        # ... unless another line is among them: a comment, an event type, a second data line.
+        ((b"data: a\n\n: ping\n\ndata: b\n\n",), [SseEvent("a"), SseEvent("b")]),
+        ((b"data: a\n\nevent: x\ndata: b\n\n",), [SseEvent("a"), SseEvent("b", "x")]),
+        ((b"data: a\n\ndata: b\ndata: c\n\n",), [SseEvent("a"), SseEvent("b\nc")]),
+        ((b"data: a\n\n\n\ndata: b\n\n",), [SseEvent("a"), SseEvent("b")]),
+        # A byte-order mark starts the stream (whole or split), never a later read.
+        ((b"\xef\xbb\xbfdata: a\n\n",), [SseEvent("a")]),
+        ((b"\xef\xbb", b"\xbfdata: a\n\n"), [SseEvent("a")]),
+        ((b"data: a\n\n", b"\xef\xbb\xbfdata: b\n\n"), [SseEvent("a")]),
     ],
 )
 def test_a_read_that_is_one_whole_event_decodes_like_any_other(
     reads: tuple[bytes, ...], expected: list[SseEvent]
 ) -> None:
     assert decode(*reads) == expected
+
+
+def test_a_first_read_taken_by_the_fast_path_starts_the_stream() -> None:
+    """The reader takes a lone event's data without ``feed`` (``lone_payload``), the first read too:
+    the decoder must count the stream as started, so a byte-order mark later is not stripped."""
+    decoder = SseDecoder(1024)
+    assert decoder.lone_payload(b"data: a\n\n") == b"a"
+    assert decoder.feed(b"\xef\xbb\xbfdata: b\n\n") == []  # a field named "\ufeffdata": ignored
+    assert decoder.lone_payload(b"data: c\n\n") == b"c"
