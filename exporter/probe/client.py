@@ -214,15 +214,23 @@ class ProbeClient:
             return conn, True  # no timer for what takes no waiting
         connect = self.settings.timeouts.connect
         left, reason = watchdog.remaining() if watchdog is not None else (math.inf, Outcome.OK)
+        request_limit = connect is None or left < connect  # the request's own limit comes first
+        wait = left if request_limit else connect
+        scope = asyncio.timeout(wait if wait is not None and wait < math.inf else None)
         try:
-            async with asyncio.timeout(left if connect is None or left < connect else connect):
+            async with scope:
                 return await self.pool.open(self._endpoint), False
-        except TimeoutError:
-            if watchdog is not None and (connect is None or left < connect):
+        except TimeoutError as exc:
+            if not scope.expired():  # the system's own connect timeout (ETIMEDOUT), not a limit of ours
+                raise self._cannot_connect(exc) from None
+            if watchdog is not None and request_limit:
                 raise watchdog.failure(reason) from None
             raise HttpError(f"connect timed out after {connect} s") from None
         except (OSError, ssl.SSLError) as exc:
-            raise HttpError(f"cannot connect to {self._endpoint.host}:{self._endpoint.port}: {exc}") from None
+            raise self._cannot_connect(exc) from None
+
+    def _cannot_connect(self, exc: Exception) -> HttpError:
+        return HttpError(f"cannot connect to {self._endpoint.host}:{self._endpoint.port}: {exc}")
 
     # -- one request ---------------------------------------------------------------------------------
 
@@ -341,7 +349,7 @@ class ProbeClient:
             self._failed(result, Outcome.CONNECT_ERROR, str(exc))
             return
         result.kernel_stamps = conn.kernel_stamped
-        reader = StreamReader(state, self.settings.max_line_bytes)
+        reader = StreamReader(state, self.settings.max_line_bytes, on_first_token=watchdog.rearm)
         watchdog.start(reader.expire)
         try:
             try:

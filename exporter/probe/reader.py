@@ -54,7 +54,9 @@ Kept = tuple[float, bytes] | tuple[float, bytes, None]
 class StreamReader:
     """Receives one response; ``finished`` resolves when the request's fate is known."""
 
-    def __init__(self, state: StreamState, max_line_bytes: int) -> None:
+    def __init__(
+        self, state: StreamState, max_line_bytes: int, on_first_token: Callable[[], None] | None = None
+    ) -> None:
         self.state = state
         self._loop = asyncio.get_running_loop()
         self.finished: asyncio.Future[None] = self._loop.create_future()
@@ -64,6 +66,7 @@ class StreamReader:
         self._decoder = SseDecoder(max_line_bytes)
         self._max_line = max_line_bytes
         self._end_markers = state.fmt.end_markers
+        self._on_first_token = on_first_token
         self._kept: list[Kept] | None = None  # None: decoding as reads arrive
         self._kept_bytes = 0
         self._error_body: bytearray | None = None
@@ -169,6 +172,8 @@ class StreamReader:
             return
         if state.has_token and not had_token:
             self._kept = []  # from now on, keep the bytes and decode later
+            if self._on_first_token is not None:
+                self._on_first_token()
 
     def _flush(self) -> None:
         """Decode every kept read, in order, each with its own stamp: a run of lone events kept by the

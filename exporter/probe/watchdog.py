@@ -3,15 +3,16 @@
 A timer per socket read would cost a timer handle per chunk; instead the watchdog sleeps until the
 earliest limit *could* have passed, then looks at the request's state (``StreamState.has_token`` and
 ``last_read``) and either ends the request, by handing its reader the failure (``StreamReader.expire``),
-or sleeps again until the new earliest limit. ``expired`` then says which limit it was. No
+or sleeps again until the new earliest limit. No
 ``asyncio.timeout`` scope per request (~5 us each): the only wait it would interrupt is the reader's,
 and the connect step bounds its own wait by ``remaining`` (a fresh connection counts towards the time to
 the first token, as a user's does).
 
-Until the first token the watchdog wakes at least every ``idle`` seconds, although only the
-time-to-first-token limit can pass then: the first token may come at any moment, and a stall right
-after it must be caught at its idle limit (which may be much shorter), not at ``ttft``. So nothing
-needs telling when the first token arrives, and a request costs one timer, not two.
+The earliest limit moves earlier once, when the first token arrives (the time-to-first-token limit
+gives way to the idle limit, which may be much shorter): the reader then calls ``rearm``, so a stall
+right after the first token is caught at ``idle``, not at ``ttft``. (Waking every ``idle`` seconds
+until the first token instead would save that call but cost a wake-up per ``idle`` per waiting request,
+a busy loop for a limit of a few milliseconds.)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class Watchdog:
         self._state = state
         self._on_expire: Expire | None = None
         self._handle: asyncio.TimerHandle | None = None
-        self.expired: Outcome | None = None
+        self._expired = False  # a limit passed (the request was told)
 
     def start(self, on_expire: Expire) -> None:
         """Watch the request: once a limit passes, ``on_expire`` gets the failure (at once, when one
@@ -52,6 +53,13 @@ class Watchdog:
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
+
+    def rearm(self) -> None:
+        """Look again now: the earliest limit may have moved earlier (the first token arrived)."""
+        if self._on_expire is None or self._expired:
+            return
+        self.cancel()
+        self._check()
 
     def remaining(self) -> tuple[float, Outcome]:
         """The seconds left until the earliest limit (``math.inf``: none), and which limit it is."""
@@ -77,13 +85,12 @@ class Watchdog:
 
     def _check(self) -> None:
         limit, reason = self._limit()
+        if limit == math.inf:
+            return
         now = self._clock()
         if now >= limit:
             assert self._on_expire is not None
-            self.expired = reason
+            self._expired = True
             self._on_expire(self.failure(reason))
             return
-        idle = self._timeouts.idle
-        wake = limit if self._state.has_token or idle is None else min(limit, now + idle)
-        if wake < math.inf:
-            self._handle = asyncio.get_running_loop().call_later(wake - now, self._check)
+        self._handle = asyncio.get_running_loop().call_later(limit - now, self._check)

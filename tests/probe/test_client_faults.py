@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 from typing import Any
 
 import pytest
 
+from exporter.probe import http
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
 from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
@@ -124,8 +126,8 @@ async def test_idle_limit_holds_before_the_ttft_limit_would_have_passed(
     sim: SimServer, tokens: int, stall_at: int, ttft: float | None
 ) -> None:
     """With ``ttft: 10 s, idle: 0.4 s`` a 1.5 s silence once tokens flow is an idle timeout: the watchdog
-    wakes every idle limit until the first token instead of sleeping until the TTFT limit (which would
-    see a stream that had long resumed and call it ok)."""
+    re-arms at the first token instead of sleeping until the TTFT limit (which would see a stream that
+    had long resumed and call it ok), also when there is no TTFT limit to sleep until."""
     timeouts = Timeouts(connect=1.0, ttft=ttft, idle=0.4, total=None if ttft is None else 20.0)
     spec = RequestSpec(
         prompt="hi", max_tokens=tokens, extra_body=fault({"mode": "stall", "at": stall_at, "duration": 1.5})
@@ -179,3 +181,30 @@ async def test_a_connect_that_never_completes_ends_at_the_earliest_limit(
         silent.close()
     assert (result.outcome, result.error) == (outcome, message)
     assert 0.3 <= waited < 2.0
+
+
+@pytest.mark.parametrize(
+    "timeouts",
+    [
+        Timeouts(connect=None, ttft=5.0, idle=1.0, total=10.0),
+        Timeouts(connect=8.0, ttft=5.0, idle=1.0, total=10.0),
+        Timeouts(connect=None, ttft=None, idle=None, total=None),
+    ],
+)
+async def test_the_systems_own_connect_timeout_is_a_connect_error(
+    monkeypatch: pytest.MonkeyPatch, timeouts: Timeouts
+) -> None:
+    """The kernel gives up a connect on its own (ETIMEDOUT, after its SYN retries: about two minutes)
+    before any limit of ours: a connect error, not the request's TTFT or total limit. (Stood in for:
+    loopback answers a SYN at once, so a real one takes minutes to provoke.)"""
+
+    async def open_times_out(_pool: http.ConnectionPool, _endpoint: http.Endpoint) -> http.HttpConnection:
+        await asyncio.sleep(0.05)
+        raise TimeoutError(errno.ETIMEDOUT, "Connection timed out")
+
+    monkeypatch.setattr(http.ConnectionPool, "open", open_times_out)
+    settings = TargetSettings(base_url="http://127.0.0.1:9", model="m", timeouts=timeouts)
+    async with ProbeClient(settings) as client:
+        result = await asyncio.wait_for(client.send(RequestSpec(prompt="hi", max_tokens=3)), 5.0)
+    assert result.outcome is Outcome.CONNECT_ERROR
+    assert result.error == "cannot connect to 127.0.0.1:9: [Errno 110] Connection timed out"
