@@ -17,12 +17,12 @@ from exporter.options.reader import (
     Context,
     Section,
     check_name,
-    string_value,
 )
 from exporter.options.target import (
     TIMEOUT_KEYS,
     Timeouts,
     read_api,
+    read_ca_file,
     read_extra_body,
     read_headers,
     read_secret,
@@ -93,10 +93,7 @@ class TargetReader:
         )
 
     def tls(self, sec: Section) -> Tls:
-        ca_file = sec.read(
-            "ca_file", None, lambda v: None if v is None else self.ctx.existing_file(string_value(v))
-        )
-        return Tls(verify=sec.boolean("verify", True), ca_file=ca_file)
+        return Tls(verify=sec.boolean("verify", True), ca_file=read_ca_file(self.ctx, sec))
 
     def engine_metrics(self, sec: Section, kinds: tuple[str, ...] = VALID_KINDS) -> EngineMetrics:
         """An engine's (or, with the gateway ``kinds``, a gateway's) /metrics scrape."""

@@ -87,9 +87,9 @@ class TargetPool:
             if state is not None and state.config == target:
                 state.context.forget()  # the server may have been restarted with another context
                 continue
+            client = await ProbeClient(target.settings()).__aenter__()
             if state is not None:  # new settings: probes and jobs in flight keep the old client
                 asyncio.get_running_loop().create_task(close_later(state))
-            client = await ProbeClient(target.settings()).__aenter__()
             health = state.health if state is not None else TargetHealth(target.name, self._wall_clock)
             budget = BudgetTracker(target.budget, time.monotonic)
             self._states[target.name] = TargetState(

@@ -19,6 +19,7 @@ from exporter.options.target import (
     Api,
     Timeouts,
     read_api,
+    read_ca_file,
     read_extra_body,
     read_headers,
     read_secret,
@@ -39,8 +40,9 @@ TARGET_FLAGS: Final = {
     "timeouts.ttft": "--ttft-timeout",
     "timeouts.idle": "--idle-timeout",
     "timeouts.total": "--total-timeout",
+    "tls.ca_file": "--ca-file",
 }
-TARGET_FLAG_KEYS: Final = ("api", "model", "api_key", "headers", "extra_body", "timeouts")
+TARGET_FLAG_KEYS: Final = ("api", "model", "api_key", "headers", "extra_body", "timeouts", "tls")
 
 
 def option_url(options: Options) -> str | None:
@@ -78,6 +80,7 @@ def target_tree(options: Options) -> dict[str, Any]:
         headers=dict(_header(h) for h in options["header"]) if options["header"] else None,
         extra_body=json_object(options["extra_body"], "--extra-body") if options["extra_body"] else None,
         timeouts=timeouts or None,
+        tls={"ca_file": options["ca_file"]} if options["ca_file"] is not None else None,
     )
 
 
@@ -85,17 +88,18 @@ def _reader(options: Options, url: str) -> Callable[[Section], TargetSettings]:
     """The settings read from a ``targets[]``-shaped section (TLS from its own flags)."""
 
     def read(sec: Section) -> TargetSettings:
-        timeouts = sec.section("timeouts", TIMEOUT_KEYS)
+        timeouts, tls = sec.section("timeouts", TIMEOUT_KEYS), sec.section("tls", ("ca_file",))
+        ctx = Context(sec.problems, None, os.environ)
         return TargetSettings(
             base_url=url,
             api=read_api(sec),
             model=sec.opt_string("model"),
-            api_key=read_secret(Context(sec.problems, None, os.environ), sec, "api_key", "the API key"),
+            api_key=read_secret(ctx, sec, "api_key", "the API key"),
             headers=read_headers(sec),
             extra_body=read_extra_body(sec),
             timeouts=read_timeouts(timeouts) if timeouts is not None else Timeouts(),
             verify_tls=not options["insecure"],
-            ca_file=options["ca_file"],
+            ca_file=read_ca_file(ctx, tls) if tls is not None else None,
         )
 
     return read

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hmac
 import json
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +163,23 @@ def read_extra_body(sec: Section) -> tuple[tuple[str, Any], ...]:
         sec.fail("extra_body", f"must be JSON data: {exc}")
         return ()
     return tuple((str(k), v) for k, v in raw.items())
+
+
+def read_ca_file(ctx: Context, sec: Section) -> str | None:
+    """``ca_file``: a CA bundle TLS can load (PEM certificates), checked as the client will load it,
+    so a file that exists but holds no certificate is refused here, not at the first connection."""
+    return sec.read(
+        "ca_file", None, lambda v: None if v is None else ca_bundle(ctx.existing_file(string_value(v)))
+    )
+
+
+def ca_bundle(path: str) -> str:
+    """``path``, once TLS has loaded its certificates (a ValueError saying why it cannot)."""
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        raise ValueError(f"{path} is not a CA bundle TLS can load (PEM certificates): {exc}") from None
+    return path
 
 
 def read_timeouts(sec: Section) -> Timeouts:

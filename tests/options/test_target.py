@@ -50,6 +50,13 @@ SAME_MESSAGE = {
         {"api_key_env": "FLUIDITY_TEST_UNSET_KEY"},
         "api_key.env",
     ),
+    "missing CA file": (
+        {"tls": {"ca_file": "/nonexistent/ca.pem"}},
+        {"ca_file": "/nonexistent/ca.pem"},
+        "tls.ca_file",
+    ),
+    # A file that exists but holds no certificate (this test file): refused when read, as TLS would.
+    "CA file of no certificate": ({"tls": {"ca_file": __file__}}, {"ca_file": __file__}, "tls.ca_file"),
     "both key sources": (
         {"api_key": {"env": "K", "file": "/k"}},
         {"api_key_env": "K", "api_key_file": "/k"},
