@@ -25,7 +25,12 @@ gap under two paces brings it back to 2 ms at once. A stream read together with 
 such a gap too (two reads of it less than two paces apart), so a fast stream that starts beside slow
 ones costs about one shared stamp, not a run of them (3 ms streams started beside forty 20 ms ones at
 an 8 ms pace: one shared stamp each, none flagged; twenty 3 ms streams started as forty 20 ms ones
-ended: 33 shared stamps in 1,947 reads, 15 at a fixed 2 ms, none flagged). Only kept streams give
+ended: 33 shared stamps in 1,947 reads, 15 at a fixed 2 ms, none flagged). Streams faster than even
+the fastest pace separates (a gap under two of ``PACE_S``: 500 tokens a second and more, a small model
+or speculative decoding) are not paced at all: the pace drops to ``UNPACED`` and every wake-up of the
+loop reads what is ready, as it comes, until a window of gaps at least twice ``PACE_S`` long brings
+the pace back (at a fixed 2 ms, 2 ms streams shared a stamp in half of their reads, and 85% of such
+requests were flagged). Only kept streams give
 gaps: a stream that is never kept (a server whose HTTP chunks do not hold one event each) is read at
 the pace the kept ones set, and its shared stamps are counted and flag it as ever. Where it pays:
 many streams with long gaps, the batched engine near its capacity that a capacity search measures.
@@ -80,6 +85,7 @@ except ImportError:  # pragma: no cover - an install without a compiler
 
 Clock = Callable[[], float]
 PACE_S = 0.002  # while busy, how often the sockets are read at first, and at the most often
+UNPACED = 0.0  # the pace of streams faster than PACE_S separates: every wake-up reads what is ready
 MAX_PACE_S = 0.008  # the least often (see ``next_pace``)
 PACE_WINDOW_S = 0.25  # how long the gaps must all have been long before the pace slows
 PACE_EVIDENCE = 8  # and how many gaps that window must have seen
@@ -141,24 +147,27 @@ class Pace:
 
 
 def next_pace(pace: Pace, now: float, gaps: int, shortest: float) -> Pace:
-    """The pace after a paced read that saw ``gaps`` gaps of kept streams, the shortest ``shortest``.
+    """The pace after a read that saw ``gaps`` gaps of kept streams, the shortest ``shortest``.
 
     Two chunks of a stream that arrive within one pace are read together and share a stamp, so the
     pace must stay well under the shortest gap the streams have: a gap under twice the pace brings it
-    straight back to ``PACE_S``. Not to half that gap: a stream that is being read together shows a gap
-    of about one pace (two reads of it are less than two paces apart), not its own, so halving would
-    take one more shared stamp per step down. The pace doubles, up to ``MAX_PACE_S``, only after
-    ``PACE_WINDOW_S`` in which at least ``PACE_EVIDENCE`` gaps were all at least four paces long (twice
-    the doubled pace). No gaps seen, no slowing: the reads without keep mode (in Python) stay at
-    ``PACE_S``."""
+    straight back to ``PACE_S``, and one under twice ``PACE_S`` to ``UNPACED`` (no pace separates
+    it). Not to half that gap: a stream that is being read together shows a gap of about one pace (two
+    reads of it are less than two paces apart), not its own, so halving would take one more shared
+    stamp per step down. The pace slows a step (unpaced, 2 ms, 4 ms, up to ``MAX_PACE_S``) only after
+    ``PACE_WINDOW_S`` in which at least ``PACE_EVIDENCE`` gaps were all at least twice the slower pace
+    long. No gaps seen, no slowing: the reads without keep mode (in Python) stay at ``PACE_S``."""
+    if gaps and shortest < 2 * PACE_S:
+        return Pace(UNPACED, now)
     if gaps and shortest < 2 * pace.seconds:
         return Pace(PACE_S, now)
     gaps += pace.gaps
     shortest = min(shortest, pace.shortest)
     if pace.since is None or now - pace.since < PACE_WINDOW_S:  # the first window starts at the first read
         return Pace(pace.seconds, now if pace.since is None else pace.since, gaps, shortest)
-    if gaps >= PACE_EVIDENCE and shortest >= 4 * pace.seconds and pace.seconds < MAX_PACE_S:
-        return Pace(min(2 * pace.seconds, MAX_PACE_S), now)
+    slower = min(2 * pace.seconds, MAX_PACE_S) if pace.seconds else PACE_S
+    if gaps >= PACE_EVIDENCE and shortest >= 2 * slower and pace.seconds < MAX_PACE_S:
+        return Pace(slower, now)
     return Pace(pace.seconds, now)
 
 
@@ -242,8 +251,12 @@ class SocketReads:
             self._watched = False
 
     def _on_ready(self) -> None:
-        """The loop saw a socket readable: read; when several were, switch to reading on a timer."""
-        if self._read_ready() > 1 and self.sockets:
+        """The loop saw a socket readable: read; when several were, switch to reading on a timer
+        (unless the streams are too fast for any pace: then their gaps say when they no longer are)."""
+        busy = self._read_ready() > 1
+        if self.pace.seconds == UNPACED:
+            self.pace = next_pace(self.pace, self._clock(), *self.take_gaps())
+        if busy and self.sockets and self.pace.seconds != UNPACED:
             self._unwatch()
             self._tick_handle = self._loop.call_later(self.pace.seconds, self._tick)
 
@@ -258,6 +271,7 @@ class SocketReads:
             raise
         if busy and self.sockets:
             self.pace = next_pace(self.pace, self._clock(), *self.take_gaps())
+        if busy and self.sockets and self.pace.seconds != UNPACED:
             self._tick_handle = self._loop.call_later(self.pace.seconds, self._tick)
         else:
             self._watch()

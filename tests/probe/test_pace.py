@@ -21,6 +21,7 @@ from exporter.probe.socket_reads import (
     PACE_EVIDENCE,
     PACE_S,
     PACE_WINDOW_S,
+    UNPACED,
     Pace,
     loop_reads,
     next_pace,
@@ -61,7 +62,7 @@ def test_no_slowing_without_evidence_or_within_a_window() -> None:
     assert window(Pace(), 0.0, 100, 4 * PACE_S - 1e-6).seconds == PACE_S
 
 
-@pytest.mark.parametrize("shortest", [0.0159, 0.0079, 0.003])
+@pytest.mark.parametrize("shortest", [0.0159, 0.0079, 0.0041])
 def test_a_short_gap_brings_the_pace_straight_back_to_the_fastest(shortest: float) -> None:
     # A stream read together shows a gap of about one pace, not its own: halving would take a step
     # (and one more shared stamp) per halving.
@@ -69,6 +70,15 @@ def test_a_short_gap_brings_the_pace_straight_back_to_the_fastest(shortest: floa
     assert after.seconds == PACE_S
     assert after.since == 0.001 and after.gaps == 0  # a new window starts
     assert next_pace(Pace(MAX_PACE_S, since=0.0), 0.001, 1, 0.0161).seconds == MAX_PACE_S  # two paces: kept
+
+
+@pytest.mark.parametrize("pace", [PACE_S, MAX_PACE_S])
+def test_a_gap_no_pace_separates_unpaces_the_reads_until_a_window_of_longer_gaps(pace: float) -> None:
+    unpaced = next_pace(Pace(pace, since=0.0), 0.001, 1, 2 * PACE_S - 1e-6)
+    assert unpaced.seconds == UNPACED and unpaced.since == 0.001
+    assert window(unpaced, 0.01, 100, 2 * PACE_S - 1e-6).seconds == UNPACED  # still too fast
+    assert window(unpaced, 0.01, PACE_EVIDENCE - 1, 1.0).seconds == UNPACED  # too few gaps seen
+    assert window(unpaced, 0.01, PACE_EVIDENCE, 2 * PACE_S).seconds == PACE_S  # two paces: paced again
 
 
 @settings(max_examples=300, deadline=None)
@@ -84,9 +94,9 @@ def test_the_pace_stays_in_bounds_and_under_half_of_any_gap_it_just_saw(
     for advance, gaps, shortest in steps:
         now += advance
         pace = next_pace(pace, now, gaps, shortest)
-        assert PACE_S <= pace.seconds <= MAX_PACE_S
-        if gaps:  # after a read, the pace separates its gaps with a margin of two, or is the fastest
-            assert pace.seconds == PACE_S or pace.seconds <= shortest / 2
+        assert pace.seconds == UNPACED or PACE_S <= pace.seconds <= MAX_PACE_S
+        if gaps:  # after a read, the pace separates its gaps with a margin of two (unpaced: no pace)
+            assert pace.seconds <= shortest / 2
 
 
 @asynccontextmanager
@@ -168,3 +178,34 @@ async def test_streams_with_long_gaps_are_read_at_a_slower_pace_and_never_togeth
         assert max(paces) > PACE_S, paces
     else:
         assert paces == {PACE_S}  # the Python reads see no gaps: they stay at the fastest
+
+
+async def test_streams_faster_than_any_pace_are_read_unpaced_and_never_together(both_reads: str) -> None:
+    """Four streams of 2 ms gaps (500 tokens a second), two at a time: a fixed 2 ms pace read about
+    half their chunks two at a time; the C reads see the short gaps and stop pacing."""
+    paces: set[float] = set()
+    streams, tokens = 4, 150
+    spec = RequestSpec(prompt="x", max_tokens=tokens)
+    async with spread_streams(streams, tokens, gap_s=0.002, slots=2) as url:
+        settings = TargetSettings(base_url=url, model="m", api="completions", timeouts=TEST_TIMEOUTS)
+        async with ProbeClient(settings) as client:
+            reads = loop_reads(time.perf_counter)
+
+            async def watch() -> None:
+                while True:
+                    paces.add(reads.pace.seconds)
+                    await asyncio.sleep(0.001)
+
+            watcher = asyncio.ensure_future(watch())
+            try:
+                results = await asyncio.wait_for(
+                    asyncio.gather(*(client.send(spec) for _ in range(streams))), 30
+                )
+            finally:
+                watcher.cancel()
+    assert all(r.outcome is Outcome.OK for r in results), [r.error for r in results]
+    if both_reads == "native":
+        assert UNPACED in paces, paces
+        shared = sum(r.multi_event_reads for r in results)
+        assert shared <= 0.02 * streams * tokens, shared  # a few of the server's own bursts at most
+        assert not any(r.unreliable for r in results)
