@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--web.listen-address",
         dest="listen_address",
+        type=_listen_address_flag,
         help=f"HOST:PORT (default: global.listen_address, else {DEFAULT_LISTEN_ADDRESS}: every interface)",
     )
     parser.add_argument(
@@ -59,6 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sim-preset", default=DEFAULT_SIM_PRESET, help="embedded default's model (a simulator preset)"
     )
     parser.add_argument("--sim.preset", dest="sim_preset", action=DeprecatedAlias, use="--sim-preset")
+
+
+def _listen_address_flag(text: str) -> str:
+    """``--web.listen-address``, checked when the flags are read: a malformed one is a usage error."""
+    try:
+        return check_listen_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -174,7 +183,11 @@ def run(args: argparse.Namespace) -> int:
             for sock in sockets:
                 sock.close()
     except ConfigError as exc:
-        print(f"fluidity-exporter: {args.config_file}: {len(exc.problems)} problems", file=sys.stderr)
+        count = len(exc.problems)
+        print(
+            f"fluidity-exporter: {args.config_file}: {count} problem{'s' if count != 1 else ''}",
+            file=sys.stderr,
+        )
         for problem in exc.problems:
             print(f"  {problem}", file=sys.stderr)
         return 1

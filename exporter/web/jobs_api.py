@@ -143,7 +143,10 @@ STATIC_METHODS: Final = {
 async def _method_not_allowed(request: web.Request, handler: Any) -> web.StreamResponse:
     """A 405 under the API: ``Allow`` lists the path's own methods, and the body is JSON like every
     other error of the API."""
+    own = STATIC_METHODS.get(request.path)
     try:
+        if own is not None and request.method not in own:  # else GET /jobs/capacity asks for a job "capacity"
+            raise web.HTTPMethodNotAllowed(request.method, own)
         response: web.StreamResponse = await handler(request)
     except web.HTTPMethodNotAllowed as exc:
         if not request.path.startswith(PREFIX):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.cli import main
 from exporter.cli.run import split_address
 from tests.support.net import free_port
 
@@ -83,6 +84,16 @@ def test_a_bad_listen_address_names_the_flag(address: str) -> None:
     )
     with pytest.raises(ValueError, match=re.escape(expected)):
         split_address(address)
+
+
+def test_a_malformed_listen_address_flag_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """Exit 2, as every command's malformed flag, before a config is read or a port bound."""
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--web.listen-address", "9468"])
+    assert exited.value.code == 2
+    assert '--web.listen-address: must be HOST:PORT (e.g. 0.0.0.0:9468, :9468 or [::]:9468), got "9468"' in (
+        capsys.readouterr().err
+    )
 
 
 def _start(config: Path | None, port: int) -> subprocess.Popen[str]:

@@ -450,6 +450,9 @@ async def test_the_served_document_refuses_what_the_api_refuses(client: Client) 
     [
         ("PUT", "/jobs/capacity", "POST"),
         ("PUT", "/jobs/prefill-profile", "POST"),
+        # Not a job named "capacity" (GET and DELETE /jobs/{id} match the path too): a 404 once.
+        ("GET", "/jobs/capacity", "POST"),
+        ("DELETE", "/jobs/prefill-profile", "POST"),
         ("PATCH", "/jobs", "GET"),
         ("POST", "/openapi.json", "GET"),
         ("POST", "/jobs/x", "DELETE,GET"),
