@@ -79,11 +79,22 @@ def _request_counts(results: Sequence[ProbeResult], measured: Measured) -> dict[
         "total": len(results),
         "completed": len(measured.results),
         "by_outcome": dict(Counter(r.outcome.value for r in results)),
+        "first_error": _first_errors(results),
         "http_status": dict(Counter(str(r.http_status) for r in results if (r.http_status or 0) >= 400)),
         "token_sources": dict(Counter(r.token_source.value for r in measured.results)),
         "unreliable": sum(r.unreliable for r in results),
         "retried": sum(r.retries for r in results),
     }
+
+
+def _first_errors(results: Sequence[ProbeResult]) -> dict[str, str]:
+    """The error of the first request of each failed outcome: why they failed, where the counts say
+    only how many (the rest are in requests.jsonl)."""
+    first: dict[str, str] = {}
+    for result in results:
+        if result.error is not None and not result.ok:
+            first.setdefault(result.outcome.value, result.error)
+    return first
 
 
 def _throughput(measured: Measured, duration_s: float) -> dict[str, float]:

@@ -79,9 +79,11 @@ def _requests(summary: Mapping[str, Any]) -> str:
     outcomes = ", ".join(f"{name} {count}" for name, count in sorted(requests["by_outcome"].items()))
     sources = ", ".join(f"{name} {count}" for name, count in sorted(requests["token_sources"].items()))
     throughput = summary["throughput"]
+    errors = [f"  first {name}: {_clipped(error)}" for name, error in sorted(requests["first_error"].items())]
     return "\n".join(
         [
             f"requests: {requests['total']} sent, {requests['completed']} completed ({outcomes})",
+            *errors,
             f"token counts from: {sources or '-'}; retried on a fresh connection: {requests['retried']}; "
             f"unreliable timings: {requests['unreliable']}",
             f"duration {summary['duration_s']:.1f} s; "
@@ -89,6 +91,11 @@ def _requests(summary: Mapping[str, Any]) -> str:
             f"{_number(throughput['output_tokens_per_s'], '{:.0f}')} output tok/s",
         ]
     )
+
+
+def _clipped(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())  # one line, whatever the server put in its message
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _latency(latency: Mapping[str, Any]) -> str:

@@ -88,6 +88,9 @@ def test_failures_are_counted_and_a_failed_target_exits_1(
     captured = capsys.readouterr()
     summary = json.loads(captured.out)
     assert summary["requests"]["by_outcome"] == {"http_status": 6}
+    assert summary["requests"]["first_error"]["http_status"].startswith(
+        "HTTP 503: "
+    )  # why, not only how many
     # No completed request: no service level (it was a measured 1.0), and the objective is missed on
     # the six failed requests, as a capacity trial judges it (it was met on none).
     assert {tier["service_level"] for tier in summary["fluidity"]["tiers"].values()} == {None}

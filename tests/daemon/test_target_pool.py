@@ -22,9 +22,9 @@ targets:
 def self_signed(folder: Path) -> Path:
     """A self-signed certificate (a CA bundle of one) made by openssl."""
     cert, key = folder / "cert.pem", folder / "key.pem"
+    new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(key)]
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        + ["-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"],
+        ["openssl", "req", "-x509", *new_key, "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"],
         check=True,
         capture_output=True,
         timeout=30,

@@ -93,6 +93,8 @@ def test_outcomes_goodput_and_slos_count_every_request() -> None:
     assert summary["requests"]["total"] == 5
     assert summary["requests"]["completed"] == 3
     assert summary["requests"]["by_outcome"] == {"ok": 3, "http_status": 1, "stream_aborted": 1}
+    # Why, for each outcome that says (the aborted stream here carries no message).
+    assert summary["requests"]["first_error"] == {"http_status": "503 Service Unavailable"}
     assert summary["requests"]["http_status"] == {"503": 1}
     assert (
         summary["goodput"]["good"] == 2 and summary["goodput"]["total"] == 5
