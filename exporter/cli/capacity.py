@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         error("capacity", failure)
     target_failed = failure is not None
     unreliable = result.stopped_by.startswith("shards: ")  # a worker late, dead or saturated
-    unmeasured = result.state is None  # no trial measured the target: nothing was found
+    unmeasured = result.state is None  # no trial could be judged: nothing was found
     return EXIT_FAILED if target_failed or unreliable or unmeasured else EXIT_MEASURED
 
 

@@ -51,7 +51,7 @@ class CapacityResult:
     """The outcome of a search. ``lower_bound``: the highest passing load below the lowest failing one
     (``upper_bound``), None when no load passed. ``capacity`` is the lower bound when the state is
     ``found`` (a measurement), else None; ``bracketed`` is False when no load failed. ``state`` is None
-    when no trial measured the target (``stopped_by`` says why): there is no finding to state."""
+    when no trial could be judged (``stopped_by`` says why): there is no finding to state."""
 
     load_kind: str
     state: State | None

@@ -22,7 +22,7 @@ def capacity_table(result: CapacityResult) -> str:
             f"{trial.load:>10.4g} {verdict:>14} {trial.headroom:>9.3f} {pass_fraction(trial):>29} "
             f"{trial.tokens:>10} {trial.duration_s:>8.1f}"
         )
-    lines.append(f"answer ({result.state or 'nothing measured'}): {result_line(result)}")
+    lines.append(f"answer ({result.state or 'none'}): {result_line(result)}")
     if result.context is not None:
         lines.append(result.context.describe())
     if result.lower_bound is not None:
@@ -31,7 +31,8 @@ def capacity_table(result: CapacityResult) -> str:
             f"at {result.lower_bound:.4g}: fluid token rate {_maybe(rate)} tokens/s; goodput {_maybe(good)} "
             "req/s (requests meeting the SLO per second of offered load)"
         )
-    lines += [_cost_line(at, point, result.state == "found") for at, point in result.costs().items()]
+    if result.state is not None:  # else no trial was judged: its figures are no finding to price
+        lines += [_cost_line(at, point, result.state == "found") for at, point in result.costs().items()]
     trials = len(result.trials)
     lines.append(
         f"{trials} trial{'' if trials == 1 else 's'}, {result.tokens} tokens, {result.duration_s:.1f} s"

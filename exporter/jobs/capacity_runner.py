@@ -154,7 +154,7 @@ def capacity_runner(env: JobEnvironment) -> Runner:
                     time_budget_s=time_budget(params, limits), progress=progress,
                     busy=lambda: env.engine_busy(target.name), context=context,
                 )  # fmt: skip
-        if result.state is None:  # no trial measured the target (or none ran): no finding to publish
+        if result.state is None:  # no trial could be judged (or none ran): no finding to publish
             raise JobFailedError(result.stopped_by)
         if (failure := result.target_failure()) is not None:  # down or erroring: no capacity of 0
             raise JobFailedError(failure)

@@ -77,7 +77,8 @@ def result_line(result: CapacityResult) -> str:
     unit = load_unit(result.load_kind)
     low, high = result.lower_bound, result.upper_bound
     if result.state is None:
-        return f"no capacity: no trial measured the target (stopped by {result.stopped_by})"
+        # Trials may have run (their rows are shown), but none gave a verdict to go by.
+        return f"no capacity: no trial's result could be judged (stopped by {result.stopped_by})"
     if result.state == "found":
         return f"capacity {low:.4g} {unit} (fails at {high:.4g}); {result.stopped_by}"
     if result.state == "lower_bound":

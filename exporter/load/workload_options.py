@@ -141,7 +141,7 @@ def fits_context(options: Options) -> bool:
 def context_fit_note(options: Options) -> str:
     """What a run does to keep within the served context, for ``TargetFacts.describe``."""
     if fits_context(options):
-        return "every request's prompt + output fits in it"
+        return "each request's prompt + output is kept within it (the result says what that leaves out)"
     return "not fitted to it: --max-prompt-tokens was given, and a request over it is sent"
 
 

@@ -111,7 +111,8 @@ def test_a_search_whose_trial_measured_nothing_says_so_and_fails(
     assert result["state"] is None and result["capacity"] is None and len(result["trials"]) == 1
     assert result["trials"][0]["ended_by"] == "duration"
     assert result["stopped_by"].startswith("no_data: trial 1 at 1 req/s measured no request (")
-    assert "answer (nothing measured): no capacity: no trial measured the target" in captured.out
+    assert "answer (none): no capacity: no trial's result could be judged" in captured.out
+    assert "fluid goodput" not in captured.out  # an unjudged trial's figures are not priced
 
 
 def test_a_closed_loop_offers_the_rate_its_slots_achieved(tmp_path: Path) -> None:

@@ -109,7 +109,7 @@ async def test_a_trial_that_measured_nothing_ends_the_search_with_no_state() -> 
 
     empty = await run(SearchSettings(start=2.0, max_load=100.0), nothing)
     assert empty.state is None and empty.to_dict()["state"] is None  # type: ignore[attr-defined]
-    assert "no capacity: no trial measured the target" in result_line(empty)  # type: ignore[arg-type]
+    assert "no capacity: no trial's result could be judged" in result_line(empty)  # type: ignore[arg-type]
 
 
 async def test_the_time_budget_ends_a_search_and_bounds_each_trial() -> None:

@@ -73,7 +73,7 @@ def test_the_users_filter_turns_the_fit_off() -> None:
 @pytest.mark.parametrize(
     ("flags", "note"),
     [
-        ([], "every request's prompt + output fits in it"),
+        ([], "each request's prompt + output is kept within it (the result says what that leaves out)"),
         (
             ["--max-prompt-tokens", "9000"],
             "not fitted to it: --max-prompt-tokens was given, and a request over it is sent",
