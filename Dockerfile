@@ -40,9 +40,11 @@ RUN python -m pip uninstall --yes pip setuptools wheel \
     && mkdir -p /var/lib/fluidity-exporter /etc/fluidity-exporter \
     && chown 10001:10001 /var/lib/fluidity-exporter
 COPY --from=builder /opt/venv /opt/venv
+# FLUIDITY_HEALTHCHECK_URL: what the HEALTHCHECK asks; set it with --web.listen-address elsewhere.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    FLUIDITY_HEALTHCHECK_URL=http://127.0.0.1:9468/-/healthy
 # Numeric, so the kubelet can check runAsNonRoot without reading /etc/passwd.
 USER 10001:10001
 WORKDIR /var/lib/fluidity-exporter
@@ -50,7 +52,7 @@ VOLUME ["/var/lib/fluidity-exporter"]
 EXPOSE 9468
 # Slim images have no curl: ask /-/healthy with the interpreter that is already there.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=15s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:9468/-/healthy', timeout=4).status != 200)"]
+    CMD ["python", "-c", "import os, sys, urllib.request; sys.exit(urllib.request.urlopen(os.environ['FLUIDITY_HEALTHCHECK_URL'], timeout=4).status != 200)"]
 ENTRYPOINT ["fluidity-exporter", "run"]
 # Mount the config here (Kubernetes: the ConfigMap); `docker run IMAGE` with other flags replaces this.
 CMD ["--config.file", "/etc/fluidity-exporter/config.yaml"]
