@@ -168,8 +168,9 @@ async def _start(request: web.Request, kind: JobKind) -> web.Response:
     body = await _json_object(request)
     try:
         params = parse_params(kind, body, service.job_limits())
-    except ParamsError as exc:
-        _fail(web.HTTPBadRequest, "invalid job parameters", problems=exc.problems)
+    except ParamsError as exc:  # an unknown target or module too, so one answer lists every problem
+        problems = exc.problems + _name_problems(body, service.job_targets())
+        _fail(web.HTTPBadRequest, "invalid job parameters", problems=problems)
     _check_names(params, service.job_targets())
     try:
         record = service.job_manager.submit(kind, params, params_to_dict(params), "api")
@@ -220,6 +221,20 @@ def _whole_numbers(node: Any) -> Any:
     if isinstance(node, float) and node.is_integer() and abs(node) < 2**53:
         return int(node)
     return node
+
+
+def _name_problems(body: Mapping[str, Any], targets: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """``_check_names`` of a body whose other parameters have problems, as lines among them."""
+    target, module = body.get("target"), body.get("module")
+    if not isinstance(target, str):
+        return []  # missing or not a name: among the other problems already
+    if target not in targets:
+        return [f'target: unknown target "{target}"; valid: {", ".join(sorted(targets))}']
+    if isinstance(module, str) and module not in targets[target]:
+        return [
+            f'module: unknown module "{module}" for target "{target}"; valid: {", ".join(targets[target])}'
+        ]
+    return []
 
 
 def _check_names(params: JobParams, targets: Mapping[str, tuple[str, ...]]) -> None:

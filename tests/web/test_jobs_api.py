@@ -209,6 +209,22 @@ async def test_an_unknown_target_or_module_is_400_listing_the_valid_ones(
     assert (status, answer) == (400, {"error": message, "valid": valid})
 
 
+@pytest.mark.parametrize(
+    ("body", "line"),
+    [
+        ({"target": "c"}, 'target: unknown target "c"; valid: a, b'),
+        ({"target": "b", "module": "code"}, 'module: unknown module "code" for target "b"; valid: chat'),
+    ],
+)
+async def test_an_unknown_name_is_listed_with_the_other_problems(
+    client: Client, body: dict[str, Any], line: str
+) -> None:
+    """One answer lists every problem: the unknown name came alone, in a second round, once."""
+    status, answer = await start(client, "capacity", body | {"slo": {"objectives": ["ttft:p99<2"]}})
+    assert status == 400 and answer["error"] == "invalid job parameters"
+    assert line in answer["problems"] and len(answer["problems"]) == 2
+
+
 async def test_one_job_per_target_at_a_time(client: Client, load: Load) -> None:
     status, first = await start(client, "capacity", {"target": "a"})
     assert status == 202
