@@ -213,6 +213,13 @@ def instructions(path: Path = DOCKERFILE) -> list[tuple[str, str]]:
     ]
 
 
+def image_healthcheck_url() -> str:
+    """The URL the image's HEALTHCHECK asks by default (its ``FLUIDITY_HEALTHCHECK_URL``)."""
+    found = re.search(r"FLUIDITY_HEALTHCHECK_URL=(\S+)", dict(final_stage())["ENV"])
+    assert found is not None, "the image sets no FLUIDITY_HEALTHCHECK_URL"
+    return found[1]
+
+
 def final_stage() -> list[tuple[str, str]]:
     """The instructions of the image's last stage, from its FROM on."""
     steps = instructions()

@@ -5,6 +5,7 @@ readiness probes and by the Dockerfile's HEALTHCHECK command, word for word."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from tests.deploy.kubernetes.manifests import (
     container,
     exporter_config,
     final_stage,
+    image_healthcheck_url,
     pod_specs,
     rendered,
 )
@@ -45,8 +47,10 @@ def test_the_probes_and_the_image_healthcheck_see_the_daemon_start_with_the_base
     exporter = container(pod, EXPORTER_CONTAINER)
     port = free_port()
     healthcheck = json.loads(dict(final_stage())["HEALTHCHECK"].split("CMD", 1)[1])
-    healthcheck = [word.replace(f":{EXPORTER_PORT}/", f":{port}/") for word in healthcheck]
     healthcheck[0] = sys.executable
+    # The image's default URL, at this test's port (docker run -e FLUIDITY_HEALTHCHECK_URL=... does so).
+    url = image_healthcheck_url().replace(f":{EXPORTER_PORT}/", f":{port}/")
+    check_env = os.environ | {"FLUIDITY_HEALTHCHECK_URL": url}
 
     with SimProcess(["--preset", "tiny"]) as sim:
         config = tmp_path / "config.yaml"
@@ -76,10 +80,12 @@ def test_the_probes_and_the_image_healthcheck_see_the_daemon_start_with_the_base
                 time.sleep(0.2)
             assert status(probes["readinessProbe"]) == 200
             assert status(probes["livenessProbe"]) == 200
-            assert subprocess.run(healthcheck, check=False, capture_output=True).returncode == 0
+            assert (
+                subprocess.run(healthcheck, check=False, capture_output=True, env=check_env).returncode == 0
+            )
         finally:
             process.send_signal(signal.SIGTERM)
             _, err = process.communicate(timeout=30)
         assert process.returncode == 0, err
     # After it stops, the image's health check reports unhealthy.
-    assert subprocess.run(healthcheck, check=False, capture_output=True).returncode == 1
+    assert subprocess.run(healthcheck, check=False, capture_output=True, env=check_env).returncode == 1
