@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome
+from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.socket_reads import (
     MAX_PACE_S,
     PACE_EVIDENCE,
@@ -99,6 +99,32 @@ def test_the_pace_stays_in_bounds_and_under_half_of_any_gap_it_just_saw(
             assert pace.seconds <= shortest / 2
 
 
+async def paced_run(
+    streams: int, tokens: int, gap_s: float, slots: int
+) -> tuple[list[ProbeResult], set[float]]:
+    """``streams`` requests of ``spread_streams`` at once: their results, and every pace the reads took
+    meanwhile (looked at every millisecond)."""
+    paces: set[float] = set()
+    spec = RequestSpec(prompt="x", max_tokens=tokens)
+    async with spread_streams(streams, tokens, gap_s, slots) as url:
+        settings = TargetSettings(base_url=url, model="m", api="completions", timeouts=TEST_TIMEOUTS)
+        async with ProbeClient(settings) as client:
+            reads = loop_reads(time.perf_counter)
+
+            async def watch() -> None:
+                while True:
+                    paces.add(reads.pace.seconds)
+                    await asyncio.sleep(0.001)
+
+            watcher = asyncio.ensure_future(watch())
+            try:
+                sends = (client.send(spec) for _ in range(streams))
+                results = await asyncio.wait_for(asyncio.gather(*sends), 30)
+            finally:
+                watcher.cancel()
+    return results, paces
+
+
 @asynccontextmanager
 async def spread_streams(streams: int, tokens: int, gap_s: float, slots: int) -> AsyncIterator[str]:
     """A completions server that streams ``tokens`` chunks ``gap_s`` apart to each of ``streams``
@@ -152,25 +178,8 @@ async def spread_streams(streams: int, tokens: int, gap_s: float, slots: int) ->
 async def test_streams_with_long_gaps_are_read_at_a_slower_pace_and_never_together(both_reads: str) -> None:
     """Forty streams of 20 ms gaps, spread over the gap: the C reads slow their pace, and no read holds
     two token events."""
-    paces: set[float] = set()
     streams, tokens = 40, 50
-    spec = RequestSpec(prompt="x", max_tokens=tokens)
-    async with spread_streams(streams, tokens, gap_s=0.02, slots=10) as url:
-        settings = TargetSettings(base_url=url, model="m", api="completions", timeouts=TEST_TIMEOUTS)
-        async with ProbeClient(settings) as client:
-            reads = loop_reads(time.perf_counter)
-
-            async def watch() -> None:
-                while True:
-                    paces.add(reads.pace.seconds)
-                    await asyncio.sleep(0.01)
-
-            watcher = asyncio.ensure_future(watch())
-            try:
-                sends = (client.send(spec) for _ in range(streams))
-                results = await asyncio.wait_for(asyncio.gather(*sends), 30)
-            finally:
-                watcher.cancel()
+    results, paces = await paced_run(streams, tokens, gap_s=0.02, slots=10)
     assert all(r.outcome is Outcome.OK for r in results), [r.error for r in results]
     assert [r.output_tokens for r in results] == [tokens] * streams
     # None on a quiet machine; a stall of the loop the server shares makes it write late chunks back
@@ -185,26 +194,8 @@ async def test_streams_with_long_gaps_are_read_at_a_slower_pace_and_never_togeth
 async def test_streams_faster_than_any_pace_are_read_unpaced_and_never_together(both_reads: str) -> None:
     """Four streams of 2 ms gaps (500 tokens a second), two at a time: a fixed 2 ms pace read about a
     quarter of their chunks two at a time; the C reads see the short gaps and stop pacing."""
-    paces: set[float] = set()
     streams, tokens = 4, 150
-    spec = RequestSpec(prompt="x", max_tokens=tokens)
-    async with spread_streams(streams, tokens, gap_s=0.002, slots=2) as url:
-        settings = TargetSettings(base_url=url, model="m", api="completions", timeouts=TEST_TIMEOUTS)
-        async with ProbeClient(settings) as client:
-            reads = loop_reads(time.perf_counter)
-
-            async def watch() -> None:
-                while True:
-                    paces.add(reads.pace.seconds)
-                    await asyncio.sleep(0.001)
-
-            watcher = asyncio.ensure_future(watch())
-            try:
-                results = await asyncio.wait_for(
-                    asyncio.gather(*(client.send(spec) for _ in range(streams))), 30
-                )
-            finally:
-                watcher.cancel()
+    results, paces = await paced_run(streams, tokens, gap_s=0.002, slots=2)
     assert all(r.outcome is Outcome.OK for r in results), [r.error for r in results]
     if both_reads == "native":
         assert UNPACED in paces, paces
