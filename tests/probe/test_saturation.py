@@ -24,6 +24,8 @@ from tests.probe.helpers import script, settings_for
         (0.004, 0.06, 0, 100, True),  # behind for a sustained part of the request
         (0.0, 0.0, 5, 100, False),  # 5% of reads: tolerated (the server's own batching)
         (0.0, 0.0, 6, 100, True),
+        (LAG_LIMIT_S, 0.01, 1, 100, False),  # one read of two on a loop on time: the server's
+        (LAG_LIMIT_S * 1.01, 0.01, 1, 100, True),  # ... on a late loop: perhaps ours
         (0.0, 0.0, 0, 0, False),
     ],
 )
@@ -36,6 +38,8 @@ def test_rule(lag: float, share: float, multi: int, reads: int, unreliable: bool
     [
         (STALL_LIMIT_S * 5, 0.5, 0, False),  # a late loop does not move a kernel stamp
         (0.0, 0.0, 6, True),  # chunks read together still share one stamp
+        (0.002, 0.0, 1, False),  # one such read, the loop on time: the server's batching
+        (0.060, 0.01, 1, True),  # one such read during a 60 ms stall (a gen2 collection): perhaps ours
     ],
 )
 def test_rule_for_kernel_stamps(lag: float, share: float, multi: int, unreliable: bool) -> None:
