@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from exporter.probe import socket_reads
-from exporter.probe.socket_reads import KeepMode, kernel_stamps_available
+from exporter.probe.socket_reads import KeepMode, kernel_stamps_available, kernel_stamps_on
 from exporter.probe.stamped import StampedSocket, open_stamped
 
 Clock = Callable[[], float]
@@ -290,7 +290,7 @@ class ConnectionPool:
     ) -> None:
         self._clock = clock
         self._ssl = ssl_context
-        self._kernel_stamps = kernel_stamps and kernel_stamps_available(clock)
+        self._kernel_stamps = kernel_stamps and kernel_stamps_available(clock) and kernel_stamps_on()
         self._idle: dict[Endpoint, list[HttpConnection]] = {}
         self._open: set[HttpConnection] = set()
 

@@ -84,6 +84,7 @@ def pair() -> Iterator[Pair]:
     if socket_reads._native is None:
         pytest.fail("exporter.probe._reads was not built: reinstall with a C compiler (pip install -e .)")
     assert socket_reads.SO_TIMESTAMPNS is not None
+    assert socket_reads.kernel_stamps_on(), "the kernel gave no receive stamp"
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.create_connection(listener.getsockname())
         server, _ = listener.accept()

@@ -23,6 +23,7 @@ from exporter.probe.socket_reads import (
     NativeSocketReads,
     SocketReads,
     kernel_stamps_available,
+    kernel_stamps_on,
     kernel_time,
     loop_reads,
     monotonic_stamp,
@@ -103,6 +104,23 @@ def test_a_reads_stamp_is_the_kernels_unless_missing_or_after_the_wake_up_and_ne
     assert monotonic_stamp(None, now=6.0, previous=4.0) == 6.0  # no kernel stamp: the wake-up's
     assert monotonic_stamp(7.0, now=6.0, previous=4.0) == 6.0  # after the wake-up: a wall-clock step
     assert monotonic_stamp(3.0, now=6.0, previous=4.0) == 4.0  # before the socket's previous read
+
+
+def test_once_stamps_are_on_the_first_read_of_a_new_socket_has_one() -> None:
+    """Linux turns stamping on a little after the first socket asks, and off when the last one closes:
+    a server that wrote at once left no stamp on about half of such first reads, which CI once caught
+    here. ``kernel_stamps_on`` holds them on for the process."""
+    assert kernel_stamps_on()
+    for _ in range(50):
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            client = socket.create_connection(listener.getsockname())
+            server, _ = listener.accept()
+        with client, server:
+            client.setsockopt(socket.SOL_SOCKET, 35, 1)
+            server.sendall(b"x")  # at once: a stamp only if stamping was already on
+            client.settimeout(5)
+            _data, ancillary, _flags, _address = client.recvmsg(1, 64)
+            assert kernel_time(ancillary, 0.0) is not None
 
 
 def test_a_wall_clock_read_between_far_apart_monotonic_reads_keeps_the_last_clean_offset() -> None:
