@@ -8,8 +8,10 @@
  * What it does, and nothing more (stamped.py and http.py say why each step is as it is):
  *   - one epoll set for the sockets; read_ready() reads every ready one once with recvmsg;
  *   - a read's stamp is the kernel's receive time (SCM_TIMESTAMPNS) mapped onto the monotonic clock
- *     by the offset it is given, or `now` when the kernel gave none or a later one; never before the
- *     socket's previous stamp (stamped.monotonic_stamp, the same arithmetic);
+ *     by the offset it is given, or `now` when the kernel gave none or one later than the present
+ *     (the monotonic clock is read again then: bytes that came while this wake-up was reading are
+ *     later than its `now`, rightly); never before the socket's previous stamp
+ *     (socket_reads.monotonic_stamp, the same arithmetic);
  *   - a socket may be put in "keep" mode by http.py once its HTTP parser is known to sit between two
  *     chunks of a chunked body and its reader keeps reads for later decoding (reader.py). Then a read
  *     that is exactly one whole HTTP chunk `<hex>\r\n<data>\r\n` (no extension, not the last chunk)
@@ -426,6 +428,14 @@ static void note_gap(Reads *self, double gap) {
     if (gap < self->shortest_gap) self->shortest_gap = gap;
 }
 
+/* The monotonic clock now (Python's time.perf_counter and time.monotonic read the same clock), or
+ * `fallback` should it fail. */
+static double monotonic_now(double fallback) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return fallback;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* What arrived on `fd` since its last read, once, to where it goes; -1 on a Python error. */
 static int read_into(Reads *self, int fd, double now, double offset, PyObject *received, PyObject *lose) {
     union { /* aligned as the cmsghdr the kernel writes there */
@@ -444,6 +454,7 @@ static int read_into(Reads *self, int fd, double now, double offset, PyObject *r
     Entry *e = &self->entries[fd]; /* no Python code ran since the caller looked it up */
     int found;
     double stamp = message.msg_controllen ? kernel_stamp(self, &message, offset, &found) : (found = 0, 0.0);
+    if (found && stamp > now) now = monotonic_now(now);
     double chosen = (!found || stamp > now) ? now : stamp;
     if (chosen < e->last_stamp) chosen = e->last_stamp;
     if (e->kept != NULL && e->last_stamp > 0) note_gap(self, chosen - e->last_stamp); /* 0: no read yet */

@@ -174,6 +174,7 @@ class StreamReader:
             self._kept = []  # from now on, keep the bytes and decode later
             if self._on_first_token is not None:
                 self._on_first_token()
+                self._on_first_token = None  # once; and it may hold what holds this reader
 
     def _flush(self) -> None:
         """Decode every kept read, in order, each with its own stamp: a run of lone events kept by the

@@ -8,7 +8,9 @@ The evidence recorded on every ``ProbeResult``:
 * ``loop_lag_s`` and ``loop_lag_share``: the largest lateness of a periodic timer (``LagMonitor``, every
   20 ms) while the request was in flight, and the share of those samples later than ``LAG_LIMIT_S``.
   asyncio timers wake up to 1 ms late by themselves (epoll's millisecond timeout), so lag below ~1 ms is
-  the clock's grain, not saturation;
+  the clock's grain, not saturation. With kernel stamps ``loop_lag_s`` also takes the lateness of the
+  paced reads' own timer, due every 2-8 ms (``socket_reads.LateReads``): a timer due every 20 ms sees a
+  stall of 10-20 ms late by more than 3 ms only about half the time;
 * ``multi_event_reads``: socket reads that carried more than one token event of this request. On a
   stream whose chunks the server wrote apart, that means the client read them late and their gaps
   collapsed to zero;
@@ -29,8 +31,9 @@ The evidence recorded on every ``ProbeResult``:
   the later chunk's) make a gap twice too long and one of zero, a stall the stream never had. Measured
   at 300 streams of 20 ms gaps: a 68 ms gen2 garbage collection left one such read in each of 286
   requests, each one read in 63, so under the 5% and not flagged, with a gap wrong by 20 ms; every
-  request with such a read had loop lag above 3 ms. A server's batching on a client that was on time
-  stays unflagged.
+  request with such a read had loop lag above 3 ms. Shorter stalls did the same where only the paced
+  reads' timer saw them (46 requests in one run, the lag monitor's largest sample 2.8 ms). A server's
+  batching on a client that was on time stays unflagged.
 
 *Kernel stamps* (``stamped.py``: plain TCP on Linux, the default) are taken when each packet arrives, so
 a late loop no longer makes a stamp late: for such a request only the last two criteria count. Chunks

@@ -42,8 +42,10 @@ offset between the two read at the wake-up (a pure function). The wall clock is 
 of the monotonic one, and an offset whose two reads lie more than ``OFFSET_BRACKET_S`` apart (the
 process was preempted in between: on a busy machine by several ms, which would shift every stamp of
 that wake-up and put a stream's end before its last token) is not used: the last good one is. A
-stream's stamps never go back (``monotonic_stamp``). A stamp later than the wake-up (a
-step of the wall clock) falls back to the wake-up's own stamp. Sockets without a kernel stamp (another
+stream's stamps never go back (``monotonic_stamp``). A stamp later than the present (a step of the
+wall clock) falls back to the present; one later than the wake-up's start only is kept: its bytes came
+while the wake-up read other sockets (at 300 streams a wake-up reads for ms, and taking its start
+instead made such gaps up to 6 ms short). Sockets without a kernel stamp (another
 OS, TLS, an injected clock, a kernel that gave no stamp when ``kernel_stamps_on`` held stamping on for
 the process) keep the event loop's transports and read-time stamps (``http.py``). The
 socket itself, as the transport its protocol writes to, is ``stamped.StampedSocket``.
@@ -62,6 +64,7 @@ the client's Python runs per batch of tokens, not per token (measured: the clien
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import platform
 import select
@@ -91,6 +94,8 @@ MAX_PACE_S = 0.008  # the least often (see ``next_pace``)
 PACE_WINDOW_S = 0.25  # how long the gaps must all have been long before the pace slows
 PACE_EVIDENCE = 8  # and how many gaps that window must have seen
 GAP_FLOOR_S = 0.001  # shorter gaps are a server's own bursts: no pace separates them
+LATE_READ_S = 0.001  # a paced read later than its timer by less is the timer's own grain (uvloop: 1 ms)
+MAX_LATE_READS = 4096  # the late reads remembered (older ones are dropped in halves)
 OFFSET_BRACKET_S = 50e-6  # a wall-clock read between monotonic reads further apart maps nothing
 READ_BYTES = 256 * 1024  # one read's buffer, shared by every socket of a loop (uvloop reads 256 KiB too)
 # Python's socket module does not export SO_TIMESTAMPNS; 35 is its value (SO_TIMESTAMPNS_OLD, with a
@@ -173,8 +178,10 @@ def kernel_time(ancillary: list[tuple[int, int, bytes]], realtime_offset: float)
 
 
 def monotonic_stamp(stamp: float | None, now: float, previous: float) -> float:
-    """A read's stamp: the kernel's (``stamp``) unless it has none or lies after the wake-up ``now`` (a
-    step of the wall clock), then ``now``; never before the ``previous`` read of the same socket."""
+    """A read's stamp: the kernel's (``stamp``) unless it has none or lies after ``now``, the latest
+    reading of the monotonic clock (a step of the wall clock), then ``now``; never before the
+    ``previous`` read of the same socket. (A stamp after the wake-up's own ``now`` is no step yet: the
+    bytes may have come while the wake-up read the sockets before, so the reader reads the clock again.)"""
     chosen = now if stamp is None or stamp > now else stamp
     return chosen if chosen >= previous else previous
 
@@ -231,6 +238,36 @@ class KeepMode:
     max_data: int
 
 
+class LateReads:
+    """When the paced reads came later than their timer was due, by more than ``LATE_READ_S``.
+
+    Why: two chunks of one stream read together share one stamp, and the reader cannot tell a server
+    that wrote them together from a client that read them late; the saturation rule asks how late the
+    loop was during the request (``saturation.py``). The lag monitor's timer is due every 20 ms, so a
+    stall of 10-20 ms, long enough to make an 8 ms pace's read late by a whole gap of 20 ms, delays it
+    by more than 3 ms about half the time (measured at 300 streams: 46 requests with a gap 20 ms wrong
+    in one run, unflagged, the largest lag sampled during them 2.8 ms). The paced reads' own timer, due
+    every pace (2-8 ms), sees every such stall."""
+
+    def __init__(self) -> None:
+        self._at: list[float] = []  # when each late read came, in order
+        self._by: list[float] = []  # and how late it was
+
+    def note(self, now: float, due: float) -> None:
+        """A paced read came at ``now``, due at ``due``."""
+        if now - due > LATE_READ_S:
+            self._at.append(now)
+            self._by.append(now - due)
+            if len(self._at) > MAX_LATE_READS:
+                half = len(self._at) // 2
+                del self._at[:half], self._by[:half]
+
+    def since(self, start: float) -> float:
+        """The most a paced read came late from ``start`` on (0.0: none late)."""
+        first = bisect.bisect_left(self._at, start)
+        return max(self._by[first:], default=0.0)
+
+
 class SocketReads:
     """The epoll set of one event loop's stamped sockets, and the paced reading of them."""
 
@@ -247,6 +284,8 @@ class SocketReads:
         self._buffers = (self.buffer,)
         self._offset: float | None = None  # wall clock minus monotonic clock, from the last clean read
         self.pace = Pace()
+        self._tick_due = 0.0  # when the paced read on the timer should come
+        self.late = LateReads()
 
     def _epoll_set(self) -> Any:
         return select.epoll()
@@ -303,12 +342,13 @@ class SocketReads:
             self.pace = next_pace(self.pace, self._clock(), *self.take_gaps())
         if busy and self.sockets and self.pace.seconds != UNPACED:
             self._unwatch()
-            self._tick_handle = self._loop.call_later(self.pace.seconds, self._tick)
+            self._tick_soon()
 
     def _tick(self) -> None:
         """Paced reading: read what is ready; while that is more than one socket, stay on the timer
         (no watcher to remove and add back per wake-up), else go back to waking on readability."""
         self._tick_handle = None
+        self.late.note(self._clock(), self._tick_due)
         try:
             busy = self._read_ready() > 1
         except BaseException:
@@ -317,9 +357,13 @@ class SocketReads:
         if busy and self.sockets:
             self.pace = next_pace(self.pace, self._clock(), *self.take_gaps())
         if busy and self.sockets and self.pace.seconds != UNPACED:
-            self._tick_handle = self._loop.call_later(self.pace.seconds, self._tick)
+            self._tick_soon()
         else:
             self._watch()
+
+    def _tick_soon(self) -> None:
+        self._tick_due = self._clock() + self.pace.seconds
+        self._tick_handle = self._loop.call_later(self.pace.seconds, self._tick)
 
     def _read_ready(self) -> int:
         """Read every ready socket once; returns how many were ready."""
@@ -362,6 +406,8 @@ class SocketReads:
             stamped.lose(None)  # the server closed its side
             return
         stamp = kernel_time(ancillary, offset) if ancillary else None
+        if stamp is not None and stamp > now:
+            now = self._clock()  # the bytes may have come while this wake-up was reading
         stamped.last_stamp = monotonic_stamp(stamp, now, stamped.last_stamp)
         stamped.protocol.received(stamped.last_stamp, bytes(self.buffer[:size]))
 
@@ -411,6 +457,12 @@ class NativeSocketReads(SocketReads):
 
 _READS: WeakKeyDictionary[asyncio.AbstractEventLoop, SocketReads] = WeakKeyDictionary()
 NATIVE_READS = _native is not None  # tests turn it off to run the Python reads
+
+
+def paced_reads_lateness(start: float) -> float:
+    """The most the running loop's paced reads came late from ``start`` on (``LateReads``)."""
+    reads = _READS.get(asyncio.get_running_loop())
+    return 0.0 if reads is None else reads.late.since(start)
 
 
 def loop_reads(clock: Clock) -> SocketReads:

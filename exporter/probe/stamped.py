@@ -159,9 +159,12 @@ async def open_stamped(host: str, port: int, protocol: StampedProtocol, clock: C
         stamped = StampedSocket(sock, protocol, loop_reads(clock))
         stamped.start()
         return stamped
-    if len(errors) == 1:
-        raise errors[0]
-    raise OSError(f"Multiple exceptions: {', '.join(str(e) for e in errors)}")
+    try:
+        if len(errors) == 1:
+            raise errors[0]
+        raise OSError(f"Multiple exceptions: {', '.join(str(e) for e in errors)}")
+    finally:
+        errors.clear()  # the error's traceback holds this frame: a list that held it would be a cycle
 
 
 async def _addresses(

@@ -120,14 +120,21 @@ def test_a_read_goes_to_the_protocol_with_the_kernels_stamp(pair: Pair) -> None:
     assert sent - 0.005 <= stamp <= now - 0.015
 
 
-def test_stamps_never_go_back_nor_past_the_wake_up(pair: Pair) -> None:
+def test_stamps_never_go_back_nor_past_the_present(pair: Pair) -> None:
+    offset = time.time() - time.perf_counter()
     pair.send(b"a")
     first = pair.read()
     pair.send(b"b")
-    pair.read(now=first - 10.0)  # a wake-up "before" the last read: the stamp stays at the last one
-    (stamp_a, _), (stamp_b, _) = pair.sink.received
-    assert stamp_a <= first
-    assert stamp_b == stamp_a
+    pair.read(now=first - 10.0)  # bytes that came after the wake-up began: the kernel's stamp stays
+    pair.send(b"c")
+    step = time.perf_counter()
+    pair.reads.read(pair.fd, step, offset - 100.0)  # the wall clock stepped back: the stamp is 100 s ahead
+    pair.send(b"d")
+    pair.reads.read(pair.fd, time.perf_counter(), offset + 100.0)  # a stamp before the last one
+    (a, _), (b, _), (c, _), (d, _) = pair.sink.received
+    assert a <= first < b <= step
+    assert step <= c <= time.perf_counter()  # the present, read again
+    assert d == c
 
 
 def test_nothing_waiting_is_nothing_and_the_end_of_the_stream_is_lost_none(pair: Pair) -> None:

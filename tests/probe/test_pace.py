@@ -17,11 +17,14 @@ from hypothesis import strategies as st
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.socket_reads import (
+    LATE_READ_S,
+    MAX_LATE_READS,
     MAX_PACE_S,
     PACE_EVIDENCE,
     PACE_S,
     PACE_WINDOW_S,
     UNPACED,
+    LateReads,
     Pace,
     loop_reads,
     next_pace,
@@ -100,10 +103,10 @@ def test_the_pace_stays_in_bounds_and_under_half_of_any_gap_it_just_saw(
 
 
 async def paced_run(
-    streams: int, tokens: int, gap_s: float, slots: int
+    streams: int, tokens: int, gap_s: float, slots: int, *, stall_s: float = 0.0
 ) -> tuple[list[ProbeResult], set[float]]:
     """``streams`` requests of ``spread_streams`` at once: their results, and every pace the reads took
-    meanwhile (looked at every millisecond)."""
+    meanwhile (looked at every millisecond); ``stall_s``: block the loop that long once, 0.3 s in."""
     paces: set[float] = set()
     spec = RequestSpec(prompt="x", max_tokens=tokens)
     async with spread_streams(streams, tokens, gap_s, slots) as url:
@@ -112,8 +115,12 @@ async def paced_run(
             reads = loop_reads(time.perf_counter)
 
             async def watch() -> None:
+                stall_at = time.perf_counter() + 0.3 if stall_s else math.inf
                 while True:
                     paces.add(reads.pace.seconds)
+                    if time.perf_counter() >= stall_at:
+                        time.sleep(stall_s)  # what a long garbage collection does
+                        stall_at = math.inf
                     await asyncio.sleep(0.001)
 
             watcher = asyncio.ensure_future(watch())
@@ -204,3 +211,28 @@ async def test_streams_faster_than_any_pace_are_read_unpaced_and_never_together(
         # separates, so a busy machine may show a few.
         shared = sum(r.multi_event_reads for r in results)
         assert shared <= 0.1 * streams * tokens, shared
+
+
+async def test_a_stall_of_the_loop_while_reads_are_paced_is_each_requests_loop_lag(both_reads: str) -> None:
+    """The lag monitor's timer, due every 20 ms, sees a stall of 30 ms late by at least 20 ms only half
+    the time; the paced reads' own timer, due every pace (at most 8 ms), is late by at least 22 ms."""
+    streams, tokens = 40, 50
+    start = time.perf_counter()
+    results, _ = await paced_run(streams, tokens, gap_s=0.02, slots=10, stall_s=0.03)
+    assert all(r.outcome is Outcome.OK for r in results), [r.error for r in results]
+    assert loop_reads(time.perf_counter).late.since(start) >= 0.03 - MAX_PACE_S
+    assert all(r.loop_lag_s >= 0.03 - MAX_PACE_S for r in results), sorted(r.loop_lag_s for r in results)
+
+
+def test_late_reads_remember_how_late_the_paced_reads_came_and_when() -> None:
+    late = LateReads()
+    late.note(10.0, due=10.0 - LATE_READ_S / 2)  # the timer's own grain: not late
+    assert late.since(0.0) == 0.0
+    late.note(11.0, due=10.99)
+    late.note(12.0, due=11.995)
+    assert late.since(0.0) == pytest.approx(0.01)
+    assert late.since(11.5) == pytest.approx(0.005)  # only what came from then on
+    assert late.since(12.5) == 0.0
+    for k in range(MAX_LATE_READS):  # a long saturated run: the oldest are dropped, the latest kept
+        late.note(100.0 + k, due=100.0 + k - 0.002)
+    assert late.since(0.0) == pytest.approx(0.002) and late.since(100.0 + MAX_LATE_READS - 1) > 0
