@@ -132,11 +132,12 @@ def kernel_stamps_on() -> bool:
 
     Why: Linux stamps packets only while some socket asks for stamps, and the first socket to ask turns
     stamping on a little later, from a work queue (``net_enable_timestamp``); the last one to close turns
-    it off again. Until then reads carry no stamp and fall back to their read time, which the pacing
+    it off again. Until then TCP reads carry no stamp and fall back to their read time, which the pacing
     makes up to a pace late: measured on loopback, with no other socket asking, a server that wrote
     right after the client asked left no stamp on 102 of 200 first reads (none with a held socket).
-    So one UDP socket that asks is held open for good, and a datagram it sends itself shows the stamps
-    are on (on a kernel that never stamps, after ``STAMPS_CONFIRM_S``, the caller reads without them).
+    So one UDP socket that asks is held open for good, and a byte over a loopback TCP connection shows
+    the stamps are on (a datagram would not: UDP stamps one that came unstamped when it is read). On a
+    kernel that never stamps TCP, after ``STAMPS_CONFIRM_S``, the caller reads without them.
     """
     if _STAMPS_HELD:
         return True
@@ -145,8 +146,7 @@ def kernel_stamps_on() -> bool:
         with contextlib.ExitStack() as undo:
             held = undo.enter_context(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
             held.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            held.bind(("127.0.0.1", 0))
-            if not _stamped_datagram(held, time.monotonic() + STAMPS_CONFIRM_S):
+            if not _tcp_reads_stamped(time.monotonic() + STAMPS_CONFIRM_S):
                 return False
             undo.pop_all()
     except OSError:
@@ -155,15 +155,20 @@ def kernel_stamps_on() -> bool:
     return True
 
 
-def _stamped_datagram(sock: socket.socket, deadline: float) -> bool:
-    """Whether a datagram ``sock`` sends itself comes back with a kernel stamp before ``deadline``."""
-    sock.settimeout(STAMPS_CONFIRM_S)
-    while time.monotonic() < deadline:
-        sock.sendto(b"", sock.getsockname())
-        _data, ancillary, _flags, _address = sock.recvmsg(1, _ANCILLARY_BYTES)
-        if kernel_time(ancillary, 0.0) is not None:
-            return True
-        time.sleep(0.001)
+def _tcp_reads_stamped(deadline: float) -> bool:
+    """Whether a byte sent over a loopback TCP connection is read with a kernel stamp before ``deadline``."""
+    assert SO_TIMESTAMPNS is not None
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        reader = socket.create_connection(listener.getsockname(), timeout=STAMPS_CONFIRM_S)
+        writer, _ = listener.accept()
+    with reader, writer:
+        reader.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        while time.monotonic() < deadline:
+            writer.sendall(b"x")
+            _data, ancillary, _flags, _address = reader.recvmsg(1, _ANCILLARY_BYTES)
+            if kernel_time(ancillary, 0.0) is not None:
+                return True
+            time.sleep(0.001)
     return False
 
 
@@ -264,6 +269,8 @@ class LateReads:
 
     def since(self, start: float) -> float:
         """The most a paced read came late from ``start`` on (0.0: none late)."""
+        if not self._at or self._at[-1] < start:
+            return 0.0  # the usual answer, asked at the end of every request
         first = bisect.bisect_left(self._at, start)
         return max(self._by[first:], default=0.0)
 
