@@ -69,6 +69,7 @@ typedef struct {
     double gap_floor; /* shorter gaps are a server's own bursts, which no pace separates */
     Py_ssize_t gaps;  /* since the last take_gaps() */
     double shortest_gap;
+    double waited; /* the longest a read of the last read_ready() waited: its `now` minus its stamp */
 } Reads;
 
 /* Clearing moves the references out of the entry before releasing any: a release may run a finalizer
@@ -457,6 +458,7 @@ static int read_into(Reads *self, int fd, double now, double offset, PyObject *r
     if (found && stamp > now) now = monotonic_now(now);
     double chosen = (!found || stamp > now) ? now : stamp;
     if (chosen < e->last_stamp) chosen = e->last_stamp;
+    if (now - chosen > self->waited) self->waited = now - chosen;
     if (e->kept != NULL && e->last_stamp > 0) note_gap(self, chosen - e->last_stamp); /* 0: no read yet */
     e->last_stamp = chosen;
     if (e->kept != NULL) {
@@ -490,6 +492,7 @@ static PyObject *Reads_read_ready(Reads *self, PyObject *args) {
         return NULL;
     }
     struct epoll_event events[MAX_EVENTS];
+    self->waited = 0.0;
     int ready = epoll_wait(self->epfd, events, MAX_EVENTS, 0);
     if (ready < 0) {
         if (errno == EINTR) return PyLong_FromLong(0);
@@ -509,6 +512,10 @@ static PyObject *Reads_read(Reads *self, PyObject *args) {
     }
     if (read_one(self, fd, now, offset) < 0) return NULL;
     Py_RETURN_NONE;
+}
+
+static PyObject *Reads_waited(Reads *self, PyObject *Py_UNUSED(ignored)) {
+    return PyFloat_FromDouble(self->waited);
 }
 
 static PyObject *Reads_take_gaps(Reads *self, PyObject *Py_UNUSED(ignored)) {
@@ -538,6 +545,8 @@ static PyMethodDef Reads_methods[] = {
     {"read", (PyCFunction)Reads_read, METH_VARARGS, "read(fd, now, offset): read fd once, out of turn."},
     {"take_gaps", (PyCFunction)Reads_take_gaps, METH_NOARGS,
      "take_gaps() -> (count, shortest): the gaps of kept streams since the last call (see the module)."},
+    {"waited", (PyCFunction)Reads_waited, METH_NOARGS,
+     "waited() -> float: the longest a read of the last read_ready() waited (its now minus its stamp)."},
     {"fileno", (PyCFunction)Reads_fileno, METH_NOARGS, "The epoll set's file descriptor."},
     {"close", (PyCFunction)Reads_close, METH_NOARGS, "Forget every socket and close the epoll set."},
     {NULL, NULL, 0, NULL},

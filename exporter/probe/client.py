@@ -52,7 +52,7 @@ from exporter.probe.openai import FORMATS, ApiFormat, exact_length
 from exporter.probe.reader import StreamReader, error_text
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.saturation import LagMonitor, is_unreliable
-from exporter.probe.socket_reads import paced_reads_lateness
+from exporter.probe.socket_reads import reads_lateness
 from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
@@ -297,8 +297,8 @@ class ProbeClient:
         if self.monitor is not None:
             result.loop_lag_s, result.loop_lag_share = self.monitor.since(mark)
             result.cpu_share = self.monitor.cpu_share_since(mark)
-            if result.kernel_stamps and result.sent_at is not None:  # the paced reads' timer, too
-                result.loop_lag_s = max(result.loop_lag_s, paced_reads_lateness(result.sent_at))
+            if result.kernel_stamps and result.sent_at is not None:  # the stamped reads' own lateness, too
+                result.loop_lag_s = max(result.loop_lag_s, reads_lateness(result.sent_at))
         reads = int(result.extra.get("token_reads", 0))
         result.unreliable = is_unreliable(
             result.loop_lag_s,
@@ -339,6 +339,7 @@ class ProbeClient:
             await self._exchange(result, request, state, watchdog, fresh=fresh)
         except StreamFailureError as exc:  # the stream's own failure, or a time limit (watchdog.py)
             self._failed(result, exc.outcome, exc.message)
+            exc.__traceback__ = None  # its frames hold the reader, which holds it: a cycle for the GC
         finally:
             watchdog.cancel()
         result.extra["token_reads"] = state.token_reads

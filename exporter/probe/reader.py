@@ -268,6 +268,8 @@ class StreamReader:
         self._resolve()
 
     def _fail(self, failure: StreamFailureError) -> None:
+        # Where it was raised (or what it was raised from) holds this reader: a cycle for the GC.
+        failure.__traceback__ = failure.__context__ = failure.__cause__ = None
         self.failure = failure
         self._resolve()
 

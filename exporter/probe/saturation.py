@@ -8,9 +8,10 @@ The evidence recorded on every ``ProbeResult``:
 * ``loop_lag_s`` and ``loop_lag_share``: the largest lateness of a periodic timer (``LagMonitor``, every
   20 ms) while the request was in flight, and the share of those samples later than ``LAG_LIMIT_S``.
   asyncio timers wake up to 1 ms late by themselves (epoll's millisecond timeout), so lag below ~1 ms is
-  the clock's grain, not saturation. With kernel stamps ``loop_lag_s`` also takes the lateness of the
-  paced reads' own timer, due every 2-8 ms (``socket_reads.LateReads``): a timer due every 20 ms sees a
-  stall of 10-20 ms late by more than 3 ms only about half the time;
+  the clock's grain, not saturation. With kernel stamps ``loop_lag_s`` also takes how late the stamped
+  reads came (``socket_reads.LateReads``): the paced reads' own timer, due every 2-8 ms, and, woken by
+  readability, how long their bytes had waited; a timer due every 20 ms sees a stall of 10-20 ms late by
+  more than 3 ms only about half the time;
 * ``multi_event_reads``: socket reads that carried more than one token event of this request. On a
   stream whose chunks the server wrote apart, that means the client read them late and their gaps
   collapsed to zero;

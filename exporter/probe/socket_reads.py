@@ -95,7 +95,6 @@ PACE_WINDOW_S = 0.25  # how long the gaps must all have been long before the pac
 PACE_EVIDENCE = 8  # and how many gaps that window must have seen
 GAP_FLOOR_S = 0.001  # shorter gaps are a server's own bursts: no pace separates them
 LATE_READ_S = 0.001  # a paced read later than its timer by less is the timer's own grain (uvloop: 1 ms)
-MAX_LATE_READS = 4096  # the late reads remembered (older ones are dropped in halves)
 OFFSET_BRACKET_S = 50e-6  # a wall-clock read between monotonic reads further apart maps nothing
 READ_BYTES = 256 * 1024  # one read's buffer, shared by every socket of a loop (uvloop reads 256 KiB too)
 # Python's socket module does not export SO_TIMESTAMPNS; 35 is its value (SO_TIMESTAMPNS_OLD, with a
@@ -124,6 +123,7 @@ def kernel_stamps_available(clock: Clock) -> bool:
 
 
 _STAMPS_HELD: list[socket.socket] = []  # the socket that keeps the kernel's stamps on, once it did
+_STAMPS_FAILED: list[bool] = []  # they did not come once: not asked again (each try blocks the loop)
 STAMPS_CONFIRM_S = 0.2  # how long kernel_stamps_on waits for its first stamp
 
 
@@ -137,19 +137,22 @@ def kernel_stamps_on() -> bool:
     right after the client asked left no stamp on 102 of 200 first reads (none with a held socket).
     So one UDP socket that asks is held open for good, and a byte over a loopback TCP connection shows
     the stamps are on (a datagram would not: UDP stamps one that came unstamped when it is read). On a
-    kernel that never stamps TCP, after ``STAMPS_CONFIRM_S``, the caller reads without them.
+    kernel that never stamps TCP, after ``STAMPS_CONFIRM_S``, the caller reads without them, and so do
+    later callers: the process does not ask again.
     """
-    if _STAMPS_HELD:
-        return True
+    if _STAMPS_HELD or _STAMPS_FAILED:
+        return bool(_STAMPS_HELD)
     assert SO_TIMESTAMPNS is not None
     try:
         with contextlib.ExitStack() as undo:
             held = undo.enter_context(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
             held.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
             if not _tcp_reads_stamped(time.monotonic() + STAMPS_CONFIRM_S):
+                _STAMPS_FAILED.append(True)
                 return False
             undo.pop_all()
     except OSError:
+        _STAMPS_FAILED.append(True)
         return False
     _STAMPS_HELD.append(held)
     return True
@@ -158,10 +161,11 @@ def kernel_stamps_on() -> bool:
 def _tcp_reads_stamped(deadline: float) -> bool:
     """Whether a byte sent over a loopback TCP connection is read with a kernel stamp before ``deadline``."""
     assert SO_TIMESTAMPNS is not None
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        reader = socket.create_connection(listener.getsockname(), timeout=STAMPS_CONFIRM_S)
-        writer, _ = listener.accept()
-    with reader, writer:
+    with (
+        socket.create_server(("127.0.0.1", 0)) as listener,
+        socket.create_connection(listener.getsockname(), timeout=STAMPS_CONFIRM_S) as reader,
+        listener.accept()[0] as writer,
+    ):
         reader.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         while time.monotonic() < deadline:
             writer.sendall(b"x")
@@ -244,35 +248,41 @@ class KeepMode:
 
 
 class LateReads:
-    """When the paced reads came later than their timer was due, by more than ``LATE_READ_S``.
+    """How late the reads came, when by more than ``LATE_READ_S``: on the timer, how much later than it
+    was due; woken by readability, how long the longest-waiting read's bytes had waited.
 
     Why: two chunks of one stream read together share one stamp, and the reader cannot tell a server
     that wrote them together from a client that read them late; the saturation rule asks how late the
     loop was during the request (``saturation.py``). The lag monitor's timer is due every 20 ms, so a
     stall of 10-20 ms, long enough to make an 8 ms pace's read late by a whole gap of 20 ms, delays it
     by more than 3 ms about half the time (measured at 300 streams: 46 requests with a gap 20 ms wrong
-    in one run, unflagged, the largest lag sampled during them 2.8 ms). The paced reads' own timer, due
-    every pace (2-8 ms), sees every such stall."""
+    in one run, unflagged, the largest lag sampled during them 2.8 ms). The paced reads' own timer is
+    due every pace (2-8 ms); between paced stretches the reads wake when bytes come, and the bytes that
+    waited through a stall say how long it was.
+
+    Only the running maxima are kept (a late read drops the earlier ones that were no later), so the
+    most since any moment is the first kept at or after it, however long ago that was."""
 
     def __init__(self) -> None:
-        self._at: list[float] = []  # when each late read came, in order
-        self._by: list[float] = []  # and how late it was
+        self._at: list[float] = []  # when each kept late read came, in order
+        self._by: list[float] = []  # and how late: decreasing
 
-    def note(self, now: float, due: float) -> None:
-        """A paced read came at ``now``, due at ``due``."""
-        if now - due > LATE_READ_S:
-            self._at.append(now)
-            self._by.append(now - due)
-            if len(self._at) > MAX_LATE_READS:
-                half = len(self._at) // 2
-                del self._at[:half], self._by[:half]
+    def note(self, now: float, late_by: float) -> None:
+        """A read at ``now`` came ``late_by`` seconds late."""
+        if late_by <= LATE_READ_S:
+            return
+        at, by = self._at, self._by
+        while by and by[-1] <= late_by:
+            at.pop()
+            by.pop()
+        at.append(now)
+        by.append(late_by)
 
     def since(self, start: float) -> float:
-        """The most a paced read came late from ``start`` on (0.0: none late)."""
+        """The most a read came late from ``start`` on (0.0: none late)."""
         if not self._at or self._at[-1] < start:
             return 0.0  # the usual answer, asked at the end of every request
-        first = bisect.bisect_left(self._at, start)
-        return max(self._by[first:], default=0.0)
+        return self._by[bisect.bisect_left(self._at, start)]
 
 
 class SocketReads:
@@ -292,7 +302,13 @@ class SocketReads:
         self._offset: float | None = None  # wall clock minus monotonic clock, from the last clean read
         self.pace = Pace()
         self._tick_due = 0.0  # when the paced read on the timer should come
+        self._waited_s = 0.0  # see _waited
         self.late = LateReads()
+
+    @property
+    def paced(self) -> bool:
+        """Whether the reads are on the timer (busy), not woken by readability."""
+        return self._tick_handle is not None
 
     def _epoll_set(self) -> Any:
         return select.epoll()
@@ -345,6 +361,7 @@ class SocketReads:
         """The loop saw a socket readable: read; when several were, switch to reading on a timer
         (unless the streams are too fast for any pace: then their gaps say when they no longer are)."""
         busy = self._read_ready() > 1
+        self.late.note(self._clock(), self._waited())
         if self.pace.seconds == UNPACED:
             self.pace = next_pace(self.pace, self._clock(), *self.take_gaps())
         if busy and self.sockets and self.pace.seconds != UNPACED:
@@ -355,7 +372,8 @@ class SocketReads:
         """Paced reading: read what is ready; while that is more than one socket, stay on the timer
         (no watcher to remove and add back per wake-up), else go back to waking on readability."""
         self._tick_handle = None
-        self.late.note(self._clock(), self._tick_due)
+        now = self._clock()
+        self.late.note(now, now - self._tick_due)
         try:
             busy = self._read_ready() > 1
         except BaseException:
@@ -375,6 +393,7 @@ class SocketReads:
     def _read_ready(self) -> int:
         """Read every ready socket once; returns how many were ready."""
         now, offset = self.clocks()
+        self._waited_s = 0.0
         ready = self._epoll.poll(0)
         sockets, read = self.sockets, self.read
         for fd, _ in ready:
@@ -382,6 +401,10 @@ class SocketReads:
             if stamped is not None:
                 read(stamped, now, offset)
         return len(ready)
+
+    def _waited(self) -> float:
+        """The longest a read of the last ``_read_ready`` had waited (its wake-up less its stamp)."""
+        return self._waited_s
 
     def keep(self, stamped: StampedSocket, mode: KeepMode) -> bool:
         """Put ``stamped`` in keep mode; False: these reads have none (only ``NativeSocketReads``)."""
@@ -416,6 +439,7 @@ class SocketReads:
         if stamp is not None and stamp > now:
             now = self._clock()  # the bytes may have come while this wake-up was reading
         stamped.last_stamp = monotonic_stamp(stamp, now, stamped.last_stamp)
+        self._waited_s = max(self._waited_s, now - stamped.last_stamp)
         stamped.protocol.received(stamped.last_stamp, bytes(self.buffer[:size]))
 
 
@@ -458,6 +482,9 @@ class NativeSocketReads(SocketReads):
     def _read_ready(self) -> int:
         return int(self._reads.read_ready(*self.clocks()))
 
+    def _waited(self) -> float:
+        return float(self._reads.waited())
+
     def read_now(self, stamped: StampedSocket) -> None:
         self._reads.read(stamped.fileno, *self.clocks())
 
@@ -466,8 +493,8 @@ _READS: WeakKeyDictionary[asyncio.AbstractEventLoop, SocketReads] = WeakKeyDicti
 NATIVE_READS = _native is not None  # tests turn it off to run the Python reads
 
 
-def paced_reads_lateness(start: float) -> float:
-    """The most the running loop's paced reads came late from ``start`` on (``LateReads``)."""
+def reads_lateness(start: float) -> float:
+    """The most the running loop's stamped reads came late from ``start`` on (``LateReads``)."""
     reads = _READS.get(asyncio.get_running_loop())
     return 0.0 if reads is None else reads.late.since(start)
 

@@ -136,12 +136,27 @@ class StampedSocket(asyncio.Transport):
 async def open_stamped(host: str, port: int, protocol: StampedProtocol, clock: Clock) -> StampedSocket:
     """Connect to ``host:port`` (every address it resolves to, in order, like ``create_connection``)
     with kernel receive stamps on, and start feeding ``protocol``."""
-    assert SO_TIMESTAMPNS is not None
     loop = asyncio.get_running_loop()
     infos = await _addresses(loop, host, port)
     if not infos:
         raise OSError(f"getaddrinfo({host!r}) returned nothing")
     errors: list[OSError] = []
+    try:
+        return await _connect_first(loop, infos, protocol, clock, errors)
+    finally:
+        errors.clear()  # an error's traceback holds this frame: a list that held it would be a cycle
+
+
+async def _connect_first(
+    loop: asyncio.AbstractEventLoop,
+    infos: Sequence[tuple[socket.AddressFamily, socket.SocketKind, int, str, Any]],
+    protocol: StampedProtocol,
+    clock: Clock,
+    errors: list[OSError],
+) -> StampedSocket:
+    """The first of ``infos`` that connects, stamped and started; the errors of those before it go to
+    ``errors``."""
+    assert SO_TIMESTAMPNS is not None
     for family, kind, proto, _name, address in infos:
         sock = socket.socket(family, kind, proto)
         try:
@@ -159,12 +174,9 @@ async def open_stamped(host: str, port: int, protocol: StampedProtocol, clock: C
         stamped = StampedSocket(sock, protocol, loop_reads(clock))
         stamped.start()
         return stamped
-    try:
-        if len(errors) == 1:
-            raise errors[0]
-        raise OSError(f"Multiple exceptions: {', '.join(str(e) for e in errors)}")
-    finally:
-        errors.clear()  # the error's traceback holds this frame: a list that held it would be a cycle
+    if len(errors) == 1:
+        raise errors[0]
+    raise OSError(f"Multiple exceptions: {', '.join(str(e) for e in errors)}")
 
 
 async def _addresses(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import socket
 from typing import Any
 
@@ -11,8 +12,11 @@ import pytest
 
 from exporter.probe import http
 from exporter.probe.client import ProbeClient
+from exporter.probe.reader import StreamReader
 from exporter.probe.result import Outcome
+from exporter.probe.stream import StreamState
 from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.probe.watchdog import Watchdog
 from exporter.sim import SimServer
 from exporter.sim.faults import FAULT_MODES
 from tests.probe.helpers import fault, script, settings_for
@@ -63,6 +67,31 @@ async def test_fault_mode_yields_its_outcome_and_the_client_carries_on(sim: SimS
     assert failed.finished_at is not None and failed.sent_at is not None
     assert (failed.error is None) == (outcome is Outcome.OK)
     assert after.outcome is Outcome.OK and after.output_tokens == 6
+
+
+@pytest.mark.parametrize("mode", ["ok", *sorted(CASES)])
+async def test_a_request_leaves_nothing_for_the_garbage_collector(sim: SimServer, mode: str) -> None:
+    """A request's reader, state and watchdog go when it ends, failed or not, not in a reference cycle:
+    at 300 streams the cycles requests left made each young collection free thousands of objects (up
+    to 11 ms, reads waiting meanwhile) and brought a 65 ms full one."""
+    extra = fault(CASES[mode][0]) if mode != "ok" else script(ttft=0.01, gaps=0.002)
+    spec = RequestSpec(prompt="hi", max_tokens=6, extra_body=extra)
+    settings = settings_for(sim, api="completions", timeouts=FAST, max_line_bytes=65536)
+    async with ProbeClient(settings) as client:
+        await client.send(RequestSpec(prompt="hi", max_tokens=2))  # the model resolved, a connection open
+        gc.collect()
+        gc.disable()
+        try:
+            result = await client.send(spec)
+            left = [
+                type(o).__name__
+                for o in gc.get_objects()
+                if isinstance(o, StreamReader | StreamState | Watchdog)
+            ]
+        finally:
+            gc.enable()
+    assert result.outcome is (CASES[mode][1] if mode != "ok" else Outcome.OK), result.error
+    assert left == []
 
 
 async def test_connection_refused_is_a_connect_error() -> None:

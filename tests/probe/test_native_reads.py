@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from exporter.probe import socket_reads
+from tests.probe.helpers import wall_offset
 
 if TYPE_CHECKING:
     from exporter.probe._reads import Reads
@@ -74,7 +75,7 @@ class Pair:
     def read(self, now: float | None = None) -> float:
         """One read by the C reads; returns the ``now`` it was given."""
         now = time.perf_counter() if now is None else now
-        self.reads.read(self.fd, now, time.time() - time.perf_counter())
+        self.reads.read(self.fd, now, wall_offset())
         return now
 
 
@@ -121,7 +122,7 @@ def test_a_read_goes_to_the_protocol_with_the_kernels_stamp(pair: Pair) -> None:
 
 
 def test_stamps_never_go_back_nor_past_the_present(pair: Pair) -> None:
-    offset = time.time() - time.perf_counter()
+    offset = wall_offset()
     pair.send(b"a")
     first = pair.read()
     pair.send(b"b")
@@ -224,13 +225,13 @@ def test_a_callback_that_removes_its_socket_is_safe(pair: Pair) -> None:
     pair.reads.add(pair.fd, pair.sink.on_received, lose)
     pair.server.shutdown(socket.SHUT_WR)
     assert select.select([pair.client], [], [], 5)[0]
-    pair.reads.read_ready(time.perf_counter(), time.time() - time.perf_counter())
+    pair.reads.read_ready(time.perf_counter(), wall_offset())
     assert pair.sink.lost == [None]
 
 
 def test_read_ready_reads_every_ready_socket_once(pair: Pair) -> None:
     pair.send(b"one")
-    ready = pair.reads.read_ready(time.perf_counter(), time.time() - time.perf_counter())
+    ready = pair.reads.read_ready(time.perf_counter(), wall_offset())
     assert ready == 1 and [d for _, d in pair.sink.received] == [b"one"]
     assert pair.reads.read_ready(time.perf_counter(), 0.0) == 0
 
@@ -294,7 +295,7 @@ def test_gaps_shorter_than_the_floor_are_not_counted(pair: Pair) -> None:
         for pause in (0.0, 0.002, 0.03):
             time.sleep(pause)
             pair.send(event(b"{}"))
-            floored.read(pair.fd, time.perf_counter(), time.time() - time.perf_counter())
+            floored.read(pair.fd, time.perf_counter(), wall_offset())
         count, shortest = floored.take_gaps()
         assert count == 1 and 0.025 <= shortest <= 0.1, (count, shortest)  # only the 30 ms gap
     finally:

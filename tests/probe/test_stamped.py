@@ -30,6 +30,7 @@ from exporter.probe.socket_reads import (
 )
 from exporter.probe.stamped import StampedSocket
 from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from tests.probe.helpers import wall_offset
 from tests.support.wait import wait_for
 
 pytestmark = [
@@ -210,7 +211,7 @@ async def test_bytes_that_came_while_the_wake_up_read_keep_the_kernels_stamp() -
     with client, server:
         client.setsockopt(socket.SOL_SOCKET, 35, 1)
         stamped = StampedSocket(client, Protocol(), reads)
-        woke, offset = reads.clocks()
+        woke, offset = time.perf_counter(), wall_offset()
         server.sendall(b"x")
         sent = time.perf_counter()
         await asyncio.sleep(0.01)
