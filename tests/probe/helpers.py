@@ -1,12 +1,17 @@
-"""Helpers for the probe's tests: settings for a simulator, the simulator's request extensions, and the
-wall clock's offset from the monotonic clock."""
+"""Helpers for the probe's tests: settings for a simulator, the simulator's request extensions, the
+wall clock's offset from the monotonic clock, and a stamped socket on loopback that records its reads."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from exporter.probe.socket_reads import OFFSET_BRACKET_S
+from exporter.probe.socket_reads import OFFSET_BRACKET_S, SO_TIMESTAMPNS, SocketReads
+from exporter.probe.stamped import StampedSocket
 from exporter.probe.target import TargetSettings, Timeouts
 from exporter.sim import SimServer
 
@@ -38,3 +43,38 @@ def wall_offset() -> float:
         if after - before <= OFFSET_BRACKET_S:
             return wall - (before + after) / 2
     raise AssertionError("no clean clock reading in 10,000 tries")
+
+
+class RecordingProtocol:
+    """A stamped socket's protocol that records each read as (stamp, bytes)."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[float, bytes]] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        pass
+
+    def received(self, now: float, data: bytes) -> None:
+        self.reads.append((now, data))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def stamped_pair(reads: SocketReads) -> Iterator[tuple[StampedSocket, socket.socket, RecordingProtocol]]:
+    """A loopback TCP connection: the client's end a stamped socket of ``reads`` (not started), whose
+    reads ``RecordingProtocol`` records; the server's end a plain blocking socket."""
+    assert SO_TIMESTAMPNS is not None
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    client.setblocking(False)
+    client.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    protocol = RecordingProtocol()
+    stamped = StampedSocket(client, protocol, reads)
+    with server:
+        try:
+            yield stamped, server, protocol
+        finally:
+            stamped.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,9 +28,8 @@ from exporter.probe.socket_reads import (
     loop_reads,
     next_pace,
 )
-from exporter.probe.stamped import StampedSocket
 from exporter.probe.target import RequestSpec, TargetSettings
-from tests.probe.helpers import TEST_TIMEOUTS
+from tests.probe.helpers import TEST_TIMEOUTS, stamped_pair
 
 INF = math.inf
 
@@ -230,36 +228,17 @@ async def test_bytes_that_waited_through_a_stall_say_how_long_it_was(both_reads:
     """Reads woken by readability have no timer to be late: the bytes that waited in the socket while
     the loop was blocked are the evidence."""
     reads = loop_reads(time.perf_counter)
-    received: list[bytes] = []
-
-    class Protocol:
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            pass
-
-        def received(self, now: float, data: bytes) -> None:
-            received.append(data)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            pass
-
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        client = socket.create_connection(listener.getsockname())
-        server, _ = listener.accept()
-    client.setblocking(False)
-    client.setsockopt(socket.SOL_SOCKET, 35, 1)
-    stamped = StampedSocket(client, Protocol(), reads)
-    stamped.start()
-    with server:
+    with stamped_pair(reads) as (stamped, server, protocol):
+        stamped.start()
         start = time.perf_counter()
         server.sendall(b"x")
         time.sleep(0.03)  # the loop is blocked (a long garbage collection): the byte waits
         for _ in range(1000):
-            if received:
+            if protocol.reads:
                 break
             await asyncio.sleep(0.001)
-        assert received == [b"x"] and not reads.paced
+        assert [data for _, data in protocol.reads] == [b"x"] and not reads.paced
         assert reads.late.since(start) >= 0.025
-        stamped.close()
 
 
 def test_late_reads_keep_the_most_since_any_moment() -> None:

@@ -30,7 +30,7 @@ from exporter.probe.socket_reads import (
 )
 from exporter.probe.stamped import StampedSocket
 from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
-from tests.probe.helpers import wall_offset
+from tests.probe.helpers import stamped_pair, wall_offset
 from tests.support.wait import wait_for
 
 pytestmark = [
@@ -193,30 +193,14 @@ async def test_bytes_that_came_while_the_wake_up_read_keep_the_kernels_stamp() -
     """At 300 streams a wake-up reads for ms; bytes that came meanwhile are later than its start, and
     taking the start for them made gaps up to 6 ms short (the Python reads; ``test_native_reads``: C)."""
     reads = SocketReads(asyncio.get_running_loop(), time.perf_counter)
-    got: list[float] = []
-
-    class Protocol:
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:
-            pass
-
-        def received(self, now: float, data: bytes) -> None:
-            got.append(now)
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            pass
-
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        client = socket.create_connection(listener.getsockname())
-        server, _ = listener.accept()
-    with client, server:
-        client.setsockopt(socket.SOL_SOCKET, 35, 1)
-        stamped = StampedSocket(client, Protocol(), reads)
+    with stamped_pair(reads) as (stamped, server, protocol):
         woke, offset = time.perf_counter(), wall_offset()
         server.sendall(b"x")
         sent = time.perf_counter()
         await asyncio.sleep(0.01)
         reads.read(stamped, woke, offset)
-        assert woke < got[0] and sent - 0.005 <= got[0] <= time.perf_counter() - 0.005
+        [(stamp, _)] = protocol.reads
+        assert woke < stamp and sent - 0.005 <= stamp <= time.perf_counter() - 0.005
 
 
 async def test_a_request_larger_than_the_socket_buffer_is_sent_whole() -> None:
