@@ -94,7 +94,7 @@ MAX_PACE_S = 0.008  # the least often (see ``next_pace``)
 PACE_WINDOW_S = 0.25  # how long the gaps must all have been long before the pace slows
 PACE_EVIDENCE = 8  # and how many gaps that window must have seen
 GAP_FLOOR_S = 0.001  # shorter gaps are a server's own bursts: no pace separates them
-LATE_READ_S = 0.001  # a paced read later than its timer by less is the timer's own grain (uvloop: 1 ms)
+LATE_READ_S = 0.001  # later by less is the timer's own grain (uvloop: 1 ms) or the loop's usual work
 OFFSET_BRACKET_S = 50e-6  # a wall-clock read between monotonic reads further apart maps nothing
 READ_BYTES = 256 * 1024  # one read's buffer, shared by every socket of a loop (uvloop reads 256 KiB too)
 # Python's socket module does not export SO_TIMESTAMPNS; 35 is its value (SO_TIMESTAMPNS_OLD, with a
