@@ -22,7 +22,7 @@ from collections.abc import Iterator
 
 from aiohttp import web
 
-from exporter.app import Daemon, web_app
+from exporter.app import SHUTDOWN_GRACE_S, Daemon, web_app
 from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
@@ -113,7 +113,10 @@ async def serve(
     SIGHUP reloads."""
     host, port = split_address(address)
     daemon.listen_address = address
-    runner = web.AppRunner(web_app(daemon, enable_lifecycle=enable_lifecycle), access_log=None)
+    # A handler still running at shutdown (an on-demand /probe) gets the scheduled probes' grace, not
+    # aiohttp's 60 s: a pod's 30 s of grace once ended in SIGKILL behind one (78 s to stop).
+    app = web_app(daemon, enable_lifecycle=enable_lifecycle)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
     try:
         await runner.setup()  # starts the daemon (web_app's cleanup context)
         for sock in sockets:

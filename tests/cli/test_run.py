@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -144,3 +147,54 @@ def test_sigterm_during_a_probe_stops_without_a_traceback(tmp_path: Path) -> Non
     assert process.returncode == 0, err
     assert "Traceback" not in err and "CancelledError" not in err and "a bug" not in err, err
     assert "stopped" in out
+
+
+@pytest.mark.slow
+def test_sigterm_during_an_on_demand_probe_stops_within_the_grace(tmp_path: Path) -> None:
+    """A ``/probe`` in flight is given the same 5 s as the scheduled probes, not aiohttp's 60 s for a
+    handler: a pod's default 30 s of grace would end in SIGKILL behind one (78 s to stop, once)."""
+    with socket.socket() as silent:  # accepts connections and never answers: the probes hang
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        target = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            "global: {probe_token: {env: PROBE_TOKEN}}\n"
+            f"targets:\n  - {{name: a, url: '{target}', model: m}}\n"
+            "modules: {m: {schedule: {interval: 1h}}}\n"
+        )
+        port = free_port()
+        command = [sys.executable, "-m", "exporter", "run", f"--web.listen-address=127.0.0.1:{port}"]
+        command.append(f"--config.file={config}")
+        environment = {**os.environ, "PROBE_TOKEN": "secret"}
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment
+        )
+        held: list[socket.socket] = []
+        try:
+            assert process.stdout is not None
+            assert "listening on" in process.stdout.readline()
+            silent.settimeout(30)
+            held.append(silent.accept()[0])  # the scheduled probe
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/probe?target=a&module=m")
+            request.add_header("Authorization", "Bearer secret")
+            asking = threading.Thread(target=_ask_quietly, args=(request,))
+            asking.start()
+            held.append(silent.accept()[0])  # the on-demand one
+        finally:
+            stopping = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=120)
+            stopped_after = time.monotonic() - stopping
+        for conn in held:
+            conn.close()
+        asking.join(timeout=10)
+    assert process.returncode == 0, err
+    assert "Traceback" not in err and "a bug" not in err, err
+    assert "stopped" in out
+    assert stopped_after < 20, stopped_after  # 5 s for the handler, then 5 s for the scheduled probe
+
+
+def _ask_quietly(request: urllib.request.Request) -> None:
+    with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=150) as response:
+        response.read()
