@@ -205,12 +205,15 @@ outcomes = timeseries(
     bars=True,
 )
 failure_ratio = timeseries(
-    "Failed and resent request ratio",
+    "Failed, resent and unreliable request ratio",
     "Share of probe requests that did not end ok. Failed requests never reach the latency and fluidity "
     "histograms, so a target that fails fast can look fluid: read this beside them. Good: 0. Resent: "
     "requests whose reused keep-alive connection the server had closed while idle (llama.cpp and "
     "uvicorn close after 5 s), sent again on a fresh connection and counted by how that ended; harmless, "
-    "but each one paid a new connection in its TTFT.",
+    "but each one paid a new connection in its TTFT. Unreliable: requests whose timings the probe's own "
+    "client flagged (it read chunks of a stream together while its event loop was late); they are in "
+    "the latency and fluidity panels all the same, so more than a few percent means the exporter needs "
+    "more CPU (or its machine stalls) before those tails can be trusted.",
     RATIO,
     [
         Query(
@@ -220,6 +223,10 @@ failure_ratio = timeseries(
         Query(
             f"{sum_rate(names.PROBE_RETRIES, SERIES)} / {sum_rate(names.PROBE_REQUESTS, SERIES)}",
             SERIES_LEGEND + " resent",
+        ),
+        Query(
+            f"{sum_rate(names.PROBE_UNRELIABLE, SERIES)} / {sum_rate(names.PROBE_REQUESTS, SERIES)}",
+            SERIES_LEGEND + " unreliable",
         ),
     ],
     thresholds=steps("green", (0.01, "red")),

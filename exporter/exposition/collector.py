@@ -352,6 +352,7 @@ def _add_cumulative(out: Families, series: SeriesView) -> None:
     for outcome, count in series.requests.items():
         out.add(names.PROBE_REQUESTS, (*labels, outcome.value), count)
     out.add(names.PROBE_RETRIES, labels, series.retries)
+    out.add(names.PROBE_UNRELIABLE, labels, series.unreliable)
     out.add(names.PROBE_OUTPUT_TOKENS, labels, series.output_tokens)
     for tier, total in series.deadlines.items():
         out.add(names.PROBE_DEADLINES, (*labels, tier), total)

@@ -135,6 +135,15 @@ PROBE_RETRIES = MetricSpec(
     f"The resent request is the one counted in fluidity_probe_requests_total. {_CACHED}",
     SERIES,
 )
+PROBE_UNRELIABLE = MetricSpec(
+    "fluidity_probe_unreliable_requests_total",
+    "counter",
+    "Probe requests whose timings the probe's own client flagged unreliable: it read chunks of a stream "
+    "together while its event loop was late (or too many of them), or, without kernel stamps, its loop "
+    "was late; such requests are in every other probe metric all the same, so divide by "
+    f"fluidity_probe_requests_total before trusting their tails. {_CACHED}",
+    SERIES,
+)
 PROBE_OUTPUT_TOKENS = MetricSpec(
     "fluidity_probe_output_tokens_total",
     "counter",
@@ -693,9 +702,10 @@ JOB_SKIPPED = MetricSpec(
 EVENT_LOOP_LAG = MetricSpec(
     "fluidity_exporter_event_loop_lag_seconds",
     "histogram",
-    "How late the exporter's event loop woke up for a periodic timer. While it is high, timings "
-    "stamped on reading (TLS targets) are late; kernel-stamped ones (plain TCP on Linux) stay right "
-    "but may read chunks of a stream together (then flagged unreliable).",
+    "How late the exporter's event loop woke up for a timer sampled every 0.5 s, so it misses short "
+    "stalls. While it is high, timings stamped on reading (TLS targets) are late; kernel-stamped ones "
+    "(plain TCP on Linux) stay right but may read chunks of a stream together: each probe request "
+    "judges that itself, and fluidity_probe_unreliable_requests_total counts those it flagged.",
 )
 ENGINE_SCRAPES = MetricSpec(
     "fluidity_exporter_engine_scrapes_total",
@@ -732,6 +742,7 @@ COLLECTED: Final = (
     PROBE_FLUIDITY,
     PROBE_REQUESTS,
     PROBE_RETRIES,
+    PROBE_UNRELIABLE,
     PROBE_OUTPUT_TOKENS,
     PROBE_DEADLINES,
     PROBE_DEADLINES_MISSED,

@@ -73,6 +73,7 @@ class _Series:
     limits: StoreLimits
     requests: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
     retries: int = 0
+    unreliable: int = 0
     output_tokens: int = 0
     deadlines: dict[str, float] = field(default_factory=dict)
     deadlines_missed: dict[str, float] = field(default_factory=dict)
@@ -287,6 +288,7 @@ class ResultStore:
             slos=series.slos,
             requests=dict(series.requests),
             retries=series.retries,
+            unreliable=series.unreliable,
             output_tokens=series.output_tokens,
             deadlines=dict(series.deadlines),
             deadlines_missed=dict(series.deadlines_missed),
@@ -330,6 +332,7 @@ def _accumulate_turns(series: _Series, results: Sequence[ProbeResult], measured:
 def _remember(series: _Series, result: ProbeResult, now: float) -> None:
     series.requests[result.outcome] += 1
     series.retries += result.retries
+    series.unreliable += result.unreliable
     entry = RecentResult(
         at=now,
         outcome=result.outcome,

@@ -62,6 +62,7 @@ class SeriesView:
     slos: tuple[Slo, ...]
     requests: Mapping[Outcome, int]
     retries: int
+    unreliable: int  # requests whose timings the client flagged unreliable
     output_tokens: int
     deadlines: Mapping[str, float]
     deadlines_missed: Mapping[str, float]

@@ -57,14 +57,16 @@ def stalled(n: int = 40, stall: float = 1.0) -> ProbeResult:
 
 def mixed_run() -> list[ProbeResult]:
     """Two smooth requests (the second resent once on a fresh connection), one stalled, one with
-    multi-token chunks, one one-token, two failures."""
+    multi-token chunks whose timings its client flagged unreliable, one one-token, two failures."""
     resent = smooth(60, 0.045, 0.35)
     resent.retries = 1
+    chunky = streamed(0.25, [0.06, 0.0, 0.07] * 5, counts=[1] + [2, 1, 3] * 5)
+    chunky.unreliable = True
     return [
         smooth(),
         resent,
         stalled(),
-        streamed(0.25, [0.06, 0.0, 0.07] * 5, counts=[1] + [2, 1, 3] * 5),
+        chunky,
         streamed(0.4, []),
         failed(),
         failed(Outcome.STREAM_ABORTED),

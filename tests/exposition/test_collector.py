@@ -89,6 +89,7 @@ def test_counters_by_outcome_and_per_tier_deadlines() -> None:
     assert get("fluidity_probe_requests_total", {**SERIES, "outcome": "stream_aborted"}) == 1
     assert get("fluidity_probe_requests_total", {**SERIES, "outcome": "rate_limited"}) == 0
     assert get("fluidity_probe_retries_total", SERIES) == sum(r.retries for r in results) > 0
+    assert get("fluidity_probe_unreliable_requests_total", SERIES) == sum(r.unreliable for r in results) == 1
     done = [r for r in results if r.ok]
     batch = IntervalBatch.from_sequences(intervals(r) for r in done)
     assert get("fluidity_probe_output_tokens_total", SERIES) == batch.token_count
