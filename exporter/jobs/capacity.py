@@ -34,6 +34,7 @@ from exporter.jobs.search_state import (
 )
 from exporter.jobs.trial import TrialReport
 from exporter.jobs.trial_verdict import ERRORS_REASON, NO_DATA_REASON, SHARDS_REASON
+from exporter.load.health import HealthThresholds
 from exporter.load.target_facts import ContextFit
 from exporter.options.job_params import MIN_TRIAL_S
 
@@ -98,6 +99,28 @@ class CapacityResult:
             f"allows (the last one's outcomes: {seen or 'none recorded'})"
         )
 
+    def unreliable_timings(self) -> str | None:
+        """Why the answer rests on timings the probe's client flagged unreliable (a trial at either end
+        of the answer with more of them than ``bench`` allows a run: it read chunks of a stream together
+        while its loop was late, or was saturated), or None. ``bench`` fails such a run; so does this."""
+        bound = HealthThresholds().max_unreliable_share
+        ends = {self.lower_bound, self.upper_bound} - {None}
+        shaky = [
+            f"trial {t.index} at {t.load:g} {load_unit(self.load_kind)}: {flagged} of {total} requests"
+            for t in self.trials
+            if t.load in ends
+            and isinstance(total := t.figures.get("requests"), int)
+            and isinstance(flagged := t.figures.get("unreliable"), int)
+            and total > 0
+            and flagged > bound * total
+        ]
+        if not shaky:
+            return None
+        return (
+            f"the answer rests on timings the probe's client flagged unreliable ({'; '.join(shaky)}; "
+            f"bound {bound:.0%}): give it more CPU (--workers) or a quieter machine"
+        )
+
     @property
     def duration_s(self) -> float:
         return sum(t.duration_s for t in self.trials)
@@ -143,6 +166,7 @@ class CapacityResult:
             "bracketed": self.bracketed,
             "converged": self.converged,
             "stopped_by": self.stopped_by,
+            "unreliable_timings": self.unreliable_timings(),
             "fluid_token_rate_at_capacity": self.figure("fluid_token_rate"),
             "goodput_ratio_at_capacity": self.figure("goodput_ratio"),
             "goodput_rate_at_capacity": self.figure("goodput_rate"),

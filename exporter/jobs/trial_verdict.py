@@ -163,6 +163,7 @@ def judge(
         "duration_s": duration_s,
         "completed": len(done.results),
         "failed": failed,
+        "unreliable": sum(r.unreliable for r in results),  # timings the client itself distrusts
         "outcomes": dict(Counter(r.outcome.value for r in results)),
         "fluid_share": fluid_share,
         "fluidity_at_percentile": nearest_rank(scores, slo.percentile / 100.0, largest=True),

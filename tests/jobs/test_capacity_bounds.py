@@ -59,6 +59,30 @@ async def test_a_target_failing_at_every_load_ends_at_the_floor_not_met() -> Non
     assert loads[-1] == 0.25 and min(loads) == 0.25 and len(loads) < 30
 
 
+@pytest.mark.parametrize("flagged", [0, 1, 3])
+async def test_an_answer_on_timings_the_client_distrusts_says_so(flagged: int) -> None:
+    """``bench`` fails a run with more than 1% of its requests flagged unreliable by the client; a
+    capacity search whose answer rests on such a trial (at either end) says so, and names it."""
+    settings = SearchSettings(start=4.0, max_load=100.0, max_trials=12, floor=0.25)
+
+    async def trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
+    ) -> TrialReport:
+        report = counted(load, 200 if load <= 10.0 else 150, 200, headroom=10.0 / load)
+        report.index = index
+        report.figures["unreliable"] = flagged if 9.0 <= load <= 11.0 else 0
+        return report
+
+    result = await run(settings, trial)
+    assert result.lower_bound is not None and 9.0 <= result.lower_bound <= 10.0  # type: ignore[attr-defined]
+    shaky = result.unreliable_timings()  # type: ignore[attr-defined]
+    if flagged <= 0.01 * 200:
+        assert shaky is None
+    else:
+        assert shaky is not None and f"{flagged} of 200 requests" in shaky and "bound 1%" in shaky
+        assert result.to_dict()["unreliable_timings"] == shaky  # type: ignore[attr-defined]
+
+
 def test_the_default_floor_is_a_trial_of_fifteen_minutes() -> None:
     params = CapacityParams(target="t", start=16.0, requests_per_trial=100, warmup_requests=20)
     assert default_floor(params) == pytest.approx(120 / 900)

@@ -135,7 +135,7 @@ async def test_a_capacity_search_sharded_over_an_indexed_jobs_pods(
             # The pods start after the job (they retry until the daemon listens), as kubectl create would.
             with shard_processes(2, port) as procs:
                 done = await finished(url, record["id"])
-    assert done["state"] == "succeeded", done
+    assert done["state"] == "succeeded", (done.get("error"), done.get("message"), done)
     assert [proc.returncode for proc in procs] == [0, 0]  # told to exit when the search ended
     result = done["result"]
     assert result["workers"] == 2
