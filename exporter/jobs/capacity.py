@@ -102,7 +102,8 @@ class CapacityResult:
     def unreliable_timings(self) -> str | None:
         """Why the answer rests on timings the probe's client flagged unreliable (a trial at either end
         of the answer with more of them than ``bench`` allows a run: it read chunks of a stream together
-        while its loop was late, or was saturated), or None. ``bench`` fails such a run; so does this."""
+        while its loop was late, or was saturated), or None. ``bench`` fails such a run; a search says
+        so but does not fail for it yet (README: the embedded simulator shares the client's loop)."""
         bound = HealthThresholds().max_unreliable_share
         ends = {self.lower_bound, self.upper_bound} - {None}
         shaky = [
