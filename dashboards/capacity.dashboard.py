@@ -112,6 +112,7 @@ goodput_rate = stat(
 )
 # fluidity_capacity_state as one number per (target, module), for the value mappings below.
 STATE_CODES = {"found": 1, "lower_bound": 2, "inconclusive": 3, "not_met": 4}
+UNRELIABLE_CODE = 5  # fluidity_capacity_unreliable_timings x 5, beside the state (0: trusted)
 STATE_QUERY = " or ".join(
     f'({names.CAPACITY_STATE.name}{{target=~"$target",module=~"$module",state="{state}"}} == 1) * {code}'
     for state, code in STATE_CODES.items()
@@ -122,10 +123,16 @@ found = stat(
     "tolerance, the capacity is measured. lower bound: still passing when the load ceiling, the trials "
     "or a budget stopped it (the capacity is at least the lower bound: raise max_load or the budget). "
     "inconclusive: bracketed, but a pass fraction's interval straddles the objective (more requests per "
-    "trial). not met: no load tried passed, down to the floor. Only 'found' updates the capacity panels "
-    "and the regression alert. Good: found.",
+    "trial). not met: no load tried passed, down to the floor. Beside it, 'timings unreliable' when a "
+    "trial at either end had more than 1% of its requests flagged by the probe's own client (it read "
+    "chunks together while late, or was saturated: give it more CPU), else 'timings trusted'. Only "
+    "'found' with trusted timings updates the capacity panels and the regression alert. Good: found, "
+    "timings trusted.",
     STATE,
-    [Query(STATE_QUERY, SERIES_LEGEND)],
+    [
+        Query(STATE_QUERY, SERIES_LEGEND),
+        Query(f"{latest(names.CAPACITY_UNRELIABLE_TIMINGS)} * {UNRELIABLE_CODE}", SERIES_LEGEND),
+    ],
     thresholds=steps("green", (2, "orange"), (4, "red")),
     mappings=value_text(
         {
@@ -133,6 +140,8 @@ found = stat(
             2: ("lower bound", "orange"),
             3: ("inconclusive", "orange"),
             4: ("not met", "red"),
+            0: ("timings trusted", "green"),
+            UNRELIABLE_CODE: ("timings unreliable", "red"),
         }
     ),
     sparkline=False,
@@ -208,7 +217,8 @@ capacity_history = timeseries(
     "Capacity over time",
     "The capacity measured by each search, held until the next one: requests/s for rate searches (left "
     "axis), requests in flight for concurrency searches (right axis); a search that only found a lower "
-    "bound (or was inconclusive) shows its lower bound as 'at least', apart. Good: flat or rising; a "
+    "bound (or was inconclusive, or its timings unreliable) shows its lower bound as 'at least', apart. "
+    "Good: flat or rising; a "
     "step down after a deployment is a capacity regression.",
     REQUESTS_PER_SECOND,
     [
@@ -216,7 +226,7 @@ capacity_history = timeseries(
         Query(latest(names.CAPACITY_CONCURRENCY), f"{SERIES_LEGEND} in flight"),
         Query(
             f"{latest(names.CAPACITY_LOWER_BOUND)} unless on (target, module) "
-            f'({names.CAPACITY_STATE.name}{{state="found"}} == 1)',
+            f"({names.CAPACITY_FOUND.name} == 1)",
             f"{SERIES_LEGEND} at least (not measured)",
         ),
     ],

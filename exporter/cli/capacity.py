@@ -144,9 +144,9 @@ def _add_search_arguments(load: argparse._ArgumentGroup) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Exit 0 when the search measured the target, 1 when every trial was sunk by the target's errors or
-    a worker process made a trial's load other than planned, 2 on bad input (or an earlier result in
-    the way)."""
+    """Exit 0 when the search measured the target, 1 when every trial was sunk by the target's errors,
+    a worker process made a trial's load other than planned or the answer rests on timings the client
+    flagged unreliable, 2 on bad input (or an earlier result in the way)."""
     try:
         options = merged_options(args)
         params = capacity_params(options)
@@ -174,12 +174,10 @@ def run(args: argparse.Namespace) -> int:
     if failure is not None:
         error("capacity", failure)
     target_failed = failure is not None
-    shaky = result.unreliable_timings()
+    shaky = result.unreliable_timings()  # an end's timings distrusted by the client: bench fails those
     if shaky is not None:
-        # Said, not yet failed as bench fails it: the embedded simulator shares the client's loop and
-        # has half of its requests flagged at 10 streams on a 2-core machine.
-        print(f"fluidity-exporter capacity: warning: {shaky}", file=sys.stderr)
-    unreliable = result.stopped_by.startswith("shards: ")  # a worker late, dead or saturated
+        error("capacity", shaky)
+    unreliable = shaky is not None or result.stopped_by.startswith("shards: ")  # or a worker's problem
     unmeasured = result.state is None  # no trial could be judged: nothing was found
     return EXIT_FAILED if target_failed or unreliable or unmeasured else EXIT_MEASURED
 

@@ -90,6 +90,7 @@ def capacity_snapshot(record: JobRecord) -> CapacitySnapshot | None:
         lower_bound=lower,
         upper_bound=result.get("upper_bound"),
         costs=costs,
+        unreliable_timings=result.get("unreliable_timings") is not None,
     )
 
 

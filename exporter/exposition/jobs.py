@@ -60,6 +60,7 @@ class CapacitySnapshot:
     lower_bound: float | None = None
     upper_bound: float | None = None
     costs: Mapping[str, CostPoint] = field(default_factory=dict)
+    unreliable_timings: bool = False  # an end's trial had requests the client flagged past the bound
 
 
 @dataclass(frozen=True)
@@ -143,10 +144,12 @@ def build_families(snapshot: JobsSnapshot) -> Families:
 def _add_capacity(out: Families, result: CapacitySnapshot) -> None:
     labels = (result.target, result.module)
     # Only a measurement is exported as the capacity: a lower bound read as one would raise the
-    # 7-day maximum of the regression alert, and trigger or clear it, on a number nobody measured.
+    # 7-day maximum of the regression alert, and trigger or clear it, on a number nobody measured. Nor
+    # is a search whose ends rest on timings the client distrusts (the CLI exits 1 for it).
     outcome = result.state or ("found" if result.capacity is not None else "not_met")
-    found = result.capacity is not None and outcome == "found"
+    found = result.capacity is not None and outcome == "found" and not result.unreliable_timings
     out.add(names.CAPACITY_FOUND, labels, 1.0 if found else 0.0)
+    out.add(names.CAPACITY_UNRELIABLE_TIMINGS, labels, 1.0 if result.unreliable_timings else 0.0)
     for state in CAPACITY_STATES:
         out.add(names.CAPACITY_STATE, (*labels, state), 1.0 if state == outcome else 0.0)
     if found and result.capacity is not None:

@@ -499,25 +499,40 @@ _AT_LOWER = (
     'at the load of fluidity_capacity_load_lower_bound (the capacity when fluidity_capacity_state{state="found"} '
     "is 1, else the highest load that passed: a lower bound, not a measured capacity)"
 )
+# When the capacity gauges are exported: a measurement, its timings trusted by the client.
+_MEASURED = (
+    'present only when fluidity_capacity_state{state="found"} is 1 and '
+    "fluidity_capacity_unreliable_timings is 0"
+)
 CAPACITY_RATE = MetricSpec(
     "fluidity_capacity_requests_per_second",
     "gauge",
-    "Highest arrival rate at which the SLO held (rate searches), a measurement: present only when "
-    f'fluidity_capacity_state{{state="found"}} is 1. {_CAPACITY}',
+    f"Highest arrival rate at which the SLO held (rate searches), a measurement: {_MEASURED}. {_CAPACITY}",
     SERIES,
 )
 CAPACITY_CONCURRENCY = MetricSpec(
     "fluidity_capacity_concurrency",
     "gauge",
     "Highest number of requests in flight at which the SLO held (concurrency searches), a measurement: "
-    f'present only when fluidity_capacity_state{{state="found"}} is 1. {_CAPACITY}',
+    f"{_MEASURED}. {_CAPACITY}",
     SERIES,
 )
 CAPACITY_FOUND = MetricSpec(
     "fluidity_capacity_found",
     "gauge",
-    "1 when the search measured the capacity (state found), else 0: a lower bound, an inconclusive "
-    f"search and a search whose every load failed all read 0 (fluidity_capacity_state says which). {_CAPACITY}",
+    "1 when the search measured the capacity (state found, timings trusted), else 0: a lower bound, an "
+    "inconclusive search, a search whose every load failed and one whose timings the client distrusted "
+    f"all read 0 (fluidity_capacity_state and fluidity_capacity_unreliable_timings say which). {_CAPACITY}",
+    SERIES,
+)
+CAPACITY_UNRELIABLE_TIMINGS = MetricSpec(
+    "fluidity_capacity_unreliable_timings",
+    "gauge",
+    "1 when a trial at either end of the search's answer had more than 1% of its requests flagged "
+    "unreliable by the probe's own client (it read chunks of a stream together while its loop was late, "
+    "or was saturated: the bound bench fails a run at), else 0. Such a search exports no capacity and "
+    "leaves the regression alert as it was; the job's result names the trials (unreliable_timings). "
+    f"{_CAPACITY}",
     SERIES,
 )
 CAPACITY_STATE = MetricSpec(
@@ -822,6 +837,7 @@ JOB_RESULTS: Final = (
     CAPACITY_RATE,
     CAPACITY_CONCURRENCY,
     CAPACITY_FOUND,
+    CAPACITY_UNRELIABLE_TIMINGS,
     CAPACITY_STATE,
     CAPACITY_LOWER_BOUND,
     CAPACITY_UPPER_BOUND,

@@ -102,8 +102,9 @@ class CapacityResult:
     def unreliable_timings(self) -> str | None:
         """Why the answer rests on timings the probe's client flagged unreliable (a trial at either end
         of the answer with more of them than ``bench`` allows a run: it read chunks of a stream together
-        while its loop was late, or was saturated), or None. ``bench`` fails such a run; a search says
-        so but does not fail for it yet (README: the embedded simulator shares the client's loop)."""
+        while its loop was late, or was saturated), or None. ``bench`` fails such a run and so does the
+        ``capacity`` command (exit 1); the daemon exports it (``fluidity_capacity_unreliable_timings``)
+        and its capacity-regression alert does not count such a search."""
         bound = HealthThresholds().max_unreliable_share
         ends = {self.lower_bound, self.upper_bound} - {None}
         shaky = [

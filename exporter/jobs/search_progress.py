@@ -51,15 +51,18 @@ class SearchProgress:
 
 
 def trial_line(trial: TrialReport, load_kind: str) -> str:
-    """One trial as an operator reads it: load, pass fraction with its interval, verdict, tokens."""
+    """One trial as an operator reads it: load, pass fraction with its interval, verdict, the requests
+    the client timed unreliably (if any), tokens."""
     verdict = trial.verdict if trial.passed or trial.verdict != "fail" else f"fail ({trial.reason})"
     ended = {
         "early_stop": ", stopped early", "cannot_settle": ", stopped: cannot settle a pass",
         "time_limit": ", time limit", "duration": ", trial duration reached",
     }.get(trial.ended_by, "")  # fmt: skip
+    flagged = trial.figures.get("unreliable")
+    shaky = f", {flagged} timed unreliably" if isinstance(flagged, int) and flagged else ""
     return (
         f"trial {trial.index}: {trial.load:.4g} {load_unit(load_kind)}, pass fraction {pass_fraction(trial)}, "
-        f"{verdict}, "
+        f"{verdict}{shaky}, "
         f"{trial.tokens} tokens, {trial.duration_s:.1f} s{ended}"
     )
 
@@ -73,7 +76,12 @@ def pass_fraction(trial: TrialReport) -> str:
 
 
 def result_line(result: CapacityResult) -> str:
-    """The answer in one line, said exactly as found."""
+    """The answer in one line, said exactly as found (and whether its timings were trusted)."""
+    shaky = "; its timings unreliable (unreliable_timings)" if result.unreliable_timings() else ""
+    return _answer(result) + shaky
+
+
+def _answer(result: CapacityResult) -> str:
     unit = load_unit(result.load_kind)
     low, high = result.lower_bound, result.upper_bound
     if result.state is None:

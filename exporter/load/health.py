@@ -205,13 +205,17 @@ def _output_count(result: ProbeResult) -> int:
 
 
 def check_unreliable(results: Sequence[ProbeResult], limits: HealthThresholds) -> HealthCheck:
-    """Share of results the probe flagged as timed by a saturated client."""
+    """Share of results the probe's client flagged unreliable: it read chunks of a stream together or
+    late, from too much load for its CPU or a machine that stalled it (it cannot tell which)."""
     threshold = limits.max_unreliable_share
     if not results:
         return HealthCheck("unreliable", None, threshold, None, "no results")
     observed = sum(r.unreliable for r in results) / len(results)
     passed = bool(observed <= threshold)
-    message = f"{observed:.1%} of requests were timed by a saturated client (limit {threshold:.0%})"
+    message = (
+        f"{observed:.1%} of requests were timed unreliably by the client: it read chunks together or "
+        f"late, too busy or stalled (limit {threshold:.0%})"
+    )
     return HealthCheck("unreliable", observed, threshold, passed, message)
 
 

@@ -70,7 +70,7 @@ class ProbeResult:
     finish_reason: str | None = None
     send_overhead_s: float | None = None  # client time from scheduled to sent (its own lateness)
     retries: int = 0  # resent once on a fresh connection after a stale keep-alive failure
-    multi_event_reads: int = 0  # socket reads that carried more than one event: a saturated client
+    multi_event_reads: int = 0  # socket reads that carried more than one event: read late, or written so
     loop_lag_s: float = 0.0  # the largest event-loop lag seen while this request was in flight
     loop_lag_share: float = 0.0  # share of lag samples meanwhile over probe.saturation.LAG_LIMIT_S
     cpu_share: float | None = None  # process CPU time / wall time while in flight (1.0: core never idle)

@@ -15,7 +15,8 @@ the p99.9, with the loop idle or saturated.
 
 What the pacing can cost: two chunks of one stream that arrive within one pace are read together and
 share the later stamp (the kernel gives a read one stamp, its last packet's); the reader counts such
-reads (``multi_event_reads``) and the saturation rule flags a request with too many of them. A wake-up
+reads (``multi_event_reads``: those whose chunks may have come more than 3 ms apart) and the
+saturation rule flags a request with too many of them. A wake-up
 that found a single ready socket does not pause, so a lone fast stream is read as it comes.
 
 So the pace follows the streams (``next_pace``, a pure function): the C reads note the gap between two

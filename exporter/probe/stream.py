@@ -9,6 +9,7 @@ counts tokens per chunk (``tokens.py``) and, at the end, decides the outcome of 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,10 +18,15 @@ import msgspec
 from exporter.probe.chunk_shapes import FAST_READERS, PLAIN_BATCH_READERS
 from exporter.probe.openai import ApiFormat, Chunk, read_chunk
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
+from exporter.probe.saturation import LAG_LIMIT_S
 from exporter.probe.sse import DONE, SseEvent
 from exporter.probe.tokens import TokenCounter, reconcile
 
 _DONE_BYTES = DONE.encode()
+# A read of several token events counts against the request (``multi_event_reads``, the saturation
+# rule) only when they may have arrived more than this far apart (its stamp, when the last of them
+# arrived, is wrong for the others by that much at most): the lag a loop on time may have.
+COALESCED_SPAN_S = LAG_LIMIT_S
 _fast_loads = msgspec.json.Decoder().decode  # strict JSON, ~8x json.loads on a typical chunk
 
 
@@ -87,6 +93,8 @@ class StreamState:
     def on_events(self, now: float, events: Sequence[SseEvent]) -> bool:
         """Account for the events of one read stamped ``now``; returns True once the stream's last
         event (``[DONE]``, or the format's own) came."""
+        result = self.result
+        known = len(result.token_times), len(result.reasoning_times)  # before this read
         tokens = 0
         for event in events:
             data = event.data
@@ -103,9 +111,24 @@ class StreamState:
         if tokens:
             self.has_token = True
             self.token_reads += 1
-            if tokens > 1:
-                self.result.multi_event_reads += 1
+            if tokens > 1 and now - self._stamp_before(*known) > COALESCED_SPAN_S:
+                result.multi_event_reads += 1
         return self.done
+
+    def _stamp_before(self, tokens: int, thoughts: int) -> float:
+        """The stamp of the last token read before the current one, given how many content
+        (``tokens``) and reasoning (``thoughts``) events came before it; without one the headers'
+        stamp, else the send's; ``-inf`` when none is known. Every byte of the current read arrived
+        after it (a read takes every byte already there), so its events arrived at most its stamp
+        minus this apart."""
+        result = self.result
+        stamps = [
+            times[count - 1]
+            for times, count in ((result.token_times, tokens), (result.reasoning_times, thoughts))
+            if count
+        ]
+        stamps = stamps or [stamp for stamp in (result.headers_at, result.sent_at) if stamp is not None]
+        return max(stamps, default=-math.inf)
 
     def on_payloads(self, run: list[tuple[float, bytes]]) -> int:
         """Reads that were each exactly one ``data:`` event, as (stamp, undecoded data): the leading

@@ -15,6 +15,7 @@ LATENCY_ROWS = (
     ("output tokens per request", "output_tokens", 1.0, "{:.0f}"),
 )
 STATS = ("p50", "p90", "p99", "mean", "max")
+UNRELIABLE_CAVEAT = " (judged on a measurement that is NOT reliable: see the health of the load below)"
 
 
 def render_summary(summary: Mapping[str, Any]) -> str:
@@ -28,10 +29,13 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     turns = summary.get("turns") or {}
     if turns.get("followup", {}).get("requests"):
         parts.append(_turns(turns))
+    # Judged on the run's own timings: with a health check failed, said where they are, not only
+    # at the end (an operator reading "met" should not have to scroll to learn it rests on nothing).
+    caveat = "" if summary.get("reliable", True) else UNRELIABLE_CAVEAT
     if summary.get("goodput"):
-        parts.append(_goodput(summary["goodput"], summary["duration_s"]))
+        parts.append(_goodput(summary["goodput"], summary["duration_s"]) + caveat)
     if summary.get("slos"):
-        parts.append(_slos(summary["slos"]))
+        parts.append(_slos(summary["slos"], caveat))
     if summary.get("health_checks"):
         parts.append(_health(summary["health_checks"]))
     parts.append(verdict_line(summary))
@@ -143,8 +147,8 @@ def _goodput(goodput: Mapping[str, Any], duration_s: float) -> str:
     )
 
 
-def _slos(slos: list[Mapping[str, Any]]) -> str:
-    lines = ["SLOs:"]
+def _slos(slos: list[Mapping[str, Any]], caveat: str = "") -> str:
+    lines = [f"SLOs{caveat}:"]
     for slo in slos:
         lines.append(f"  {_slo_mark(slo['met']):6} {slo['slo']:24} {_slo_basis(slo)}")
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
+from tests.support.measured import assert_capacity_measured
 from tests.support.net import free_port
 
 
@@ -16,7 +17,7 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
     out = tmp_path / "out"
     flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16"]
     flags += ["--start", "40", "--max-trials", "2", "--requests-per-trial", "20", "--warmup-requests", "0"]
-    assert main(["capacity", *flags, "--output", str(out), "--no-plots"]) == 0
+    assert_capacity_measured(main(["capacity", *flags, "--output", str(out), "--no-plots"]), out)
     captured = capsys.readouterr()
     assert "trial 1/2: 40 req/s" in captured.err  # the progress line
     result = json.loads((out / "capacity.json").read_text())
@@ -63,7 +64,7 @@ def test_capacity_command_prices_the_fluid_goodput(
     flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16"]
     flags += ["--start", "10", "--max-trials", "1", "--requests-per-trial", "20", "--warmup-requests", "0"]
     flags += ["--gpus", "2", "--gpu-hour-price", "3.6"]
-    assert main(["capacity", *flags, "--output", str(out), "--no-plots"]) == 0
+    assert_capacity_measured(main(["capacity", *flags, "--output", str(out), "--no-plots"]), out)
     captured = capsys.readouterr()
     result = json.loads((out / "capacity.json").read_text())
     trial = result["trials"][0]
@@ -122,11 +123,39 @@ def test_a_closed_loop_offers_the_rate_its_slots_achieved(tmp_path: Path) -> Non
     flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:16"]
     flags += ["--load", "concurrency", "--start", "10", "--max-trials", "1"]
     flags += ["--requests-per-trial", "20", "--warmup-requests", "0", "--no-early-stop"]
-    assert main(["capacity", *flags, "--output", str(out), "--no-plots"]) == 0
+    assert_capacity_measured(main(["capacity", *flags, "--output", str(out), "--no-plots"]), out)
     figures = json.loads((out / "capacity.json").read_text())["trials"][0]["figures"]
     assert figures["offered_rate_per_s"] == pytest.approx(20 / figures["duration_s"])
     tokens = figures["fluid_goodput_tokens_per_s"]
     assert tokens == pytest.approx(16 * figures["offered_rate_per_s"] * figures["fluid_share"])
+
+
+def test_an_answer_on_timings_the_client_distrusts_exits_1_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that writes each stream's chunks four at a time, 10 ms apart, has them read four to a
+    read: the client cannot tell that from reading them late itself (their stamps could be 10 ms
+    wrong) and flags the requests. The answer then rests on timings it distrusts: exit 1, as bench
+    fails such a run."""
+    out = tmp_path / "out"
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:32"]
+    flags += ["--load", "concurrency", "--start", "4", "--max-trials", "1", "--requests-per-trial", "10"]
+    flags += ["--warmup-requests", "0", "--no-early-stop"]
+    bursts = {"ttft": 0.01, "gaps": [0.0, 0.0, 0.0, 0.01] * 8}
+    flags += ["--extra-body", json.dumps({"sim": {"script": bursts}})]
+    assert main(["capacity", *flags, "--output", str(out), "--no-plots"]) == 1
+    result = json.loads((out / "capacity.json").read_text())
+    flagged = result["trials"][0]["figures"]["unreliable"]
+    assert flagged > 0
+    message = result["unreliable_timings"]
+    assert message == (
+        "the answer rests on timings the probe's client flagged unreliable (trial 1 at 4 concurrent: "
+        f"{flagged} of 10 requests; bound 1%): give it more CPU (--workers) or a quieter machine"
+    )
+    captured = capsys.readouterr()
+    assert f"fluidity-exporter capacity: error: {message}" in captured.err
+    assert f", {flagged} timed unreliably, " in captured.err  # the trial's progress line
+    assert "; its timings unreliable (unreliable_timings)" in captured.out  # and the answer's
 
 
 @pytest.mark.slow
@@ -147,7 +176,7 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         assert (trial["reason"] == "shards") == bool(trial["figures"]["shards"]["problems"])
     stopped = result["stopped_by"].startswith("shards: ")
     assert stopped == (result["trials"][-1]["reason"] == "shards")
-    assert code == (1 if stopped else 0)
+    assert code == (1 if stopped or result["unreliable_timings"] else 0)
 
 
 @pytest.mark.parametrize(
@@ -242,7 +271,8 @@ def test_capacity_writes_to_a_fresh_timestamped_folder_and_says_where(
     monkeypatch.chdir(tmp_path)
     flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:32", "--output-tokens", "fixed:8"]
     flags += ["--start", "20", "--max-trials", "1", "--requests-per-trial", "10", "--warmup-requests", "0"]
-    assert main(["capacity", *flags, "--no-plots"]) == 0
+    code = main(["capacity", *flags, "--no-plots"])
     (folder,) = (tmp_path / "capacity-results").iterdir()
+    assert_capacity_measured(code, folder)
     assert (folder / "capacity.json").is_file()
     assert f"wrote capacity-results/{folder.name}/capacity.json" in capsys.readouterr().err

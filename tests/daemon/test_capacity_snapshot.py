@@ -32,6 +32,17 @@ def test_a_lower_bound_is_exported_as_one_and_not_as_a_capacity() -> None:
     assert (snapshot.state, snapshot.capacity, snapshot.lower_bound) == ("lower_bound", None, 20.0)
 
 
+def test_a_result_on_distrusted_timings_is_flagged() -> None:
+    """The job's result names the trials (a sentence); older results, without the key, were not flagged."""
+    result = {"load_kind": "rate", "state": "found", "lower_bound": 8.0, "upper_bound": 8.4}
+    shaky = capacity_snapshot(record({**result, "unreliable_timings": "the answer rests on ..."}))
+    clean = capacity_snapshot(record({**result, "unreliable_timings": None}))
+    old = capacity_snapshot(record(result))
+    assert shaky is not None and shaky.unreliable_timings
+    assert clean is not None and not clean.unreliable_timings
+    assert old is not None and not old.unreliable_timings
+
+
 def test_results_stored_before_states_are_read_by_what_they_said() -> None:
     """Old results named their highest pass "capacity", bracketed or not."""
     found = capacity_snapshot(record({"load_kind": "rate", "capacity": 8.0, "converged": True}))

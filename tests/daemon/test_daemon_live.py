@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -148,6 +149,8 @@ async def test_probe_endpoint_runs_one_probe_with_a_fresh_registry(
     assert status == 400 and "missing query parameter target; valid: sim\n" in text
     status, text = await get(url + "/probe?target=sim&module=fast&debug=true")
     assert status == 200 and "probe sim/fast: 2 requests" in text and "#0: ok" in text
+    # Each request's flag with the evidence behind it (the runbook sends operators here for it).
+    assert re.search(r"unreliable (True|False) \(loop lag \d+\.\d ms, \d+ merged reads\)", text), text
 
 
 async def test_reload_swaps_only_a_fully_valid_config(

@@ -28,6 +28,15 @@ pytestmark = [requires_prometheus, pytest.mark.slow]
 SETTLE_S = 20.0
 
 
+SEARCHES: list[dict[str, Any]] = []  # the result of the stack's quick capacity search
+
+
+@pytest.fixture(scope="module")
+def search(stack: Stack) -> dict[str, Any]:
+    """The stack's quick capacity search, as the jobs API gave its result."""
+    return SEARCHES[-1]
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running_stack(tmp_path_factory.mktemp("rules"), rule_files=files.RULE_FILES) as stack:
@@ -40,6 +49,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "capacity", {**quick, "module": "chat", "start": 50, "min_load": 25, "slo": impossible}
         )
         assert record["result"]["state"] == "not_met", record["result"]
+        SEARCHES.append(record["result"])
         stack.wait_for(
             'fluidity_probe_requests_total{outcome="ok"} > 0',
             accept=lambda result: {s["metric"]["module"] for s in result} == set(MODULES),
@@ -91,7 +101,15 @@ NEEDS_A_FOUND_CAPACITY = {"target_module:fluidity_capacity_load:max_over_time7d"
 
 
 @pytest.mark.parametrize("record", sorted(files.recorded_names() - NEEDS_A_FOUND_CAPACITY))
-def test_every_recording_rule_records_data(record: str, stack: Stack) -> None:
+def test_every_recording_rule_records_data(record: str, stack: Stack, search: dict[str, Any]) -> None:
+    if record.startswith("target_module:fluidity_capacity_") and search["unreliable_timings"] is not None:
+        # A busy machine made the client distrust the search's timings: then its "not met" is no
+        # measurement, nothing is recorded (the regression alert neither fires nor clears), and the
+        # exported flag says why.
+        flag = 'fluidity_capacity_unreliable_timings{module="chat"} == 1'
+        assert stack.wait_for(flag, timeout=SETTLE_S, accept=bool)
+        assert stack.query(record) == [], record
+        return
     result = settled(stack, record)
     assert result and finite(result), f"{record}: {result}"
     level = record.partition(":")[0]
@@ -157,10 +175,21 @@ def test_every_runbook_query_runs(promql: str, stack: Stack) -> None:
 
 def test_the_probe_alerts_stay_silent_on_a_healthy_target(stack: Stack) -> None:
     settled(stack, "target_module:fluidity_probe_failures:ratio_rate30m")
+    # Not FluidityProbeTimingsUnreliable: it is about the prober, and on a 2-core machine that runs the
+    # simulator, Prometheus and the tests beside the daemon, the daemon's loop is often 5-70 ms late and
+    # flags a share of the tiny simulator's 2 ms streams, rightly (they are read four tokens at a time).
     quiet = (
         "FluidityTargetDown|FluidityProbeErrors|FluidityNoRecentSuccessfulProbe|FluidityEngineScrapeFailing"
     )
     assert stack.query(f'ALERTS{{alertname=~"{quiet}"}}') == []
+
+
+def test_the_unreliable_share_reads_series_the_daemon_exports(stack: Stack) -> None:
+    # A misspelt counter would leave the ratio empty, and FluidityProbeTimingsUnreliable silent forever.
+    result = stack.wait_for(
+        "target_module:fluidity_probe_unreliable:ratio_rate30m", timeout=SETTLE_S, accept=every_module
+    )
+    assert every_module(result) and all(0.0 <= float(s["value"][1]) <= 1.0 for s in result)
 
 
 def test_the_target_down_alert_reads_a_series_the_daemon_exports(stack: Stack) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 
@@ -125,6 +126,19 @@ def test_a_search_that_found_nothing_omits_the_capacity() -> None:
     assert get("fluidity_capacity_goodput_ratio", CODE) is None
     assert get("fluidity_capacity_last_search_timestamp_seconds", CODE) == 1_700_000_100.0
     assert get("fluidity_capacity_trial_passed", {**CODE, "trial": "0"}) == 0.0
+
+
+def test_a_search_on_timings_the_client_distrusted_is_flagged_and_exports_no_capacity() -> None:
+    """Found by its statistics, but an end's trial had requests the client flagged: no measurement for
+    the capacity panels or the regression alert's maximum, the lower bound still shown."""
+    flagged = dataclasses.replace(RATE, unreliable_timings=True)
+    get = registry_of(JobsSnapshot(capacity=(flagged,))).get_sample_value
+    assert get("fluidity_capacity_unreliable_timings", CHAT) == 1.0
+    assert get("fluidity_capacity_requests_per_second", CHAT) is None
+    assert get("fluidity_capacity_found", CHAT) == 0.0
+    assert get("fluidity_capacity_state", {**CHAT, "state": "found"}) == 1.0  # what its trials showed
+    assert get("fluidity_capacity_load_lower_bound", CHAT) == 6.5
+    assert registry_of(SNAPSHOT).get_sample_value("fluidity_capacity_unreliable_timings", CHAT) == 0.0
 
 
 def test_a_concurrency_search_shows_its_capacity_as_concurrency() -> None:

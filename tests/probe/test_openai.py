@@ -181,6 +181,26 @@ def test_a_read_with_two_content_events_is_counted() -> None:
     assert state.result.token_times == [0.1, 0.1]
 
 
+def test_a_read_of_events_that_came_within_3_ms_is_not_counted() -> None:
+    """Its bytes all came after the previous token's read: its events arrived at most its stamp minus
+    that read's apart, and within 3 ms a merged read is as good as two on a loop on time."""
+    state = _state("completions")
+    two = ({"choices": [{"text": " a"}]}, {"choices": [{"text": " b"}]})
+    state.on_events(0.100, _events({"choices": [{"text": " x"}]}))
+    state.on_events(0.1025, _events(*two))  # 2.5 ms after the last token read
+    assert state.result.multi_event_reads == 0
+    state.on_events(0.110, _events(*two))  # 7.5 ms: the first may have come 7.5 ms before its stamp
+    assert state.result.multi_event_reads == 1
+    assert state.result.token_times == [0.100, 0.1025, 0.1025, 0.110, 0.110]
+
+
+def test_the_first_read_of_events_is_bounded_by_the_headers() -> None:
+    state = _state("completions")
+    state.result.sent_at, state.result.headers_at = 0.0, 0.050
+    state.on_events(0.052, _events({"choices": [{"text": " a"}]}, {"choices": [{"text": " b"}]}))
+    assert state.result.multi_event_reads == 0  # both came within 2 ms of the headers' read
+
+
 @pytest.mark.parametrize(
     ("data", "outcome"),
     [('{"choices": [{"text": "', Outcome.MALFORMED_STREAM), ('{"error": "boom"}', Outcome.STREAM_ABORTED)],

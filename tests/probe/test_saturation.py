@@ -27,6 +27,8 @@ from tests.probe.helpers import script, settings_for
         (LAG_LIMIT_S, 0.01, 1, 100, False),  # one read of two on a loop on time: the server's
         (LAG_LIMIT_S * 1.01, 0.01, 1, 100, True),  # ... on a late loop: perhaps ours
         (0.0, 0.0, 0, 0, False),
+        (0.0, 0.0, 1, 15, False),  # a short stream's one read of two: the server's (1 of 15 is 6.7%)
+        (0.0, 0.0, 2, 15, True),
     ],
 )
 def test_rule(lag: float, share: float, multi: int, reads: int, unreliable: bool) -> None:

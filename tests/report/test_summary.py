@@ -150,6 +150,15 @@ def test_partial_streams_are_recorded_as_such() -> None:
     assert failed["partial"] is False and failed["intervals"] == [] and failed["http_status"] == 503
 
 
+def test_a_record_carries_the_saturation_evidence() -> None:
+    result = dataclasses.replace(
+        RESULTS[0], unreliable=True, loop_lag_s=0.004, loop_lag_share=0.1, multi_event_reads=2, cpu_share=0.93
+    )
+    record = request_record(result, SPEC)
+    evidence = ("unreliable", "loop_lag_s", "loop_lag_share", "multi_event_reads", "cpu_share")
+    assert [record[key] for key in evidence] == [True, 0.004, 0.1, 2, 0.93]
+
+
 def test_output_directory_holds_every_file(tmp_path: Path) -> None:
     measured = measure(RESULTS, SPEC)
     summary = summarize(RESULTS, measured, SPEC, duration_s=10.0)
@@ -230,3 +239,7 @@ def test_one_rule_for_reliability_in_the_table_the_verdict_and_the_json() -> Non
     text = render_summary(summary)
     assert "  FAIL unreliable: " in text
     assert text.endswith("measurement: NOT reliable: unreliable failed (every health check must pass)")
+    # Where the SLOs and goodput are said, not only at the end.
+    caveat = "(judged on a measurement that is NOT reliable: see the health of the load below)"
+    assert f"SLOs {caveat}:" in text
+    assert f"first send to last end) {caveat}" in text
