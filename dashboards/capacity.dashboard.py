@@ -70,7 +70,8 @@ capacity_rate = stat(
     "Capacity (rate searches)",
     "Highest arrival rate (requests/s) at which the SLO held in the latest rate search (Etalon's "
     "capacity: by default 99% of requests reach fluidity 0.9 at the medium tier), measured: absent after a "
-    "search that found only a lower bound, was inconclusive or passed nowhere (see Search result). Good: "
+    "search that found only a lower bound, was inconclusive, passed nowhere or rests on timings the "
+    "client distrusted (see Search result). Good: "
     "at or above the peak load one replica must take, stable across deployments.",
     REQUESTS_PER_SECOND,
     [Query(latest(names.CAPACITY_RATE), SERIES_LEGEND)],
@@ -79,7 +80,8 @@ capacity_rate = stat(
 capacity_concurrency = stat(
     "Capacity (concurrency searches)",
     "Highest number of requests in flight at which the SLO held in the latest concurrency (closed loop) "
-    "search, measured: absent unless the search ended found (see Search result). Good: at or above the "
+    "search, measured: absent unless the search ended found on timings the client trusted (see Search "
+    "result). Good: at or above the "
     "concurrency one replica must serve.",
     COUNT,
     [Query(latest(names.CAPACITY_CONCURRENCY), SERIES_LEGEND)],
@@ -87,8 +89,9 @@ capacity_concurrency = stat(
 )
 fluid_rate = stat(
     "Fluid token rate at capacity",
-    "Fluid token generation rate measured at the search's lower end: the capacity when the state is found, "
-    "else the highest load that passed (a lower bound). How fast output can be played back smoothly to "
+    "Fluid token generation rate measured at the search's lower end: the capacity when the search found "
+    "it on trusted timings, else the highest load that passed (a lower bound, or timings the client "
+    "distrusted: see Search result). How fast output can be played back smoothly to "
     "most users when the replica is as busy as the SLO allows. Good: above your users' reading speed.",
     TOKENS_PER_SECOND,
     [Query(latest(names.CAPACITY_FLUID_RATE), SERIES_LEGEND)],
@@ -131,7 +134,7 @@ found = stat(
     STATE,
     [
         Query(STATE_QUERY, SERIES_LEGEND),
-        Query(f"{latest(names.CAPACITY_UNRELIABLE_TIMINGS)} * {UNRELIABLE_CODE}", SERIES_LEGEND),
+        Query(f"{latest(names.CAPACITY_UNRELIABLE_TIMINGS)} * {UNRELIABLE_CODE}", f"{SERIES_LEGEND} timings"),
     ],
     thresholds=steps("green", (2, "orange"), (4, "red")),
     mappings=value_text(

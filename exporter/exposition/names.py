@@ -496,8 +496,9 @@ GATEWAY_WINDOW_E2E, GATEWAY_WINDOW_E2E_BOUND = _window_quantile(
 _CAPACITY = "From the latest finished capacity search of this (target, module)."
 # Where the figures of a search are measured: its lower end, a capacity only when the state is found.
 _AT_LOWER = (
-    'at the load of fluidity_capacity_load_lower_bound (the capacity when fluidity_capacity_state{state="found"} '
-    "is 1, else the highest load that passed: a lower bound, not a measured capacity)"
+    "at the load of fluidity_capacity_load_lower_bound (the capacity when fluidity_capacity_found is 1, "
+    "else the highest load that passed: a lower bound, or a load whose timings the client distrusted, "
+    "fluidity_capacity_unreliable_timings 1; not a measured capacity)"
 )
 # When the capacity gauges are exported: a measurement, its timings trusted by the client.
 _MEASURED = (

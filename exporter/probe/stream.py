@@ -111,23 +111,26 @@ class StreamState:
         if tokens:
             self.has_token = True
             self.token_reads += 1
-            if tokens > 1 and now - self._stamp_before(*known) > COALESCED_SPAN_S:
+            if tokens > 1 and now - self._stamp_before(now, *known) > COALESCED_SPAN_S:
                 result.multi_event_reads += 1
         return self.done
 
-    def _stamp_before(self, tokens: int, thoughts: int) -> float:
-        """The stamp of the last token read before the current one, given how many content
+    def _stamp_before(self, now: float, tokens: int, thoughts: int) -> float:
+        """The stamp of the last token read before the one stamped ``now``, given how many content
         (``tokens``) and reasoning (``thoughts``) events came before it; without one the headers'
-        stamp, else the send's; ``-inf`` when none is known. Every byte of the current read arrived
-        after it (a read takes every byte already there), so its events arrived at most its stamp
-        minus this apart."""
+        stamp (unless they came in this very read), else the send's; ``-inf`` when none is known.
+        Every byte of the read arrived after it (a read takes every byte already there), so its
+        events arrived at most ``now`` minus this apart."""
         result = self.result
         stamps = [
             times[count - 1]
             for times, count in ((result.token_times, tokens), (result.reasoning_times, thoughts))
             if count
         ]
-        stamps = stamps or [stamp for stamp in (result.headers_at, result.sent_at) if stamp is not None]
+        if not stamps:
+            stamps = [
+                stamp for stamp in (result.headers_at, result.sent_at) if stamp is not None and stamp < now
+            ]
         return max(stamps, default=-math.inf)
 
     def on_payloads(self, run: list[tuple[float, bytes]]) -> int:

@@ -31,7 +31,7 @@ def render_summary(summary: Mapping[str, Any]) -> str:
         parts.append(_turns(turns))
     # Judged on the run's own timings: with a health check failed, said where they are, not only
     # at the end (an operator reading "met" should not have to scroll to learn it rests on nothing).
-    caveat = "" if summary.get("reliable", True) else UNRELIABLE_CAVEAT
+    caveat = "" if summary.get("reliable") else UNRELIABLE_CAVEAT  # as verdict_line reads it
     if summary.get("goodput"):
         parts.append(_goodput(summary["goodput"], summary["duration_s"]) + caveat)
     if summary.get("slos"):

@@ -150,7 +150,10 @@ async def test_probe_endpoint_runs_one_probe_with_a_fresh_registry(
     status, text = await get(url + "/probe?target=sim&module=fast&debug=true")
     assert status == 200 and "probe sim/fast: 2 requests" in text and "#0: ok" in text
     # Each request's flag with the evidence behind it (the runbook sends operators here for it).
-    assert re.search(r"unreliable (True|False) \(loop lag \d+\.\d ms, \d+ merged reads\)", text), text
+    assert re.search(
+        r"unreliable (True|False) \(loop lag \d+\.\d ms, \d+% of samples late, \d+ merged reads, (kernel|read) stamps\)",
+        text,
+    ), text
 
 
 async def test_reload_swaps_only_a_fully_valid_config(

@@ -121,7 +121,9 @@ async def test_capacity_search_pauses_probes_and_exports_its_result(daemon: tupl
     state = (*labels[:1], ("state", result["state"]), labels[1])
     assert series[("fluidity_capacity_state", state)] == 1.0
     assert series[("fluidity_capacity_load_lower_bound", labels)] == pytest.approx(result["lower_bound"])
-    if result["state"] == "found":
+    trusted = result["unreliable_timings"] is None  # a busy machine can make the client distrust them
+    assert series[("fluidity_capacity_unreliable_timings", labels)] == (0.0 if trusted else 1.0)
+    if result["state"] == "found" and trusted:
         assert series[("fluidity_capacity_requests_per_second", labels)] == pytest.approx(result["capacity"])
     else:
         assert ("fluidity_capacity_requests_per_second", labels) not in series

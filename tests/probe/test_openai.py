@@ -195,10 +195,16 @@ def test_a_read_of_events_that_came_within_3_ms_is_not_counted() -> None:
 
 
 def test_the_first_read_of_events_is_bounded_by_the_headers() -> None:
+    two = ({"choices": [{"text": " a"}]}, {"choices": [{"text": " b"}]})
     state = _state("completions")
     state.result.sent_at, state.result.headers_at = 0.0, 0.050
-    state.on_events(0.052, _events({"choices": [{"text": " a"}]}, {"choices": [{"text": " b"}]}))
+    state.on_events(0.052, _events(*two))
     assert state.result.multi_event_reads == 0  # both came within 2 ms of the headers' read
+    # Headers read with the tokens (a late read of all three): only the send bounds them.
+    state = _state("completions")
+    state.result.sent_at, state.result.headers_at = 0.0, 0.080
+    state.on_events(0.080, _events(*two))
+    assert state.result.multi_event_reads == 1
 
 
 @pytest.mark.parametrize(

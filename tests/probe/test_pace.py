@@ -5,7 +5,6 @@ slows for 20 ms gaps without reading two chunks together."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
 import time
 from collections.abc import AsyncIterator
@@ -184,10 +183,14 @@ async def spread_streams(streams: int, tokens: int, gap_s: float, slots: int) ->
 
 
 def read_together(results: list[ProbeResult]) -> int:
-    """Token events read with the one before them (the same stamp), over every stream: what a read of
-    several events does, however far apart they came (``multi_event_reads`` counts only those that may
-    have come more than 3 ms apart)."""
-    return sum(b == a for r in results for a, b in itertools.pairwise(r.token_times))
+    """Reads that carried several token events (a run of equal stamps), over every stream, however far
+    apart the events came (``multi_event_reads`` counts only those that may have come more than 3 ms
+    apart)."""
+    return sum(
+        b == a != before
+        for r in results
+        for before, a, b in zip([math.nan, *r.token_times], r.token_times, r.token_times[1:], strict=False)
+    )
 
 
 async def test_streams_with_long_gaps_are_read_at_a_slower_pace_and_never_together(both_reads: str) -> None:

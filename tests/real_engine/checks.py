@@ -35,7 +35,7 @@ from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from tests.support.daemon import get, serving
 from tests.support.daemon import samples as samples_of
-from tests.support.measured import assert_measured
+from tests.support.measured import assert_capacity_measured, assert_measured
 
 # Small enough that a run takes seconds on 2 cores, varied enough that prompts and outputs differ.
 PROMPTS = "uniform:low=16,high=384"
@@ -168,7 +168,7 @@ def run_capacity_search(base_url: str, out: Path, *, start: float) -> dict[str, 
         "--no-calibrate",
         *SEARCH.split(),
     ]
-    assert main([*flags, "--output", str(out), "--json"]) == 0
+    assert_capacity_measured(main([*flags, "--output", str(out), "--json"]), out)
     result: dict[str, Any] = json.loads((out / "capacity.json").read_text(encoding="utf-8"))
     return result
 
