@@ -139,8 +139,9 @@ PROBE_UNRELIABLE = MetricSpec(
     "fluidity_probe_unreliable_requests_total",
     "counter",
     "Probe requests whose timings the probe's own client flagged unreliable: it read chunks of a stream "
-    "together while its event loop was late (or too many of them), or, without kernel stamps, its loop "
-    "was late; such requests are in every other probe metric all the same, so divide by "
+    "that may have come more than 3 ms apart together while its event loop was late (or too many of "
+    "them), or, without kernel stamps, its loop was late; such requests are in every other probe metric "
+    "all the same, so divide by "
     f"fluidity_probe_requests_total before trusting their tails. {_CACHED}",
     SERIES,
 )
