@@ -495,7 +495,7 @@ GATEWAY_WINDOW_E2E, GATEWAY_WINDOW_E2E_BOUND = _window_quantile(
 # --- Job results: the latest capacity search per (target, module), the stored prefill profiles ------
 
 _CAPACITY = "From the latest finished capacity search of this (target, module)."
-# Where the figures of a search are measured: its lower end, a capacity only when the state is found.
+# Where the figures of a search are measured: its lower end, a capacity only when it is found (trusted).
 _AT_LOWER = (
     "at the load of fluidity_capacity_load_lower_bound (the capacity when fluidity_capacity_found is 1, "
     "else the highest load that passed: a lower bound, or a load whose timings the client distrusted, "

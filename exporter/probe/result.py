@@ -70,13 +70,18 @@ class ProbeResult:
     finish_reason: str | None = None
     send_overhead_s: float | None = None  # client time from scheduled to sent (its own lateness)
     retries: int = 0  # resent once on a fresh connection after a stale keep-alive failure
-    multi_event_reads: int = 0  # socket reads that carried more than one event: read late, or written so
+    multi_event_reads: int = 0  # reads of several token events that may have come > 3 ms apart (stream.py)
     loop_lag_s: float = 0.0  # the largest event-loop lag seen while this request was in flight
     loop_lag_share: float = 0.0  # share of lag samples meanwhile over probe.saturation.LAG_LIMIT_S
     cpu_share: float | None = None  # process CPU time / wall time while in flight (1.0: core never idle)
     unreliable: bool = False  # the client itself was saturated: timings may be wrong
     kernel_stamps: bool = False  # reads stamped by the kernel on arrival (probe.stamped), not by the loop
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stamps(self) -> str:
+        """How its reads were stamped: "kernel" (on arrival) or "read" (when the loop read them)."""
+        return "kernel" if self.kernel_stamps else "read"
 
     @property
     def ok(self) -> bool:

@@ -268,7 +268,7 @@ def request_record(result: ProbeResult, spec: EvaluationSpec) -> dict[str, Any]:
         "loop_lag_share": result.loop_lag_share,
         "multi_event_reads": result.multi_event_reads,
         "cpu_share": result.cpu_share,  # recorded, not part of the rule: a busy core on time is right
-        "stamps": "kernel" if result.kernel_stamps else "read",
+        "stamps": result.stamps,
         "intervals": values,
     }
     return cast(dict[str, Any], _json_safe(record))

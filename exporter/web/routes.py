@@ -288,10 +288,9 @@ def _describe(index: int, result: ProbeResult) -> str:
     ttft = f"{values[0]:.3f}s" if values else "-"
     detail = f" ({result.error})" if result.error else ""
     # The saturation rule's evidence (probe/saturation.py), so a flag can be told from a slow target.
-    stamps = "kernel" if result.kernel_stamps else "read"
     evidence = (
         f"loop lag {result.loop_lag_s * 1e3:.1f} ms, {result.loop_lag_share:.0%} of samples late, "
-        f"{result.multi_event_reads} merged reads, {stamps} stamps"
+        f"{result.multi_event_reads} merged reads, {result.stamps} stamps"
     )
     return (
         f"  #{index}: {result.outcome.value}{detail}; tokens {result.output_tokens} ({result.token_source.value}); "
