@@ -42,4 +42,16 @@ def run(main: Coroutine[Any, Any, T], *, loop: str | None = None) -> T:
     allocates while it measures, and pauses the loop (and every stamp behind it) that much less."""
     gc.freeze()
     with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+        runner.get_loop().set_exception_handler(_quiet_interrupts)
         return runner.run(main)
+
+
+def _quiet_interrupts(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's handler, but silent about a task that a signal interrupted: SIGTERM and SIGHUP raise
+    a ``KeyboardInterrupt`` inside whatever task step runs (``exporter.cli``), and that task, never
+    awaited again, would be logged with a traceback when collected ("Task exception was never
+    retrieved"), after the command had said how it stopped (seen in CI: ``bench --workers 2`` on
+    SIGHUP)."""
+    if isinstance(context.get("exception"), KeyboardInterrupt):
+        return
+    loop.default_exception_handler(context)
