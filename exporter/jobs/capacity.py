@@ -119,8 +119,10 @@ class CapacityResult:
         if not shaky:
             return None
         return (
-            f"the answer rests on timings the probe's client flagged unreliable ({'; '.join(shaky)}; "
-            f"bound {bound:.0%}): give it more CPU (--workers) or a quieter machine"
+            f"the answer rests on timings the probe's client flagged unreliable ({'; '.join(shaky)}; at "
+            f"most {bound:.0%} may be): it read chunks of a stream together, either late itself (give it "
+            "more CPU: --workers or jobs.workers, or a quieter machine) or as the server sent them, in "
+            "bursts (a buffering gateway: probe the engine directly to tell)"
         )
 
     @property

@@ -32,7 +32,9 @@ The evidence recorded on every ``ProbeResult``:
 * the loop stalled once for more than ``STALL_LIMIT_S`` (20 ms, a whole inter-token gap of a fast
   stream: one stamp that late is simply wrong); or
 * more than ``MULTI_READ_SHARE`` (5%) of its token reads carried several events, and more than one (a
-  few can be the server's own batching; more means the client fell behind); or
+  few can be the server's own batching; more means the client fell behind where its monitors did not
+  see it, or the server sends its chunks in bursts: a gateway that buffers the stream. The client
+  cannot tell those apart, so both are flagged, and the messages say so); or
 * any of its token reads carried several events while the loop was late by more than ``LAG_LIMIT_S``
   during it: then the client may have read them together itself, and the two stamps it gave them (one,
   the later chunk's) make a gap twice too long and one of zero, a stall the stream never had. Measured
@@ -40,7 +42,7 @@ The evidence recorded on every ``ProbeResult``:
   requests, each one read in 63, so under the 5% and not flagged, with a gap wrong by 20 ms; every
   request with such a read had loop lag above 3 ms. Shorter stalls did the same where only the paced
   reads' timer saw them (46 requests in one run, the lag monitor's largest sample 2.8 ms). A server's
-  batching on a client that was on time stays unflagged.
+  batching read once on a client that was on time stays unflagged.
 
 *Kernel stamps* (``stamped.py``: plain TCP on Linux, the default) are taken when each packet arrives, so
 a late loop no longer makes a stamp late: for such a request only the last two criteria count. Chunks
@@ -84,11 +86,25 @@ def is_unreliable(
     kernel_stamps: bool = False,
 ) -> bool:
     """The saturation rule described in the module docstring."""
-    if not kernel_stamps and (loop_lag_s > STALL_LIMIT_S or loop_lag_share > LAG_SHARE):
-        return True
+    return (
+        why_unreliable(loop_lag_s, loop_lag_share, multi_event_reads, token_reads, kernel_stamps) is not None
+    )
+
+
+def why_unreliable(
+    loop_lag_s: float, loop_lag_share: float, multi_event_reads: int, token_reads: int, kernel_stamps: bool
+) -> str | None:
+    """Which part of the rule flags a request, in words (None: not flagged)."""
+    if not kernel_stamps and loop_lag_s > STALL_LIMIT_S:
+        return f"the loop stalled over {STALL_LIMIT_S * 1e3:.0f} ms with read-time stamps"
+    if not kernel_stamps and loop_lag_share > LAG_SHARE:
+        return f"over {LAG_SHARE:.0%} of lag samples late with read-time stamps"
     if multi_event_reads and loop_lag_s > LAG_LIMIT_S:  # read together, perhaps by a late client
-        return True
-    return multi_event_reads > max(MULTI_READ_SHARE * token_reads, MULTI_READS_FREE)
+        return f"merged reads while the loop was over {LAG_LIMIT_S * 1e3:.0f} ms late"
+    allowed = max(MULTI_READ_SHARE * token_reads, MULTI_READS_FREE)
+    if multi_event_reads > allowed:  # the client late unseen, or the server sending bursts: alike to it
+        return f"more merged reads than {MULTI_READ_SHARE:.0%} of {token_reads} reads and one"
+    return None
 
 
 class LagMonitor:

@@ -37,6 +37,7 @@ from exporter.exposition.probe_registry import failed_probe_registry, probe_regi
 from exporter.exposition.store import ResultStore
 from exporter.exposition.views import RecentResult, iso
 from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun, intervals
+from exporter.probe.saturation import why_unreliable
 from exporter.web.jobs_api import JobService, add_job_routes
 
 
@@ -287,10 +288,16 @@ def _describe(index: int, result: ProbeResult) -> str:
     values = intervals(result)
     ttft = f"{values[0]:.3f}s" if values else "-"
     detail = f" ({result.error})" if result.error else ""
-    # The saturation rule's evidence (probe/saturation.py), so a flag can be told from a slow target.
+    # The saturation rule's evidence (probe/saturation.py), and what flagged it, so a flag can be told
+    # from a slow target.
+    reads = int(result.extra.get("token_reads", 0))
+    why = why_unreliable(
+        result.loop_lag_s, result.loop_lag_share, result.multi_event_reads, reads, result.kernel_stamps
+    )
     evidence = (
         f"loop lag {result.loop_lag_s * 1e3:.1f} ms, {result.loop_lag_share:.0%} of samples late, "
-        f"{result.multi_event_reads} merged reads, {result.stamps} stamps"
+        f"{result.multi_event_reads} multi-event reads of {reads}, {result.stamps} stamps"
+        + (f": {why}" if why else "")
     )
     return (
         f"  #{index}: {result.outcome.value}{detail}; tokens {result.output_tokens} ({result.token_source.value}); "

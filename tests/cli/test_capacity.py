@@ -150,7 +150,9 @@ def test_an_answer_on_timings_the_client_distrusts_exits_1_and_says_why(
     message = result["unreliable_timings"]
     assert message == (
         "the answer rests on timings the probe's client flagged unreliable (trial 1 at 4 concurrent: "
-        f"{flagged} of 10 requests; bound 1%): give it more CPU (--workers) or a quieter machine"
+        f"{flagged} of 10 requests; at most 1% may be): it read chunks of a stream together, either late "
+        "itself (give it more CPU: --workers or jobs.workers, or a quieter machine) or as the server "
+        "sent them, in bursts (a buffering gateway: probe the engine directly to tell)"
     )
     captured = capsys.readouterr()
     assert f"fluidity-exporter capacity: error: {message}" in captured.err

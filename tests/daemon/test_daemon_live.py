@@ -151,7 +151,8 @@ async def test_probe_endpoint_runs_one_probe_with_a_fresh_registry(
     assert status == 200 and "probe sim/fast: 2 requests" in text and "#0: ok" in text
     # Each request's flag with the evidence behind it (the runbook sends operators here for it).
     assert re.search(
-        r"unreliable (True|False) \(loop lag \d+\.\d ms, \d+% of samples late, \d+ merged reads, (kernel|read) stamps\)",
+        r"unreliable (True|False) \(loop lag \d+\.\d ms, \d+% of samples late, \d+ multi-event reads of \d+, "
+        r"(kernel|read) stamps(: [^)]+)?\)",
         text,
     ), text
 

@@ -9,7 +9,7 @@ import pytest
 
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
-from exporter.probe.saturation import LAG_LIMIT_S, STALL_LIMIT_S, LagMonitor, is_unreliable
+from exporter.probe.saturation import LAG_LIMIT_S, STALL_LIMIT_S, LagMonitor, is_unreliable, why_unreliable
 from exporter.probe.target import RequestSpec
 from exporter.sim import SimServer
 from tests.probe.helpers import script, settings_for
@@ -46,6 +46,23 @@ def test_rule(lag: float, share: float, multi: int, reads: int, unreliable: bool
 )
 def test_rule_for_kernel_stamps(lag: float, share: float, multi: int, unreliable: bool) -> None:
     assert is_unreliable(lag, share, multi, 100, kernel_stamps=True) is unreliable
+
+
+@pytest.mark.parametrize(
+    ("evidence", "why"),
+    [
+        ((0.0, 0.0, 0, 100, True), None),
+        ((STALL_LIMIT_S * 2, 0.0, 0, 100, False), "the loop stalled over 20 ms with read-time stamps"),
+        ((0.004, 0.06, 0, 100, False), "over 5% of lag samples late with read-time stamps"),
+        ((0.004, 0.0, 1, 100, True), "merged reads while the loop was over 3 ms late"),
+        ((0.0, 0.0, 2, 15, True), "more merged reads than 5% of 15 reads and one"),
+    ],
+)
+def test_the_rule_says_which_part_flagged_a_request(
+    evidence: tuple[float, float, int, int, bool], why: str | None
+) -> None:
+    assert why_unreliable(*evidence) == why
+    assert is_unreliable(*evidence[:4], kernel_stamps=evidence[4]) is (why is not None)
 
 
 async def test_monitor_sees_a_blocked_loop() -> None:
