@@ -1,9 +1,10 @@
 """Accuracy and CPU of the measuring client against ground truth, beside a plain aiohttp client.
 
 The server is ``bench/truth_server.py`` on the first CPU: scripted streams of 64 one-token chunks 20 ms
-apart, every chunk's write stamped on CLOCK_MONOTONIC and logged. Each client runs in a process of its
-own on the other CPU(s), in a closed loop (``streams`` users, each sending its next request when the last
-one ended, ``--requests`` each), and stamps every token it reads on the same clock. Per token, the
+apart (``--tokens``: another length), every chunk's write stamped on CLOCK_MONOTONIC and logged. Each
+client runs in a process of its own on the other CPU(s), in a closed loop (``streams`` users, each
+sending its next request when the last one ended, ``--requests`` each), and stamps every token it reads
+on the same clock. Per token, the
 client's stamp minus the server's write stamp is that token's delivery lateness ``d``; the inter-token
 error of a gap is ``d_i - d_(i-1)`` (what the client's measured gap gets wrong) and the TTFT error is
 ``d_0``. Clients:
@@ -24,14 +25,18 @@ Every load runs each client ``--reps`` times, interleaved (the order rotates: th
 table shows the median of the runs' figures; the ratios against ``plain`` are computed per repetition and
 their median printed. Client CPU is the client process's CPU time (user + system) from the first request
 to the last result over the chunks it read; process start-up (interpreter, imports, event loop) is
-excluded and shown apart. ``flagged`` is the share of requests the client's saturation detector marked
-unreliable; its precision is judged against the truth: a request is *really off* when one of its gaps
-is wrong by more than ``OFF_MS`` (5 ms). A gap one of whose write stamps is unsure (the server was
-preempted between stamping a chunk and writing it: ``truth_server.py``) has no truth to judge by: it is
-left out of every figure and counted in the detector's line.
+excluded and shown apart. ``(kernel)`` is the part of it spent in the kernel (system time: ``recvmsg``,
+the ACK each read sends and, on loopback, that ACK's delivery to the server's socket, ``epoll``): about
+the same for every client. A request's own work (its head and tail, timers, result) is spread over its
+chunks; ``--tokens 256`` shows what a chunk costs with less of it. ``flagged`` is the share of requests
+the client's saturation detector marked unreliable; its precision is judged against the truth: a
+request is *really off* when one of its gaps is wrong by more than ``OFF_MS`` (5 ms). A gap one of
+whose write stamps is unsure (the server was preempted between stamping a chunk and writing it:
+``truth_server.py``) has no truth to judge by: it is left out of every figure and counted in the
+detector's line.
 
-Usage: ``python bench/probe_bench.py [--quick] [--loads 100,300] [--reps 3] [--requests 3] [--synchronized]``. The default
-run takes about 5 minutes; ``--quick`` about one and a half.
+Usage: ``python bench/probe_bench.py [--quick] [--loads 100,300] [--reps 3] [--requests 3] [--tokens 64]
+[--synchronized]``. The default run takes about 5 minutes; ``--quick`` about one and a half.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import asyncio
 import json
 import math
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -52,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-TOKENS = 64
+TOKENS = int(os.environ.get("PROBE_BENCH_TOKENS", "64"))  # set by --tokens, for the clients
 GAP_S = 0.020
 FIRST_TTFT_S = 1.0  # the first request of every user: all connections are up before tokens flow
 TTFT_S = 0.05
@@ -63,6 +69,19 @@ LOADS = (100, 300)
 
 
 # -- inside a client process -------------------------------------------------------------------------
+
+CpuTimes = tuple[float, float]  # (user, system) seconds of this process
+
+
+def cpu_times() -> CpuTimes:
+    """This process's CPU time so far, in user space and in the kernel."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
+
+
+def cpu_since(start: CpuTimes) -> CpuTimes:
+    user, system = cpu_times()
+    return user - start[0], system - start[1]
 
 
 def truth(user: int, round_: int, streams: int) -> dict[str, Any]:
@@ -101,7 +120,7 @@ async def plain_request(session: Any, url: str, body: dict[str, Any]) -> tuple[f
     return sent, stamps
 
 
-async def run_plain(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], float]:
+async def run_plain(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], CpuTimes]:
     import aiohttp
 
     records: list[dict[str, Any]] = []
@@ -123,15 +142,15 @@ async def run_plain(url: str, streams: int, requests: int) -> tuple[list[dict[st
                 sent, stamps = await plain_request(session, url, body)
                 records.append({"id": script["id"], "sent": sent, "stamps": stamps, "flagged": None})
 
-        cpu = time.process_time()
+        cpu = cpu_times()
         await asyncio.gather(*(user(i) for i in range(streams)))
-        return records, time.process_time() - cpu
+        return records, cpu_since(cpu)
 
 
 async def run_probe(
     url: str, streams: int, requests: int, *, kernel_stamps: bool = True
-) -> tuple[list[dict[str, Any]], float]:
-    from exporter.probe import ProbeClient, RequestSpec, TargetSettings, Timeouts
+) -> tuple[list[dict[str, Any]], CpuTimes]:
+    from exporter.probe import ProbeClient, ProbeResult, RequestSpec, TargetSettings, Timeouts
 
     settings = TargetSettings(
         base_url=url,
@@ -143,32 +162,34 @@ async def run_probe(
         request_continuous_usage=False,
         timeouts=Timeouts(connect=10.0, ttft=30.0, idle=10.0, total=120.0),
     )
-    records: list[dict[str, Any]] = []
+    results: list[tuple[str, ProbeResult]] = []
     async with ProbeClient(settings, kernel_stamps=kernel_stamps) as client:
 
         async def user(index: int) -> None:
             for round_ in range(requests):
                 script = truth(index, round_, streams)
                 spec = RequestSpec(prompt="x", max_tokens=TOKENS, extra_body=(("truth", script),))
-                result = await client.send(spec)
-                stamps = [
-                    t for t, n in zip(result.token_times, result.token_counts, strict=True) for _ in range(n)
-                ]
-                records.append(
-                    {
-                        "id": script["id"],
-                        "sent": result.sent_at,
-                        "stamps": stamps,
-                        "flagged": result.unreliable,
-                    }
-                )
+                results.append((script["id"], await client.send(spec)))
 
-        cpu = time.process_time()
+        cpu = cpu_times()
         await asyncio.gather(*(user(i) for i in range(streams)))
-        return records, time.process_time() - cpu
+        spent = cpu_since(cpu)
+    # One stamp per token, for the judging: the bench's own bookkeeping, once the client's CPU was read.
+    records = [
+        {
+            "id": request_id,
+            "sent": result.sent_at,
+            "stamps": [
+                t for t, n in zip(result.token_times, result.token_counts, strict=True) for _ in range(n)
+            ],
+            "flagged": result.unreliable,
+        }
+        for request_id, result in results
+    ]
+    return records, spent
 
 
-async def run_read_stamps(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], float]:
+async def run_read_stamps(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], CpuTimes]:
     """``ProbeClient`` with the event loop's transports: each read stamped when the loop gets to it."""
     return await run_probe(url, streams, requests, kernel_stamps=False)
 
@@ -194,7 +215,7 @@ class _FloorProtocol(asyncio.Protocol):
             self.done.set_result(None)
 
 
-async def run_floor(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], float]:
+async def run_floor(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], CpuTimes]:
     """The physical reference: raw protocols on uvloop that parse nothing (one read = one chunk here)."""
     host, port = url.removeprefix("http://").split(":")
     loop = asyncio.get_running_loop()
@@ -207,7 +228,7 @@ async def run_floor(url: str, streams: int, requests: int) -> tuple[list[dict[st
 
 async def _floor_users(
     host: str, connect: Callable[[], Awaitable[Any]], streams: int, requests: int
-) -> tuple[list[dict[str, Any]], float]:
+) -> tuple[list[dict[str, Any]], CpuTimes]:
     """The closed loop of the floor clients: each user connects (``connect``), then sends its requests."""
     loop = asyncio.get_running_loop()
     records: list[dict[str, Any]] = []
@@ -226,12 +247,12 @@ async def _floor_users(
             records.append({"id": script["id"], "sent": 0.0, "stamps": proto.stamps, "flagged": None})
         proto.transport.close()
 
-    cpu = time.process_time()
+    cpu = cpu_times()
     await asyncio.gather(*(user(i) for i in range(streams)))
-    return records, time.process_time() - cpu
+    return records, cpu_since(cpu)
 
 
-async def run_floor_stamped(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], float]:
+async def run_floor_stamped(url: str, streams: int, requests: int) -> tuple[list[dict[str, Any]], CpuTimes]:
     """The floor of our own reading: the probe's stamped sockets, parsing nothing."""
     from exporter.probe.stamped import open_stamped
 
@@ -260,14 +281,15 @@ def client_main(client: str, url: str, streams: int, requests: int, out: str, cp
     }.get(client, run_probe)
     loop = "asyncio" if client in ("plain", "probe/asyncio") else "uvloop"
 
-    async def main() -> tuple[list[dict[str, Any]], float, float]:
+    async def main() -> tuple[list[dict[str, Any]], CpuTimes, float]:
         ready = time.perf_counter()  # CLOCK_MONOTONIC: the parent's launch stamp is on the same clock
         gc.freeze()  # what start-up allocated stays out of the collector's way
         records, cpu = await run(url, streams, requests)
         return records, cpu, ready
 
     records, cpu, ready = run_on_loop(main(), loop=loop)
-    Path(out).write_text(json.dumps({"records": records, "cpu_s": cpu, "ready_at": ready}))
+    data = {"records": records, "cpu_s": sum(cpu), "kernel_s": cpu[1], "ready_at": ready}
+    Path(out).write_text(json.dumps(data))
 
 
 # -- in the parent -----------------------------------------------------------------------------------
@@ -285,6 +307,7 @@ class Run:
     coalesced: int = 0
     gaps: int = 0
     cpu_s: float = 0.0
+    kernel_s: float = 0.0  # of cpu_s, in the kernel (system time)
     startup_s: float = 0.0
     mismatched: int = 0  # requests whose token count differs from the server's
     unsure_gaps: int = 0  # gaps left out: a write stamp of theirs is unsure (truth_server.py)
@@ -303,6 +326,7 @@ class Run:
             "ttft_p99": pct(ttft, 99) * 1e3,
             "coalesced": self.coalesced / max(self.gaps, 1),
             "us_per_chunk": self.cpu_s / max(self.chunks, 1) * 1e6,
+            "kernel_us_per_chunk": self.kernel_s / max(self.chunks, 1) * 1e6,
             "chunks_per_cpu_s": self.chunks / self.cpu_s if self.cpu_s > 0 else math.nan,
             "flagged": sum(flagged) / len(flagged) if flagged else math.nan,
             "startup_s": self.startup_s,
@@ -321,7 +345,9 @@ def pct(values: list[float], q: float) -> float:
 
 
 def judge(client: str, streams: int, data: dict[str, Any], truth: Truth, launched: float) -> Run:
-    run = Run(client, streams, cpu_s=data["cpu_s"], startup_s=data["ready_at"] - launched)
+    run = Run(
+        client, streams, cpu_s=data["cpu_s"], kernel_s=data["kernel_s"], startup_s=data["ready_at"] - launched
+    )
     written_by_id, unsure_by_id = truth
     for record in data["records"]:
         written, stamps = written_by_id.get(record["id"], []), record["stamps"]
@@ -380,9 +406,9 @@ def measure(client: str, url: str, streams: int, requests: int, client_cpus: str
 
 HEADER = (
     "streams  client          ITL err p50   |ITL err| p99 / p99.9   |TTFT err| p99   coalesced"
-    "   us/chunk  chunks/cpu-s  flagged  start-up\n"
+    "   us/chunk  (kernel)  chunks/cpu-s  flagged  start-up\n"
     "                                 (ms)          (ms)                   (ms)                "
-    "                                         (s)"
+    "                                                   (s)"
 )
 
 
@@ -390,7 +416,7 @@ def row(streams: int, client: str, f: dict[str, float]) -> str:
     flagged = "   n/a" if math.isnan(f["flagged"]) else f"{f['flagged']:6.1%}"
     return (
         f"{streams:6d}  {client:14s} {f['itl_p50']:8.3f}      {f['itl_abs_p99']:8.3f} / {f['itl_abs_p999']:8.3f}"
-        f"       {f['ttft_p99']:8.3f}     {f['coalesced']:7.2%}   {f['us_per_chunk']:7.1f}   "
+        f"       {f['ttft_p99']:8.3f}     {f['coalesced']:7.2%}   {f['us_per_chunk']:7.1f}   {f['kernel_us_per_chunk']:7.1f}   "
         f"{f['chunks_per_cpu_s']:10,.0f}   {flagged}   {f['startup_s']:6.2f}"
     )
 
@@ -440,6 +466,11 @@ def main() -> int:
     parser.add_argument("--requests", type=int, help="requests per user (default 3; quick 2)")
     parser.add_argument("--clients", default=",".join(CLIENTS), help="which clients, comma-separated")
     parser.add_argument(
+        "--tokens",
+        type=int,
+        help=f"tokens per stream (default {TOKENS}); more spreads each request's own work over more chunks",
+    )
+    parser.add_argument(
         "--synchronized",
         action="store_true",
         help="start every user at once: all streams end within one gap (a stress case for end-of-stream work)",
@@ -459,13 +490,17 @@ def main() -> int:
     clients = tuple(args.clients.split(","))
     if args.synchronized:
         os.environ["PROBE_BENCH_SYNCHRONIZED"] = "1"  # the client processes inherit it
+    tokens = TOKENS if args.tokens is None else args.tokens
+    if tokens < 2:
+        parser.error(f"--tokens must be at least 2 (one gap to judge), not {tokens}")
+    os.environ["PROBE_BENCH_TOKENS"] = str(tokens)  # the client processes inherit it too
     cpus = sorted(os.sched_getaffinity(0))
     server_cpu = cpus[0] if len(cpus) > 1 else None
     client_cpus = ",".join(str(c) for c in (cpus[1:] if len(cpus) > 1 else cpus))
     server, url = start_server(server_cpu)
     try:
         print(
-            f"truth server at {url} on CPU {server_cpu}; clients on CPU(s) {client_cpus}; {TOKENS} tokens per "
+            f"truth server at {url} on CPU {server_cpu}; clients on CPU(s) {client_cpus}; {tokens} tokens per "
             f"request, {GAP_S * 1e3:.0f} ms gaps, closed loop ({'synchronized' if args.synchronized else 'steady state'}), "
             f"{requests} requests per user, {reps} rep(s); "
             f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
