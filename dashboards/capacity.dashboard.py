@@ -36,6 +36,7 @@ from dashboards.common import (
     variables,
 )
 from exporter.exposition import names
+from exporter.exposition.jobs import CAPACITY_STOPS
 from exporter.exposition.names import MetricSpec
 
 SERIES_LEGEND = "{{target}}/{{module}}"
@@ -99,7 +100,8 @@ fluid_rate = stat(
 )
 goodput_ratio = stat(
     "Goodput ratio at capacity",
-    "Share of the requests at the capacity load that met every goodput bound. Good: close to 1.",
+    "Share of the requests at the capacity load (the lower bound's load when the search found no "
+    "capacity: Search result says) that met every goodput bound. Good: close to 1.",
     RATIO,
     [Query(latest(names.CAPACITY_GOODPUT_RATIO), SERIES_LEGEND)],
     thresholds=steps("red", (0.9, "orange"), (0.99, "green")),
@@ -107,8 +109,9 @@ goodput_ratio = stat(
 )
 goodput_rate = stat(
     "Goodput at capacity",
-    "Requests per second that met every goodput bound at the capacity load: the useful throughput of "
-    "one replica. Good: stable or rising across deployments.",
+    "Requests per second that met every goodput bound at the capacity load (the lower bound's load when "
+    "the search found no capacity: Search result says): the useful throughput of one replica. Good: "
+    "stable or rising across deployments.",
     REQUESTS_PER_SECOND,
     [Query(latest(names.CAPACITY_GOODPUT_RATE), SERIES_LEGEND)],
     decimals=2,
@@ -120,21 +123,30 @@ STATE_QUERY = " or ".join(
     f'({names.CAPACITY_STATE.name}{{target=~"$target",module=~"$module",state="{state}"}} == 1) * {code}'
     for state, code in STATE_CODES.items()
 )
+# fluidity_capacity_stopped_by as one number, beside them (exporter.exposition.jobs.CAPACITY_STOPS).
+STOP_CODES = {reason: 10 + index for index, reason in enumerate(CAPACITY_STOPS)}
+STOP_QUERY = " or ".join(
+    f'({names.CAPACITY_STOPPED_BY.name}{{target=~"$target",module=~"$module",reason="{reason}"}} == 1) * {code}'
+    for reason, code in STOP_CODES.items()
+)
 found = stat(
     "Search result",
     "How the latest search ended. found: a confident pass below a confident failure within the "
     "tolerance, the capacity is measured. lower bound: still passing when the load ceiling, the trials "
     "or a budget stopped it (the capacity is at least the lower bound: raise max_load or the budget). "
     "inconclusive: bracketed, but a pass fraction's interval straddles the objective (more requests per "
-    "trial). not met: no load tried passed, down to the floor. Beside it, 'timings unreliable' when a "
-    "trial at either end had more than 1% of its requests flagged by the probe's own client (it read "
-    "chunks together while late, or was saturated: give it more CPU), else 'timings trusted'. Only "
-    "'found' with trusted timings updates the capacity panels and the regression alert. Good: found, "
-    "timings trusted.",
+    "trial). not met: no load tried passed (stopped by the floor: the SLO is met at no load it may try; "
+    "by its trials or a budget: the capacity is only below the lowest failure). Beside it, 'timings "
+    "unreliable' when a trial at either end had more than 1% of its requests flagged by the probe's own "
+    "client (it read chunks together while late, or was saturated: give it more CPU), else 'timings "
+    "trusted', and what stopped the search. Only 'found' with trusted timings exports a capacity, and "
+    "only it, or 'not met' stopped by the floor (a 0), moves the regression alert; the figures 'at "
+    "capacity' are the lower bound's otherwise. Good: found, timings trusted, stopped: converged.",
     STATE,
     [
         Query(STATE_QUERY, SERIES_LEGEND),
         Query(f"{latest(names.CAPACITY_UNRELIABLE_TIMINGS)} * {UNRELIABLE_CODE}", f"{SERIES_LEGEND} timings"),
+        Query(STOP_QUERY, f"{SERIES_LEGEND} stopped by"),
     ],
     thresholds=steps("green", (2, "orange"), (4, "red")),
     mappings=value_text(
@@ -145,6 +157,7 @@ found = stat(
             4: ("not met", "red"),
             0: ("timings trusted", "green"),
             UNRELIABLE_CODE: ("timings unreliable", "red"),
+            **{code: (f"stopped: {reason.replace('_', ' ')}", "blue") for reason, code in STOP_CODES.items()},
         }
     ),
     sparkline=False,
@@ -238,16 +251,17 @@ capacity_history = timeseries(
 )
 fluid_rate_history = timeseries(
     "Fluid token rate at capacity over time",
-    "The fluid token generation rate measured at each search's capacity load. Good: flat or rising; it "
-    "can fall while capacity holds, when the engine trades smoothness for throughput.",
+    "The fluid token generation rate measured at each search's capacity load (its lower bound's load "
+    "when it found no capacity). Good: flat or rising; it can fall while capacity holds, when the engine "
+    "trades smoothness for throughput.",
     TOKENS_PER_SECOND,
     [Query(latest(names.CAPACITY_FLUID_RATE), SERIES_LEGEND)],
     step=True,
 )
 goodput_history = timeseries(
     "Goodput at capacity over time",
-    "Goodput ratio (left axis) and goodput requests/s (right axis) at each search's capacity load. Good: "
-    "ratio near 1, rate flat or rising.",
+    "Goodput ratio (left axis) and goodput requests/s (right axis) at each search's capacity load (its "
+    "lower bound's load when it found no capacity). Good: ratio near 1, rate flat or rising.",
     RATIO,
     [
         Query(latest(names.CAPACITY_GOODPUT_RATIO), f"{SERIES_LEGEND} ratio"),

@@ -40,7 +40,7 @@ from exporter.options.cost import COST_KEYS, Cost, read_cost
 from exporter.options.job_params import MIN_TRIAL_S, CapacityParams
 from exporter.options.oneshot import OptionError, Options, read_flags
 from exporter.probe import loop as event_loop
-from exporter.report.bench_report import OutputExistsError, refuse_overwrite, timestamped
+from exporter.report.bench_report import OutputError, refuse_overwrite, timestamped
 from exporter.report.capacity_plot import HeadroomPoint, write_headroom_plot
 from exporter.report.evaluation_options import prefill_deadlines
 from exporter.sim.process import SimStartError, url_or_simulator
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         refuse_overwrite(directory / "capacity.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             result = event_loop.run(_search(options, params, slo, cost, url, simulated))
-    except (OptionError, OutputExistsError, SimStartError, JobFailedError) as exc:
+    except (OptionError, OutputError, SimStartError, JobFailedError) as exc:
         error("capacity", exc)
         return EXIT_USAGE
     written = write_capacity_json(directory, result)
@@ -166,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     if options["plots"] is not False:
         try:
             points = [HeadroomPoint(t.index, t.load, t.headroom, bool(t.passed)) for t in result.trials]
-            path = write_headroom_plot(directory / "capacity.png", points, result.capacity, result.load_kind)
+            measured = result.capacity if result.unreliable_timings() is None else None  # as /metrics
+            path = write_headroom_plot(directory / "capacity.png", points, measured, result.load_kind)
             print(f"wrote {path}", file=sys.stderr)
         except RuntimeError as exc:  # the plots extra is not installed
             print(f"no plot: {exc}", file=sys.stderr)
@@ -177,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
     shaky = result.unreliable_timings()  # an end's timings distrusted by the client: bench fails those
     if shaky is not None:
         error("capacity", shaky)
-    unreliable = shaky is not None or result.stopped_by.startswith("shards: ")  # or a worker's problem
+    unreliable = shaky is not None or result.unmeasured_stop() is not None  # or a shard's, a trial's
     unmeasured = result.state is None  # no trial could be judged: nothing was found
     return EXIT_FAILED if target_failed or unreliable or unmeasured else EXIT_MEASURED
 

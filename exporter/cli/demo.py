@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from exporter.cli.command import Command
-from exporter.cli.flags import DeprecatedAlias
+from exporter.cli.command import EXIT_USAGE, Command
+from exporter.cli.flags import DeprecatedAlias, error
 from exporter.sim.demo import SCHEDULING_SLACK_S, Comparison, Workload, compare_prefill_modes
 from exporter.sim.presets import PRESETS
 from exporter.sim.process import DEFAULT_PRESET
@@ -35,8 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, compute and print the comparison table."""
-    if args.requests < 1 or args.rate <= 0:
-        raise SystemExit("demo: --requests must be >= 1 and --rate > 0")
+    if args.requests < 1 or args.rate <= 0:  # usage, as every command's (it exited 1)
+        error("demo", f"--requests must be >= 1 and --rate > 0, got {args.requests} and {args.rate:g}")
+        return EXIT_USAGE
     preset = PRESETS[args.preset]
     comparison = compare_prefill_modes(preset, Workload(args.requests, args.rate, args.seed))
     print(f"{preset.description}: {args.requests} requests at {args.rate} req/s (Poisson, seed {args.seed})")

@@ -36,7 +36,7 @@ from exporter.load.target_options import option_url
 from exporter.options.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
-from exporter.report.bench_report import OutputExistsError, refuse_overwrite
+from exporter.report.bench_report import OutputError, refuse_overwrite
 from exporter.sim.process import SimStartError, url_or_simulator
 from exporter.stats.prefill import dump_json
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         _check(options)
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             profile = event_loop.run(_profile(options, url, simulated))
-    except (OptionError, OutputExistsError, SimStartError) as exc:
+    except (OptionError, OutputError, SimStartError) as exc:
         error("profile", exc)
         return EXIT_USAGE
     except JobFailedError as exc:  # a worker process died or started late: no profile to trust
@@ -89,7 +89,9 @@ def run(args: argparse.Namespace) -> int:
     note = constant_note(profile.model)
     if note is not None:
         print(f"fluidity-exporter profile: {note}", file=sys.stderr)
-    Path(options["output"]).write_text(dump_json(profile.model) + "\n", encoding="utf-8")
+    output = Path(options["output"])
+    output.parent.mkdir(parents=True, exist_ok=True)  # checked writable before the first request
+    output.write_text(dump_json(profile.model) + "\n", encoding="utf-8")
     print(f"wrote {options['output']}", file=sys.stderr if options["json"] else sys.stdout)
     return EXIT_MEASURED
 

@@ -28,6 +28,7 @@ from exporter.cli.flags import DeprecatedAlias
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
 from exporter.options.addresses import check_listen_address
 from exporter.probe import loop as event_loop
+from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.sim.process import SimProcess
 
@@ -56,10 +57,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log.level", dest="log_level", default="info", choices=LOG_LEVELS, help="log level (default info)"
     )
-    parser.add_argument(
-        "--sim-preset", default=DEFAULT_SIM_PRESET, help="embedded default's model (a simulator preset)"
+    parser.add_argument(  # the choices: a usage error (2) before anything starts, not the child's (1)
+        "--sim-preset",
+        default=DEFAULT_SIM_PRESET,
+        choices=sorted(SIM_PRESETS),
+        help="embedded default's model (a simulator preset)",
     )
-    parser.add_argument("--sim.preset", dest="sim_preset", action=DeprecatedAlias, use="--sim-preset")
+    parser.add_argument(
+        "--sim.preset",
+        dest="sim_preset",
+        action=DeprecatedAlias,
+        use="--sim-preset",
+        choices=sorted(SIM_PRESETS),
+    )
 
 
 def _listen_address_flag(text: str) -> str:
@@ -112,6 +122,8 @@ async def serve(
     """Run the daemon and its web app on ``sockets`` (listening on ``address``) until SIGTERM/SIGINT;
     SIGHUP reloads."""
     host, port = split_address(address)
+    if port == 0 and sockets:  # the system chose it: say the one bound (the first address's)
+        port = sockets[0].getsockname()[1]
     daemon.listen_address = address
     # A handler still running at shutdown (an on-demand /probe) gets the scheduled probes' grace, not
     # aiohttp's 60 s: a pod's 30 s of grace once ended in SIGKILL behind one (78 s to stop).

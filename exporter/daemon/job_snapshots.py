@@ -16,6 +16,7 @@ from exporter.exposition.jobs import (
     ProfileSnapshot,
     TrialPoint,
 )
+from exporter.jobs.capacity import stop_kind
 from exporter.jobs.profiles import StoredProfile
 from exporter.jobs.store import JOB_STATES, JobRecord
 from exporter.options.job_params import JOB_KINDS
@@ -91,6 +92,7 @@ def capacity_snapshot(record: JobRecord) -> CapacitySnapshot | None:
         upper_bound=result.get("upper_bound"),
         costs=costs,
         unreliable_timings=result.get("unreliable_timings") is not None,
+        stopped_by=stop_kind(str(result.get("stopped_by") or "")),
     )
 
 

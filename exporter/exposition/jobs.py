@@ -23,8 +23,11 @@ from exporter.stats.prefill import PrefillModel
 # the lengths dashboards compare (short chat, typical RAG, long context).
 REFERENCE_PROMPT_TOKENS = (128, 512, 1024, 2048, 4096, 8192, 16384)
 # The states of fluidity_capacity_state, every one exported (0 or 1) so a dashboard can read any of them
-# (exporter.jobs.capacity_search.State: exposition does not import jobs).
+# (exporter.jobs.search_state.State: exposition does not import jobs).
 CAPACITY_STATES = ("found", "lower_bound", "not_met", "inconclusive")
+# The reasons of fluidity_capacity_stopped_by: what can end a search whose job succeeded
+# (exporter.jobs.capacity.STOP_KINDS less the shard and no-data stops, which fail the job).
+CAPACITY_STOPS = ("converged", "floor", "max_load", "max_trials", "time_budget", "max_tokens")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class CapacitySnapshot:
     upper_bound: float | None = None
     costs: Mapping[str, CostPoint] = field(default_factory=dict)
     unreliable_timings: bool = False  # an end's trial had requests the client flagged past the bound
+    stopped_by: str | None = None  # what ended it, one of CAPACITY_STOPS (None: not known)
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,9 @@ def _add_capacity(out: Families, result: CapacitySnapshot) -> None:
     out.add(names.CAPACITY_UNRELIABLE_TIMINGS, labels, 1.0 if result.unreliable_timings else 0.0)
     for state in CAPACITY_STATES:
         out.add(names.CAPACITY_STATE, (*labels, state), 1.0 if state == outcome else 0.0)
+    if result.stopped_by in CAPACITY_STOPS:
+        for reason in CAPACITY_STOPS:
+            out.add(names.CAPACITY_STOPPED_BY, (*labels, reason), 1.0 if reason == result.stopped_by else 0.0)
     if found and result.capacity is not None:
         spec = names.CAPACITY_RATE if result.load_kind == "rate" else names.CAPACITY_CONCURRENCY
         out.add(spec, labels, result.capacity)

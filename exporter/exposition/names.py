@@ -546,11 +546,22 @@ CAPACITY_STATE = MetricSpec(
     f"interval straddles the objective). {_CAPACITY}",
     (*SERIES, STATE),
 )
+CAPACITY_STOPPED_BY = MetricSpec(
+    "fluidity_capacity_stopped_by",
+    "gauge",
+    "1 for what ended the search, 0 for the others: converged (within the tolerance), floor (a failure "
+    "at the lowest load it may try: with state not_met, the SLO is met at no load it can offer, the only "
+    "not_met the regression alert reads as 0), max_load, max_trials, time_budget, max_tokens "
+    "(jobs.limits.max_tokens); a not_met stopped by any but floor only says the capacity is below its "
+    f"lowest failure. {_CAPACITY}",
+    (*SERIES, REASON),
+)
 CAPACITY_LOWER_BOUND = MetricSpec(
     "fluidity_capacity_load_lower_bound",
     "gauge",
     "Highest load that passed below the lowest that failed (requests/s or requests in flight): the "
-    f"capacity when found, else what it is at least; absent when no load passed. {_CAPACITY}",
+    "capacity when fluidity_capacity_found is 1, else what it is at least (timings distrusted included); "
+    f"absent when no load passed. {_CAPACITY}",
     SERIES,
 )
 CAPACITY_UPPER_BOUND = MetricSpec(
@@ -841,6 +852,7 @@ JOB_RESULTS: Final = (
     CAPACITY_FOUND,
     CAPACITY_UNRELIABLE_TIMINGS,
     CAPACITY_STATE,
+    CAPACITY_STOPPED_BY,
     CAPACITY_LOWER_BOUND,
     CAPACITY_UPPER_BOUND,
     CAPACITY_FLUID_GOODPUT,

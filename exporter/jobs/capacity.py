@@ -45,6 +45,28 @@ OnTrial = Callable[[TrialReport], None]
 OnStart = Callable[[int, float], None]  # a trial (index, load) is about to start
 Afford = Callable[[float], str | None]  # a reason not to run a trial at this load, or None
 Drain = Callable[[], Awaitable[Drained]]  # wait until the engine is idle
+# What can end a search (``stopped_by`` without its details, ``stop_kind``): converged within the
+# tolerance, failing at the floor, passing at the load ceiling, out of trials, out of time, out of
+# tokens (jobs.limits.max_tokens), a shard's problem, or a trial that measured no request.
+STOP_KINDS = (
+    "converged",
+    "floor",
+    "max_load",
+    "max_trials",
+    "time_budget",
+    "max_tokens",
+    "shards",
+    "no_data",
+)
+_UNMEASURED_STOPS = ("shards", "no_data")  # the search ended on a trial that said nothing of the target
+
+
+def stop_kind(stopped_by: str) -> str | None:
+    """Which of ``STOP_KINDS`` ended a search, from its ``stopped_by`` (whose details, after a colon,
+    name trials, shards or budgets); None for a text of none of them (a result stored by an older
+    version may hold one)."""
+    kind = stopped_by.split(":", 1)[0].strip().removeprefix("jobs.limits.")
+    return kind if kind in STOP_KINDS else None
 
 
 @dataclass
@@ -125,6 +147,13 @@ class CapacityResult:
             "bursts (a buffering gateway: probe the engine directly to tell)"
         )
 
+    def unmeasured_stop(self) -> str | None:
+        """``stopped_by`` when the search ended on a trial that measured nothing of the target (a
+        shard started late, died or was saturated; a trial's duration ended in its warm-up), else None.
+        What earlier trials showed stands, but the answer is cut short for a reason of ours, not the
+        target's: the ``capacity`` command exits 1 and the daemon's job fails, with this message."""
+        return self.stopped_by if stop_kind(self.stopped_by) in _UNMEASURED_STOPS else None
+
     @property
     def duration_s(self) -> float:
         return sum(t.duration_s for t in self.trials)
@@ -144,9 +173,11 @@ class CapacityResult:
 
     @property
     def highest(self) -> TrialReport | None:
-        """The (last) trial at the highest load tried."""
-        top = max((t.load for t in self.trials), default=None)
-        return next((t for t in reversed(self.trials) if t.load == top), None)
+        """The (last) judged trial at the highest load tried: one that measured nothing of the target
+        (``_unmeasured``) has no figures to price."""
+        judged = [t for t in self.trials if _unmeasured(t, self.load_kind) is None]
+        top = max((t.load for t in judged), default=None)
+        return next((t for t in reversed(judged) if t.load == top), None)
 
     def costs(self) -> dict[str, dict[str, float | None]]:
         """At the lower bound ("capacity") and at the highest load tried: the fluid goodput (output

@@ -32,7 +32,8 @@ def capacity_table(result: CapacityResult) -> str:
             "req/s (requests meeting the SLO per second of offered load)"
         )
     if result.state is not None:  # else no trial was judged: its figures are no finding to price
-        lines += [_cost_line(at, point, result.state == "found") for at, point in result.costs().items()]
+        measured = result.state == "found" and result.unreliable_timings() is None
+        lines += [_cost_line(at, point, measured) for at, point in result.costs().items()]
     trials = len(result.trials)
     lines.append(
         f"{trials} trial{'' if trials == 1 else 's'}, {result.tokens} tokens, {result.duration_s:.1f} s"
@@ -59,7 +60,8 @@ def _maybe(value: float | None) -> str:
 
 
 def write_capacity_json(directory: Path, result: CapacityResult) -> Path:
-    """``directory/capacity.json``: the result as the jobs API shows it."""
+    """``directory/capacity.json``: the result as the jobs API shows it (less the target, module and
+    workers the daemon's job adds)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "capacity.json"
     path.write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")

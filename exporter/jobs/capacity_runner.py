@@ -23,7 +23,7 @@ from exporter.jobs.capacity import CapacityResult, search_capacity
 from exporter.jobs.drain import Busy, Drained, wait_drained
 from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
-from exporter.jobs.search_progress import SearchProgress
+from exporter.jobs.search_progress import SearchProgress, result_line
 from exporter.jobs.search_state import SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
@@ -158,6 +158,8 @@ def capacity_runner(env: JobEnvironment) -> Runner:
             raise JobFailedError(result.stopped_by)
         if (failure := result.target_failure()) is not None:  # down or erroring: no capacity of 0
             raise JobFailedError(failure)
+        if (stop := result.unmeasured_stop()) is not None:  # cut short by us: as the CLI, no answer
+            raise JobFailedError(f"{stop} (what the trials before it showed: {result_line(result)})")
         result.gpus, result.gpu_hour_price = target.gpus, target.gpu_hour_price
         progress.finished(result)
         return {"target": target.name, "module": module, **shards_used(pool), **result.to_dict()}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from exporter.config.bounds import MAX_JOB_REQUESTS_PER_TRIAL, MAX_JOB_TRIALS
 from exporter.config.model import SloConfig
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult
@@ -33,9 +34,12 @@ from exporter.options.oneshot import OptionError, Options, flag_problem
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
 
-NO_CEILINGS = JobLimits(
-    max_rate=1e9, max_concurrency=10**9, max_duration_s=1e12, max_tokens=10**15, max_trials=1000,
-    max_requests_per_trial=10**9, max_prompt_tokens=10**9, max_workers=10**6,
+# The command runs on the user's own machine, against their own target: no ceilings of the daemon's,
+# but the highest its config could set for the trials and their requests (a trial of 10^9 requests was
+# accepted, planned in memory at ~150 MB/s, deaf to Ctrl-C while it was).
+CLI_LIMITS = JobLimits(
+    max_rate=1e9, max_concurrency=10**9, max_duration_s=1e12, max_tokens=10**15, max_trials=MAX_JOB_TRIALS,
+    max_requests_per_trial=MAX_JOB_REQUESTS_PER_TRIAL, max_prompt_tokens=10**9, max_workers=10**6,
 )  # fmt: skip
 NO_COST = Cost()  # no --gpus: a result without cost figures
 # As the daemon's default: a share of the default jobs.limits.max_duration_s (90% of 1 hour, 3240 s).
@@ -72,7 +76,7 @@ def capacity_params(options: Options) -> CapacityParams:
     if slo:
         body["slo"] = slo
     try:
-        params = parse_params("capacity", body, NO_CEILINGS)
+        params = parse_params("capacity", body, CLI_LIMITS)
     except ParamsError as exc:
         raise OptionError(
             "; ".join(flag_problem(problem, CAPACITY_FLAGS) for problem in exc.problems)
@@ -113,10 +117,10 @@ async def search_capacity(
     ``cost`` is ``--gpus`` and ``--gpu-hour-price``, for the result's cost figures; ``workload`` comes
     fitted to ``context``, the tokens the target serves (None: not said)."""
     progress = SearchProgress(params, on_progress)
-    budget = time_budget(params, NO_CEILINGS) if params.time_budget_s is not None else DEFAULT_BUDGET_S
+    budget = time_budget(params, CLI_LIMITS) if params.time_budget_s is not None else DEFAULT_BUDGET_S
     async with ProbeClient(settings) as client, worker_pool(params.workers, settings) as pool:
         result = await run_capacity_search(
-            params, search_settings(params, NO_CEILINGS, slo), workload, slo, lambda: client,
+            params, search_settings(params, CLI_LIMITS, slo), workload, slo, lambda: client,
             on_trial=progress.trial_done, pool=pool, time_budget_s=budget, progress=progress,
             context=context,
         )  # fmt: skip

@@ -27,7 +27,9 @@ def lengths(options: Options) -> tuple[int, ...]:
             )
         return _given_lengths(str(options["lengths"]))
     try:
-        return geometric_ladder(high=options["max_length"] or DEFAULT_HIGH)
+        # ``is None``, not ``or``: 0 is a bad value to refuse, not "not given" (it ran the default ladder)
+        high = DEFAULT_HIGH if options["max_length"] is None else options["max_length"]
+        return geometric_ladder(high=high)
     except ValueError as exc:
         raise OptionError(f"--max-length: {exc}") from exc
 

@@ -77,8 +77,15 @@ def pass_fraction(trial: TrialReport) -> str:
 
 def result_line(result: CapacityResult) -> str:
     """The answer in one line, said exactly as found (and whether its timings were trusted)."""
-    shaky = "; its timings unreliable (unreliable_timings)" if result.unreliable_timings() else ""
-    return _answer(result) + shaky
+    if not result.unreliable_timings():
+        return _answer(result)
+    if result.state == "found":  # the daemon exports no capacity for it: nor is one stated here
+        unit = load_unit(result.load_kind)
+        return (
+            f"capacity {result.lower_bound:.4g} {unit} (fails at {result.upper_bound:.4g}) on timings the "
+            f"client distrusts: not a measurement (unreliable_timings); {result.stopped_by}"
+        )
+    return _answer(result) + "; its timings unreliable (unreliable_timings)"
 
 
 def _answer(result: CapacityResult) -> str:

@@ -83,7 +83,7 @@ def _why_unfitted(results: tuple[ProbeResult, ProbeResult]) -> str:
     failed = [r for r in results if not _answered(r)]
     if failed:
         how = ", ".join(sorted({_failure(r) for r in failed}))
-        return f"{len(failed)} of the 2 calibration requests failed ({how})"
+        return f"{len(failed)} of the 2 fitting requests failed ({how}; the third, the check, was not sent)"
     if any(r.prompt_tokens_reported is None for r in results):
         return "the server reported no prompt tokens"
     return "the server's prompt token counts did not grow with the prompt"

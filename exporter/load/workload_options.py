@@ -116,8 +116,14 @@ def _trace_turns(options: Options) -> bool:
 
 
 def _check_flags_only(options: Options, api: str) -> None:
-    """What only the flags can get wrong: tool calls for an API without them, and with ``--turns
-    trace``; ``--turns trace`` without a trace."""
+    """What only the flags can get wrong: a length filter under one token (0 read as "not given" ran
+    the preset's own filter), tool calls for an API without them, and with ``--turns trace``; ``--turns
+    trace`` or ``--trace-format`` without a trace."""
+    for key in ("max_prompt_tokens", "max_output_tokens"):
+        if options[key] is not None and options[key] < 1:
+            raise OptionError(f"--{key.replace('_', '-')} must be >= 1 token, got {options[key]}")
+    if options.get("trace_format") and not options.get("trace"):  # taken, and nothing replayed, silently
+        raise OptionError("--trace-format: needs --trace (the file whose format it names)")
     if options.get("tool_calls"):
         if tool_calls_problem(True, api) is not None:
             raise OptionError(f"--tool-calls: needs --api {' or '.join(TOOL_CALL_APIS)}")

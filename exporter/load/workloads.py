@@ -326,9 +326,13 @@ class Workload:
         return RequestSpec(text, output_tokens, intended, None, request_id, **extras)
 
     def describe(self) -> str:
-        filters = f"prompt <= {self.max_prompt_tokens}, output <= {self.max_output_tokens}"
-        if self.max_total_tokens is not None:
-            filters += f", prompt + output <= {self.max_total_tokens}"
+        bounds = (
+            ("prompt", self.max_prompt_tokens),
+            ("output", self.max_output_tokens),
+            ("prompt + output", self.max_total_tokens),
+        )
+        # Only the filters there are: custom lengths have none unless asked ("prompt <= None" was shown).
+        filters = ", ".join(f"{name} <= {bound}" for name, bound in bounds if bound is not None) or "none"
         exactness = "exact" if self.prompt_tokens_exact else "approximate"
         text = (
             f"{self.name}: {self.lengths.describe()}; filters {filters}; {exactness} prompts; api {self.api}"

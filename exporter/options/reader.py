@@ -336,6 +336,10 @@ def positive_duration(value: Any, maximum: float = MAX_DURATION_S) -> float:
 
 
 def _duration(value: Any, positive: bool, maximum: float = MAX_DURATION_S) -> float:
+    number = resolve_scalar(value)
+    if positive and isinstance(number, int | float) and not isinstance(number, bool) and number < 0:
+        # The bound this value must meet, not parse_duration's ">= 0" (a 0 is refused here too).
+        raise ValueError(f"must be a duration > 0, got {show(value)}")
     seconds = parse_duration(value)
     if positive and seconds <= 0:
         raise ValueError(f"must be a duration > 0, got {show(value)}")

@@ -9,6 +9,7 @@ asked (``refuse_overwrite``, checked before any load is sent).
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,12 +57,24 @@ def timestamped(folder: str) -> Path:
     return Path(folder) / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
-class OutputExistsError(FileExistsError):
+class OutputError(Exception):
+    """This run could not write its result where ``--output`` says (the message says why)."""
+
+
+class OutputExistsError(OutputError, FileExistsError):
     """An earlier result is where this run would write (the message says how to keep or replace it)."""
 
 
 def refuse_overwrite(path: Path, force: bool) -> None:
-    """An earlier result at ``path`` is kept unless ``force`` (``--force``) says to replace it (checked
-    before any load is sent, so a search is never run only to be refused at the end)."""
+    """An earlier result at ``path`` is kept unless ``force`` (``--force``) says to replace it, and a
+    place no result could be written is refused (both checked before any load is sent, so a search is
+    never run only to be refused, or lost, at the end)."""
     if path.exists() and not force:
         raise OutputExistsError(f"{path} exists (an earlier result); choose another --output, or add --force")
+    ancestor = path.parent
+    while not ancestor.exists():  # the folders to create: the nearest that exists must take them
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"cannot write {path}: {ancestor} is not a folder; choose another --output")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {path}: {ancestor} is not writable; choose another --output")

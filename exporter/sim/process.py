@@ -46,9 +46,15 @@ class SimProcess:
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=self.errors, text=True, start_new_session=True
         )
-        self.url = self._wait_for_address(self.process)
-        if self.cpus:
-            os.sched_setaffinity(self.process.pid, self.cpus)
+        try:
+            self.url = self._wait_for_address(self.process)
+            if self.cpus:
+                os.sched_setaffinity(self.process.pid, self.cpus)
+        except BaseException:
+            # Ctrl-C while the child starts: ``__exit__`` never runs for an ``__enter__`` that raised,
+            # and the child, in a session of its own, would outlive the command (seen in 1 of 8 tries).
+            self._stop()
+            raise
         return self
 
     def _wait_for_address(self, process: subprocess.Popen[str]) -> str:

@@ -203,6 +203,12 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         # Workload flags are read before the target is asked anything (http://127.0.0.1:9 answers nothing).
         (["--turns", "0"], '--turns: fixed: field "value" (0) is below "min" (1)'),
         (["--prompt-tokens", "uniform:low=0,high=0"], '--prompt-tokens: uniform: field "high" (0) is below'),
+        # 0 was read as "not given": the preset's own filter ran, and said so.
+        (["--max-output-tokens", "0"], "--max-output-tokens must be >= 1 token, got 0"),
+        (["--max-prompt-tokens", "0"], "--max-prompt-tokens must be >= 1 token, got 0"),
+        # The most the daemon's config could allow (a trial of 10^7 requests was planned in memory).
+        (["--requests-per-trial", "10000000"], "exceeds jobs.limits.max_requests_per_trial (1000000)"),
+        (["--max-trials", "1000"], "--max-trials: 1000 exceeds jobs.limits.max_trials (100)"),
         # Each once ignored without a word: the tier for the deadline, the arrivals of a closed loop.
         (
             ["--decode-tier", "strict", "--decode-deadline", "0.1"],

@@ -33,3 +33,18 @@ def test_the_readme_says_usage_errors_exit_2_for_every_command() -> None:
     assert "A usage error (an unknown or malformed flag, a missing argument" in text
     assert "exits 2 for every command" in text
     assert "`check-config` and `run` exit 0 or 1." not in text
+
+
+def test_a_bad_value_exits_2_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    """``run --sim-preset bogus`` started the child, which refused it (exit 1); ``demo --requests 0``
+    exited 1 with a bare message."""
+    with pytest.raises(SystemExit) as caught:
+        main(["run", "--sim-preset", "bogus"])
+    assert caught.value.code == 2
+    assert (
+        "--sim-preset: invalid choice: 'bogus' (choose from 'llama-3.1-70b-4xh100'" in capsys.readouterr().err
+    )
+    assert main(["demo", "--requests", "0"]) == 2
+    assert "fluidity-exporter demo: error: --requests must be >= 1 and --rate > 0, got 0 and 10" in (
+        capsys.readouterr().err
+    )

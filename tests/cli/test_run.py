@@ -124,6 +124,27 @@ def test_a_port_in_use_is_one_line_before_any_probe_starts(tmp_path: Path, embed
     assert "Traceback" not in out
 
 
+def test_port_0_says_the_port_the_system_chose(tmp_path: Path) -> None:
+    """It printed "listening on 127.0.0.1:0; serving http://127.0.0.1:0/metrics"."""
+    config = tmp_path / "config.yaml"
+    config.write_text(  # nothing listens at the target: its probes fail, which is no matter here
+        f"targets:\n  - {{name: a, url: 'http://127.0.0.1:{free_port()}', model: m}}\n"
+        "modules: {m: {schedule: {interval: 1h}}}\n"
+    )
+    process = _start(config, 0)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        bound = re.search(r"serving http://127\.0\.0\.1:(\d+)/metrics", line)
+        assert bound is not None and bound.group(1) != "0", line
+        assert f"listening on 127.0.0.1:{bound.group(1)};" in line
+        with urllib.request.urlopen(f"http://127.0.0.1:{bound.group(1)}/metrics", timeout=30) as response:
+            assert b"fluidity_exporter_build_info" in response.read()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+
+
 def test_sigterm_during_a_probe_stops_without_a_traceback(tmp_path: Path) -> None:
     with socket.socket() as silent:  # accepts connections and never answers: the probe hangs
         silent.bind(("127.0.0.1", 0))

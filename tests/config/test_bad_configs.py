@@ -178,7 +178,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     ),
     "bad-duration-negative": (
         T + "    timeouts: {ttft: -1}\n",
-        ["targets[0].timeouts.ttft: bad duration -1; a duration is finite and >= 0"],
+        ["targets[0].timeouts.ttft: must be a duration > 0, got -1"],  # not ">= 0": a 0 is refused too
     ),
     "bad-duration-zero-window": (
         "global:\n  windows: [0s, 1h, 1h]\n" + T,

@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 from exporter.config.model import Target
 from exporter.daemon.job_snapshots import capacity_snapshot, jobs_snapshot
 from exporter.exposition import names
-from exporter.exposition.jobs import JobsCollector, JobsSnapshot
+from exporter.exposition.jobs import CAPACITY_STOPS, JobsCollector, JobsSnapshot
+from exporter.jobs.capacity import STOP_KINDS
 from exporter.jobs.profiles import StoredProfile
 from exporter.jobs.store import JobRecord
 from exporter.stats.prefill import PrefillModel
@@ -41,6 +42,34 @@ def test_a_result_on_distrusted_timings_is_flagged() -> None:
     assert shaky is not None and shaky.unreliable_timings
     assert clean is not None and not clean.unreliable_timings
     assert old is not None and not old.unreliable_timings
+
+
+def test_the_exported_stop_reasons_are_those_of_a_search_whose_job_succeeded() -> None:
+    """exposition mirrors the search's reasons (it does not import jobs); the shard and no-data stops
+    fail the job, so they never reach a gauge."""
+    assert tuple(k for k in STOP_KINDS if k not in ("shards", "no_data")) == CAPACITY_STOPS
+
+
+@pytest.mark.parametrize(
+    ("stopped_by", "kind"),
+    [
+        ("converged", "converged"),
+        ("floor", "floor"),
+        ("max_trials", "max_trials"),
+        ("time_budget", "time_budget"),
+        (
+            "jobs.limits.max_tokens: the next trial could spend 900 tokens and 300 of 1000 are spent",
+            "max_tokens",
+        ),
+        ("shards: shard 1 died: exit code -9", "shards"),
+        ("no_data: trial 2 at 4 req/s measured no request", "no_data"),
+        ("budget", None),  # no reason of today's: stored by another version, not exported
+        ("", None),
+    ],
+)
+def test_what_ended_a_search_is_read_from_its_stopped_by(stopped_by: str, kind: str | None) -> None:
+    snapshot = capacity_snapshot(record({"load_kind": "rate", "state": "not_met", "stopped_by": stopped_by}))
+    assert snapshot is not None and snapshot.stopped_by == kind
 
 
 def test_results_stored_before_states_are_read_by_what_they_said() -> None:

@@ -42,6 +42,7 @@ RATE = CapacitySnapshot(
         "capacity": CostPoint(1200.0, 600.0, 2.0 / 3600.0 / 600.0),
         "highest_load": CostPoint(900.0, 450.0, 2.0 / 3600.0 / 450.0),
     },
+    stopped_by="converged",
 )
 # Stopped by the load ceiling while still passing: 20 req/s is what it is at least, not a measurement.
 CEILING = CapacitySnapshot(
@@ -67,6 +68,7 @@ NOT_FOUND = CapacitySnapshot(
     goodput_rate=None,
     finished_at=1_700_000_100.0,
     trials=(TrialPoint(0, 1.0, False, 0.4),),
+    stopped_by="floor",
 )
 COUNTS = JobCounts(
     finished={
@@ -126,6 +128,19 @@ def test_a_search_that_found_nothing_omits_the_capacity() -> None:
     assert get("fluidity_capacity_goodput_ratio", CODE) is None
     assert get("fluidity_capacity_last_search_timestamp_seconds", CODE) == 1_700_000_100.0
     assert get("fluidity_capacity_trial_passed", {**CODE, "trial": "0"}) == 0.0
+
+
+def test_what_ended_a_search_is_one_reason_of_a_set() -> None:
+    get = registry_of(SNAPSHOT).get_sample_value
+    assert get("fluidity_capacity_stopped_by", {**CODE, "reason": "floor"}) == 1.0
+    assert get("fluidity_capacity_stopped_by", {**CODE, "reason": "max_trials"}) == 0.0
+    assert get("fluidity_capacity_stopped_by", {**CHAT, "reason": "converged"}) == 1.0
+    assert get("fluidity_capacity_stopped_by", {**CHAT, "reason": "floor"}) == 0.0
+    unknown = registry_of(JobsSnapshot(capacity=(CEILING,))).get_sample_value  # stored before reasons
+    assert (
+        unknown("fluidity_capacity_stopped_by", {"target": "llm", "module": "long", "reason": "max_load"})
+        is None
+    )
 
 
 def test_a_search_on_timings_the_client_distrusted_is_flagged_and_exports_no_capacity() -> None:

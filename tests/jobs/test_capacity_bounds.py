@@ -10,7 +10,8 @@ import math
 import pytest
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import search_capacity
+from exporter.jobs.capacity import CapacityResult, search_capacity
+from exporter.jobs.capacity_report import capacity_table
 from exporter.jobs.capacity_runner import default_floor, search_settings, trial_time_limit
 from exporter.jobs.capacity_search import could_settle, next_load, settling
 from exporter.jobs.drain import wait_drained
@@ -81,6 +82,27 @@ async def test_an_answer_on_timings_the_client_distrusts_says_so(flagged: int) -
     else:
         assert shaky is not None and f"{flagged} of 200 requests" in shaky and "at most 1% may be" in shaky
         assert result.to_dict()["unreliable_timings"] == shaky  # type: ignore[attr-defined]
+
+
+def test_a_found_capacity_on_distrusted_timings_is_not_stated_as_a_measurement() -> None:
+    """The daemon exports no capacity for it, so the CLI's answer and its cost line do not call the
+    lower end "capacity" either (capacity.json keeps state and capacity, with unreliable_timings)."""
+    low, high = counted(8.0, 200, 200, headroom=1.02), counted(8.4, 180, 200, headroom=0.9)
+    low.index, high.index = 1, 2
+    low.figures.update(unreliable=5, fluid_goodput_tokens_per_s=300.0)
+    result = CapacityResult("rate", State.FOUND, 8.0, 8.4, True, "converged", [low, high])
+    assert result.capacity == 8.0 and result.unreliable_timings() is not None
+    assert result_line(result) == (
+        "capacity 8 req/s (fails at 8.4) on timings the client distrusts: not a measurement "
+        "(unreliable_timings); converged"
+    )
+    table = capacity_table(result)
+    assert "at the lower bound (8): fluid goodput 300 tokens/s" in table and "at capacity" not in table
+    trusted = dataclasses.replace(
+        result, trials=[dataclasses.replace(low, figures={**low.figures, "unreliable": 0}), high]
+    )
+    assert result_line(trusted) == "capacity 8 req/s (fails at 8.4); converged"
+    assert "at capacity (8): fluid goodput 300 tokens/s" in capacity_table(trusted)
 
 
 def test_the_default_floor_is_a_trial_of_fifteen_minutes() -> None:

@@ -31,6 +31,8 @@ def test_the_ladder_keeps_what_fits_and_ends_at_the_longest_prompt_that_does() -
             {"lengths": "512,128,128,512,64", "max_length": None},
             "--lengths: 128, 512 given more than once; list each length once",
         ),
+        # Once read as "not given": the whole default ladder ran.
+        ({"lengths": None, "max_length": 0}, "--max-length: a prompt-length ladder needs 1 <= low <= high"),
     ],
 )
 def test_bad_lengths_name_the_flag(options: dict[str, object], message: str) -> None:

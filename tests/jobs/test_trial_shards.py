@@ -125,6 +125,28 @@ async def test_a_search_stops_at_a_trial_with_shard_problems() -> None:
     # Nothing measured the target: no state (it was "not_met", a finding about a target never measured).
     assert len(result.trials) == 1 and result.capacity is None and result.state is None
     assert result.stopped_by == "shards: shard 1 died: exit code -9"
+    assert result.unmeasured_stop() == result.stopped_by  # the CLI exits 1, the daemon's job fails
+
+
+async def test_a_shard_problem_after_a_pass_leaves_that_pass_but_no_answer_to_publish() -> None:
+    """What the first trial showed stands (a lower bound), but the search was cut short by us: the
+    answer is not published, and the trial that measured nothing is not priced as the highest load."""
+
+    async def trial(
+        index: int, load: float, _may_stop: bool, _time_left: float | None, _settle: object
+    ) -> TrialReport:
+        if index == 1:
+            figures = {"requests": 10, "fluid_requests": 10, "fluid_goodput_tokens_per_s": 30.0}
+            return TrialReport(index, load, True, "ok", 3.0, figures, 10, 1.0, 100)
+        figures = {"shards": {"shards": [], "problems": ["shard 0 died: exit code -9"]}}
+        return TrialReport(index, load, False, SHARDS_REASON, 2.0, figures, 10, 1.0, 100)
+
+    result = await search_capacity(SearchSettings(1.0, 100.0, 0.05, 8), trial)
+    assert len(result.trials) == 2 and result.state == "lower_bound" and result.lower_bound == 1.0
+    assert result.unmeasured_stop() == "shards: shard 0 died: exit code -9"
+    assert result.highest is result.trials[0]
+    assert set(result.costs()) == {"capacity", "highest_load"}
+    assert result.costs()["highest_load"]["load"] == 1.0
 
 
 async def test_a_closed_loop_trial_is_judged_the_same_over_shards(sim: SimServer, pool: ShardPool) -> None:

@@ -131,7 +131,7 @@ async def test_failed_calibration_requests_are_called_failed_not_countless(non_l
         calibration = await calibrate_prompts(client.send, "chat")
     assert calibration.tokens_per_word is None
     assert calibration.describe() == (
-        "prompt calibration: 2 of the 2 calibration requests failed (http_status 501); "
+        "prompt calibration: 2 of the 2 fitting requests failed (http_status 501; the third, the check, was not sent); "
         "prompt lengths are approximate"
     )
 

@@ -63,6 +63,18 @@ def test_filters_can_be_overridden() -> None:
     assert prompts.max() <= 4096 and outputs.max() <= 128
 
 
+def test_the_description_names_only_the_filters_there_are() -> None:
+    """Custom lengths have no filter unless asked: it said "filters prompt <= None, output <= None"."""
+    custom = Workload("custom", IndependentLengths(Fixed(64), Fixed(16)), ApproxPromptBuilder())
+    assert "; filters none; " in custom.describe()
+    capped = dataclasses.replace(custom, max_output_tokens=8)
+    assert "; filters output <= 8; " in capped.describe()
+    assert (
+        "; filters prompt <= 4096, output <= 128; "
+        in preset("mooncake", max_prompt_tokens=4096, max_output_tokens=128).describe()
+    )
+
+
 def test_unknown_preset_names_the_options() -> None:
     with pytest.raises(ValueError) as caught:
         preset("chatt")

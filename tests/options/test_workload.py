@@ -167,6 +167,9 @@ def test_a_problem_of_several_settings_names_them_as_keys_or_flags(name: str) ->
             "--burstiness: only --arrival gamma has a shape, not constant; drop one of them",
         ),
         (["--burstiness", "0.5"], "--burstiness: only --arrival gamma has a shape, not poisson"),
+        (["--trace-format", "sharegpt"], "--trace-format: needs --trace (the file whose format it names)"),
+        # 0 was read as "not given": the preset's own filter ran, and the header said so.
+        (["--max-output-tokens", "0"], "--max-output-tokens must be >= 1 token, got 0"),
     ],
 )
 def test_what_only_flags_can_get_wrong_names_the_flags(flags: list[str], message: str) -> None:

@@ -15,7 +15,7 @@ from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals
 from exporter.report.files import write_outputs
 from exporter.report.plots import write_plots
-from exporter.report.summary import request_record, summarize
+from exporter.report.summary import reliability, request_record, summarize
 from exporter.report.table import render_summary
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
@@ -131,6 +131,20 @@ def test_no_completed_request_gives_no_level_and_no_request_no_verdict() -> None
     empty = summarize([], measure([], SPEC), SPEC, duration_s=10.0)
     assert [slo["met"] for slo in empty["slos"]] == [None, None]
     assert "n/a    ttft:p99<=0.28           not judged: no request to judge it on" in render_summary(empty)
+
+
+def test_a_health_check_that_could_not_be_judged_is_marked_as_the_verdict_counts_it() -> None:
+    """It was marked "n/a" while the verdict line said it failed (one rule: RELIABILITY_RULE)."""
+    summary = summarize(RESULTS, measure(RESULTS, SPEC), SPEC, duration_s=10.0)
+    summary["health_checks"] = [
+        {"name": "success", "passed": True, "message": "100% of requests succeeded"},
+        {"name": "prompt_tokens", "passed": None, "message": "not judged: the server reported no usage"},
+    ]
+    summary["reliable"], summary["failed_checks"] = reliability(summary["health_checks"])
+    table = render_summary(summary)
+    assert "  ok   success: 100% of requests succeeded" in table
+    assert "  FAIL prompt_tokens: not judged: the server reported no usage" in table
+    assert "measurement: NOT reliable: prompt_tokens failed (every health check must pass)" in table
 
 
 def test_prefill_model_sets_per_request_deadlines() -> None:
