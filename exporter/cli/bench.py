@@ -45,7 +45,7 @@ from exporter.options.oneshot import OptionError, Options
 from exporter.options.think_time import DEFAULT_THINK_TIME
 from exporter.probe import loop as event_loop
 from exporter.probe.target import TargetSettings
-from exporter.report.bench_report import OutputError, bench_report, refuse_overwrite, timestamped
+from exporter.report.bench_report import OutputError, bench_report, check_output_path, timestamped
 from exporter.report.evaluation_options import evaluation_spec
 from exporter.report.table import render_summary
 from exporter.sim.process import SimStartError, url_or_simulator
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         checked_workload_options(options)
         workers = _workers(options)
         directory = Path(options["output"]) if options["output"] else timestamped("bench-results")
-        refuse_overwrite(directory / "summary.json", bool(options["force"]))
+        check_output_path(directory / "summary.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             facts, load = _measure(options, spec, workers, url, simulated)
     except (OptionError, OutputError, SimStartError) as exc:

@@ -40,7 +40,7 @@ from exporter.options.cost import COST_KEYS, Cost, read_cost
 from exporter.options.job_params import MIN_TRIAL_S, CapacityParams
 from exporter.options.oneshot import OptionError, Options, read_flags
 from exporter.probe import loop as event_loop
-from exporter.report.bench_report import OutputError, refuse_overwrite, timestamped
+from exporter.report.bench_report import OutputError, check_output_path, timestamped
 from exporter.report.capacity_plot import HeadroomPoint, write_headroom_plot
 from exporter.report.evaluation_options import prefill_deadlines
 from exporter.sim.process import SimStartError, url_or_simulator
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         checked_workload_options(options)
         cost = _cost(options)
         directory = Path(options["output"]) if options["output"] else timestamped("capacity-results")
-        refuse_overwrite(directory / "capacity.json", bool(options["force"]))
+        check_output_path(directory / "capacity.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             result = event_loop.run(_search(options, params, slo, cost, url, simulated))
     except (OptionError, OutputError, SimStartError, JobFailedError) as exc:

@@ -36,7 +36,7 @@ from exporter.load.target_options import option_url
 from exporter.options.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
 from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
-from exporter.report.bench_report import OutputError, refuse_overwrite
+from exporter.report.bench_report import OutputError, check_output_path
 from exporter.sim.process import SimStartError, url_or_simulator
 from exporter.stats.prefill import dump_json
 
@@ -103,7 +103,7 @@ def _check(options: Options) -> None:
     if options["workers"] is not None and options["workers"] < 1:
         raise OptionError("--workers must be >= 1")
     lengths(options)
-    refuse_overwrite(Path(options["output"]), bool(options["force"]))
+    check_output_path(Path(options["output"]), bool(options["force"]))
 
 
 async def _profile(options: Options, url: str, simulated: bool) -> PrefillProfile:

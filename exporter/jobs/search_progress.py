@@ -77,25 +77,24 @@ def pass_fraction(trial: TrialReport) -> str:
 
 def result_line(result: CapacityResult) -> str:
     """The answer in one line, said exactly as found (and whether its timings were trusted)."""
-    if not result.unreliable_timings():
-        return _answer(result)
-    if result.state == "found":  # the daemon exports no capacity for it: nor is one stated here
-        unit = load_unit(result.load_kind)
-        return (
-            f"capacity {result.lower_bound:.4g} {unit} (fails at {result.upper_bound:.4g}) on timings the "
-            f"client distrusts: not a measurement (unreliable_timings); {result.stopped_by}"
-        )
-    return _answer(result) + "; its timings unreliable (unreliable_timings)"
+    distrusted = result.unreliable_timings() is not None
+    if distrusted and result.state != "found":  # a found one says it in place of "capacity"
+        return _answer(result, distrusted) + "; its timings unreliable (unreliable_timings)"
+    return _answer(result, distrusted)
 
 
-def _answer(result: CapacityResult) -> str:
+def _answer(result: CapacityResult, distrusted: bool) -> str:
     unit = load_unit(result.load_kind)
     low, high = result.lower_bound, result.upper_bound
     if result.state is None:
         # Trials may have run (their rows are shown), but none gave a verdict to go by.
         return f"no capacity: no trial's result could be judged (stopped by {result.stopped_by})"
     if result.state == "found":
-        return f"capacity {low:.4g} {unit} (fails at {high:.4g}); {result.stopped_by}"
+        # The daemon exports no capacity for one on distrusted timings: nor is one stated here.
+        shaky = (
+            " on timings the client distrusts: not a measurement (unreliable_timings)" if distrusted else ""
+        )
+        return f"capacity {low:.4g} {unit} (fails at {high:.4g}){shaky}; {result.stopped_by}"
     if result.state == "lower_bound":
         return f"capacity at least {low:.4g} {unit}{_unsure(result)} (stopped by {result.stopped_by})"
     if result.state == "inconclusive":

@@ -3,7 +3,7 @@
 ``bench_report`` computes the summary (``exporter.report.summary``) and writes the files
 (``exporter.report.files``, ``exporter.report.plots``); the command prints what it returns.
 Output directories are fresh per run (``timestamped``), and an earlier result is replaced only when
-asked (``refuse_overwrite``, checked before any load is sent).
+asked (``check_output_path``, checked before any load is sent).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class OutputExistsError(OutputError, FileExistsError):
     """An earlier result is where this run would write (the message says how to keep or replace it)."""
 
 
-def refuse_overwrite(path: Path, force: bool) -> None:
+def check_output_path(path: Path, force: bool) -> None:
     """An earlier result at ``path`` is kept unless ``force`` (``--force``) says to replace it, and a
     place no result could be written is refused (both checked before any load is sent, so a search is
     never run only to be refused, or lost, at the end)."""

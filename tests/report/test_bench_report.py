@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.report.bench_report import OutputExistsError, refuse_overwrite, timestamped
+from exporter.report.bench_report import OutputExistsError, check_output_path, timestamped
 
 
 def test_a_run_gets_a_timestamped_folder() -> None:
@@ -15,9 +15,9 @@ def test_a_run_gets_a_timestamped_folder() -> None:
 
 
 def test_an_earlier_result_is_kept_unless_forced(tmp_path: Path) -> None:
-    refuse_overwrite(tmp_path / "absent.json", force=False)
+    check_output_path(tmp_path / "absent.json", force=False)
     earlier = tmp_path / "capacity.json"
     earlier.write_text("{}")
     with pytest.raises(OutputExistsError, match="choose another --output, or add --force"):
-        refuse_overwrite(earlier, force=False)
-    refuse_overwrite(earlier, force=True)
+        check_output_path(earlier, force=False)
+    check_output_path(earlier, force=True)
