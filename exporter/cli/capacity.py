@@ -166,8 +166,9 @@ def run(args: argparse.Namespace) -> int:
     if options["plots"] is not False:
         try:
             points = [HeadroomPoint(t.index, t.load, t.headroom, bool(t.passed)) for t in result.trials]
-            measured = result.capacity if result.unreliable_timings() is None else None  # as /metrics
-            path = write_headroom_plot(directory / "capacity.png", points, measured, result.load_kind)
+            path = write_headroom_plot(
+                directory / "capacity.png", points, result.measured_capacity, result.load_kind
+            )
             print(f"wrote {path}", file=sys.stderr)
         except RuntimeError as exc:  # the plots extra is not installed
             print(f"no plot: {exc}", file=sys.stderr)

@@ -96,6 +96,12 @@ class CapacityResult:
         return self.lower_bound if self.state is State.FOUND else None
 
     @property
+    def measured_capacity(self) -> float | None:
+        """The capacity when it is a measurement: found, on timings the client trusted (what the daemon
+        exports as ``fluidity_capacity_requests_per_second``); else None."""
+        return self.capacity if self.unreliable_timings() is None else None
+
+    @property
     def bracketed(self) -> bool:
         return self.upper_bound is not None
 

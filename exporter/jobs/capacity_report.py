@@ -32,7 +32,7 @@ def capacity_table(result: CapacityResult) -> str:
             "req/s (requests meeting the SLO per second of offered load)"
         )
     if result.state is not None:  # else no trial was judged: its figures are no finding to price
-        measured = result.state == "found" and result.unreliable_timings() is None
+        measured = result.measured_capacity is not None
         lines += [_cost_line(at, point, measured) for at, point in result.costs().items()]
     trials = len(result.trials)
     lines.append(
