@@ -18,10 +18,16 @@ procedures alone.
   inconclusive), so its error compares with the others'.
 * Point: the same search on point verdicts (no intervals, no repeats), with the same confident early
   stops: what the honesty costs.
-* Etalon: bisection from its description: the interval starts at ``[0, 2 x start]``, each trial runs at
-  the midpoint; a pass raises the lower end and, while no failure has been seen, doubles the upper end
-  when it lands above 0.8x of it; a failure lowers the upper end; it stops once ``hi - lo < 0.025 hi``
-  and answers the highest passing load. Its trials never stop early.
+* Etalon: its capacity search as its code runs it (``CapacitySearch.search`` in
+  ``etalon/capacity_search/capacity_search.py`` of project-etalon/etalon, commit 09d935e, with its
+  defaults: ``--min-search-granularity 2.5``, ``--max-iterations 20``): the interval starts at ``[0, 2 x
+  start]``, each trial runs at the midpoint rounded to two decimals; a pass raises the lower end and, when
+  it lands above 0.8x of the upper end, doubles that end (never past the lowest failing load); a failure
+  lowers the upper end. It stops before a trial once the interval is narrower than 2.5% of the *last load
+  tried* (not of the upper end: after a pass that is the lower end, so the test is stricter), or when the
+  rounded midpoint repeats the last load, and answers the last passing load. Its trials never stop early.
+  (Until this stop the bench stopped at 2.5% of the upper end and did not round, from Etalon's
+  description; the code's rule costs it a trial more in some runs.)
 
 The SLO: 99% of requests reach fluidity 0.9 with ``Dp`` = the prefill model fitted on the preset's
 isolated TTFT (its default engine, chunked) + 0.5 s of scheduling slack, and ``Dd`` of the tier (medium
@@ -79,7 +85,15 @@ PROFILE_PROMPTS = (128, 256, 512, 1024, 2048, 4096, 8128)
 MAX_PROMPT, MAX_OUTPUT = 7168, 1024  # prompt + output within the presets' 8K context
 MAX_LOAD = 1000.0  # req/s: far above every capacity here, so it never bounds our search
 GOAL_ERROR, GOAL_TRIALS, GOAL_TOKENS = 0.05, 6, 0.5
-ETALON_RATIO, ETALON_STOP, ETALON_MAX_TRIALS = 0.8, 0.025, 30
+# Etalon's capacity search (capacity_search.py and main.py's defaults): VICINITY_THRESHOLD,
+# QPS_INCREASE_SCALE, --min-search-granularity (percent), --max-iterations, and round(qps, 2).
+ETALON_VICINITY, ETALON_SCALE, ETALON_GRANULARITY_PCT, ETALON_MAX_ITERATIONS, ETALON_DECIMALS = (
+    0.8,
+    2,
+    2.5,
+    20,
+    2,
+)
 # Starts: 1 req/s and these multiples of the truth. Not powers of two: from truth/2 one doubling, and
 # from 2x truth Etalon's second midpoint, lands exactly on the capacity, which flatters either method.
 START_FACTORS = (0.3, 0.7, 2.5)
@@ -253,20 +267,28 @@ def ours(bed: Bed, start: float) -> Run:
 
 
 def etalon(bed: Bed, start: float) -> Run:
-    """Etalon's bisection, as described in the module docstring."""
-    lo, hi, failed = 0.0, 2.0 * start, False
+    """Etalon's capacity search, step for step as ``CapacitySearch.search`` runs it (module docstring)."""
+    left, right, qps, last_qps = 0.0, 2.0 * start, 0.0, 0.0
+    lowest_failure = math.inf
     trials: list[TrialReport] = []
     best: float | None = None
-    while hi - lo >= ETALON_STOP * hi and len(trials) < ETALON_MAX_TRIALS:
-        middle = (lo + hi) / 2.0
-        trial = bed.trial(middle, early_stop=False)
+    for _ in range(ETALON_MAX_ITERATIONS):
+        if abs(left - right) < ETALON_GRANULARITY_PCT * qps / 100.0:
+            break
+        qps = round((left + right) / 2.0, ETALON_DECIMALS)
+        if qps == last_qps or qps <= 0.0:  # (a load of 0 would be Etalon's own failure; never seen here)
+            break
+        last_qps = qps
+        trial = bed.trial(qps, early_stop=False)
         trials.append(trial)
         if trial.passed:
-            lo, best = middle, max(middle, best or 0.0)
-            if not failed and middle > ETALON_RATIO * hi:
-                hi *= 2.0
+            best = qps
+            if qps > ETALON_VICINITY * right:
+                right = min(right * ETALON_SCALE, lowest_failure)
+            left = qps
         else:
-            hi, failed = middle, True
+            right = qps
+            lowest_failure = min(lowest_failure, qps)
     return Run(best, trials)
 
 

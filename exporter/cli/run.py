@@ -26,7 +26,7 @@ from exporter.app import SHUTDOWN_GRACE_S, Daemon, web_app
 from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
-from exporter.options.addresses import check_listen_address
+from exporter.options.addresses import ListenError, check_listen_address
 from exporter.probe import loop as event_loop
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
@@ -102,18 +102,13 @@ def embedded_or_file(args: argparse.Namespace, loaded: Config | None) -> Iterato
         yield default_config(sim.url)
 
 
-class ListenError(OSError):
-    """The web app cannot listen where it was told to (the message says where and why)."""
-
-
 def listen(address: str) -> list[socket.socket]:
     """Sockets listening on ``address``, or a ``ListenError`` that says where and why not."""
     host, port = split_address(address)
     try:
         return listening_sockets(host, port)
     except OSError as exc:
-        reason = exc.strerror or str(exc)  # "Address already in use", "Name or service not known"
-        raise ListenError(f"cannot listen on {address}: {reason.lower()}") from None
+        raise ListenError.of(address, exc) from None
 
 
 async def serve(

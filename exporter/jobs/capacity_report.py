@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from exporter.jobs.capacity import CapacityResult
-from exporter.jobs.search_progress import pass_fraction, result_line
+from exporter.jobs.search_progress import figure, pass_fraction, result_line
 
 
 def capacity_table(result: CapacityResult) -> str:
@@ -19,7 +19,7 @@ def capacity_table(result: CapacityResult) -> str:
     for trial in result.trials:
         verdict = trial.verdict if trial.verdict != "fail" else f"fail ({trial.reason})"
         lines.append(
-            f"{trial.load:>10.4g} {verdict:>14} {trial.headroom:>9.3f} {pass_fraction(trial):>29} "
+            f"{figure(trial.load):>10} {verdict:>14} {trial.headroom:>9.3f} {pass_fraction(trial):>29} "
             f"{trial.tokens:>10} {trial.duration_s:>8.1f}"
         )
     lines.append(f"answer ({result.state or 'none'}): {result_line(result)}")
@@ -28,7 +28,7 @@ def capacity_table(result: CapacityResult) -> str:
     if result.lower_bound is not None:
         rate, good = result.figure("fluid_token_rate"), result.figure("goodput_rate")
         lines.append(
-            f"at {result.lower_bound:.4g}: fluid token rate {_maybe(rate)} tokens/s; goodput {_maybe(good)} "
+            f"at {figure(result.lower_bound)}: fluid token rate {figure(rate)} tokens/s; goodput {figure(good)} "
             "req/s (requests meeting the SLO per second of offered load)"
         )
     if result.state is not None:  # else no trial was judged: its figures are no finding to price
@@ -45,18 +45,12 @@ def _cost_line(at: str, point: dict[str, float | None], found: bool) -> str:
     where = "at the highest load tried"
     if at == "capacity":
         where = "at capacity" if found else "at the lower bound"
-    text = (
-        f"{where} ({point['load']:.4g}): fluid goodput {_maybe(point['fluid_goodput_tokens_per_s'])} tokens/s"
-    )
+    text = f"{where} ({figure(point['load'])}): fluid goodput {figure(point['fluid_goodput_tokens_per_s'])} tokens/s"
     if point["fluid_tokens_per_gpu_second"] is not None:
-        text += f", {point['fluid_tokens_per_gpu_second']:.4g} fluid tokens per GPU-second"
+        text += f", {figure(point['fluid_tokens_per_gpu_second'])} fluid tokens per GPU-second"
     if point["cost_per_million_fluid_tokens"] is not None:
-        text += f", {point['cost_per_million_fluid_tokens']:.4g} per million fluid tokens"
+        text += f", {figure(point['cost_per_million_fluid_tokens'])} per million fluid tokens"
     return text
-
-
-def _maybe(value: float | None) -> str:
-    return f"{value:.4g}" if value is not None else "-"
 
 
 def write_capacity_json(directory: Path, result: CapacityResult) -> Path:

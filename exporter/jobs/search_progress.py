@@ -14,6 +14,14 @@ from exporter.probe.result import ProbeResult
 EXPECTED_TRIALS = 6  # for progress: a search's typical trials (the bench's mean is 5.4)
 
 
+def figure(value: float | None) -> str:
+    """A load or a rate as a person reads it: four significant digits, never an exponent (12,345
+    tokens/s printed as ``1.235e+04``); ``-`` for none."""
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if abs(value) >= 9999.5 else f"{value:.4g}"  # .4g of 9999.5 is 1e+04
+
+
 class SearchProgress:
     """Requests done across the search's expected total (``EXPECTED_TRIALS`` trials, or as many as
     started), told to ``report(fraction, message)`` as requests finish: a line per trial, and 1.0 with
@@ -29,7 +37,7 @@ class SearchProgress:
         self.index, self.planned, self.done = index, max(len(plan.specs), 1), 0
         limit = f", at most {plan.time_limit_s:.0f} s" if plan.time_limit_s is not None else ""
         self.line = (
-            f"trial {index}/{self.params.max_trials}: {load:.4g} {load_unit(self.params.load)}, "
+            f"trial {index}/{self.params.max_trials}: {figure(load)} {load_unit(self.params.load)}, "
             f"{len(plan.specs)} requests{limit}"
         )
         self.report(self.fraction(), self.line)
@@ -61,7 +69,7 @@ def trial_line(trial: TrialReport, load_kind: str) -> str:
     flagged = trial.figures.get("unreliable")
     shaky = f", {flagged} timed unreliably" if isinstance(flagged, int) and flagged else ""
     return (
-        f"trial {trial.index}: {trial.load:.4g} {load_unit(load_kind)}, pass fraction {pass_fraction(trial)}, "
+        f"trial {trial.index}: {figure(trial.load)} {load_unit(load_kind)}, pass fraction {pass_fraction(trial)}, "
         f"{verdict}{shaky}, "
         f"{trial.tokens} tokens, {trial.duration_s:.1f} s{ended}"
     )
@@ -94,13 +102,11 @@ def _answer(result: CapacityResult, distrusted: bool) -> str:
         shaky = (
             " on timings the client distrusts: not a measurement (unreliable_timings)" if distrusted else ""
         )
-        return f"capacity {low:.4g} {unit} (fails at {high:.4g}){shaky}; {result.stopped_by}"
+        return f"capacity {figure(low)} {unit} (fails at {figure(high)}){shaky}; {result.stopped_by}"
     if result.state == "lower_bound":
-        return f"capacity at least {low:.4g} {unit}{_unsure(result)} (stopped by {result.stopped_by})"
+        return f"capacity at least {figure(low)} {unit}{_unsure(result)} (stopped by {result.stopped_by})"
     if result.state == "inconclusive":
-        return (
-            f"capacity inconclusive: between {low:.4g} and {high:.4g} {unit}, an end straddles the objective"
-        )
+        return f"capacity inconclusive: between {figure(low)} and {figure(high)} {unit}, an end straddles the objective"
     return f"capacity none: the SLO is not met at any load tried (stopped by {result.stopped_by})"
 
 

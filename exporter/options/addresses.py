@@ -4,7 +4,9 @@ job's target URLs, ``--url``) and a listen address (``global.listen_address``, t
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,3 +46,17 @@ def check_listen_address(value: Any) -> str:
     if match is None or int(match["port"]) > 65535:
         raise ValueError(f"must be HOST:PORT (e.g. 0.0.0.0:9468, :9468 or [::]:9468), got {show(text)}")
     return text
+
+
+class ListenError(OSError):
+    """Cannot listen on an address: ``cannot listen on 127.0.0.1:8000: address already in use``."""
+
+    @classmethod
+    def of(cls, address: str, exc: OSError) -> ListenError:
+        """The failure to bind ``address``, in the system's words. (asyncio wraps a bind error in a
+        sentence of its own that names the address again, as a Python tuple: its number says the same.)"""
+        if exc.errno is not None and exc.errno > 0 and not isinstance(exc, socket.gaierror):
+            reason = os.strerror(exc.errno)
+        else:  # a name that does not resolve (gaierror's numbers are not errno's)
+            reason = exc.strerror or str(exc)
+        return cls(f"cannot listen on {address}: {reason.lower()}")

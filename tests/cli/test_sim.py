@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -50,3 +51,23 @@ def test_sim_help_lists_presets_and_faults() -> None:
         [sys.executable, "-c", ENTRY, "sim", "--help"], capture_output=True, text=True, timeout=30, check=True
     )
     assert "llama-3.1-8b-h100" in result.stdout and "slow_drip" in result.stdout
+
+
+def test_a_port_in_use_is_one_line_naming_where_and_why() -> None:
+    """It printed asyncio's own sentence, with the address again as a Python tuple."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-c", ENTRY, "sim", "--port", str(port)],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert result.returncode == 1
+    assert (
+        result.stderr
+        == f"fluidity-exporter sim: error: cannot listen on 127.0.0.1:{port}: address already in use\n"
+    )

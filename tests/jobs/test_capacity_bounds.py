@@ -15,7 +15,7 @@ from exporter.jobs.capacity_report import capacity_table
 from exporter.jobs.capacity_runner import default_floor, search_settings, trial_time_limit
 from exporter.jobs.capacity_search import could_settle, next_load, settling
 from exporter.jobs.drain import wait_drained
-from exporter.jobs.search_progress import SearchProgress, result_line
+from exporter.jobs.search_progress import SearchProgress, figure, result_line
 from exporter.jobs.search_state import Observation, SearchSettings, State, outcome, pool, verdict
 from exporter.jobs.trial import Tally, TrialPlan, TrialReport, stop_reason
 from exporter.jobs.trial_verdict import TrialSlo, judge
@@ -103,6 +103,19 @@ def test_a_found_capacity_on_distrusted_timings_is_not_stated_as_a_measurement()
     )
     assert result_line(trusted) == "capacity 8 req/s (fails at 8.4); converged"
     assert "at capacity (8): fluid goodput 300 tokens/s" in capacity_table(trusted)
+
+
+def test_large_loads_and_rates_are_printed_without_an_exponent() -> None:
+    """A concurrency of 10240 was printed as 1.024e+04, and 12,346 tokens/s as 1.235e+04."""
+    low, high = counted(10240.0, 200, 200, headroom=1.02), counted(10700.0, 180, 200, headroom=0.9)
+    low.index, high.index = 1, 2
+    low.figures.update(unreliable=0, fluid_goodput_tokens_per_s=12345.6)
+    result = CapacityResult("concurrency", State.FOUND, 10240.0, 10700.0, True, "converged", [low, high])
+    assert result_line(result) == "capacity 10240 concurrent (fails at 10700); converged"
+    table = capacity_table(result)
+    assert "at capacity (10240): fluid goodput 12346 tokens/s" in table
+    assert "e+0" not in table
+    assert [figure(v) for v in (9999.4, 9999.6, 0.7124, None)] == ["9999", "10000", "0.7124", "-"]
 
 
 def test_the_default_floor_is_a_trial_of_fifteen_minutes() -> None:

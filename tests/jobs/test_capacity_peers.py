@@ -1,6 +1,6 @@
-"""The peers' searches in bench/capacity_bench.py follow their documented algorithms: GuideLLM's
-goodput search (double from the start, then bisect to 10%) and AIPerf's monotonic search (exponential
-probe, bisection, two agreeing trials per verdict)."""
+"""The peers' searches in bench/capacity_bench.py follow their algorithms: Etalon's capacity search as its
+code runs it, GuideLLM's goodput search (double from the start, then bisect to 10%) and AIPerf's
+monotonic search (exponential probe, bisection, two agreeing trials per verdict), as documented."""
 
 from __future__ import annotations
 
@@ -70,3 +70,24 @@ def test_aiperf_needs_two_agreeing_trials_per_verdict(bench: ModuleType) -> None
     visited = list(dict.fromkeys(load for load, _ in bed.calls))
     assert visited[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]  # exponential probe to the first failure
     assert visited[5:7] == [12.0, 10.0]  # then bisection
+
+
+def test_etalon_bisects_as_its_code_does(bench: ModuleType) -> None:
+    bed = FakeBed(capacity=10.0)
+    run = bench.etalon(bed, 1.0)
+    loads = [load for load, _ in bed.calls]
+    # [0, 2]; passes above 0.8x the top double it (1.75 -> 4, 3.44 -> 8, 6.86 -> 16); midpoints rounded
+    # to two decimals (2.875 -> 2.88, 9.145 -> 9.14); a pass at 10.0 above 0.8 x 10.29 does not raise
+    # the top past the lowest failure.
+    assert loads == [1.0, 1.5, 1.75, 2.88, 3.44, 5.72, 6.86, 11.43, 9.14, 10.29, 9.71, 10.0, 10.14]
+    assert run.capacity == 10.0 and all(part == 0 for _, part in bed.calls)
+
+
+def test_etalon_stops_on_the_last_load_tried_not_the_top(bench: ModuleType) -> None:
+    bed = FakeBed(capacity=10.0)
+    run = bench.etalon(bed, 7.78)
+    loads = [load for load, _ in bed.calls]
+    # After the pass at 9.96, [9.96, 10.21] is within 2.5% of the top (0.25 < 0.255) but not of the
+    # load just tried (0.249): Etalon's code tries 10.09 before it stops.
+    assert loads == [7.78, 11.67, 9.72, 10.7, 10.21, 9.96, 10.09]
+    assert run.capacity == 9.96
