@@ -25,9 +25,10 @@ procedures alone.
   it lands above 0.8x of the upper end, doubles that end (never past the lowest failing load); a failure
   lowers the upper end. It stops before a trial once the interval is narrower than 2.5% of the *last load
   tried* (not of the upper end: after a pass that is the lower end, so the test is stricter), or when the
-  rounded midpoint repeats the last load, and answers the last passing load. Its trials never stop early.
-  (Until this stop the bench stopped at 2.5% of the upper end and did not round, from Etalon's
-  description; the code's rule costs it a trial more in some runs.)
+  rounded midpoint repeats the last load, and answers the last passing load. A load it tried before (at
+  0.01 req/s steps, below about 0.4 req/s) is read back from that run's saved results, not run again.
+  Its trials never stop early. (Before, the bench stopped at 2.5% of the upper end and did not round,
+  from Etalon's description; the code's rule costs it a trial more in some runs.)
 
 The SLO: 99% of requests reach fluidity 0.9 with ``Dp`` = the prefill model fitted on the preset's
 isolated TTFT (its default engine, chunked) + 0.5 s of scheduling slack, and ``Dd`` of the tier (medium
@@ -267,21 +268,25 @@ def ours(bed: Bed, start: float) -> Run:
 
 
 def etalon(bed: Bed, start: float) -> Run:
-    """Etalon's capacity search, step for step as ``CapacitySearch.search`` runs it (module docstring)."""
+    """Etalon's capacity search, step for step as ``CapacitySearch.search`` runs it (module docstring).
+    A load it tried before is not run again: Etalon keeps each run's results in a folder named after
+    its load and reads them back (``is_under_sla``)."""
     left, right, qps, last_qps = 0.0, 2.0 * start, 0.0, 0.0
     lowest_failure = math.inf
     trials: list[TrialReport] = []
+    verdicts: dict[float, bool] = {}
     best: float | None = None
     for _ in range(ETALON_MAX_ITERATIONS):
         if abs(left - right) < ETALON_GRANULARITY_PCT * qps / 100.0:
             break
         qps = round((left + right) / 2.0, ETALON_DECIMALS)
-        if qps == last_qps or qps <= 0.0:  # (a load of 0 would be Etalon's own failure; never seen here)
+        if qps == last_qps:
             break
         last_qps = qps
-        trial = bed.trial(qps, early_stop=False)
-        trials.append(trial)
-        if trial.passed:
+        if qps not in verdicts:
+            trials.append(bed.trial(qps, early_stop=False))
+            verdicts[qps] = trials[-1].passed
+        if verdicts[qps]:
             best = qps
             if qps > ETALON_VICINITY * right:
                 right = min(right * ETALON_SCALE, lowest_failure)

@@ -20,6 +20,7 @@ from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool, remote_shards
 from exporter.load.shard_protocol import PoolSettings
+from exporter.options.addresses import bind_reason
 from exporter.options.job_params import JobLimits
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.target import Secret
@@ -84,7 +85,7 @@ async def job_shards(
             raise JobFailedError(str(exc)) from None
         except OSError as exc:  # the port is taken, e.g. by another target's sharded search
             listen = remote.listen if remote is not None else "127.0.0.1"
-            raise JobFailedError(f"cannot listen for shards on {listen}: {exc.strerror or exc}") from None
+            raise JobFailedError(f"cannot listen for shards on {listen}: {bind_reason(exc)}") from None
         yield pool
 
 

@@ -4,6 +4,7 @@ exactly as found (pure formatting; the runner feeds it)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from exporter.jobs.capacity import CapacityResult, load_unit
@@ -15,11 +16,16 @@ EXPECTED_TRIALS = 6  # for progress: a search's typical trials (the bench's mean
 
 
 def figure(value: float | None) -> str:
-    """A load or a rate as a person reads it: four significant digits, never an exponent (12,345
-    tokens/s printed as ``1.235e+04``); ``-`` for none."""
+    """A load, a rate or a price as a person reads it: four significant digits, never an exponent
+    (12,345 tokens/s was printed as ``1.235e+04``); ``-`` for none."""
     if value is None:
         return "-"
-    return f"{value:.0f}" if abs(value) >= 9999.5 else f"{value:.4g}"  # .4g of 9999.5 is 1e+04
+    size = abs(value)
+    if size >= 9999.5:  # .4g of 9999.5 is 1e+04
+        return f"{value:.0f}"
+    if 0.0 < size < 1e-4:  # .4g of 0.00001234 is 1.234e-05
+        return f"{value:.{3 - math.floor(math.log10(size))}f}".rstrip("0")
+    return f"{value:.4g}"
 
 
 class SearchProgress:

@@ -48,15 +48,23 @@ def check_listen_address(value: Any) -> str:
     return text
 
 
+def host_port(host: str, port: int) -> str:
+    """``host:port`` as a listen address is written: an IPv6 host in brackets (``[::1]:8000``)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def bind_reason(exc: OSError) -> str:
+    """Why a bind failed, in the system's words (``address already in use``). asyncio wraps a bind
+    error in a sentence of its own that names the address again, as a Python tuple: its number says the
+    same."""
+    if exc.errno is not None and exc.errno > 0 and not isinstance(exc, socket.gaierror):
+        return os.strerror(exc.errno).lower()
+    return (exc.strerror or str(exc)).lower()  # a name that does not resolve (gaierror's own numbers)
+
+
 class ListenError(OSError):
     """Cannot listen on an address: ``cannot listen on 127.0.0.1:8000: address already in use``."""
 
     @classmethod
     def of(cls, address: str, exc: OSError) -> ListenError:
-        """The failure to bind ``address``, in the system's words. (asyncio wraps a bind error in a
-        sentence of its own that names the address again, as a Python tuple: its number says the same.)"""
-        if exc.errno is not None and exc.errno > 0 and not isinstance(exc, socket.gaierror):
-            reason = os.strerror(exc.errno)
-        else:  # a name that does not resolve (gaierror's numbers are not errno's)
-            reason = exc.strerror or str(exc)
-        return cls(f"cannot listen on {address}: {reason.lower()}")
+        return cls(f"cannot listen on {address}: {bind_reason(exc)}")

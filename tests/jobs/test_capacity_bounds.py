@@ -115,7 +115,13 @@ def test_large_loads_and_rates_are_printed_without_an_exponent() -> None:
     table = capacity_table(result)
     assert "at capacity (10240): fluid goodput 12346 tokens/s" in table
     assert "e+0" not in table
-    assert [figure(v) for v in (9999.4, 9999.6, 0.7124, None)] == ["9999", "10000", "0.7124", "-"]
+    assert [figure(v) for v in (9999.4, 9999.6, 0.7124, 1.234e-05, None)] == [
+        "9999",
+        "10000",
+        "0.7124",
+        "0.00001234",
+        "-",
+    ]
 
 
 def test_the_default_floor_is_a_trial_of_fifteen_minutes() -> None:

@@ -91,3 +91,12 @@ def test_etalon_stops_on_the_last_load_tried_not_the_top(bench: ModuleType) -> N
     # load just tried (0.249): Etalon's code tries 10.09 before it stops.
     assert loads == [7.78, 11.67, 9.72, 10.7, 10.21, 9.96, 10.09]
     assert run.capacity == 9.96
+
+
+def test_etalon_reads_a_load_it_tried_before_back_instead_of_running_it(bench: ModuleType) -> None:
+    # At 0.01 req/s steps the rounded midpoint of [0.01, 0.02] is 0.01 again (not the last load tried,
+    # 0.02): Etalon finds that run's results in its folder, named after the load, and pays no trial.
+    bed = FakeBed(capacity=0.01)
+    run = bench.etalon(bed, 1.0)
+    assert [load for load, _ in bed.calls] == [1.0, 0.5, 0.25, 0.12, 0.06, 0.03, 0.01, 0.02]
+    assert len(run.trials) == 8 and run.capacity == 0.01
