@@ -26,7 +26,7 @@ from exporter.app import SHUTDOWN_GRACE_S, Daemon, web_app
 from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
-from exporter.options.addresses import ListenError, check_listen_address
+from exporter.options.addresses import ListenError, check_listen_address, host_port
 from exporter.probe import loop as event_loop
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
@@ -169,8 +169,8 @@ def startup_line(host: str, port: int) -> str:
     """Where the exporter listens, as bound, and the URL to open from this machine."""
     if host in ("0.0.0.0", "::", ""):
         return f"listening on {host or '0.0.0.0'}:{port} (every interface); serving http://127.0.0.1:{port}/metrics"
-    shown = f"[{host}]" if ":" in host else host
-    return f"listening on {shown}:{port}; serving http://{shown}:{port}/metrics"
+    shown = host_port(host, port)
+    return f"listening on {shown}; serving http://{shown}/metrics"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """Addresses, checked one way wherever they are given: a target's base URL (``targets[].url``, a shard
 job's target URLs, ``--url``) and a listen address (``global.listen_address``, the shards' ``listen``,
-``--web.listen-address``)."""
+``--web.listen-address``); and said one way: a listen address written from its parts (``host_port``)
+and why it could not be bound (``bind_reason``, ``ListenError``)."""
 
 from __future__ import annotations
 
