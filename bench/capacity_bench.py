@@ -86,15 +86,12 @@ PROFILE_PROMPTS = (128, 256, 512, 1024, 2048, 4096, 8128)
 MAX_PROMPT, MAX_OUTPUT = 7168, 1024  # prompt + output within the presets' 8K context
 MAX_LOAD = 1000.0  # req/s: far above every capacity here, so it never bounds our search
 GOAL_ERROR, GOAL_TRIALS, GOAL_TOKENS = 0.05, 6, 0.5
-# Etalon's capacity search (capacity_search.py and main.py's defaults): VICINITY_THRESHOLD,
-# QPS_INCREASE_SCALE, --min-search-granularity (percent), --max-iterations, and round(qps, 2).
-ETALON_VICINITY, ETALON_SCALE, ETALON_GRANULARITY_PCT, ETALON_MAX_ITERATIONS, ETALON_DECIMALS = (
-    0.8,
-    2,
-    2.5,
-    20,
-    2,
-)
+# Etalon's capacity search, as in its capacity_search.py and main.py's defaults:
+ETALON_VICINITY = 0.8  # VICINITY_THRESHOLD: a pass above this share of the top doubles it
+ETALON_SCALE = 2  # QPS_INCREASE_SCALE
+ETALON_GRANULARITY_PCT = 2.5  # --min-search-granularity, percent of the last load tried
+ETALON_MAX_ITERATIONS = 20  # --max-iterations
+ETALON_DECIMALS = 2  # round(qps, 2)
 # Starts: 1 req/s and these multiples of the truth. Not powers of two: from truth/2 one doubling, and
 # from 2x truth Etalon's second midpoint, lands exactly on the capacity, which flatters either method.
 START_FACTORS = (0.3, 0.7, 2.5)
