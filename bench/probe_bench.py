@@ -183,6 +183,7 @@ async def run_probe(
                 t for t, n in zip(result.token_times, result.token_counts, strict=True) for _ in range(n)
             ],
             "flagged": result.unreliable,
+            "doubtful": result.doubtful_gaps,
         }
         for request_id, result in results
     ]
@@ -313,6 +314,8 @@ class Run:
     unsure_gaps: int = 0  # gaps left out: a write stamp of theirs is unsure (truth_server.py)
     flagged: list[bool] = field(default_factory=list)
     off: list[bool] = field(default_factory=list)
+    doubtful_gaps: int = 0  # of the flagged requests' gaps, those the client says may be wrong
+    off_gaps: int = 0  # gaps really wrong by more than OFF_MS
 
     def figures(self) -> dict[str, float]:
         abs_itl = sorted(abs(e) for e in self.itl_errors)
@@ -369,6 +372,8 @@ def judge(client: str, streams: int, data: dict[str, Any], truth: Truth, launche
         run.coalesced += sum(m < COALESCED_S <= t / 10 for m, t in zip(measured, true, strict=True))
         run.flagged.append(record["flagged"])
         run.off.append(max((abs(e) for e in errors), default=0.0) * 1e3 > OFF_MS)
+        run.doubtful_gaps += record.get("doubtful") or 0
+        run.off_gaps += sum(abs(e) * 1e3 > OFF_MS for e in errors)
     return run
 
 
@@ -422,6 +427,9 @@ def row(streams: int, client: str, f: dict[str, float]) -> str:
 
 
 def detector(runs: list[Run]) -> str:
+    from exporter.load.health import HealthThresholds
+
+    limit = HealthThresholds().max_doubtful_gap_share
     pairs = [(f, o) for r in runs for f, o in zip(r.flagged, r.off, strict=True) if f is not None]
     tp = sum(f and o for f, o in pairs)
     fp = sum(f and not o for f, o in pairs)
@@ -430,10 +438,16 @@ def detector(runs: list[Run]) -> str:
     precision = tp / (tp + fp) if tp + fp else math.nan
     recall = tp / (tp + fn) if tp + fn else math.nan
     unsure = sum(r.unsure_gaps for r in runs)
+    # The client's count is over every chunk's gap (the first from the send); the truth's over the
+    # inter-token gaps with sure write stamps: nearly the same set, not quite.
+    chunks, gaps = sum(r.chunks for r in runs) or 1, sum(r.gaps for r in runs) or 1
+    doubtful, off = sum(r.doubtful_gaps for r in runs), sum(r.off_gaps for r in runs)
     return (
         f"flagged & really off {tp}, flagged & fine {fp}, unflagged & off {fn}, unflagged & fine {tn}; "
         f"precision {precision:.0%}, recall {recall:.0%} (off: a gap wrong by > {OFF_MS:g} ms; "
-        f"{unsure} gaps without a sure truth left out)"
+        f"{unsure} gaps without a sure truth left out); the client doubts {doubtful / chunks:.3%} of its "
+        f"chunks' gaps, {off / gaps:.3%} of the inter-token gaps are really off (doubtful_gaps' limit: "
+        f"{limit:.1%})"
     )
 
 

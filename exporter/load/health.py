@@ -9,7 +9,8 @@ A benchmark's numbers are only as good as its load. These pure functions look at
   visible: a late sender silently lowers the offered load and hides queueing);
 * ``prompt_tokens``: the server saw the prompt lengths we intended (reported vs intended);
 * ``output_tokens``: the server generated the output lengths we asked for (vs ``max_tokens``);
-* ``unreliable``: the client was not saturated (results flagged ``unreliable`` by the probe);
+* ``unreliable`` and ``doubtful_gaps``: the client was not saturated: few results flagged
+  ``unreliable`` by the probe, and few gaps between tokens that those flags concern;
 * ``success``: enough requests completed for the figures to describe the workload.
 
 Every check carries its observed value, its threshold and a message; ``passed`` is None when the data
@@ -48,7 +49,8 @@ class HealthThresholds:
     max_prompt_error_exact: float = 0.0  # median |reported - intended| / intended, exact prompts
     max_prompt_error_approx: float = 0.15  # the same for approximate (word-count) prompts
     min_full_output_share: float = 0.95  # OK requests that got all their max_tokens
-    max_unreliable_share: float = 0.01
+    max_unreliable_share: float = 0.01  # requests the client flagged
+    max_doubtful_gap_share: float = 0.001  # gaps between tokens the client may have timed wrong
     min_success_share: float = 0.95
 
 
@@ -206,7 +208,8 @@ def _output_count(result: ProbeResult) -> int:
 
 def check_unreliable(results: Sequence[ProbeResult], limits: HealthThresholds) -> HealthCheck:
     """Share of results the probe's client flagged unreliable: it read chunks of a stream together or
-    late, from too much load for its CPU or a machine that stalled it (it cannot tell which)."""
+    late, from too much load for its CPU or a machine that stalled it (it cannot tell which). The bound
+    of the figures each request gives one sample of (its TTFT, fluidity, longest gap, SLO verdict)."""
     threshold = limits.max_unreliable_share
     if not results:
         return HealthCheck("unreliable", None, threshold, None, "no results")
@@ -217,6 +220,26 @@ def check_unreliable(results: Sequence[ProbeResult], limits: HealthThresholds) -
         f"late, too busy or stalled (limit {threshold:.0%})"
     )
     return HealthCheck("unreliable", observed, threshold, passed, message)
+
+
+def check_doubtful_gaps(results: Sequence[ProbeResult], limits: HealthThresholds) -> HealthCheck:
+    """Share of all the gaps between token events (the first: from the send) that the flagged requests
+    may have wrong (``ProbeResult.doubtful_gaps``). The bound of the distributions of the gaps
+    themselves (TBT): under it each of their percentiles lies within that share of its rank of the
+    truth's. It catches what the share of requests does not: a few long requests whose every stamp
+    was a late loop's (read-time stamps: TLS), or many merged reads in a few requests."""
+    threshold = limits.max_doubtful_gap_share
+    gaps = sum(len(r.token_times) + len(r.reasoning_times) for r in results)
+    doubtful = sum(r.doubtful_gaps for r in results)
+    if not gaps:  # nothing was timed, so nothing timed is in doubt (success says why)
+        return HealthCheck("doubtful_gaps", 0.0, threshold, True, "no gap between tokens was timed")
+    observed = doubtful / gaps
+    passed = bool(observed <= threshold)
+    message = (
+        f"{doubtful} of {gaps} gaps between tokens ({observed:.2%}) may be wrong, in the requests the "
+        f"client flagged (limit {threshold:.1%})"
+    )
+    return HealthCheck("doubtful_gaps", observed, threshold, passed, message)
 
 
 def check_success(results: Sequence[ProbeResult], limits: HealthThresholds) -> HealthCheck:
@@ -262,5 +285,6 @@ def load_health(
         check_prompt_tokens(results, prompt_tokens_exact, limits),
         check_output_tokens(results, limits),
         check_unreliable(results, limits),
+        check_doubtful_gaps(results, limits),
         check_success(results, limits),
     ]

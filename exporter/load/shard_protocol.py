@@ -38,7 +38,9 @@ from exporter.probe.target import FollowUp, RequestSpec, TargetSettings, Timeout
 
 # 2: a shard's final figures say how its sends ended (``ended_by``). A version-1 shard leaves that out,
 # and a trial its duration cut would read as one that sent every request: refused instead.
-PROTOCOL_VERSION = 2
+# 3: a result says how many of its gaps its flag concerns (``merged_events``, ``doubtful_gaps``). A
+# version-2 shard's flagged results would count none, and a version-2 coordinator refuses the fields.
+PROTOCOL_VERSION = 3
 API_KEY_ENV = "FLUIDITY_SHARD_API_KEY"  # the target's API key, in a shard's environment only
 TOKEN_ENV = "FLUIDITY_SHARD_TOKEN"  # the bearer token a shard presents to the coordinator
 # ProbeResult fields holding perf_counter stamps: rebased to the start instant on the wire.

@@ -51,7 +51,7 @@ from exporter.probe.http import (
 from exporter.probe.openai import FORMATS, ApiFormat, exact_length
 from exporter.probe.reader import StreamReader, error_text
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.saturation import LagMonitor, is_unreliable
+from exporter.probe.saturation import LagMonitor, doubtful_gaps, is_unreliable
 from exporter.probe.socket_reads import reads_lateness
 from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.target import RequestSpec, TargetSettings
@@ -306,6 +306,14 @@ class ProbeClient:
             result.multi_event_reads,
             reads,
             kernel_stamps=result.kernel_stamps,
+        )
+        result.doubtful_gaps = doubtful_gaps(
+            result.unreliable,
+            result.loop_lag_s,
+            result.loop_lag_share,
+            (result.multi_event_reads, result.merged_events),
+            len(result.token_times) + len(result.reasoning_times),
+            result.kernel_stamps,
         )
 
     def _failed(

@@ -71,10 +71,12 @@ class ProbeResult:
     send_overhead_s: float | None = None  # client time from scheduled to sent (its own lateness)
     retries: int = 0  # resent once on a fresh connection after a stale keep-alive failure
     multi_event_reads: int = 0  # reads of several token events that may have come > 3 ms apart (stream.py)
+    merged_events: int = 0  # the token events those reads carried: one stamp for them all
     loop_lag_s: float = 0.0  # the largest event-loop lag seen while this request was in flight
     loop_lag_share: float = 0.0  # share of lag samples meanwhile over probe.saturation.LAG_LIMIT_S
     cpu_share: float | None = None  # process CPU time / wall time while in flight (1.0: core never idle)
     unreliable: bool = False  # the client itself was saturated: timings may be wrong
+    doubtful_gaps: int = 0  # of a flagged request's gaps between token events, those it may have wrong
     kernel_stamps: bool = False  # reads stamped by the kernel on arrival (probe.stamped), not by the loop
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -95,16 +95,46 @@ def why_unreliable(
     loop_lag_s: float, loop_lag_share: float, multi_event_reads: int, token_reads: int, kernel_stamps: bool
 ) -> str | None:
     """Which part of the rule flags a request, in words (None: not flagged)."""
-    if not kernel_stamps and loop_lag_s > STALL_LIMIT_S:
-        return f"the loop stalled over {STALL_LIMIT_S * 1e3:.0f} ms with read-time stamps"
-    if not kernel_stamps and loop_lag_share > LAG_SHARE:
-        return f"over {LAG_SHARE:.0%} of lag samples late with read-time stamps"
+    if late_loop := _late_loop(loop_lag_s, loop_lag_share, kernel_stamps):
+        return late_loop
     if multi_event_reads and loop_lag_s > LAG_LIMIT_S:  # read together, perhaps by a late client
         return f"merged reads while the loop was over {LAG_LIMIT_S * 1e3:.0f} ms late"
     allowed = max(MULTI_READ_SHARE * token_reads, MULTI_READS_FREE)
     if multi_event_reads > allowed:  # the client late unseen, or the server sending bursts: alike to it
         return f"more merged reads than {MULTI_READ_SHARE:.0%} of {token_reads} reads and one"
     return None
+
+
+def _late_loop(loop_lag_s: float, loop_lag_share: float, kernel_stamps: bool) -> str | None:
+    """The parts of the rule that distrust every stamp of a request: its reads were stamped when the
+    loop got round to them, and the loop was late for long (None: neither)."""
+    if not kernel_stamps and loop_lag_s > STALL_LIMIT_S:
+        return f"the loop stalled over {STALL_LIMIT_S * 1e3:.0f} ms with read-time stamps"
+    if not kernel_stamps and loop_lag_share > LAG_SHARE:
+        return f"over {LAG_SHARE:.0%} of lag samples late with read-time stamps"
+    return None
+
+
+def doubtful_gaps(
+    unreliable: bool,
+    loop_lag_s: float,
+    loop_lag_share: float,
+    merged: tuple[int, int],
+    events: int,
+    kernel_stamps: bool,
+) -> int:
+    """How many of a request's ``events`` gaps between token events (the first: from the send) its
+    flag (``unreliable``, the rule's verdict on the same evidence) concerns: every one when its stamps
+    were all the loop's and the loop was late for long; else those around its merged reads
+    (``merged``: how many reads, and the token events they carried). A read of k events gives them one
+    stamp, so the gap into the first is too long and the k - 1 after it read 0; with the loop's own
+    stamps that stamp is late too, and so the gap after the read is short. None unflagged."""
+    if not unreliable:
+        return 0
+    if _late_loop(loop_lag_s, loop_lag_share, kernel_stamps):
+        return events
+    reads, merged_events = merged
+    return min(merged_events + (0 if kernel_stamps else reads), events)
 
 
 class LagMonitor:

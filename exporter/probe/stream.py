@@ -95,7 +95,7 @@ class StreamState:
         event (``[DONE]``, or the format's own) came."""
         result = self.result
         known = len(result.token_times), len(result.reasoning_times)  # before this read
-        tokens = 0
+        tokens = 0  # token events (content or reasoning), each with its own stamp when read alone
         for event in events:
             data = event.data
             if data == DONE:
@@ -113,6 +113,7 @@ class StreamState:
             self.token_reads += 1
             if tokens > 1 and now - self._stamp_before(now, *known) > COALESCED_SPAN_S:
                 result.multi_event_reads += 1
+                result.merged_events += tokens
         return self.done
 
     def _stamp_before(self, now: float, tokens: int, thoughts: int) -> float:

@@ -10,6 +10,7 @@ import pytest
 from exporter.load.health import (
     HealthThresholds,
     check_concurrency,
+    check_doubtful_gaps,
     check_lateness,
     check_output_tokens,
     check_prompt_tokens,
@@ -99,6 +100,40 @@ def test_output_tokens_counts_reported_then_received() -> None:
     check = check_output_tokens([full, short, failed], LIMITS)
     assert check.observed == pytest.approx(0.5)  # the failed one is not counted
     assert check.passed is False
+
+
+@pytest.mark.parametrize(
+    ("flagged", "doubtful", "observed", "passed"),
+    [
+        (0, 0, 0.0, True),
+        (10, 2, 0.0005, True),  # a stall: two chunks of each of 10 streams read as one, 2 gaps each
+        (20, 2, 0.001, True),  # at the limit
+        (20, 3, 0.0015, False),
+        (1, 40, 0.001, True),  # one request whose every stamp was the loop's, late
+        (1, 41, 0.001025, False),
+    ],
+)
+def test_doubtful_gaps_count_the_gaps_the_flags_concern(
+    flagged: int, doubtful: int, observed: float, passed: bool
+) -> None:
+    # 1000 requests of 40 token events: 40,000 gaps; ``doubtful`` of them in each flagged request.
+    results = [
+        _result(i, token_counts=[1] * 40, token_times=[i + k / 100 for k in range(40)]) for i in range(1000)
+    ]
+    for result in results[:flagged]:
+        result.unreliable, result.doubtful_gaps = True, doubtful
+    check = check_doubtful_gaps(results, LIMITS)
+    assert check.observed == pytest.approx(observed) and check.passed is passed
+    assert check.message == (
+        f"{flagged * doubtful} of 40000 gaps between tokens ({observed:.2%}) may be wrong, in the requests "
+        "the client flagged (limit 0.1%)"
+    )
+
+
+def test_no_gap_timed_leaves_none_in_doubt() -> None:
+    failed = _result(outcome=Outcome.HTTP_STATUS, token_counts=[], token_times=[])
+    check = check_doubtful_gaps([failed], LIMITS)
+    assert check.passed is True and check.message == "no gap between tokens was timed"
 
 
 def test_unreliable_and_success_shares() -> None:

@@ -291,7 +291,8 @@ async def test_health_flags_short_outputs_and_passes_a_healthy_run() -> None:
     healthy = await run_load(fake_send(0.002), _specs(20, 8), arrivals=offsets, prompt_tokens_exact=True)
     assert healthy.healthy
     assert [c.name for c in healthy.checks] == [
-        "send_rate", "send_lateness", "prompt_tokens", "output_tokens", "unreliable", "success",
+        "send_rate", "send_lateness", "prompt_tokens", "output_tokens", "unreliable", "doubtful_gaps",
+        "success",
     ]  # fmt: skip
     short = await run_load(fake_send(0.002, tokens=3), _specs(20, 8), arrivals=offsets)
     check = {c.name: c for c in short.checks}["output_tokens"]

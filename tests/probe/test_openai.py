@@ -177,7 +177,7 @@ def test_reasoning_is_recorded_apart() -> None:
 def test_a_read_with_two_content_events_is_counted() -> None:
     state = _state("completions")
     state.on_events(0.1, _events({"choices": [{"text": " a"}]}, {"choices": [{"text": " b"}]}))
-    assert state.result.multi_event_reads == 1
+    assert state.result.multi_event_reads == 1 and state.result.merged_events == 2
     assert state.result.token_times == [0.1, 0.1]
 
 
@@ -190,7 +190,7 @@ def test_a_read_of_events_that_came_within_3_ms_is_not_counted() -> None:
     state.on_events(0.1025, _events(*two))  # 2.5 ms after the last token read
     assert state.result.multi_event_reads == 0
     state.on_events(0.110, _events(*two))  # 7.5 ms: the first may have come 7.5 ms before its stamp
-    assert state.result.multi_event_reads == 1
+    assert state.result.multi_event_reads == 1 and state.result.merged_events == 2  # the counted read's
     assert state.result.token_times == [0.100, 0.1025, 0.1025, 0.110, 0.110]
 
 

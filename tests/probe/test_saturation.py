@@ -9,7 +9,14 @@ import pytest
 
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
-from exporter.probe.saturation import LAG_LIMIT_S, STALL_LIMIT_S, LagMonitor, is_unreliable, why_unreliable
+from exporter.probe.saturation import (
+    LAG_LIMIT_S,
+    STALL_LIMIT_S,
+    LagMonitor,
+    doubtful_gaps,
+    is_unreliable,
+    why_unreliable,
+)
 from exporter.probe.target import RequestSpec
 from exporter.sim import SimServer
 from tests.probe.helpers import script, settings_for
@@ -65,6 +72,24 @@ def test_the_rule_says_which_part_flagged_a_request(
     assert is_unreliable(*evidence[:4], kernel_stamps=evidence[4]) is (why is not None)
 
 
+@pytest.mark.parametrize(
+    ("unreliable", "lag", "share", "merged", "kernel_stamps", "doubtful"),
+    [
+        (False, STALL_LIMIT_S * 2, 0.5, 4, False, 0),  # not flagged: nothing to doubt
+        (True, STALL_LIMIT_S * 2, 0.0, 0, False, 300),  # read-time stamps, a long stall: every gap
+        (True, 0.004, 0.06, 2, False, 300),  # read-time stamps, behind for long: every gap
+        (True, STALL_LIMIT_S * 2, 0.5, 3, True, 3),  # kernel stamps: only the merged reads' gaps
+        (True, 0.004, 0.0, 2, False, 3),  # read-time stamps, a short lag: and the gap after the read
+        (True, 0.0, 0.0, 400, True, 300),  # never more than the request's gaps
+    ],
+)
+def test_the_gaps_a_flag_concerns(
+    unreliable: bool, lag: float, share: float, merged: int, kernel_stamps: bool, doubtful: int
+) -> None:
+    # ``merged`` token events in one merged read (several, in the last case)
+    assert doubtful_gaps(unreliable, lag, share, (1, merged), 300, kernel_stamps) == doubtful
+
+
 async def test_monitor_sees_a_blocked_loop() -> None:
     monitor = LagMonitor(interval_s=0.005)
     monitor.start()
@@ -91,5 +116,7 @@ async def test_request_during_which_the_loop_was_blocked_is_marked_unreliable(si
     assert result.outcome is Outcome.OK
     assert result.unreliable
     assert result.loop_lag_s >= 0.03
-    assert result.multi_event_reads >= 1
+    assert result.multi_event_reads >= 1 and result.merged_events >= 2
+    # Kernel stamps doubt only the merged reads' gaps; the loop's own stamps, after a 50 ms stall, all.
+    assert result.doubtful_gaps == (result.merged_events if result.kernel_stamps else len(result.token_times))
     assert result.cpu_share is not None and 0.0 < result.cpu_share <= 1.0
