@@ -34,6 +34,7 @@ from exporter.load.target_facts import ContextFit, cannot_fit, served_context
 from exporter.load.workloads import Workload
 from exporter.options.job_params import CapacityParams, JobLimits, JobParams, SloSpec, concurrency_ceiling
 from exporter.probe.client import ProbeClient
+from exporter.probe.loop import off_the_loop
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
 from exporter.stats.slo import DECODE_TIERS, decode_tier
@@ -228,7 +229,7 @@ async def run_capacity_search(
     trials = _SearchTrials(params, workload, slo, client, budget, pool, shard_url, progress)
     # Every trial sends the same lengths (common random numbers) whatever its load, so one plan gives
     # the worst case of them all, and refuses a workload that cannot fit before a token is sent.
-    worst_case = _first_plan(trials, settings.start, workload, context).planned_tokens
+    worst_case = (await _first_plan(trials, settings.start, workload, context)).planned_tokens
 
     def afford(load: float) -> str | None:
         return budget.refusal(worst_case) if budget is not None else None
@@ -245,11 +246,13 @@ async def run_capacity_search(
     return result
 
 
-def _first_plan(trials: _SearchTrials, start: float, workload: Workload, context: int | None) -> TrialPlan:
+async def _first_plan(
+    trials: _SearchTrials, start: float, workload: Workload, context: int | None
+) -> TrialPlan:
     """The first trial's plan; a ``JobFailedError`` naming the context and the workload's lengths when
     none of its requests fit the context (a ``ValueError`` of an unfitted workload is a bug of ours)."""
     try:
-        return trials.plan(0, start, False)
+        return await off_the_loop(lambda: trials.plan(0, start, False))
     except ValueError as exc:
         if workload.max_total_tokens is None:
             raise
@@ -299,7 +302,9 @@ class _SearchTrials:
     async def run(
         self, index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
     ) -> TrialReport:
-        planned = self.plan(index, load, may_stop, time_left, settle)
+        # Planned off the loop: a million requests take ~40 s to plan, which would hold the daemon's
+        # /metrics, and a Ctrl-C, that long.
+        planned = await off_the_loop(lambda: self.plan(index, load, may_stop, time_left, settle))
         self.repeats[load] += 1
         progress = self.progress
         if progress is not None:

@@ -11,8 +11,11 @@ to run its timer-heavy emitter better.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import gc
 import os
+import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -44,6 +47,32 @@ def run(main: Coroutine[Any, Any, T], *, loop: str | None = None) -> T:
     with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
         runner.get_loop().set_exception_handler(_quiet_interrupts)
         return runner.run(main)
+
+
+async def off_the_loop(work: Callable[[], T]) -> T:
+    """``work()`` in a thread of its own, awaited: the loop serves its other tasks meanwhile, and a
+    caller cancelled (the first Ctrl-C, a cancelled job) returns at once, leaving the thread to finish
+    unseen. Why not ``asyncio.to_thread``: the default executor's threads are joined when the loop
+    closes and at exit, so a cancelled command would still wait for the work (planning a trial of a
+    million requests: ~40 s). Only for pure work whose result nothing else needs once abandoned."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def run_work() -> None:
+        try:
+            outcome = functools.partial(done.set_result, work())
+        except BaseException as exc:  # handed to the awaiting task, as an await would raise it
+            outcome = functools.partial(done.set_exception, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting
+            loop.call_soon_threadsafe(_settle, done, outcome)
+
+    threading.Thread(target=run_work, name="off-the-loop", daemon=True).start()
+    return await done
+
+
+def _settle(future: asyncio.Future[Any], outcome: Callable[[], None]) -> None:
+    if not future.done():  # not cancelled meanwhile
+        outcome()
 
 
 def _quiet_interrupts(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import threading
 
 import pytest
 
@@ -45,3 +46,40 @@ def test_a_task_a_signal_interrupted_is_not_logged_with_a_traceback(
 def test_a_task_that_failed_otherwise_is_still_logged(loop: str, caplog: pytest.LogCaptureFixture) -> None:
     event_loop.run(_main_with_a_task_that_raises(ValueError("a bug")), loop=loop)
     assert any("Task exception was never retrieved" in message for message in _asyncio_errors(caplog))
+
+
+@pytest.mark.parametrize("loop", event_loop.LOOPS)
+def test_work_off_the_loop_returns_its_result_or_raises_its_error(loop: str) -> None:
+    async def main() -> int:
+        with pytest.raises(ValueError, match="no plan"):
+            await event_loop.off_the_loop(lambda: int("no plan"))
+        return await event_loop.off_the_loop(lambda: sum(range(10)))
+
+    assert event_loop.run(main(), loop=loop) == 45
+
+
+@pytest.mark.parametrize("loop", event_loop.LOOPS)
+def test_a_cancelled_caller_of_work_off_the_loop_returns_at_once(loop: str) -> None:
+    """The first Ctrl-C cancels the command's task: it must not wait for the work (a plan of a million
+    requests took ~40 s), and the loop serves other tasks while the work runs."""
+    release = threading.Event()
+
+    async def main() -> list[str]:
+        seen: list[str] = []
+        work = asyncio.ensure_future(event_loop.off_the_loop(lambda: release.wait(30)))
+        await asyncio.sleep(0.05)
+        seen.append("served while the work runs")
+        work.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await work
+        seen.append("cancelled before the work ended")
+        assert not release.is_set()
+        return seen
+
+    try:
+        assert event_loop.run(main(), loop=loop) == [
+            "served while the work runs",
+            "cancelled before the work ended",
+        ]
+    finally:
+        release.set()  # the abandoned thread ends now
