@@ -302,8 +302,8 @@ class _SearchTrials:
     async def run(
         self, index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
     ) -> TrialReport:
-        # Planned off the loop: a million requests take ~40 s to plan, which would hold the daemon's
-        # /metrics, and a Ctrl-C, that long.
+        # Planned off the loop: planning takes 14-20 us a request, tens of seconds for the ceiling of a
+        # million, which would hold the daemon's /metrics, and a Ctrl-C, that long.
         planned = await off_the_loop(lambda: self.plan(index, load, may_stop, time_left, settle))
         self.repeats[load] += 1
         progress = self.progress
