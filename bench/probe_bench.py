@@ -314,8 +314,9 @@ class Run:
     unsure_gaps: int = 0  # gaps left out: a write stamp of theirs is unsure (truth_server.py)
     flagged: list[bool] = field(default_factory=list)
     off: list[bool] = field(default_factory=list)
-    doubtful_gaps: int = 0  # of the flagged requests' gaps, those the client says may be wrong
-    off_gaps: int = 0  # gaps really wrong by more than OFF_MS
+    doubtful_gaps: int | None = None  # of the flagged requests' gaps, those the client says may be wrong
+    off_gaps_flagged: int = 0  # gaps really wrong by more than OFF_MS, in flagged requests
+    off_gaps_unflagged: int = 0  # ... in requests not flagged: what the doubtful count cannot see
 
     def figures(self) -> dict[str, float]:
         abs_itl = sorted(abs(e) for e in self.itl_errors)
@@ -372,8 +373,13 @@ def judge(client: str, streams: int, data: dict[str, Any], truth: Truth, launche
         run.coalesced += sum(m < COALESCED_S <= t / 10 for m, t in zip(measured, true, strict=True))
         run.flagged.append(record["flagged"])
         run.off.append(max((abs(e) for e in errors), default=0.0) * 1e3 > OFF_MS)
-        run.doubtful_gaps += record.get("doubtful") or 0
-        run.off_gaps += sum(abs(e) * 1e3 > OFF_MS for e in errors)
+        off = sum(abs(e) * 1e3 > OFF_MS for e in errors)
+        if record.get("doubtful") is not None:
+            run.doubtful_gaps = (run.doubtful_gaps or 0) + record["doubtful"]
+        if record["flagged"]:
+            run.off_gaps_flagged += off
+        else:
+            run.off_gaps_unflagged += off
     return run
 
 
@@ -427,9 +433,6 @@ def row(streams: int, client: str, f: dict[str, float]) -> str:
 
 
 def detector(runs: list[Run]) -> str:
-    from exporter.load.health import HealthThresholds
-
-    limit = HealthThresholds().max_doubtful_gap_share
     pairs = [(f, o) for r in runs for f, o in zip(r.flagged, r.off, strict=True) if f is not None]
     tp = sum(f and o for f, o in pairs)
     fp = sum(f and not o for f, o in pairs)
@@ -438,16 +441,32 @@ def detector(runs: list[Run]) -> str:
     precision = tp / (tp + fp) if tp + fp else math.nan
     recall = tp / (tp + fn) if tp + fn else math.nan
     unsure = sum(r.unsure_gaps for r in runs)
-    # The client's count is over every chunk's gap (the first from the send); the truth's over the
-    # inter-token gaps with sure write stamps: nearly the same set, not quite.
-    chunks, gaps = sum(r.chunks for r in runs) or 1, sum(r.gaps for r in runs) or 1
-    doubtful, off = sum(r.doubtful_gaps for r in runs), sum(r.off_gaps for r in runs)
     return (
         f"flagged & really off {tp}, flagged & fine {fp}, unflagged & off {fn}, unflagged & fine {tn}; "
         f"precision {precision:.0%}, recall {recall:.0%} (off: a gap wrong by > {OFF_MS:g} ms; "
-        f"{unsure} gaps without a sure truth left out); the client doubts {doubtful / chunks:.3%} of its "
-        f"chunks' gaps, {off / gaps:.3%} of the inter-token gaps are really off (doubtful_gaps' limit: "
-        f"{limit:.1%})"
+        f"{unsure} gaps without a sure truth left out){_doubted(runs)}"
+    )
+
+
+def _doubted(runs: list[Run]) -> str:
+    """The client's count of the gaps its flags concern against the truth's: gaps really off in the
+    flagged requests (what the count should match) and in the others (what it cannot see). The client's
+    count is over every chunk's gap, the first from the send; the truth's over the inter-token gaps
+    with sure write stamps: nearly the same set, not quite."""
+    from exporter.load.health import HealthThresholds
+
+    counts = [r.doubtful_gaps for r in runs if r.doubtful_gaps is not None]
+    if not counts:
+        return ""
+    chunks, gaps = sum(r.chunks for r in runs) or 1, sum(r.gaps for r in runs) or 1
+    flagged_off, unflagged_off = (
+        sum(r.off_gaps_flagged for r in runs),
+        sum(r.off_gaps_unflagged for r in runs),
+    )
+    return (
+        f"; gaps the client doubts {sum(counts) / chunks:.3%}, really off {flagged_off / gaps:.3%} in "
+        f"flagged requests and {unflagged_off / gaps:.3%} in the others (doubtful_gaps' limit: "
+        f"{HealthThresholds().max_doubtful_gap_share:.1%})"
     )
 
 

@@ -129,8 +129,10 @@ class CapacityResult:
 
     def unreliable_timings(self) -> str | None:
         """Why the answer rests on timings the probe's client flagged unreliable (a trial at either end
-        of the answer with more of them than ``bench`` allows a run: it read chunks of a stream together
-        while its loop was late, or was saturated), or None. ``bench`` fails such a run and so does the
+        of the answer with more of them than ``bench``'s ``unreliable`` check allows a run's requests:
+        it read chunks of a stream together while its loop was late, or was saturated), or None. The
+        trials count requests only (``bench`` also bounds the gaps between tokens the flags concern:
+        ``doubtful_gaps``). ``bench`` fails such a run and so does the
         ``capacity`` command (exit 1); the daemon exports it (``fluidity_capacity_unreliable_timings``)
         and its capacity-regression alert does not count such a search."""
         bound = HealthThresholds().max_unreliable_share

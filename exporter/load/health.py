@@ -226,8 +226,9 @@ def check_doubtful_gaps(results: Sequence[ProbeResult], limits: HealthThresholds
     """Share of all the gaps between token events (the first: from the send) that the flagged requests
     may have wrong (``ProbeResult.doubtful_gaps``). The bound of the distributions of the gaps
     themselves (TBT): under it each of their percentiles lies within that share of its rank of the
-    truth's. It catches what the share of requests does not: a few long requests whose every stamp
-    was a late loop's (read-time stamps: TLS), or many merged reads in a few requests."""
+    truth's (nearly: the gaps here are per event, the first one from the send, where TBT is per token
+    and starts at the first). It catches what the share of requests does not: a few long requests whose
+    every stamp was a late loop's (read-time stamps: TLS), or many merged reads in a few requests."""
     threshold = limits.max_doubtful_gap_share
     gaps = sum(len(r.token_times) + len(r.reasoning_times) for r in results)
     doubtful = sum(r.doubtful_gaps for r in results)
@@ -236,7 +237,7 @@ def check_doubtful_gaps(results: Sequence[ProbeResult], limits: HealthThresholds
     observed = doubtful / gaps
     passed = bool(observed <= threshold)
     message = (
-        f"{doubtful} of {gaps} gaps between tokens ({observed:.2%}) may be wrong, in the requests the "
+        f"{doubtful} of {gaps} gaps between tokens ({observed:.3%}) may be wrong, in the requests the "
         f"client flagged (limit {threshold:.1%})"
     )
     return HealthCheck("doubtful_gaps", observed, threshold, passed, message)

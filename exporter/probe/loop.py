@@ -50,17 +50,21 @@ def run(main: Coroutine[Any, Any, T], *, loop: str | None = None) -> T:
 
 
 async def off_the_loop(work: Callable[[], T]) -> T:
-    """``work()`` in a thread of its own, awaited: the loop serves its other tasks meanwhile, and a
-    caller cancelled (the first Ctrl-C, a cancelled job) returns at once, leaving the thread to finish
-    unseen. Why not ``asyncio.to_thread``: the default executor's threads are joined when the loop
-    closes and at exit, so a cancelled command would still wait for the work (planning a trial of a
-    million requests: ~40 s). Only for pure work whose result nothing else needs once abandoned."""
+    """``work()`` in a thread of its own, awaited: a caller cancelled (the first Ctrl-C, a cancelled
+    job) returns at once, leaving the thread to finish unseen, and the loop keeps running its other
+    tasks meanwhile, though pure-Python work holds the GIL: each time the loop wants it back it may wait
+    the interpreter's switch interval (5 ms), enough to delay read-time stamps. Why not
+    ``asyncio.to_thread``: the default executor's threads are joined when the loop closes and at exit,
+    so a cancelled command would still wait for the work (planning a trial of a million requests: tens
+    of seconds). Only for pure work whose result nothing else needs once abandoned."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
 
     def run_work() -> None:
         try:
             outcome = functools.partial(done.set_result, work())
+        except StopIteration as exc:  # a future refuses it (it would end the awaiting coroutine)
+            outcome = functools.partial(done.set_exception, RuntimeError(f"the work raised {exc!r}"))
         except BaseException as exc:  # handed to the awaiting task, as an await would raise it
             outcome = functools.partial(done.set_exception, exc)
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting

@@ -125,7 +125,7 @@ def test_doubtful_gaps_count_the_gaps_the_flags_concern(
     check = check_doubtful_gaps(results, LIMITS)
     assert check.observed == pytest.approx(observed) and check.passed is passed
     assert check.message == (
-        f"{flagged * doubtful} of 40000 gaps between tokens ({observed:.2%}) may be wrong, in the requests "
+        f"{flagged * doubtful} of 40000 gaps between tokens ({observed:.3%}) may be wrong, in the requests "
         "the client flagged (limit 0.1%)"
     )
 

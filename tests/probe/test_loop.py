@@ -53,6 +53,8 @@ def test_work_off_the_loop_returns_its_result_or_raises_its_error(loop: str) -> 
     async def main() -> int:
         with pytest.raises(ValueError, match="no plan"):
             await event_loop.off_the_loop(lambda: int("no plan"))
+        with pytest.raises(RuntimeError, match="StopIteration"):  # a future refuses it: it hung
+            await event_loop.off_the_loop(lambda: next(iter(())))
         return await event_loop.off_the_loop(lambda: sum(range(10)))
 
     assert event_loop.run(main(), loop=loop) == 45

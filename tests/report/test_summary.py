@@ -168,9 +168,18 @@ def test_a_record_carries_the_saturation_evidence() -> None:
     result = dataclasses.replace(
         RESULTS[0], unreliable=True, loop_lag_s=0.004, loop_lag_share=0.1, multi_event_reads=2, cpu_share=0.93
     )
+    result = dataclasses.replace(result, merged_events=4, doubtful_gaps=6)
     record = request_record(result, SPEC)
-    evidence = ("unreliable", "loop_lag_s", "loop_lag_share", "multi_event_reads", "cpu_share")
-    assert [record[key] for key in evidence] == [True, 0.004, 0.1, 2, 0.93]
+    evidence = (
+        "unreliable",
+        "loop_lag_s",
+        "loop_lag_share",
+        "multi_event_reads",
+        "merged_events",
+        "doubtful_gaps",
+    )
+    assert [record[key] for key in evidence] == [True, 0.004, 0.1, 2, 4, 6]
+    assert record["cpu_share"] == 0.93
 
 
 def test_output_directory_holds_every_file(tmp_path: Path) -> None:
