@@ -11,6 +11,13 @@ from typing import Any
 from exporter.load.shard_protocol import PoolSettings
 from exporter.probe.result import ProbeResult
 
+# One flagged result shows a stall of the machine, not a shard short of CPU: at the 5-10 results of a
+# small run's shard it is 10-20%, over the share (seen in a CI run on this 2-core VM with other tests
+# beside it: `bench --workers 2` of 20 requests warned that its shard was saturated for one flagged
+# result, and a daemon's sharded trial of 10 failed its job, likely so). Saturation flags many. The run still counts every flagged result
+# where it judges its timings (load.health, jobs.capacity).
+SATURATION_FREE = 1
+
 
 @dataclass
 class ShardState:
@@ -50,10 +57,10 @@ def shard_problems(states: Sequence[ShardState], settings: PoolSettings) -> list
             problems.append(
                 f"shard {s.shard} started {s.late_s:.3f} s late (bound {settings.max_start_lateness_s:g} s)"
             )
-        if s.results and s.unreliable / s.results > settings.max_unreliable_share:
+        if s.unreliable > max(settings.max_unreliable_share * s.results, SATURATION_FREE):
             problems.append(
                 f"shard {s.shard} was saturated: {s.unreliable} of {s.results} results unreliable "
-                f"(bound {settings.max_unreliable_share:.0%})"
+                f"(bound {settings.max_unreliable_share:.0%}, and more than {SATURATION_FREE})"
             )
     return problems
 

@@ -35,13 +35,23 @@ def state(shard: int = 0, **fields: object) -> ShardState:
 
 def test_healthy_shards_have_no_problem() -> None:
     assert shard_problems([state(0), state(1, unreliable=1)], SETTINGS) == []  # 1% is the bound
+    # One flagged result of a small shard's 5 is a stall, not saturation (the run's checks count it).
+    assert shard_problems([state(0, results=5, unreliable=1)], SETTINGS) == []
 
 
 @pytest.mark.parametrize(
     ("fields", "problem"),
     [
         ({"late_s": 0.25}, "shard 0 started 0.250 s late (bound 0.1 s)"),
-        ({"unreliable": 2}, "shard 0 was saturated: 2 of 100 results unreliable (bound 1%)"),
+        ({"unreliable": 2}, "shard 0 was saturated: 2 of 100 results unreliable (bound 1%, and more than 1)"),
+        (
+            {"unreliable": 2, "results": 5},
+            "shard 0 was saturated: 2 of 5 results unreliable (bound 1%, and more than 1)",
+        ),
+        (
+            {"unreliable": 3, "results": 200},
+            "shard 0 was saturated: 3 of 200 results unreliable (bound 1%, and more than 1)",
+        ),
         ({"gone": "died: exit code -9", "done": False}, "shard 0 died: exit code -9"),
         ({"ready": False, "done": False, "late_s": None}, "shard 0 was not ready within 60 s"),
         ({"done": False}, "shard 0 did not report its end"),
