@@ -371,9 +371,9 @@ def judge(client: str, streams: int, data: dict[str, Any], truth: Truth, launche
         measured = [stamps[i + 1] - stamps[i] for i in sure]
         true = [written[i + 1] - written[i] for i in sure]
         run.coalesced += sum(m < COALESCED_S <= t / 10 for m, t in zip(measured, true, strict=True))
+        off = sum(abs(e) * 1e3 > OFF_MS for e in errors)  # gaps wrong by more than OFF_MS
         run.flagged.append(record["flagged"])
-        run.off.append(max((abs(e) for e in errors), default=0.0) * 1e3 > OFF_MS)
-        off = sum(abs(e) * 1e3 > OFF_MS for e in errors)
+        run.off.append(off > 0)
         if record.get("doubtful") is not None:
             run.doubtful_gaps = (run.doubtful_gaps or 0) + record["doubtful"]
         if record["flagged"]:

@@ -230,7 +230,7 @@ def check_doubtful_gaps(results: Sequence[ProbeResult], limits: HealthThresholds
     and starts at the first). It catches what the share of requests does not: a few long requests whose
     every stamp was a late loop's (read-time stamps: TLS), or many merged reads in a few requests."""
     threshold = limits.max_doubtful_gap_share
-    gaps = sum(len(r.token_times) + len(r.reasoning_times) for r in results)
+    gaps = sum(r.token_events for r in results)
     doubtful = sum(r.doubtful_gaps for r in results)
     if not gaps:  # nothing was timed, so nothing timed is in doubt (success says why)
         return HealthCheck("doubtful_gaps", 0.0, threshold, True, "no gap between tokens was timed")

@@ -14,8 +14,8 @@ from exporter.probe.result import ProbeResult
 # One flagged result shows a stall of the machine, not a shard short of CPU: at the 5-10 results of a
 # small run's shard it is 10-20%, over the share (seen in a CI run on this 2-core VM with other tests
 # beside it: `bench --workers 2` of 20 requests warned that its shard was saturated for one flagged
-# result, and a daemon's sharded trial of 10 failed its job, likely so). Saturation flags many. The run still counts every flagged result
-# where it judges its timings (load.health, jobs.capacity).
+# result, and a daemon's sharded trial of 10 failed its job, likely so). Saturation flags many. The
+# run still counts every flagged result where it judges its timings (load.health, jobs.capacity).
 SATURATION_FREE = 1
 
 

@@ -312,7 +312,7 @@ class ProbeClient:
             result.loop_lag_s,
             result.loop_lag_share,
             (result.multi_event_reads, result.merged_events),
-            len(result.token_times) + len(result.reasoning_times),
+            result.token_events,
             result.kernel_stamps,
         )
 

@@ -91,6 +91,12 @@ class ProbeResult:
         return self.outcome is Outcome.OK
 
     @property
+    def token_events(self) -> int:
+        """Events stamped as they came (content and reasoning): each has a gap before it, the first's
+        from the send."""
+        return len(self.token_times) + len(self.reasoning_times)
+
+    @property
     def output_tokens(self) -> int:
         """Tokens received (sum over content events, tool-call arguments included)."""
         return sum(self.token_counts)

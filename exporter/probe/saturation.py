@@ -127,10 +127,10 @@ def doubtful_gaps(
     flag (``unreliable``, the rule's verdict on the same evidence) concerns: every one when its stamps
     were all the loop's and the loop stalled or was late for long (for a single stall, an upper bound:
     it moved only the gaps it spanned, but which those were is not recorded); else those around its
-    merged reads
-    (``merged``: how many reads, and the token events they carried). A read of k events gives them one
-    stamp, so the gap into the first is too long and the k - 1 after it read 0; with the loop's own
-    stamps that stamp may be late too, and so the gap after the read short. None unflagged."""
+    merged reads (``merged``: how many reads, and the token events they carried). A read of k events
+    gives them one stamp, so the gap into the first is too long and the k - 1 after it read 0; with
+    the loop's own stamps that stamp may be late too, and so the gap after the read short. None
+    unflagged."""
     if not unreliable:
         return 0
     if _late_loop(loop_lag_s, loop_lag_share, kernel_stamps):
