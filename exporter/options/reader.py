@@ -312,6 +312,8 @@ def _boolean(value: Any) -> bool:
 
 
 def _integer(value: Any, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, float) and value.is_integer():  # JSON Schema's integer: 3.0 is one too
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         expected = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
         raise ValueError(f"must be an integer {expected}, got {show(value)}")

@@ -255,6 +255,17 @@ def test_bad_params_report_every_problem_exactly(name: str) -> None:
     assert str(caught.value) == "\n".join(expected)
 
 
+def test_an_integer_may_be_written_as_a_whole_number_with_a_point() -> None:
+    """JSON Schema's integer, which the served OpenAPI document promises, includes 3.0 (the fuzzer sent
+    a seed of 9007199254740992.0 and got a 400)."""
+    params = parse_params("capacity", {"target": "a", "seed": 9007199254740992.0, "max_trials": 4.0}, LIMITS)
+    assert isinstance(params, CapacityParams)
+    assert (params.seed, params.max_trials) == (2**53, 4) and isinstance(params.seed, int)
+    with pytest.raises(ParamsError) as caught:
+        parse_params("capacity", {"target": "a", "seed": 1.5}, LIMITS)
+    assert caught.value.problems == ["seed: must be an integer >= 0, got 1.5"]
+
+
 def test_limits_are_the_configured_ones() -> None:
     limits = JobLimits(max_rate=5, max_trials=3, max_prompt_tokens=1000)
     with pytest.raises(ParamsError) as caught:
