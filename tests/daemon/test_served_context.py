@@ -278,17 +278,21 @@ async def test_a_target_whose_tokenizer_we_lack_has_its_prompts_calibrated(
 ) -> None:
     """The simulator, not declared simulated, counts a word of four letters or more as two tokens: an
     uncalibrated 128-token prompt came out ~245 tokens (and the context fit, 3% off at most, went
-    wrong). The daemon calibrates as a one-shot run does, once, and its prompts come out as asked."""
+    wrong). The daemon calibrates as a one-shot run does, once, and its prompts come out as asked.
+
+    At 512 tokens: approximate prompts are random words, so their counts spread around the fit, the
+    more the shorter (measured over 4,000 prompts with this calibration: at 128 tokens 3.6% of them
+    more than 10% off, which failed this test about once in eight runs; at 512, none, p1 -4.3%)."""
     caplog.set_level(logging.INFO, logger=LOGGER)
     sim = await start_sim(max_model_len=4096)
     path = tmp_path / "config.yaml"
-    path.write_text(REAL_CONFIG.format(url=sim.url))
+    path.write_text(REAL_CONFIG.replace('"fixed:128"', '"fixed:512"').format(url=sim.url))
     daemon = Daemon(load_config_file(path), config_path=str(path), seed=3)
     runs = Runs(daemon)
     async with serving(daemon):
         await wait_for(lambda: runs.count.get("short", 0) >= 2)
     prompts = [r.prompt_tokens_reported or 0 for r in runs.results["short"]]
-    assert all(r.ok for r in runs.results["short"]) and all(abs(p - 128) <= 128 * 0.1 for p in prompts), (
+    assert all(r.ok for r in runs.results["short"]) and all(abs(p - 512) <= 512 * 0.1 for p in prompts), (
         prompts
     )
     calibrated = _lines(caplog, "prompt calibration: the server counts")
