@@ -20,13 +20,22 @@ saturation rule flags a request with too many of them. A wake-up
 that found a single ready socket does not pause, so a lone fast stream is read as it comes.
 
 So the pace follows the streams (``next_pace``, a pure function): the C reads note the gap between two
-reads of every stream they keep (``_reads.c``), and while every gap for a quarter of a second was at
-least four paces long, the pace doubles, up to ``MAX_PACE_S`` (8 ms: 125 wake-ups a second); the first
-gap under two paces brings it back to 2 ms at once. A stream read together with its next chunk shows
-such a gap too (two reads of it less than two paces apart), so a fast stream that starts beside slow
-ones costs about one shared stamp, not a run of them (3 ms streams started beside forty 20 ms ones at
-an 8 ms pace: one shared stamp each, none flagged; twenty 3 ms streams started as forty 20 ms ones
-ended: 33 shared stamps in 1,947 reads, 15 at a fixed 2 ms, none flagged). Streams faster than even
+reads of every stream they keep (``_reads.c``), and the Python side notes each paced read's *span*,
+from the start of the read before it to its own end (the pace, plus the reading and the timer's
+lateness): two chunks of a stream are read together only when both arrive within one span. While
+every gap for a quarter of a second cleared the span the slower pace will usually take (it, plus the
+moving average of how far spans overrun the pace) by twice ``SPAN_MARGIN_S``, the pace doubles, up to
+``MAX_PACE_S`` (8 ms: 125 wake-ups a second); the first gap under its read's span plus the margin
+brings it back to 2 ms at once. A stream read together with its next chunk shows gaps of about one
+span, so a fast stream that starts beside slow ones costs about one shared stamp, not a run of them
+(3 ms streams started beside forty 20 ms ones at an 8 ms pace: two shared stamps in the first, none
+in the others, none flagged; the same under the rule before, which wanted gaps of twice the pace;
+twenty 3 ms streams started as forty 20 ms ones ended: 33 shared stamps in 1,947 reads, 15 at a fixed
+2 ms, none flagged). Why spans and not twice the pace: a server's jitter shortens a 20 ms stream's gap
+under 16 ms about once in 300, so at a hundred such streams the old rule fell back to 2 ms several
+times a second and read a third of the time at 2 ms and another at 4 ms; measured at 100 streams,
+interleaved, five runs each: 31.1 -> 29.3 us of CPU per chunk (with the lag monitor's timer folded
+into the reads', ``PacedReadsListener``), 2,050 -> 1,500 wake-ups. Streams faster than even
 the fastest pace separates (a gap under two of ``PACE_S``: 500 tokens a second and more, a small model
 or speculative decoding) are not paced at all: the pace drops to ``UNPACED`` and every wake-up of the
 loop reads what is ready, as it comes, until a window of gaps at least twice ``PACE_S`` long brings
@@ -36,7 +45,10 @@ gaps: a stream that is never kept (a server whose HTTP chunks do not hold one ev
 the pace the kept ones set, and its shared stamps are counted and flag it as ever. Where it pays:
 many streams with long gaps, the batched engine near its capacity that a capacity search measures.
 (Measured at 100 streams of 20 ms gaps on this project's VM: ~2-4 us less CPU per chunk than a fixed
-2 ms pace, from 700 to 275 context switches a second; a 1 ms pace cost ~2.5 us more than 4 ms.)
+2 ms pace, from 700 to 275 context switches a second; a 1 ms pace cost ~2.5 us more than 4 ms. A
+wake-up of the process is most of that: an idle uvloop woken every 8 ms spent ~125 us of CPU per
+wake-up on this VM, and the client at 100 streams about as much: 1.7 us x 38,400 chunks over 555
+wake-ups fewer.)
 
 The kernel stamps ``CLOCK_REALTIME``; ``kernel_time`` maps it onto the client's monotonic clock with the
 offset between the two read at the wake-up (a pure function). The wall clock is read between two reads
@@ -94,6 +106,8 @@ UNPACED = 0.0  # the pace of streams faster than PACE_S separates: every wake-up
 MAX_PACE_S = 0.008  # the least often (see ``next_pace``)
 PACE_WINDOW_S = 0.25  # how long the gaps must all have been long before the pace slows
 PACE_EVIDENCE = 8  # and how many gaps that window must have seen
+SPAN_MARGIN_S = 0.0015  # what the next span of the reads may add to this one (see ``next_pace``)
+OVERRUN_WEIGHT = 0.05  # of each span in the moving average of their overrun (about the last 20)
 GAP_FLOOR_S = 0.001  # shorter gaps are a server's own bursts: no pace separates them
 LATE_READ_S = 0.001  # later by less is the timer's own grain (uvloop: 1 ms) or the loop's usual work
 OFFSET_BRACKET_S = 50e-6  # a wall-clock read between monotonic reads further apart maps nothing
@@ -116,6 +130,19 @@ class StampedProtocol(Protocol):
     def received(self, now: float, data: bytes) -> None: ...
 
     def connection_lost(self, exc: Exception | None) -> None: ...
+
+
+class PacedReadsListener(Protocol):
+    """What takes its samples of the loop's lateness from the paced reads while they run, instead of
+    from a timer of its own (``saturation.LagMonitor``): each timer is one more wake-up of the process,
+    and a wake-up costs ~120 us of CPU on a VM (measured on this project's: an idle uvloop woken every
+    8 ms spent 125 us per wake-up), several chunks' worth."""
+
+    def paced(self, on: bool) -> None:
+        """The reads went on their timer (``on``) or back to waking on readability."""
+
+    def paced_read(self, late_by: float) -> None:
+        """A paced read came ``late_by`` seconds after it was due."""
 
 
 def kernel_stamps_available(clock: Clock) -> bool:
@@ -200,37 +227,55 @@ def monotonic_stamp(stamp: float | None, now: float, previous: float) -> float:
 class Pace:
     """How often the sockets are read while busy (``seconds``), and the evidence gathered for it since
     ``since`` (None: no paced read yet): ``gaps`` gaps between two reads of one kept stream, the
-    shortest ``shortest``."""
+    shortest ``shortest``; and ``overrun``, how much longer than the pace a span of the reads (from the
+    start of one paced read to the end of the next) usually is (a moving average, kept across windows)."""
 
     seconds: float = PACE_S
     since: float | None = None
     gaps: int = 0
     shortest: float = float("inf")
+    overrun: float = 0.0
 
 
-def next_pace(pace: Pace, now: float, gaps: int, shortest: float) -> Pace:
-    """The pace after a read that saw ``gaps`` gaps of kept streams, the shortest ``shortest``.
+def next_pace(pace: Pace, now: float, gaps: int, shortest: float, span: float = 0.0) -> Pace:
+    """The pace after a read that saw ``gaps`` gaps of kept streams, the shortest ``shortest``, and
+    took ``span`` seconds from the start of the read before it to its own end (0: not a paced read).
 
-    Two chunks of a stream that arrive within one pace are read together and share a stamp, so the
-    pace must stay well under the shortest gap the streams have: a gap under twice the pace brings it
-    straight back to ``PACE_S``, and one under twice ``PACE_S`` to ``UNPACED`` (no pace separates
-    it). Not to half that gap: a stream that is being read together shows a gap of about one pace (two
-    reads of it are less than two paces apart), not its own, so halving would take one more shared
-    stamp per step down. The pace slows a step (unpaced, 2 ms, 4 ms, up to ``MAX_PACE_S``) only after
-    ``PACE_WINDOW_S`` in which at least ``PACE_EVIDENCE`` gaps were all at least twice the slower pace
-    long. No gaps seen, no slowing: the reads without keep mode (in Python) stay at ``PACE_S``."""
+    Two chunks of a stream are read together (and share a stamp) only when both arrive between two
+    reads of its socket, within one span; a gap the read saw lies within its span. So a gap shorter
+    than this span (at least the pace) plus ``SPAN_MARGIN_S`` (what the next span may add) brings the
+    pace straight back to ``PACE_S``, and one under twice ``PACE_S`` to ``UNPACED`` (no pace separates
+    it). Not a step down, nor to half that gap: a stream being read together shows gaps of about one
+    span, not its own, so each step would cost one more shared stamp. The pace slows a step (unpaced,
+    2 ms, 4 ms, up to ``MAX_PACE_S``) only after ``PACE_WINDOW_S`` in which at least ``PACE_EVIDENCE``
+    gaps were all at least as long as the spans of the slower pace will usually be (it plus the
+    ``overrun``) plus twice the margin; from unpaced, twice ``PACE_S``. No gaps seen, no slowing: the
+    reads without keep mode (in Python) stay at ``PACE_S``.
+
+    Why spans and not paces: a span is the pace plus the read's own time and the timer's lateness,
+    which grow with the streams (at 300 streams a read of the sockets takes milliseconds), and what
+    merges two chunks is the span. The rule before this one wanted gaps of twice the pace; the jitter
+    of 20 ms streams (a gap under 16 ms in about one of 300) then kept a third of the reads at 2 ms
+    and another third at 4 ms, for about 3 us more CPU per chunk than 8 ms at 100 streams."""
     if gaps and shortest < 2 * PACE_S:
-        return Pace(UNPACED, now)
-    if gaps and shortest < 2 * pace.seconds:
-        return Pace(PACE_S, now)
+        return Pace(UNPACED, now, overrun=pace.overrun)
+    overrun = pace.overrun
+    if span and pace.seconds:
+        overrun += OVERRUN_WEIGHT * (max(span - pace.seconds, 0.0) - overrun)
+    if gaps and shortest < max(span, pace.seconds) + SPAN_MARGIN_S:
+        return Pace(PACE_S, now, overrun=overrun)
     gaps += pace.gaps
     shortest = min(shortest, pace.shortest)
     if pace.since is None or now - pace.since < PACE_WINDOW_S:  # the first window starts at the first read
-        return Pace(pace.seconds, now if pace.since is None else pace.since, gaps, shortest)
-    slower = min(2 * pace.seconds, MAX_PACE_S) if pace.seconds else PACE_S
-    if gaps >= PACE_EVIDENCE and shortest >= 2 * slower and pace.seconds < MAX_PACE_S:
-        return Pace(slower, now)
-    return Pace(pace.seconds, now)
+        return Pace(pace.seconds, now if pace.since is None else pace.since, gaps, shortest, overrun)
+    if pace.seconds == UNPACED:
+        slower, needed = PACE_S, 2 * PACE_S
+    else:
+        slower = min(2 * pace.seconds, MAX_PACE_S)
+        needed = slower + overrun + 2 * SPAN_MARGIN_S
+    if gaps >= PACE_EVIDENCE and shortest >= needed and pace.seconds < MAX_PACE_S:
+        return Pace(slower, now, overrun=overrun)
+    return Pace(pace.seconds, now, overrun=overrun)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +348,8 @@ class SocketReads:
         self._offset: float | None = None  # wall clock minus monotonic clock, from the last clean read
         self.pace = Pace()
         self._tick_due = 0.0  # when the paced read on the timer should come
+        self._read_at = 0.0  # when the last read of the sockets (paced or woken) started
+        self._listeners = _LISTENERS.setdefault(loop, [])
         self._waited_s = 0.0  # see _waited
         self.late = LateReads()
 
@@ -343,6 +390,7 @@ class SocketReads:
             if self._tick_handle is not None:
                 self._tick_handle.cancel()
                 self._tick_handle = None
+                self._tell_paced(False)
 
     def _unregister(self, fd: int) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -361,6 +409,7 @@ class SocketReads:
     def _on_ready(self) -> None:
         """The loop saw a socket readable: read; when several were, switch to reading on a timer
         (unless the streams are too fast for any pace: then their gaps say when they no longer are)."""
+        self._read_at = self._clock()
         busy = self._read_ready() > 1
         self.late.note(self._clock(), self._waited())
         if self.pace.seconds == UNPACED:
@@ -368,6 +417,7 @@ class SocketReads:
         if busy and self.sockets and self.pace.seconds != UNPACED:
             self._unwatch()
             self._tick_soon()
+            self._tell_paced(True)
 
     def _tick(self) -> None:
         """Paced reading: read what is ready; while that is more than one socket, stay on the timer
@@ -375,17 +425,27 @@ class SocketReads:
         self._tick_handle = None
         now = self._clock()
         self.late.note(now, now - self._tick_due)
+        for listener in self._listeners:
+            listener.paced_read(now - self._tick_due)
+        previous, self._read_at = self._read_at, now
         try:
             busy = self._read_ready() > 1
         except BaseException:
             self._watch()  # a bug in one protocol (raised to the loop's handler) must not stop the reads
+            self._tell_paced(False)
             raise
         if busy and self.sockets:
-            self.pace = next_pace(self.pace, self._clock(), *self.take_gaps())
+            end = self._clock()
+            self.pace = next_pace(self.pace, end, *self.take_gaps(), end - previous)
         if busy and self.sockets and self.pace.seconds != UNPACED:
             self._tick_soon()
         else:
             self._watch()
+            self._tell_paced(False)
+
+    def _tell_paced(self, on: bool) -> None:
+        for listener in tuple(self._listeners):
+            listener.paced(on)
 
     def _tick_soon(self) -> None:
         self._tick_due = self._clock() + self.pace.seconds
@@ -491,6 +551,7 @@ class NativeSocketReads(SocketReads):
 
 
 _READS: WeakKeyDictionary[asyncio.AbstractEventLoop, SocketReads] = WeakKeyDictionary()
+_LISTENERS: WeakKeyDictionary[asyncio.AbstractEventLoop, list[PacedReadsListener]] = WeakKeyDictionary()
 NATIVE_READS = _native is not None  # tests turn it off to run the Python reads
 
 
@@ -498,6 +559,24 @@ def reads_lateness(start: float) -> float:
     """The most the running loop's stamped reads came late from ``start`` on (``LateReads``)."""
     reads = _READS.get(asyncio.get_running_loop())
     return 0.0 if reads is None else reads.late.since(start)
+
+
+def listen_to_paced_reads(listener: PacedReadsListener) -> bool:
+    """Tell ``listener`` when the running loop's reads go on their timer and off it, and how late each
+    paced read came, until ``stop_listening``; returns whether they are on it now."""
+    loop = asyncio.get_running_loop()
+    listeners = _LISTENERS.setdefault(loop, [])
+    if listener not in listeners:
+        listeners.append(listener)
+    reads = _READS.get(loop)
+    return reads is not None and reads.paced
+
+
+def stop_listening(listener: PacedReadsListener) -> None:
+    """The end of ``listen_to_paced_reads``."""
+    listeners = _LISTENERS.get(asyncio.get_running_loop(), [])
+    if listener in listeners:
+        listeners.remove(listener)
 
 
 def loop_reads(clock: Clock) -> SocketReads:

@@ -1,6 +1,7 @@
-"""The pace of the paced reads (``socket_reads.next_pace``): slower while every stream's gaps are long,
-back to the fastest at the first gap the pace would not separate; and, on the real client, a pace that
-slows for 20 ms gaps without reading two chunks together."""
+"""The pace of the paced reads (``socket_reads.next_pace``): slower while every stream's gaps are longer
+than the reads' spans will be, back to the fastest at the first gap that its read's span (plus a
+margin) did not clear; and, on the real client, a pace that slows for 20 ms gaps without reading two
+chunks together."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from hypothesis import strategies as st
 
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
+from exporter.probe.saturation import SAMPLE_INTERVAL_S
 from exporter.probe.socket_reads import (
     LATE_READ_S,
     MAX_PACE_S,
     PACE_EVIDENCE,
     PACE_S,
     PACE_WINDOW_S,
+    SPAN_MARGIN_S,
     UNPACED,
     LateReads,
     Pace,
@@ -60,18 +63,41 @@ def test_no_slowing_without_evidence_or_within_a_window() -> None:
     assert window(Pace(), 0.0, 0, INF).seconds == PACE_S  # none (the Python reads have no keep mode)
     half = next_pace(Pace(since=0.0), PACE_WINDOW_S / 2, 100, 1.0)
     assert half.seconds == PACE_S and half.gaps == 100  # the window is not over: evidence is gathered
-    # Gaps under four paces (twice the doubled pace) hold the pace where it is.
-    assert window(Pace(), 0.0, 100, 4 * PACE_S - 1e-6).seconds == PACE_S
+    # Gaps under the doubled pace's spans plus twice the margin hold the pace where it is.
+    needed = 2 * PACE_S + 2 * SPAN_MARGIN_S
+    assert window(Pace(), 0.0, 100, needed - 1e-6).seconds == PACE_S
+    assert window(Pace(), 0.0, 100, needed).seconds == 2 * PACE_S
+    # Spans that usually overrun the pace (a long read of many sockets, a late timer) want longer gaps.
+    assert window(Pace(overrun=0.003), 0.0, 100, needed).seconds == PACE_S
+    assert window(Pace(overrun=0.003), 0.0, 100, needed + 0.003).seconds == 2 * PACE_S
 
 
-@pytest.mark.parametrize("shortest", [0.0159, 0.0079, 0.0041])
+@pytest.mark.parametrize("shortest", [MAX_PACE_S + SPAN_MARGIN_S - 1e-6, 0.0079, 0.0041])
 def test_a_short_gap_brings_the_pace_straight_back_to_the_fastest(shortest: float) -> None:
-    # A stream read together shows a gap of about one pace, not its own: halving would take a step
+    # A stream read together shows gaps of about one span, not its own: halving would take a step
     # (and one more shared stamp) per halving.
     after = next_pace(Pace(MAX_PACE_S, since=0.0), 0.001, 1, shortest)
     assert after.seconds == PACE_S
     assert after.since == 0.001 and after.gaps == 0  # a new window starts
-    assert next_pace(Pace(MAX_PACE_S, since=0.0), 0.001, 1, 0.0161).seconds == MAX_PACE_S  # two paces: kept
+    kept = next_pace(Pace(MAX_PACE_S, since=0.0), 0.001, 1, MAX_PACE_S + SPAN_MARGIN_S)
+    assert kept.seconds == MAX_PACE_S  # the span and the margin: kept
+
+
+def test_a_gap_within_a_long_span_brings_the_pace_back() -> None:
+    """What merges two chunks is the span of the reads, not the pace: 13 ms gaps clear an 8 ms pace
+    but not a read that took 12 ms from the start of the one before (a late timer, a long read)."""
+    assert next_pace(Pace(MAX_PACE_S, since=0.0), 0.001, 1, 0.013, 0.009).seconds == MAX_PACE_S
+    assert next_pace(Pace(MAX_PACE_S, since=0.0), 0.001, 1, 0.013, 0.012).seconds == PACE_S
+
+
+def test_the_overrun_is_a_moving_average_of_the_spans_past_the_pace() -> None:
+    pace = Pace(MAX_PACE_S, since=0.0)
+    for k in range(200):
+        pace = next_pace(pace, k * 0.01, 0, INF, MAX_PACE_S + 0.002)
+    assert pace.overrun == pytest.approx(0.002, rel=1e-3)
+    once = next_pace(pace, 3.0, 0, INF, MAX_PACE_S + 0.1)  # one stall moves it by a twentieth
+    assert once.overrun == pytest.approx(pace.overrun + (0.1 - pace.overrun) / 20)
+    assert next_pace(once, 3.01, 0, INF).overrun == once.overrun  # not a paced read: no span
 
 
 @pytest.mark.parametrize("pace", [PACE_S, MAX_PACE_S])
@@ -86,19 +112,27 @@ def test_a_gap_no_pace_separates_unpaces_the_reads_until_a_window_of_longer_gaps
 @settings(max_examples=300, deadline=None)
 @given(
     steps=st.lists(
-        st.tuples(st.floats(0.0, 0.1), st.integers(0, 20), st.floats(0.001, 0.1)), min_size=1, max_size=40
+        st.tuples(st.floats(0.0, 0.1), st.integers(0, 20), st.floats(0.001, 0.1), st.floats(0.0, 0.05)),
+        min_size=1,
+        max_size=40,
     )
 )
-def test_the_pace_stays_in_bounds_and_under_half_of_any_gap_it_just_saw(
-    steps: list[tuple[float, int, float]],
+def test_the_pace_stays_in_bounds_and_clears_any_gap_it_just_saw(
+    steps: list[tuple[float, int, float, float]],
 ) -> None:
     pace, now = Pace(), 0.0
-    for advance, gaps, shortest in steps:
+    for advance, gaps, shortest, span in steps:
         now += advance
-        pace = next_pace(pace, now, gaps, shortest)
+        before = pace.seconds
+        pace = next_pace(pace, now, gaps, shortest, span)
         assert pace.seconds == UNPACED or PACE_S <= pace.seconds <= MAX_PACE_S
-        if gaps:  # after a read, the pace separates its gaps with a margin of two (unpaced: no pace)
-            assert pace.seconds <= shortest / 2
+        if not gaps or pace.seconds == UNPACED:
+            continue
+        # After a read, the pace clears its gaps by the margin; a slower pace than the fastest only
+        # where the read's span (or the pace before, had the read no span) did as well.
+        assert pace.seconds + SPAN_MARGIN_S <= shortest
+        if pace.seconds > PACE_S:
+            assert max(span, before) + SPAN_MARGIN_S <= shortest
 
 
 async def paced_run(
@@ -207,6 +241,37 @@ async def test_streams_with_long_gaps_are_read_at_a_slower_pace_and_never_togeth
         assert max(paces) > PACE_S, paces
     else:
         assert paces == {PACE_S}  # the Python reads see no gaps: they stay at the fastest
+
+
+async def test_the_lag_monitor_takes_its_samples_from_the_paced_reads_while_they_run() -> None:
+    """While the reads are on their timer the client's lag monitor has none of its own (one wake-up of
+    the process fewer every 20 ms) and samples theirs; once they stop, its own timer again."""
+    seen: list[tuple[bool, bool]] = []  # (paced, the monitor's own timer armed), looked at every ms
+    spec = RequestSpec(prompt="x", max_tokens=50)
+    async with spread_streams(40, 50, 0.02, 10) as url:
+        settings = TargetSettings(base_url=url, model="m", api="completions", timeouts=TEST_TIMEOUTS)
+        async with ProbeClient(settings) as client:
+            reads, monitor = loop_reads(time.perf_counter), client.monitor
+            assert monitor is not None
+
+            async def watch() -> None:
+                while True:
+                    seen.append((reads.paced, monitor._handle is not None))
+                    await asyncio.sleep(0.001)
+
+            watcher = asyncio.ensure_future(watch())
+            mark = monitor.mark()
+            try:
+                results = await asyncio.wait_for(asyncio.gather(*(client.send(spec) for _ in range(40))), 30)
+            finally:
+                watcher.cancel()
+            sampled = monitor.mark() - mark
+    assert all(r.outcome is Outcome.OK for r in results), [r.error for r in results]
+    assert any(paced for paced, _ in seen)
+    assert not any(paced and armed for paced, armed in seen)
+    # Reads paced every 2-8 ms: more samples than the monitor's own timer takes in the second the
+    # streams last.
+    assert sampled > 1.2 * (50 * 0.02) / SAMPLE_INTERVAL_S, sampled
 
 
 async def test_streams_faster_than_any_pace_are_read_unpaced_and_never_together(both_reads: str) -> None:

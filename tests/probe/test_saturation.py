@@ -104,6 +104,27 @@ async def test_monitor_sees_a_blocked_loop() -> None:
     assert LAG_LIMIT_S < 0.02
 
 
+async def test_while_the_reads_are_paced_the_monitor_samples_their_timer_not_its_own() -> None:
+    """Its own timer would be one more wake-up of the process every 20 ms (socket_reads.py)."""
+    monitor = LagMonitor(interval_s=0.005)
+    monitor.start()
+    assert monitor._handle is not None  # no paced reads on this loop: its own timer
+    mark = monitor.mark()
+    monitor.paced(True)
+    assert monitor._handle is None
+    monitor.paced_read(0.004)
+    monitor.paced_read(-0.001)  # early (the timer's grain): no lag
+    assert monitor.since(mark) == (0.004, 0.5)
+    await asyncio.sleep(0.02)
+    assert monitor.mark() == mark + 2  # nothing of its own meanwhile
+    monitor.paced(False)
+    await asyncio.sleep(0.02)
+    assert monitor.mark() > mark + 2  # its timer again
+    monitor.stop()
+    monitor.paced(False)  # stopped: the reads going off their timer does not start it
+    assert monitor._handle is None
+
+
 async def test_request_during_which_the_loop_was_blocked_is_marked_unreliable(sim: SimServer) -> None:
     spec = RequestSpec(prompt="hi", max_tokens=20, extra_body=script(ttft=0.02, gaps=0.01))
 
