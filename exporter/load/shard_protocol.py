@@ -40,7 +40,9 @@ from exporter.probe.target import FollowUp, RequestSpec, TargetSettings, Timeout
 # and a trial its duration cut would read as one that sent every request: refused instead.
 # 3: a result says how many of its gaps its flag concerns (``merged_events``, ``doubtful_gaps``). A
 # version-2 shard's flagged results would count none, and a version-2 coordinator refuses the fields.
-PROTOCOL_VERSION = 3
+# 4: a result says how many of its reads had an impossibly early kernel stamp (``early_stamps``), part
+# of its flag: a version-3 shard would leave them out, and a version-3 coordinator refuses the field.
+PROTOCOL_VERSION = 4
 API_KEY_ENV = "FLUIDITY_SHARD_API_KEY"  # the target's API key, in a shard's environment only
 TOKEN_ENV = "FLUIDITY_SHARD_TOKEN"  # the bearer token a shard presents to the coordinator
 # ProbeResult fields holding perf_counter stamps: rebased to the start instant on the wire.

@@ -8,10 +8,12 @@
  * What it does, and nothing more (stamped.py and http.py say why each step is as it is):
  *   - one epoll set for the sockets; read_ready() reads every ready one once with recvmsg;
  *   - a read's stamp is the kernel's receive time (SCM_TIMESTAMPNS) mapped onto the monotonic clock
- *     by the offset it is given, or `now` when the kernel gave none or one later than the present
- *     (the monotonic clock is read again then: bytes that came while this wake-up was reading are
- *     later than its `now`, rightly); never before the socket's previous stamp
- *     (socket_reads.monotonic_stamp, the same arithmetic);
+ *     by the offset it is given, or the monotonic clock read again when the kernel gave none, one later
+ *     than the present (bytes that came while this wake-up was reading are later than its `now`,
+ *     rightly), or one impossibly early: before the last poll of the set, when that poll saw the socket
+ *     and its last read took all there was (a lost packet's retransmission takes the stamp of the
+ *     packets that waited for it; such reads are counted, per socket too: socket_reads.early_stamp);
+ *     never before the socket's previous stamp (socket_reads.monotonic_stamp, the same arithmetic);
  *   - a socket may be put in "keep" mode by http.py once its HTTP parser is known to sit between two
  *     chunks of a chunked body and its reader keeps reads for later decoding (reader.py). Then a read
  *     that is exactly one whole HTTP chunk `<hex>\r\n<data>\r\n` (no extension, not the last chunk)
@@ -43,11 +45,15 @@
 #define MAX_EVENTS 1024
 #define MAX_FD (1 << 24) /* far above any RLIMIT_NOFILE in use; the table grows to the largest fd */
 #define MAX_CHUNK_HEX 7 /* a kept chunk is at most 0xfffffff bytes; longer sizes go to the parser */
+#define EARLY_STAMP_S 0.001 /* socket_reads.EARLY_STAMP_S */
 
 typedef struct {
     PyObject *received; /* NULL: the slot is free */
     PyObject *lose;
     double last_stamp;
+    double added;  /* when it joined the set: a poll before saw nothing of it */
+    int undrained; /* its last read filled the buffer: more may have waited */
+    Py_ssize_t early; /* its reads whose kernel stamp was impossibly early (Reads.early, per socket) */
     /* keep mode (kept NULL: off) */
     PyObject *kept;
     PyObject *state;
@@ -70,6 +76,8 @@ typedef struct {
     Py_ssize_t gaps;  /* since the last take_gaps() */
     double shortest_gap;
     double waited; /* the longest a read of the last read_ready() waited: its `now` minus its stamp */
+    double polled; /* the `now` of the last read_ready(): its poll found the others with nothing */
+    Py_ssize_t early; /* reads whose kernel stamp was impossibly early, stamped when read instead */
 } Reads;
 
 /* Clearing moves the references out of the entry before releasing any: a release may run a finalizer
@@ -205,6 +213,14 @@ static int ensure_capacity(Reads *self, int fd) {
     return 0;
 }
 
+/* The monotonic clock now (Python's time.perf_counter and time.monotonic read the same clock), or
+ * `fallback` should it fail. */
+static double monotonic_now(double fallback) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return fallback;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static PyObject *Reads_add(Reads *self, PyObject *args) {
     int fd;
     PyObject *received, *lose;
@@ -230,6 +246,7 @@ static PyObject *Reads_add(Reads *self, PyObject *args) {
     Py_INCREF(lose);
     e->received = received;
     e->lose = lose;
+    e->added = monotonic_now(0.0);
     entry_clear(&old); /* last: releasing may run Python code */
     Py_RETURN_NONE;
 }
@@ -429,16 +446,10 @@ static void note_gap(Reads *self, double gap) {
     if (gap < self->shortest_gap) self->shortest_gap = gap;
 }
 
-/* The monotonic clock now (Python's time.perf_counter and time.monotonic read the same clock), or
- * `fallback` should it fail. */
-static double monotonic_now(double fallback) {
-    struct timespec ts;
-    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return fallback;
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* What arrived on `fd` since its last read, once, to where it goes; -1 on a Python error. */
-static int read_into(Reads *self, int fd, double now, double offset, PyObject *received, PyObject *lose) {
+static int read_into(Reads *self, int fd, double now, double offset, double polled, PyObject *received,
+                     PyObject *lose) {
     union { /* aligned as the cmsghdr the kernel writes there */
         char bytes[CMSG_SPACE(sizeof(struct timespec))];
         struct cmsghdr align;
@@ -455,9 +466,16 @@ static int read_into(Reads *self, int fd, double now, double offset, PyObject *r
     Entry *e = &self->entries[fd]; /* no Python code ran since the caller looked it up */
     int found;
     double stamp = message.msg_controllen ? kernel_stamp(self, &message, offset, &found) : (found = 0, 0.0);
-    if (found && stamp > now) now = monotonic_now(now);
+    double readable_after = (!e->undrained && e->added < polled) ? polled : 0.0;
+    if (found && stamp < readable_after - EARLY_STAMP_S) { /* impossibly early: not a stamp to use */
+        found = 0;
+        self->early++;
+        e->early++;
+    }
+    if (!found || stamp > now) now = monotonic_now(now);
     double chosen = (!found || stamp > now) ? now : stamp;
     if (chosen < e->last_stamp) chosen = e->last_stamp;
+    e->undrained = size == self->buffer_size;
     if (now - chosen > self->waited) self->waited = now - chosen;
     if (e->kept != NULL && e->last_stamp > 0) note_gap(self, chosen - e->last_stamp); /* 0: no read yet */
     e->last_stamp = chosen;
@@ -474,13 +492,13 @@ static int read_into(Reads *self, int fd, double now, double offset, PyObject *r
 }
 
 /* One recvmsg of `fd` and what it read to where it goes; -1 on a Python error. */
-static int read_one(Reads *self, int fd, double now, double offset) {
+static int read_one(Reads *self, int fd, double now, double offset, double polled) {
     Entry *e = entry_of(self, fd);
     if (e == NULL) return 0;
     PyObject *received = e->received, *lose = e->lose;
     Py_INCREF(received);
     Py_INCREF(lose);
-    int status = read_into(self, fd, now, offset, received, lose);
+    int status = read_into(self, fd, now, offset, polled, received, lose);
     Py_DECREF(received);
     Py_DECREF(lose);
     return status;
@@ -493,13 +511,15 @@ static PyObject *Reads_read_ready(Reads *self, PyObject *args) {
     }
     struct epoll_event events[MAX_EVENTS];
     self->waited = 0.0;
+    double polled = self->polled;
+    self->polled = now;
     int ready = epoll_wait(self->epfd, events, MAX_EVENTS, 0);
     if (ready < 0) {
         if (errno == EINTR) return PyLong_FromLong(0);
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     for (int i = 0; i < ready; i++) {
-        if (read_one(self, events[i].data.fd, now, offset) < 0) return NULL;
+        if (read_one(self, events[i].data.fd, now, offset, polled) < 0) return NULL;
     }
     return PyLong_FromLong(ready);
 }
@@ -510,12 +530,21 @@ static PyObject *Reads_read(Reads *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "idd", &fd, &now, &offset)) {
         return NULL;
     }
-    if (read_one(self, fd, now, offset) < 0) return NULL;
+    if (read_one(self, fd, now, offset, self->polled) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
 static PyObject *Reads_waited(Reads *self, PyObject *Py_UNUSED(ignored)) {
     return PyFloat_FromDouble(self->waited);
+}
+
+static PyObject *Reads_early(Reads *self, PyObject *Py_UNUSED(ignored)) { return PyLong_FromSsize_t(self->early); }
+
+static PyObject *Reads_early_of(Reads *self, PyObject *arg) {
+    int fd = fd_of(arg);
+    if (fd == -2) return NULL;
+    Entry *e = entry_of(self, fd);
+    return PyLong_FromSsize_t(e == NULL ? 0 : e->early);
 }
 
 static PyObject *Reads_take_gaps(Reads *self, PyObject *Py_UNUSED(ignored)) {
@@ -547,6 +576,9 @@ static PyMethodDef Reads_methods[] = {
      "take_gaps() -> (count, shortest): the gaps of kept streams since the last call (see the module)."},
     {"waited", (PyCFunction)Reads_waited, METH_NOARGS,
      "waited() -> float: the longest a read of the last read_ready() waited (its now minus its stamp)."},
+    {"early", (PyCFunction)Reads_early, METH_NOARGS,
+     "early() -> int: reads so far whose kernel stamp was impossibly early (see the module)."},
+    {"early_of", (PyCFunction)Reads_early_of, METH_O, "early_of(fd) -> int: those of fd's reads (0: unknown)."},
     {"fileno", (PyCFunction)Reads_fileno, METH_NOARGS, "The epoll set's file descriptor."},
     {"close", (PyCFunction)Reads_close, METH_NOARGS, "Forget every socket and close the epoll set."},
     {NULL, NULL, 0, NULL},

@@ -306,6 +306,7 @@ class ProbeClient:
             result.multi_event_reads,
             reads,
             kernel_stamps=result.kernel_stamps,
+            early_stamps=result.early_stamps,
         )
         result.doubtful_gaps = doubtful_gaps(
             result.unreliable,
@@ -314,6 +315,7 @@ class ProbeClient:
             (result.multi_event_reads, result.merged_events),
             result.token_events,
             result.kernel_stamps,
+            early_stamps=result.early_stamps,
         )
 
     def _failed(
@@ -361,6 +363,7 @@ class ProbeClient:
             self._failed(result, Outcome.CONNECT_ERROR, str(exc))
             return
         result.kernel_stamps = conn.kernel_stamped
+        early = conn.early_stamps()
         reader = StreamReader(state, self.settings.max_line_bytes, on_first_token=watchdog.rearm)
         watchdog.start(reader.expire)
         try:
@@ -372,8 +375,10 @@ class ProbeClient:
             await reader.finished
         except BaseException:
             reader.flush_quietly()  # given up (cancelled, timed out): the tokens received still count
+            result.early_stamps += conn.early_stamps() - early
             self.pool.discard(conn)
             raise
+        result.early_stamps += conn.early_stamps() - early  # before _settle: a discarded socket forgets
         self._settle(result, state, reader, conn, reused=reused and not fresh)
 
     def _settle(

@@ -242,6 +242,11 @@ class HttpConnection(asyncio.Protocol):
         if isinstance(self._transport, StampedSocket):
             self._transport.catch_up()
 
+    def early_stamps(self) -> int:
+        """How many of this connection's reads so far had a kernel stamp impossibly early, moved to the
+        read's own time instead (``socket_reads.early_stamp``; 0 without kernel stamps)."""
+        return self._transport.early_stamps() if isinstance(self._transport, StampedSocket) else 0
+
     @property
     def kernel_stamped(self) -> bool:
         """Whether this connection's reads carry the kernel's receive stamps (``stamped.py``)."""

@@ -72,6 +72,7 @@ class ProbeResult:
     retries: int = 0  # resent once on a fresh connection after a stale keep-alive failure
     multi_event_reads: int = 0  # reads of several token events that may have come > 3 ms apart (stream.py)
     merged_events: int = 0  # the token events those reads carried: one stamp for them all
+    early_stamps: int = 0  # reads whose kernel stamp was impossibly early (a retransmission): moved later
     loop_lag_s: float = 0.0  # the largest event-loop lag seen while this request was in flight
     loop_lag_share: float = 0.0  # share of lag samples meanwhile over probe.saturation.LAG_LIMIT_S
     cpu_share: float | None = None  # process CPU time / wall time while in flight (1.0: core never idle)

@@ -48,7 +48,12 @@ The evidence recorded on every ``ProbeResult``:
 *Kernel stamps* (``stamped.py``: plain TCP on Linux, the default) are taken when each packet arrives, so
 a late loop no longer makes a stamp late: for such a request only the last two criteria count. Chunks
 that waited in the socket together are still read together and share one stamp, and that is what a
-busy client still gets wrong.
+busy client still gets wrong. And one more, kernel stamps' own: a request is unreliable when one of
+its reads had a stamp earlier than its bytes could be read (``early_stamps``,
+``socket_reads.early_stamp``): over a real network a lost packet's retransmission takes the stamp of
+the packets that waited for it, and a stall of a retransmission timeout vanishes from the stamps.
+The read is stamped when it was read instead, as a read without a stamp is: never early, but late by
+up to a span of the reads (2-10 ms) when they are paced, so the two gaps around it are doubtful.
 
 A single short hiccup (a few ms, once) does not mark a request: it moves one stamp by less than the
 5 ms one asks of single gaps, and flagging every request in flight for it would make the flag noise.
@@ -87,19 +92,28 @@ def is_unreliable(
     token_reads: int,
     *,
     kernel_stamps: bool = False,
+    early_stamps: int = 0,
 ) -> bool:
     """The saturation rule described in the module docstring."""
-    return (
-        why_unreliable(loop_lag_s, loop_lag_share, multi_event_reads, token_reads, kernel_stamps) is not None
+    why = why_unreliable(
+        loop_lag_s, loop_lag_share, multi_event_reads, token_reads, kernel_stamps, early_stamps
     )
+    return why is not None
 
 
 def why_unreliable(
-    loop_lag_s: float, loop_lag_share: float, multi_event_reads: int, token_reads: int, kernel_stamps: bool
+    loop_lag_s: float,
+    loop_lag_share: float,
+    multi_event_reads: int,
+    token_reads: int,
+    kernel_stamps: bool,
+    early_stamps: int = 0,
 ) -> str | None:
     """Which part of the rule flags a request, in words (None: not flagged)."""
     if late_loop := _late_loop(loop_lag_s, loop_lag_share, kernel_stamps):
         return late_loop
+    if early_stamps:  # a retransmission (socket_reads.early_stamp): the stamp moved is a span wrong at most
+        return f"{early_stamps} kernel stamps earlier than their bytes could be read (a lost packet's)"
     if multi_event_reads and loop_lag_s > LAG_LIMIT_S:  # read together, perhaps by a late client
         return f"merged reads while the loop was over {LAG_LIMIT_S * 1e3:.0f} ms late"
     allowed = max(MULTI_READ_SHARE * token_reads, MULTI_READS_FREE)
@@ -125,6 +139,7 @@ def doubtful_gaps(
     merged: tuple[int, int],
     events: int,
     kernel_stamps: bool,
+    early_stamps: int = 0,
 ) -> int:
     """How many of a request's ``events`` gaps between token events (the first: from the send) its
     flag (``unreliable``, the rule's verdict on the same evidence) concerns: every one when its stamps
@@ -132,14 +147,15 @@ def doubtful_gaps(
     it moved only the gaps it spanned, but which those were is not recorded); else those around its
     merged reads (``merged``: how many reads, and the token events they carried). A read of k events
     gives them one stamp, so the gap into the first is too long and the k - 1 after it read 0; with
-    the loop's own stamps that stamp may be late too, and so the gap after the read short. None
-    unflagged."""
+    the loop's own stamps that stamp may be late too, and so the gap after the read short; and the two
+    gaps around each read whose impossibly early kernel stamp was moved (``early_stamps``: it may be
+    early by up to a span of the reads still). None unflagged."""
     if not unreliable:
         return 0
     if _late_loop(loop_lag_s, loop_lag_share, kernel_stamps):
         return events
     reads, merged_events = merged
-    return min(merged_events + (0 if kernel_stamps else reads), events)
+    return min(merged_events + (0 if kernel_stamps else reads) + 2 * early_stamps, events)
 
 
 class LagMonitor:

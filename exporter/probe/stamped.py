@@ -43,6 +43,9 @@ class StampedSocket(asyncio.Transport):
         self._closed = False
         self._close_when_sent = False
         self.last_stamp = 0.0  # of the latest read: the next one is never earlier
+        self.added_at = 0.0  # when its reads began (set by SocketReads.add): no earlier poll saw it
+        self.drained = True  # its last read took all that waited (not a whole buffer's worth)
+        self.early = 0  # its reads whose kernel stamp was impossibly early (the Python reads count here)
 
     def start(self) -> None:
         self.protocol.connection_made(self)
@@ -57,6 +60,10 @@ class StampedSocket(asyncio.Transport):
         """Hand every read to the protocol again."""
         if not self._closed:
             self._reads.unkeep(self)
+
+    def early_stamps(self) -> int:
+        """How many of its reads so far had a kernel stamp impossibly early (``socket_reads.early_stamp``)."""
+        return self._reads.early_of(self)
 
     def catch_up(self) -> None:
         """Take in now what waits in the socket (reads are paced): a keep-alive connection's FIN must be

@@ -268,6 +268,7 @@ def request_record(result: ProbeResult, spec: EvaluationSpec) -> dict[str, Any]:
         "loop_lag_share": result.loop_lag_share,
         "multi_event_reads": result.multi_event_reads,
         "merged_events": result.merged_events,
+        "early_stamps": result.early_stamps,
         "doubtful_gaps": result.doubtful_gaps,
         "cpu_share": result.cpu_share,  # recorded, not part of the rule: a busy core on time is right
         "stamps": result.stamps,

@@ -292,7 +292,12 @@ def _describe(index: int, result: ProbeResult) -> str:
     # from a slow target.
     reads = int(result.extra.get("token_reads", 0))
     why = why_unreliable(
-        result.loop_lag_s, result.loop_lag_share, result.multi_event_reads, reads, result.kernel_stamps
+        result.loop_lag_s,
+        result.loop_lag_share,
+        result.multi_event_reads,
+        reads,
+        result.kernel_stamps,
+        result.early_stamps,
     )
     evidence = (
         f"loop lag {result.loop_lag_s * 1e3:.1f} ms, {result.loop_lag_share:.0%} of samples late, "

@@ -90,6 +90,15 @@ def test_the_gaps_a_flag_concerns(
     assert doubtful_gaps(unreliable, lag, share, (1, merged), 300, kernel_stamps) == doubtful
 
 
+def test_an_impossibly_early_kernel_stamp_flags_a_request_and_doubts_the_gaps_around_it() -> None:
+    why = why_unreliable(0.0, 0.0, 0, 100, True, 2)
+    assert why is not None and "2 kernel stamps earlier" in why
+    assert is_unreliable(0.0, 0.0, 0, 100, kernel_stamps=True, early_stamps=1)
+    assert not is_unreliable(0.0, 0.0, 0, 100, kernel_stamps=True, early_stamps=0)
+    assert doubtful_gaps(True, 0.0, 0.0, (1, 2), 300, True, early_stamps=3) == 2 + 6
+    assert doubtful_gaps(True, 0.0, 0.0, (0, 0), 4, True, early_stamps=3) == 4  # no more than it has
+
+
 async def test_monitor_sees_a_blocked_loop() -> None:
     monitor = LagMonitor(interval_s=0.005)
     monitor.start()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import select
 import socket
 import struct
 import threading
@@ -16,12 +17,16 @@ from contextlib import contextmanager
 
 import pytest
 
+from exporter.probe import socket_reads
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.socket_reads import (
+    EARLY_STAMP_S,
     OFFSET_BRACKET_S,
+    OFFSET_TRIES,
     NativeSocketReads,
     SocketReads,
+    early_stamp,
     kernel_stamps_available,
     kernel_stamps_on,
     kernel_time,
@@ -107,6 +112,93 @@ def test_a_reads_stamp_is_the_kernels_unless_missing_or_after_the_present_and_ne
     assert monotonic_stamp(3.0, now=6.0, previous=4.0) == 4.0  # before the socket's previous read
 
 
+def test_a_stamp_before_the_last_poll_that_found_nothing_on_its_socket_is_not_used() -> None:
+    assert monotonic_stamp(5.0, now=6.0, previous=4.0, readable_after=5.5) == 6.0  # early: the read's
+    assert monotonic_stamp(5.8, now=6.0, previous=4.0, readable_after=5.5) == 5.8
+    assert monotonic_stamp(5.4995, now=6.0, previous=4.0, readable_after=5.5) == 5.4995  # clocks' error
+    assert monotonic_stamp(None, now=6.0, previous=4.0, readable_after=5.5) == 6.0
+    assert early_stamp(5.0, readable_after=5.5)
+    assert not early_stamp(5.5 - EARLY_STAMP_S / 2, readable_after=5.5)  # the clocks' own error
+    assert not early_stamp(None, readable_after=5.5) and not early_stamp(5.0, readable_after=0.0)
+
+
+async def test_an_impossibly_early_kernel_stamp_is_moved_to_the_poll_before_and_counted(
+    both_reads: str,
+) -> None:
+    """A retransmission after a lost packet keeps the stamp of the packets that waited for it, so a
+    stall of 200 ms and more vanished from the stamps (over a real network; loopback loses nothing).
+    Here every stamp is made a second early by the offset the reads are given; the bytes came after a
+    poll that found the socket with nothing, so the read's own time is their stamp, as for a read
+    without one."""
+    reads = loop_reads(time.perf_counter)
+    with (
+        stamped_pair(reads) as (stamped, server, protocol),
+        stamped_pair(reads) as (late, late_server, late_protocol),
+    ):
+        stamped.start()
+        time.sleep(0.002)
+        polled = time.perf_counter()
+        reads.clocks = lambda: (polled, wall_offset())  # type: ignore[method-assign]
+        reads._read_ready()  # nothing to read on it yet
+        late.start()  # joined after that poll: it proves nothing about this one
+        server.sendall(b"x")
+        late_server.sendall(b"y")
+        for sock in (stamped.sock, late.sock):  # not awaited: the loop must not read them itself
+            assert select.select([sock], [], [], 5)[0], "the byte did not arrive"
+        now = time.perf_counter()
+        reads.clocks = lambda: (now, wall_offset() + 1.0)  # type: ignore[method-assign]
+        assert reads._read_ready() == 2
+        after = time.perf_counter()
+    [(stamp, data)] = protocol.reads
+    assert data == b"x" and now <= stamp <= after  # read again when it read (not the wake-up's now)
+    [(late_stamp, _)] = late_protocol.reads
+    assert late_stamp < polled - 0.5  # kept as the kernel gave it: no poll saw its socket with nothing
+    assert reads.early_stamps() == 1
+
+
+async def test_a_request_with_an_impossibly_early_stamp_is_flagged_and_its_gaps_doubted(
+    both_reads: str,
+) -> None:
+    """What a retransmission does to one request, every stamp after its first token made a second
+    early: each is stamped when it was read instead, counted on the result, and the request flagged,
+    with the two gaps around each such read doubted (``saturation.py``)."""
+    first_token = threading.Event()
+
+    def respond(conn: socket.socket) -> None:
+        read_request(conn)
+        conn.sendall(HEADERS + token(" a"))
+        first_token.wait(5)
+        for text in (" b", " c", " d"):
+            time.sleep(0.02)
+            conn.sendall(token(text))
+        conn.sendall(END)
+
+    with thread_server(respond) as url:
+        async with ProbeClient(settings(url)) as client:
+            sending = asyncio.ensure_future(client.send(RequestSpec(prompt="hi", max_tokens=4)))
+            await wait_for(lambda: bool(loop_reads(time.perf_counter).sockets), what="the connection")
+            reads = loop_reads(time.perf_counter)
+            await asyncio.sleep(0.2)  # the headers and the first token are read, with true stamps
+            clocks = reads.clocks
+            reads.clocks = lambda: (clocks()[0], clocks()[1] + 1.0)  # type: ignore[method-assign]
+            first_token.set()
+            result = await asyncio.wait_for(sending, 10)
+    assert result.outcome is Outcome.OK and result.output_tokens == 4, result.error
+    assert result.kernel_stamps
+    assert result.early_stamps >= 3  # " b", " c", " d" (the end's reads may be too)
+    assert result.unreliable
+    assert result.doubtful_gaps == min(2 * result.early_stamps, result.token_events)
+    assert result.token_times == sorted(result.token_times)
+    assert result.token_times[1] - result.token_times[0] > 0.1  # not a second before the first token
+
+
+def test_the_stamps_are_confirmed_in_a_few_tries_however_late() -> None:
+    """A process stopped for longer than the confirmation's wait (a profiler's samples) must not read
+    without kernel stamps for its whole life: a few tries are made whatever the clock says."""
+    assert kernel_stamps_on()
+    assert socket_reads._tcp_reads_stamped(time.monotonic() - 1.0)
+
+
 def test_once_stamps_are_on_the_first_read_of_a_new_socket_has_one() -> None:
     """Linux turns stamping on a little after the first socket asks, and off when the last one closes:
     a server that wrote at once left no stamp on about half of such first reads, which CI once caught
@@ -137,6 +229,27 @@ def test_a_wall_clock_read_between_far_apart_monotonic_reads_keeps_the_last_clea
         assert clean == pytest.approx(time.time() - 100.0, abs=0.5)
         now, offset = reads.clocks()
         assert now == 200.010 and offset == clean
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize(
+    ("ticks", "expected_now"),
+    [
+        ([100.0, 100.010, 200.0, 200.0 + OFFSET_BRACKET_S / 2], 200.0 + OFFSET_BRACKET_S / 2),  # then clean
+        ([0.0, 0.010] * (OFFSET_TRIES - 1) + [300.0, 300.002], 300.002),  # never: the tightest
+    ],
+)
+def test_the_first_offset_is_read_again_until_clean(ticks: list[float], expected_now: float) -> None:
+    """No earlier clean offset stands in for the first: it is tried again (a preemption then would shift
+    every stamp until the next clean read), and taken from the tightest bracket when none was clean."""
+    clock = iter(ticks)
+    loop = asyncio.new_event_loop()
+    try:
+        reads = SocketReads(loop, lambda: next(clock))
+        now, offset = reads.clocks()
+        assert now == expected_now and next(clock, None) is None  # every try was read, no more
+        assert offset == pytest.approx(time.time() - expected_now, abs=0.5)
     finally:
         loop.close()
 
