@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -252,7 +253,7 @@ async def _first_plan(
     """The first trial's plan; a ``JobFailedError`` naming the context and the workload's lengths when
     none of its requests fit the context (a ``ValueError`` of an unfitted workload is a bug of ours)."""
     try:
-        return await off_the_loop(lambda: trials.plan(0, start, False))
+        return await trials.planned(0, start, False, keep=True)
     except ValueError as exc:
         if workload.max_total_tokens is None:
             raise
@@ -274,25 +275,45 @@ class _SearchTrials:
     progress: SearchProgress | None
     salt: int = field(default_factory=lambda: secrets.randbits(40))  # no prefix cache from another search
     repeats: Counter[float] = field(default_factory=Counter)  # trials so far at each load
+    # The first plan, made for the worst case before the search (``_first_plan``), by (index, load,
+    # repeats at that load): its first trial's, taken by it.
+    _first: tuple[tuple[int, float, int], TrialPlan] | None = None
 
-    def plan(
+    async def planned(
         self,
         index: int,
         load: float,
         may_stop: bool,
         time_left: float | None = None,
         settle: tuple[int, int] | None = None,
+        *,
+        keep: bool = False,
     ) -> TrialPlan:
+        """The plan of trial ``index``, made off the loop: planning takes 14-20 us a request, tens of
+        seconds for the ceiling of a million, which would hold the daemon's /metrics, and a Ctrl-C,
+        that long; and stopped when its caller is cancelled (a cancelled job). ``keep``: kept for the
+        next call for the same trial, which takes it (the first trial's, made for the worst case
+        before the search: ``_first_plan``)."""
+        first, self._first = self._first, None  # used once: a plan of a million specs is not kept
+        if first is not None and first[0] == (index, load, self.repeats[load]):
+            plan = first[1]
+        else:
+            stop = threading.Event()
+            plan = await off_the_loop(lambda: self._plan(index, load, stop), stop)
+            if keep:
+                self._first = ((index, load, self.repeats[load]), plan)
+        limit = trial_time_limit(plan, self.params, time_left)
+        return dataclasses.replace(plan, early_stop=may_stop, time_limit_s=limit, settle=settle)
+
+    def _plan(self, index: int, load: float, stop: threading.Event) -> TrialPlan:
         # A repeat at a load draws new lengths and gaps: the same ones would only replay the same sample.
         params = self.params
         seed = params.seed + REPEAT_SEED_STEP * self.repeats[load]
-        planned = plan_trial(
+        return plan_trial(
             self.workload, load, concurrency=params.load == "concurrency", arrival=params.arrival,
             warmup=params.warmup_requests, requests=params.requests_per_trial, seed=seed,
-            salt=self.salt + index * 1_000_000, duration_s=params.trial_duration_s, early_stop=may_stop,
+            salt=self.salt + index * 1_000_000, duration_s=params.trial_duration_s, stop=stop,
         )  # fmt: skip
-        limit = trial_time_limit(planned, params, time_left)
-        return dataclasses.replace(planned, time_limit_s=limit, settle=settle)
 
     async def send(
         self, spec: RequestSpec, at: float | None, started: Callable[[ProbeResult], None]
@@ -302,9 +323,7 @@ class _SearchTrials:
     async def run(
         self, index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
     ) -> TrialReport:
-        # Planned off the loop: planning takes 14-20 us a request, tens of seconds for the ceiling of a
-        # million, which would hold the daemon's /metrics, and a Ctrl-C, that long.
-        planned = await off_the_loop(lambda: self.plan(index, load, may_stop, time_left, settle))
+        planned = await self.planned(index, load, may_stop, time_left, settle)
         self.repeats[load] += 1
         progress = self.progress
         if progress is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -252,9 +253,11 @@ def plan_trial(
     duration_s: float | None = None,
     early_stop: bool = True,
     time_limit_s: float | None = None,
+    stop: threading.Event | None = None,
 ) -> TrialPlan:
     """The specs and schedule of a trial at ``load``: the same lengths and unit-rate gaps for every
-    trial of a search (``seed``), unique prompt texts per trial (``salt``)."""
+    trial of a search (``seed``), unique prompt texts per trial (``salt``). ``stop``: planning ends
+    with a ``PlanStoppedError`` once it is set (an abandoned plan, ``off_the_loop``)."""
     rng = np.random.default_rng(seed)
     if workload.sessions:  # sessions of warmup, then of measured requests; the same lengths every trial
         warm = workload.sample(warmup, rng)
@@ -263,7 +266,7 @@ def plan_trial(
     else:
         prompts, outputs = workload.sample_lengths(warmup + requests, rng)
         specs = specs_with_lengths(
-            workload, list(zip(prompts.tolist(), outputs.tolist(), strict=True)), salt=salt
+            workload, list(zip(prompts.tolist(), outputs.tolist(), strict=True)), salt=salt, stop=stop
         )
     if concurrency:
         return TrialPlan(load, tuple(specs), warmup, None, int(load), duration_s, early_stop, time_limit_s)

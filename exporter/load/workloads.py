@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
@@ -351,13 +352,28 @@ def fresh_salt(rng: np.random.Generator) -> int:
     return int(rng.integers(0, 2**40)) ^ secrets.randbits(40)
 
 
+class PlanStoppedError(Exception):
+    """Planning was told to stop (its caller gave it up: ``specs_with_lengths``'s ``stop``)."""
+
+
+STOP_CHECK_EVERY = 1024  # specs between two looks at a planner's stop event (~15-20 ms of work)
+
+
 def specs_with_lengths(
-    workload: Workload, lengths: Sequence[tuple[int, int]], *, salt: int = 0
+    workload: Workload,
+    lengths: Sequence[tuple[int, int]],
+    *,
+    salt: int = 0,
+    stop: threading.Event | None = None,
 ) -> list[RequestSpec]:
-    """Requests of given (prompt, output) lengths in order (e.g. a trace replayed row by row)."""
-    return [
-        workload.spec(p, o, salt + i, f"{workload.name}-{salt:010x}-{i}") for i, (p, o) in enumerate(lengths)
-    ]
+    """Requests of given (prompt, output) lengths in order (e.g. a trace replayed row by row); a
+    ``PlanStoppedError`` once ``stop`` is set (looked at every ``STOP_CHECK_EVERY`` specs)."""
+    specs: list[RequestSpec] = []
+    for i, (p, o) in enumerate(lengths):
+        if stop is not None and i % STOP_CHECK_EVERY == 0 and stop.is_set():
+            raise PlanStoppedError(f"planning stopped after {i} of {len(lengths)} requests")
+        specs.append(workload.spec(p, o, salt + i, f"{workload.name}-{salt:010x}-{i}"))
+    return specs
 
 
 def with_sessions(workload: Workload, options: WorkloadOptions) -> Workload:

@@ -49,14 +49,16 @@ def run(main: Coroutine[Any, Any, T], *, loop: str | None = None) -> T:
         return runner.run(main)
 
 
-async def off_the_loop(work: Callable[[], T]) -> T:
+async def off_the_loop(work: Callable[[], T], stop: threading.Event | None = None) -> T:
     """``work()`` in a thread of its own, awaited: a caller cancelled (the first Ctrl-C, a cancelled
     job) returns at once, leaving the thread to finish unseen, and the loop keeps running its other
     tasks meanwhile, though pure-Python work holds the GIL: each time the loop wants it back it may wait
     the interpreter's switch interval (5 ms), enough to delay read-time stamps. Why not
     ``asyncio.to_thread``: the default executor's threads are joined when the loop closes and at exit,
     so a cancelled command would still wait for the work (planning a trial of a million requests: tens
-    of seconds). Only for pure work whose result nothing else needs once abandoned."""
+    of seconds). Only for pure work whose result nothing else needs once abandoned. ``stop`` is set
+    when the caller is cancelled: work that looks at it now and then (``plan_trial``) ends early
+    instead of holding the GIL, and the loop, for the rest of its course."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
 
@@ -71,7 +73,12 @@ async def off_the_loop(work: Callable[[], T]) -> T:
             loop.call_soon_threadsafe(_settle, done, outcome)
 
     threading.Thread(target=run_work, name="off-the-loop", daemon=True).start()
-    return await done
+    try:
+        return await done
+    except asyncio.CancelledError:
+        if stop is not None:  # abandoned: the work may end now
+            stop.set()
+        raise
 
 
 def _settle(future: asyncio.Future[Any], outcome: Callable[[], None]) -> None:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 
 import pytest
 
 from exporter.evaluation import DeadlinePolicy
+from exporter.jobs import capacity_runner
 from exporter.jobs.capacity import CapacityResult, search_capacity
 from exporter.jobs.capacity_report import capacity_table
 from exporter.jobs.capacity_runner import default_floor, search_settings, trial_time_limit
@@ -19,9 +21,12 @@ from exporter.jobs.search_progress import SearchProgress, figure, result_line
 from exporter.jobs.search_state import Observation, SearchSettings, State, outcome, pool, verdict
 from exporter.jobs.trial import Tally, TrialPlan, TrialReport, stop_reason
 from exporter.jobs.trial_verdict import TrialSlo, judge
+from exporter.load.workloads import IndependentLengths, PlanStoppedError, Workload
 from exporter.options.job_params import CapacityParams, JobLimits
+from exporter.options.lengths import Fixed
+from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import RequestSpec
+from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.stats.binomial import Verdict
 from exporter.stats.headroom import decided_failure
 
@@ -448,3 +453,45 @@ def test_progress_counts_requests_and_ends_at_one() -> None:
     report = TrialReport(1, 2.0, True, "", 1.4, figures, requests_sent=10, duration_s=5.0, tokens=100)
     progress.trial_done(report)
     assert told[-1][1].startswith("trial 1: 2 req/s, pass fraction 100.0% [70.0%, 100.0%], pass")
+
+
+# -- planning ------------------------------------------------------------------------------------------
+
+
+async def test_the_first_trial_is_planned_once_and_a_plan_given_up_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worst case is read off the first trial's plan before the search, and the first trial then
+    takes that plan (it planned it twice: 40 ms at the jobs' 2,000 requests, ~20 s at a million)."""
+    planned: list[tuple[float, bool]] = []
+    plan_trial = capacity_runner.plan_trial
+
+    def counting(*args: object, **kwargs: object) -> TrialPlan:
+        planned.append((args[1], kwargs["stop"] is not None))  # type: ignore[arg-type]
+        return plan_trial(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(capacity_runner, "plan_trial", counting)
+    workload = Workload("w", IndependentLengths(Fixed(16), Fixed(4)))
+    params = CapacityParams(target="t", requests_per_trial=50, warmup_requests=5)
+    client = ProbeClient(TargetSettings("http://127.0.0.1:9"))
+    trials = capacity_runner._SearchTrials(params, workload, SLO, lambda: client, None, None, None, None)
+    first = await capacity_runner._first_plan(trials, 2.0, workload, None)
+    again = await trials.planned(0, 2.0, True, 30.0)
+    assert planned == [(2.0, True)]  # once, stoppable
+    assert again.specs == first.specs and again.early_stop and again.time_limit_s == 30.0
+    await trials.planned(0, 2.0, True)  # taken: a later call plans afresh
+    assert planned == [(2.0, True), (2.0, True)]
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(PlanStoppedError, match="after 0 of 55 requests"):
+        plan_trial(
+            workload,
+            2.0,
+            concurrency=False,
+            arrival="poisson",
+            warmup=5,
+            requests=50,
+            seed=1,
+            salt=0,
+            stop=stop,
+        )

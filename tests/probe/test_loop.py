@@ -85,3 +85,29 @@ def test_a_cancelled_caller_of_work_off_the_loop_returns_at_once(loop: str) -> N
         ]
     finally:
         release.set()  # the abandoned thread ends now
+
+
+@pytest.mark.parametrize("loop", event_loop.LOOPS)
+def test_work_given_up_is_told_to_stop_and_work_done_is_not(loop: str) -> None:
+    """A cancelled job's plan of a million requests would hold the GIL for tens of seconds after it
+    was given up: work that looks at ``stop`` ends early."""
+    stop, kept_on, ended = threading.Event(), threading.Event(), threading.Event()
+
+    def work() -> int:
+        while not stop.wait(0.005):
+            kept_on.set()
+        ended.set()
+        return 1
+
+    async def main() -> None:
+        task = asyncio.ensure_future(event_loop.off_the_loop(work, stop))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        done = threading.Event()
+        assert await event_loop.off_the_loop(lambda: 2, done) == 2
+        assert not done.is_set()  # finished: nothing to stop
+
+    event_loop.run(main(), loop=loop)
+    assert kept_on.is_set() and ended.wait(5) and stop.is_set()
