@@ -10,9 +10,10 @@
  *   - a read's stamp is the kernel's receive time (SCM_TIMESTAMPNS) mapped onto the monotonic clock
  *     by the offset it is given, or the monotonic clock read again when the kernel gave none, one later
  *     than the present (bytes that came while this wake-up was reading are later than its `now`,
- *     rightly), or one impossibly early: before the last poll of the set, when that poll saw the socket
- *     and its last read took all there was (a lost packet's retransmission takes the stamp of the
- *     packets that waited for it; such reads are counted, per socket too: socket_reads.early_stamp);
+ *     rightly), or one impossibly early: by more than `early_by` before the last complete poll of the
+ *     set, when that poll saw the socket and its last read took all there was (a lost packet's
+ *     retransmission takes the stamp of the packets that waited for it; such reads are counted, per
+ *     socket too: socket_reads.early_stamp);
  *     never before the socket's previous stamp (socket_reads.monotonic_stamp, the same arithmetic);
  *   - a socket may be put in "keep" mode by http.py once its HTTP parser is known to sit between two
  *     chunks of a chunked body and its reader keeps reads for later decoding (reader.py). Then a read
@@ -45,7 +46,6 @@
 #define MAX_EVENTS 1024
 #define MAX_FD (1 << 24) /* far above any RLIMIT_NOFILE in use; the table grows to the largest fd */
 #define MAX_CHUNK_HEX 7 /* a kept chunk is at most 0xfffffff bytes; longer sizes go to the parser */
-#define EARLY_STAMP_S 0.001 /* socket_reads.EARLY_STAMP_S */
 
 typedef struct {
     PyObject *received; /* NULL: the slot is free */
@@ -73,6 +73,7 @@ typedef struct {
     Py_ssize_t buffer_size;
     PyObject *last_read_name;
     double gap_floor; /* shorter gaps are a server's own bursts, which no pace separates */
+    double early_by;  /* a stamp earlier than its socket could be read by more is not used */
     Py_ssize_t gaps;  /* since the last take_gaps() */
     double shortest_gap;
     double waited; /* the longest a read of the last read_ready() waited: its `now` minus its stamp */
@@ -117,18 +118,19 @@ static Entry *entry_of(Reads *self, int fd) {
 }
 
 static int Reads_init(Reads *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"timestamp_type", "buffer_size", "gap_floor", NULL};
+    static char *kwlist[] = {"timestamp_type", "buffer_size", "gap_floor", "early_by", NULL};
     Py_ssize_t buffer_size = 256 * 1024;
-    double gap_floor = 0.001;
+    double gap_floor = 0.001, early_by = 0.010;
     if (self->epfd >= 0 || self->buffer != NULL) {
         PyErr_SetString(PyExc_RuntimeError, "Reads is initialised already");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|nd", kwlist, &self->timestamp_type, &buffer_size,
-                                     &gap_floor)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|ndd", kwlist, &self->timestamp_type, &buffer_size,
+                                     &gap_floor, &early_by)) {
         return -1;
     }
     self->gap_floor = gap_floor;
+    self->early_by = early_by;
     self->shortest_gap = Py_HUGE_VAL;
     if (buffer_size <= 0) {
         PyErr_SetString(PyExc_ValueError, "buffer_size must be positive");
@@ -467,7 +469,7 @@ static int read_into(Reads *self, int fd, double now, double offset, double poll
     int found;
     double stamp = message.msg_controllen ? kernel_stamp(self, &message, offset, &found) : (found = 0, 0.0);
     double readable_after = (!e->undrained && e->added < polled) ? polled : 0.0;
-    if (found && stamp < readable_after - EARLY_STAMP_S) { /* impossibly early: not a stamp to use */
+    if (found && stamp < readable_after - self->early_by) { /* impossibly early: not a stamp to use */
         found = 0;
         self->early++;
         e->early++;
@@ -511,16 +513,17 @@ static PyObject *Reads_read_ready(Reads *self, PyObject *args) {
     }
     struct epoll_event events[MAX_EVENTS];
     self->waited = 0.0;
-    double polled = self->polled;
-    self->polled = now;
     int ready = epoll_wait(self->epfd, events, MAX_EVENTS, 0);
     if (ready < 0) {
         if (errno == EINTR) return PyLong_FromLong(0);
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     for (int i = 0; i < ready; i++) {
-        if (read_one(self, events[i].data.fd, now, offset, polled) < 0) return NULL;
+        if (read_one(self, events[i].data.fd, now, offset, self->polled) < 0) return NULL;
     }
+    /* Only a poll that read every ready socket says the others had nothing: one that stopped at a
+     * protocol's error, or at MAX_EVENTS, left ready sockets unread, with their bytes older than it. */
+    if (ready < MAX_EVENTS) self->polled = now;
     return PyLong_FromLong(ready);
 }
 

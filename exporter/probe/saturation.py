@@ -53,7 +53,8 @@ its reads had a stamp earlier than its bytes could be read (``early_stamps``,
 ``socket_reads.early_stamp``): over a real network a lost packet's retransmission takes the stamp of
 the packets that waited for it, and a stall of a retransmission timeout vanishes from the stamps.
 The read is stamped when it was read instead, as a read without a stamp is: never early, but late by
-up to a span of the reads (2-10 ms) when they are paced, so the two gaps around it are doubtful.
+up to a span of the reads (2-10 ms) when they are paced, so the two gaps around it are doubtful. (A
+step of the wall clock forward does the same to the stamps mapped across it, and is flagged alike.)
 
 A single short hiccup (a few ms, once) does not mark a request: it moves one stamp by less than the
 5 ms one asks of single gaps, and flagging every request in flight for it would make the flag noise.
@@ -113,7 +114,10 @@ def why_unreliable(
     if late_loop := _late_loop(loop_lag_s, loop_lag_share, kernel_stamps):
         return late_loop
     if early_stamps:  # a retransmission (socket_reads.early_stamp): the stamp moved is a span wrong at most
-        return f"{early_stamps} kernel stamps earlier than their bytes could be read (a lost packet's)"
+        return (
+            f"{early_stamps} kernel stamps earlier than their bytes could be read "
+            "(a lost packet's retransmission, or a step of the wall clock)"
+        )
     if multi_event_reads and loop_lag_s > LAG_LIMIT_S:  # read together, perhaps by a late client
         return f"merged reads while the loop was over {LAG_LIMIT_S * 1e3:.0f} ms late"
     allowed = max(MULTI_READ_SHARE * token_reads, MULTI_READS_FREE)
@@ -148,8 +152,8 @@ def doubtful_gaps(
     merged reads (``merged``: how many reads, and the token events they carried). A read of k events
     gives them one stamp, so the gap into the first is too long and the k - 1 after it read 0; with
     the loop's own stamps that stamp may be late too, and so the gap after the read short; and the two
-    gaps around each read whose impossibly early kernel stamp was moved (``early_stamps``: it may be
-    early by up to a span of the reads still). None unflagged."""
+    gaps around each read whose impossibly early kernel stamp was not used (``early_stamps``: the read's
+    own time stands for it, late by up to a span of the reads). None unflagged."""
     if not unreliable:
         return 0
     if _late_loop(loop_lag_s, loop_lag_share, kernel_stamps):
@@ -179,6 +183,8 @@ class LagMonitor:
         self._handle: asyncio.TimerHandle | None = None
         self._expected = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None  # while started
+        self._binned = False  # the last sample takes the paced reads' samples until _bin_ends
+        self._bin_ends = 0.0
 
     def start(self) -> None:
         """Start sampling on the running loop."""
@@ -190,7 +196,7 @@ class LagMonitor:
     def stop(self) -> None:
         """Stop sampling (``start`` resumes; marks stay valid)."""
         if self._loop is not None:
-            stop_listening(self)
+            stop_listening(self, self._loop)
             self._loop = None
         self._disarm()
 
@@ -207,8 +213,15 @@ class LagMonitor:
             self._arm(self._loop)
 
     def paced_read(self, late_by: float) -> None:
-        """A sample from the paced reads' timer: how late it came."""
-        self._record(max(late_by, 0.0), self._clock())
+        """A sample from the paced reads' timer: how late it came, or how long it read. One sample per
+        ``interval_s`` (the largest), as its own timer takes: the share of late samples means the same,
+        and ``MAX_SAMPLES`` still holds 40 minutes."""
+        now, lag = self._clock(), max(late_by, 0.0)
+        if self._binned and now < self._bin_ends:
+            self._lags[-1] = max(self._lags[-1], lag)
+            return
+        self._record(lag, now)
+        self._binned, self._bin_ends = True, now + self.interval_s
 
     def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
         self._expected = self._clock() + self.interval_s
@@ -230,6 +243,7 @@ class LagMonitor:
 
     def mark(self) -> int:
         """A position in the sample stream: pass it to ``since`` when the request ends."""
+        self._binned = False  # the paced reads' next sample is a new one: this request's
         return self._dropped + len(self._lags)
 
     def since(self, mark: int) -> tuple[float, float]:

@@ -110,12 +110,18 @@ MAX_PACE_S = 0.008  # the least often (see ``next_pace``)
 PACE_WINDOW_S = 0.25  # how long the gaps must all have been long before the pace slows
 PACE_EVIDENCE = 8  # and how many gaps that window must have seen
 SPAN_MARGIN_S = 0.0015  # what the next span of the reads may add to this one (see ``next_pace``)
+SPAN_FLOOR = 1.5  # and the least a gap must clear, in paces, however short the spans (see ``next_pace``)
 OVERRUN_WEIGHT = 0.05  # of each span in the moving average of their overrun (about the last 20)
 GAP_FLOOR_S = 0.001  # shorter gaps are a server's own bursts: no pace separates them
 LATE_READ_S = 0.001  # later by less is the timer's own grain (uvloop: 1 ms) or the loop's usual work
 OFFSET_BRACKET_S = 50e-6  # a wall-clock read between monotonic reads further apart maps nothing
 OFFSET_TRIES = 5  # reads for the first offset, which no earlier clean one can stand in for
-EARLY_STAMP_S = 0.001  # a stamp earlier than its socket could be read by more is counted (early_stamp)
+# A stamp earlier than its socket could be read by more is not used (early_stamp). Not 1 ms: the
+# kernel stamps a packet when it is queued, before the softirq that makes it readable, which a loaded
+# machine defers to ksoftirqd or another CPU; what it is for, a retransmission, takes 10 ms and more
+# (a tail-loss probe's floor; a timeout's is 200 ms).
+EARLY_STAMP_S = 0.010
+MAX_READY = 1024  # sockets one poll reads at most (the C reads' MAX_EVENTS)
 READ_BYTES = 256 * 1024  # one read's buffer, shared by every socket of a loop (uvloop reads 256 KiB too)
 # Python's socket module does not export SO_TIMESTAMPNS; 35 is its value (SO_TIMESTAMPNS_OLD, with a
 # 64-bit struct timespec) in Linux's asm-generic/socket.h, which these 64-bit architectures use.
@@ -147,7 +153,8 @@ class PacedReadsListener(Protocol):
         """The reads went on their timer (``on``) or back to waking on readability."""
 
     def paced_read(self, late_by: float) -> None:
-        """A paced read came ``late_by`` seconds after it was due."""
+        """A paced read came ``late_by`` seconds after it was due, or took that long (whatever waited
+        behind it waited as long)."""
 
 
 def kernel_stamps_available(clock: Clock) -> bool:
@@ -237,18 +244,20 @@ def monotonic_stamp(stamp: float | None, now: float, previous: float, readable_a
 
 def early_stamp(stamp: float | None, readable_after: float) -> bool:
     """Whether the kernel's ``stamp`` is impossibly early: more than ``EARLY_STAMP_S`` before the last
-    poll of the sockets that found nothing to read on this one (``readable_after``).
+    complete poll of the sockets that found nothing to read on this one (``readable_after``; a step of
+    the wall clock forward does the same to every stamp mapped across it).
 
     Why it happens: the kernel stamps a packet when it arrives, and a read reports the stamp of the
     last packet it took. Over a real network a lost packet leaves the ones after it waiting out of
     order, unreadable, until the retransmission fills the hole; TCP then merges the retransmission
     into them and keeps *their* stamp (``tcp_try_coalesce``), so the read after a retransmission
-    timeout (200 ms and more) is stamped as if the stall had not happened, for every request. Its
-    bytes became readable between that poll and the read, so the read's own time stands for them, as
-    for a read without a stamp: never early, late by at most a span of the reads (not the poll's time:
-    with the reads woken by readability, the last poll may be seconds before; the wake-up came with the
-    bytes). Loopback never loses a packet: no benchmark here sees it, and at 100-500 streams on
-    loopback no stamp was found early."""
+    timeout (200 ms and more; a tail-loss probe's, 10 ms and more) is stamped as if the stall had not
+    happened, for every request. Its bytes became readable between that poll and the read, so the
+    read's own time stands for them, as for a read without a stamp: never early; late by at most a span
+    of the reads while they are paced, by the loop's lag while they are woken by readability (not the
+    poll's time: then the last poll may be seconds before, while the wake-up came with the bytes).
+    Loopback never loses a packet: no benchmark here sees it, and at 100-500 streams on loopback no
+    stamp was found early, even at 1 ms."""
     return stamp is not None and stamp < readable_after - EARLY_STAMP_S
 
 
@@ -272,26 +281,30 @@ def next_pace(pace: Pace, now: float, gaps: int, shortest: float, span: float = 
 
     Two chunks of a stream are read together (and share a stamp) only when both arrive between two
     reads of its socket, within one span; a gap the read saw lies within its span. So a gap shorter
-    than this span (at least the pace) plus ``SPAN_MARGIN_S`` (what the next span may add) brings the
-    pace straight back to ``PACE_S``, and one under twice ``PACE_S`` to ``UNPACED`` (no pace separates
-    it). Not a step down, nor to half that gap: a stream being read together shows gaps of about one
+    than this span (at least the pace) plus ``SPAN_MARGIN_S`` (what the next span may add), or than
+    ``SPAN_FLOOR`` paces, brings the pace straight back to ``PACE_S``, and one under twice ``PACE_S``
+    to ``UNPACED`` (no pace separates it). Not a step down, nor to half that gap: a stream being read together shows gaps of about one
     span, not its own, so each step would cost one more shared stamp. The pace slows a step (unpaced,
     2 ms, 4 ms, up to ``MAX_PACE_S``) only after ``PACE_WINDOW_S`` in which at least ``PACE_EVIDENCE``
     gaps were all at least as long as the spans of the slower pace will usually be (it plus the
-    ``overrun``) plus twice the margin; from unpaced, twice ``PACE_S``. No gaps seen, no slowing: the
+    ``overrun``) plus twice the margin, and ``SPAN_FLOOR`` slower paces plus the margin; from unpaced,
+    twice ``PACE_S``. No gaps seen, no slowing: the
     reads without keep mode (in Python) stay at ``PACE_S``.
 
     Why spans and not paces: a span is the pace plus the read's own time and the timer's lateness,
     which grow with the streams (at 300 streams a read of the sockets takes milliseconds), and what
     merges two chunks is the span. The rule before this one wanted gaps of twice the pace; the jitter
     of 20 ms streams (a gap under 16 ms in about one of 300) then kept a third of the reads at 2 ms
-    and another third at 4 ms, for about 3 us more CPU per chunk than 8 ms at 100 streams."""
+    and another third at 4 ms, for about 3 us more CPU per chunk than 8 ms at 100 streams. The floor
+    of 1.5 paces keeps the slack a late read needs where the mean overrun says little (a reviewer's
+    model, 12 ms streams with 5% of reads 3 ms late: spans alone merged 45 reads in 50,000 where twice
+    the pace merged 3): 12 ms streams are read at 4 ms, 14 ms ones at 8 ms with 2 ms to spare."""
     if gaps and shortest < 2 * PACE_S:
         return Pace(UNPACED, now, overrun=pace.overrun)
     overrun = pace.overrun
     if span and pace.seconds:
         overrun += OVERRUN_WEIGHT * (max(span - pace.seconds, 0.0) - overrun)
-    if gaps and shortest < max(span, pace.seconds) + SPAN_MARGIN_S:
+    if gaps and shortest < max(max(span, pace.seconds) + SPAN_MARGIN_S, SPAN_FLOOR * pace.seconds):
         return Pace(PACE_S, now, overrun=overrun)
     gaps += pace.gaps
     shortest = min(shortest, pace.shortest)
@@ -301,7 +314,7 @@ def next_pace(pace: Pace, now: float, gaps: int, shortest: float, span: float = 
         slower, needed = PACE_S, 2 * PACE_S
     else:
         slower = min(2 * pace.seconds, MAX_PACE_S)
-        needed = slower + overrun + 2 * SPAN_MARGIN_S
+        needed = max(slower + overrun + 2 * SPAN_MARGIN_S, SPAN_FLOOR * slower + SPAN_MARGIN_S)
     if gaps >= PACE_EVIDENCE and shortest >= needed and pace.seconds < MAX_PACE_S:
         return Pace(slower, now, overrun=overrun)
     return Pace(pace.seconds, now, overrun=overrun)
@@ -466,9 +479,8 @@ class SocketReads:
         (no watcher to remove and add back per wake-up), else go back to waking on readability."""
         self._tick_handle = None
         now = self._clock()
-        self.late.note(now, now - self._tick_due)
-        for listener in self._listeners:
-            listener.paced_read(now - self._tick_due)
+        late_by = now - self._tick_due
+        self.late.note(now, late_by)
         previous, self._read_at = self._read_at, now
         try:
             busy = self._read_ready() > 1
@@ -476,13 +488,18 @@ class SocketReads:
             self._watch()  # a bug in one protocol (raised to the loop's handler) must not stop the reads
             self._tell_paced(False)
             raise
+        end = self._clock()
         if busy and self.sockets:
-            end = self._clock()
             self.pace = next_pace(self.pace, end, *self.take_gaps(), end - previous)
-        if busy and self.sockets and self.pace.seconds != UNPACED:
+        paced = busy and self.sockets and self.pace.seconds != UNPACED
+        if paced:
             self._tick_soon()
         else:
             self._watch()
+        # Last, with the reads rescheduled: what waited behind this read waited as long as it took.
+        for listener in tuple(self._listeners):
+            listener.paced_read(max(late_by, end - now))
+        if not paced:
             self._tell_paced(False)
 
     def _tell_paced(self, on: bool) -> None:
@@ -497,13 +514,16 @@ class SocketReads:
         """Read every ready socket once; returns how many were ready."""
         now, offset = self.clocks()
         self._waited_s = 0.0
-        polled, self._polled = self._polled, now
-        ready = self._epoll.poll(0)
-        sockets, read = self.sockets, self.read
+        ready = self._epoll.poll(0, MAX_READY)
+        sockets, read, polled = self.sockets, self.read, self._polled
         for fd, _ in ready:
             stamped = sockets.get(fd)
             if stamped is not None:
                 read(stamped, now, offset, polled)
+        # Only a poll that read every ready socket says the others had nothing (not one a protocol's
+        # error stopped, nor one that took MAX_READY: ready sockets were left, their bytes older).
+        if len(ready) < MAX_READY:
+            self._polled = now
         return len(ready)
 
     def _waited(self) -> float:
@@ -576,7 +596,7 @@ class NativeSocketReads(SocketReads):
 
     def _epoll_set(self) -> Any:
         assert _native is not None and SO_TIMESTAMPNS is not None
-        return _native.Reads(SO_TIMESTAMPNS, READ_BYTES, GAP_FLOOR_S)
+        return _native.Reads(SO_TIMESTAMPNS, READ_BYTES, GAP_FLOOR_S, EARLY_STAMP_S)
 
     def _read_buffer(self) -> memoryview:
         return memoryview(b"")  # the C reads have their own
@@ -640,9 +660,9 @@ def listen_to_paced_reads(listener: PacedReadsListener) -> bool:
     return reads is not None and reads.paced
 
 
-def stop_listening(listener: PacedReadsListener) -> None:
-    """The end of ``listen_to_paced_reads``."""
-    listeners = _LISTENERS.get(asyncio.get_running_loop(), [])
+def stop_listening(listener: PacedReadsListener, loop: asyncio.AbstractEventLoop) -> None:
+    """The end of ``listen_to_paced_reads`` on ``loop``."""
+    listeners = _LISTENERS.get(loop, [])
     if listener in listeners:
         listeners.remove(listener)
 

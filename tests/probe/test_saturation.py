@@ -121,14 +121,19 @@ async def test_while_the_reads_are_paced_the_monitor_samples_their_timer_not_its
     mark = monitor.mark()
     monitor.paced(True)
     assert monitor._handle is None
-    monitor.paced_read(0.004)
     monitor.paced_read(-0.001)  # early (the timer's grain): no lag
+    monitor.paced_read(0.004)  # within the same interval: one sample, the largest
+    assert monitor.since(mark) == (0.004, 1.0)
+    await asyncio.sleep(0.006)
+    monitor.paced_read(0.001)  # an interval later: a sample of its own
     assert monitor.since(mark) == (0.004, 0.5)
     await asyncio.sleep(0.02)
     assert monitor.mark() == mark + 2  # nothing of its own meanwhile
+    monitor.paced_read(0.002)  # a mark starts a sample: the request's own
+    assert monitor.since(mark + 2) == (0.002, 0.0)
     monitor.paced(False)
     await asyncio.sleep(0.02)
-    assert monitor.mark() > mark + 2  # its timer again
+    assert monitor.mark() > mark + 3  # its timer again
     monitor.stop()
     monitor.paced(False)  # stopped: the reads going off their timer does not start it
     assert monitor._handle is None

@@ -30,12 +30,14 @@ from exporter.probe.socket_reads import (
     kernel_stamps_available,
     kernel_stamps_on,
     kernel_time,
+    listen_to_paced_reads,
     loop_reads,
     monotonic_stamp,
+    stop_listening,
 )
 from exporter.probe.stamped import StampedSocket
 from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
-from tests.probe.helpers import stamped_pair, wall_offset
+from tests.probe.helpers import RecordingProtocol, stamped_pair, wall_offset
 from tests.support.wait import wait_for
 
 pytestmark = [
@@ -154,6 +156,130 @@ async def test_an_impossibly_early_kernel_stamp_is_moved_to_the_poll_before_and_
     [(late_stamp, _)] = late_protocol.reads
     assert late_stamp < polled - 0.5  # kept as the kernel gave it: no poll saw its socket with nothing
     assert reads.early_stamps() == 1
+
+
+def shift_clocks(reads: SocketReads, now: float, by: float) -> None:
+    """Make ``reads`` poll at ``now`` and map every kernel stamp ``by`` seconds earlier."""
+    reads.clocks = lambda: (now, wall_offset() + by)  # type: ignore[method-assign]
+
+
+def arrived(*stamped: StampedSocket) -> None:
+    """Wait (not awaited: the loop must not read them itself) until each socket can be read."""
+    for sock in stamped:
+        assert select.select([sock.sock], [], [], 5)[0], "the bytes did not arrive"
+
+
+async def test_bytes_that_waited_behind_a_full_read_are_not_early(
+    both_reads: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that filled the buffer left bytes that came before it: their stamp is older than that
+    poll, rightly. And a read out of turn (``read_now``) judges its stamp by the last poll as well."""
+    monkeypatch.setattr(socket_reads, "READ_BYTES", 4096)
+    reads = loop_reads(time.perf_counter)
+    with stamped_pair(reads) as (stamped, server, protocol):
+        stamped.start()
+        time.sleep(0.002)
+        server.sendall(b"x" * 5000)
+        arrived(stamped)
+        time.sleep(0.02)  # the bytes are 20 ms older than the poll
+        shift_clocks(reads, time.perf_counter(), 0.0)
+        reads._read_ready()
+        shift_clocks(reads, time.perf_counter(), 0.0)
+        reads._read_ready()  # the rest, older than the poll before by 20 ms: not early
+        assert [len(data) for _, data in protocol.reads] == [4096, 904]
+        assert reads.early_stamps() == 0
+        server.sendall(b"y")
+        arrived(stamped)
+        shift_clocks(reads, time.perf_counter(), 1.0)
+        reads.read_now(stamped)  # drained before, and a second early: early
+        assert reads.early_stamps() == 1 == stamped.early_stamps()
+
+
+async def test_only_a_poll_that_read_every_ready_socket_says_the_others_had_nothing(
+    both_reads: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A protocol's error stops a poll with ready sockets unread: their bytes are older than it, and
+    the next poll must not call their stamps early (a reviewer made 5 of 6 so)."""
+    broken: list[bool] = []
+    record = RecordingProtocol.received
+
+    def received(self: RecordingProtocol, now: float, data: bytes) -> None:
+        if broken:
+            raise RuntimeError("a bug in a protocol")
+        record(self, now, data)
+
+    monkeypatch.setattr(RecordingProtocol, "received", received)  # before the C reads take it
+    reads = loop_reads(time.perf_counter)
+    with (
+        stamped_pair(reads) as (first, first_server, first_protocol),
+        stamped_pair(reads) as (
+            second,
+            second_server,
+            second_protocol,
+        ),
+    ):
+        first.start()
+        second.start()
+        time.sleep(0.002)
+        shift_clocks(reads, time.perf_counter(), 0.0)
+        reads._read_ready()  # nothing yet: a complete poll
+        first_server.sendall(b"x")
+        second_server.sendall(b"y")
+        arrived(first, second)
+        time.sleep(0.03)
+        broken.append(True)
+        shift_clocks(reads, time.perf_counter(), 0.0)
+        with pytest.raises(RuntimeError, match="a bug in a protocol"):
+            reads._read_ready()  # stopped at the first ready socket
+        broken.clear()
+        shift_clocks(reads, time.perf_counter(), 0.0)
+        reads._read_ready()
+    assert len(first_protocol.reads + second_protocol.reads) == 1  # the one the error left
+    assert reads.early_stamps() == 0
+
+
+class PaceListener:
+    """What a lag monitor is told by the reads (``listen_to_paced_reads``), recorded."""
+
+    def __init__(self) -> None:
+        self.told: list[bool | float] = []
+
+    def paced(self, on: bool) -> None:
+        self.told.append(on)
+
+    def paced_read(self, late_by: float) -> None:
+        self.told.append(late_by)
+
+
+async def test_listeners_are_told_when_the_reads_go_on_their_timer_and_off_it() -> None:
+    reads = loop_reads(time.perf_counter)
+    listener = PaceListener()
+    assert listen_to_paced_reads(listener) is False
+    try:
+        with stamped_pair(reads) as (one, one_server, _), stamped_pair(reads) as (two, two_server, _):
+            one.start()
+            two.start()
+            one_server.sendall(b"x")
+            two_server.sendall(b"y")
+            arrived(one, two)
+            reads._on_ready()  # two ready: on the timer
+            assert reads.paced and listener.told == [True]
+            assert listen_to_paced_reads(PaceListener()) is True
+            reads._tick_handle.cancel()  # type: ignore[union-attr]
+            reads._tick()  # nothing ready: back to readability
+            assert not reads.paced
+            assert (
+                len(listener.told) == 3 and isinstance(listener.told[1], float) and listener.told[2] is False
+            )
+            one_server.sendall(b"x")
+            two_server.sendall(b"y")
+            arrived(one, two)
+            reads._on_ready()
+            assert listener.told[-1] is True
+        await asyncio.sleep(0)  # the sockets' close, soon
+        assert listener.told[-1] is False  # the last socket closed: off the timer
+    finally:
+        stop_listening(listener, asyncio.get_running_loop())
 
 
 async def test_a_request_with_an_impossibly_early_stamp_is_flagged_and_its_gaps_doubted(
