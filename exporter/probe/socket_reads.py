@@ -35,7 +35,8 @@ twenty 3 ms streams started as forty 20 ms ones ended: 33 shared stamps in 1,947
 under 16 ms about once in 300, so at a hundred such streams the old rule fell back to 2 ms several
 times a second and read a third of the time at 2 ms and another at 4 ms; measured at 100 streams,
 interleaved, five runs each: 31.1 -> 29.3 us of CPU per chunk (with the lag monitor's timer folded
-into the reads', ``PacedReadsListener``), 2,050 -> 1,500 wake-ups. Streams faster than even
+into the reads', ``PacedReadsListener``), 2,050 -> 1,500 wake-ups; with the floor of 1.5 paces
+(``next_pace``), 28.8 -> 27.8 us and 1,880 -> 1,410. Streams faster than even
 the fastest pace separates (a gap under two of ``PACE_S``: 500 tokens a second and more, a small model
 or speculative decoding) are not paced at all: the pace drops to ``UNPACED`` and every wake-up of the
 loop reads what is ready, as it comes, until a window of gaps at least twice ``PACE_S`` long brings
