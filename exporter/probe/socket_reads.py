@@ -232,14 +232,14 @@ def kernel_time(ancillary: list[tuple[int, int, bytes]], realtime_offset: float)
     return None
 
 
-def monotonic_stamp(stamp: float | None, now: float, previous: float, readable_after: float = 0.0) -> float:
-    """A read's stamp: the kernel's (``stamp``) unless it has none, lies after ``now`` (the latest
-    reading of the monotonic clock: a step of the wall clock) or is impossibly early (``early_stamp``:
-    before ``readable_after``, when the set's last poll found nothing to read on the socket), then
-    ``now``; never before the ``previous`` read of the same socket. (A stamp after the wake-up's own
-    ``now`` is no step yet: the bytes may have come while the wake-up read the sockets before, so the
-    reader reads the clock again; so it does for a read without a stamp.)"""
-    chosen = now if stamp is None or stamp > now or early_stamp(stamp, readable_after) else stamp
+def monotonic_stamp(stamp: float | None, now: float, previous: float) -> float:
+    """A read's stamp: the kernel's (``stamp``) unless it has none (or one impossibly early, which the
+    reader drops: ``early_stamp``) or lies after ``now``, the latest reading of the monotonic clock (a
+    step of the wall clock), then ``now``; never before the ``previous`` read of the same socket. (A
+    stamp after the wake-up's own ``now`` is no step yet: the bytes may have come while the wake-up
+    read the sockets before, so the reader reads the clock again; so it does for a read without a
+    stamp.)"""
+    chosen = now if stamp is None or stamp > now else stamp
     return chosen if chosen >= previous else previous
 
 
@@ -284,13 +284,13 @@ def next_pace(pace: Pace, now: float, gaps: int, shortest: float, span: float = 
     reads of its socket, within one span; a gap the read saw lies within its span. So a gap shorter
     than this span (at least the pace) plus ``SPAN_MARGIN_S`` (what the next span may add), or than
     ``SPAN_FLOOR`` paces, brings the pace straight back to ``PACE_S``, and one under twice ``PACE_S``
-    to ``UNPACED`` (no pace separates it). Not a step down, nor to half that gap: a stream being read together shows gaps of about one
-    span, not its own, so each step would cost one more shared stamp. The pace slows a step (unpaced,
-    2 ms, 4 ms, up to ``MAX_PACE_S``) only after ``PACE_WINDOW_S`` in which at least ``PACE_EVIDENCE``
-    gaps were all at least as long as the spans of the slower pace will usually be (it plus the
-    ``overrun``) plus twice the margin, and ``SPAN_FLOOR`` slower paces plus the margin; from unpaced,
-    twice ``PACE_S``. No gaps seen, no slowing: the
-    reads without keep mode (in Python) stay at ``PACE_S``.
+    to ``UNPACED`` (no pace separates it). Not a step down, nor to half that gap: a stream being read
+    together shows gaps of about one span, not its own, so each step would cost one more shared stamp.
+    The pace slows a step (unpaced, 2 ms, 4 ms, up to ``MAX_PACE_S``) only after ``PACE_WINDOW_S`` in
+    which at least ``PACE_EVIDENCE`` gaps were all at least as long as the spans of the slower pace
+    will usually be (it plus the ``overrun``) plus twice the margin, and ``SPAN_FLOOR`` slower paces
+    plus the margin; from unpaced, twice ``PACE_S``. No gaps seen, no slowing: the reads without keep
+    mode (in Python) stay at ``PACE_S``.
 
     Why spans and not paces: a span is the pace plus the read's own time and the timer's lateness,
     which grow with the streams (at 300 streams a read of the sockets takes milliseconds), and what
@@ -393,7 +393,7 @@ class SocketReads:
         self._tick_due = 0.0  # when the paced read on the timer should come
         self._read_at = 0.0  # when the last read of the sockets (paced or woken) started
         self._polled = 0.0  # the monotonic now of the last poll of the set (0: none yet)
-        self._early = 0  # reads whose kernel stamp was impossibly early (``early_stamp``), moved later
+        self._early = 0  # reads whose kernel stamp was impossibly early (``early_stamp``): not used
         self._listeners = _LISTENERS.setdefault(loop, [])
         self._waited_s = 0.0  # see _waited
         self.late = LateReads()
@@ -557,10 +557,10 @@ class SocketReads:
         self.read(stamped, *self.clocks(), self._polled)
 
     def read(self, stamped: StampedSocket, now: float, offset: float, polled: float = 0.0) -> None:
-        """One ``recvmsg`` of ``stamped`` and its bytes to the protocol, stamped by the kernel (``now``
-        when it gave no stamp; never before ``polled``, the last poll of the set, when that poll saw it
-        and its last read took all there was); its end (a FIN or an error) to ``lose``. Nothing waiting:
-        nothing."""
+        """One ``recvmsg`` of ``stamped`` and its bytes to the protocol, stamped by the kernel (by the
+        clock when it gave no stamp, or one impossibly early: before ``polled``, the last complete poll
+        of the set, when that poll saw it and its last read took all there was); its end (a FIN or an
+        error) to ``lose``. Nothing waiting: nothing."""
         try:
             size, ancillary, _flags, _address = stamped.sock.recvmsg_into(self._buffers, _ANCILLARY_BYTES)
         except (BlockingIOError, InterruptedError):
@@ -580,7 +580,7 @@ class SocketReads:
         if stamp is None or stamp > now:
             now = self._clock()  # the bytes may have come while this wake-up was reading
         stamped.drained = size < len(self.buffer)
-        stamped.last_stamp = monotonic_stamp(stamp, now, stamped.last_stamp, readable_after)
+        stamped.last_stamp = monotonic_stamp(stamp, now, stamped.last_stamp)
         self._waited_s = max(self._waited_s, now - stamped.last_stamp)
         stamped.protocol.received(stamped.last_stamp, bytes(self.buffer[:size]))
 

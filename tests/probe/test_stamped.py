@@ -114,13 +114,10 @@ def test_a_reads_stamp_is_the_kernels_unless_missing_or_after_the_present_and_ne
     assert monotonic_stamp(3.0, now=6.0, previous=4.0) == 4.0  # before the socket's previous read
 
 
-def test_a_stamp_before_the_last_poll_that_found_nothing_on_its_socket_is_not_used() -> None:
-    assert monotonic_stamp(5.0, now=6.0, previous=4.0, readable_after=5.5) == 6.0  # early: the read's
-    assert monotonic_stamp(5.8, now=6.0, previous=4.0, readable_after=5.5) == 5.8
-    assert monotonic_stamp(5.4995, now=6.0, previous=4.0, readable_after=5.5) == 5.4995  # clocks' error
-    assert monotonic_stamp(None, now=6.0, previous=4.0, readable_after=5.5) == 6.0
+def test_a_stamp_before_the_last_poll_that_found_nothing_on_its_socket_is_early() -> None:
     assert early_stamp(5.0, readable_after=5.5)
-    assert not early_stamp(5.5 - EARLY_STAMP_S / 2, readable_after=5.5)  # the clocks' own error
+    assert early_stamp(5.5 - EARLY_STAMP_S * 1.01, readable_after=5.5)
+    assert not early_stamp(5.5 - EARLY_STAMP_S / 2, readable_after=5.5)  # a deferred softirq, say
     assert not early_stamp(None, readable_after=5.5) and not early_stamp(5.0, readable_after=0.0)
 
 
