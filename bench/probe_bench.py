@@ -1,7 +1,7 @@
 """Accuracy and CPU of the measuring client against ground truth, beside a plain aiohttp client.
 
 The server is ``bench/truth_server.py`` on the first CPU: scripted streams of 64 one-token chunks 20 ms
-apart (``--tokens``: another length), every chunk's write stamped on CLOCK_MONOTONIC and logged. Each
+apart (``--tokens``: another length; ``--gap-ms``: another gap), every chunk's write stamped on CLOCK_MONOTONIC and logged. Each
 client runs in a process of its own on the other CPU(s), in a closed loop (``streams`` users, each
 sending its next request when the last one ended, ``--requests`` each), and stamps every token it reads
 on the same clock. Per token, the
@@ -35,7 +35,7 @@ whose write stamps is unsure (the server was preempted between stamping a chunk 
 ``truth_server.py``) has no truth to judge by: it is left out of every figure and counted in the
 detector's line.
 
-Usage: ``python bench/probe_bench.py [--quick] [--loads 100,300] [--reps 3] [--requests 3] [--tokens 64]
+Usage: ``python bench/probe_bench.py [--quick] [--loads 100,300] [--reps 3] [--requests 3] [--tokens 64] [--gap-ms 20]
 [--synchronized]``. The default run takes about 5 minutes; ``--quick`` about one and a half.
 """
 
@@ -59,7 +59,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TOKENS = int(os.environ.get("PROBE_BENCH_TOKENS", "64"))  # set by --tokens, for the clients
-GAP_S = 0.020
+GAP_S = float(os.environ.get("PROBE_BENCH_GAP_MS", "20")) / 1e3  # set by --gap-ms, for the clients
 FIRST_TTFT_S = 1.0  # the first request of every user: all connections are up before tokens flow
 TTFT_S = 0.05
 OFF_MS = 5.0
@@ -491,6 +491,22 @@ def median_figures(runs: list[Run]) -> dict[str, float]:
     return {k: statistics.median(f[k] for f in figures) for k in figures[0]}
 
 
+def streams_for_clients(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[int, float]:
+    """The streams' tokens and gap (ms), checked and handed to the client processes (they inherit the
+    environment)."""
+    if args.synchronized:
+        os.environ["PROBE_BENCH_SYNCHRONIZED"] = "1"
+    tokens = TOKENS if args.tokens is None else args.tokens
+    if tokens < 2:
+        parser.error(f"--tokens must be at least 2 (one gap to judge), not {tokens}")
+    os.environ["PROBE_BENCH_TOKENS"] = str(tokens)
+    gap_ms = GAP_S * 1e3 if args.gap_ms is None else args.gap_ms
+    if not 2.0 <= gap_ms <= 1000.0:
+        parser.error(f"--gap-ms must be between 2 and 1000 ms, not {gap_ms:g}")
+    os.environ["PROBE_BENCH_GAP_MS"] = str(gap_ms)
+    return tokens, gap_ms
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one repetition, 2 requests per user")
@@ -502,6 +518,12 @@ def main() -> int:
         "--tokens",
         type=int,
         help=f"tokens per stream (default {TOKENS}); more spreads each request's own work over more chunks",
+    )
+    parser.add_argument(
+        "--gap-ms",
+        type=float,
+        help=f"the gap between a stream's chunks (default {GAP_S * 1e3:g} ms); 12-16 ms tests the paced "
+        "reads' slack at 60-80 tokens a second",
     )
     parser.add_argument(
         "--synchronized",
@@ -521,12 +543,7 @@ def main() -> int:
     requests = args.requests or (2 if args.quick else 3)
     loads = tuple(int(x) for x in args.loads.split(",")) if args.loads else LOADS
     clients = tuple(args.clients.split(","))
-    if args.synchronized:
-        os.environ["PROBE_BENCH_SYNCHRONIZED"] = "1"  # the client processes inherit it
-    tokens = TOKENS if args.tokens is None else args.tokens
-    if tokens < 2:
-        parser.error(f"--tokens must be at least 2 (one gap to judge), not {tokens}")
-    os.environ["PROBE_BENCH_TOKENS"] = str(tokens)  # the client processes inherit it too
+    tokens, gap_ms = streams_for_clients(parser, args)
     cpus = sorted(os.sched_getaffinity(0))
     server_cpu = cpus[0] if len(cpus) > 1 else None
     client_cpus = ",".join(str(c) for c in (cpus[1:] if len(cpus) > 1 else cpus))
@@ -534,7 +551,7 @@ def main() -> int:
     try:
         print(
             f"truth server at {url} on CPU {server_cpu}; clients on CPU(s) {client_cpus}; {tokens} tokens per "
-            f"request, {GAP_S * 1e3:.0f} ms gaps, closed loop ({'synchronized' if args.synchronized else 'steady state'}), "
+            f"request, {gap_ms:g} ms gaps, closed loop ({'synchronized' if args.synchronized else 'steady state'}), "
             f"{requests} requests per user, {reps} rep(s); "
             f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
         )
