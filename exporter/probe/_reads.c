@@ -53,7 +53,7 @@ typedef struct {
     double last_stamp;
     double added;  /* when it joined the set: a poll before saw nothing of it */
     int undrained; /* its last read filled the buffer: more may have waited */
-    Py_ssize_t early; /* its reads whose kernel stamp was impossibly early (Reads.early, per socket) */
+    Py_ssize_t early; /* its reads whose kernel stamp was impossibly early, stamped when read instead */
     /* keep mode (kept NULL: off) */
     PyObject *kept;
     PyObject *state;
@@ -78,7 +78,6 @@ typedef struct {
     double shortest_gap;
     double waited; /* the longest a read of the last read_ready() waited: its `now` minus its stamp */
     double polled; /* the `now` of the last read_ready(): its poll found the others with nothing */
-    Py_ssize_t early; /* reads whose kernel stamp was impossibly early, stamped when read instead */
 } Reads;
 
 /* Clearing moves the references out of the entry before releasing any: a release may run a finalizer
@@ -448,7 +447,6 @@ static void note_gap(Reads *self, double gap) {
     if (gap < self->shortest_gap) self->shortest_gap = gap;
 }
 
-
 /* What arrived on `fd` since its last read, once, to where it goes; -1 on a Python error. */
 static int read_into(Reads *self, int fd, double now, double offset, double polled, PyObject *received,
                      PyObject *lose) {
@@ -471,7 +469,6 @@ static int read_into(Reads *self, int fd, double now, double offset, double poll
     double readable_after = (!e->undrained && e->added < polled) ? polled : 0.0;
     if (found && stamp < readable_after - self->early_by) { /* impossibly early: not a stamp to use */
         found = 0;
-        self->early++;
         e->early++;
     }
     if (!found || stamp > now) now = monotonic_now(now);
@@ -541,8 +538,6 @@ static PyObject *Reads_waited(Reads *self, PyObject *Py_UNUSED(ignored)) {
     return PyFloat_FromDouble(self->waited);
 }
 
-static PyObject *Reads_early(Reads *self, PyObject *Py_UNUSED(ignored)) { return PyLong_FromSsize_t(self->early); }
-
 static PyObject *Reads_early_of(Reads *self, PyObject *arg) {
     int fd = fd_of(arg);
     if (fd == -2) return NULL;
@@ -579,8 +574,6 @@ static PyMethodDef Reads_methods[] = {
      "take_gaps() -> (count, shortest): the gaps of kept streams since the last call (see the module)."},
     {"waited", (PyCFunction)Reads_waited, METH_NOARGS,
      "waited() -> float: the longest a read of the last read_ready() waited (its now minus its stamp)."},
-    {"early", (PyCFunction)Reads_early, METH_NOARGS,
-     "early() -> int: reads so far whose kernel stamp was impossibly early (see the module)."},
     {"early_of", (PyCFunction)Reads_early_of, METH_O, "early_of(fd) -> int: those of fd's reads (0: unknown)."},
     {"fileno", (PyCFunction)Reads_fileno, METH_NOARGS, "The epoll set's file descriptor."},
     {"close", (PyCFunction)Reads_close, METH_NOARGS, "Forget every socket and close the epoll set."},

@@ -185,8 +185,7 @@ class LagMonitor:
         self._handle: asyncio.TimerHandle | None = None
         self._expected = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None  # while started
-        self._binned = False  # the last sample takes the paced reads' samples until _bin_ends
-        self._bin_ends = 0.0
+        self._bin_ends = 0.0  # the last sample takes the paced reads' samples until then
 
     def start(self) -> None:
         """Start sampling on the running loop."""
@@ -219,11 +218,11 @@ class LagMonitor:
         ``interval_s`` (the largest), as its own timer takes: the share of late samples means the same,
         and ``MAX_SAMPLES`` still holds 40 minutes."""
         now, lag = self._clock(), max(late_by, 0.0)
-        if self._binned and now < self._bin_ends:
+        if now < self._bin_ends:
             self._lags[-1] = max(self._lags[-1], lag)
             return
         self._record(lag, now)
-        self._binned, self._bin_ends = True, now + self.interval_s
+        self._bin_ends = now + self.interval_s
 
     def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
         self._expected = self._clock() + self.interval_s
@@ -245,7 +244,7 @@ class LagMonitor:
 
     def mark(self) -> int:
         """A position in the sample stream: pass it to ``since`` when the request ends."""
-        self._binned = False  # the paced reads' next sample is a new one: this request's
+        self._bin_ends = 0.0  # the paced reads' next sample is a new one: this request's
         return self._dropped + len(self._lags)
 
     def since(self, mark: int) -> tuple[float, float]:

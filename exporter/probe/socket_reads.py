@@ -393,7 +393,6 @@ class SocketReads:
         self._tick_due = 0.0  # when the paced read on the timer should come
         self._read_at = 0.0  # when the last read of the sockets (paced or woken) started
         self._polled = 0.0  # the monotonic now of the last poll of the set (0: none yet)
-        self._early = 0  # reads whose kernel stamp was impossibly early (``early_stamp``): not used
         self._listeners = _LISTENERS.setdefault(loop, [])
         self._waited_s = 0.0  # see _waited
         self.late = LateReads()
@@ -539,13 +538,9 @@ class SocketReads:
         """The gaps of kept streams since the last call: how many, and the shortest (none here)."""
         return 0, float("inf")
 
-    def early_stamps(self) -> int:
-        """How many reads so far had a kernel stamp impossibly early (``early_stamp``): each was stamped
-        when it was read instead."""
-        return self._early
-
     def early_of(self, stamped: StampedSocket) -> int:
-        """Those of ``stamped``'s reads."""
+        """How many of ``stamped``'s reads so far had a kernel stamp impossibly early (``early_stamp``):
+        each was stamped when it was read instead."""
         return stamped.early
 
     def unkeep(self, stamped: StampedSocket) -> None:
@@ -574,7 +569,6 @@ class SocketReads:
         stamp = kernel_time(ancillary, offset) if ancillary else None
         readable_after = polled if stamped.drained and stamped.added_at < polled else 0.0
         if early_stamp(stamp, readable_after):
-            self._early += 1
             stamped.early += 1
             stamp = None  # not a stamp to use: the read's own time stands for it
         if stamp is None or stamp > now:
@@ -629,9 +623,6 @@ class NativeSocketReads(SocketReads):
 
     def read_now(self, stamped: StampedSocket) -> None:
         self._reads.read(stamped.fileno, *self.clocks())
-
-    def early_stamps(self) -> int:
-        return int(self._reads.early())
 
     def early_of(self, stamped: StampedSocket) -> int:
         if self.sockets.get(stamped.fileno) is not stamped:  # removed (its count was taken then)

@@ -148,11 +148,11 @@ async def test_an_impossibly_early_kernel_stamp_is_moved_to_the_poll_before_and_
         reads.clocks = lambda: (now, wall_offset() + 1.0)  # type: ignore[method-assign]
         assert reads._read_ready() == 2
         after = time.perf_counter()
+        assert (stamped.early_stamps(), late.early_stamps()) == (1, 0)
     [(stamp, data)] = protocol.reads
     assert data == b"x" and now <= stamp <= after  # read again when it read (not the wake-up's now)
     [(late_stamp, _)] = late_protocol.reads
     assert late_stamp < polled - 0.5  # kept as the kernel gave it: no poll saw its socket with nothing
-    assert reads.early_stamps() == 1
 
 
 def shift_clocks(reads: SocketReads, now: float, by: float) -> None:
@@ -184,12 +184,12 @@ async def test_bytes_that_waited_behind_a_full_read_are_not_early(
         shift_clocks(reads, time.perf_counter(), 0.0)
         reads._read_ready()  # the rest, older than the poll before by 20 ms: not early
         assert [len(data) for _, data in protocol.reads] == [4096, 904]
-        assert reads.early_stamps() == 0
+        assert stamped.early_stamps() == 0
         server.sendall(b"y")
         arrived(stamped)
         shift_clocks(reads, time.perf_counter(), 1.0)
         reads.read_now(stamped)  # drained before, and a second early: early
-        assert reads.early_stamps() == 1 == stamped.early_stamps()
+        assert stamped.early_stamps() == 1
 
 
 async def test_only_a_poll_that_read_every_ready_socket_says_the_others_had_nothing(
@@ -231,8 +231,8 @@ async def test_only_a_poll_that_read_every_ready_socket_says_the_others_had_noth
         broken.clear()
         shift_clocks(reads, time.perf_counter(), 0.0)
         reads._read_ready()
+        assert first.early_stamps() == second.early_stamps() == 0
     assert len(first_protocol.reads + second_protocol.reads) == 1  # the one the error left
-    assert reads.early_stamps() == 0
 
 
 class PaceListener:
