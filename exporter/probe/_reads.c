@@ -23,7 +23,12 @@
  *     here: (stamp, event data) appended to the reader's list, the stamp written to the stream's
  *     `last_read`, and `due()` called once the list holds `due_at` reads. The parser is not told: it
  *     stays between two chunks, as it was. (The reader turns the mode on only when its SSE decoder
- *     will be clean before the next read, so such a read is one whole event.)
+ *     will be clean before the next read, so such a read is one whole event.) When the reader gave
+ *     a template (a list of two bytes, [prefix, suffix]: chunk_shapes.plain_template) and the event
+ *     data is the prefix, at least one byte of JSON string content with no quote, backslash or control
+ *     character, then the suffix, the item kept is (stamp, that content as str) instead: the text of
+ *     a plain chunk, with no JSON decoded for it. Content that is not UTF-8 is kept as data, for the
+ *     reader's decoder to judge. The reader may change the template's items between reads.
  *   - any other read goes to `received(stamp, bytes)`, as stamped.py would hand it, and ends keep mode
  *     (http.py turns it on again when the parser is between chunks once more); a closed socket or an
  *     error goes to `lose(None | OSError)`.
@@ -59,6 +64,7 @@ typedef struct {
     PyObject *state;
     PyObject *due;
     PyObject *markers; /* tuple of bytes */
+    PyObject *template; /* NULL, or a list that holds [prefix, suffix] while the reader has one */
     Py_ssize_t due_at;
     Py_ssize_t max_data;
 } Entry;
@@ -84,16 +90,19 @@ typedef struct {
  * that calls back into this object and moves the table, so `e` is not touched after the first. */
 static void entry_unkeep(Entry *e) {
     PyObject *kept = e->kept, *state = e->state, *due = e->due, *markers = e->markers;
-    e->kept = e->state = e->due = e->markers = NULL;
+    PyObject *template = e->template;
+    e->kept = e->state = e->due = e->markers = e->template = NULL;
     Py_XDECREF(kept);
     Py_XDECREF(state);
     Py_XDECREF(due);
     Py_XDECREF(markers);
+    Py_XDECREF(template);
 }
 
 static void entry_clear(Entry *e) {
     PyObject *received = e->received, *lose = e->lose;
     PyObject *kept = e->kept, *state = e->state, *due = e->due, *markers = e->markers;
+    PyObject *template = e->template;
     memset(e, 0, sizeof(*e));
     Py_XDECREF(received);
     Py_XDECREF(lose);
@@ -101,6 +110,7 @@ static void entry_clear(Entry *e) {
     Py_XDECREF(state);
     Py_XDECREF(due);
     Py_XDECREF(markers);
+    Py_XDECREF(template);
 }
 
 static int fd_of(PyObject *arg) {
@@ -174,6 +184,7 @@ static int Reads_traverse(Reads *self, visitproc visit, void *arg) {
         Py_VISIT(e->state);
         Py_VISIT(e->due);
         Py_VISIT(e->markers);
+        Py_VISIT(e->template);
     }
     return 0;
 }
@@ -267,10 +278,10 @@ static PyObject *Reads_remove(Reads *self, PyObject *arg) {
 
 static PyObject *Reads_keep(Reads *self, PyObject *args) {
     int fd;
-    PyObject *kept, *state, *due, *markers;
+    PyObject *kept, *state, *due, *markers, *template = NULL;
     Py_ssize_t due_at, max_data;
-    if (!PyArg_ParseTuple(args, "iO!OOO!nn", &fd, &PyList_Type, &kept, &state, &due, &PyTuple_Type, &markers,
-                          &due_at, &max_data)) {
+    if (!PyArg_ParseTuple(args, "iO!OOO!nn|O!", &fd, &PyList_Type, &kept, &state, &due, &PyTuple_Type, &markers,
+                          &due_at, &max_data, &PyList_Type, &template)) {
         return NULL;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(markers); i++) {
@@ -288,10 +299,12 @@ static PyObject *Reads_keep(Reads *self, PyObject *args) {
     Py_INCREF(state);
     Py_INCREF(due);
     Py_INCREF(markers);
+    Py_XINCREF(template);
     e->kept = kept;
     e->state = state;
     e->due = due;
     e->markers = markers;
+    e->template = template;
     e->due_at = due_at;
     e->max_data = max_data;
     entry_unkeep(&old); /* last: releasing may run Python code */
@@ -369,9 +382,37 @@ static int lone_event(const char *data, Py_ssize_t size) {
 /* What keep mode needs of an entry, held with references: an allocation may run a finalizer that
  * calls back into this object, so nothing of the entry is read after the first one. */
 typedef struct {
-    PyObject *kept, *state, *due;
+    PyObject *kept, *state, *due, *template;
     Py_ssize_t due_at;
 } Keeping;
+
+/* The text of event data `payload` when it is the template's with only its text changed: the prefix,
+ * at least one byte of JSON string content without a quote, a backslash or a control character, and
+ * the suffix (chunk_shapes.plain_template vouches that any such content is the text of a plain chunk).
+ * Sets *text to a new str, or to NULL when the payload does not fit or its content is not UTF-8 (the
+ * reader's decoder judges it then); -1 on any other Python error. */
+static int template_text(PyObject *template, const char *payload, Py_ssize_t size, PyObject **text) {
+    *text = NULL;
+    if (template == NULL || PyList_GET_SIZE(template) != 2) return 0;
+    PyObject *prefix = PyList_GET_ITEM(template, 0), *suffix = PyList_GET_ITEM(template, 1);
+    if (!PyBytes_Check(prefix) || !PyBytes_Check(suffix)) return 0;
+    Py_ssize_t head = PyBytes_GET_SIZE(prefix), tail = PyBytes_GET_SIZE(suffix);
+    if (size <= head + tail || memcmp(payload, PyBytes_AS_STRING(prefix), (size_t)head) != 0 ||
+        memcmp(payload + size - tail, PyBytes_AS_STRING(suffix), (size_t)tail) != 0) {
+        return 0;
+    }
+    const unsigned char *content = (const unsigned char *)payload + head;
+    Py_ssize_t length = size - head - tail;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        if (content[i] < 0x20 || content[i] == '"' || content[i] == '\\') return 0;
+    }
+    *text = PyUnicode_DecodeUTF8((const char *)content, length, NULL);
+    if (*text == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return -1;
+        PyErr_Clear();
+    }
+    return 0;
+}
 
 /* Keep a read in keep mode: 1 kept, 0 not this read's shape, -1 a Python error. */
 static int keep_read(Reads *self, const Entry *e, Py_ssize_t size, double stamp) {
@@ -381,13 +422,17 @@ static int keep_read(Reads *self, const Entry *e, Py_ssize_t size, double stamp)
         holds_marker(e->markers, data, data_size)) {
         return 0;
     }
-    Keeping k = {e->kept, e->state, e->due, e->due_at};
+    Keeping k = {e->kept, e->state, e->due, e->template, e->due_at};
     Py_INCREF(k.kept);
     Py_INCREF(k.state);
     Py_INCREF(k.due);
+    Py_XINCREF(k.template);
     int status = -1;
     PyObject *stamp_obj = PyFloat_FromDouble(stamp);
-    PyObject *bytes = PyBytes_FromStringAndSize(data + 6, data_size - 8); /* the event's data */
+    PyObject *bytes = NULL; /* the event's data, or the text the template read in it */
+    if (template_text(k.template, data + 6, data_size - 8, &bytes) == 0 && bytes == NULL) {
+        bytes = PyBytes_FromStringAndSize(data + 6, data_size - 8);
+    }
     PyObject *item = stamp_obj == NULL || bytes == NULL ? NULL : PyTuple_Pack(2, stamp_obj, bytes);
     if (item != NULL && PyList_Append(k.kept, item) == 0 &&
         PyObject_SetAttr(k.state, self->last_read_name, stamp_obj) == 0) {
@@ -404,6 +449,7 @@ static int keep_read(Reads *self, const Entry *e, Py_ssize_t size, double stamp)
     Py_DECREF(k.kept);
     Py_DECREF(k.state);
     Py_DECREF(k.due);
+    Py_XDECREF(k.template);
     return status;
 }
 
@@ -564,7 +610,7 @@ static PyMethodDef Reads_methods[] = {
     {"add", (PyCFunction)Reads_add, METH_VARARGS, "add(fd, received, lose): read fd from now on."},
     {"remove", (PyCFunction)Reads_remove, METH_O, "remove(fd): stop reading fd (no error if unknown)."},
     {"keep", (PyCFunction)Reads_keep, METH_VARARGS,
-     "keep(fd, kept, state, due, markers, due_at, max_data): keep whole-chunk reads (see the module)."},
+     "keep(fd, kept, state, due, markers, due_at, max_data, template=None): keep whole-chunk reads (see the module)."},
     {"unkeep", (PyCFunction)Reads_unkeep, METH_O, "unkeep(fd): hand every read of fd to received again."},
     {"keeping", (PyCFunction)Reads_keeping, METH_O, "keeping(fd): whether fd is in keep mode."},
     {"read_ready", (PyCFunction)Reads_read_ready, METH_VARARGS,

@@ -16,10 +16,20 @@ A *plain* chunk, content text and nothing else that ``read_chunk`` looks at (no 
 finish reason, reasoning or tool call), comes back as that text alone, a ``str``: it is what nearly
 every token of a stream is, and ``StreamState.on_payload`` accounts for it without building a ``Chunk``
 (the replay of a 64-token stream spends ~1 us less per token than through a ``Chunk``).
+
+A stream's plain chunks differ in their text alone (vLLM, SGLang and OpenAI repeat the id, the time
+and the model in every chunk), so one decoded chunk is a *template* for the rest (``plain_template``):
+the bytes before its text's string and after it. Any event data that is that prefix, JSON string
+content with nothing escaped, and that suffix is a plain chunk whose text is that content, since only
+the string's content changed, and the template was shown to read a content of its own as the text.
+The C reads keep such events as their text (``socket_reads.KeepMode``), and their tokens cost no JSON
+decoding at all. Anything else (an escaped character, a field that changed: llama.cpp's ``created``,
+each second) is decoded here as before.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -220,3 +230,38 @@ PLAIN_BATCH_READERS: dict[str, Callable[[Sequence[bytes]], list[str]]] = {
     "/v1/completions": _plain_texts(msgspec.json.Decoder(_CompletionChunk).decode_lines, _plain_completion),
     "/v1/chat/completions": _plain_texts(msgspec.json.Decoder(_ChatChunk).decode_lines, _plain_chat),
 }
+
+
+# What JSON must escape in a string (a quote, a backslash, a control character): a text holding any of
+# them is not found as itself in a chunk, and content holding one is not a template's text.
+_ESCAPED = re.compile(r'["\\\x00-\x1f]')
+_TEMPLATE_CHECK = "fluidity template check"  # a text put in a template's slot, to see it read back
+
+
+def plain_template(path: str, data: bytes, text: str) -> tuple[bytes, bytes] | None:
+    """The template of the plain chunks like ``data`` (the event data of a plain chunk whose text is
+    ``text``, on the API at ``path``): the bytes before and after the content of its text's string,
+    or None when there is none (the text must be escaped, or is not found as the text).
+
+    Each place where the text stands as a string is tried: the one whose content, replaced, is read
+    back (``FAST_READERS``) as the plain chunk's new text is the text's (an id or a model name can
+    equal the text). Any other content with nothing escaped is then read the same way: the JSON around
+    it is the same, token for token."""
+    read = FAST_READERS.get(path)
+    if read is None or not text or _ESCAPED.search(text):
+        return None
+    try:
+        quoted = b'"' + text.encode("utf-8") + b'"'
+    except UnicodeEncodeError:  # a lone surrogate, which only a \u escape can have written
+        return None
+    start = data.find(quoted)
+    while start >= 0:
+        prefix, suffix = data[: start + 1], data[start + len(quoted) - 1 :]
+        try:
+            check = read((prefix + _TEMPLATE_CHECK.encode() + suffix).decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+        if check == _TEMPLATE_CHECK:
+            return prefix, suffix
+        start = data.find(quoted, start + 1)
+    return None

@@ -67,6 +67,7 @@ CPU share is recorded but not part of the rule: a busy core that still wakes on 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections.abc import Callable
 
@@ -172,7 +173,15 @@ class LagMonitor:
     20 ms; and while the loop's kernel-stamped reads are paced (``socket_reads.py``), it has no timer
     of its own but takes its samples from theirs, due every 2-8 ms, which wakes the process anyway
     (measured at 100 streams of 20 ms gaps, with the pace's rule of the same change: 1,880 -> 1,410
-    wake-ups in a run of 38,400 chunks)."""
+    wake-ups in a run of 38,400 chunks).
+
+    What a request asks at its end (``since``, ``cpu_share_since``) is kept as it goes, so the answer
+    costs the same however many samples the request saw (at 100 streams a request's start begins a
+    sample at most paced reads, ~100 in a second-long request, and scanning them was ~2% of the client's
+    CPU): a count of the late samples up to each one, and the running maxima from the end (as in
+    ``socket_reads.LateReads``). The process's CPU clock, a system call, is read at most once an
+    interval; a sample sooner takes the last reading, with that reading's time, so the share is exact
+    over a span whose ends are at most an interval from the request's first and last samples."""
 
     def __init__(
         self, interval_s: float = SAMPLE_INTERVAL_S, clock: Callable[[], float] = time.perf_counter
@@ -180,7 +189,12 @@ class LagMonitor:
         self.interval_s = interval_s
         self._clock = clock
         self._lags: list[float] = []
-        self._ticks: list[tuple[float, float]] = []  # (wall clock, process CPU time) at each sample
+        self._late: list[int] = []  # how many samples were late up to each one, this one included
+        self._late_dropped = 0  # and up to the last sample discarded
+        self._peak_at: list[int] = []  # the running maxima from the end: positions, increasing,
+        self._peak_lag: list[float] = []  # and their lags, decreasing
+        self._ticks: list[tuple[float, float]] = []  # (wall clock, process CPU time) read at or before each
+        self._cpu: tuple[float, float] = (-float("inf"), 0.0)  # the last reading
         self._dropped = 0  # samples discarded from the front, so marks stay valid
         self._handle: asyncio.TimerHandle | None = None
         self._expected = 0.0
@@ -219,7 +233,11 @@ class LagMonitor:
         and ``MAX_SAMPLES`` still holds 40 minutes."""
         now, lag = self._clock(), max(late_by, 0.0)
         if now < self._bin_ends:
-            self._lags[-1] = max(self._lags[-1], lag)
+            if lag > self._lags[-1]:
+                if lag > LAG_LIMIT_S >= self._lags[-1]:
+                    self._late[-1] += 1
+                self._lags[-1] = lag
+                self._peak(self._dropped + len(self._lags) - 1, lag)
             return
         self._record(lag, now)
         self._bin_ends = now + self.interval_s
@@ -233,14 +251,32 @@ class LagMonitor:
         self._record(max(now - self._expected, 0.0), now)
         self._arm(loop)
 
-    def _record(self, lag: float, now: float = 0.0) -> None:
+    def _record(self, lag: float, now: float) -> None:
+        if now - self._cpu[0] >= self.interval_s or now < self._cpu[0]:
+            self._cpu = (now, time.process_time())
+        self._late.append((self._late[-1] if self._late else 0) + (lag > LAG_LIMIT_S))
         self._lags.append(lag)
-        self._ticks.append((now, time.process_time()))
+        self._ticks.append(self._cpu)
+        self._peak(self._dropped + len(self._lags) - 1, lag)
         if len(self._lags) > MAX_SAMPLES:
             half = len(self._lags) // 2
+            self._late_dropped = self._late[half - 1]
             del self._lags[:half]
+            del self._late[:half]
             del self._ticks[:half]
             self._dropped += half
+            kept = bisect.bisect_left(self._peak_at, self._dropped)
+            del self._peak_at[:kept]
+            del self._peak_lag[:kept]
+
+    def _peak(self, position: int, lag: float) -> None:
+        """The sample at ``position`` (the last) is now ``lag``: the maxima it is no smaller than go."""
+        at, lags = self._peak_at, self._peak_lag
+        while lags and lags[-1] <= lag:
+            at.pop()
+            lags.pop()
+        at.append(position)
+        lags.append(lag)
 
     def mark(self) -> int:
         """A position in the sample stream: pass it to ``since`` when the request ends."""
@@ -250,16 +286,19 @@ class LagMonitor:
     def since(self, mark: int) -> tuple[float, float]:
         """The largest lag sampled since ``mark`` and the share of samples later than ``LAG_LIMIT_S``
         (0.0, 0.0 when none)."""
-        samples = self._lags[max(mark - self._dropped, 0) :]
-        if not samples:
+        first = max(mark - self._dropped, 0)
+        count = len(self._lags) - first
+        if count <= 0:
             return 0.0, 0.0
-        return max(samples), sum(map(LAG_LIMIT_S.__lt__, samples)) / len(samples)
+        late = self._late[-1] - (self._late[first - 1] if first else self._late_dropped)
+        worst = self._peak_lag[bisect.bisect_left(self._peak_at, self._dropped + first)]
+        return worst, late / count
 
     def cpu_share_since(self, mark: int) -> float | None:
         """The process's CPU time over wall time between the first and the last sample since ``mark``
         (None with fewer than two samples: too short a span to say)."""
-        ticks = self._ticks[max(mark - self._dropped, 0) :]
-        if len(ticks) < 2:
+        first = max(mark - self._dropped, 0)
+        if len(self._ticks) - first < 2:
             return None
-        (wall0, cpu0), (wall1, cpu1) = ticks[0], ticks[-1]
+        (wall0, cpu0), (wall1, cpu1) = self._ticks[first], self._ticks[-1]
         return min((cpu1 - cpu0) / (wall1 - wall0), 1.0) if wall1 > wall0 else None

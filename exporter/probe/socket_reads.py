@@ -71,8 +71,9 @@ does the same reading in C: the epoll set, ``recvmsg``, the stamp's arithmetic (
 ``kernel_time`` and ``monotonic_stamp``) and the hand-over to the protocol, with no Python frame per
 read. It adds *keep mode*: once ``http.py`` knows its parser sits between two chunks of a chunked body
 and the reader keeps reads for later decoding, a read that is exactly one whole HTTP chunk holding one
-lone SSE event goes straight to the reader's list as (stamp, the event's data) (``KeepMode``); any
-other read ends the mode and takes the usual way. Nearly every token of a stream is such a read, so
+lone SSE event goes straight to the reader's list as (stamp, the event's data) (``KeepMode``), or, when
+it differs from the stream's template in its text alone, as (stamp, that text), with no JSON decoded
+(``chunk_shapes.plain_template``); any other read ends the mode and takes the usual way. Nearly every token of a stream is such a read, so
 the client's Python runs per batch of tokens, not per token (measured: the client's CPU per chunk at
 100 streams fell from ~0.5x to ~0.35-0.45x a plain aiohttp client's; ``bench/probe_bench.py``).
 """
@@ -90,7 +91,7 @@ import struct
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 from weakref import WeakKeyDictionary
@@ -326,14 +327,19 @@ class KeepMode:
     """Where a socket in keep mode puts the reads it takes (``NativeSocketReads.keep``): a read that is
     one whole HTTP chunk holding one lone SSE event (``data: ...`` and a blank line, at most
     ``max_data`` bytes) and none of ``markers`` goes to ``kept`` as (stamp, the event's data), its
-    stamp to ``state.last_read``, and ``due()`` is called once ``kept`` holds ``due_at`` reads."""
+    stamp to ``state.last_read``, and ``due()`` is called once ``kept`` holds ``due_at`` reads. While
+    ``template`` holds [prefix, suffix] (``chunk_shapes.plain_template``), an event's data that is the
+    prefix, JSON string content with nothing escaped, and the suffix is kept as (stamp, that content as
+    ``str``): a plain chunk's text, read with no JSON decoded. The reader may change the template
+    while the mode lasts (the list is shared, like ``kept``)."""
 
-    kept: list[Any]  # of (stamp, data) tuples, with whatever the reader keeps itself
+    kept: list[Any]  # of (stamp, data) and (stamp, text) tuples, with whatever the reader keeps itself
     state: Any  # anything with a float attribute ``last_read`` (``StreamState``)
     due: Callable[[], None]
     markers: tuple[bytes, ...]
     due_at: int
     max_data: int
+    template: list[bytes] = field(default_factory=list)  # [prefix, suffix], or empty: none
 
 
 class LateReads:
@@ -480,7 +486,8 @@ class SocketReads:
         self._tick_handle = None
         now = self._clock()
         late_by = now - self._tick_due
-        self.late.note(now, late_by)
+        if late_by > LATE_READ_S:  # (note's own test, here: a call per read saved, nearly every read)
+            self.late.note(now, late_by)
         previous, self._read_at = self._read_at, now
         try:
             busy = self._read_ready() > 1
@@ -604,7 +611,14 @@ class NativeSocketReads(SocketReads):
 
     def keep(self, stamped: StampedSocket, mode: KeepMode) -> bool:
         self._reads.keep(
-            stamped.fileno, mode.kept, mode.state, mode.due, mode.markers, mode.due_at, mode.max_data
+            stamped.fileno,
+            mode.kept,
+            mode.state,
+            mode.due,
+            mode.markers,
+            mode.due_at,
+            mode.max_data,
+            mode.template,
         )
         return True
 

@@ -142,16 +142,20 @@ class StreamState:
             return 0
         stamps, payloads = zip(*run, strict=True)
         texts = self.batch_read(payloads)
-        count = len(texts)
-        if count:
-            result = self.result
-            result.token_times.extend(stamps[:count])
-            result.token_counts.extend(self.counter.count_texts(texts))
-            if self.text is not None:
-                self.text.extend(texts)
-            self.has_token = True
-            self.token_reads += count
-        return count
+        if texts:
+            self.on_texts(stamps[: len(texts)], texts)
+        return len(texts)
+
+    def on_texts(self, stamps: Sequence[float], texts: Sequence[str]) -> None:
+        """Reads that were each one plain chunk, stamped ``stamps``, their texts ``texts`` (read by a
+        template in keep mode: ``socket_reads.KeepMode``), accounted as ``on_payload`` would each."""
+        result = self.result
+        result.token_times.extend(stamps)
+        result.token_counts.extend(self.counter.count_texts(texts))
+        if self.text is not None:
+            self.text.extend(texts)
+        self.has_token = True
+        self.token_reads += len(texts)
 
     def on_payload(self, now: float, payload: bytes) -> bool | None:
         """A read that was exactly one ``data:`` event, ``payload`` its undecoded data: accounted as

@@ -49,7 +49,7 @@ Without a reported U nothing is reconciled, and with ``CHUNKS`` the count is a l
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from exporter.probe.openai import Chunk
@@ -159,7 +159,7 @@ class TokenCounter:
         self._base += tokens
         return tokens
 
-    def count_texts(self, texts: list[str]) -> list[int]:
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
         """``count_text`` of each of ``texts``, in order."""
         source = self.source
         if source is None:

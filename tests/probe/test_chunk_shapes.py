@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.probe.chunk_shapes import FAST_READERS, chat_chunk, completion_chunk
+from exporter.probe.chunk_shapes import FAST_READERS, chat_chunk, completion_chunk, plain_template
 from exporter.probe.openai import FORMATS, Chunk, read_chunk
 from exporter.probe.result import ProbeResult
 from exporter.probe.sse import SseEvent
@@ -280,3 +280,75 @@ def test_a_run_the_batch_cannot_read_is_left_whole_to_the_one_by_one_path(payloa
     state = StreamState(ProbeResult(api="completions", max_tokens=8), FORMATS["completions"], TokenCounter())  # type: ignore[arg-type]
     assert state.on_payloads([(float(i), p) for i, p in enumerate(payloads)]) == 0
     assert state.result.token_times == []
+
+
+# -- templates (plain_template): the chunks that differ from a stream's first in their text alone ------
+
+
+PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
+NOT_ESCAPED = st.text(  # what JSON writes as it is (no surrogates: UTF-8 has none)
+    st.characters(blacklist_characters='"\\', blacklist_categories=("Cs",), min_codepoint=0x20),
+    min_size=1,
+    max_size=12,
+)
+
+
+def vllm_chunk(api: str, text: str, *, ensure_ascii: bool = False, **fields: Any) -> bytes:
+    """A plain chunk as vLLM writes it (id, time and model repeated in every chunk), as event data."""
+    choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": None}
+    choice |= {"text": text, "stop_reason": None} if api == "completions" else {"delta": {"content": text}}
+    chunk = {
+        "id": "cmpl-7f3a",
+        "object": "x",
+        "created": 1700000000,
+        "model": "m",
+        "choices": [choice],
+    } | fields
+    return json.dumps(chunk, ensure_ascii=ensure_ascii).encode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(api=st.sampled_from(sorted(FAST)), first=NOT_ESCAPED, other=NOT_ESCAPED)
+def test_a_templates_slot_reads_any_text_with_nothing_escaped_as_its_own(
+    api: str, first: str, other: str
+) -> None:
+    template = plain_template(PATHS[api], vllm_chunk(api, first), first)
+    assert template is not None, "a plain chunk whose text JSON does not escape always has one"
+    prefix, suffix = template
+    data = (prefix + other.encode() + suffix).decode()
+    assert data == vllm_chunk(api, other).decode()  # the chunk the server writes for that text
+    assert FAST[api](data) == other and general(api, data) == Chunk(other)  # plain, on both paths
+
+
+@pytest.mark.parametrize("api", sorted(FAST))
+def test_the_template_is_the_texts_slot_even_where_another_field_holds_the_same_string(api: str) -> None:
+    data = vllm_chunk(api, "m", id="m")  # the id and the model are the text too
+    template = plain_template(PATHS[api], data, "m")
+    assert template is not None
+    prefix, suffix = template
+    assert FAST[api]((prefix + b"other" + suffix).decode()) == "other"
+    assert b'"id": "m"' in prefix and b'"model": "m"' in prefix  # both stay as they were
+
+
+@pytest.mark.parametrize("api", sorted(FAST))
+@pytest.mark.parametrize(
+    ("text", "ensure_ascii"),
+    [
+        pytest.param('say "hi"', False, id="a quote"),
+        pytest.param("a\nb", False, id="a line break"),
+        pytest.param("back\\slash", False, id="a backslash"),
+        pytest.param("w\u00f6rld", True, id="non-ASCII written as \\u escapes"),
+        pytest.param("", False, id="no text"),
+        pytest.param("\ud800", True, id="a lone surrogate"),
+    ],
+)
+def test_no_template_where_the_text_is_escaped_or_empty(api: str, text: str, ensure_ascii: bool) -> None:
+    assert plain_template(PATHS[api], vllm_chunk(api, text, ensure_ascii=ensure_ascii), text) is None
+
+
+@pytest.mark.parametrize("api", sorted(FAST))
+def test_no_template_from_a_chunk_that_says_more_than_its_text(api: str) -> None:
+    with_usage = vllm_chunk(api, " a", usage={"completion_tokens": 3})
+    assert plain_template(PATHS[api], with_usage, " a") is None  # the check text would not come back plain
+    assert plain_template("/v1/responses", vllm_chunk(api, " a"), " a") is None  # no fast reader there
+    assert plain_template(PATHS[api], vllm_chunk(api, " a"), " b") is None  # not its text

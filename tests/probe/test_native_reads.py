@@ -200,6 +200,69 @@ def test_keep_mode_hands_any_other_read_to_the_protocol_and_ends(pair: Pair, rea
     assert not keeping(pair)  # http.py turns it on again once the parser is between chunks
 
 
+TEMPLATE = [b'{"id": "c1", "choices": [{"text": "', b'", "finish_reason": null}]}']
+
+
+def keep_templated(pair: Pair, kept: list[object], template: list[bytes]) -> None:
+    pair.reads.keep(pair.fd, kept, pair.sink, pair.sink.due, MARKERS, 100, 1000, template)
+
+
+def templated(content: bytes) -> bytes:
+    return TEMPLATE[0] + content + TEMPLATE[1]
+
+
+def test_a_chunk_that_differs_from_the_template_in_its_text_alone_is_kept_as_that_text(pair: Pair) -> None:
+    kept: list[object] = []
+    keep_templated(pair, kept, TEMPLATE)
+    for content in (b" Hello", b" w\xc3\xb6rld", b"\x7f"):
+        pair.send(event(templated(content)))
+        pair.read()
+    assert [text for _, text in kept] == [" Hello", " w\u00f6rld", "\x7f"]  # type: ignore[misc]
+    assert pair.sink.last_read == kept[-1][0]  # type: ignore[index]
+    assert pair.sink.received == [] and keeping(pair)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(templated(b'say \\"hi\\"'), id="an escaped quote"),
+        pytest.param(templated(b"a\\nb"), id="an escape"),
+        pytest.param(templated(b"tab\tin it"), id="a control character"),
+        pytest.param(templated(b""), id="no text"),
+        pytest.param(templated(b"\xff\xfe"), id="not UTF-8"),
+        pytest.param(templated(b' a", "text": "b'), id="a quote: another field"),
+        pytest.param(b'{"id": "c2", "choices": [{"text": " a", "finish_reason": null}]}', id="another id"),
+        pytest.param(TEMPLATE[0] + b" a", id="no suffix"),
+    ],
+)
+def test_any_other_event_data_is_kept_as_it_came(pair: Pair, data: bytes) -> None:
+    """Left to the reader's decoder, which judges it as it judges every chunk."""
+    kept: list[object] = []
+    keep_templated(pair, kept, TEMPLATE)
+    pair.send(event(data))
+    pair.read()
+    assert kept == [(kept[0][0], data)]  # type: ignore[index]
+    assert keeping(pair)
+
+
+def test_the_reader_may_change_the_template_between_reads(pair: Pair) -> None:
+    kept: list[object] = []
+    template: list[bytes] = []  # none yet: data
+    keep_templated(pair, kept, template)
+    pair.send(event(templated(b" a")))
+    pair.read()
+    template[:] = TEMPLATE  # the reader found one
+    pair.send(event(templated(b" b")))
+    pair.read()
+    template[:] = [b"not", b"bytes"][:1]  # not a pair: none
+    pair.send(event(templated(b" c")))
+    pair.read()
+    template[:] = ["prefix", "suffix"]  # type: ignore[list-item]  # not bytes: none
+    pair.send(event(templated(b" d")))
+    pair.read()
+    assert [item for _, item in kept] == [templated(b" a"), " b", templated(b" c"), templated(b" d")]  # type: ignore[misc]
+
+
 def test_unkeep_and_remove_end_keep_mode_and_a_removed_socket_is_not_read(pair: Pair) -> None:
     kept: list[object] = []
     keep(pair, kept)

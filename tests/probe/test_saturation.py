@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 
 import pytest
 
+from exporter.probe import saturation
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
 from exporter.probe.saturation import (
@@ -111,6 +113,34 @@ async def test_monitor_sees_a_blocked_loop() -> None:
     assert worst >= 0.02 and share > 0
     assert monitor.since(monitor.mark()) == (0.0, 0.0)
     assert LAG_LIMIT_S < 0.02
+
+
+@pytest.mark.parametrize("max_samples", [1_000_000, 40])
+def test_what_a_request_asks_at_its_end_is_what_its_samples_say(
+    monkeypatch: pytest.MonkeyPatch, max_samples: int
+) -> None:
+    """``since`` keeps its answer as samples come (a late count up to each, the running maxima), and
+    it must be the answer a scan of the request's samples gives: after samples, a paced interval's
+    later and larger reads, marks, and the oldest half dropped at ``MAX_SAMPLES``."""
+    monkeypatch.setattr(saturation, "MAX_SAMPLES", max_samples)
+    rng = random.Random(7)
+    now = [0.0]
+    monitor = LagMonitor(interval_s=0.02, clock=lambda: now[0])
+    marks: list[int] = []
+    for _ in range(3000):
+        now[0] += rng.choice([0.002, 0.008, 0.025])  # often within one interval: the sample grows
+        monitor.paced_read(rng.choice([0.0, 0.001, 0.002, 0.004, 0.01, 0.05]) * rng.random())
+        if rng.random() < 0.1:
+            marks.append(monitor.mark())
+        for mark in marks[-5:]:
+            samples = monitor._lags[max(mark - monitor._dropped, 0) :]
+            scanned = (
+                (max(samples), sum(lag > LAG_LIMIT_S for lag in samples) / len(samples))
+                if samples
+                else (0.0, 0.0)
+            )
+            assert monitor.since(mark) == pytest.approx(scanned), mark
+    assert monitor._dropped > 0 or max_samples > 3000
 
 
 async def test_while_the_reads_are_paced_the_monitor_samples_their_timer_not_its_own() -> None:
