@@ -52,7 +52,8 @@ def snapshot(revision: str | None, into: Path) -> Path:
             ["git", "-C", str(ROOT), "archive", revision, "exporter"], check=True, capture_output=True
         ).stdout
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(into, filter="data")
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python 3.11.4 on
+            tar.extractall(into, **safe)  # type: ignore[arg-type]
     build_reads(into / "exporter" / "probe" / "_reads.c")
     return into
 
@@ -80,9 +81,9 @@ def client_env(tree: Path) -> dict[str, str]:
 
 
 def pair(
-    url: str, envs: dict[str, dict[str, str]], order: list[str], streams: int, requests: int
+    url: str, envs: dict[str, dict[str, str]], order: list[str], streams: int, requests: int, cpu: int
 ) -> dict[str, float]:
-    """One run of both clients at once; CPU us per chunk of each."""
+    """One run of both clients at once, both on ``cpu``; CPU us per chunk of each."""
     fetch_log(url)  # clear the server's log
     with tempfile.TemporaryDirectory() as scratch:
         outs = {side: Path(scratch) / f"{side}.json" for side in order}
@@ -97,7 +98,7 @@ def pair(
                 "--out",
                 str(outs[side]),
                 "--cpus",
-                "1",
+                str(cpu),
             ]
             launched.append(subprocess.Popen(command, env=envs[side]))
         for process in launched:
@@ -118,7 +119,8 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=100, help="streams of each client (default 100)")
     parser.add_argument("--requests", type=int, default=6, help="requests per stream (default 6)")
     args = parser.parse_args()
-    if len(os.sched_getaffinity(0)) < 2:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
         raise SystemExit("needs two CPUs: the server on one, both clients on the other")
     with tempfile.TemporaryDirectory() as scratch:
         trees = {
@@ -126,12 +128,12 @@ def main() -> int:
             "this": snapshot(None, Path(scratch, "this")),
         }
         envs = {side: client_env(tree) for side, tree in trees.items()}
-        server, url = start_server(0)
+        server, url = start_server(cpus[0])
         try:
             ratios = []
             for rep in range(args.reps):
                 order = ["base", "this"] if rep % 2 == 0 else ["this", "base"]
-                figures = pair(url, envs, order, args.streams, args.requests)
+                figures = pair(url, envs, order, args.streams, args.requests, cpus[1])
                 ratios.append(figures["this"] / figures["base"])
                 print(
                     f"pair {rep + 1}: base {figures['base']:.2f} us/chunk, this {figures['this']:.2f}, ratio {ratios[-1]:.3f}",

@@ -480,7 +480,7 @@ def compare(reps: list[dict[str, Run]], client: str) -> str:
         return statistics.median(values) if values else math.nan
 
     return (
-        f"  {client:14s} / plain: CPU per chunk {ratio('us_per_chunk'):.2f}x (goal <= 0.33x), "
+        f"  {client:14s} / plain: CPU per chunk {ratio('us_per_chunk'):.3f}x (goal <= 0.333x), "
         f"|ITL err| p99 {ratio('itl_abs_p99'):.2f}x, p99.9 {ratio('itl_abs_p999'):.2f}x, "
         f"|TTFT err| p99 {ratio('ttft_p99'):.2f}x (goals <= 1.00x)"
     )

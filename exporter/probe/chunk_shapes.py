@@ -255,13 +255,15 @@ def plain_template(path: str, data: bytes, text: str) -> tuple[bytes, bytes] | N
     except UnicodeEncodeError:  # a lone surrogate, which only a \u escape can have written
         return None
     start = data.find(quoted)
+    # Another text than the chunk's: else every place holding the same string would read it back.
+    check = _TEMPLATE_CHECK if text != _TEMPLATE_CHECK else _TEMPLATE_CHECK + "!"
     while start >= 0:
         prefix, suffix = data[: start + 1], data[start + len(quoted) - 1 :]
         try:
-            check = read((prefix + _TEMPLATE_CHECK.encode() + suffix).decode("utf-8"))
+            read_back = read((prefix + check.encode() + suffix).decode("utf-8"))
         except UnicodeDecodeError:
             return None
-        if check == _TEMPLATE_CHECK:
+        if read_back == check:
             return prefix, suffix
         start = data.find(quoted, start + 1)
     return None

@@ -67,10 +67,11 @@ CPU share is recorded but not part of the rule: a busy core that still wakes on 
 from __future__ import annotations
 
 import asyncio
-import bisect
+import math
 import time
 from collections.abc import Callable
 
+from exporter.probe.maxima import RunningMaxima
 from exporter.probe.socket_reads import listen_to_paced_reads, stop_listening
 
 LAG_LIMIT_S = 0.003
@@ -178,10 +179,11 @@ class LagMonitor:
     What a request asks at its end (``since``, ``cpu_share_since``) is kept as it goes, so the answer
     costs the same however many samples the request saw (at 100 streams a request's start begins a
     sample at most paced reads, ~100 in a second-long request, and scanning them was ~2% of the client's
-    CPU): a count of the late samples up to each one, and the running maxima from the end (as in
-    ``socket_reads.LateReads``). The process's CPU clock, a system call, is read at most once an
-    interval; a sample sooner takes the last reading, with that reading's time, so the share is exact
-    over a span whose ends are at most an interval from the request's first and last samples."""
+    CPU): a count of the late samples up to each one, and the running maxima (``maxima.py``). The
+    process's CPU clock, a system call, is read by the first sample
+    after a mark and then at most once an interval (a sample sooner takes the last reading, with that
+    reading's time), and once more when a request asks for its share: the share runs from its first
+    sample to the question, exactly."""
 
     def __init__(
         self, interval_s: float = SAMPLE_INTERVAL_S, clock: Callable[[], float] = time.perf_counter
@@ -191,10 +193,9 @@ class LagMonitor:
         self._lags: list[float] = []
         self._late: list[int] = []  # how many samples were late up to each one, this one included
         self._late_dropped = 0  # and up to the last sample discarded
-        self._peak_at: list[int] = []  # the running maxima from the end: positions, increasing,
-        self._peak_lag: list[float] = []  # and their lags, decreasing
+        self._peaks = RunningMaxima()  # the lags by sample position
         self._ticks: list[tuple[float, float]] = []  # (wall clock, process CPU time) read at or before each
-        self._cpu: tuple[float, float] = (-float("inf"), 0.0)  # the last reading
+        self._cpu: tuple[float, float] = (-math.inf, 0.0)  # the last reading (wall clock, CPU time)
         self._dropped = 0  # samples discarded from the front, so marks stay valid
         self._handle: asyncio.TimerHandle | None = None
         self._expected = 0.0
@@ -237,7 +238,7 @@ class LagMonitor:
                 if lag > LAG_LIMIT_S >= self._lags[-1]:
                     self._late[-1] += 1
                 self._lags[-1] = lag
-                self._peak(self._dropped + len(self._lags) - 1, lag)
+                self._peaks.add(self._dropped + len(self._lags) - 1, lag)
             return
         self._record(lag, now)
         self._bin_ends = now + self.interval_s
@@ -257,7 +258,7 @@ class LagMonitor:
         self._late.append((self._late[-1] if self._late else 0) + (lag > LAG_LIMIT_S))
         self._lags.append(lag)
         self._ticks.append(self._cpu)
-        self._peak(self._dropped + len(self._lags) - 1, lag)
+        self._peaks.add(self._dropped + len(self._lags) - 1, lag)
         if len(self._lags) > MAX_SAMPLES:
             half = len(self._lags) // 2
             self._late_dropped = self._late[half - 1]
@@ -265,22 +266,12 @@ class LagMonitor:
             del self._late[:half]
             del self._ticks[:half]
             self._dropped += half
-            kept = bisect.bisect_left(self._peak_at, self._dropped)
-            del self._peak_at[:kept]
-            del self._peak_lag[:kept]
-
-    def _peak(self, position: int, lag: float) -> None:
-        """The sample at ``position`` (the last) is now ``lag``: the maxima it is no smaller than go."""
-        at, lags = self._peak_at, self._peak_lag
-        while lags and lags[-1] <= lag:
-            at.pop()
-            lags.pop()
-        at.append(position)
-        lags.append(lag)
+            self._peaks.drop_before(self._dropped)
 
     def mark(self) -> int:
         """A position in the sample stream: pass it to ``since`` when the request ends."""
         self._bin_ends = 0.0  # the paced reads' next sample is a new one: this request's
+        self._cpu = (-math.inf, 0.0)  # and it reads the CPU clock: where the request's share starts
         return self._dropped + len(self._lags)
 
     def since(self, mark: int) -> tuple[float, float]:
@@ -291,14 +282,13 @@ class LagMonitor:
         if count <= 0:
             return 0.0, 0.0
         late = self._late[-1] - (self._late[first - 1] if first else self._late_dropped)
-        worst = self._peak_lag[bisect.bisect_left(self._peak_at, self._dropped + first)]
-        return worst, late / count
+        return self._peaks.since(self._dropped + first), late / count
 
     def cpu_share_since(self, mark: int) -> float | None:
-        """The process's CPU time over wall time between the first and the last sample since ``mark``
-        (None with fewer than two samples: too short a span to say)."""
+        """The process's CPU time over wall time from the first sample since ``mark`` to now (None
+        with fewer than two samples: too short a span to say)."""
         first = max(mark - self._dropped, 0)
         if len(self._ticks) - first < 2:
             return None
-        (wall0, cpu0), (wall1, cpu1) = self._ticks[first], self._ticks[-1]
+        (wall0, cpu0), wall1, cpu1 = self._ticks[first], self._clock(), time.process_time()
         return min((cpu1 - cpu0) / (wall1 - wall0), 1.0) if wall1 > wall0 else None

@@ -81,7 +81,6 @@ the client's Python runs per batch of tokens, not per token (measured: the clien
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import math
 import platform
@@ -95,6 +94,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 from weakref import WeakKeyDictionary
+
+from exporter.probe.maxima import RunningMaxima
 
 if TYPE_CHECKING:
     from exporter.probe.stamped import StampedSocket
@@ -355,29 +356,20 @@ class LateReads:
     due every pace (2-8 ms); between paced stretches the reads wake when bytes come, and the bytes that
     waited through a stall say how long it was.
 
-    Only the running maxima are kept (a late read drops the earlier ones that were no later), so the
-    most since any moment is the first kept at or after it, however long ago that was."""
+    Only the running maxima are kept (``RunningMaxima``), so the most since any moment is answered
+    however long ago that was."""
 
     def __init__(self) -> None:
-        self._at: list[float] = []  # when each kept late read came, in order
-        self._by: list[float] = []  # and how late: decreasing
+        self._late = RunningMaxima()  # by when each late read came
 
     def note(self, now: float, late_by: float) -> None:
         """A read at ``now`` came ``late_by`` seconds late."""
-        if late_by <= LATE_READ_S:
-            return
-        at, by = self._at, self._by
-        while by and by[-1] <= late_by:
-            at.pop()
-            by.pop()
-        at.append(now)
-        by.append(late_by)
+        if late_by > LATE_READ_S:
+            self._late.add(now, late_by)
 
     def since(self, start: float) -> float:
         """The most a read came late from ``start`` on (0.0: none late)."""
-        if not self._at or self._at[-1] < start:
-            return 0.0  # the usual answer, asked at the end of every request
-        return self._by[bisect.bisect_left(self._at, start)]
+        return self._late.since(start)
 
 
 class SocketReads:

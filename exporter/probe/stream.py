@@ -173,13 +173,7 @@ class StreamState:
         except UnicodeDecodeError:
             return None
         if isinstance(chunk, str):  # a plain content chunk (chunk_shapes.py): _on_chunk's text branch
-            result = self.result
-            result.token_times.append(now)
-            result.token_counts.append(self.counter.count_text(chunk))
-            if self.text is not None:
-                self.text.append(chunk)
-            self.has_token = True
-            self.token_reads += 1
+            self.on_texts((now,), (chunk,))
             return self.done
         if chunk is None:
             return None

@@ -321,13 +321,16 @@ def test_a_templates_slot_reads_any_text_with_nothing_escaped_as_its_own(
 
 
 @pytest.mark.parametrize("api", sorted(FAST))
-def test_the_template_is_the_texts_slot_even_where_another_field_holds_the_same_string(api: str) -> None:
-    data = vllm_chunk(api, "m", id="m")  # the id and the model are the text too
-    template = plain_template(PATHS[api], data, "m")
+@pytest.mark.parametrize("text", ["m", "fluidity template check"])  # the second: the text the check puts in
+def test_the_template_is_the_texts_slot_even_where_another_field_holds_the_same_string(
+    api: str, text: str
+) -> None:
+    data = vllm_chunk(api, text, id=text, model=text)  # the id and the model are the text too
+    template = plain_template(PATHS[api], data, text)
     assert template is not None
     prefix, suffix = template
     assert FAST[api]((prefix + b"other" + suffix).decode()) == "other"
-    assert b'"id": "m"' in prefix and b'"model": "m"' in prefix  # both stay as they were
+    assert f'"id": "{text}"'.encode() in prefix and f'"model": "{text}"'.encode() in prefix  # as they were
 
 
 @pytest.mark.parametrize("api", sorted(FAST))

@@ -337,4 +337,4 @@ def test_late_reads_keep_the_most_since_any_moment() -> None:
     assert late.since(0.0) == 0.010 and late.since(50.0) == pytest.approx(0.0026)
     late.note(400.0, 0.030)
     assert late.since(0.0) == late.since(399.0) == 0.030
-    assert len(late._at) == 1  # nothing earlier was later
+    assert len(late._late) == 1  # nothing earlier was later: one value kept
