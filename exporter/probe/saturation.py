@@ -180,10 +180,9 @@ class LagMonitor:
     costs the same however many samples the request saw (at 100 streams a request's start begins a
     sample at most paced reads, ~100 in a second-long request, and scanning them was ~2% of the client's
     CPU): a count of the late samples up to each one, and the running maxima (``maxima.py``). The
-    process's CPU clock, a system call, is read by the first sample
-    after a mark and then at most once an interval (a sample sooner takes the last reading, with that
-    reading's time), and once more when a request asks for its share: the share runs from its first
-    sample to the question, exactly."""
+    process's CPU clock, a system call, is read by the first sample after a mark and then at most once
+    an interval (a sample sooner takes the last reading, with that reading's time), and once more when
+    a request asks for its share: the share runs from its first sample to the question, exactly."""
 
     def __init__(
         self, interval_s: float = SAMPLE_INTERVAL_S, clock: Callable[[], float] = time.perf_counter

@@ -73,9 +73,10 @@ read. It adds *keep mode*: once ``http.py`` knows its parser sits between two ch
 and the reader keeps reads for later decoding, a read that is exactly one whole HTTP chunk holding one
 lone SSE event goes straight to the reader's list as (stamp, the event's data) (``KeepMode``), or, when
 it differs from the stream's template in its text alone, as (stamp, that text), with no JSON decoded
-(``chunk_shapes.plain_template``); any other read ends the mode and takes the usual way. Nearly every token of a stream is such a read, so
-the client's Python runs per batch of tokens, not per token (measured: the client's CPU per chunk at
-100 streams fell from ~0.5x to ~0.35-0.45x a plain aiohttp client's; ``bench/probe_bench.py``).
+(``chunk_shapes.plain_template``); any other read ends the mode and takes the usual way. Nearly every
+token of a stream is such a read, so the client's Python runs per batch of tokens, not per token
+(measured: the client's CPU per chunk at 100 streams fell from ~0.5x to ~0.35-0.45x a plain aiohttp
+client's; ``bench/probe_bench.py``).
 """
 
 from __future__ import annotations
