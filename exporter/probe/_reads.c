@@ -610,7 +610,7 @@ static PyMethodDef Reads_methods[] = {
     {"add", (PyCFunction)Reads_add, METH_VARARGS, "add(fd, received, lose): read fd from now on."},
     {"remove", (PyCFunction)Reads_remove, METH_O, "remove(fd): stop reading fd (no error if unknown)."},
     {"keep", (PyCFunction)Reads_keep, METH_VARARGS,
-     "keep(fd, kept, state, due, markers, due_at, max_data, template=None): keep whole-chunk reads (see the module)."},
+     "keep(fd, kept, state, due, markers, due_at, max_data[, template]): keep whole-chunk reads (see the module)."},
     {"unkeep", (PyCFunction)Reads_unkeep, METH_O, "unkeep(fd): hand every read of fd to received again."},
     {"keeping", (PyCFunction)Reads_keeping, METH_O, "keeping(fd): whether fd is in keep mode."},
     {"read_ready", (PyCFunction)Reads_read_ready, METH_VARARGS,

@@ -147,8 +147,8 @@ class StreamState:
         return len(texts)
 
     def on_texts(self, stamps: Sequence[float], texts: Sequence[str]) -> None:
-        """Reads that were each one plain chunk, stamped ``stamps``, their texts ``texts`` (read by a
-        template in keep mode: ``socket_reads.KeepMode``), accounted as ``on_payload`` would each."""
+        """Reads that were each one plain chunk, stamped ``stamps``, with texts ``texts`` (decoded here,
+        or read by a template in keep mode: ``socket_reads.KeepMode``), each accounted as a token read."""
         result = self.result
         result.token_times.extend(stamps)
         result.token_counts.extend(self.counter.count_texts(texts))

@@ -149,20 +149,12 @@ class TokenCounter:
             self.reasoning_tokens += tokens
         return tokens
 
-    def count_text(self, text: str) -> int:
-        """``count`` of a chunk that carries content ``text`` and nothing else (no token ids, no
-        usage): the plain chunk nearly every token is (``chunk_shapes.py``)."""
+    def count_texts(self, texts: Sequence[str]) -> list[int]:
+        """``count`` of each of ``texts``, in order, each the content of a chunk that carries it and
+        nothing else (no token ids, no usage): the plain chunk nearly every token is
+        (``chunk_shapes.py``)."""
         source = self.source
         if source is None:  # what _choose says of such a chunk
-            source = self.source = self._text_source()
-        tokens = self._by_text(text, source)
-        self._base += tokens
-        return tokens
-
-    def count_texts(self, texts: Sequence[str]) -> list[int]:
-        """``count_text`` of each of ``texts``, in order."""
-        source = self.source
-        if source is None:
             source = self.source = self._text_source()
         if source is not TokenSource.CHUNKS and source is not TokenSource.TOKENIZER:
             self.fallback_chunks += len(texts)
