@@ -42,6 +42,10 @@ capacities compare. Workloads are cut to the 8K context (prompts <= 7168, output
   first failure, then bisection to 5%; a verdict needs two agreeing trials (a third, with new lengths
   and gaps, breaks a tie); every trial in full.
 
+* Oracle: a bound, not a peer. It knows the sweep and runs the fewest trials that end a search from
+  the start (the start, a pass at the truth, a failure within 5% above it, with ours' early stops):
+  what a search that placed every trial perfectly would spend.
+
 Goal per run: within +-5% of the truth in <= 6 trials, spending <= 50% of Etalon's tokens (tokens: every
 prompt sent plus every output token received, warm-up included).
 
@@ -147,6 +151,7 @@ class Bed:
         self.units: dict[int, TrialPlan] = {}
         self.cache: dict[tuple[float, bool, int, tuple[int, int] | None], TrialReport] = {}
         self.simulated = 0
+        self.swept: dict[float, bool] = {}  # the sweep's verdicts by load, once swept (for the oracle)
 
     def unit(self, part: int) -> TrialPlan:
         """The unit-rate plan of a load's ``part``-th trial: a repeat draws new lengths and gaps, as
@@ -368,8 +373,30 @@ def ours_point(bed: Bed, start: float) -> Run:
     return Run(result.lower_bound, result.trials, str(result.state))
 
 
+def oracle(bed: Bed, start: float) -> Run:
+    """A search that knows the sweep (``bed.swept``): from the start, the fewest trials that end with a
+    pass and a failure within the tolerance, with ours' confident early stops: the start, a pass at the
+    truth and a failure at the highest load the sweep saw fail within the tolerance above it (the
+    likeliest to stop early), either left out where the start is that end already. Every pass costs
+    the same (common random numbers), so no search that starts where ours does and runs trials of this
+    size spends much less: its ratio to Etalon's is about the least ours could reach."""
+    truth, lowest_failure = _knee(bed.swept)
+    tolerance = SearchSettings(start=start, max_load=MAX_LOAD).tolerance
+    first = bed.trial(start, early_stop=True)
+    trials = [first]
+    low = start if first.passed and truth <= start < lowest_failure else truth
+    if low != start:
+        trials.append(bed.trial(truth, early_stop=True))
+    top = low * (1.0 + tolerance)
+    if first.passed or not low < start <= top:
+        failing = max(load for load, ok in bed.swept.items() if not ok and low < load <= top)
+        trials.append(bed.trial(failing, early_stop=True))
+    return Run(low, trials)
+
+
 PROCEDURES: dict[str, Callable[[Bed, float], Run]] = {
     "ours": ours, "point": ours_point, "etalon": etalon, "guidellm": guidellm, "aiperf": aiperf,
+    "oracle": oracle,
 }  # fmt: skip
 
 
@@ -381,6 +408,7 @@ def measure(scenario: Scenario) -> Outcome:
     began = time.process_time()
     bed = Bed(scenario)
     truth, seen = sweep(bed)
+    bed.swept = seen
     outcome = Outcome(scenario, truth, seen)
     for start in starts(truth):
         outcome.runs.append((start, {name: search(bed, start) for name, search in PROCEDURES.items()}))
@@ -451,10 +479,12 @@ def summary(outcomes: list[Outcome]) -> None:
             f"{sum(n <= GOAL_TRIALS for n in trials):>8}/{len(runs)} {statistics.mean(errors):>10.1%} "
             f"{max(errors):>6.1%} {statistics.mean(trials):>6.1f} {max(trials):>4} {tokens / 1e6:>6.2f}"
         )
-    for peer in ("point", "etalon", "guidellm", "aiperf"):
-        ratios = [found["ours"].tokens / found[peer].tokens for _, found in runs]
+    peers = ("point", "etalon", "guidellm", "aiperf")
+    comparisons = [*(("ours", peer) for peer in peers), ("oracle", "etalon")]
+    for mine, peer in comparisons:
+        ratios = [found[mine].tokens / found[peer].tokens for _, found in runs]
         print(
-            f"  tokens ours/{peer}: median {statistics.median(ratios):.0%}, "
+            f"  tokens {mine}/{peer}: median {statistics.median(ratios):.0%}, "
             f"<= 50% in {sum(r <= GOAL_TOKENS for r in ratios)}/{len(runs)} runs, worst {max(ratios):.0%}"
         )
     states = [found["ours"].state for _, found in runs]

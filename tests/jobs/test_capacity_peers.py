@@ -1,6 +1,7 @@
 """The peers' searches in bench/capacity_bench.py follow their algorithms: Etalon's capacity search as its
 code runs it, GuideLLM's goodput search (double from the start, then bisect to 10%) and AIPerf's
-monotonic search (exponential probe, bisection, two agreeing trials per verdict), as documented."""
+monotonic search (exponential probe, bisection, two agreeing trials per verdict), as documented; and the
+oracle, which knows the sweep, runs the fewest trials that end the search."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class FakeBed:
     flip: set[tuple[float, int]] = field(default_factory=set)
     slo: Slo = field(default_factory=Slo)
     calls: list[tuple[float, int]] = field(default_factory=list)
+    swept: dict[float, bool] = field(default_factory=dict)  # the sweep's verdicts, for the oracle
 
     def trial(self, load: float, early_stop: bool, part: int = 0) -> TrialReport:
         self.calls.append((load, part))
@@ -100,3 +102,21 @@ def test_etalon_reads_a_load_it_tried_before_back_instead_of_running_it(bench: M
     run = bench.etalon(bed, 1.0)
     assert [load for load, _ in bed.calls] == [1.0, 0.5, 0.25, 0.12, 0.06, 0.03, 0.01, 0.02]
     assert len(run.trials) == 8 and run.capacity == 0.01
+
+
+@pytest.mark.parametrize(
+    ("start", "loads"),
+    [
+        (1.0, [1.0, 10.0, 10.4]),  # a pass far below: the truth, then the highest failure within 5%
+        (10.0, [10.0, 10.4]),  # the start is the truth: only the failure is left
+        (10.3, [10.3, 10.0]),  # a failure within 5% above the truth: only the pass is left
+        (25.0, [25.0, 10.0, 10.4]),  # a failure far above bounds nothing the search can end on
+    ],
+)
+def test_oracle_runs_the_fewest_trials_that_end_the_search(
+    bench: ModuleType, start: float, loads: list[float]
+) -> None:
+    bed = FakeBed(capacity=10.0, swept={9.9: True, 10.0: True, 10.1: False, 10.4: False, 10.6: False})
+    run = bench.oracle(bed, start)
+    assert [load for load, _ in bed.calls] == loads
+    assert run.capacity == 10.0
