@@ -51,7 +51,7 @@ from exporter.probe.http import (
 from exporter.probe.openai import FORMATS, ApiFormat, exact_length
 from exporter.probe.reader import StreamReader, error_text
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.saturation import LagMonitor, doubtful_gaps, is_unreliable
+from exporter.probe.saturation import LagMonitor, doubtful_gaps, gaps_near_stalls, is_unreliable
 from exporter.probe.socket_reads import reads_lateness
 from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.target import RequestSpec, TargetSettings
@@ -316,7 +316,19 @@ class ProbeClient:
             result.token_events,
             result.kernel_stamps,
             early_stamps=result.early_stamps,
+            near_stalls=self._gaps_near_stalls(result, mark),
         )
+
+    def _gaps_near_stalls(self, result: ProbeResult, mark: int) -> int | None:
+        """The gaps a flagged request's stalls may have made wrong when its stamps were the loop's
+        (``saturation.gaps_near_stalls``); None when unknown or not asked (kernel stamps: a late loop
+        does not make a stamp late)."""
+        if not result.unreliable or result.kernel_stamps or self.monitor is None:
+            return None
+        stalls = self.monitor.stalls_since(mark)
+        if stalls is None:
+            return None
+        return gaps_near_stalls(sorted(result.token_times + result.reasoning_times), stalls) if stalls else 0
 
     def _failed(
         self, result: ProbeResult, outcome: Outcome, message: str, status: int | None = None

@@ -67,9 +67,10 @@ CPU share is recorded but not part of the rule: a busy core that still wakes on 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from exporter.probe.maxima import RunningMaxima
 from exporter.probe.socket_reads import listen_to_paced_reads, stop_listening
@@ -87,6 +88,7 @@ MULTI_READS_FREE = 1
 SAMPLE_INTERVAL_S = 0.02
 # Enough samples for a 40-minute request at 50 samples/s; older ones are dropped in halves.
 MAX_SAMPLES = 120_000
+MAX_STALLS = 4096  # stall windows kept (the older half dropped): a request's stalls, unless saturated
 
 
 def is_unreliable(
@@ -147,11 +149,13 @@ def doubtful_gaps(
     events: int,
     kernel_stamps: bool,
     early_stamps: int = 0,
+    near_stalls: int | None = None,
 ) -> int:
     """How many of a request's ``events`` gaps between token events (the first: from the send) its
     flag (``unreliable``, the rule's verdict on the same evidence) concerns: every one when its stamps
-    were all the loop's and the loop stalled or was late for long (for a single stall, an upper bound:
-    it moved only the gaps it spanned, but which those were is not recorded); else those around its
+    were all the loop's and the loop was late for long; when the loop's stamps were flagged for a
+    stall alone, the gaps ``near_stalls`` counted (``gaps_near_stalls``: a stall moved only the stamps
+    of the reads it delayed; every gap when the stalls were not recorded); else those around its
     merged reads (``merged``: how many reads, and the token events they carried). A read of k events
     gives them one stamp, so the gap into the first is too long and the k - 1 after it read 0; with
     the loop's own stamps that stamp may be late too, and so the gap after the read short; and the two
@@ -159,10 +163,29 @@ def doubtful_gaps(
     own time stands for it, late by up to a span of the reads). None unflagged."""
     if not unreliable:
         return 0
-    if _late_loop(loop_lag_s, loop_lag_share, kernel_stamps):
-        return events
     reads, merged_events = merged
-    return min(merged_events + (0 if kernel_stamps else reads) + 2 * early_stamps, events)
+    around_merged = merged_events + (0 if kernel_stamps else reads) + 2 * early_stamps
+    if _late_loop(loop_lag_s, loop_lag_share, kernel_stamps):
+        if near_stalls is None or loop_lag_share > LAG_SHARE:
+            return events
+        return min(near_stalls + around_merged, events)
+    return min(around_merged, events)
+
+
+def gaps_near_stalls(stamps: Sequence[float], stalls: Sequence[tuple[float, float]]) -> int:
+    """How many gaps into and after a request's token events (``stamps``, in order) its loop's stalls
+    (``stalls``: when each sample was due and when it came, ``LagMonitor.stalls_since``) may have made
+    wrong, with stamps taken when the loop read: the gap into every event stamped from a stall's due
+    time to ``STALL_LIMIT_S`` after it ended (its bytes may have waited through the stall, and a loop
+    catching up reads for a while), and the gap after the last of them (it starts at a late stamp).
+    Stamps before the due time were taken while the loop kept time; so were those after, once it
+    caught up. Each gap is counted once, however many stalls it falls in."""
+    doubtful: set[int] = set()
+    for due, came in stalls:
+        first = bisect.bisect_left(stamps, due)
+        end = bisect.bisect_right(stamps, came + STALL_LIMIT_S)
+        doubtful.update(range(first, min(end + 1, len(stamps))) if end > first else ())
+    return len(doubtful)
 
 
 class LagMonitor:
@@ -193,6 +216,10 @@ class LagMonitor:
         self._late: list[int] = []  # how many samples were late up to each one, this one included
         self._late_dropped = 0  # and up to the last sample discarded
         self._peaks = RunningMaxima()  # the lags by sample position
+        # (sample position, when it was due, when it came) of the samples later than STALL_LIMIT_S:
+        # with read-time stamps, the reads a stall delayed are the gaps it makes doubtful
+        self._stalls: list[tuple[int, float, float]] = []
+        self._stalls_from = 0  # the first sample position whose stall, if any, is still kept
         self._ticks: list[tuple[float, float]] = []  # (wall clock, process CPU time) read at or before each
         self._cpu: tuple[float, float] = (-math.inf, 0.0)  # the last reading (wall clock, CPU time)
         self._dropped = 0  # samples discarded from the front, so marks stay valid
@@ -238,6 +265,8 @@ class LagMonitor:
                     self._late[-1] += 1
                 self._lags[-1] = lag
                 self._peaks.add(self._dropped + len(self._lags) - 1, lag)
+            if lag > STALL_LIMIT_S:  # rare: no call on the paced reads' every tick
+                self._note_stall(lag, now)
             return
         self._record(lag, now)
         self._bin_ends = now + self.interval_s
@@ -258,6 +287,8 @@ class LagMonitor:
         self._lags.append(lag)
         self._ticks.append(self._cpu)
         self._peaks.add(self._dropped + len(self._lags) - 1, lag)
+        if lag > STALL_LIMIT_S:
+            self._note_stall(lag, now)
         if len(self._lags) > MAX_SAMPLES:
             half = len(self._lags) // 2
             self._late_dropped = self._late[half - 1]
@@ -266,6 +297,17 @@ class LagMonitor:
             del self._ticks[:half]
             self._dropped += half
             self._peaks.drop_before(self._dropped)
+            self._stalls = [stall for stall in self._stalls if stall[0] >= self._dropped]
+            self._stalls_from = max(self._stalls_from, self._dropped)
+
+    def _note_stall(self, lag: float, now: float) -> None:
+        """Keep the window of a sample later than ``STALL_LIMIT_S``; past ``MAX_STALLS`` the older half
+        goes, and requests marked before the first kept are told their stalls are not known."""
+        self._stalls.append((self._dropped + len(self._lags) - 1, now - lag, now))
+        if len(self._stalls) > MAX_STALLS:
+            half = len(self._stalls) // 2
+            self._stalls_from = self._stalls[half - 1][0] + 1
+            del self._stalls[:half]
 
     def mark(self) -> int:
         """A position in the sample stream: pass it to ``since`` when the request ends."""
@@ -282,6 +324,16 @@ class LagMonitor:
             return 0.0, 0.0
         late = self._late[-1] - (self._late[first - 1] if first else self._late_dropped)
         return self._peaks.since(self._dropped + first), late / count
+
+    def stalls_since(self, mark: int) -> list[tuple[float, float]] | None:
+        """(when it was due, when it came) of every sample since ``mark`` later than ``STALL_LIMIT_S``,
+        oldest first; None when some of them are no longer kept."""
+        if mark < self._stalls_from:
+            return None
+        first = len(self._stalls)
+        while first and self._stalls[first - 1][0] >= mark:
+            first -= 1
+        return [(due, came) for _, due, came in self._stalls[first:]]
 
     def cpu_share_since(self, mark: int) -> float | None:
         """The process's CPU time over wall time from the first sample since ``mark`` to now (None

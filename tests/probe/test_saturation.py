@@ -16,6 +16,7 @@ from exporter.probe.saturation import (
     STALL_LIMIT_S,
     LagMonitor,
     doubtful_gaps,
+    gaps_near_stalls,
     is_unreliable,
     why_unreliable,
 )
@@ -92,6 +93,34 @@ def test_the_gaps_a_flag_concerns(
     assert doubtful_gaps(unreliable, lag, share, (1, merged), 300, kernel_stamps) == doubtful
 
 
+def test_a_stall_alone_doubts_the_gaps_near_it_not_every_one() -> None:
+    """With the loop's own stamps a stall moved the stamps of the reads it delayed; the rest were
+    taken on time (a loop late for long still doubts every gap)."""
+    stall = STALL_LIMIT_S * 2
+    assert doubtful_gaps(True, stall, 0.0, (1, 2), 300, False, near_stalls=4) == 4 + 2 + 1
+    assert doubtful_gaps(True, stall, 0.0, (0, 0), 300, False, near_stalls=None) == 300  # not recorded
+    assert doubtful_gaps(True, stall, 0.06, (0, 0), 300, False, near_stalls=4) == 300  # late for long
+    assert doubtful_gaps(True, stall, 0.0, (0, 0), 3, False, near_stalls=4) == 3  # no more than it has
+
+
+@pytest.mark.parametrize(
+    ("stalls", "doubtful"),
+    [
+        ([], 0),
+        # stamped 0.095-0.165 (the stall's end + STALL_LIMIT_S): 0.10-0.16, and the gap after them
+        ([(0.095, 0.145)], 7 + 1),
+        ([(0.095, 0.145), (0.150, 0.155)], 9),  # overlapping stalls: each gap once (0.10-0.17, 0.18)
+        ([(0.0, 0.025)], 5 + 1),  # the first gap is from the send: 0.00-0.04, and 0.05
+        ([(0.29, 0.35)], 0),  # after the last event: no stamp of this request was late for it
+        ([(0.2825, 0.30)], 1),  # the last event read late: its gap, none after it
+        ([(0.045, 0.055), (0.195, 0.205)], 4 + 4),
+    ],
+)
+def test_gaps_near_stalls(stalls: list[tuple[float, float]], doubtful: int) -> None:
+    stamps = [round(0.01 * i, 3) for i in range(29)] + [0.285]  # 10 ms apart to 0.28, one at 0.285
+    assert gaps_near_stalls(stamps, stalls) == doubtful
+
+
 def test_an_impossibly_early_kernel_stamp_flags_a_request_and_doubts_the_gaps_around_it() -> None:
     why = why_unreliable(0.0, 0.0, 0, 100, True, 2)
     assert why is not None and "2 kernel stamps earlier" in why
@@ -113,6 +142,40 @@ async def test_monitor_sees_a_blocked_loop() -> None:
     assert worst >= 0.02 and share > 0
     assert monitor.since(monitor.mark()) == (0.0, 0.0)
     assert LAG_LIMIT_S < 0.02
+
+
+async def test_monitor_keeps_when_each_stall_was() -> None:
+    monitor = LagMonitor(interval_s=0.005)
+    monitor.start()
+    await asyncio.sleep(0.02)
+    mark = monitor.mark()
+    began = time.perf_counter()
+    time.sleep(0.05)  # block the loop, as a saturated client does
+    ended = time.perf_counter()
+    await asyncio.sleep(0.02)
+    monitor.stop()
+    stalls = monitor.stalls_since(mark)
+    assert stalls is not None and len(stalls) == 1
+    ((due, came),) = stalls
+    # due within an interval of the block's start (the timer's own grain), came when it ended
+    assert began - 0.006 <= due <= began + 0.006 and ended <= came <= ended + 0.02
+    assert monitor.stalls_since(monitor.mark()) == []
+
+
+def test_stalls_no_longer_kept_are_said_to_be_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(saturation, "MAX_STALLS", 4)
+    now = [0.0]
+    monitor = LagMonitor(interval_s=0.02, clock=lambda: now[0])
+    marks = []
+    for _ in range(6):
+        marks.append(monitor.mark())
+        now[0] += 0.1
+        monitor.paced_read(0.05)  # a stall
+        now[0] += 0.1
+        monitor.paced_read(0.0)
+    assert monitor.stalls_since(marks[0]) is None  # its first stall was dropped: every gap is doubted
+    assert monitor.stalls_since(marks[-1]) == [(pytest.approx(1.05), pytest.approx(1.1))]
+    assert len(monitor.stalls_since(marks[-3]) or []) == 3
 
 
 @pytest.mark.parametrize("max_samples", [1_000_000, 40])
@@ -200,6 +263,27 @@ async def test_request_during_which_the_loop_was_blocked_is_marked_unreliable(si
     assert result.unreliable
     assert result.loop_lag_s >= 0.03
     assert result.multi_event_reads >= 1 and result.merged_events >= 2
-    # Kernel stamps doubt only the merged reads' gaps; the loop's own stamps, after a 50 ms stall, all.
-    assert result.doubtful_gaps == (result.merged_events if result.kernel_stamps else len(result.token_times))
+    # Kernel stamps doubt only the merged reads' gaps; the loop's own stamps, those near the stall.
+    if result.kernel_stamps:
+        assert result.doubtful_gaps == result.merged_events
     assert result.cpu_share is not None and 0.0 < result.cpu_share <= 1.0
+
+
+async def test_with_the_loops_stamps_a_stall_doubts_the_gaps_it_delayed(sim: SimServer) -> None:
+    """Read-time stamps (TLS, or a kernel that does not stamp): the reads after a 50 ms stall carry late
+    stamps, the ones before and well after it do not."""
+    # 1.5 s: the one late sample of the stall is under LAG_SHARE of the request's (one in 17 is not)
+    spec = RequestSpec(prompt="hi", max_tokens=150, extra_body=script(ttft=0.02, gaps=0.01))
+
+    async def block_loop() -> None:
+        await asyncio.sleep(0.5)
+        time.sleep(0.05)
+
+    async with ProbeClient(settings_for(sim), kernel_stamps=False) as client:
+        result, _ = await asyncio.gather(client.send(spec), block_loop())
+    assert result.outcome is Outcome.OK and not result.kernel_stamps
+    assert result.unreliable and result.loop_lag_s >= 0.03
+    if result.loop_lag_share > saturation.LAG_SHARE:  # a busy machine: late for long, every gap doubted
+        assert result.doubtful_gaps == len(result.token_times)
+    else:  # the 10 ms gaps that piled up in the stall, those read while the loop caught up (9-15 here)
+        assert result.merged_events <= result.doubtful_gaps < len(result.token_times) // 2
