@@ -82,11 +82,13 @@ def virtual_trial(index: int, plan: TrialPlan, slo: TrialSlo, engine: Engine) ->
     if plan.time_limit_s is not None and min(stop_at or end, end) > plan.time_limit_s:
         stop_at, ended_by = plan.time_limit_s, "time_limit"
     given_up: list[float] = []
+    sent_measured: list[ProbeResult] | None = None
     if stop_at is not None:
         end = stop_at
         given_up = [max(give_up_bound(r, end, slo), ABOVE_ONE) for r in measured if _given_up(r, end, slo)]
+        sent_measured = [r for r in measured if (r.scheduled_at or 0.0) <= end]
         measured = [r for r in measured if r.finished_at is not None and r.finished_at <= end]
-    verdict = judge(measured, slo, given_up, closed_loop=plan.concurrency is not None)
+    verdict = judge(measured, slo, given_up, closed_loop=plan.concurrency is not None, sent=sent_measured)
     sent = [r for r in results if (r.scheduled_at or 0.0) <= end]
     tokens = sum(_tokens_by(r, end) for r in sent)
     report = TrialReport.of(index, plan.load, verdict, len(sent), end, tokens, ended_by in STOPPED_EARLY)

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from exporter.jobs.capacity import CapacityResult
-from exporter.jobs.search_progress import figure, pass_fraction, result_line
+from exporter.jobs.search_progress import figure, pass_fraction, result_line, verdict_text
 
 
 def capacity_table(result: CapacityResult) -> str:
@@ -17,9 +18,9 @@ def capacity_table(result: CapacityResult) -> str:
         f"{'seconds':>8}"
     ]
     for trial in result.trials:
-        verdict = trial.verdict if trial.verdict != "fail" else f"fail ({trial.reason})"
+        headroom = f"{trial.headroom:>9.3f}" if math.isfinite(trial.headroom) else f"{'-':>9}"
         lines.append(
-            f"{figure(trial.load):>10} {verdict:>14} {trial.headroom:>9.3f} {pass_fraction(trial):>29} "
+            f"{figure(trial.load):>10} {verdict_text(trial):>14} {headroom} {pass_fraction(trial):>29} "
             f"{trial.tokens:>10} {trial.duration_s:>8.1f}"
         )
     lines.append(f"answer ({result.state or 'none'}): {result_line(result)}")

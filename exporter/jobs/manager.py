@@ -228,6 +228,10 @@ class JobManager:
     ) -> None:
         record.state, record.error, record.result = state, error, result
         record.finished_at = time.time()
+        if state != "succeeded":  # how far it got stays; the message says it ended, and while doing what
+            last = record.progress.message
+            during = f" (during {last})" if last else ""
+            record.progress = Progress(record.progress.fraction, f"{state}: {error}{during}")
         self.store.save(record)
         LOG.info(
             "job %s (%s) on %s: %s%s",

@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from exporter.jobs.capacity import CapacityResult, load_unit
+from exporter.jobs.capacity import CapacityResult, load_unit, stop_kind
 from exporter.jobs.trial import TrialPlan, TrialReport
+from exporter.jobs.trial_verdict import NO_DATA_REASON
 from exporter.options.job_params import CapacityParams
 from exporter.probe.result import ProbeResult
 
@@ -31,12 +32,14 @@ def figure(value: float | None) -> str:
 class SearchProgress:
     """Requests done across the search's expected total (``EXPECTED_TRIALS`` trials, or as many as
     started), told to ``report(fraction, message)`` as requests finish: a line per trial, and 1.0 with
-    the answer at the end."""
+    the answer at the end. The fraction never goes back: a trial past the expected ones holds it where
+    it was (it fell from 0.99 to 0.86 as a seventh trial started, found by review)."""
 
     def __init__(self, params: CapacityParams, report: Callable[[float, str], None]) -> None:
         self.params, self.report = params, report
         self.expected = min(EXPECTED_TRIALS, params.max_trials)
         self.index, self.planned, self.done = 0, 1, 0
+        self.shown = 0.0  # the largest fraction told so far
         self.line = ""
 
     def started(self, index: int, load: float, plan: TrialPlan) -> None:
@@ -53,8 +56,11 @@ class SearchProgress:
         self.report(self.fraction(), f"{self.line}: {self.done}/{self.planned} done")
 
     def fraction(self) -> float:
+        """The share of the expected requests done, below 1.0 until the answer, never less than told."""
         trials = max(self.expected, self.index)
-        return min((self.index - 1 + min(self.done / self.planned, 1.0)) / trials, 0.99)
+        done = min((self.index - 1 + min(self.done / self.planned, 1.0)) / trials, 0.99)
+        self.shown = max(self.shown, done)
+        return self.shown
 
     def trial_done(self, trial: TrialReport) -> None:
         self.done = self.planned
@@ -67,7 +73,7 @@ class SearchProgress:
 def trial_line(trial: TrialReport, load_kind: str) -> str:
     """One trial as an operator reads it: load, pass fraction with its interval, verdict, the requests
     the client timed unreliably (if any), tokens."""
-    verdict = trial.verdict if trial.passed or trial.verdict != "fail" else f"fail ({trial.reason})"
+    verdict = verdict_text(trial)
     ended = {
         "early_stop": ", stopped early", "cannot_settle": ", stopped: cannot settle a pass",
         "time_limit": ", time limit", "duration": ", trial duration reached",
@@ -79,6 +85,14 @@ def trial_line(trial: TrialReport, load_kind: str) -> str:
         f"{verdict}{shaky}, "
         f"{trial.tokens} tokens, {trial.duration_s:.1f} s{ended}"
     )
+
+
+def verdict_text(trial: TrialReport) -> str:
+    """A trial's verdict with why it failed; ``no data`` for one that measured nothing, which is no
+    failure of the target (the search stops there, ``no_data``)."""
+    if trial.reason == NO_DATA_REASON:
+        return "no data"
+    return trial.verdict if trial.passed or trial.verdict != "fail" else f"fail ({trial.reason})"
 
 
 def pass_fraction(trial: TrialReport) -> str:
@@ -110,9 +124,15 @@ def _answer(result: CapacityResult, distrusted: bool) -> str:
         )
         return f"capacity {figure(low)} {unit} (fails at {figure(high)}){shaky}; {result.stopped_by}"
     if result.state == "lower_bound":
-        return f"capacity at least {figure(low)} {unit}{_unsure(result)} (stopped by {result.stopped_by})"
+        # Stopped before the bracket closed, it may have a failure above: the capacity lies between.
+        fails = f"; fails at {figure(high)} {unit}, not within the tolerance" if high is not None else ""
+        return (
+            f"capacity at least {figure(low)} {unit}{_unsure(result)}{fails} (stopped by {result.stopped_by})"
+        )
     if result.state == "inconclusive":
         return f"capacity inconclusive: between {figure(low)} and {figure(high)} {unit}, an end straddles the objective"
+    if stop_kind(result.stopped_by) == "floor":  # the only not_met that says the SLO is met at no load
+        return "capacity none: the SLO is not met at any load we can offer (stopped by floor)"
     return f"capacity none: the SLO is not met at any load tried (stopped by {result.stopped_by})"
 
 

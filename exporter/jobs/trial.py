@@ -192,6 +192,10 @@ class Tally:
         bounds = [(r, give_up_bound(r, now, self.slo)) for r in unfinished]
         return [max(b, ABOVE_ONE) for r, b in bounds if b > 1.0 or id(r) in self.failed]
 
+    def sent(self) -> list[ProbeResult]:
+        """The measured requests started so far, finished or not."""
+        return [r for r in self.started if r.extra.get("measured")]
+
     def tokens(self) -> int:
         """Tokens the target spent on us: every prompt sent, every output token received (cancelled
         requests included)."""
@@ -331,7 +335,7 @@ async def run_trial(
         ended_by = tally.reason or ended_by
     closed = plan.concurrency is not None
     if ended_by != "requests":
-        verdict = judge(list(tally.measured), slo, tally.given_up(now), closed_loop=closed)
+        verdict = judge(list(tally.measured), slo, tally.given_up(now), closed_loop=closed, sent=tally.sent())
     else:
         done = load.result()
         verdict = judge(_measured_in_order(done.results), slo, closed_loop=closed)

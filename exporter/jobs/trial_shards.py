@@ -57,7 +57,7 @@ async def run_sharded_trial(
     now = time.perf_counter()
     closed = plan.concurrency is not None
     if stopped_by is not None:  # judged on what came back, the requests cut short as given up
-        verdict = judge(list(tally.measured), slo, tally.given_up(now), closed_loop=closed)
+        verdict = judge(list(tally.measured), slo, tally.given_up(now), closed_loop=closed, sent=tally.sent())
     else:
         verdict = judge([r for r in report.in_order() if r.extra.get("measured")], slo, closed_loop=closed)
     trial = TrialReport.of(

@@ -121,6 +121,7 @@ def judge(
     given_up: Sequence[float] = (),
     *,
     closed_loop: bool = False,
+    sent: Sequence[ProbeResult] | None = None,
 ) -> Verdict:
     """The verdict over the measured requests (pure).
 
@@ -129,7 +130,9 @@ def judge(
     its deadlines would need (wait / give-up wait). They count as failed, and their bound enters the headroom: left
     out, the headroom of a stopped trial would only see the requests that were quick enough to finish.
     ``closed_loop``: the trial held a concurrency, so its rate is the one its slots achieved
-    (``offered_rate``).
+    (``offered_rate``). ``sent``: for a trial cut short, every measured request it sent, finished or
+    not: an open loop offered its rate to all of them, and the sends of those that came back alone give
+    another (1.15 req/s at 1 req/s, and a goodput above the load).
     """
     if not results and not given_up:
         return Verdict(False, NO_DATA_REASON, math.nan, {"requests": 0})
@@ -149,7 +152,7 @@ def judge(
     objective_rows = _objectives(values, failed, slo)
     checks += [row["met"] for row in objective_rows]
     headrooms += [row["headroom"] for row in objective_rows]
-    offered = offered_rate(results, closed_loop=closed_loop)
+    offered = offered_rate(results if sent is None or closed_loop else sent, closed_loop=closed_loop)
     good = _goodput(values, len(scores), slo, offered)
     if good["met"] is not None:
         checks.append(good["met"])

@@ -110,6 +110,29 @@ def test_a_found_capacity_on_distrusted_timings_is_not_stated_as_a_measurement()
     assert "at capacity (8): fluid goodput 300 tokens/s" in capacity_table(trusted)
 
 
+def test_the_answer_line_names_the_failure_above_a_lower_bound_and_the_floor_of_a_not_met() -> None:
+    """Found by review: a lower bound stopped before its bracket closed hid the failure above it, and
+    a not_met at the floor (a capacity of 0 to the alert) read like one stopped by a budget."""
+    low, high = counted(26.37, 200, 200, headroom=1.3), counted(69.41, 150, 200, headroom=0.5)
+    low.index, high.index = 1, 2
+    low.figures.update(unreliable=0)
+    high.figures.update(unreliable=0)
+    open_bracket = CapacityResult("rate", State.LOWER_BOUND, 26.37, 69.41, True, "max_trials", [low, high])
+    assert result_line(open_bracket) == (
+        "capacity at least 26.37 req/s; fails at 69.41 req/s, not within the tolerance (stopped by max_trials)"
+    )
+    ceiling = CapacityResult("rate", State.LOWER_BOUND, 26.37, None, False, "max_load", [low])
+    assert result_line(ceiling) == "capacity at least 26.37 req/s (stopped by max_load)"
+    floor = CapacityResult("rate", State.NOT_MET, None, 0.25, False, "floor", [high])
+    assert (
+        result_line(floor) == "capacity none: the SLO is not met at any load we can offer (stopped by floor)"
+    )
+    budget = dataclasses.replace(floor, stopped_by="time_budget")
+    assert (
+        result_line(budget) == "capacity none: the SLO is not met at any load tried (stopped by time_budget)"
+    )
+
+
 def test_large_loads_and_rates_are_printed_without_an_exponent() -> None:
     """A concurrency of 10240 was printed as 1.024e+04, and 12,346 tokens/s as 1.235e+04."""
     low, high = counted(10240.0, 200, 200, headroom=1.02), counted(10700.0, 180, 200, headroom=0.9)
@@ -180,6 +203,8 @@ async def test_a_trial_that_measured_nothing_ends_the_search_with_no_state() -> 
     empty = await run(SearchSettings(start=2.0, max_load=100.0), nothing)
     assert empty.state is None and empty.to_dict()["state"] is None  # type: ignore[attr-defined]
     assert "no capacity: no trial's result could be judged" in result_line(empty)  # type: ignore[arg-type]
+    row = capacity_table(empty).splitlines()[1]  # type: ignore[arg-type]
+    assert "no data" in row and "fail" not in row and "nan" not in row  # no failure of the target
 
 
 async def test_the_time_budget_ends_a_search_and_bounds_each_trial() -> None:
@@ -453,6 +478,13 @@ def test_progress_counts_requests_and_ends_at_one() -> None:
     report = TrialReport(1, 2.0, True, "", 1.4, figures, requests_sent=10, duration_s=5.0, tokens=100)
     progress.trial_done(report)
     assert told[-1][1].startswith("trial 1: 2 req/s, pass fraction 100.0% [70.0%, 100.0%], pass")
+    for index in range(2, 9):  # past the six expected trials: the fraction holds, it does not fall back
+        progress.started(index, 2.0, plan)
+        for _ in range(10):
+            progress.request_done(ProbeResult(api="completions"))
+        progress.trial_done(report)
+    fractions = [f for f, _ in told]
+    assert fractions == sorted(fractions) and fractions[-1] == 0.99
 
 
 # -- planning ------------------------------------------------------------------------------------------

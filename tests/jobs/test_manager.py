@@ -123,6 +123,9 @@ async def test_cancel_stops_the_runner_and_returns_once_it_has_ended(
     cancelled = await manager.cancel(record.id)
     assert time.perf_counter() - started < 1.0
     assert gate.cancelled and cancelled.state == "cancelled" and cancelled.error == "cancelled on request"
+    # how far it got stays, and the message says it ended (it was left on "trial 1", found by review)
+    assert cancelled.progress.fraction == 0.5
+    assert cancelled.progress.message == "cancelled: cancelled on request (during trial 1)"
     assert hooks.events[-1] == ("finish", record.id, "cancelled")
     assert await manager.cancel(record.id) is cancelled  # a finished job: nothing to do
     with pytest.raises(UnknownJobError, match='unknown job "nope"'):
@@ -160,6 +163,7 @@ async def test_a_reason_for_the_user_fails_the_job_with_that_message() -> None:
     manager = only(refuse)
     record = await manager.wait(manager.submit("capacity", CAPACITY, BODY, "api").id)
     assert (record.state, record.error) == ("failed", "the SLO is not met even at 1 req/s")
+    assert record.progress.message == "failed: the SLO is not met even at 1 req/s"  # no progress before
 
 
 @pytest.mark.parametrize(

@@ -241,3 +241,20 @@ async def test_a_sharded_trial_ends_at_its_time_limit_as_in_one_process(
         assert report.ended_by == "time_limit" and not report.passed
         assert report.duration_s < 1.9
     assert sharded.figures["shards"]["problems"] == []
+
+
+async def test_a_trial_cut_short_offers_its_rate_to_every_request_it_sent(
+    sim: SimServer, pool: ShardPool
+) -> None:
+    # The four quick measured requests leave 10 ms apart and come back; the six slow ones leave later
+    # and are cut at the time limit. The rate offered is that of all ten sends, not of the four that
+    # came back (which read 100 req/s: found by review, a goodput above its load).
+    quick, slow = script(ttft=0.02, gaps=0.01), script(ttft=0.02, gaps=0.3)
+    scripts = [quick] * 6 + [slow] * 6  # two warm-up requests, then four quick and six slow measured
+    specs = tuple(RequestSpec(f"p{i}", 10, 10, None, f"r{i}", s) for i, s in enumerate(scripts))
+    offsets = np.array([0.0, 0.005, 0.01, 0.02, 0.03, 0.04, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85])
+    trial = TrialPlan(10.0, specs, 2, offsets, None, None, False, time_limit_s=1.3)
+    alone, sharded = await both(sim, pool, trial)
+    for report in (alone, sharded):
+        assert report.ended_by == "time_limit" and report.figures["completed"] == 4
+        assert report.figures["offered_rate_per_s"] == pytest.approx(9 / (0.85 - 0.01))
