@@ -45,7 +45,7 @@ from exporter.options.oneshot import OptionError, Options
 from exporter.options.think_time import DEFAULT_THINK_TIME
 from exporter.probe import loop as event_loop
 from exporter.probe.target import TargetSettings
-from exporter.report.bench_report import OutputError, bench_report, check_output_path, timestamped
+from exporter.report.bench_report import OutputError, bench_report, check_output_path, release, timestamped
 from exporter.report.evaluation_options import evaluation_spec
 from exporter.report.table import render_summary
 from exporter.sim.process import SimStartError, url_or_simulator
@@ -145,18 +145,24 @@ def run(args: argparse.Namespace) -> int:
     """The bench command: exit 0 when the measurement is reliable, 1 when the target failed or the
     measurement is not reliable (a health check failed: ``summary.json``'s ``failed_checks``), 2 on bad
     input (usage or config)."""
+    fresh: Path | None = None
     try:
         options = merged_options(args)
         spec = evaluation_spec(options)
         checked_workload_options(options)
         workers = _workers(options)
         directory = Path(options["output"]) if options["output"] else timestamped("bench-results")
+        fresh = None if options["output"] else directory  # ours to remove if nothing is written
         check_output_path(directory / "summary.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             facts, load = _measure(options, spec, workers, url, simulated)
     except (OptionError, OutputError, SimStartError) as exc:
+        release(fresh)
         error("bench", exc)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # stopped at once: nothing written, so no empty folder is left either
+        release(fresh)
+        raise
     return _report(load, spec, options, facts, directory)
 
 

@@ -40,7 +40,7 @@ from exporter.options.cost import COST_KEYS, Cost, read_cost
 from exporter.options.job_params import MIN_TRIAL_S, CapacityParams
 from exporter.options.oneshot import OptionError, Options, read_flags
 from exporter.probe import loop as event_loop
-from exporter.report.bench_report import OutputError, check_output_path, timestamped
+from exporter.report.bench_report import OutputError, check_output_path, release, timestamped
 from exporter.report.capacity_plot import HeadroomPoint, write_headroom_plot
 from exporter.report.evaluation_options import prefill_deadlines
 from exporter.sim.process import SimStartError, url_or_simulator
@@ -147,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     """Exit 0 when the search measured the target, 1 when every trial was sunk by the target's errors,
     a worker process made a trial's load other than planned or the answer rests on timings the client
     flagged unreliable, 2 on bad input (or an earlier result in the way)."""
+    fresh: Path | None = None
     try:
         options = merged_options(args)
         params = capacity_params(options)
@@ -154,12 +155,17 @@ def run(args: argparse.Namespace) -> int:
         checked_workload_options(options)
         cost = _cost(options)
         directory = Path(options["output"]) if options["output"] else timestamped("capacity-results")
+        fresh = None if options["output"] else directory  # ours to remove if nothing is written
         check_output_path(directory / "capacity.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             result = event_loop.run(_search(options, params, slo, cost, url, simulated))
     except (OptionError, OutputError, SimStartError, JobFailedError) as exc:
+        release(fresh)
         error("capacity", exc)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # interrupted: nothing is written, so no empty folder is left either
+        release(fresh)
+        raise
     written = write_capacity_json(directory, result)
     print(json.dumps(result.to_dict(), indent=2) if options["json"] else capacity_table(result))
     print(f"wrote {written}", file=sys.stderr)

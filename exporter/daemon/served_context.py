@@ -107,7 +107,7 @@ class ServedContext:
 
     async def _calibrate(self, client: ProbeClient) -> None:
         """Fit our approximate prompts to the target's tokenizer, as a one-shot run does before its
-        load (three one-token requests, shorter against a short context; ``exporter.load.calibration``):
+        load (eight one-token requests, shorter against a short context; ``exporter.load.calibration``):
         its prompts otherwise came out up to 82% longer than asked, and the 3% of the context kept free
         for approximate prompts was not enough. Once per answer after a start or reload; a failed fit
         keeps the prompts approximate, and says so at WARNING."""

@@ -166,7 +166,9 @@ class ApproxPromptBuilder:
     def text(self, n_tokens: int, key: int) -> tuple[str, int]:
         if n_tokens < 0:
             raise ValueError(f"prompt length must be >= 0 tokens, got {n_tokens}")
-        n_words = max(round((n_tokens - self.overhead_tokens) / self.tokens_per_word), 0)
+        # A prompt of at least one token has at least one word: vLLM refuses an empty one (400), and
+        # an overhead read a few tokens high turned prompts of a few tokens into none.
+        n_words = max(round((n_tokens - self.overhead_tokens) / self.tokens_per_word), min(n_tokens, 1))
         prefix_len = min(_PREFIX_TOKENS, n_words)
         prefix = [WORDS[d] for d in _key_digits(key, len(WORDS), prefix_len)]
         words = prefix + self._filler(n_words - prefix_len, key)

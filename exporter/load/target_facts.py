@@ -2,7 +2,7 @@
 and the one rule that fits a workload to that context.
 
 ``discover`` asks ``/v1/models`` for ``max_model_len`` and, unless the prompts are exact already (the
-simulator's), sends three one-token requests to calibrate our approximate prompts to the server's
+simulator's), sends eight one-token requests to calibrate our approximate prompts to the server's
 tokenizer (``exporter.load.calibration``). ``fit_to_context`` keeps each request's prompt + output
 within the served context; the one-shot commands, the prefill profile and capacity jobs and the daemon's
 scheduled probes all fit through it, and say what the fit did (``ContextFit``) or why nothing can fit

@@ -27,7 +27,7 @@ def check_url(value: Any) -> str:
     try:
         parts.port  # noqa: B018 (urlsplit checks the port only when asked)
     except ValueError:
-        raise ValueError(f"bad port in {show(text)}") from None
+        raise ValueError(f"bad port in {show(text)}: a port is a number from 0 to 65535") from None
     if parts.query or parts.fragment:
         raise ValueError(f"must not have a query or fragment, got {show(text)}")
     return text.rstrip("/")
@@ -44,8 +44,10 @@ def check_target_url(value: Any) -> str:
 def check_listen_address(value: Any) -> str:
     text = string_value(value)
     match = _LISTEN.fullmatch(text)
-    if match is None or int(match["port"]) > 65535:
+    if match is None:
         raise ValueError(f"must be HOST:PORT (e.g. 0.0.0.0:9468, :9468 or [::]:9468), got {show(text)}")
+    if int(match["port"]) > 65535:
+        raise ValueError(f"port {match['port']} is out of range (0 to 65535), got {show(text)}")
     return text
 
 

@@ -8,8 +8,9 @@ asked (``check_output_path``, checked before any load is sent).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import os
+import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,8 +54,34 @@ def bench_report(
 
 
 def timestamped(folder: str) -> Path:
-    """``folder/20261123T184000Z``: a fresh place for each run's files, so none overwrites another."""
-    return Path(folder) / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    """``folder/20261123T184000Z``, created for this run before its load (``-2``, ``-3``, ... after the
+    time when a run of the same second has it): a fresh place for each run's files, so none overwrites
+    another (two runs in one second wrote into one folder, found by review). ``release`` removes it
+    again while it is empty, for a run that stops before its load."""
+    stamp = Path(folder) / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    for attempt in range(1, MAX_SAME_SECOND + 1):
+        candidate = stamp if attempt == 1 else stamp.with_name(f"{stamp.name}-{attempt}")
+        try:
+            candidate.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise OutputError(
+                f"cannot create {candidate}: {exc.strerror or exc}; choose an --output"
+            ) from None
+        return candidate
+    raise OutputError(f"{MAX_SAME_SECOND} runs this second already write under {folder}; choose an --output")
+
+
+def release(directory: Path | None) -> None:
+    """Remove a run's own folder (``timestamped``; None: the run was given one) while nothing is in
+    it: a run that stopped before writing."""
+    if directory is not None:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+MAX_SAME_SECOND = 100  # runs that may share one second's folder name
 
 
 class OutputError(Exception):
@@ -76,5 +103,12 @@ def check_output_path(path: Path, force: bool) -> None:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise OutputError(f"cannot write {path}: {ancestor} is not a folder; choose another --output")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write {path}: {ancestor} is not writable; choose another --output")
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a folder; choose another --output")
+    try:  # a file made and dropped there: permissions, a read-only mount, a place like /proc
+        with tempfile.TemporaryFile(dir=ancestor):
+            pass
+    except OSError as exc:
+        raise OutputError(
+            f"cannot write {path}: {ancestor}: {exc.strerror or exc}; choose another --output"
+        ) from None

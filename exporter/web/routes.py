@@ -215,6 +215,15 @@ def _probe_timeout(request: web.Request) -> float:
         raise web.HTTPBadRequest(text=f"{SCRAPE_TIMEOUT_HEADER}: expected seconds, got {raw!r}\n") from None
 
 
+def _debug_flag(request: web.Request) -> bool:
+    """``debug=true`` or ``false`` (absent: false); anything else is refused, not read as false (a
+    ``debug=yes`` gave metrics where a person asked for the readable page, found by review)."""
+    raw = request.query.get("debug", "false").lower()
+    if raw not in ("true", "false"):
+        raise web.HTTPBadRequest(text=f"debug: expected true or false, got {request.query['debug']!r}\n")
+    return raw == "true"
+
+
 async def probe(request: web.Request) -> web.Response:
     daemon = request.app[DAEMON]
     target, module = request.query.get("target", ""), request.query.get("module", "")
@@ -233,7 +242,7 @@ async def probe(request: web.Request) -> web.Response:
     if problem is not None:
         raise web.HTTPBadRequest(text=f"{problem}\n")
     timeout = _probe_timeout(request)
-    debug = request.query.get("debug", "").lower() == "true"
+    debug = _debug_flag(request)
     started = time.perf_counter()
     try:
         run = await asyncio.wait_for(daemon.probe_now(target, module), timeout)

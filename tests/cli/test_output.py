@@ -37,3 +37,46 @@ def test_a_profile_written_into_folders_not_yet_made_creates_them(tmp_path: Path
     flags = ["--sim-preset", "tiny", "--lengths", "32,64", "--repeats", "1", "--no-calibrate"]
     code = main(["profile", *flags, "--output", str(output)])
     assert code == 0 and output.exists()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_output_no_file_can_be_made_in_is_refused_before_any_load(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """/proc takes no new file even from root, whom a permission check lets through: a file is made
+    and dropped there first (found by review: the whole load, then a FileNotFoundError)."""
+    output = Path("/proc") / ("prefill.json" if command == "profile" else "fluidity-run")
+    assert main([command, "--url", _unreachable(), "--output", str(output)]) == 2
+    err = capsys.readouterr().err
+    assert f"fluidity-exporter {command}: error: cannot write {output}" in err and "Traceback" not in err
+
+
+def test_a_profile_output_that_is_a_folder_is_refused_even_forced(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--force replaces an earlier result, not a folder (it ran the profile, then IsADirectoryError)."""
+    assert main(["profile", "--url", _unreachable(), "--output", str(tmp_path), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {tmp_path}: it is a folder; choose another --output" in err
+
+
+@pytest.mark.parametrize(
+    ("command", "folder"), [("bench", "bench-results"), ("capacity", "capacity-results")]
+)
+def test_runs_in_one_second_get_folders_of_their_own_and_a_refused_one_leaves_none(
+    command: str, folder: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two runs in one second wrote into one folder (found by review); a run refused before its load
+    leaves no empty folder behind."""
+    from exporter.report.bench_report import timestamped
+
+    monkeypatch.chdir(tmp_path)
+    first, second = timestamped(folder), timestamped(folder)
+    assert first != second and first.is_dir() and second.is_dir()
+    assert second.name.startswith(first.name[:16]) and second.name.endswith(("-2", "Z"))
+    first.rmdir()
+    second.rmdir()
+    # refused after its folder was made, before any trial or request: no prompt fits the context
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:100000", "--output-tokens", "fixed:8"]
+    assert main([command, *flags]) == 2
+    assert list((tmp_path / folder).iterdir()) == []

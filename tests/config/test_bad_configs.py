@@ -330,7 +330,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     ),
     "bad-url-port": (
         "targets:\n  - name: a\n    url: http://h:99999\n",
-        ['targets[0].url: bad port in "http://h:99999"'],
+        ['targets[0].url: bad port in "http://h:99999": a port is a number from 0 to 65535'],
     ),
     "url-with-credentials": (
         "targets:\n  - name: a\n    url: http://user:hunter2@h:8000\n",
@@ -379,6 +379,10 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "bad-listen-address": (
         "global:\n  listen_address: localhost\n" + T,
         ['global.listen_address: must be HOST:PORT (e.g. 0.0.0.0:9468, :9468 or [::]:9468), got "localhost"'],
+    ),
+    "listen-port-out-of-range": (
+        "global:\n  listen_address: 127.0.0.1:99999\n" + T,
+        ['global.listen_address: port 99999 is out of range (0 to 65535), got "127.0.0.1:99999"'],
     ),
     "bad-objectives": (
         T + "slos:\n  s:\n    objectives: ['ttft:p99<2', 'itl:p99<=1']\n",

@@ -147,6 +147,8 @@ async def test_probe_endpoint_runs_one_probe_with_a_fresh_registry(
     assert status == 400 and text == "missing query parameter module; valid: fast\n"
     status, text = await get(url + "/probe")
     assert status == 400 and "missing query parameter target; valid: sim\n" in text
+    status, text = await get(url + "/probe?target=sim&module=fast&debug=yes")  # not read as false
+    assert status == 400 and text == "debug: expected true or false, got 'yes'\n"
     status, text = await get(url + "/probe?target=sim&module=fast&debug=true")
     assert status == 200 and "probe sim/fast: 2 requests" in text and "#0: ok" in text
     # Each request's flag with the evidence behind it (the runbook sends operators here for it).

@@ -30,8 +30,24 @@ def test_the_gaps_keep_their_shape_and_order() -> None:
     raw_rate = 39 / (unit[-1] - unit[5])
     assert abs(raw_rate - 1) > 0.1  # seed 0's own sample: far from its process's rate
     scaled = at_unit_rate(unit, warmup=5)
-    assert np.allclose(scaled[1:] / unit[1:], raw_rate)  # one factor for every gap (0.815 here)
+    # one factor for every measured gap (0.815 here), and one for the warm-up's
+    assert np.allclose(np.diff(scaled[5:]) / np.diff(unit[5:]), raw_rate)
+    warm = 5 / (unit[5] - unit[0])
+    assert np.allclose(np.diff(scaled[:6]) / np.diff(unit[:6]), warm)
     assert (np.diff(scaled) >= 0).all()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_warm_up_comes_at_the_trials_rate_too(seed: int) -> None:
+    """Scaled by the measured requests' factor, 20 warm-up requests before 10 measured came at about
+    twice the rate (found by review: 21 sent in 10 s at 1 req/s)."""
+    plan = plan_trial(
+        WORKLOAD, 1.0, concurrency=False, arrival="poisson", warmup=20, requests=10, seed=seed, salt=1
+    )
+    assert plan.offsets is not None
+    assert 20 / (plan.offsets[20] - plan.offsets[0]) == pytest.approx(1.0, rel=1e-12)
+    measured = plan.offsets[20:]
+    assert (len(measured) - 1) / (measured[-1] - measured[0]) == pytest.approx(1.0, rel=1e-12)
 
 
 def test_too_few_measured_arrivals_are_left_as_they_are() -> None:
