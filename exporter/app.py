@@ -14,6 +14,7 @@ successful parse; jobs are added, replaced or removed by id; probes in flight fi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -51,6 +52,10 @@ from exporter.web.routes import build_app
 
 LOG = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are cancelled
+# An on-demand /probe in flight at shutdown may run this long, and then answers as failed (``shutdown``):
+# within the web server's own grace (SHUTDOWN_GRACE_S), which waited for it, cancelled it, waited again
+# and closed its connection with no answer (found by review: 11.7 s to stop, the scraper got nothing).
+ON_DEMAND_GRACE_S = SHUTDOWN_GRACE_S - 0.5
 
 
 class Daemon:
@@ -108,6 +113,8 @@ class Daemon:
         self.listen_flag = False  # whether --web.listen-address chose it, over global.listen_address
         self.lag = LoopLagWatcher(self.metrics.observe_loop_lag)
         self.ready = False
+        self.shutting_down = False  # a shutdown began: on-demand probes have ON_DEMAND_GRACE_S left
+        self._on_demand: set[asyncio.Timeout] = set()  # the deadlines of on-demand probes in flight
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -187,13 +194,35 @@ class Daemon:
 
     # -- what the routes ask for --------------------------------------------------------------------
 
-    async def probe_now(self, target_name: str, module_name: str) -> ProbeRun:
-        """One on-demand probe (``ProbeJobs.probe_now``), as ``/probe`` asks for it."""
-        return await self.probes.probe_now(target_name, module_name)
+    async def probe_now(self, target_name: str, module_name: str, timeout_s: float) -> ProbeRun:
+        """One on-demand probe (``ProbeJobs.probe_now``), as ``/probe`` asks for it, within ``timeout_s``
+        (a ``TimeoutError`` past it) or, once a shutdown began, ``ON_DEMAND_GRACE_S`` (``cut_on_demand``)."""
+        async with asyncio.timeout(timeout_s) as deadline:
+            if self.shutting_down:
+                _bring_forward(deadline, ON_DEMAND_GRACE_S)
+            self._on_demand.add(deadline)
+            try:
+                return await self.probes.probe_now(target_name, module_name)
+            finally:
+                self._on_demand.discard(deadline)
+
+    def cut_on_demand(self) -> None:
+        """A shutdown began: every on-demand probe in flight has ``ON_DEMAND_GRACE_S`` left at most, so
+        that it answers its scraper before the web server stops waiting for it."""
+        self.shutting_down = True
+        for deadline in self._on_demand:
+            _bring_forward(deadline, ON_DEMAND_GRACE_S)
 
     def deadline_policy(self, target: str) -> DeadlinePolicy:
         """The target's SLO deadlines (``DaemonJobEnvironment.deadline_policy``), as the routes ask."""
         return self.job_env.deadline_policy(target)
+
+
+def _bring_forward(deadline: asyncio.Timeout, within_s: float) -> None:
+    """Move ``deadline`` to ``within_s`` from now, unless it is sooner already."""
+    latest = asyncio.get_running_loop().time() + within_s
+    when = deadline.when()
+    deadline.reschedule(latest if when is None else min(when, latest))
 
 
 def web_app(daemon: Daemon, *, enable_lifecycle: bool = False) -> web.Application:
@@ -207,6 +236,10 @@ def web_app(daemon: Daemon, *, enable_lifecycle: bool = False) -> web.Applicatio
         finally:
             await daemon.stop()
 
+    async def shutting_down(_app: web.Application) -> None:  # before the server waits for handlers
+        daemon.cut_on_demand()
+
     app = build_app(daemon, enable_lifecycle=enable_lifecycle)
     app.cleanup_ctx.append(running)
+    app.on_shutdown.append(shutting_down)
     return app

@@ -299,9 +299,8 @@ PROBE_FAILURE = MetricSpec(
     "fluidity_probe_failure_info",
     "gauge",
     "1 with the reason this probe failed (a request outcome such as http_status or connect_error, or "
-    "scrape_timeout, backing_off, over_requests, over_tokens, over_context, busy, paused); absent when it "
-    "succeeded "
-    "(/probe only).",
+    "scrape_timeout, shutdown, backing_off, over_requests, over_tokens, over_context, busy, paused); absent "
+    "when it succeeded (/probe only).",
     (*SERIES, REASON),
 )
 

@@ -20,7 +20,6 @@ Both metric endpoints answer in the text format 0.0.4, gzip-compressed when the 
 
 from __future__ import annotations
 
-import asyncio
 import gzip
 import html
 import time
@@ -94,7 +93,10 @@ class DaemonService(Protocol):
 
     async def reload(self) -> tuple[bool, str]: ...
 
-    async def probe_now(self, target_name: str, module_name: str) -> ProbeRun: ...
+    @property
+    def shutting_down(self) -> bool: ...
+
+    async def probe_now(self, target_name: str, module_name: str, timeout_s: float) -> ProbeRun: ...
 
     def deadline_policy(self, target: str) -> DeadlinePolicy: ...
 
@@ -215,6 +217,16 @@ def _probe_timeout(request: web.Request) -> float:
         raise web.HTTPBadRequest(text=f"{SCRAPE_TIMEOUT_HEADER}: expected seconds, got {raw!r}\n") from None
 
 
+def _unfinished(exc: Exception, shutting_down: bool, timeout: float) -> tuple[str, str]:
+    """(reason, why) of an on-demand probe that did not finish: refused, cut by a shutdown, or past the
+    scrape timeout."""
+    if isinstance(exc, ProbeRefusedError):
+        return exc.reason, str(exc)
+    if shutting_down:
+        return "shutdown", "the exporter shut down while the probe ran"
+    return "scrape_timeout", f"the probe took longer than {timeout:.1f} s (the scrape timeout)"
+
+
 def _debug_flag(request: web.Request) -> bool:
     """``debug=true`` or ``false`` (absent: false); anything else is refused, not read as false (a
     ``debug=yes`` gave metrics where a person asked for the readable page, found by review)."""
@@ -245,12 +257,11 @@ async def probe(request: web.Request) -> web.Response:
     debug = _debug_flag(request)
     started = time.perf_counter()
     try:
-        run = await asyncio.wait_for(daemon.probe_now(target, module), timeout)
+        run = await daemon.probe_now(target, module, timeout)
     except (ProbeRefusedError, TimeoutError) as exc:
         # A probe that cannot run or finish is a failed probe (data), not a failed scrape (an outage).
         refused = isinstance(exc, ProbeRefusedError)
-        reason = exc.reason if isinstance(exc, ProbeRefusedError) else "scrape_timeout"
-        why = str(exc) if refused else f"the probe took longer than {timeout:.1f} s (the scrape timeout)"
+        reason, why = _unfinished(exc, daemon.shutting_down, timeout)
         if debug:
             return web.Response(text=_debug_failed(daemon, target, module, why))
         elapsed = None if refused else time.perf_counter() - started

@@ -4,11 +4,13 @@ refused aloud, the lifecycle switch, and the standard collectors and gzip on /me
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import logging
 import re
 import socket
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from exporter.app import Daemon
+from exporter.app import ON_DEMAND_GRACE_S, SHUTDOWN_GRACE_S, Daemon, web_app
 from exporter.config import default_config, load_config_file
 from exporter.exposition import render
 from exporter.web.routes import build_app
@@ -236,6 +238,27 @@ async def test_probe_timing_out_is_a_failed_probe_not_a_504(tmp_path: Path) -> N
     assert value(series, "fluidity_probe_success", target="t", module="m") == 0
     assert value(series, "fluidity_probe_failure_info", target="t", module="m", reason="scrape_timeout") == 1
     assert 0.9 <= value(series, "fluidity_probe_duration_seconds", target="t", module="m") <= 1.5
+
+
+async def test_a_probe_in_flight_at_shutdown_answers_as_failed_within_the_grace(tmp_path: Path) -> None:
+    """SIGTERM's grace for an on-demand /probe: the web server waited 5 s for it, cancelled it, waited
+    5 s more and closed the connection with no answer (found by review: curl got nothing, 11.7 s to
+    stop). The probe now answers as failed, ``reason="shutdown"``, within ``ON_DEMAND_GRACE_S``."""
+    with silent_target() as target:
+        config = FAILING.format(url=target).replace("interval: 0.2s", "interval: 1h")
+        daemon = Daemon(load_config_file(write(tmp_path, config)))
+        headers = {"X-Prometheus-Scrape-Timeout-Seconds": "60"}
+        async with serving_app(web_app(daemon), shutdown_timeout=SHUTDOWN_GRACE_S) as url:
+            scrape = asyncio.ensure_future(fetch(url + "/probe?target=t&module=m", headers=headers))
+            await wait_for(lambda: "m:on-demand" in daemon.targets["t"].busy, timeout=10.0)
+            began = time.perf_counter()
+        stopping = time.perf_counter() - began
+        status, text, _ = await scrape
+    assert status == 200
+    series = samples(text)
+    assert value(series, "fluidity_probe_failure_info", target="t", module="m", reason="shutdown") == 1
+    assert value(series, "fluidity_probe_duration_seconds", target="t", module="m") >= ON_DEMAND_GRACE_S - 0.5
+    assert stopping < 2 * SHUTDOWN_GRACE_S  # README: 10 s at most (it took 10 s for this probe alone)
 
 
 async def test_metrics_has_the_standard_collectors_and_gzip(failing_server: str, tmp_path: Path) -> None:
