@@ -21,6 +21,8 @@ from exporter.load.runner import LoadRun
 from exporter.report.files import write_outputs
 from exporter.report.summary import summarize
 
+MAX_SAME_SECOND = 100  # runs that may share one second's folder name (``timestamped``)
+
 
 @dataclass(frozen=True)
 class BenchReport:
@@ -79,9 +81,6 @@ def release(directory: Path | None) -> None:
     if directory is not None:
         with contextlib.suppress(OSError):
             directory.rmdir()
-
-
-MAX_SAME_SECOND = 100  # runs that may share one second's folder name
 
 
 class OutputError(Exception):
