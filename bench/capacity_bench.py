@@ -389,7 +389,9 @@ def oracle(bed: Bed, start: float) -> Run:
         trials.append(bed.trial(truth, early_stop=True))
     top = low * (1.0 + tolerance)
     if first.passed or not low < start <= top:
-        failing = max(load for load, ok in bed.swept.items() if not ok and low < load <= top)
+        # the likeliest to stop early; the lowest failure when the sweep saw none within the tolerance
+        within = [load for load, ok in bed.swept.items() if not ok and low < load <= top]
+        failing = max(within, default=lowest_failure)
         trials.append(bed.trial(failing, early_stop=True))
     return Run(low, trials)
 

@@ -47,7 +47,7 @@ from exporter.exposition.store_limits import StoreLimits
 from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobStore
 from exporter.load.cpus import available_cpus
-from exporter.probe.result import ProbeRun
+from exporter.probe.result import ProbeCutError, ProbeRun
 from exporter.web.routes import build_app
 
 LOG = logging.getLogger(__name__)
@@ -115,6 +115,7 @@ class Daemon:
         self.ready = False
         self.shutting_down = False  # a shutdown began: on-demand probes have ON_DEMAND_GRACE_S left
         self._on_demand: set[asyncio.Timeout] = set()  # the deadlines of on-demand probes in flight
+        self._cut: set[asyncio.Timeout] = set()  # those of them a shutdown brought forward
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -196,33 +197,45 @@ class Daemon:
 
     async def probe_now(self, target_name: str, module_name: str, timeout_s: float) -> ProbeRun:
         """One on-demand probe (``ProbeJobs.probe_now``), as ``/probe`` asks for it, within ``timeout_s``
-        (a ``TimeoutError`` past it) or, once a shutdown began, ``ON_DEMAND_GRACE_S`` (``cut_on_demand``)."""
-        async with asyncio.timeout(timeout_s) as deadline:
-            if self.shutting_down:
-                _bring_forward(deadline, ON_DEMAND_GRACE_S)
-            self._on_demand.add(deadline)
-            try:
+        (a ``TimeoutError`` past it) or, once a shutdown began, ``ON_DEMAND_GRACE_S`` (a
+        ``ProbeCutError`` when that, not its own deadline, ended it: ``cut_on_demand``)."""
+        deadline = asyncio.timeout(timeout_s)
+        try:
+            async with deadline:
+                if self.shutting_down:
+                    self._cut_short(deadline)
+                self._on_demand.add(deadline)
                 return await self.probes.probe_now(target_name, module_name)
-            finally:
-                self._on_demand.discard(deadline)
+        except TimeoutError:
+            if deadline in self._cut:
+                raise ProbeCutError("the exporter shut down while the probe ran") from None
+            raise
+        finally:
+            self._on_demand.discard(deadline)
+            self._cut.discard(deadline)
 
     def cut_on_demand(self) -> None:
         """A shutdown began: every on-demand probe in flight has ``ON_DEMAND_GRACE_S`` left at most, so
         that it answers its scraper before the web server stops waiting for it."""
         self.shutting_down = True
         for deadline in self._on_demand:
-            _bring_forward(deadline, ON_DEMAND_GRACE_S)
+            self._cut_short(deadline)
+
+    def _cut_short(self, deadline: asyncio.Timeout) -> None:
+        """Bring ``deadline`` forward to ``ON_DEMAND_GRACE_S`` from now, unless it is sooner already or
+        expiring (a deadline that fired a moment ago stays in ``_on_demand`` until its probe's task
+        runs again, and may not be moved: found by review, the shutdown then ended in a traceback)."""
+        if deadline.expired():
+            return
+        latest = asyncio.get_running_loop().time() + ON_DEMAND_GRACE_S
+        when = deadline.when()
+        if when is None or latest < when:
+            deadline.reschedule(latest)
+            self._cut.add(deadline)
 
     def deadline_policy(self, target: str) -> DeadlinePolicy:
         """The target's SLO deadlines (``DaemonJobEnvironment.deadline_policy``), as the routes ask."""
         return self.job_env.deadline_policy(target)
-
-
-def _bring_forward(deadline: asyncio.Timeout, within_s: float) -> None:
-    """Move ``deadline`` to ``within_s`` from now, unless it is sooner already."""
-    latest = asyncio.get_running_loop().time() + within_s
-    when = deadline.when()
-    deadline.reschedule(latest if when is None else min(when, latest))
 
 
 def web_app(daemon: Daemon, *, enable_lifecycle: bool = False) -> web.Application:

@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         release(fresh)
         error("bench", exc)
         return EXIT_USAGE
-    except KeyboardInterrupt:  # stopped at once: nothing written, so no empty folder is left either
+    except BaseException:  # any other end before writing (Ctrl-C, the target down): no empty folder
         release(fresh)
         raise
     return _report(load, spec, options, facts, directory)

@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         release(fresh)
         error("capacity", exc)
         return EXIT_USAGE
-    except KeyboardInterrupt:  # interrupted: nothing is written, so no empty folder is left either
+    except BaseException:  # any other end before writing (Ctrl-C, the target down): no empty folder
         release(fresh)
         raise
     written = write_capacity_json(directory, result)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.jobs.store import JobRecord, JobState, JobStore, Progress, Trigger, new_job_id
+from exporter.jobs.store import JobRecord, JobState, JobStore, Progress, Trigger, ended_progress, new_job_id
 from exporter.options.job_params import CapacityParams, JobKind, JobLimits, JobParams
 
 LOG = logging.getLogger(__name__)
@@ -228,10 +228,8 @@ class JobManager:
     ) -> None:
         record.state, record.error, record.result = state, error, result
         record.finished_at = time.time()
-        if state != "succeeded":  # how far it got stays; the message says it ended, and while doing what
-            last = record.progress.message
-            during = f" (during {last})" if last else ""
-            record.progress = Progress(record.progress.fraction, f"{state}: {error}{during}")
+        if state != "succeeded":
+            record.progress = ended_progress(record.progress, state, error)
         self.store.save(record)
         LOG.info(
             "job %s (%s) on %s: %s%s",

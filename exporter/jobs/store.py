@@ -46,6 +46,13 @@ class Progress:
     message: str = ""
 
 
+def ended_progress(progress: Progress, state: str, error: str | None) -> Progress:
+    """A job's progress once it ended other than by succeeding: the fraction it reached, and a message
+    that says how it ended and what it was doing (it was left on "trial 1/8: ...", found by review)."""
+    during = f" (during {progress.message})" if progress.message else ""
+    return Progress(progress.fraction, f"{state}: {error}{during}")
+
+
 @dataclass
 class JobRecord:
     """One job, running or finished: what was asked, what happened so far and how it ended."""
@@ -178,6 +185,7 @@ class JobStore:
     def _mark_interrupted(self, record: JobRecord) -> None:
         if record.state == "running":
             record.state, record.error = "interrupted", INTERRUPTED_BY_RESTART
+            record.progress = ended_progress(record.progress, record.state, record.error)
             record.finished_at = time.time()
             self.save(record)
 

@@ -90,7 +90,7 @@ def _why_unfitted(results: Sequence[ProbeResult]) -> str:
     failed = [r for r in results if not _answered(r)]
     if failed:
         how = ", ".join(sorted({_failure(r) for r in failed}))
-        return f"{len(failed)} of the {len(results)} fitting requests failed ({how}; the check was not sent)"
+        return f"a fitting request failed ({how}; the rest and the check were not sent)"
     if any(r.prompt_tokens_reported is None for r in results):
         return "the server reported no prompt tokens"
     return "the server's prompt token counts did not grow with the prompt"
@@ -117,12 +117,15 @@ async def calibrate_prompts(send: Send, api: Api, salt: int = 0, context: int | 
     plain = ApproxPromptBuilder()
     low, high, check = calibration_lengths(context)
     key = CALIBRATION_KEY + salt
-    short = [await _ask(send, plain, api, low, key + 3 + i) for i in range(SHORT_REPEATS)]
-    fitting = [*short, await _ask(send, plain, api, high, key + 1)]
+    fitting: list[ProbeResult] = []
+    for length, at in [(high, key + 1), *((low, key + 3 + i) for i in range(SHORT_REPEATS))]:
+        fitting.append(await _ask(send, plain, api, length, at))
+        if _reported(fitting[-1]) is None:  # no fit without it: spare a failing server the rest
+            return Calibration(plain, None, 0.0, None, _why_unfitted(fitting), check)
     counts = [c for c in (_reported(r) for r in fitting) if c is not None]
-    if len(counts) < len(fitting) or max(counts[:-1]) >= counts[-1]:
+    if max(counts[1:]) >= counts[0]:
         return Calibration(plain, None, 0.0, None, _why_unfitted(fitting), check)
-    reported_low, reported_high = sum(counts[:-1]) / len(short), counts[-1]
+    reported_low, reported_high = sum(counts[1:]) / SHORT_REPEATS, counts[0]
     per_word = (reported_high - reported_low) / (high - low)
     overhead = max(reported_low - per_word * low, 0.0)
     builder = ApproxPromptBuilder(tokens_per_word=per_word, overhead_tokens=overhead)

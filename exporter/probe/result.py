@@ -135,6 +135,10 @@ def e2e(result: ProbeResult) -> float | None:
     return result.finished_at - result.sent_at
 
 
+class ProbeCutError(TimeoutError):
+    """An on-demand probe that the exporter's shutdown ended before its own deadline."""
+
+
 class ProbeRefusedError(Exception):
     """A probe that may not run now (budget, back-off, or one already running); the message says why,
     ``reason`` names it: ``paused``, ``busy``, ``backing_off``, ``over_requests``, ``over_tokens`` or

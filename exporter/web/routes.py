@@ -35,7 +35,7 @@ from exporter.exposition import render
 from exporter.exposition.probe_registry import failed_probe_registry, probe_registry
 from exporter.exposition.store import ResultStore
 from exporter.exposition.views import RecentResult, iso
-from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun, intervals
+from exporter.probe.result import ProbeCutError, ProbeRefusedError, ProbeResult, ProbeRun, intervals
 from exporter.probe.saturation import why_unreliable
 from exporter.web.jobs_api import JobService, add_job_routes
 
@@ -92,9 +92,6 @@ class DaemonService(Protocol):
     def metrics_text(self) -> bytes: ...
 
     async def reload(self) -> tuple[bool, str]: ...
-
-    @property
-    def shutting_down(self) -> bool: ...
 
     async def probe_now(self, target_name: str, module_name: str, timeout_s: float) -> ProbeRun: ...
 
@@ -217,13 +214,13 @@ def _probe_timeout(request: web.Request) -> float:
         raise web.HTTPBadRequest(text=f"{SCRAPE_TIMEOUT_HEADER}: expected seconds, got {raw!r}\n") from None
 
 
-def _unfinished(exc: Exception, shutting_down: bool, timeout: float) -> tuple[str, str]:
+def _unfinished(exc: Exception, timeout: float) -> tuple[str, str]:
     """(reason, why) of an on-demand probe that did not finish: refused, cut by a shutdown, or past the
     scrape timeout."""
     if isinstance(exc, ProbeRefusedError):
         return exc.reason, str(exc)
-    if shutting_down:
-        return "shutdown", "the exporter shut down while the probe ran"
+    if isinstance(exc, ProbeCutError):
+        return "shutdown", str(exc)
     return "scrape_timeout", f"the probe took longer than {timeout:.1f} s (the scrape timeout)"
 
 
@@ -261,7 +258,7 @@ async def probe(request: web.Request) -> web.Response:
     except (ProbeRefusedError, TimeoutError) as exc:
         # A probe that cannot run or finish is a failed probe (data), not a failed scrape (an outage).
         refused = isinstance(exc, ProbeRefusedError)
-        reason, why = _unfinished(exc, daemon.shutting_down, timeout)
+        reason, why = _unfinished(exc, timeout)
         if debug:
             return web.Response(text=_debug_failed(daemon, target, module, why))
         elapsed = None if refused else time.perf_counter() - started

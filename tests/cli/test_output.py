@@ -73,10 +73,11 @@ def test_runs_in_one_second_get_folders_of_their_own_and_a_refused_one_leaves_no
     monkeypatch.chdir(tmp_path)
     first, second = timestamped(folder), timestamped(folder)
     assert first != second and first.is_dir() and second.is_dir()
-    assert second.name.startswith(first.name[:16]) and second.name.endswith(("-2", "Z"))
+    assert second.name in (f"{first.name}-2", second.name[:16])  # -2 in the same second, else the next
     first.rmdir()
     second.rmdir()
     # refused after its folder was made, before any trial or request: no prompt fits the context
     flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:100000", "--output-tokens", "fixed:8"]
     assert main([command, *flags]) == 2
+    assert main([command, "--url", _unreachable()]) == 1  # the target down: nothing written either
     assert list((tmp_path / folder).iterdir()) == []

@@ -261,6 +261,32 @@ async def test_a_probe_in_flight_at_shutdown_answers_as_failed_within_the_grace(
     assert stopping < 2 * SHUTDOWN_GRACE_S  # README: 10 s at most (it took 10 s for this probe alone)
 
 
+async def test_a_shutdown_as_a_probes_own_deadline_fires_leaves_that_deadline_alone(tmp_path: Path) -> None:
+    """A deadline that has just fired stays in the daemon's set until its probe's task runs again; the
+    shutdown hook tried to move it then and raised, and the shutdown ended in a traceback (found by
+    review). Such a probe ends on its own deadline, a scrape timeout, not a shutdown."""
+    with silent_target() as target:
+        config = FAILING.format(url=target).replace("interval: 0.2s", "interval: 1h")
+        daemon = Daemon(load_config_file(write(tmp_path, config)))
+        errors: list[dict[str, object]] = []
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: errors.append(context))
+        async with serving(daemon):
+            probe = asyncio.ensure_future(daemon.probe_now("t", "m", 2.0))
+            await wait_for(lambda: bool(daemon._on_demand), timeout=10.0)
+            (deadline,) = daemon._on_demand
+            when = deadline.when()
+            assert when is not None
+            loop.call_at(when + 0.01, daemon.cut_on_demand)
+            # both due at once: the deadline fires, then the hook runs, in one turn of the loop
+            time.sleep(max(when + 0.05 - loop.time(), 0.0))
+            with pytest.raises(TimeoutError) as ended:
+                await probe
+        loop.set_exception_handler(None)
+    assert errors == [] and daemon.shutting_down
+    assert type(ended.value) is TimeoutError  # its own deadline (not a ProbeCutError)
+
+
 async def test_metrics_has_the_standard_collectors_and_gzip(failing_server: str, tmp_path: Path) -> None:
     daemon = Daemon(load_config_file(write(tmp_path, FAST + FAILING.format(url=failing_server))))
     async with serving(daemon) as url, aiohttp.ClientSession(auto_decompress=False) as session:

@@ -145,8 +145,25 @@ async def test_failed_calibration_requests_are_called_failed_not_countless(non_l
         calibration = await calibrate_prompts(client.send, "chat")
     assert calibration.tokens_per_word is None
     assert calibration.describe() == (
-        "prompt calibration: 7 of the 7 fitting requests failed (http_status 501; the check was not sent); "
+        "prompt calibration: a fitting request failed (http_status 501; the rest and the check were not sent); "
         "prompt lengths are approximate"
+    )
+
+
+async def test_a_failing_server_is_spared_the_rest_of_the_calibration() -> None:
+    """Against a server that fails, each request may wait out its timeout: the first failure ends the
+    calibration (all seven fitting requests went out, one after another, found by review)."""
+    sent: list[RequestSpec] = []
+
+    async def send(spec: RequestSpec) -> ProbeResult:
+        sent.append(spec)
+        return ProbeResult(api="completions", outcome=Outcome.TTFT_TIMEOUT, error="timed out")
+
+    calibration = await calibrate_prompts(send, "completions")
+    assert calibration.tokens_per_word is None and len(sent) == 1
+    assert (
+        "a fitting request failed (ttft_timeout; the rest and the check were not sent)"
+        in calibration.describe()
     )
 
 

@@ -155,10 +155,11 @@ async def test_monitor_keeps_when_each_stall_was() -> None:
     await asyncio.sleep(0.02)
     monitor.stop()
     stalls = monitor.stalls_since(mark)
-    assert stalls is not None and len(stalls) == 1
-    ((due, came),) = stalls
+    assert stalls  # a busy machine may add stalls of its own; one of them is the block's:
     # due within an interval of the block's start (the timer's own grain), came when it ended
-    assert began - 0.006 <= due <= began + 0.006 and ended <= came <= ended + 0.02
+    assert any(
+        began - 0.006 <= due <= began + 0.006 and ended <= came <= ended + 0.02 for due, came in stalls
+    )
     assert monitor.stalls_since(monitor.mark()) == []
 
 
