@@ -431,5 +431,5 @@ async def test_a_calibration_that_failed_is_tried_again_later_and_said_once(
             now[0] += CONTEXT_REASK_S
             await context.learn(client)
             assert context.calibration is not first  # tried again
-    failed = [r for r in caplog.records if "fitting requests failed" in r.getMessage()]
+    failed = [r for r in caplog.records if "a fitting request failed" in r.getMessage()]
     assert len(failed) == 1 and failed[0].levelno == logging.WARNING
