@@ -118,11 +118,13 @@ async def calibrate_prompts(send: Send, api: Api, salt: int = 0, context: int | 
     low, high, check = calibration_lengths(context)
     key = CALIBRATION_KEY + salt
     fitting: list[ProbeResult] = []
+    counts: list[int] = []  # the long prompt's, then the short ones'
     for length, at in [(high, key + 1), *((low, key + 3 + i) for i in range(SHORT_REPEATS))]:
         fitting.append(await _ask(send, plain, api, length, at))
-        if _reported(fitting[-1]) is None:  # no fit without it: spare a failing server the rest
+        count = _reported(fitting[-1])
+        if count is None:  # no fit without it: spare a failing server the rest
             return Calibration(plain, None, 0.0, None, _why_unfitted(fitting), check)
-    counts = [c for c in (_reported(r) for r in fitting) if c is not None]
+        counts.append(count)
     if max(counts[1:]) >= counts[0]:
         return Calibration(plain, None, 0.0, None, _why_unfitted(fitting), check)
     reported_low, reported_high = sum(counts[1:]) / SHORT_REPEATS, counts[0]
