@@ -49,17 +49,34 @@ def _commands() -> dict[str, Command]:
     }
 
 
+class _TopParser(argparse.ArgumentParser):
+    """The top-level parser: a flag no command knows is that command's usage error, with its usage
+    (argparse says it with the top-level usage, which names no flag of the command)."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+    def parse_args(  # type: ignore[override]  # one form of argparse's overloads is enough here
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace:
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.commands[parsed.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+
 def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
     """The top-level parser with one sub-parser per registered command."""
-    parser = argparse.ArgumentParser(
+    parser = _TopParser(
         prog="fluidity-exporter",
         description="Measure what users of an LLM endpoint feel: Etalon fluidity-index, fluid token rate, "
         "TTFT/TBT/TPOT.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.commands = {}
     for name, command in commands.items():
-        command.add_arguments(sub.add_parser(name, help=command.help, description=command.help))
+        parser.commands[name] = sub.add_parser(name, help=command.help, description=command.help)
+        command.add_arguments(parser.commands[name])
     return parser
 
 
