@@ -25,7 +25,7 @@ SMALL = ["--prompt-tokens", "uniform:low=16,high=256", "--output-tokens", "unifo
 def child_sim_url() -> Iterator[str]:
     """A ``tiny`` simulator in a child process, one for the module: ``main(["bench", ...])`` blocks in its
     own event loop, so the simulator cannot share the test's."""
-    with SimProcess(["--preset", "tiny"]) as sim:
+    with SimProcess(["--sim-preset", "tiny"]) as sim:
         yield sim.url
 
 
