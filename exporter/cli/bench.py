@@ -26,9 +26,9 @@ from exporter.cli.flags import (
     add_prefill_arguments,
     add_target_arguments,
     add_workload_arguments,
+    checked_workers,
     error,
     merged_options,
-    note_shared_cpus,
 )
 from exporter.cli.progress import LiveLine
 from exporter.evaluation import EvaluationSpec
@@ -108,7 +108,9 @@ def _add_schedule_arguments(load: argparse._ArgumentGroup) -> None:
     load.add_argument("--concurrency", type=int, help="closed loop: requests in flight")
     load.add_argument("--requests", type=int, help=f"number of requests (default {DEFAULT_REQUESTS})")
     load.add_argument("--duration", type=float, help="seconds of load (instead of --requests)")
-    load.add_argument("--workers", type=int, help="client processes for heavy open loads (default 1)")
+    load.add_argument(
+        "--workers", type=int, help="client processes for heavy open loads, at most the CPUs (default 1)"
+    )
     load.add_argument(
         "--from-scheduled", action="store_true", default=None, help="latency from scheduled send"
     )
@@ -150,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         options = merged_options(args)
         spec = evaluation_spec(options)
         checked_workload_options(options)
-        workers = _workers(options)
+        workers = checked_workers(options["workers"])
         directory = Path(options["output"]) if options["output"] else timestamped("bench-results")
         fresh = None if options["output"] else directory  # ours to remove if nothing is written
         check_output_path(directory / "summary.json", bool(options["force"]))
@@ -164,15 +166,6 @@ def run(args: argparse.Namespace) -> int:
         release(fresh)
         raise
     return _report(load, spec, options, facts, directory)
-
-
-def _workers(options: Options) -> int:
-    workers: int = 1 if options["workers"] is None else options["workers"]
-    if workers < 1:
-        raise OptionError(f"--workers must be >= 1, got {workers}")
-    if not options["quiet"]:
-        note_shared_cpus(workers)
-    return workers
 
 
 def _measure(

@@ -168,7 +168,8 @@ def test_worker_processes_send_every_request_once(
         (["--requests", "-5"], "--requests must be >= 1, got -5"),
         (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
         (["--duration", "0"], "--duration must be > 0 seconds, got 0"),
-        (["--workers", "0"], "--workers must be >= 1"),
+        (["--workers", "0"], "--workers 0: must be from 1 to "),
+        (["--workers", "999"], "--workers 999: must be from 1 to "),  # once 999 forked processes
         (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),  # numpy's ValueError, once
         (["--header", "X-A: a\nb"], "--header.X-A: the value must not hold a line break or NUL"),
         (

@@ -198,6 +198,7 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         # an "offered rate" of 8,600 req/s for requests that all left at once).
         (["--load", "concurrency", "--max-load", "494"], "--max-load: concurrency 494 is above 110"),
         (["--workers", "0"], "--workers: must be an integer >= 1"),
+        (["--workers", "999"], "--workers 999: must be from 1 to "),
         # Once a search of no trial that said "not met at any load tried" (exit 1).
         (["--time-budget", "5"], "--time-budget: 5 s is below one trial's minimum (10 s)"),
         # Workload flags are read before the target is asked anything (http://127.0.0.1:9 answers nothing).

@@ -113,7 +113,8 @@ def test_profile_command_with_workers_fits_the_same_curve(
     [
         (["--lengths", "128,abc"], '--lengths "128,abc": expected integers'),
         (["--repeats", "0"], "--repeats must be >= 1"),
-        (["--workers", "0"], "--workers must be >= 1"),
+        (["--workers", "0"], "--workers 0: must be from 1 to "),
+        (["--workers", "999"], "--workers 999: must be from 1 to "),
     ],
 )
 def test_bad_flags(flags: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
