@@ -107,7 +107,11 @@ def _add_schedule_arguments(load: argparse._ArgumentGroup) -> None:
     )
     load.add_argument("--concurrency", type=int, help="closed loop: requests in flight")
     load.add_argument("--requests", type=int, help=f"number of requests (default {DEFAULT_REQUESTS})")
-    load.add_argument("--duration", type=float, help="seconds of load (instead of --requests)")
+    load.add_argument(
+        "--duration",
+        type=float,
+        help="seconds of load: no request sent after it (with --requests: whichever ends first)",
+    )
     load.add_argument(
         "--workers", type=int, help="client processes for heavy open loads, at most the CPUs (default 1)"
     )

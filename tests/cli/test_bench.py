@@ -330,3 +330,16 @@ def test_ctrl_c_stops_sending_and_reports_what_was_sent(child_sim_url: str, tmp_
     sent = summary["requests"]["total"]
     assert 0 < sent < 200 and f"the report covers the {sent} requests sent before Ctrl-C" in err
     assert len((out / "requests.jsonl").read_text().splitlines()) == sent
+
+
+def test_requests_and_duration_together_end_at_whichever_comes_first(
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As ``--duration``'s help says: at most ``--requests``, and none sent after ``--duration``."""
+    flags = ["--url", child_sim_url, "--rate", "20", "--duration", "0.5", *SMALL]
+    code, out = bench(tmp_path, *flags, "--requests", "1000")
+    assert_measured(code, out)
+    assert 1 <= len((out / "requests.jsonl").read_text().splitlines()) < 40  # cut by the duration
+    code, out = bench(tmp_path, *flags, "--requests", "3", "--force")
+    assert_measured(code, out)
+    assert len((out / "requests.jsonl").read_text().splitlines()) == 3  # cut by the count

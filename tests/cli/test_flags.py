@@ -64,6 +64,14 @@ def test_an_unknown_flag_prints_the_commands_usage(capsys: pytest.CaptureFixture
     assert f"fluidity-exporter {command}: error: unrecognized arguments: --bogus" in err
 
 
+def test_duration_help_says_how_it_meets_requests() -> None:
+    text = " ".join(PARSER._subparsers._group_actions[0].choices["bench"].format_help().split())  # type: ignore[union-attr]
+    assert (
+        "--duration DURATION seconds of load: no request sent after it (with --requests: whichever ends first)"
+        in text
+    )
+
+
 def test_old_spellings_are_hidden_from_help() -> None:
     text = PARSER._subparsers._group_actions[0].choices["bench"].format_help()  # type: ignore[union-attr]
     assert "--objective" in text and "--percentile" in text and "--no-plots" in text
