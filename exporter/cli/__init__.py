@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fluidity-exporter {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except TargetError as exc:  # e.g. GET /v1/models failed: the target is down, not our bug
-        print(f"fluidity-exporter {args.command}: error: the target did not answer: {exc}", file=sys.stderr)
+        print(f"fluidity-exporter {args.command}: error: {exc.explain()}", file=sys.stderr)
         return 1
     finally:
         for signum, handler in previous.items():  # main() may run inside another program (the tests)
