@@ -92,7 +92,6 @@ def run(args: argparse.Namespace) -> int:
     if note is not None:
         print(f"fluidity-exporter profile: {note}", file=sys.stderr)
     output = Path(options["output"])
-    output.parent.mkdir(parents=True, exist_ok=True)  # checked writable before the first request
     output.write_text(dump_json(profile.model) + "\n", encoding="utf-8")
     print(f"wrote {options['output']}", file=sys.stderr if options["json"] else sys.stdout)
     return EXIT_MEASURED
@@ -104,7 +103,7 @@ def _check(options: Options) -> None:
         raise OptionError("--repeats must be >= 1")
     checked_workers(options["workers"])
     lengths(options)
-    check_output_path(Path(options["output"]), bool(options["force"]))
+    check_output_path(Path(options["output"]), bool(options["force"]), new_folders=False)
 
 
 async def _profile(options: Options, url: str, simulated: bool) -> PrefillProfile:

@@ -91,10 +91,15 @@ class OutputExistsError(OutputError, FileExistsError):
     """An earlier result is where this run would write (the message says how to keep or replace it)."""
 
 
-def check_output_path(path: Path, force: bool) -> None:
+def check_output_path(path: Path, force: bool, *, new_folders: bool = True) -> None:
     """An earlier result at ``path`` is kept unless ``force`` (``--force``) says to replace it, and a
     place no result could be written is refused (both checked before any load is sent, so a search is
-    never run only to be refused, or lost, at the end)."""
+    never run only to be refused, or lost, at the end). ``new_folders``: the folders above ``path`` may
+    be made (a report's folder); without it (``profile``'s one file) a missing folder is refused, as a
+    mistyped ``/nonexistent/dir/x.json`` once made its folders from the root down."""
+    if path.is_dir():  # before "exists": --force cannot replace a folder by a file
+        what = "--output names the file to write" if not new_folders else "choose another --output"
+        raise OutputError(f"cannot write {path}: it is a folder; {what}")
     if path.exists() and not force:
         raise OutputExistsError(f"{path} exists (an earlier result); choose another --output, or add --force")
     ancestor = path.parent
@@ -102,12 +107,16 @@ def check_output_path(path: Path, force: bool) -> None:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise OutputError(f"cannot write {path}: {ancestor} is not a folder; choose another --output")
-    if path.is_dir():
-        raise OutputError(f"cannot write {path}: it is a folder; choose another --output")
+    if not new_folders and ancestor != path.parent:
+        raise OutputError(
+            f"cannot write {path}: the folder {path.parent} does not exist; create it, or choose another "
+            "--output"
+        )
     try:  # a file made and dropped there: permissions, a read-only mount, a place like /proc
         with tempfile.TemporaryFile(dir=ancestor):
             pass
     except OSError as exc:
         raise OutputError(
-            f"cannot write {path}: {ancestor}: {exc.strerror or exc}; choose another --output"
+            f"cannot write {path}: {ancestor} takes no new files ({exc.strerror or exc}); "
+            "choose another --output"
         ) from None
