@@ -4,7 +4,8 @@ Sends a workload (a named preset or a trace) to ``--url`` (by default to the bui
 started in a child process so it has its own core), open-loop at ``--rate`` or closed-loop at
 ``--concurrency``, for ``--requests`` or ``--duration``; shows live TTFT/TBT/fluidity while it runs;
 then prints the summary tables and writes the output directory (``requests.jsonl``, ``summary.json``,
-a CSV per metric, and plots with the ``plots`` extra). ``--json`` prints the summary for scripts.
+``requests.csv`` and ``tbt.csv`` keyed by request id, and plots with the ``plots`` extra). ``--json``
+prints the summary for scripts.
 The load plan is built by ``exporter.load.load_plan``, sent by ``exporter.load.plan_runner`` and
 reported by ``exporter.report.bench_report``.
 """
