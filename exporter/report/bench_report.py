@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any
 
 from exporter.evaluation import EvaluationSpec, measure
 from exporter.load.runner import LoadRun
-from exporter.report.files import write_outputs
+from exporter.report.files import OUTPUT_FILES, write_outputs
+from exporter.report.plots import PLOT_FILES
 from exporter.report.summary import summarize
 
 MAX_SAME_SECOND = 100  # runs that may share one second's folder name (``timestamped``)
@@ -37,13 +39,16 @@ class BenchReport:
 def bench_report(
     load: LoadRun, spec: EvaluationSpec, directory: Path, target: dict[str, Any], plots: bool
 ) -> BenchReport:
-    """Compute the summary (``target``: what the target said about itself) and write the files."""
+    """Compute the summary (``target``: what the target said about itself) and write the files, in
+    place of any an earlier run left there (``--force``: its plots stayed beside the new data)."""
     measured = measure(load.results, spec)
     checks = [dataclasses.asdict(check) for check in load.checks]
     duration = max(load.finished_at - load.started_at, 1e-9)
     summary = summarize(load.results, measured, spec, duration, checks)
     summary["target"] = target
-    written = write_outputs(directory, load.results, measured, summary, spec)
+    remove_earlier_report(directory)
+    wall_offset = time.time() - time.perf_counter()  # the results' stamps are perf_counter seconds
+    written = write_outputs(directory, load.results, measured, summary, spec, wall_offset)
     if not plots:
         return BenchReport(summary, written)
     from exporter.report.plots import write_plots  # matplotlib only when asked for
@@ -53,6 +58,14 @@ def bench_report(
     except RuntimeError as exc:  # the plots extra is not installed
         return BenchReport(summary, written, str(exc))
     return BenchReport(summary, written)
+
+
+def remove_earlier_report(directory: Path) -> None:
+    """The files a report writes, where an earlier run (``--force``) wrote them; nothing else in the
+    folder is touched."""
+    for name in (*OUTPUT_FILES, *PLOT_FILES):
+        with contextlib.suppress(FileNotFoundError):
+            (directory / name).unlink()
 
 
 def timestamped(folder: str) -> Path:

@@ -13,6 +13,14 @@ from exporter.report.files import MISS_CURVE_DEADLINES_S
 from exporter.stats.fluidity import deadline_miss_curve
 
 INSTALL_HINT = "plots need matplotlib: pip install 'fluidity-exporter[plots]'"
+# Every file ``write_plots`` writes (a forced run removes an earlier run's first: ``bench_report``).
+PLOT_FILES = (
+    "cdf_ttft.png",
+    "cdf_tbt.png",
+    "cdf_fluidity.png",
+    "deadline_miss_rate.png",
+    "ttft_vs_prompt.png",
+)
 
 
 def pyplot() -> Any:
