@@ -19,6 +19,7 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from exporter.cli.command import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.cli.flags import (
@@ -37,7 +38,7 @@ from exporter.load.load_plan import DEFAULT_RATE, DEFAULT_REQUESTS, LoadPlan, lo
 from exporter.load.plan_runner import send_plan
 from exporter.load.runner import LoadRun
 from exporter.load.sessions import session_turns
-from exporter.load.target_facts import TargetFacts, discover_target
+from exporter.load.target_facts import ContextFit, TargetFacts, discover_target
 from exporter.load.target_options import option_url
 from exporter.load.traces import TRACE_FORMATS
 from exporter.load.workload_options import checked_workload_options, context_fit_note
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         fresh = None if options["output"] else directory  # ours to remove if nothing is written
         check_output_path(directory / "summary.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
-            facts, load = _measure(options, spec, workers, url, simulated)
+            facts, load, fit = _measure(options, spec, workers, url, simulated)
     except (OptionError, OutputError, SimStartError) as exc:
         release(fresh)
         error("bench", exc)
@@ -170,12 +171,12 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:  # any other end before writing (Ctrl-C, the target down): no empty folder
         release(fresh)
         raise
-    return _report(load, spec, options, facts, directory)
+    return _report(load, spec, options, _target(facts, fit), directory)
 
 
 def _measure(
     options: Options, spec: EvaluationSpec, workers: int, url: str, simulated: bool
-) -> tuple[TargetFacts, LoadRun]:
+) -> tuple[TargetFacts, LoadRun, ContextFit | None]:
     """Ask the target about itself, plan the load, send it with live progress."""
     settings, facts = event_loop.run(discover_target(options, url, simulated))
     plan = load_plan(options, simulated, facts)
@@ -189,7 +190,15 @@ def _measure(
     live = LiveLine(_total(plan), spec, not quiet)
     load = event_loop.run(_send_until_interrupted(settings, plan, workers, live))
     live.close()
-    return facts, load
+    return facts, load, plan.fit
+
+
+def _target(facts: TargetFacts, fit: ContextFit | None) -> dict[str, Any]:
+    """What the target said about itself, and what fitting the workload to its context left out
+    (``context_fit``; the line before the load promised the result would say it)."""
+    said: dict[str, Any] = facts.to_dict()
+    said["context_fit"] = None if fit is None else {**fit.to_dict(), "said": fit.describe()}
+    return said
 
 
 async def _send_until_interrupted(
@@ -224,10 +233,10 @@ def _warn(problem: str) -> None:
 
 
 def _report(
-    load: LoadRun, spec: EvaluationSpec, options: Options, facts: TargetFacts, directory: Path
+    load: LoadRun, spec: EvaluationSpec, options: Options, target: dict[str, Any], directory: Path
 ) -> int:
     """Compute the summary, write the files to ``directory``, print the tables (or the JSON)."""
-    report = bench_report(load, spec, directory, facts.to_dict(), bool(options["plots"]))
+    report = bench_report(load, spec, directory, target, bool(options["plots"]))
     if report.no_plots is not None:
         _warn(report.no_plots)
     if options["json"]:
@@ -235,6 +244,8 @@ def _report(
         print(f"wrote {len(report.written)} files to {directory}", file=sys.stderr)
     else:
         print(render_summary(report.summary))
+        if target["context_fit"] is not None:
+            print(f"\n{target['context_fit']['said']}")
         print(f"\nwrote {len(report.written)} files to {directory}")
     if load.stopped_by == "interrupted":
         _warn(f"interrupted: the report covers the {len(load.results)} requests sent before Ctrl-C")

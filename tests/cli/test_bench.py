@@ -342,3 +342,18 @@ def test_requests_and_duration_together_end_at_whichever_comes_first(
     code, out = bench(tmp_path, *flags, "--requests", "3", "--force")
     assert_measured(code, out)
     assert len((out / "requests.jsonl").read_text().splitlines()) == 3  # cut by the count
+
+
+def test_the_result_says_what_fitting_to_the_context_left_out(
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The line before the load said "the result says what that leaves out"; neither output did."""
+    lengths = ["--prompt-tokens", "uniform:low=16,high=16000", "--output-tokens", "fixed:8", "--quiet"]
+    code, out = bench(tmp_path, "--url", child_sim_url, "--requests", "4", *lengths)
+    assert code in (0, 1) and (out / "summary.json").exists()  # its timings are not what is checked
+    fit = json.loads((out / "summary.json").read_text())["target"]["context_fit"]
+    assert fit["max_model_len"] == 8192 and 7000 < fit["max_total_tokens"] <= 8192  # less a margin
+    assert fit["share_cut"] == pytest.approx(1 - (fit["max_total_tokens"] - 8 - 16) / 15984, abs=0.05)
+    printed = capsys.readouterr().out
+    limit, cut = fit["max_total_tokens"], fit["share_cut"]
+    assert f"cut to fit it: prompt + output <= {limit}, which leaves out about {cut:.0%}" in printed
