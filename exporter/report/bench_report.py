@@ -54,7 +54,7 @@ def bench_report(
     from exporter.report.plots import write_plots  # matplotlib only when asked for
 
     try:
-        written += write_plots(directory, measured)
+        written += write_plots(directory, measured, spec.deadlines.decode_tiers)
     except RuntimeError as exc:  # the plots extra is not installed
         return BenchReport(summary, written, str(exc))
     return BenchReport(summary, written)

@@ -14,7 +14,7 @@ import pytest
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals
 from exporter.report.files import write_outputs
-from exporter.report.plots import write_plots
+from exporter.report.plots import PLOT_FILES, figures, pyplot, write_plots
 from exporter.report.summary import reliability, request_record, summarize
 from exporter.report.table import render_summary
 from exporter.stats.batch import IntervalBatch
@@ -284,3 +284,25 @@ def test_one_rule_for_reliability_in_the_table_the_verdict_and_the_json() -> Non
     caveat = "(judged on a measurement that is NOT reliable: see the health of the load below)"
     assert f"SLOs {caveat}:" in text
     assert f"first send to last end) {caveat}" in text
+
+
+def test_each_plot_says_what_it_shows_and_fluidity_stays_within_its_range() -> None:
+    """The plots had no titles, the fluidity CDF was a line at 1.0 on an axis past 1, and the
+    deadline-miss curve did not mark the tiers the report judges at."""
+    plt = pyplot()
+    tiers = dict(SPEC.deadlines.decode_tiers)
+    drawn = figures(plt, measure(RESULTS, SPEC), tiers)
+    try:
+        assert tuple(drawn) == PLOT_FILES  # the names a forced run removes
+        assert all(figure.axes[0].get_title() for figure in drawn.values())
+        fluidity = drawn["cdf_fluidity.png"].axes[0]
+        assert fluidity.get_xlim()[1] == 1.0 and fluidity.get_xlim()[0] >= 0.0
+        labels = [text.get_text() for text in fluidity.get_legend().get_texts()]
+        assert labels[0].startswith(f"{next(iter(tiers))} (") and labels[0].endswith("at 1.0)")
+        miss = drawn["deadline_miss_rate.png"].axes[0]
+        marks = [line.get_xdata()[0] * 1e-3 for line in miss.lines[1:]]
+        assert marks == pytest.approx(list(tiers.values()))
+        assert [text.get_text() for text in miss.texts] == [f"{t} {d * 1e3:g} ms" for t, d in tiers.items()]
+    finally:
+        for figure in drawn.values():
+            plt.close(figure)
