@@ -323,7 +323,7 @@ def test_ctrl_c_stops_sending_and_reports_what_was_sent(child_sim_url: str, tmp_
         _, err = bench_process.communicate(timeout=60)  # the requests in flight end, then the report
     finally:
         bench_process.kill()
-    assert bench_process.returncode == 130
+    assert bench_process.returncode == 130, err
     assert "interrupted: the requests in flight end" in err
     summary = json.loads((out / "summary.json").read_text())
     sent = summary["requests"]["total"]
