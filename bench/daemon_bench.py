@@ -172,7 +172,7 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=40.0)
     parser.add_argument("--scrapes", type=int, default=300)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, SimProcess(["--preset", "tiny"]) as sim:
+    with tempfile.TemporaryDirectory() as tmp, SimProcess(["--sim-preset", "tiny"]) as sim:
         idle(sim.url, args.idle_seconds, Path(tmp))
         metrics_latency(sim.url, args.scrapes, Path(tmp))
 

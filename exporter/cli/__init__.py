@@ -49,17 +49,34 @@ def _commands() -> dict[str, Command]:
     }
 
 
+class _TopParser(argparse.ArgumentParser):
+    """The top-level parser: a flag no command knows is that command's usage error, with its usage
+    (argparse says it with the top-level usage, which names no flag of the command)."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+    def parse_args(  # type: ignore[override]  # one form of argparse's overloads is enough here
+        self, args: Sequence[str] | None = None, namespace: None = None
+    ) -> argparse.Namespace:
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            self.commands[parsed.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+
 def build_parser(commands: dict[str, Command]) -> argparse.ArgumentParser:
     """The top-level parser with one sub-parser per registered command."""
-    parser = argparse.ArgumentParser(
+    parser = _TopParser(
         prog="fluidity-exporter",
         description="Measure what users of an LLM endpoint feel: Etalon fluidity-index, fluid token rate, "
         "TTFT/TBT/TPOT.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.commands = {}
     for name, command in commands.items():
-        command.add_arguments(sub.add_parser(name, help=command.help, description=command.help))
+        parser.commands[name] = sub.add_parser(name, help=command.help, description=command.help)
+        command.add_arguments(parser.commands[name])
     return parser
 
 
@@ -102,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"fluidity-exporter {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except TargetError as exc:  # e.g. GET /v1/models failed: the target is down, not our bug
-        print(f"fluidity-exporter {args.command}: error: the target did not answer: {exc}", file=sys.stderr)
+        print(f"fluidity-exporter {args.command}: error: {exc.explain()}", file=sys.stderr)
         return 1
     finally:
         for signum, handler in previous.items():  # main() may run inside another program (the tests)

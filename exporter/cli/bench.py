@@ -4,7 +4,8 @@ Sends a workload (a named preset or a trace) to ``--url`` (by default to the bui
 started in a child process so it has its own core), open-loop at ``--rate`` or closed-loop at
 ``--concurrency``, for ``--requests`` or ``--duration``; shows live TTFT/TBT/fluidity while it runs;
 then prints the summary tables and writes the output directory (``requests.jsonl``, ``summary.json``,
-a CSV per metric, and plots with the ``plots`` extra). ``--json`` prints the summary for scripts.
+``requests.csv`` and ``tbt.csv`` keyed by request id, and plots with the ``plots`` extra). ``--json``
+prints the summary for scripts.
 The load plan is built by ``exporter.load.load_plan``, sent by ``exporter.load.plan_runner`` and
 reported by ``exporter.report.bench_report``.
 """
@@ -18,6 +19,7 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from exporter.cli.command import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.cli.flags import (
@@ -26,9 +28,9 @@ from exporter.cli.flags import (
     add_prefill_arguments,
     add_target_arguments,
     add_workload_arguments,
+    checked_workers,
     error,
     merged_options,
-    note_shared_cpus,
 )
 from exporter.cli.progress import LiveLine
 from exporter.evaluation import EvaluationSpec
@@ -36,7 +38,7 @@ from exporter.load.load_plan import DEFAULT_RATE, DEFAULT_REQUESTS, LoadPlan, lo
 from exporter.load.plan_runner import send_plan
 from exporter.load.runner import LoadRun
 from exporter.load.sessions import session_turns
-from exporter.load.target_facts import TargetFacts, discover_target
+from exporter.load.target_facts import ContextFit, TargetFacts, discover_target
 from exporter.load.target_options import option_url
 from exporter.load.traces import TRACE_FORMATS
 from exporter.load.workload_options import checked_workload_options, context_fit_note
@@ -107,8 +109,14 @@ def _add_schedule_arguments(load: argparse._ArgumentGroup) -> None:
     )
     load.add_argument("--concurrency", type=int, help="closed loop: requests in flight")
     load.add_argument("--requests", type=int, help=f"number of requests (default {DEFAULT_REQUESTS})")
-    load.add_argument("--duration", type=float, help="seconds of load (instead of --requests)")
-    load.add_argument("--workers", type=int, help="client processes for heavy open loads (default 1)")
+    load.add_argument(
+        "--duration",
+        type=float,
+        help="seconds of load: no request sent after it (with --requests: whichever ends first)",
+    )
+    load.add_argument(
+        "--workers", type=int, help="client processes for heavy open loads, at most the CPUs (default 1)"
+    )
     load.add_argument(
         "--from-scheduled", action="store_true", default=None, help="latency from scheduled send"
     )
@@ -150,12 +158,12 @@ def run(args: argparse.Namespace) -> int:
         options = merged_options(args)
         spec = evaluation_spec(options)
         checked_workload_options(options)
-        workers = _workers(options)
+        workers = checked_workers(options["workers"])
         directory = Path(options["output"]) if options["output"] else timestamped("bench-results")
         fresh = None if options["output"] else directory  # ours to remove if nothing is written
         check_output_path(directory / "summary.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
-            facts, load = _measure(options, spec, workers, url, simulated)
+            facts, load, fit = _measure(options, spec, workers, url, simulated)
     except (OptionError, OutputError, SimStartError) as exc:
         release(fresh)
         error("bench", exc)
@@ -163,21 +171,12 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:  # any other end before writing (Ctrl-C, the target down): no empty folder
         release(fresh)
         raise
-    return _report(load, spec, options, facts, directory)
-
-
-def _workers(options: Options) -> int:
-    workers: int = 1 if options["workers"] is None else options["workers"]
-    if workers < 1:
-        raise OptionError(f"--workers must be >= 1, got {workers}")
-    if not options["quiet"]:
-        note_shared_cpus(workers)
-    return workers
+    return _report(load, spec, options, _target(facts, fit), directory)
 
 
 def _measure(
     options: Options, spec: EvaluationSpec, workers: int, url: str, simulated: bool
-) -> tuple[TargetFacts, LoadRun]:
+) -> tuple[TargetFacts, LoadRun, ContextFit | None]:
     """Ask the target about itself, plan the load, send it with live progress."""
     settings, facts = event_loop.run(discover_target(options, url, simulated))
     plan = load_plan(options, simulated, facts)
@@ -191,7 +190,15 @@ def _measure(
     live = LiveLine(_total(plan), spec, not quiet)
     load = event_loop.run(_send_until_interrupted(settings, plan, workers, live))
     live.close()
-    return facts, load
+    return facts, load, plan.fit
+
+
+def _target(facts: TargetFacts, fit: ContextFit | None) -> dict[str, Any]:
+    """What the target said about itself, and what fitting the workload to its context left out
+    (``context_fit``; the line before the load promised the result would say it)."""
+    said: dict[str, Any] = facts.to_dict()
+    said["context_fit"] = None if fit is None else {**fit.to_dict(), "said": fit.describe()}
+    return said
 
 
 async def _send_until_interrupted(
@@ -226,10 +233,10 @@ def _warn(problem: str) -> None:
 
 
 def _report(
-    load: LoadRun, spec: EvaluationSpec, options: Options, facts: TargetFacts, directory: Path
+    load: LoadRun, spec: EvaluationSpec, options: Options, target: dict[str, Any], directory: Path
 ) -> int:
     """Compute the summary, write the files to ``directory``, print the tables (or the JSON)."""
-    report = bench_report(load, spec, directory, facts.to_dict(), bool(options["plots"]))
+    report = bench_report(load, spec, directory, target, bool(options["plots"]))
     if report.no_plots is not None:
         _warn(report.no_plots)
     if options["json"]:
@@ -237,6 +244,8 @@ def _report(
         print(f"wrote {len(report.written)} files to {directory}", file=sys.stderr)
     else:
         print(render_summary(report.summary))
+        if target["context_fit"] is not None:
+            print(f"\n{target['context_fit']['said']}")
         print(f"\nwrote {len(report.written)} files to {directory}")
     if load.stopped_by == "interrupted":
         _warn(f"interrupted: the report covers the {len(load.results)} requests sent before Ctrl-C")

@@ -23,9 +23,9 @@ from exporter.cli.flags import (
     add_prefill_arguments,
     add_target_arguments,
     add_workload_arguments,
+    checked_workers,
     error,
     merged_options,
-    note_shared_cpus,
 )
 from exporter.cli.progress import ProgressPrinter
 from exporter.jobs.capacity import CapacityResult
@@ -139,7 +139,9 @@ def _add_search_arguments(load: argparse._ArgumentGroup) -> None:
     load.add_argument("--no-early-stop", action="store_true", default=None, help="run every trial in full")
     load.add_argument("--seed", type=int, help=f"random seed of the workload (default {defaults.seed})")
     load.add_argument(
-        "--workers", type=int, help="client processes sending each trial, results merged (default 1)"
+        "--workers",
+        type=int,
+        help="client processes sending each trial, results merged, at most the CPUs (default 1)",
     )
 
 
@@ -151,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = merged_options(args)
         params = capacity_params(options)
+        checked_workers(params.workers)
         slo = trial_slo(params, prefill_deadlines(options))  # bad deadlines fail before any load is sent
         checked_workload_options(options)
         cost = _cost(options)
@@ -205,7 +208,6 @@ async def _search(
         print(line, file=sys.stderr)
     workload = workload_from_options(options, simulated, facts)
     printer = ProgressPrinter() if not options["json"] else (lambda fraction, message: None)
-    note_shared_cpus(params.workers)
     return await search_capacity(params, slo, settings, workload, printer, cost, facts.context)
 
 

@@ -171,11 +171,19 @@ def _renamed(from_file: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]
     return renamed
 
 
-def note_shared_cpus(workers: int | None) -> None:
-    """A word on stderr when there are more worker processes than CPUs this machine or container may use."""
+def checked_workers(workers: int | None) -> int:
+    """``--workers``: 1 when not given, else from 1 to the CPUs this process may use. Each worker is a
+    busy client process; past the CPUs they share them and stamp their timings late, and an unbounded
+    count forked hundreds of processes (``--workers 999``: a load average of 140)."""
+    if workers is None:
+        return 1
     cpus = available_cpus()
-    if workers is not None and workers > cpus:
-        print(f"note: {workers} workers on {cpus} usable CPUs: they will share them", file=sys.stderr)
+    if not 1 <= workers <= cpus:
+        raise OptionError(
+            f"--workers {workers}: must be from 1 to {cpus}, the CPUs this process may use "
+            "(its affinity and cgroup quota; one busy client process each)"
+        )
+    return workers
 
 
 def error(command: str, message: object) -> None:

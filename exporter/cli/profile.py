@@ -17,9 +17,9 @@ from exporter.cli.command import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.cli.flags import (
     add_config_argument,
     add_target_arguments,
+    checked_workers,
     error,
     merged_options,
-    note_shared_cpus,
 )
 from exporter.jobs.local_profile import lengths, profile_table, profile_target
 from exporter.jobs.manager import JobFailedError
@@ -60,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"requests per length; the minimum counts ({ProfileParams.repeats})",
     )
     parser.add_argument(
-        "--workers", type=int, help="client processes taking turns (requests stay one at a time; default 1)"
+        "--workers",
+        type=int,
+        help="client processes taking turns, at most the CPUs (requests stay one at a time; default 1)",
     )
     parser.add_argument("--output", default="prefill-model.json", help="where to write the model")
     parser.add_argument("--force", action="store_true", default=None, help="replace an existing --output")
@@ -90,7 +92,6 @@ def run(args: argparse.Namespace) -> int:
     if note is not None:
         print(f"fluidity-exporter profile: {note}", file=sys.stderr)
     output = Path(options["output"])
-    output.parent.mkdir(parents=True, exist_ok=True)  # checked writable before the first request
     output.write_text(dump_json(profile.model) + "\n", encoding="utf-8")
     print(f"wrote {options['output']}", file=sys.stderr if options["json"] else sys.stdout)
     return EXIT_MEASURED
@@ -100,10 +101,9 @@ def _check(options: Options) -> None:
     """Bad input fails before the simulator starts or any request is sent."""
     if options["repeats"] < 1:
         raise OptionError("--repeats must be >= 1")
-    if options["workers"] is not None and options["workers"] < 1:
-        raise OptionError("--workers must be >= 1")
+    checked_workers(options["workers"])
     lengths(options)
-    check_output_path(Path(options["output"]), bool(options["force"]))
+    check_output_path(Path(options["output"]), bool(options["force"]), new_folders=False)
 
 
 async def _profile(options: Options, url: str, simulated: bool) -> PrefillProfile:
@@ -113,8 +113,6 @@ async def _profile(options: Options, url: str, simulated: bool) -> PrefillProfil
         print(line, file=sys.stderr)
     if left_out:
         print(left_out_note(left_out, facts.context), file=sys.stderr)
-    if options["workers"] and options["workers"] > 1:
-        note_shared_cpus(options["workers"])
     return await profile_target(settings, ladder, options, facts, simulated, _progress(options))
 
 

@@ -97,7 +97,7 @@ def embedded_or_file(args: argparse.Namespace, loaded: Config | None) -> Iterato
     if loaded is not None:
         yield loaded
         return
-    with SimProcess(["--preset", args.sim_preset]) as sim:
+    with SimProcess(["--sim-preset", args.sim_preset]) as sim:
         LOG.info("no --config.file: probing the built-in simulator (%s) at %s", args.sim_preset, sim.url)
         yield default_config(sim.url)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from exporter.cli.command import Command
+from exporter.cli.flags import DeprecatedAlias
 from exporter.options.addresses import ListenError, host_port
 from exporter.sim.config import ConfigError, SimConfig, from_mapping, load_yaml, resolve
 from exporter.sim.presets import PRESETS
@@ -50,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="YAML file with any of the settings below")
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default 8000; 0 = any free port)")
-    parser.add_argument("--preset", help=f"model/GPU preset (default tiny): {presets}")
+    parser.add_argument("--sim-preset", dest="preset", help=f"model/GPU preset (default tiny): {presets}")
+    parser.add_argument("--preset", dest="preset", action=DeprecatedAlias, use="--sim-preset")
     parser.add_argument("--model", help="served model name (default: the preset's)")
     for flag, help_line in (
         (

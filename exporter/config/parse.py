@@ -35,7 +35,7 @@ from exporter.config.modules import MODULE_KEYS, ModuleReader
 from exporter.config.targets import TargetReader
 from exporter.config.values import bucket_bound, check_state_dir
 from exporter.options.addresses import check_listen_address
-from exporter.options.problems import Problems
+from exporter.options.problems import Problem, Problems
 from exporter.options.reader import (
     Context,
     Section,
@@ -175,8 +175,8 @@ def _config(ctx: Context, tree: Any, source: str) -> Config | None:
     slos = _named(ctx, top, "slos", SLO_KEYS, reader.slo)
     jobs_section = top.section("jobs", JOBS_KEYS)
     jobs = JobsReader(ctx, targets).jobs(jobs_section) if jobs_section is not None else JobsConfig()
-    if ctx.problems:
-        return None
+    # The checks across sections run over what could be read, so every problem is said at once (a
+    # problem in one section hid them: each fix revealed the next); a module that is not there is skipped.
     config = Config(global_, targets, modules, slos, source, jobs)
     check_runs_fit(ctx, config)
     check_windows_fit(ctx, config)
@@ -259,14 +259,29 @@ def _bucket_list(ctx: Context, sec: Section, name: str) -> tuple[float, ...] | N
     return tuple(bounds)
 
 
+def _unread(ctx: Context, *paths: str) -> bool:
+    """Whether a problem was found at or under any of ``paths``: the values read there are defaults in
+    place of bad ones, and a check across sections would judge the defaults, not what was written."""
+    return any(
+        problem.path == path or problem.path.startswith((f"{path}.", f"{path}["))
+        for problem in ctx.problems.items
+        if isinstance(problem, Problem)
+        for path in paths
+    )
+
+
 def check_windows_fit(ctx: Context, config: Config) -> None:
     """The longest rolling window must hold what a module sends in it: past
     ``global.max_results_per_window`` results the oldest are dropped, and a "1d" window of a module
     probed every 30 s would silently cover its last 2,000 requests (42 minutes at 4 a run) while its
     gauges said a day. Modules on a cron line are not counted (their rate varies)."""
+    if _unread(ctx, "global.windows", "global.max_results_per_window") or not config.global_.windows_s:
+        return
     cap, longest = config.global_.max_results_per_window, max(config.global_.windows_s)
-    for name in sorted({m for target in config.targets for m in target.modules}):
+    for name in sorted({m for target in config.targets for m in target.modules if m in config.modules}):
         module = config.modules[name]
+        if _unread(ctx, f"modules.{name}"):
+            continue
         interval = module.schedule.interval_s
         if interval is None or module.schedule.cron is not None:
             continue
@@ -287,11 +302,15 @@ def check_runs_fit(ctx: Context, config: Config) -> None:
     for index, target in enumerate(config.targets):
         budget, path = target.budget, f"targets[{index}].budget"
         for name in target.modules:
-            module = config.modules[name]
+            module = config.modules.get(name)
+            if module is None or _unread(ctx, f"modules.{name}"):
+                continue  # an unknown module, or values that are defaults in place of bad ones
             problem = module.problem_with(target)
             if problem is not None:
                 ctx.problems.add(f"targets[{index}]", problem)
                 continue  # nothing of it can run, within a budget or not
+            if _unread(ctx, path):
+                continue
             runs = module.requests_per_run
             if budget.max_requests_per_hour is not None and runs > budget.max_requests_per_hour:
                 ctx.problems.add(

@@ -55,7 +55,7 @@ async def model_of(client: ProbeClient) -> str:
     try:
         return await client.resolve_model()
     except TargetError as exc:
-        raise JobFailedError(f"the target did not answer: {exc}") from None
+        raise JobFailedError(exc.explain()) from None
 
 
 @contextlib.asynccontextmanager

@@ -20,7 +20,7 @@ from exporter.jobs.prefill_profile import (
     left_out_note,
     profile_prefill,
 )
-from exporter.jobs.profiles import profile_overridden
+from exporter.jobs.profiles import bare_prefill_warning, profile_overridden
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings
@@ -83,13 +83,15 @@ def profile_runner(env: JobEnvironment) -> Runner:
         note = constant_note(profile.model)
         message = f"fitted over {fitted} length{'s' * (fitted != 1)}: {profile.model.formula()}"
         overridden = profile_overridden(slo, slo.name) if params.apply else None
+        applied = params.apply and overridden is None
+        warning = bare_prefill_warning(slo, slo.name) if applied else None
         if params.apply:
             env.store_profile(target.name, profile)  # kept: it sets Dp once the SLO leaves Dp to profiles
-        ctx.progress(1.0, message + (f"; {note}" if note else "") + _not_applied(overridden))
+        said = [message, *(part for part in (note, warning) if part)]
+        ctx.progress(1.0, "; ".join(said) + _not_applied(overridden))
         return {
-            "target": target.name, "applied": params.apply and overridden is None,
-            "not_applied_because": overridden, "left_out_lengths": left_out, **shards_used(pool),
-            **profile.to_dict(),
+            "target": target.name, "applied": applied, "not_applied_because": overridden,
+            "warning": warning, "left_out_lengths": left_out, **shards_used(pool), **profile.to_dict(),
         }  # fmt: skip
 
     return run

@@ -172,6 +172,19 @@ def profile_overridden(slo: SloOptions, name: str) -> str | None:
     return None
 
 
+def bare_prefill_warning(slo: SloOptions, name: str) -> str | None:
+    """What an operator should know of a profile applied under an SLO without scheduling slack (None:
+    the SLO gives some): ``Dp`` becomes the isolated prefill time, so any queueing, even one request
+    ahead, misses the first deadline."""
+    if slo.scheduling_slack_s > 0:
+        return None
+    return (
+        "no scheduling slack: Dp(P) is now the bare isolated prefill time, which any queueing misses "
+        f"(a busy target's requests then miss their first deadline); give slos.{name}.prefill."
+        "scheduling_slack (e.g. 250ms) for room"
+    )
+
+
 def _read(path: Path) -> StoredProfile | None:
     try:
         return StoredProfile.from_dict(json.loads(path.read_text(encoding="utf-8")))

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from exporter.load.target_facts import TargetFacts
+from exporter.load.target_facts import ContextFit, TargetFacts
 from exporter.load.traces import (
     TRACE_FORMATS,
     load_trace,
@@ -23,7 +23,7 @@ from exporter.load.traces import (
     trace_turns,
     trace_workload,
 )
-from exporter.load.workload_options import workload_from_options
+from exporter.load.workload_options import served_context, workload_from_options
 from exporter.load.workloads import Workload
 from exporter.options.arrival import ArrivalProcess, offsets_within, read_arrival
 from exporter.options.oneshot import OptionError, Options, read_flags
@@ -52,13 +52,22 @@ class LoadPlan:
     duration: float | None
     prompt_tokens_exact: bool
     description: str
+    # How the workload met the served context, for the report (None: a trace, replayed as it is).
+    fit: ContextFit | None = None
 
 
 def load_plan(options: Options, simulated: bool, facts: TargetFacts | None = None) -> LoadPlan:
-    """Requests and their schedule from the load flags."""
+    """Requests and their schedule from the load flags, and what fitting them to the context cut."""
     _check_amounts(options)
     rng = np.random.default_rng(options["seed"] or 0)
     workload = workload_from_options(options, simulated, facts)
+    plan = _plan(options, workload, rng)
+    if options["trace"]:
+        return plan
+    return dataclasses.replace(plan, fit=ContextFit.of(workload, served_context(options, simulated, facts)))
+
+
+def _plan(options: Options, workload: Workload, rng: np.random.Generator) -> LoadPlan:
     count, duration = options["requests"], options["duration"]
     if count is None and duration is None:
         count = DEFAULT_REQUESTS

@@ -72,10 +72,15 @@ def workload_from_options(options: Options, simulated: bool, facts: TargetFacts 
         lengths = IndependentLengths(spec.prompt_tokens, spec.output_tokens)
         workload = Workload("custom", lengths, builder, api, **limits)
     workload = with_sessions(workload, spec)
-    context = facts.context
+    return _fit_context(workload, options, served_context(options, simulated, facts), exact=simulated)
+
+
+def served_context(options: Options, simulated: bool, facts: TargetFacts | None) -> int | None:
+    """The context the run fits its requests to: the target's ``max_model_len``, or the simulator's."""
+    context = facts.context if facts is not None else None
     if context is None and simulated:
         context = SIM_PRESETS[options["sim_preset"] or DEFAULT_SIM_PRESET].engine.max_model_len
-    return _fit_context(workload, options, context, exact=simulated)
+    return context
 
 
 def checked_workload_options(options: Options) -> WorkloadOptions:

@@ -34,6 +34,7 @@ import math
 import ssl
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from types import TracebackType
 
 import msgspec
@@ -71,6 +72,27 @@ class TargetError(Exception):
         super().__init__(message)
         self.outcome = outcome
         self.status = status
+
+    def explain(self) -> str:
+        """The failure as a user reads it: "did not answer" only when nothing answered (a 404 is an
+        answer, and most often a wrong path in the URL)."""
+        silent = self.outcome in (Outcome.CONNECT_ERROR, Outcome.TOTAL_TIMEOUT)
+        return f"the target did not answer: {self}" if silent else f"the target {self}"
+
+
+def _status_answer(url: str, status: int) -> str:
+    """``GET url answered 404 Not Found``, with the likely cause of the statuses that have one."""
+    try:
+        phrase = f" {HTTPStatus(status).phrase}"
+    except ValueError:
+        phrase = ""
+    hint = {
+        404: ": is the URL's path right? (--url or targets[].url is the server's base, e.g. "
+        "http://host:8000; /v1 is added when it is not there)",
+        401: ": is the API key right? (--api-key-env, --api-key-file or targets[].api_key)",
+        403: ": is the API key right? (--api-key-env, --api-key-file or targets[].api_key)",
+    }.get(status, "")
+    return f"answered GET {url} with {status}{phrase}{hint}"
 
 
 class _StaleConnectionError(Exception):
@@ -182,11 +204,13 @@ class ProbeClient:
         except (HttpError, OSError) as exc:
             raise TargetError(Outcome.CONNECT_ERROR, f"GET {url}: {self._scrub(str(exc))}") from None
         if status != 200:
-            raise TargetError(Outcome.HTTP_STATUS, f"GET {url}: HTTP {status}", status)
+            raise TargetError(Outcome.HTTP_STATUS, _status_answer(url, status), status)
         try:
             return str(json.loads(body)["data"][0]["id"])
         except (ValueError, KeyError, IndexError, TypeError):
-            raise TargetError(Outcome.MALFORMED_STREAM, f"GET {url}: no model listed in the answer") from None
+            raise TargetError(
+                Outcome.MALFORMED_STREAM, f"answered GET {url} with no model listed in the answer"
+            ) from None
 
     async def get(self, path: str, limit_bytes: int = 1 << 20) -> tuple[int, bytes]:
         """``GET /v1{path}`` on the target: its status and body (up to ``limit_bytes``). Raises

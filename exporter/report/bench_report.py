@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any
 
 from exporter.evaluation import EvaluationSpec, measure
 from exporter.load.runner import LoadRun
-from exporter.report.files import write_outputs
+from exporter.report.files import OUTPUT_FILES, write_outputs
+from exporter.report.plots import PLOT_FILES
 from exporter.report.summary import summarize
 
 MAX_SAME_SECOND = 100  # runs that may share one second's folder name (``timestamped``)
@@ -37,22 +39,33 @@ class BenchReport:
 def bench_report(
     load: LoadRun, spec: EvaluationSpec, directory: Path, target: dict[str, Any], plots: bool
 ) -> BenchReport:
-    """Compute the summary (``target``: what the target said about itself) and write the files."""
+    """Compute the summary (``target``: what the target said about itself) and write the files, in
+    place of any an earlier run left there (``--force``: its plots stayed beside the new data)."""
     measured = measure(load.results, spec)
     checks = [dataclasses.asdict(check) for check in load.checks]
     duration = max(load.finished_at - load.started_at, 1e-9)
     summary = summarize(load.results, measured, spec, duration, checks)
     summary["target"] = target
-    written = write_outputs(directory, load.results, measured, summary, spec)
+    remove_earlier_report(directory)
+    wall_offset = time.time() - time.perf_counter()  # the results' stamps are perf_counter seconds
+    written = write_outputs(directory, load.results, measured, summary, spec, wall_offset)
     if not plots:
         return BenchReport(summary, written)
     from exporter.report.plots import write_plots  # matplotlib only when asked for
 
     try:
-        written += write_plots(directory, measured)
+        written += write_plots(directory, measured, spec.deadlines.decode_tiers)
     except RuntimeError as exc:  # the plots extra is not installed
         return BenchReport(summary, written, str(exc))
     return BenchReport(summary, written)
+
+
+def remove_earlier_report(directory: Path) -> None:
+    """The files a report writes, where an earlier run (``--force``) wrote them; nothing else in the
+    folder is touched."""
+    for name in (*OUTPUT_FILES, *PLOT_FILES):
+        with contextlib.suppress(FileNotFoundError):
+            (directory / name).unlink()
 
 
 def timestamped(folder: str) -> Path:
@@ -91,10 +104,15 @@ class OutputExistsError(OutputError, FileExistsError):
     """An earlier result is where this run would write (the message says how to keep or replace it)."""
 
 
-def check_output_path(path: Path, force: bool) -> None:
+def check_output_path(path: Path, force: bool, *, new_folders: bool = True) -> None:
     """An earlier result at ``path`` is kept unless ``force`` (``--force``) says to replace it, and a
     place no result could be written is refused (both checked before any load is sent, so a search is
-    never run only to be refused, or lost, at the end)."""
+    never run only to be refused, or lost, at the end). ``new_folders``: the folders above ``path`` may
+    be made (a report's folder); without it (``profile``'s one file) a missing folder is refused, as a
+    mistyped ``/nonexistent/dir/x.json`` once made its folders from the root down."""
+    if path.is_dir():  # before "exists": --force cannot replace a folder by a file
+        what = "--output names the file to write" if not new_folders else "choose another --output"
+        raise OutputError(f"cannot write {path}: it is a folder; {what}")
     if path.exists() and not force:
         raise OutputExistsError(f"{path} exists (an earlier result); choose another --output, or add --force")
     ancestor = path.parent
@@ -102,12 +120,16 @@ def check_output_path(path: Path, force: bool) -> None:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise OutputError(f"cannot write {path}: {ancestor} is not a folder; choose another --output")
-    if path.is_dir():
-        raise OutputError(f"cannot write {path}: it is a folder; choose another --output")
+    if not new_folders and ancestor != path.parent:
+        raise OutputError(
+            f"cannot write {path}: the folder {path.parent} does not exist; create it, or choose another "
+            "--output"
+        )
     try:  # a file made and dropped there: permissions, a read-only mount, a place like /proc
         with tempfile.TemporaryFile(dir=ancestor):
             pass
     except OSError as exc:
         raise OutputError(
-            f"cannot write {path}: {ancestor}: {exc.strerror or exc}; choose another --output"
+            f"cannot write {path}: {ancestor} takes no new files ({exc.strerror or exc}); "
+            "choose another --output"
         ) from None

@@ -29,7 +29,7 @@ class SimStartError(RuntimeError):
 
 
 class SimProcess:
-    """``with SimProcess(["--preset", "tiny"]) as sim: sim.url``; extra arguments go to ``sim``."""
+    """``with SimProcess(["--sim-preset", "tiny"]) as sim: sim.url``; extra arguments go to ``sim``."""
 
     def __init__(
         self, arguments: Sequence[str] = (), host: str = "127.0.0.1", *, cpus: set[int] | None = None
@@ -103,5 +103,5 @@ def url_or_simulator(url: str | None, preset: str | None = None) -> Iterator[tup
     if url:
         yield url, False
         return
-    with SimProcess(["--preset", preset or DEFAULT_PRESET]) as sim:
+    with SimProcess(["--sim-preset", preset or DEFAULT_PRESET]) as sim:
         yield sim.url, True

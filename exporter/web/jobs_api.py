@@ -207,8 +207,22 @@ async def _json_object(request: web.Request) -> dict[str, Any]:
         reason = "got an empty body" if not raw.strip() else f"not JSON ({exc})"
         _fail(web.HTTPBadRequest, f'request body must be a JSON object, e.g. {{"target": "NAME"}}: {reason}')
     if not isinstance(body, dict):
-        _fail(web.HTTPBadRequest, f"request body must be a JSON object, got a JSON {type(body).__name__}")
+        _fail(web.HTTPBadRequest, f"request body must be a JSON object, got {_json_type(body)}")
     return {key: _whole_numbers(value) for key, value in body.items()}
+
+
+def _json_type(value: Any) -> str:
+    """A decoded JSON value's type as JSON names it (Python's names, ``NoneType`` or ``dict``, are not
+    what a client sent)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):  # before int, of which it is a subclass
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def _whole_numbers(node: Any) -> Any:

@@ -23,14 +23,14 @@ from __future__ import annotations
 import gzip
 import html
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
 
 from aiohttp import web
 
 from exporter import __version__
 from exporter.config import Config, UnknownNameError
-from exporter.evaluation import DeadlinePolicy
+from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.exposition import render
 from exporter.exposition.probe_registry import failed_probe_registry, probe_registry
 from exporter.exposition.store import ResultStore
@@ -291,7 +291,8 @@ def _target_lines(daemon: DaemonService, target: str, module: str) -> list[str]:
 
 def _debug(daemon: DaemonService, target: str, module: str, run: ProbeRun) -> str:
     lines = [f"probe {target}/{module}: {len(run.results)} requests in {run.duration_s:.3f} s", ""]
-    lines += [_describe(i, r) for i, r in enumerate(run.results)]
+    figures = _fluidity_figures(run.results, daemon.deadline_policy(target))
+    lines += [_describe(i, r, figures.get(id(r), "")) for i, r in enumerate(run.results)]
     lines += ["", *_target_lines(daemon, target, module)]
     return "\n".join(lines) + "\n"
 
@@ -301,7 +302,18 @@ def _debug_failed(daemon: DaemonService, target: str, module: str, why: str) -> 
     return "\n".join(lines) + "\n"
 
 
-def _describe(index: int, result: ProbeResult) -> str:
+def _fluidity_figures(results: Sequence[ProbeResult], policy: DeadlinePolicy) -> dict[int, str]:
+    """``Dp`` and fluidity per decode tier of each completed request (by ``id``), as the metrics
+    evaluate them (``measure`` under the target's deadline policy)."""
+    measured = measure(results, EvaluationSpec(policy))
+    figures = {}
+    for position, result in enumerate(measured.results):
+        tiers = ", ".join(f"{tier} {batch.fluidity[position]:.3f}" for tier, batch in measured.tiers.items())
+        figures[id(result)] = f"Dp {measured.prefill_deadlines[position]:.3f}s; fluidity {tiers}; "
+    return figures
+
+
+def _describe(index: int, result: ProbeResult, fluidity: str = "") -> str:
     values = intervals(result)
     ttft = f"{values[0]:.3f}s" if values else "-"
     detail = f" ({result.error})" if result.error else ""
@@ -323,7 +335,7 @@ def _describe(index: int, result: ProbeResult) -> str:
     )
     return (
         f"  #{index}: {result.outcome.value}{detail}; tokens {result.output_tokens} ({result.token_source.value}); "
-        f"ttft {ttft}; longest gap {max(values[1:], default=0.0):.3f}s; unreliable {result.unreliable} "
+        f"ttft {ttft}; longest gap {max(values[1:], default=0.0):.3f}s; {fluidity}unreliable {result.unreliable} "
         f"({evidence})"
     )
 

@@ -25,7 +25,7 @@ SMALL = ["--prompt-tokens", "uniform:low=16,high=256", "--output-tokens", "unifo
 def child_sim_url() -> Iterator[str]:
     """A ``tiny`` simulator in a child process, one for the module: ``main(["bench", ...])`` blocks in its
     own event loop, so the simulator cannot share the test's."""
-    with SimProcess(["--preset", "tiny"]) as sim:
+    with SimProcess(["--sim-preset", "tiny"]) as sim:
         yield sim.url
 
 
@@ -42,8 +42,7 @@ def test_bench_writes_every_file_and_its_summary_is_the_metric_core(
     )
     assert_measured(code, out)
     names = {p.name for p in out.iterdir()}
-    assert {"requests.jsonl", "summary.json", "ttft.csv", "tbt.csv", "tpot.csv", "e2e.csv"} <= names
-    assert {"normalized_latency.csv", "fluidity_medium.csv", "deadline_miss_rate.csv"} <= names
+    assert {"requests.jsonl", "summary.json", "requests.csv", "tbt.csv", "deadline_miss_rate.csv"} <= names
     summary = json.loads((out / "summary.json").read_text())
     records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert len(records) == 30 and summary["requests"]["by_outcome"] == {"ok": 30}
@@ -168,7 +167,8 @@ def test_worker_processes_send_every_request_once(
         (["--requests", "-5"], "--requests must be >= 1, got -5"),
         (["--concurrency", "0"], "--concurrency must be >= 1, got 0"),
         (["--duration", "0"], "--duration must be > 0 seconds, got 0"),
-        (["--workers", "0"], "--workers must be >= 1"),
+        (["--workers", "0"], "--workers 0: must be from 1 to "),
+        (["--workers", "999"], "--workers 999: must be from 1 to "),  # once 999 forked processes
         (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),  # numpy's ValueError, once
         (["--header", "X-A: a\nb"], "--header.X-A: the value must not hold a line break or NUL"),
         (
@@ -323,9 +323,37 @@ def test_ctrl_c_stops_sending_and_reports_what_was_sent(child_sim_url: str, tmp_
         _, err = bench_process.communicate(timeout=60)  # the requests in flight end, then the report
     finally:
         bench_process.kill()
-    assert bench_process.returncode == 130
+    assert bench_process.returncode == 130, err
     assert "interrupted: the requests in flight end" in err
     summary = json.loads((out / "summary.json").read_text())
     sent = summary["requests"]["total"]
     assert 0 < sent < 200 and f"the report covers the {sent} requests sent before Ctrl-C" in err
     assert len((out / "requests.jsonl").read_text().splitlines()) == sent
+
+
+def test_requests_and_duration_together_end_at_whichever_comes_first(
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As ``--duration``'s help says: at most ``--requests``, and none sent after ``--duration``."""
+    flags = ["--url", child_sim_url, "--rate", "20", "--duration", "0.5", *SMALL]
+    code, out = bench(tmp_path, *flags, "--requests", "1000")
+    assert_measured(code, out)
+    assert 1 <= len((out / "requests.jsonl").read_text().splitlines()) < 40  # cut by the duration
+    code, out = bench(tmp_path, *flags, "--requests", "3", "--force")
+    assert_measured(code, out)
+    assert len((out / "requests.jsonl").read_text().splitlines()) == 3  # cut by the count
+
+
+def test_the_result_says_what_fitting_to_the_context_left_out(
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The line before the load said "the result says what that leaves out"; neither output did."""
+    lengths = ["--prompt-tokens", "uniform:low=16,high=16000", "--output-tokens", "fixed:8", "--quiet"]
+    code, out = bench(tmp_path, "--url", child_sim_url, "--requests", "4", *lengths)
+    assert code in (0, 1) and (out / "summary.json").exists()  # its timings are not what is checked
+    fit = json.loads((out / "summary.json").read_text())["target"]["context_fit"]
+    assert fit["max_model_len"] == 8192 and 7000 < fit["max_total_tokens"] <= 8192  # less a margin
+    assert fit["share_cut"] == pytest.approx(1 - (fit["max_total_tokens"] - 8 - 16) / 15984, abs=0.05)
+    printed = capsys.readouterr().out
+    limit, cut = fit["max_total_tokens"], fit["share_cut"]
+    assert f"cut to fit it: prompt + output <= {limit}, which leaves out about {cut:.0%}" in printed

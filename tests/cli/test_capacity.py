@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -198,6 +201,7 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         # an "offered rate" of 8,600 req/s for requests that all left at once).
         (["--load", "concurrency", "--max-load", "494"], "--max-load: concurrency 494 is above 110"),
         (["--workers", "0"], "--workers: must be an integer >= 1"),
+        (["--workers", "999"], "--workers 999: must be from 1 to "),
         # Once a search of no trial that said "not met at any load tried" (exit 1).
         (["--time-budget", "5"], "--time-budget: 5 s is below one trial's minimum (10 s)"),
         # Workload flags are read before the target is asked anything (http://127.0.0.1:9 answers nothing).
@@ -253,6 +257,55 @@ def test_a_target_that_does_not_answer_is_an_error_not_a_traceback(
     err = capsys.readouterr().err
     assert f"fluidity-exporter {command[0]}: error: the target did not answer: GET {url}/v1/models" in err
     assert "Traceback" not in err
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with the status its path's last part names (``/x/v1/models`` reads 404)."""
+
+    def do_GET(self) -> None:
+        status = int(self.path.split("/")[1]) if self.path.split("/")[1].isdigit() else 404
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:  # not on the test's stderr
+        pass
+
+
+@pytest.fixture
+def answering_url() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("/wrong", "answered GET {url}/wrong/v1/models with 404 Not Found: is the URL's path right?"),
+        ("/401", "answered GET {url}/401/v1/models with 401 Unauthorized: is the API key right?"),
+        ("/500", "answered GET {url}/500/v1/models with 500 Internal Server Error"),
+    ],
+)
+@pytest.mark.parametrize("command", [["profile", "--lengths", "128"], ["bench", "--requests", "1"]])
+def test_a_target_that_answers_an_error_status_is_not_said_to_be_silent(
+    answering_url: str,
+    command: list[str],
+    path: str,
+    said: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A 404 was reported as "the target did not answer", which sends a user looking for a dead server."""
+    assert main([*command, "--url", answering_url + path, "--output", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert f"fluidity-exporter {command[0]}: error: the target {said.format(url=answering_url)}" in err
+    assert "did not answer" not in err
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ def parse(*argv: str) -> dict[str, Any]:
         (["capacity", "--no-plot"], ["capacity", "--no-plots"], "plots", False),
         (["run", "--sim.preset", "tiny"], ["run", "--sim-preset", "tiny"], "sim_preset", "tiny"),
         (["run", "--sim.preset=tiny"], ["run", "--sim-preset=tiny"], "sim_preset", "tiny"),
+        (["sim", "--preset", "tiny"], ["sim", "--sim-preset", "tiny"], "preset", "tiny"),
     ],
 )
 def test_an_old_spelling_reads_as_the_new_one_and_says_so(
@@ -50,6 +51,25 @@ def test_old_and_new_spellings_of_a_repeatable_flag_add_up(capsys: pytest.Captur
     )
     assert args["objective"] == ["ttft:p99<=2", "e2e:p99<=30", "tpot:p99<=0.1"]
     assert capsys.readouterr().err.count("deprecated") == 1
+
+
+@pytest.mark.parametrize("command", ["run", "bench", "sim"])
+def test_an_unknown_flag_prints_the_commands_usage(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """The top-level usage names no flag of the command: the command's own says what it takes."""
+    with pytest.raises(SystemExit) as exited:
+        PARSER.parse_args([command, "--bogus"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: fluidity-exporter {command} [-h]")
+    assert f"fluidity-exporter {command}: error: unrecognized arguments: --bogus" in err
+
+
+def test_duration_help_says_how_it_meets_requests() -> None:
+    text = " ".join(PARSER._subparsers._group_actions[0].choices["bench"].format_help().split())  # type: ignore[union-attr]
+    assert (
+        "--duration DURATION seconds of load: no request sent after it (with --requests: whichever ends first)"
+        in text
+    )
 
 
 def test_old_spellings_are_hidden_from_help() -> None:

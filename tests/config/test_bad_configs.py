@@ -608,6 +608,29 @@ CASES: dict[str, tuple[str, list[str]]] = {
             "at least 720 tokens): that module could never run",
         ],
     ),
+    # A problem in one section hid the checks across sections: fixing it only revealed the next.
+    "section-and-cross-section-problems-together": (
+        "global: {windows: [5m, 1d]}\n"
+        + T
+        + "    gpus: 0\n    budget: {max_requests_per_hour: 5}\n    modules: [m, gone]\n"
+        + "modules:\n  m: {requests_per_run: 10, schedule: {interval: 30s}}\n  bad: {requests_per_run: 0}\n",
+        [
+            "targets[0].gpus: must be a number > 0, got 0",
+            'targets[0].modules[1]: unknown module "gone"; valid: m, bad',
+            "modules.bad.requests_per_run: must be an integer in [1, 10000], got 0",
+            "targets[0].budget.max_requests_per_hour: 5 is below modules.m.requests_per_run (10): that "
+            "module could never run; raise the budget or lower requests_per_run",
+            "global.max_results_per_window: 2000 results hold less than the 86400 s window of modules.m "
+            "(about 28800: 10 every 30 s); raise it to at least 28800, or shorten global.windows",
+        ],
+    ),
+    # ... but not over the defaults read in place of a bad value (2000 results here was never written).
+    "no-cross-section-check-of-a-bad-value": (
+        "global: {windows: [1d], max_results_per_window: 0}\n"
+        + T
+        + "    modules: [m]\nmodules: {m: {requests_per_run: 4, schedule: {interval: 30s}}}\n",
+        ["global.max_results_per_window: must be an integer in [1, 1000000], got 0"],
+    ),
     "bad-gpus": (
         T + "    gpus: 0\n    gpu_hour_price: -1\n",
         [

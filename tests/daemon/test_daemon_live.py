@@ -151,6 +151,10 @@ async def test_probe_endpoint_runs_one_probe_with_a_fresh_registry(
     assert status == 400 and text == "debug: expected true or false, got 'yes'\n"
     status, text = await get(url + "/probe?target=sim&module=fast&debug=true")
     assert status == 200 and "probe sim/fast: 2 requests" in text and "#0: ok" in text
+    # Each request's fluidity per decode tier under the target's own Dp (it was missing from the view).
+    assert re.search(
+        r"#0: ok.*; Dp \d+\.\d{3}s; fluidity strict \d\.\d{3}, medium \d\.\d{3}, relaxed \d\.\d{3};", text
+    ), text
     # Each request's flag with the evidence behind it (the runbook sends operators here for it).
     assert re.search(
         r"unreliable (True|False) \(loop lag \d+\.\d ms, \d+% of samples late, \d+ multi-event reads of \d+, "

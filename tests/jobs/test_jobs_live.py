@@ -52,6 +52,10 @@ async def test_prefill_profile_recovers_the_curve_and_drives_the_deadlines(
     done = await finished(url, record["id"])
     assert done["state"] == "succeeded", done
     assert [step["prompt_tokens"] for step in done["steps"]] == lengths
+    # The default SLO gives no scheduling slack: Dp became the bare prefill time, without a word.
+    assert done["result"]["applied"] is True
+    assert done["result"]["warning"].startswith("no scheduling slack: Dp(P) is now the bare isolated prefill")
+    assert "slos.default.prefill.scheduling_slack" in done["progress"]["message"]
     truth = preset_truth()
     policy = instance.deadline_policy("sim")
     assert policy.prefill_model is not None

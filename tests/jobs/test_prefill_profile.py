@@ -113,12 +113,37 @@ def test_profile_command_with_workers_fits_the_same_curve(
     [
         (["--lengths", "128,abc"], '--lengths "128,abc": expected integers'),
         (["--repeats", "0"], "--repeats must be >= 1"),
-        (["--workers", "0"], "--workers must be >= 1"),
+        (["--workers", "0"], "--workers 0: must be from 1 to "),
+        (["--workers", "999"], "--workers 999: must be from 1 to "),
     ],
 )
 def test_bad_flags(flags: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["profile", "--url", "http://127.0.0.1:9", *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("output", "said"),
+    [
+        # A folder once got "exists (an earlier result); ... or add --force", and --force then failed.
+        ("{tmp}", "cannot write {tmp}: it is a folder; --output names the file to write"),
+        # /proc answered "No such file or directory" for a folder that is plainly there.
+        ("/proc/x.json", "cannot write /proc/x.json: /proc takes no new files (No such file or directory)"),
+        # A mistyped folder was created, from the root down.
+        (
+            "{tmp}/no/such/x.json",
+            "cannot write {tmp}/no/such/x.json: the folder {tmp}/no/such does not exist",
+        ),
+    ],
+)
+def test_an_output_that_cannot_be_a_file_is_refused_before_any_request(
+    output: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = output.format(tmp=tmp_path)
+    assert main(["profile", "--url", "http://127.0.0.1:9", "--output", path]) == 2
+    err = capsys.readouterr().err
+    assert f"fluidity-exporter profile: error: {said.format(tmp=tmp_path)}" in err
+    assert not (tmp_path / "no").exists()
 
 
 async def test_every_profiling_run_sends_new_prompt_texts() -> None:

@@ -22,7 +22,7 @@ from exporter.sim.process import SimProcess
 
 @pytest.fixture(scope="module")
 def small_context_sim() -> Iterator[str]:
-    with SimProcess(["--preset", "tiny", "--max-model-len", "2048"]) as sim:
+    with SimProcess(["--sim-preset", "tiny", "--max-model-len", "2048"]) as sim:
         yield sim.url
 
 

@@ -14,7 +14,7 @@ import pytest
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals
 from exporter.report.files import write_outputs
-from exporter.report.plots import write_plots
+from exporter.report.plots import PLOT_FILES, figures, pyplot, write_plots
 from exporter.report.summary import reliability, request_record, summarize
 from exporter.report.table import render_summary
 from exporter.stats.batch import IntervalBatch
@@ -187,14 +187,7 @@ def test_output_directory_holds_every_file(tmp_path: Path) -> None:
     summary = summarize(RESULTS, measured, SPEC, duration_s=10.0)
     written = write_outputs(tmp_path, RESULTS, measured, summary, SPEC)
     names = {p.name for p in written}
-    assert {
-        "requests.jsonl",
-        "summary.json",
-        "ttft.csv",
-        "tbt.csv",
-        "tpot.csv",
-        "fluidity_medium.csv",
-    } <= names
+    assert names == {"requests.jsonl", "summary.json", "requests.csv", "tbt.csv", "deadline_miss_rate.csv"}
     lines = (tmp_path / "requests.jsonl").read_text().splitlines()
     assert len(lines) == 5 and json.loads(lines[1])["intervals"][11] == pytest.approx(0.93)
     assert json.loads((tmp_path / "summary.json").read_text()) == summary
@@ -204,6 +197,31 @@ def test_output_directory_holds_every_file(tmp_path: Path) -> None:
     with (tmp_path / "deadline_miss_rate.csv").open() as f:
         curve = [float(row["miss_rate"]) for row in csv.DictReader(f)]
     assert curve == sorted(curve, reverse=True) and curve[-1] == 0.0
+
+
+def test_every_file_keys_a_request_by_its_id_and_dates_it(tmp_path: Path) -> None:
+    """The CSVs were one per metric, joined by position over the completed requests only, and nothing
+    in ``requests.jsonl`` said which request or when: a failed request first shifted every row."""
+    results = [RESULTS[3], RESULTS[1]]  # a 503 first: only request 1 completed
+    measured = measure(results, SPEC)
+    summary = summarize(results, measured, SPEC, duration_s=10.0)
+    write_outputs(tmp_path, results, measured, summary, SPEC, wall_offset=1_700_000_000.0)
+    records = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in records] == [0, 1]
+    assert records[0]["sent_at_utc"] is None  # refused before it was sent
+    assert records[1]["sent_at_utc"] == "2023-11-14T22:14:10.000000Z"  # sent at 50.0 on the stamps' clock
+    with (tmp_path / "requests.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(row["id"], row["outcome"]) for row in rows] == [("0", "http_status"), ("1", "ok")]
+    assert rows[0]["ttft_s"] == "" and rows[0]["fluidity_medium"] == ""
+    assert float(rows[1]["ttft_s"]) == pytest.approx(0.3) and float(
+        rows[1]["longest_gap_s"]
+    ) == pytest.approx(0.93)
+    assert rows[1]["sent_at_utc"] == records[1]["sent_at_utc"] and rows[1]["prompt_tokens"] == "512"
+    assert 0 < float(rows[1]["fluidity_strict"]) < 1
+    with (tmp_path / "tbt.csv").open() as f:
+        gaps = list(csv.DictReader(f))
+    assert {row["id"] for row in gaps} == {"1"} and len(gaps) == 21
 
 
 def test_plots_are_written(tmp_path: Path) -> None:
@@ -266,3 +284,25 @@ def test_one_rule_for_reliability_in_the_table_the_verdict_and_the_json() -> Non
     caveat = "(judged on a measurement that is NOT reliable: see the health of the load below)"
     assert f"SLOs {caveat}:" in text
     assert f"first send to last end) {caveat}" in text
+
+
+def test_each_plot_says_what_it_shows_and_fluidity_stays_within_its_range() -> None:
+    """The plots had no titles, the fluidity CDF was a line at 1.0 on an axis past 1, and the
+    deadline-miss curve did not mark the tiers the report judges at."""
+    plt = pyplot()
+    tiers = dict(SPEC.deadlines.decode_tiers)
+    drawn = figures(plt, measure(RESULTS, SPEC), tiers)
+    try:
+        assert tuple(drawn) == PLOT_FILES  # the names a forced run removes
+        assert all(figure.axes[0].get_title() for figure in drawn.values())
+        fluidity = drawn["cdf_fluidity.png"].axes[0]
+        assert fluidity.get_xlim()[1] == 1.0 and fluidity.get_xlim()[0] >= 0.0
+        labels = [text.get_text() for text in fluidity.get_legend().get_texts()]
+        assert labels[0].startswith(f"{next(iter(tiers))} (") and labels[0].endswith("at 1.0)")
+        miss = drawn["deadline_miss_rate.png"].axes[0]
+        marks = [line.get_xdata()[0] * 1e-3 for line in miss.lines[1:]]
+        assert marks == pytest.approx(list(tiers.values()))
+        assert [text.get_text() for text in miss.texts] == [f"{t} {d * 1e3:g} ms" for t, d in tiers.items()]
+    finally:
+        for figure in drawn.values():
+            plt.close(figure)

@@ -79,7 +79,7 @@ def test_empty_file_means_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--preset", "huge"], 'preset: unknown preset "huge"; valid: tiny,'),
+        (["--sim-preset", "huge"], 'preset: unknown preset "huge"; valid: tiny,'),
         (["--max-num-seqs", "0"], "max_num_seqs: expected an integer >= 1, got 0"),
         (["--fault-rate", "nope=0.1"], 'fault_rates: unknown key "nope"; valid: http_500'),
         (["--fault-rate", "reset=lots"], "fault_rates.reset: expected a number in 0..1.0, got 'lots'"),

@@ -18,7 +18,7 @@ def test_an_interrupt_while_the_child_starts_stops_the_child(monkeypatch: pytest
         raise KeyboardInterrupt  # Ctrl-C while waiting for the line that says where it listens
 
     monkeypatch.setattr(SimProcess, "_wait_for_address", interrupted)
-    with pytest.raises(KeyboardInterrupt), SimProcess(["--preset", "tiny"]):
+    with pytest.raises(KeyboardInterrupt), SimProcess(["--sim-preset", "tiny"]):
         pytest.fail("the block must not run")
     assert len(started) == 1
     assert started[0].poll() is not None  # the child was stopped, not left to run in its own session

@@ -145,6 +145,26 @@ async def test_a_body_that_is_not_a_json_object_is_400(client: Client, raw: byte
 
 
 @pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        (b"null", "null"),
+        (b"[1, 2]", "an array"),
+        (b'"target"', "a string"),
+        (b"3.5", "a number"),
+        (b"7", "a number"),
+        (b"true", "a boolean"),
+    ],
+)
+async def test_a_body_of_another_json_type_is_named_as_json_names_it(
+    client: Client, raw: bytes, said: str
+) -> None:
+    """It said "got a JSON NoneType" for null: Python's name, not the one the client wrote."""
+    response = await client.post(f"{PREFIX}/jobs/capacity", data=raw, headers=AUTH)
+    assert response.status == 400
+    assert (await response.json())["error"] == f"request body must be a JSON object, got {said}"
+
+
+@pytest.mark.parametrize(
     ("kind", "body", "problem"),
     [
         ("capacity", {"target": "a", "tolerance": 2}, "tolerance"),

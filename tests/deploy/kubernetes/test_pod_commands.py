@@ -52,7 +52,7 @@ def test_the_probes_and_the_image_healthcheck_see_the_daemon_start_with_the_base
     url = image_healthcheck_url().replace(f":{EXPORTER_PORT}/", f":{port}/")
     check_env = os.environ | {"FLUIDITY_HEALTHCHECK_URL": url}
 
-    with SimProcess(["--preset", "tiny"]) as sim:
+    with SimProcess(["--sim-preset", "tiny"]) as sim:
         config = tmp_path / "config.yaml"
         text = exporter_config(resources).replace("http://127.0.0.1:8000", sim.url)
         config.write_text(text.replace(STATE_DIR, str(tmp_path / "state")))
