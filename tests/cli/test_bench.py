@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import select
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -312,13 +315,32 @@ def test_responses_api_with_tool_calls(
     }
 
 
+def _wait_for_line(stream: IO[str], prefix: str, timeout_s: float) -> bool:
+    """Read ``stream``'s pipe until a line starting with ``prefix``, for at most ``timeout_s`` seconds.
+
+    Raw reads of the descriptor: the text wrapper's buffer would hide lines from ``select``."""
+    deadline, seen = time.monotonic() + timeout_s, b"\n"
+    needle = b"\n" + prefix.encode()
+    while needle not in seen and (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([stream], [], [], left)
+        chunk = os.read(stream.fileno(), 65536) if ready else b""
+        if not chunk:
+            return False
+        seen += chunk
+    return needle in seen
+
+
 def test_ctrl_c_stops_sending_and_reports_what_was_sent(child_sim_url: str, tmp_path: Path) -> None:
     out = tmp_path / "report"
     command = [sys.executable, "-m", "exporter", "bench", "--url", child_sim_url, "--requests", "200"]
-    command += ["--rate", "5", *SMALL, "--output", str(out)]
+    command += ["--rate", "5", *SMALL[:-1], "--output", str(out)]  # not --quiet: the target line
     bench_process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(4)  # a few requests sent, most of the 40 s plan still to come
+        # Timed from the line said just before the load, not from the start: imports alone take
+        # seconds on a busy machine, and a Ctrl-C before the load is another test's case.
+        assert bench_process.stderr is not None
+        assert _wait_for_line(bench_process.stderr, "target ", timeout_s=60), "no target line"
+        time.sleep(2)  # a few requests sent, most of the 40 s plan still to come
         bench_process.send_signal(signal.SIGINT)
         _, err = bench_process.communicate(timeout=60)  # the requests in flight end, then the report
     finally:
