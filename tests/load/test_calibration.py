@@ -129,7 +129,9 @@ async def test_a_failed_check_says_why_its_residual_is_unknown() -> None:
 
     calibration = await calibrate_prompts(send, "completions")
     assert calibration.residual is None
-    assert calibration.finding().endswith("the 512-token check request failed, so the residual error is unknown")
+    assert calibration.finding().endswith(
+        "the 512-token check request failed, so the residual error is unknown"
+    )
     assert calibration.describe().endswith(f"unknown ({SHORT_REPEATS + 2} requests, 0.0 s)")
 
 
