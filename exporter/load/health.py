@@ -255,7 +255,7 @@ def check_doubtful_gaps(results: Sequence[ProbeResult], limits: HealthThresholds
 
 
 def check_success(results: Sequence[ProbeResult], limits: HealthThresholds) -> HealthCheck:
-    """Share of requests that completed as asked; the message lists the failure outcomes."""
+    """Share of requests that completed (``ProbeResult.ok``); the message lists the failure outcomes."""
     threshold = limits.min_success_share
     if not results:
         return HealthCheck("success", None, threshold, None, "no results")

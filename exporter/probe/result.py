@@ -88,7 +88,8 @@ class ProbeResult:
 
     @property
     def ok(self) -> bool:
-        """Whether the request completed as asked."""
+        """Whether the request completed: a stream the server ended before ``max_tokens`` too (its
+        shortfall is the workload's, ``extra["short_of_max_tokens"]``, not a failure)."""
         return self.outcome is Outcome.OK
 
     @property
