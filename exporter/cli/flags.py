@@ -61,7 +61,7 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-calibrate",
         action="store_true",
         default=None,
-        help="do not calibrate prompts to the server's token counts (3 requests before the load)",
+        help="do not calibrate prompts to the server's token counts (8 requests, 30 s at most)",
     )
 
 

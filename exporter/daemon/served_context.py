@@ -107,7 +107,8 @@ class ServedContext:
 
     async def _calibrate(self, client: ProbeClient) -> None:
         """Fit our approximate prompts to the target's tokenizer, as a one-shot run does before its
-        load (eight one-token requests, shorter against a short context; ``exporter.load.calibration``):
+        load (eight one-token requests, shorter against a short context, within ``CALIBRATION_BUDGET_S``
+        in all; ``exporter.load.calibration``):
         its prompts otherwise came out up to 82% longer than asked, and the 3% of the context kept free
         for approximate prompts was not enough. Once per answer after a start or reload; a failed fit
         keeps the prompts approximate, and says so at WARNING."""
@@ -115,9 +116,9 @@ class ServedContext:
         calibration = await calibrate_prompts(client.send, client.settings.api, context=self.tokens)
         if generation != self.generation:
             return  # a reload came in between: its own calibration replaces this one
-        said = self.calibration.describe() if self.calibration is not None else None
+        said = self.calibration.finding() if self.calibration is not None else None
         self.calibration, self.calibrated_at = calibration, self.clock()
-        if calibration.describe() != said:  # a retry that fails the same way is no news
+        if calibration.finding() != said:  # a retry that fails the same way is no news
             level = logging.INFO if calibration.tokens_per_word is not None else logging.WARNING
             LOG.log(level, "target %s: %s", self.target, calibration.describe())
 

@@ -286,7 +286,7 @@ WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT = MetricSpec(
 PROBE_SUCCESS = MetricSpec(
     "fluidity_probe_success",
     "gauge",
-    "1 when every request of this probe completed as asked, else 0 (/probe only).",
+    "1 when every request of this probe completed, else 0 (/probe only).",
     SERIES,
 )
 PROBE_DURATION = MetricSpec(

@@ -66,7 +66,7 @@ def probe_registry(
 
     The same families as ``/metrics`` for this (target, module), counted over this probe alone; the
     window gauges carry ``window="probe"`` and cover exactly its requests. Added around them, as
-    blackbox_exporter does: ``fluidity_probe_success`` (1 when every request completed as asked) and,
+    blackbox_exporter does: ``fluidity_probe_success`` (1 when every request completed) and,
     when ``duration_s`` is given, ``fluidity_probe_duration_seconds``.
     """
     at = time.time() if now is None else now  # one instant: every row is in the one window

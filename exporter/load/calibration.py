@@ -15,6 +15,12 @@ where the simulator's completions have none, so that prompts of a few tokens cam
 read 0.3 on average (at most 2.1). A server that reports no usage, or
 fails the fitting requests, leaves the builder as it was and says which (a 501 is not a missing count).
 
+Its cost is bounded and said: the requests go out one after another, and all of them together have
+``CALIBRATION_BUDGET_S``; the one in flight when it runs out is cut, the rest are not sent, and the fit
+is not made (against a server that stalled 20 s a request, the calibration took most of two minutes
+before a 2-request run; in the daemon the first probe waited on it). ``Calibration`` keeps how many
+requests it sent and how long they took, and ``describe`` says both.
+
 ``context_length`` reads ``max_model_len`` from ``GET /v1/models`` where the server gives it (vLLM and
 the simulator do), so that workloads and prefill ladders keep ``prompt + output`` within it instead of
 sending requests the server must refuse.
@@ -22,9 +28,11 @@ sending requests the server must refuse.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from exporter.load.prompts import ApproxPromptBuilder, first_token_spec
 from exporter.probe.result import Outcome, ProbeResult
@@ -37,6 +45,11 @@ CHECK_TOKENS = 512  # the length the fit is checked on
 # 1024-word prompt drew a 400 from a 512-token server, and the fit was lost (a word can be 2 tokens).
 CONTEXT_SHARE = 0.4
 CALIBRATION_KEY = 7_777_000  # prompt keys of the calibration requests (unique texts: no prompt cache)
+CALIBRATION_REQUESTS = 1 + SHORT_REPEATS + 1  # the long fitting prompt, the short ones, the check
+# What the requests may take in all: against the simulator or a GPU engine they take well under a
+# second; a target slower than this fails visibly (the fit is not made, and the line says why) instead
+# of holding back the load, or a daemon's first probe, by minutes.
+CALIBRATION_BUDGET_S = 30.0
 
 Send = Callable[[RequestSpec], Awaitable[ProbeResult]]
 
@@ -51,14 +64,19 @@ class Calibration:
     residual: float | None  # |reported - intended| / intended on the check length, after the fit
     unfitted: str = "the server reported no prompt tokens"  # why nothing was fitted, when it was not
     check_tokens: int = CHECK_TOKENS  # the length the fit was checked on
+    requests: int = 0  # the calibration requests sent (a cut one included)
+    seconds: float = 0.0  # how long they took in all
 
     def describe(self) -> str:
+        """What the fit found, or why there is none, and what it cost."""
+        return f"prompt calibration: {self.finding()} ({self.requests} requests, {self.seconds:.1f} s)"
+
+    def finding(self) -> str:
+        """What the fit found, or why there is none (the same on a retry that fails the same way)."""
         if self.tokens_per_word is None:
-            return f"prompt calibration: {self.unfitted}; prompt lengths are approximate"
-        fitted = (
-            f"prompt calibration: the server counts {self.tokens_per_word:.3f} tokens per prompt word "
-            f"+ {self.overhead_tokens:.0f}; "
-        )
+            return f"{self.unfitted}; prompt lengths are approximate"
+        per_word, overhead = self.tokens_per_word, self.overhead_tokens
+        fitted = f"the server counts {per_word:.3f} tokens per prompt word + {overhead:.0f}; "
         if self.residual is None:
             return (
                 fitted
@@ -70,8 +88,40 @@ class Calibration:
         )
 
 
-async def _ask(send: Send, builder: ApproxPromptBuilder, api: Api, tokens: int, key: int) -> ProbeResult:
-    return await send(first_token_spec(builder, api, tokens, key, f"calibration-{key}"))
+class _Budget:
+    """The calibration's requests, sent one at a time within ``seconds`` in all."""
+
+    def __init__(self, send: Send, api: Api, seconds: float, clock: Callable[[], float]) -> None:
+        self.send, self.api, self.seconds, self.clock = send, api, seconds, clock
+        self.started = clock()
+        self.sent = 0
+
+    async def ask(self, builder: ApproxPromptBuilder, tokens: int, key: int) -> ProbeResult | None:
+        """The server's answer to one calibration request; None when the budget ran out before it
+        ended (the request is cut) or before it could be sent."""
+        remaining = self.seconds - self.elapsed()
+        if remaining <= 0:
+            return None
+        self.sent += 1
+        try:
+            async with asyncio.timeout(remaining):
+                return await self.send(first_token_spec(builder, self.api, tokens, key, f"calibration-{key}"))
+        except TimeoutError:
+            return None
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def spent(self) -> str:
+        """Why a calibration ended unfitted on its budget."""
+        return (
+            f"the calibration's {self.seconds:g} s ran out after {self.sent} of {CALIBRATION_REQUESTS} "
+            "requests (the target answers slowly; the rest were not sent)"
+        )
+
+    def done(self, calibration: Calibration) -> Calibration:
+        """``calibration`` with what it cost."""
+        return replace(calibration, requests=self.sent, seconds=self.elapsed())
 
 
 def _answered(result: ProbeResult) -> bool:
@@ -111,17 +161,33 @@ def calibration_lengths(context: int | None) -> tuple[int, int, int]:
     return max(int(low * scale), 4), max(int(high * scale), 16), max(int(check * scale), 8)
 
 
-async def calibrate_prompts(send: Send, api: Api, salt: int = 0, context: int | None = None) -> Calibration:
+async def calibrate_prompts(
+    send: Send,
+    api: Api,
+    salt: int = 0,
+    context: int | None = None,
+    *,
+    budget_s: float = CALIBRATION_BUDGET_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> Calibration:
     """The fitting requests and one check, each of one output token, their lengths within ``context``
-    (the served context, when known); see the module docstring."""
+    (the served context, when known), all within ``budget_s``; see the module docstring."""
+    budget = _Budget(send, api, budget_s, clock)
+    return budget.done(await _calibrate(budget, salt, context))
+
+
+async def _calibrate(budget: _Budget, salt: int, context: int | None) -> Calibration:
     plain = ApproxPromptBuilder()
     low, high, check = calibration_lengths(context)
     key = CALIBRATION_KEY + salt
     fitting: list[ProbeResult] = []
     counts: list[int] = []  # the long prompt's, then the short ones'
     for length, at in [(high, key + 1), *((low, key + 3 + i) for i in range(SHORT_REPEATS))]:
-        fitting.append(await _ask(send, plain, api, length, at))
-        count = _reported(fitting[-1])
+        answer = await budget.ask(plain, length, at)
+        if answer is None:
+            return Calibration(plain, None, 0.0, None, budget.spent(), check)
+        fitting.append(answer)
+        count = _reported(answer)
         if count is None:  # no fit without it: spare a failing server the rest
             return Calibration(plain, None, 0.0, None, _why_unfitted(fitting), check)
         counts.append(count)
@@ -131,7 +197,8 @@ async def calibrate_prompts(send: Send, api: Api, salt: int = 0, context: int | 
     per_word = (reported_high - reported_low) / (high - low)
     overhead = max(reported_low - per_word * low, 0.0)
     builder = ApproxPromptBuilder(tokens_per_word=per_word, overhead_tokens=overhead)
-    checked = _reported(await _ask(send, builder, api, check, key + 2))
+    answer = await budget.ask(builder, check, key + 2)
+    checked = _reported(answer) if answer is not None else None
     residual = abs(checked - check) / check if checked is not None else None
     return Calibration(builder, per_word, overhead, residual, check_tokens=check)
 

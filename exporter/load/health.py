@@ -15,7 +15,11 @@ A benchmark's numbers are only as good as its load. These pure functions look at
 
 Every check carries its observed value, its threshold and a message; ``passed`` is None when the data
 needed to judge it is missing (e.g. the server reported no usage), which is said in the message. A
-failed check is reported, never dropped.
+failed check is reported, never dropped. Two kinds do not decide whether the measurement is reliable
+(``exporter.report.summary.reliability``): a *workload* check (``required`` False: ``output_tokens``),
+whose failure says the server served another workload than the one asked, on timings that are still
+valid (a server that ends streams at its own stop despite ``ignore_eos``, as OpenAI's does), and one
+that does not apply to this run (``applies`` False: ``concurrency`` for a closed loop of sessions).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class HealthCheck:
     threshold: float | None
     passed: bool | None  # None: could not be judged (the message says why)
     message: str
+    required: bool = True  # False: a workload check, which warns and leaves the verdict alone
+    applies: bool = True  # False: not a check of this kind of run (the message says why)
 
 
 @dataclass(frozen=True)
@@ -196,9 +202,14 @@ def check_output_tokens(results: Sequence[ProbeResult], limits: HealthThresholds
     passed = bool(observed >= threshold)
     message = (
         f"{observed:.1%} of completed requests got all their max_tokens (median got/asked {ratio:.2f}, "
-        f"needs >= {threshold:.0%})" + ("" if passed else ": output lengths are not the workload's")
+        f"needs >= {threshold:.0%})" + ("" if passed else OUTPUT_SHORTFALL)
     )
-    return HealthCheck("output_tokens", observed, threshold, passed, message)
+    return HealthCheck("output_tokens", observed, threshold, passed, message, required=False)
+
+
+# The server ended streams before max_tokens (at its own stop, ignoring ignore_eos): every stream
+# completed and was timed, so the figures stand, for shorter outputs than the workload's.
+OUTPUT_SHORTFALL = ": the server ended streams early; outputs are shorter than the workload's, timings valid"
 
 
 def _output_count(result: ProbeResult) -> int:
@@ -244,7 +255,7 @@ def check_doubtful_gaps(results: Sequence[ProbeResult], limits: HealthThresholds
 
 
 def check_success(results: Sequence[ProbeResult], limits: HealthThresholds) -> HealthCheck:
-    """Share of requests that completed as asked; the message lists the failure outcomes."""
+    """Share of requests that completed (``ProbeResult.ok``); the message lists the failure outcomes."""
     threshold = limits.min_success_share
     if not results:
         return HealthCheck("success", None, threshold, None, "no results")
@@ -276,8 +287,9 @@ def load_health(
     if concurrency is None:
         first = check_send_rate(starts, target_rate, limits)
     elif len(starts) < len(results):
-        message = "a closed loop of sessions: think times leave slots idle by design; not judged"
-        first = HealthCheck("concurrency", None, concurrency * limits.min_concurrency_ratio, None, message)
+        message = "does not apply to a closed loop of sessions: think times leave slots idle by design"
+        threshold = concurrency * limits.min_concurrency_ratio
+        first = HealthCheck("concurrency", None, threshold, None, message, applies=False)
     else:
         first = check_concurrency(results, concurrency, limits)
     return [

@@ -124,6 +124,8 @@ class TargetFacts:
                 "tokens_per_word": calibration.tokens_per_word,
                 "overhead_tokens": calibration.overhead_tokens,
                 "residual": calibration.residual,
+                "requests": calibration.requests,
+                "seconds": calibration.seconds,
             },
         }
 

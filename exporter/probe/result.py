@@ -29,7 +29,7 @@ class Outcome(StrEnum):
     STREAM_ABORTED = "stream_aborted"  # the connection closed mid-stream without [DONE] / finish
     MALFORMED_STREAM = "malformed_stream"  # bytes that are not valid SSE/JSON/UTF-8, wrong content-type
     NO_TOKENS = "no_tokens"  # the stream completed but carried no content token
-    TRUNCATED = "truncated"  # completed, but fewer tokens than asked for with ignore_eos/min_tokens
+    TRUNCATED = "truncated"  # the server declared the answer incomplete (Responses: not max_output_tokens)
 
 
 class TokenSource(StrEnum):
@@ -88,7 +88,8 @@ class ProbeResult:
 
     @property
     def ok(self) -> bool:
-        """Whether the request completed as asked."""
+        """Whether the request completed: a stream the server ended before ``max_tokens`` too (its
+        shortfall is the workload's, ``extra["short_of_max_tokens"]``, not a failure)."""
         return self.outcome is Outcome.OK
 
     @property

@@ -3,7 +3,11 @@
 The client stamps each socket read once and hands the events decoded from it to ``StreamState``, which
 sorts them into content tokens, reasoning tokens and bookkeeping chunks (role deltas, usage, ``[DONE]``),
 counts tokens per chunk (``tokens.py``) and, at the end, decides the outcome of a stream that completed:
-``OK``, ``NO_TOKENS`` or ``TRUNCATED``.
+``OK``, ``NO_TOKENS`` or, for a response the server itself declared incomplete, ``TRUNCATED``. A stream
+that ended at the server's own stop before ``max_tokens``, although exactly that many were asked for
+(OpenAI and many gateways ignore ``ignore_eos``), is ``OK``: it completed and its timings are valid; the
+shortfall is noted (``extra["short_of_max_tokens"]``) and judged as the workload's (``load.health``'s
+``output_tokens``), not as a failed request.
 """
 
 from __future__ import annotations
@@ -248,14 +252,23 @@ class StreamState:
             result.extra["held_tokens_at_end"] = held
         if self.tool_events:  # the counts may have moved: recount the tool-call share
             result.tool_call_tokens = sum(result.token_counts[i] for i in self.tool_events)
-        result.outcome = completed_outcome(result, exact_length=exact_length)
+        result.outcome = completed_outcome(result)
         if self.incomplete is not None:
             result.outcome = Outcome.TRUNCATED
             result.error = f"the response ended incomplete ({self.incomplete})"
-        elif result.outcome is Outcome.TRUNCATED:
-            result.error = (
-                f"{self.total_tokens()} of {result.max_tokens} tokens (finish {result.finish_reason})"
-            )
+        elif exact_length and result.outcome is Outcome.OK and (short := self.shortfall()):
+            result.extra["short_of_max_tokens"] = short
+
+    def shortfall(self) -> int:
+        """Tokens fewer than ``max_tokens`` that came: judged by the server's ``usage.completion_tokens``
+        when it reported one, else none after ``finish_reason == "length"`` (by chunks a count is a lower
+        bound), else by the counted tokens."""
+        result = self.result
+        if result.max_tokens is None:
+            return 0
+        if result.completion_tokens_reported is None and result.finish_reason == "length":
+            return 0
+        return max(0, result.max_tokens - self.total_tokens())
 
     def total_tokens(self) -> int:
         """Output tokens, content and reasoning: the server's figure when it gave one."""
@@ -263,18 +276,8 @@ class StreamState:
         return reported if reported is not None else self.result.output_tokens + self.counter.reasoning_tokens
 
 
-def completed_outcome(result: ProbeResult, *, exact_length: bool) -> Outcome:
-    """``NO_TOKENS`` without a content token; ``TRUNCATED`` when exactly ``max_tokens`` were asked for
-    (``ignore_eos``/``min_tokens``) and fewer came: judged by the server's ``usage.completion_tokens``
-    when it reported one, else by ``finish_reason == "length"``, else by the counted tokens; else ``OK``."""
+def completed_outcome(result: ProbeResult) -> Outcome:
+    """``NO_TOKENS`` without a content or reasoning token, else ``OK``: a stream that completed."""
     if not result.token_times:
         return Outcome.OK if result.reasoning_times else Outcome.NO_TOKENS
-    if not exact_length or result.max_tokens is None:
-        return Outcome.OK
-    reported = result.completion_tokens_reported
-    if reported is not None:
-        return Outcome.TRUNCATED if reported < result.max_tokens else Outcome.OK
-    if result.finish_reason == "length":
-        return Outcome.OK
-    counted = result.output_tokens + int(result.extra.get("reasoning_tokens", 0))
-    return Outcome.TRUNCATED if counted < result.max_tokens else Outcome.OK
+    return Outcome.OK

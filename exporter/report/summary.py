@@ -57,21 +57,41 @@ def summarize(
         "health_checks": [dict(check) for check in health_checks],
     }
     summary["reliable"], summary["failed_checks"] = reliability(health_checks)
+    summary["workload_warnings"] = workload_warnings(health_checks)
     summary["reliability_rule"] = RELIABILITY_RULE
     return cast(dict[str, Any], _json_safe(summary))
 
 
 RELIABILITY_RULE = (
-    "the measurement is reliable when every health check of the load passed (each has its own "
-    "threshold, e.g. at most 1% of requests with unreliable timings); one that could not be judged fails"
+    "the measurement is reliable when every health check of the load that applies to the run passed "
+    "(each has its own threshold, e.g. at most 1% of requests with unreliable timings); one that could "
+    "not be judged fails; a workload check (output_tokens) only warns: the timings stand"
 )
 
 
 def reliability(health_checks: Sequence[Mapping[str, Any]]) -> tuple[bool, list[str]]:
     """Whether the measurement is reliable, and the checks that say it is not: ``RELIABILITY_RULE``,
     the one rule the table, the verdict line, ``summary.json`` and the exit code all follow."""
-    failed = [str(check.get("name", "?")) for check in health_checks if check.get("passed") is not True]
+    failed = [
+        str(check.get("name", "?"))
+        for check in health_checks
+        if _decides(check) and check.get("passed") is not True
+    ]
     return not failed, failed
+
+
+def workload_warnings(health_checks: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The workload checks that failed: the server served another workload than asked, timed right."""
+    return [
+        str(check.get("name", "?"))
+        for check in health_checks
+        if check.get("applies", True) and not check.get("required", True) and check.get("passed") is False
+    ]
+
+
+def _decides(check: Mapping[str, Any]) -> bool:
+    """Whether a check's verdict is the measurement's: it applies to the run and is not a workload's."""
+    return bool(check.get("applies", True) and check.get("required", True))
 
 
 def _request_counts(results: Sequence[ProbeResult], measured: Measured) -> dict[str, Any]:

@@ -42,13 +42,37 @@ def render_summary(summary: Mapping[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+# What to do about each failed check, in a few words: the client's own checks (it was too busy to send
+# or time the load), the target's (it failed requests), the prompts' (the server counts other tokens).
+CLIENT_CHECKS = ("send_rate", "concurrency", "send_lateness", "unreliable", "doubtful_gaps")
+CLIENT_ADVICE = (
+    "the client was too busy to send or time the load as planned: send fewer streams at once (a lower "
+    "--rate or --concurrency), spread them over processes (--workers N), or run on a quieter machine"
+)
+CHECK_ADVICE = {
+    "success": "the target failed requests: their first errors are listed under requests above",
+    "prompt_tokens": "the server reported other prompt lengths than the workload's, or none (see above)",
+}
+
+
 def verdict_line(summary: Mapping[str, Any]) -> str:
-    """``measurement: reliable ...`` or ``measurement: NOT reliable: <checks> failed``, from the summary's
-    own ``reliable`` and ``failed_checks`` (the rule is ``exporter.report.summary.RELIABILITY_RULE``)."""
+    """``measurement: reliable ...`` or ``measurement: NOT reliable: <checks> failed; <what to do>``, from
+    the summary's own ``reliable``, ``failed_checks`` and ``workload_warnings`` (the rule is
+    ``exporter.report.summary.RELIABILITY_RULE``)."""
+    warned = ", ".join(summary.get("workload_warnings") or ())
     if summary.get("reliable"):
+        if warned:
+            return f"measurement: reliable (every health check of the load passed; {warned} warns: see above)"
         return "measurement: reliable (every health check of the load passed)"
-    failed = ", ".join(summary.get("failed_checks") or ()) or "?"
-    return f"measurement: NOT reliable: {failed} failed (every health check must pass)"
+    failed = list(summary.get("failed_checks") or ())
+    return f"measurement: NOT reliable: {', '.join(failed) or '?'} failed; {verdict_advice(failed)}"
+
+
+def verdict_advice(failed: list[str]) -> str:
+    """What to do about the failed checks, one clause each kind, the client's first."""
+    advice = [CLIENT_ADVICE] if any(name in CLIENT_CHECKS for name in failed) else []
+    advice += [CHECK_ADVICE[name] for name in failed if name in CHECK_ADVICE]
+    return "; ".join(advice) or "every health check must pass (see above)"
 
 
 def _turns(turns: Mapping[str, Any]) -> str:
@@ -171,9 +195,19 @@ def _slo_basis(slo: Mapping[str, Any]) -> str:
 def _health(checks: list[Mapping[str, Any]]) -> str:
     lines = ["health of the load itself:"]
     for check in checks:
-        passed = check.get("passed")
-        # One that could not be judged fails (RELIABILITY_RULE): marked so, as the verdict line counts
-        # it (an "n/a" mark beside "NOT reliable: prompt_tokens failed" read as two rules).
-        mark = "ok  " if passed is True else "FAIL"
-        lines.append(f"  {mark} {check.get('name', '?')}: {check.get('message', '')}")
+        lines.append(f"  {_mark(check)} {check.get('name', '?')}: {check.get('message', '')}")
     return "\n".join(lines)
+
+
+def _mark(check: Mapping[str, Any]) -> str:
+    """``ok``, ``FAIL``, ``warn`` (a workload check failed) or ``n/a`` (it does not apply to the run).
+    One that could not be judged fails (RELIABILITY_RULE): marked so, as the verdict line counts it (an
+    "n/a" mark beside "NOT reliable: prompt_tokens failed" read as two rules)."""
+    passed = check.get("passed")
+    if not check.get("applies", True):
+        return "n/a "
+    if passed is True:
+        return "ok  "
+    if not check.get("required", True):
+        return "warn" if passed is False else "n/a "
+    return "FAIL"

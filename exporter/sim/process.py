@@ -96,12 +96,31 @@ def _drain(process: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
     lines.put("")
 
 
+def split_cpus(cpus: set[int]) -> tuple[set[int] | None, set[int] | None]:
+    """(the simulator's CPUs, the client's): the last one for the simulator, the others for the client;
+    (None, None), both left to the scheduler, with a single CPU."""
+    if len(cpus) < 2:
+        return None, None
+    last = max(cpus)
+    return {last}, cpus - {last}
+
+
 @contextmanager
 def url_or_simulator(url: str | None, preset: str | None = None) -> Iterator[tuple[str, bool]]:
     """``(url, False)``, or with no ``url`` the simulator's in a child process and True (it is simulated);
-    a simulator that does not start raises ``SimStartError``."""
+    a simulator that does not start raises ``SimStartError``. The simulator and this process (the
+    client, and the worker processes it starts meanwhile) run on CPUs apart while it runs: sharing one,
+    each one's work would make the other's event loop late, and the client's stamps with it."""
     if url:
         yield url, False
         return
-    with SimProcess(["--sim-preset", preset or DEFAULT_PRESET]) as sim:
-        yield sim.url, True
+    own = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+    sim_cpus, client_cpus = split_cpus(own)
+    with SimProcess(["--sim-preset", preset or DEFAULT_PRESET], cpus=sim_cpus) as sim:
+        if client_cpus:
+            os.sched_setaffinity(0, client_cpus)
+        try:
+            yield sim.url, True
+        finally:
+            if client_cpus:
+                os.sched_setaffinity(0, own)

@@ -29,6 +29,7 @@ Counts are float64 internally: exact up to 2**53 missed deadlines per request.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -106,9 +107,27 @@ def request_fluidity(
     slack_cap: float | None = None,
     variant: Variant = "deadlines",
 ) -> RequestFluidity:
-    """Deadline accounting and stall statistics of one request."""
+    """Deadline accounting and stall statistics of one request, by the per-token loop: the definition
+    itself, which for one request costs a tenth of the vectorised engine's set-up and sweep or less
+    (measured, CPU for 1,000 tokens: 0.12 ms from an array, 0.30 from a list, against 3.7-3.9 ms;
+    ``bench/stats_bench.py``; over the default bench's own 100 streams, 0.09 against 0.70 ms a
+    request). ``bench``'s live line evaluates every finished request on the probe's event loop, whose
+    lateness beyond 3 ms makes the client distrust the streams in flight (``probe.saturation``).
+    Invalid input goes to the engine, whose error names it."""
     options = FluidityOptions(ignore_first_token, slack_cap, variant)
-    return evaluate(IntervalBatch.single(intervals), prefill_deadline, decode_deadline, options).request(0)
+    values = np.asarray(intervals, dtype=np.float64)
+    if _loopable(values, prefill_deadline, decode_deadline):
+        return loop_request(values.tolist(), float(prefill_deadline), float(decode_deadline), options)
+    return evaluate(IntervalBatch.single(values), prefill_deadline, decode_deadline, options).request(0)
+
+
+def _loopable(values: FloatArray, prefill_deadline: float, decode_deadline: float) -> bool:
+    """Valid input for ``loop_request``: finite intervals >= 0, a finite ``Dp >= 0`` and ``Dd > 0``."""
+    deadlines_valid = math.isfinite(prefill_deadline) and prefill_deadline >= 0
+    deadlines_valid = deadlines_valid and math.isfinite(decode_deadline) and decode_deadline > 0
+    return (
+        deadlines_valid and values.ndim == 1 and bool((values >= 0.0).all()) and math.isfinite(values.sum())
+    )
 
 
 def deadline_misses(

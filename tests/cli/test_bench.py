@@ -379,3 +379,39 @@ def test_the_result_says_what_fitting_to_the_context_left_out(
     printed = capsys.readouterr().out
     limit, cut = fit["max_total_tokens"], fit["share_cut"]
     assert f"cut to fit it: prompt + output <= {limit}, which leaves out about {cut:.0%}" in printed
+
+
+def test_streams_a_server_ends_before_max_tokens_completed_and_warn_of_the_workload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server that ends streams at its own stop although ignore_eos was asked (OpenAI's, many
+    gateways'): every request was ``truncated``, "0.0% completed", exit 1, on timings that were valid."""
+    flags = ["--requests", "8", "--rate", "20", "--output-tokens", "fixed:64", *SMALL[:2], "--quiet"]
+    with SimProcess(["--sim-preset", "tiny", "--eos-rate", "0.2", "--seed", "1"]) as sim:
+        # The server-side guarantee dropped per request, as such a server drops it.
+        ignored = '{"ignore_eos": false, "min_tokens": 0}'
+        code, out = bench(tmp_path, "--url", sim.url, "--extra-body", ignored, *flags)
+    assert_measured(code, out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"]["by_outcome"] == {"ok": 8}
+    assert (
+        summary["workload_warnings"] == ["output_tokens"] and "output_tokens" not in summary["failed_checks"]
+    )
+    check = next(c for c in summary["health_checks"] if c["name"] == "output_tokens")
+    assert check["passed"] is False and check["required"] is False
+    table = capsys.readouterr().out
+    assert "  warn output_tokens: " in table and "timings valid" in table
+
+
+def test_a_closed_loop_of_sessions_is_not_failed_by_a_check_that_does_not_apply(
+    child_sim_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Think times leave a closed loop's slots idle by design, so its concurrency cannot be judged; it
+    failed every multi-turn closed-loop run ("one that could not be judged fails")."""
+    flags = ["--url", child_sim_url, "--concurrency", "2", "--requests", "6", "--turns", "2"]
+    code, out = bench(tmp_path, *flags, "--think-time", "fixed:0.05", *SMALL)
+    assert_measured(code, out)
+    summary = json.loads((out / "summary.json").read_text())
+    check = next(c for c in summary["health_checks"] if c["name"] == "concurrency")
+    assert check["applies"] is False and "concurrency" not in summary["failed_checks"]
+    assert "  n/a  concurrency: does not apply" in capsys.readouterr().out

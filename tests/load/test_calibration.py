@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -12,11 +13,17 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
-from exporter.load.calibration import SHORT_REPEATS, calibrate_prompts, max_model_len
+from exporter.load.calibration import (
+    CALIBRATION_REQUESTS,
+    SHORT_REPEATS,
+    calibrate_prompts,
+    max_model_len,
+)
 from exporter.load.prompts import ApproxPromptBuilder
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.sim import SimServer
 from exporter.sim.process import SimProcess
 
 
@@ -122,9 +129,10 @@ async def test_a_failed_check_says_why_its_residual_is_unknown() -> None:
 
     calibration = await calibrate_prompts(send, "completions")
     assert calibration.residual is None
-    assert calibration.describe().endswith(
+    assert calibration.finding().endswith(
         "the 512-token check request failed, so the residual error is unknown"
     )
+    assert calibration.describe().endswith(f"unknown ({SHORT_REPEATS + 2} requests, 0.0 s)")
 
 
 @pytest.fixture
@@ -144,9 +152,9 @@ async def test_failed_calibration_requests_are_called_failed_not_countless(non_l
     async with ProbeClient(TargetSettings(base_url=non_llm_url, model="x")) as client:
         calibration = await calibrate_prompts(client.send, "chat")
     assert calibration.tokens_per_word is None
-    assert calibration.describe() == (
+    assert calibration.describe().startswith(
         "prompt calibration: a fitting request failed (http_status 501; the rest and the check were not sent); "
-        "prompt lengths are approximate"
+        "prompt lengths are approximate (1 requests, "
     )
 
 
@@ -177,3 +185,21 @@ def test_calibration_lengths_fit_a_short_context(context: int | None) -> None:
         assert (low, high, check) == (8, 1024, 512)
     else:
         assert high <= max(context * CONTEXT_SHARE, 16)
+
+
+async def test_a_slow_target_fails_the_calibration_within_its_budget(sim: SimServer, sim_url: str) -> None:
+    """Against a server that stalled 20 s a request, calibration took most of two minutes before a
+    2-request run (and the daemon's first probe waited on it): its requests now have a budget in all,
+    the one in flight when it runs out is cut, and the line says what it cost."""
+    stall = ("sim", {"fault": {"mode": "hang_before_headers", "duration": 0.6}})
+    settings = TargetSettings(base_url=sim_url, api="completions", extra_body=(stall,))
+    async with ProbeClient(settings) as client:
+        started = time.monotonic()
+        calibration = await calibrate_prompts(client.send, "completions", budget_s=1.0)
+        took = time.monotonic() - started
+    assert calibration.tokens_per_word is None and calibration.requests == 2  # the second one cut
+    assert 1.0 <= took < 1.5 and calibration.seconds == pytest.approx(took, abs=0.05)
+    assert calibration.describe().startswith(
+        f"prompt calibration: the calibration's 1 s ran out after 2 of {CALIBRATION_REQUESTS} requests "
+        "(the target answers slowly; the rest were not sent); prompt lengths are approximate (2 requests, 1."
+    )

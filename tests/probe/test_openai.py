@@ -218,17 +218,18 @@ def test_bad_chunks_end_the_stream(data: str, outcome: Outcome) -> None:
 
 
 @pytest.mark.parametrize(
-    ("reported", "finish", "counts", "outcome"),
+    ("reported", "finish", "counts", "outcome", "short"),
     [
-        (2, "length", [1, 1], Outcome.OK),
-        (1, "stop", [1], Outcome.TRUNCATED),  # usage says fewer than asked
-        (None, "length", [1], Outcome.OK),  # by chunks a count is a lower bound: "length" decides
-        (None, "stop", [1], Outcome.TRUNCATED),
-        (None, None, [], Outcome.NO_TOKENS),
+        (2, "length", [1, 1], Outcome.OK, None),
+        # A stream the server stopped before max_tokens completed: a workload's shortfall, not a failure.
+        (1, "stop", [1], Outcome.OK, 1),  # usage says fewer than asked
+        (None, "length", [1], Outcome.OK, None),  # by chunks a count is a lower bound: "length" decides
+        (None, "stop", [1], Outcome.OK, 1),
+        (None, None, [], Outcome.NO_TOKENS, None),
     ],
 )
 def test_completed_outcomes(
-    reported: int | None, finish: str | None, counts: list[int], outcome: Outcome
+    reported: int | None, finish: str | None, counts: list[int], outcome: Outcome, short: int | None
 ) -> None:
     state = _state("completions")
     for i in range(len(counts)):
@@ -237,7 +238,8 @@ def test_completed_outcomes(
         state.on_events(0.5, _events({"choices": [], "usage": {"completion_tokens": reported}}))
     state.result.finish_reason = finish
     state.finish(exact_length=True)
-    assert state.result.outcome is outcome
+    assert state.result.outcome is outcome and state.result.error is None
+    assert state.result.extra.get("short_of_max_tokens") == short
     assert state.result.token_source is TokenSource.CHUNKS
 
 

@@ -144,7 +144,7 @@ def test_a_health_check_that_could_not_be_judged_is_marked_as_the_verdict_counts
     table = render_summary(summary)
     assert "  ok   success: 100% of requests succeeded" in table
     assert "  FAIL prompt_tokens: not judged: the server reported no usage" in table
-    assert "measurement: NOT reliable: prompt_tokens failed (every health check must pass)" in table
+    assert "measurement: NOT reliable: prompt_tokens failed; the server reported other prompt" in table
 
 
 def test_prefill_model_sets_per_request_deadlines() -> None:
@@ -279,7 +279,10 @@ def test_one_rule_for_reliability_in_the_table_the_verdict_and_the_json() -> Non
     assert summary["reliable"] is False and summary["failed_checks"] == ["unreliable"]
     text = render_summary(summary)
     assert "  FAIL unreliable: " in text
-    assert text.endswith("measurement: NOT reliable: unreliable failed (every health check must pass)")
+    # One line that says what to do, not only which check failed.
+    verdict = text.splitlines()[-1]
+    assert verdict.startswith("measurement: NOT reliable: unreliable failed; the client was too busy")
+    assert all(hint in verdict for hint in ("--rate or --concurrency", "--workers N", "a quieter machine"))
     # Where the SLOs and goodput are said, not only at the end.
     caveat = "(judged on a measurement that is NOT reliable: see the health of the load below)"
     assert f"SLOs {caveat}:" in text
@@ -306,3 +309,32 @@ def test_each_plot_says_what_it_shows_and_fluidity_stays_within_its_range() -> N
     finally:
         for figure in drawn.values():
             plt.close(figure)
+
+
+def test_a_workload_check_warns_and_a_check_that_does_not_apply_is_marked_so() -> None:
+    """Neither decides the verdict: outputs shorter than asked were timed right, and a closed loop of
+    sessions has no concurrency to judge (both made every such run "NOT reliable", exit 1)."""
+    checks = [
+        {
+            "name": "concurrency",
+            "passed": None,
+            "applies": False,
+            "message": "does not apply to a closed loop",
+        },
+        {"name": "output_tokens", "passed": False, "required": False, "message": "12.5% got all"},
+        {"name": "success", "passed": True, "message": "100% of requests succeeded"},
+    ]
+    summary = summarize(RESULTS, measure(RESULTS, SPEC), SPEC, duration_s=10.0, health_checks=checks)
+    assert summary["reliable"] is True and summary["failed_checks"] == []
+    assert summary["workload_warnings"] == ["output_tokens"]
+    table = render_summary(summary)
+    assert "  n/a  concurrency: does not apply" in table and "  warn output_tokens: 12.5%" in table
+    assert table.endswith(
+        "measurement: reliable (every health check of the load passed; output_tokens warns: see above)"
+    )
+    checks[2] = {"name": "success", "passed": False, "message": "50% of requests completed"}
+    summary = summarize(RESULTS, measure(RESULTS, SPEC), SPEC, duration_s=10.0, health_checks=checks)
+    assert summary["failed_checks"] == ["success"]
+    assert render_summary(summary).endswith(
+        "success failed; the target failed requests: their first errors are listed under requests above"
+    )

@@ -1,13 +1,16 @@
 """The simulator in a child process: stopped with the command, even when the command is interrupted
-while the child starts (``__exit__`` never runs for an ``__enter__`` that raised)."""
+while the child starts (``__exit__`` never runs for an ``__enter__`` that raised); the default target's
+simulator and its client on CPUs apart."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from exporter.sim.process import SimProcess
+from exporter.sim.process import SimProcess, split_cpus, url_or_simulator
 
 
 def test_an_interrupt_while_the_child_starts_stops_the_child(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -22,3 +25,33 @@ def test_an_interrupt_while_the_child_starts_stops_the_child(monkeypatch: pytest
         pytest.fail("the block must not run")
     assert len(started) == 1
     assert started[0].poll() is not None  # the child was stopped, not left to run in its own session
+
+
+@pytest.mark.parametrize(
+    ("cpus", "split"),
+    [({0}, (None, None)), ({0, 1}, ({1}, {0})), ({2, 5, 7}, ({7}, {2, 5}))],
+)
+def test_the_simulator_gets_the_last_cpu_and_the_client_the_others(
+    cpus: set[int], split: tuple[set[int] | None, set[int] | None]
+) -> None:
+    assert split_cpus(cpus) == split
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to keep them apart")
+def test_the_default_target_and_its_client_run_on_cpus_apart() -> None:
+    """README said the simulator runs on its own core; it shared both with the client, whose event loop
+    its work made late (the default bench failed its own health check)."""
+    own = os.sched_getaffinity(0)
+    sim_cpus, client_cpus = split_cpus(own)
+    with url_or_simulator(None, "tiny") as (url, simulated):
+        assert simulated and url.startswith("http://127.0.0.1:")
+        children = _children(os.getpid())
+        assert [os.sched_getaffinity(pid) for pid in children] == [sim_cpus]
+        assert os.sched_getaffinity(0) == client_cpus
+    assert os.sched_getaffinity(0) == own  # the command's CPUs back for whatever follows
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Linux's /proc)."""
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text(encoding="ascii")
+    return [int(child) for child in text.split()]

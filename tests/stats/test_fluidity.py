@@ -351,3 +351,30 @@ def test_every_bisection_path_agrees(
     batched = min_decode_deadlines(IntervalBatch.from_sequences(many), target, slack_cap=cap, variant=variant)  # type: ignore[arg-type]
     by_loop = [min_decode_deadline(r, target, slack_cap=cap, variant=variant) for r in many]  # type: ignore[arg-type]
     assert batched.tolist() == by_loop
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0.0, 0.2), max_size=60),
+    st.sampled_from([0.0, 0.05, 0.5]),
+    st.sampled_from([0.01, 0.025, 0.1]),
+    st.booleans(),
+    st.sampled_from([None, 0.0, 0.03]),
+    st.sampled_from(["deadlines", "tokens"]),
+)
+def test_one_requests_accounting_is_the_engines(
+    gaps: list[float], dp: float, dd: float, skip_first: bool, cap: float | None, variant: str
+) -> None:
+    """``request_fluidity`` runs the per-token loop for one request (a tenth of the engine's cost, on
+    ``bench``'s event loop): every field must be the engine's on a batch of one."""
+    options = FluidityOptions(skip_first, cap, variant)  # type: ignore[arg-type]
+    engine = evaluate(IntervalBatch.single(gaps), dp, dd, options).request(0)
+    kwargs = {"ignore_first_token": skip_first, "slack_cap": cap, "variant": variant}
+    assert request_fluidity(gaps, dp, dd, **kwargs) == engine  # type: ignore[arg-type]
+
+
+def test_one_requests_invalid_input_is_named_as_the_engine_names_it() -> None:
+    with pytest.raises(ValueError, match="decode deadline"):
+        request_fluidity([0.1], 0.1, 0.0)
+    with pytest.raises(ValueError):
+        request_fluidity([-0.1], 0.1, 0.05)
