@@ -28,6 +28,8 @@ POLICIES = GRAFANA / "notification-policies.yaml"
 RUNBOOK = ROOT / "docs" / "runbook.md"
 
 SEVERITIES = ("page", "ticket")
+# The scrape's labels every rule keeps (generate.py's default --identity-labels).
+IDENTITY_LABELS = ("namespace", "cluster", "job")
 
 needs_promtool = pytest.mark.skipif(
     shutil.which("promtool") is None and not os.environ.get("CI"),

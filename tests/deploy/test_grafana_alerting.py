@@ -98,6 +98,13 @@ def test_the_queries_use_the_objective_and_tier_of_the_recording_rules() -> None
         assert set(re.findall(r'tier="(\w+)"', promql)) == {tier}, where
 
 
+def test_the_queries_keep_the_identity_labels_of_the_recording_rules() -> None:
+    kept = ", ".join(files.IDENTITY_LABELS)
+    for where, promql in files.grafana_queries():
+        groupings = re.findall(r"\bby \(([^)]*)\)", promql)
+        assert groupings and all(g.startswith(kept + ", ") for g in groupings), where
+
+
 def test_contact_points_are_named_once_with_a_webhook_and_an_email() -> None:
     document = files.load(files.CONTACT_POINTS)
     assert document["apiVersion"] == 1

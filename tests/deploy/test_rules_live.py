@@ -114,6 +114,8 @@ def test_every_recording_rule_records_data(record: str, stack: Stack, search: di
     assert result and finite(result), f"{record}: {result}"
     level = record.partition(":")[0]
     expected_labels = {"__name__"} | ({"tier"} if level == "fluidity" else set(level.split("_")))
+    if level != "fluidity":
+        expected_labels.add("job")  # of the identity labels every rule keeps, the stack's scrape has job
     for series in result:
         assert set(series["metric"]) == expected_labels, series["metric"]
 
@@ -140,7 +142,7 @@ def test_every_grafana_query_returns_the_burn_rate_of_every_module(
     result = settled(stack, promql)
     assert {s["metric"]["module"] for s in result} == set(MODULES), f"{where}: {result}"
     for series in result:
-        assert set(series["metric"]) == {"target", "module", "tier"}
+        assert set(series["metric"]) == {"job", "target", "module", "tier"}  # job: see above
         assert float(series["value"][1]) >= 0.0
 
 
