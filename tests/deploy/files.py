@@ -62,6 +62,14 @@ def recorded_names() -> set[str]:
     return {rule["record"] for rule in rules(RECORDING_RULES)}
 
 
+def objective() -> tuple[float, str]:
+    """The SLO objective and its tier, from the recording rules."""
+    (rule,) = [r for r in rules(RECORDING_RULES) if r["record"] == "fluidity:slo_objective:ratio"]
+    match = re.fullmatch(r"vector\(([\d.]+)\)", rule["expr"].strip())
+    assert match is not None
+    return float(match.group(1)), rule["labels"]["tier"]
+
+
 def grafana_rules() -> list[dict[str, Any]]:
     return [rule for group in load(GRAFANA_RULES)["groups"] for rule in group["rules"]]
 
