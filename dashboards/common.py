@@ -42,7 +42,8 @@ ENGINE_WINDOWED: Final = '{target=~"$target",window="$window"}'
 FAILED: Final = '{target=~"$target",module=~"$module",outcome!="ok"}'
 TIERED: Final = '{target=~"$target",module=~"$module",tier="$tier"}'
 RATE_INTERVAL: Final = "$__rate_interval"
-SERIES: Final = ("target", "module")
+# What a panel sums by: one series per deployment (IDENTITY), target and module, never merged.
+SERIES: Final = (*IDENTITY, "target", "module")
 
 # Grafana unit ids.
 SECONDS: Final = "s"

@@ -15,7 +15,6 @@ from dashboards.common import (
     FACTOR,
     FAILED,
     FROM_NOW,
-    IDENTITY,
     PROBE,
     RATIO,
     REQUESTS_PER_SECOND,
@@ -190,7 +189,7 @@ def burn_rate(window: str) -> str:
 def budget_left(period: str = SLO_PERIOD) -> str:
     """1 - the period's burn rate: the share of the period's error budget not yet spent (negative when
     overspent), per tier with an objective, from the counters (no recording rule covers 30 days)."""
-    labels = [*IDENTITY, "target", "module", "tier"]
+    labels = [*SERIES, "tier"]
     missed = (
         f"sum by ({', '.join(labels)}) (increase({names.PROBE_DEADLINES_MISSED.name}{SLO_SERIES}[{period}]))"
     )
@@ -374,7 +373,7 @@ jobs_running = timeseries(
     step=True,
 )
 
-TURNS = ("target", "module", "turn")
+TURNS = (*SERIES, "turn")
 turn_ttft = timeseries(
     "TTFT of first turns and follow-ups",
     "Time to first token of a session's first request and of its later turns (p50 and p99), which "

@@ -13,7 +13,7 @@ import yaml
 
 from dashboards import build
 from dashboards.__main__ import main
-from dashboards.common import BURN_THRESHOLDS, BURN_WINDOWS
+from dashboards.common import BURN_THRESHOLDS, BURN_WINDOWS, IDENTITY
 from exporter.exposition import names
 from tests.dashboards.panels import committed, panels, queries
 from tests.deploy import files
@@ -115,6 +115,23 @@ def test_panels_fit_the_grid_without_overlapping(name: str) -> None:
         cells = {(pos["x"] + dx, pos["y"] + dy) for dx in range(pos["w"]) for dy in range(pos["h"])}
         assert not cells & taken, panel["title"]
         taken |= cells
+
+
+def test_every_sum_by_target_keeps_the_identity_labels_of_the_rules() -> None:
+    # Two deployments of one base (two namespaces, same target and module) stay two series, as in the
+    # Prometheus rules, whose labels the same constant names.
+    assert files.IDENTITY_LABELS == IDENTITY
+    kept = ", ".join(IDENTITY) + ", "
+    groupings = [
+        (query.id, labels)
+        for query in queries()
+        for labels in re.findall(r"\bby \(([^)]*)\)", query.target["expr"])
+        if "target" in labels and "module" in labels
+    ]
+    assert len(groupings) > 20
+    assert [
+        (where, labels) for where, labels in groupings if not labels.replace("le, ", "").startswith(kept)
+    ] == []
 
 
 def test_every_recorded_series_a_query_names_is_one_the_rules_record() -> None:
