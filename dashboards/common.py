@@ -26,6 +26,14 @@ TAGS: Final = ("fluidity",)
 DATASOURCE: Final = {"type": "prometheus", "uid": "${datasource}"}
 GRID_WIDTH: Final = 24
 
+# The scrape's labels every aggregation keeps beside target and module, as the Prometheus rules do
+# (deploy/prometheus/generate.py's IDENTITY_LABELS): two deployments of one base stay apart.
+IDENTITY: Final = ("namespace", "cluster", "job")
+# The windows of the burn-rate alerts' pairs, and each pair's (long, short, threshold), as
+# deploy/prometheus/rules/fluidity-alerts.yml has them (tests/dashboards keeps them equal).
+BURN_WINDOWS: Final = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+BURN_THRESHOLDS: Final = (("1h", "5m", 14.4), ("6h", "30m", 6.0), ("1d", "2h", 3.0), ("3d", "6h", 1.0))
+
 # Label selectors: every query is narrowed by the dashboard's template variables.
 PROBE: Final = '{target=~"$target",module=~"$module"}'
 WINDOWED: Final = '{target=~"$target",module=~"$module",window="$window"}'
@@ -34,7 +42,8 @@ ENGINE_WINDOWED: Final = '{target=~"$target",window="$window"}'
 FAILED: Final = '{target=~"$target",module=~"$module",outcome!="ok"}'
 TIERED: Final = '{target=~"$target",module=~"$module",tier="$tier"}'
 RATE_INTERVAL: Final = "$__rate_interval"
-SERIES: Final = ("target", "module")
+# What a panel sums by: one series per deployment (IDENTITY), target and module, never merged.
+SERIES: Final = (*IDENTITY, "target", "module")
 
 # Grafana unit ids.
 SECONDS: Final = "s"

@@ -8,8 +8,11 @@ itself (outcomes, send lateness, scheduling, the exporter's event loop).
 from __future__ import annotations
 
 from dashboards.common import (
+    BURN_THRESHOLDS,
+    BURN_WINDOWS,
     COUNT,
     ENGINE,
+    FACTOR,
     FAILED,
     FROM_NOW,
     PROBE,
@@ -34,6 +37,7 @@ from dashboards.common import (
     state_timeline,
     steps,
     sum_rate,
+    table,
     timeseries,
     value_text,
     variables,
@@ -169,6 +173,82 @@ slo_timeline = state_timeline(
     SLO_TEXT,
 )
 
+# --- The SLO row: what the burn-rate alerts of deploy/prometheus/rules/ read, from the same recording
+# rules, so that a page and the dashboard tell the same story. ------------------------------------------
+
+BURN_COLOURS = ("yellow", "orange", "red", "dark-red")  # from the ticket's 1 to the page's 14.4
+SLO_PERIOD = "30d"
+SLO_SERIES = '{target=~"$target",module=~"$module"}'
+FLUIDITY_ALERTS = '{alertname=~"Fluidity.+"}'
+
+
+def burn_rate(window: str) -> str:
+    return f"target_module_tier:fluidity_slo_burn_rate:ratio_rate{window}{SLO_SERIES}"
+
+
+def budget_left(period: str = SLO_PERIOD) -> str:
+    """1 - the period's burn rate: the share of the period's error budget not yet spent (negative when
+    overspent), per tier with an objective, from the counters (no recording rule covers 30 days)."""
+    labels = [*SERIES, "tier"]
+    missed = (
+        f"sum by ({', '.join(labels)}) (increase({names.PROBE_DEADLINES_MISSED.name}{SLO_SERIES}[{period}]))"
+    )
+    total = f"sum by ({', '.join(labels)}) (increase({names.PROBE_DEADLINES.name}{SLO_SERIES}[{period}]))"
+    return f"1 - ({missed} / ({total} > 0)) / on (tier) group_left () (1 - fluidity:slo_objective:ratio)"
+
+
+burn_rates = timeseries(
+    "Error-budget burn rate per window",
+    "The burn rate of every window the alerts read (missed token deadlines over the share the objective "
+    "allows; 1 spends the 30-day budget exactly), against the alerts' thresholds (dashed): a pair pages "
+    "or opens a ticket when both its windows are above its threshold, 1h and 5m above 14.4 or 6h and "
+    "30m above 6 (page), 1d and 2h above 3 or 3d and 6h above 1 (ticket). The 6h, 1d and 3d lines appear "
+    "once a series has that much history. Good: every line under 1.",
+    FACTOR,
+    [Query(burn_rate(window), f"{{{{target}}}}/{{{{module}}}} {window}") for window in BURN_WINDOWS],
+    low=0,
+    thresholds=steps(
+        "green", *zip(sorted(limit for _, _, limit in BURN_THRESHOLDS), BURN_COLOURS, strict=True)
+    ),
+)
+budget_remaining = stat(
+    "Error budget left (30 days)",
+    "Share of the 30-day error budget not yet spent, per tier with an objective: 1 - missed deadlines / "
+    "deadlines over 30 days, divided by the share the objective allows (fluidity:slo_objective:ratio). "
+    "Negative when overspent. A series younger than 30 days shows the budget of the days it has. Good: "
+    "well above 0; under 0.25 the slow-burn tickets are due.",
+    RATIO,
+    [Query(budget_left(), TIER_LEGEND, instant=True)],
+    thresholds=steps("red", (0.0, "orange"), (0.25, "green")),
+    decimals=1,
+    sparkline=False,
+)
+alerts_firing = stat(
+    "Fluidity alerts firing",
+    "How many alerts of deploy/prometheus/rules/fluidity-alerts.yml fire now, whatever their target (the "
+    "exporter's own alerts have none). Good: 0.",
+    COUNT,
+    [
+        Query(
+            'count(ALERTS{alertname=~"Fluidity.+",alertstate="firing"}) or vector(0)',
+            "firing",
+            instant=True,
+        )
+    ],
+    thresholds=steps("green", (1.0, "red")),
+    sparkline=False,
+)
+alerts_table = table(
+    "Fluidity alerts, firing and pending",
+    "Every alert of the fluidity rules that fires or is pending (waiting out its `for`), with its labels: "
+    "severity, the window pair of a burn-rate alert, target and module. Good: empty.",
+    STATE,
+    [Query(f"ALERTS{FLUIDITY_ALERTS}", format="table", instant=True)],
+    transformations=[
+        {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True, "__name__": True}}}
+    ],
+)
+
 
 def latency_heatmap(title: str, spec: names.MetricSpec, meaning: str, good: str) -> Cell:
     return Cell(
@@ -293,7 +373,7 @@ jobs_running = timeseries(
     step=True,
 )
 
-TURNS = ("target", "module", "turn")
+TURNS = (*SERIES, "turn")
 turn_ttft = timeseries(
     "TTFT of first turns and follow-ups",
     "Time to first token of a session's first request and of its later turns (p50 and p99), which "
@@ -353,6 +433,15 @@ dashboard = new_dashboard(
                 Cell(fluidity_percentiles, 12),
                 Cell(window_fluidity, 12),
                 Cell(fluidity_heatmap, 12),
+            ],
+        ),
+        Section(
+            "Error budget (the SLO alerts)",
+            [
+                Cell(budget_remaining, 12, 5),
+                Cell(alerts_firing, 12, 5),
+                Cell(burn_rates, 24, 9),
+                Cell(alerts_table, 24, 6),
             ],
         ),
         Section(

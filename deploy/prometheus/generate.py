@@ -2,15 +2,23 @@
 
     python deploy/prometheus/generate.py            # writes deploy/prometheus/prometheus-rule.yaml
     python deploy/prometheus/generate.py --check    # exit 1 if the committed file differs
+    python deploy/prometheus/generate.py --identity-labels k8s_cluster,namespace --output my-rule.yaml
 
 ``rules/*.yml`` are the source (plain Prometheus rule files, with the comments that explain the
 constants); the ``PrometheusRule`` carries the same groups, in file order, as one self-contained YAML
 document for a kustomize base. Needs only PyYAML.
+
+Every aggregation keeps the scrape's identity labels, ``namespace, cluster, job`` in the rule files (a
+label a Prometheus does not attach groups as empty, so the defaults fit one that has none of them).
+``--identity-labels`` writes them as another list, as the community mixins' ``clusterLabel`` settings
+do, for a Prometheus whose targets carry other names: it rewrites the list in every ``by (...)`` and
+``on (...)``, and the matchers and arguments of the annotations' queries.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +36,8 @@ HEADER = """\
 
 
 WIDTH = 110
+IDENTITY_LABELS = ("namespace", "cluster", "job")
+LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 
 class _Dumper(yaml.SafeDumper):
@@ -50,14 +60,49 @@ def groups(paths: tuple[Path, ...] = RULE_FILES) -> list[dict[str, Any]]:
     return out
 
 
-def render(paths: tuple[Path, ...] = RULE_FILES) -> str:
-    """The ``PrometheusRule`` document for the groups of ``paths``."""
-    resource = {
+def _identity_forms(labels: tuple[str, ...]) -> tuple[str, str, str]:
+    """How the rule files write a list of identity labels: in ``by``/``on``, as an annotation query's
+    matchers, and as that query's printf arguments."""
+    return (
+        "".join(f"{label}, " for label in labels),
+        "".join(f"{label}=%q," for label in labels),
+        "".join(f"$labels.{label} " for label in labels),
+    )
+
+
+def relabel(text: str, labels: tuple[str, ...]) -> str:
+    """``text`` with the default identity labels written as ``labels`` (empty: none kept)."""
+    for default, wanted in zip(_identity_forms(IDENTITY_LABELS), _identity_forms(labels), strict=True):
+        text = text.replace(default, wanted)
+    return text
+
+
+def identity_labels(value: str) -> tuple[str, ...]:
+    """The ``--identity-labels`` value: comma-separated label names, or empty for none."""
+    labels = tuple(label.strip() for label in value.split(",") if label.strip())
+    bad = [label for label in labels if not LABEL.match(label)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not a Prometheus label name: {', '.join(bad)}")
+    if len(set(labels)) != len(labels):
+        raise argparse.ArgumentTypeError(f"a label named twice: {value}")
+    return labels
+
+
+def render(
+    paths: tuple[Path, ...] = RULE_FILES, labels: tuple[str, ...] = IDENTITY_LABELS, *, plain: bool = False
+) -> str:
+    """The ``PrometheusRule`` document for the groups of ``paths``, keeping the identity ``labels``; with
+    ``plain``, one Prometheus rule file of the same groups."""
+    resource: dict[str, Any] = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": NAME, "labels": {"app.kubernetes.io/name": NAME}},
         "spec": {"groups": groups(paths)},
     }
+    if plain:
+        resource = resource["spec"]
+    if labels != IDENTITY_LABELS:
+        resource = yaml.safe_load(relabel(yaml.safe_dump(resource, width=1 << 20), labels))
     body = yaml.dump(resource, Dumper=_Dumper, sort_keys=False, width=WIDTH, allow_unicode=True)
     return HEADER + body
 
@@ -66,8 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the output file is not current")
     parser.add_argument("--output", type=Path, default=OUTPUT, help=f"default: {OUTPUT}")
+    parser.add_argument(
+        "--identity-labels",
+        type=identity_labels,
+        default=IDENTITY_LABELS,
+        metavar="LABEL,...",
+        help=f"the scrape's labels every rule keeps (default: {','.join(IDENTITY_LABELS)}; '' for none)",
+    )
+    parser.add_argument(
+        "--plain", action="store_true", help="write a Prometheus rule file (its groups), not a PrometheusRule"
+    )
     args = parser.parse_args(argv)
-    text = render()
+    if args.check and (args.identity_labels != IDENTITY_LABELS or args.plain):
+        parser.error("--check compares the committed PrometheusRule: no --identity-labels or --plain")
+    text = render(labels=args.identity_labels, plain=args.plain)
     if args.check:
         current = args.output.read_text() if args.output.exists() else ""
         if current != text:

@@ -13,8 +13,10 @@ import yaml
 
 from dashboards import build
 from dashboards.__main__ import main
+from dashboards.common import BURN_THRESHOLDS, BURN_WINDOWS, IDENTITY
 from exporter.exposition import names
 from tests.dashboards.panels import committed, panels, queries
+from tests.deploy import files
 
 REPO = Path(__file__).resolve().parents[2]
 PROVISIONING = REPO / "deploy" / "grafana" / "provisioning"
@@ -23,7 +25,9 @@ DATASOURCE_REF = {"type": "prometheus", "uid": "${datasource}"}
 # are gone from Grafana 11 and deprecated in 10.
 CURRENT_TYPES = {"timeseries", "stat", "heatmap", "table", "bargauge", "state-timeline", "barchart", "gauge"}
 HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
-METRIC = re.compile(r"\b(fluidity_[a-z0-9_]+)")
+# A metric name of ours, not glued to a recorded name's colons (target_module_tier:fluidity_...:ratio).
+METRIC = re.compile(r"(?<![\w:])(fluidity_[a-z0-9_]+)(?![\w:])")
+RECORDED = re.compile(r"(?<![\w:])([a-z_]+:[a-z0-9_]+:[a-z0-9_]+)(?![\w:])")
 EXPOSED = {spec.name for spec in names.ALL}
 
 DASHBOARDS = committed()
@@ -111,6 +115,43 @@ def test_panels_fit_the_grid_without_overlapping(name: str) -> None:
         cells = {(pos["x"] + dx, pos["y"] + dy) for dx in range(pos["w"]) for dy in range(pos["h"])}
         assert not cells & taken, panel["title"]
         taken |= cells
+
+
+def test_every_sum_by_target_keeps_the_identity_labels_of_the_rules() -> None:
+    # Two deployments of one base (two namespaces, same target and module) stay two series, as in the
+    # Prometheus rules, whose labels the same constant names.
+    assert files.IDENTITY_LABELS == IDENTITY
+    kept = ", ".join(IDENTITY) + ", "
+    groupings = [
+        (query.id, labels)
+        for query in queries()
+        for labels in re.findall(r"\bby \(([^)]*)\)", query.target["expr"])
+        if "target" in labels and "module" in labels
+    ]
+    assert len(groupings) > 20
+    assert [
+        (where, labels) for where, labels in groupings if not labels.replace("le, ", "").startswith(kept)
+    ] == []
+
+
+def test_every_recorded_series_a_query_names_is_one_the_rules_record() -> None:
+    used = {name for query in queries() for name in RECORDED.findall(query.target["expr"])}
+    assert "target_module_tier:fluidity_slo_burn_rate:ratio_rate1h" in used
+    assert used <= files.recorded_names()
+
+
+def test_the_burn_rate_panel_shows_the_windows_and_thresholds_of_the_alerts() -> None:
+    pairs = {
+        (alert["labels"]["long_window"], alert["labels"]["short_window"], float(threshold))
+        for alert in files.alerts()
+        if "long_window" in alert["labels"]
+        for threshold in set(re.findall(r"> ([\d.]+)", alert["expr"]))
+    }
+    assert set(BURN_THRESHOLDS) == pairs
+    assert set(BURN_WINDOWS) == {w for long, short, _ in pairs for w in (long, short)}
+    (panel,) = [p for _, p in PANELS if p["title"] == "Error-budget burn rate per window"]
+    steps = {step["value"] for step in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]}
+    assert steps - {None} == {threshold for _, _, threshold in pairs}
 
 
 def test_every_metric_a_query_names_is_one_the_exporter_exposes() -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from exporter.exposition import names
 from tests.dashboards.panels import PanelQuery, queries
+from tests.deploy import files
 from tests.support.prometheus import MODULES, TARGET, Series, Stack, requires_prometheus, running_stack
 
 pytestmark = [requires_prometheus, pytest.mark.slow]
@@ -56,7 +57,8 @@ def has_data(result: list[Series]) -> bool:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, float]]:
-    with running_stack(tmp_path_factory.mktemp("dashboards")) as stack:
+    # With the rule files: the SLO row reads the recording rules and the alerts' ALERTS series.
+    with running_stack(tmp_path_factory.mktemp("dashboards"), rule_files=files.RULE_FILES) as stack:
         quick = {"target": TARGET, "max_trials": 2, "requests_per_trial": 20, "warmup_requests": 0}
         stack.run_job("capacity", {**quick, "module": "chat", "start": 50})
         stack.run_job("capacity", {**quick, "module": "burst", "load": "concurrency", "start": 4})
@@ -78,6 +80,14 @@ NEEDS_A_FOUND_CAPACITY = {
     "capacity/Capacity over time/A",
     "capacity/Capacity over time/B",
     "capacity/Capacity bracket/B",  # the lowest failing load: none failed
+}
+# Burn rates of windows recorded once a series has that much history, which the stack never has
+# (fluidity-rules.yml), and the table of firing and pending alerts, empty while the simulator is healthy.
+EMPTY_ON_A_YOUNG_HEALTHY_STACK = {
+    "overview/Error-budget burn rate per window/E",  # 6h
+    "overview/Error-budget burn rate per window/F",  # 1d
+    "overview/Error-budget burn rate per window/G",  # 3d
+    "overview/Fluidity alerts, firing and pending/A",
 }
 
 
@@ -104,7 +114,7 @@ def test_the_query_parses_and_returns_data(query: PanelQuery, stack: tuple[Stack
     twin = twin_expr(expr)
     while True:
         result = prometheus.query(expr)  # raises with Prometheus' message when it does not parse
-        if query.id in NEEDS_A_FOUND_CAPACITY:
+        if query.id in NEEDS_A_FOUND_CAPACITY | EMPTY_ON_A_YOUNG_HEALTHY_STACK:
             return
         if not has_data(result) and twin is not None:
             result = prometheus.query(twin)

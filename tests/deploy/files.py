@@ -28,6 +28,8 @@ POLICIES = GRAFANA / "notification-policies.yaml"
 RUNBOOK = ROOT / "docs" / "runbook.md"
 
 SEVERITIES = ("page", "ticket")
+# The scrape's labels every rule keeps (generate.py's default --identity-labels).
+IDENTITY_LABELS = ("namespace", "cluster", "job")
 
 needs_promtool = pytest.mark.skipif(
     shutil.which("promtool") is None and not os.environ.get("CI"),
@@ -58,6 +60,14 @@ def alerts() -> list[dict[str, Any]]:
 
 def recorded_names() -> set[str]:
     return {rule["record"] for rule in rules(RECORDING_RULES)}
+
+
+def objective() -> tuple[float, str]:
+    """The SLO objective and its tier, from the recording rules."""
+    (rule,) = [r for r in rules(RECORDING_RULES) if r["record"] == "fluidity:slo_objective:ratio"]
+    match = re.fullmatch(r"vector\(([\d.]+)\)", rule["expr"].strip())
+    assert match is not None
+    return float(match.group(1)), rule["labels"]["tier"]
 
 
 def grafana_rules() -> list[dict[str, Any]]:

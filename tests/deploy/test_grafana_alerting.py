@@ -27,14 +27,6 @@ def prometheus_burn_alerts() -> dict[tuple[str, str], dict[str, Any]]:
     }
 
 
-def objective() -> tuple[float, str]:
-    """The SLO objective and its tier, from the recording rules."""
-    (rule,) = [r for r in files.rules(files.RECORDING_RULES) if r["record"] == "fluidity:slo_objective:ratio"]
-    match = re.fullmatch(r"vector\(([\d.]+)\)", rule["expr"].strip())
-    assert match is not None
-    return float(match.group(1)), rule["labels"]["tier"]
-
-
 def test_the_rules_file_is_grafana_provisioning_version_1() -> None:
     document = files.load(files.GRAFANA_RULES)
     assert document["apiVersion"] == 1
@@ -71,6 +63,21 @@ def test_every_rule_is_complete(rule: dict[str, Any]) -> None:
     assert annotations["runbook_url"].partition("#")[2] in files.runbook_anchors()
 
 
+def guarded() -> set[str]:
+    """The windows whose service level needs as much history (fluidity-rules.yml: a sample `offset` the
+    window)."""
+    return {
+        w
+        for rule in files.rules(files.RECORDING_RULES)
+        if rule["record"].startswith("target_module_tier:fluidity_service_level:")
+        for w in re.findall(r"offset (\w+)", rule["expr"])
+    }
+
+
+def test_the_guarded_windows_are_the_long_ones_from_6h() -> None:
+    assert guarded() == {"6h", "1d", "3d"}
+
+
 def test_the_rules_are_the_prometheus_burn_rate_alerts() -> None:
     expected = prometheus_burn_alerts()
     seen = set()
@@ -86,16 +93,25 @@ def test_the_rules_are_the_prometheus_burn_rate_alerts() -> None:
         (condition,) = [q for q in rule["data"] if q["refId"] == rule["condition"]]
         assert set(re.findall(r"> ([\d.]+)", condition["model"]["expression"])) == thresholds
         windows = {labels["long_window"], labels["short_window"]}
-        queried = {w for _, promql in _queries(rule) for w in re.findall(r"\[(\w+)\]", promql)}
+        queried = {w for _, promql in _queries(rule) for w in re.findall(r"\[(\w+)\](?! offset)", promql)}
         assert queried == windows
+        guarded_here = {w for _, promql in _queries(rule) for w in re.findall(r"offset (\w+)", promql)}
+        assert guarded_here == windows & guarded(), rule["uid"]
     assert seen == set(expected)
 
 
 def test_the_queries_use_the_objective_and_tier_of_the_recording_rules() -> None:
-    ratio, tier = objective()
+    ratio, tier = files.objective()
     for where, promql in files.grafana_queries():
         assert f"/ (1 - {ratio:g})" in promql, where
         assert set(re.findall(r'tier="(\w+)"', promql)) == {tier}, where
+
+
+def test_the_queries_keep_the_identity_labels_of_the_recording_rules() -> None:
+    kept = ", ".join(files.IDENTITY_LABELS)
+    for where, promql in files.grafana_queries():
+        groupings = re.findall(r"\bby \(([^)]*)\)", promql)
+        assert groupings and all(g.startswith(kept + ", ") for g in groupings), where
 
 
 def test_contact_points_are_named_once_with_a_webhook_and_an_email() -> None:

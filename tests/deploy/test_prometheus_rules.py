@@ -28,6 +28,12 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["promtool", *args], capture_output=True, text=True, check=False, timeout=120)
 
 
+def generate(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run generate.py with ``args``."""
+    command = [sys.executable, str(files.GENERATOR), *args]
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+
+
 def generator() -> ModuleType:
     spec = importlib.util.spec_from_file_location("generate_prometheus_rule", files.GENERATOR)
     assert spec is not None and spec.loader is not None
@@ -185,3 +191,48 @@ def test_promql_uses_only_exported_metrics_and_recorded_series(where: str, promq
 def test_the_queries_inside_annotations_are_checked_too() -> None:
     inside = [where for where, _ in all_promql() if where.endswith((".summary", ".description"))]
     assert len(inside) >= 10  # the burn-rate, capacity and reload alerts query for their numbers
+
+
+def _aggregations(promql: str) -> list[str]:
+    """The label lists of every ``by (...)`` and ``on (...)`` that names ``target``."""
+    return [labels for labels in re.findall(r"\b(?:by|on) \(([^)]*)\)", promql) if "target" in labels]
+
+
+def test_every_aggregation_keeps_the_identity_labels() -> None:
+    kept = ", ".join(files.IDENTITY_LABELS) + ", "
+    assert generator().IDENTITY_LABELS == files.IDENTITY_LABELS
+    lists = [(where, labels) for where, promql in all_promql() for labels in _aggregations(promql)]
+    assert len(lists) > 40
+    assert [(where, labels) for where, labels in lists if not labels.startswith(kept)] == []
+
+
+def test_the_queries_inside_annotations_match_on_the_identity_labels() -> None:
+    matchers = "".join(f"{label}=%q," for label in files.IDENTITY_LABELS)
+    for where, query in all_promql():
+        if where.endswith(".description") and "target=%q" in query:
+            assert matchers + "target=%q" in query, where
+
+
+@needs_promtool
+def test_other_identity_labels_are_written_everywhere(tmp_path: Path) -> None:
+    output = tmp_path / "rules.yml"
+    run = generate("--identity-labels", "k8s_cluster,tenant", "--plain", "--output", str(output))
+    assert run.returncode == 0, run.stderr
+    check = promtool("check", "rules", str(output))
+    assert check.returncode == 0, check.stdout + check.stderr
+    text = output.read_text()
+    assert "namespace" not in text and re.search(r"\bcluster\b", text) is None
+    rules = [rule for group in yaml.safe_load(text)["groups"] for rule in group["rules"]]
+    lists = [labels for rule in rules for labels in _aggregations(rule["expr"])]
+    assert len(lists) > 40 and all(labels.startswith("k8s_cluster, tenant, target") for labels in lists)
+    assert text.count("k8s_cluster=%q,tenant=%q,target=%q") == 6
+    assert text.count("$labels.k8s_cluster $labels.tenant $labels.target") == 6
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [("a b", "not a Prometheus label name: a b"), ("job,job", "a label named twice: job,job")],
+)
+def test_bad_identity_labels_are_refused_by_name(value: str, message: str) -> None:
+    run = generate("--identity-labels", value, "--output", "/dev/null")
+    assert run.returncode == 2 and message in run.stderr

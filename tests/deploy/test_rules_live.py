@@ -98,6 +98,9 @@ def test_every_rule_group_loads_and_evaluates_without_error(stack: Stack) -> Non
 # Defined by found capacities only, which the quick search of the fixture cannot give (promtool's unit
 # tests cover it: deploy/prometheus/tests/recording.test.yml).
 NEEDS_A_FOUND_CAPACITY = {"target_module:fluidity_capacity_load:max_over_time7d"}
+# SLO windows recorded only for series with that much history, which the stack never has.
+SLO_WINDOWS = ("target_module_tier:fluidity_service_level:", "target_module_tier:fluidity_slo_burn_rate:")
+YOUNG = ("ratio_rate6h", "ratio_rate1d", "ratio_rate3d")
 
 
 @pytest.mark.parametrize("record", sorted(files.recorded_names() - NEEDS_A_FOUND_CAPACITY))
@@ -110,10 +113,16 @@ def test_every_recording_rule_records_data(record: str, stack: Stack, search: di
         assert stack.wait_for(flag, timeout=SETTLE_S, accept=bool)
         assert stack.query(record) == [], record
         return
+    if record.startswith(SLO_WINDOWS) and record.endswith(YOUNG):
+        # The stack is minutes old: windows that need more history record nothing (fluidity-rules.yml).
+        assert stack.query(record) == [], record
+        return
     result = settled(stack, record)
     assert result and finite(result), f"{record}: {result}"
     level = record.partition(":")[0]
     expected_labels = {"__name__"} | ({"tier"} if level == "fluidity" else set(level.split("_")))
+    if level != "fluidity":
+        expected_labels.add("job")  # of the identity labels every rule keeps, the stack's scrape has job
     for series in result:
         assert set(series["metric"]) == expected_labels, series["metric"]
 
@@ -137,23 +146,26 @@ def test_every_alert_expression_runs(alert: dict[str, Any], stack: Stack) -> Non
 def test_every_grafana_query_returns_the_burn_rate_of_every_module(
     where: str, promql: str, stack: Stack
 ) -> None:
+    if "offset" in promql:  # a window that needs more history than the stack has: see YOUNG
+        assert stack.query(promql) == [], where
+        return
     result = settled(stack, promql)
     assert {s["metric"]["module"] for s in result} == set(MODULES), f"{where}: {result}"
     for series in result:
-        assert set(series["metric"]) == {"target", "module", "tier"}
+        assert set(series["metric"]) == {"job", "target", "module", "tier"}  # job: see above
         assert float(series["value"][1]) >= 0.0
 
 
 def test_the_grafana_burn_rate_equals_the_recorded_one(stack: Stack) -> None:
     # The same ratio, once from the raw counters (Grafana) and once from the recording rules; both read
-    # at one instant over a 3-day window that holds every sample, so they agree but for float rounding.
-    stack.wait_for("target_module_tier:fluidity_slo_burn_rate:ratio_rate3d", SETTLE_S, every_module)
+    # at one instant over a 1-hour window that holds every sample, so they agree but for float rounding.
+    stack.wait_for("target_module_tier:fluidity_slo_burn_rate:ratio_rate1h", SETTLE_S, every_module)
     now = time.time()
-    (grafana,) = [q for w, q in files.grafana_queries() if w == "fluidity-slow-burn-3d/A"]
+    (grafana,) = [q for w, q in files.grafana_queries() if w == "fluidity-fast-burn-1h/A"]
     raw = {
         s["metric"]["module"]: float(s["value"][1]) for s in stack.answer(grafana, at=now)["data"]["result"]
     }
-    recorded = stack.answer("target_module_tier:fluidity_slo_burn_rate:ratio_rate3d", at=now)["data"][
+    recorded = stack.answer("target_module_tier:fluidity_slo_burn_rate:ratio_rate1h", at=now)["data"][
         "result"
     ]
     assert raw and {s["metric"]["module"] for s in recorded} == set(raw)

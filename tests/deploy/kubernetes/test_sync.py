@@ -1,10 +1,11 @@
-"""deploy/kubernetes/sync.py: the base's copies of the PrometheusRule and the dashboards match their
-sources (the drift test), and with sources present the base renders the rule and one labelled
-ConfigMap per dashboard."""
+"""deploy/kubernetes/sync.py: the base's copies of the dashboards and the PrometheusRule component's copy
+of the rule match their sources (the drift test); with sources present the base renders one labelled
+ConfigMap per dashboard, and the component, added once by an overlay, the rule."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -58,15 +59,40 @@ def fake_repo(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def with_rule(kubernetes: Path, folder: Path) -> Path:
+    """An overlay in ``folder``: the base in namespace team-a, with the PrometheusRule component."""
+    folder.mkdir(parents=True, exist_ok=True)
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "namespace": "team-a",
+        "resources": [os.path.relpath(kubernetes / "base", folder)],
+        "components": [os.path.relpath(kubernetes / "components" / "prometheus-rule", folder)],
+    }
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    return folder
+
+
 def test_the_committed_copies_match_their_sources() -> None:
     check = sync(REPO, "--check")
     assert check.returncode == 0, check.stderr
 
 
-def test_the_base_ships_the_rule_and_a_configmap_per_dashboard_when_they_exist() -> None:
+def test_the_base_ships_no_rule_and_the_component_adds_it_once(tmp_path: Path) -> None:
+    # Every namespace that deploys the base would load another copy of every rule group and alert.
+    assert of_kind(rendered(BASE), "PrometheusRule") == []
+    resources = render(with_rule(KUBERNETES, tmp_path / "overlay"))
+    (rule,) = of_kind(resources, "PrometheusRule")
+    check_custom_resource(rule)
+    validate(rule)
+    source = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus-rule.yaml").read_text())
+    assert rule["spec"] == source["spec"]
+    assert rule["metadata"]["namespace"] == "team-a"
+    assert len(resources) == len(rendered(BASE)) + 1
+
+
+def test_the_base_ships_a_configmap_per_dashboard() -> None:
     resources = rendered(BASE)
-    rule_exists = (REPO / "deploy" / "prometheus" / "prometheus-rule.yaml").is_file()
-    assert len(of_kind(resources, "PrometheusRule")) == int(rule_exists)
     dashboards = [
         r for r in of_kind(resources, "ConfigMap") if "grafana_dashboard" in r["metadata"]["labels"]
     ]
@@ -76,13 +102,13 @@ def test_the_base_ships_the_rule_and_a_configmap_per_dashboard_when_they_exist()
         assert len(json.dumps(configmap)) < 200_000, configmap["metadata"]["name"]
 
 
-def test_with_sources_the_base_renders_the_rule_and_labelled_dashboard_configmaps(tmp_path: Path) -> None:
+def test_with_sources_the_overlay_renders_the_rule_and_labelled_dashboard_configmaps(tmp_path: Path) -> None:
     root = fake_repo(tmp_path)
     assert sync(root, "--check").returncode == 1
     assert sync(root).returncode == 0
     assert sync(root, "--check").returncode == 0
 
-    resources = render(root / "deploy" / "kubernetes" / "base")
+    resources = render(with_rule(root / "deploy" / "kubernetes", root / "overlay"))
     for resource in resources:
         validate(resource)
     (rule,) = of_kind(resources, "PrometheusRule")
@@ -99,9 +125,9 @@ def test_with_sources_the_base_renders_the_rule_and_labelled_dashboard_configmap
     assert capacity["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert capacity["metadata"]["annotations"]["grafana_folder"] == "Fluidity"
     assert json.loads(capacity["data"]["Capacity Search.json"])["uid"] == "capacity"
-    # The standalone overlay inherits them.
+    # The standalone overlay inherits the dashboards (the rule only with the component).
     overlay = render(root / "deploy" / "kubernetes" / "overlays" / "standalone")
-    assert len(of_kind(overlay, "PrometheusRule")) == 1
+    assert of_kind(overlay, "PrometheusRule") == []
     assert (
         len([r for r in of_kind(overlay, "ConfigMap") if "grafana_dashboard" in r["metadata"]["labels"]]) == 2
     )
