@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gzip
 import html
+import math
 import time
 from collections.abc import Mapping
 from typing import Final, Protocol
@@ -102,6 +103,7 @@ DAEMON: Final = web.AppKey[DaemonService]("daemon")
 LIFECYCLE = web.AppKey("lifecycle", bool)
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 DEFAULT_PROBE_TIMEOUT_S = 120.0
+MAX_PROBE_TIMEOUT_S = 600.0  # a longer header is cut to this: no scrape waits longer for one probe
 TIMEOUT_MARGIN_S = 0.5  # answer before Prometheus gives up on the scrape
 GZIP_LEVEL = 1  # as prometheus_client: a /metrics body shrinks ~10x even at the fastest level
 
@@ -206,12 +208,27 @@ def _authorize_probe(request: web.Request, daemon: DaemonService, target: str) -
         )
 
 
-def _probe_timeout(request: web.Request) -> float:
-    raw = request.headers.get(SCRAPE_TIMEOUT_HEADER)
+def probe_timeout(raw: str | None) -> float:
+    """The on-demand probe's deadline from the scrape timeout header (absent: the default), less the
+    margin and at most ``MAX_PROBE_TIMEOUT_S``; a ``ValueError`` for anything but a positive, finite
+    number of seconds (``float`` reads ``nan`` and ``inf``: the first once gave a 500, the second no
+    deadline at all)."""
+    if not raw:
+        return DEFAULT_PROBE_TIMEOUT_S
     try:
-        return max(float(raw) - TIMEOUT_MARGIN_S, 0.5) if raw else DEFAULT_PROBE_TIMEOUT_S
+        seconds = float(raw)
     except ValueError:
-        raise web.HTTPBadRequest(text=f"{SCRAPE_TIMEOUT_HEADER}: expected seconds, got {raw!r}\n") from None
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{SCRAPE_TIMEOUT_HEADER}: expected a positive number of seconds, got {raw!r}")
+    return min(max(seconds - TIMEOUT_MARGIN_S, 0.5), MAX_PROBE_TIMEOUT_S)
+
+
+def _probe_timeout(request: web.Request) -> float:
+    try:
+        return probe_timeout(request.headers.get(SCRAPE_TIMEOUT_HEADER))
+    except ValueError as exc:
+        raise web.HTTPBadRequest(text=f"{exc}\n") from None
 
 
 def _unfinished(exc: Exception, timeout: float) -> tuple[str, str]:
