@@ -55,6 +55,7 @@ class TargetPool:
     def __init__(self, wall_clock: Callable[[], float] = time.time) -> None:
         self._wall_clock = wall_clock
         self._states: dict[str, TargetState] = {}
+        self.closing = False  # a shutdown began: the probes it cuts are not the targets' failures
 
     @property
     def states(self) -> Mapping[str, TargetState]:
@@ -125,10 +126,12 @@ class TargetPool:
             try:
                 results = await _send(state.client, module, specs, rng, charged.sent)
             except asyncio.CancelledError:
-                # Cut by its deadline (an on-demand probe past the scrape timeout) or a shutdown: what
-                # it sent is charged already, and a run that cannot finish is a failed run.
-                backoff_s = state.budget.record_cut(module.name)
-                state.health.observe_cut(module.name, state.budget.failed_runs, backoff_s)
+                # Cut by its deadline (an on-demand probe past the scrape timeout): what it sent is
+                # charged already, and a run that cannot finish is a failed run; one a shutdown cut is not
+                # the target's failure.
+                if not self.closing:
+                    backoff_s = state.budget.record_cut(module.name)
+                    state.health.observe_cut(module.name, state.budget.failed_runs, backoff_s)
                 raise
         finally:
             state.busy.discard(key)
@@ -149,6 +152,17 @@ class TargetPool:
             # (the 400s that preceded the fit) must not hold the target failing for good.
             state.health.retain(m for m in target.modules if m != module.name)
             raise
+
+    @property
+    def probing(self) -> bool:
+        """Whether any target has a probe in flight."""
+        return any(state.busy for state in self._states.values())
+
+    async def wait_none_probing(self, limit_s: float) -> None:
+        """Until no target has a probe in flight, or ``limit_s`` has passed."""
+        deadline = time.monotonic() + limit_s
+        while self.probing and time.monotonic() < deadline:
+            await asyncio.sleep(IDLE_POLL_S)
 
     async def wait_idle(self, target: str) -> None:
         """Until the target's probes in flight have ended (their own timeouts bound the wait)."""
