@@ -48,6 +48,7 @@ from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobStore
 from exporter.load.cpus import available_cpus
 from exporter.probe.result import ProbeCutError, ProbeRun
+from exporter.web.metrics_cache import MAX_AGE_S
 from exporter.web.routes import build_app
 
 LOG = logging.getLogger(__name__)
@@ -131,6 +132,7 @@ class Daemon:
     async def stop(self) -> None:
         """Stop scheduling, let nothing new start, close every connection."""
         self.ready = False
+        self.pool.closing = True
         self.probes.stop_scheduling()
         await self.job_env.job_manager.shutdown()  # running jobs end "interrupted", as after a restart
         await self.probes.finish_running(SHUTDOWN_GRACE_S)
@@ -218,6 +220,7 @@ class Daemon:
         """A shutdown began: every on-demand probe in flight has ``ON_DEMAND_GRACE_S`` left at most, so
         that it answers its scraper before the web server stops waiting for it."""
         self.shutting_down = True
+        self.pool.closing = True
         for deadline in self._on_demand:
             self._cut_short(deadline)
 
@@ -238,9 +241,12 @@ class Daemon:
         return self.job_env.deadline_policy(target)
 
 
-def web_app(daemon: Daemon, *, enable_lifecycle: bool = False) -> web.Application:
-    """``daemon``'s web app (``enable_lifecycle`` allows ``POST /-/reload``); the daemon starts when the
-    app's runner is set up and stops when it is cleaned up, after the last request."""
+def web_app(
+    daemon: Daemon, *, enable_lifecycle: bool = False, metrics_max_age_s: float = MAX_AGE_S
+) -> web.Application:
+    """``daemon``'s web app (``enable_lifecycle`` allows ``POST /-/reload``; ``/metrics`` rendered at
+    most once per ``metrics_max_age_s``); the daemon starts when the app's runner is set up and stops
+    when it is cleaned up, after the last request."""
 
     async def running(_app: web.Application) -> AsyncIterator[None]:
         await daemon.start()
@@ -252,7 +258,7 @@ def web_app(daemon: Daemon, *, enable_lifecycle: bool = False) -> web.Applicatio
     async def shutting_down(_app: web.Application) -> None:  # before the server waits for handlers
         daemon.cut_on_demand()
 
-    app = build_app(daemon, enable_lifecycle=enable_lifecycle)
+    app = build_app(daemon, enable_lifecycle=enable_lifecycle, metrics_max_age_s=metrics_max_age_s)
     app.cleanup_ctx.append(running)
     app.on_shutdown.append(shutting_down)
     return app

@@ -31,6 +31,7 @@ from exporter.probe import loop as event_loop
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.sim.process import SimProcess
+from exporter.web import listener
 
 LOG = logging.getLogger("exporter")
 LOG_LEVELS = ("debug", "info", "warn", "error")
@@ -123,11 +124,13 @@ async def serve(
     # A handler still running at shutdown (an on-demand /probe) gets the scheduled probes' grace, not
     # aiohttp's 60 s: a pod's 30 s of grace once ended in SIGKILL behind one (78 s to stop).
     app = web_app(daemon, enable_lifecycle=enable_lifecycle)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+    runner = web.AppRunner(
+        app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S, **listener.runner_options()
+    )
     try:
         await runner.setup()  # starts the daemon (web_app's cleanup context)
         for sock in sockets:
-            await web.SockSite(runner, sock).start()
+            await listener.CappedSockSite(runner, sock).start()  # bounded connections (web.listener)
         # Everything allocated so far lives as long as the process: moving it out of the collector's
         # sight keeps full collections (tens of ms, in the middle of a probe's stream or a scrape) short.
         gc.freeze()

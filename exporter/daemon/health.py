@@ -96,6 +96,13 @@ class TargetHealth:
             self._failing(now, failed_runs)
         self.failed_runs = failed_runs
 
+    def observe_cut(self, module: str, failed_runs: int, backoff_s: float) -> None:
+        """Take a run cut before it ended (its deadline passed, or a shutdown): a failed run with no
+        result to show; ``failed_runs`` and ``backoff_s`` are the budget's verdict."""
+        message = "the run was cut before it ended (a scrape timeout or a shutdown)"
+        self.last_error = LastError(self.clock(), module, "cut", message)
+        self.observe(module, (), failed_runs, backoff_s)
+
     def _succeeded(self, now: float, results: Sequence[ProbeResult], *, partial: bool) -> None:
         if self.state != "ok":
             # A run of another module may have come between: "after 0 failed runs" says nothing.

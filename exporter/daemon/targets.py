@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,6 +55,7 @@ class TargetPool:
     def __init__(self, wall_clock: Callable[[], float] = time.time) -> None:
         self._wall_clock = wall_clock
         self._states: dict[str, TargetState] = {}
+        self.closing = False  # a shutdown began: the probes it cuts are not the targets' failures
 
     @property
     def states(self) -> Mapping[str, TargetState]:
@@ -121,11 +122,21 @@ class TargetPool:
             # A session counts every turn, each re-sending the conversation so far.
             _refuse_over_budget(state, target, session_turns(specs), sum(planned_tokens(s) for s in specs))
             started = time.perf_counter()
-            results = await _send(state.client, module, specs, rng)
+            charged = _Charges(state.budget)
+            try:
+                results = await _send(state.client, module, specs, rng, charged.sent)
+            except asyncio.CancelledError:
+                # Cut by its deadline (an on-demand probe past the scrape timeout): what it sent is
+                # charged already, and a run that cannot finish is a failed run; one a shutdown cut is not
+                # the target's failure.
+                if not self.closing:
+                    backoff_s = state.budget.record_cut(module.name)
+                    state.health.observe_cut(module.name, state.budget.failed_runs, backoff_s)
+                raise
         finally:
             state.busy.discard(key)
         state.context.observe(results)
-        backoff_s = state.budget.record(results)
+        backoff_s = state.budget.record(results, module=module.name, charged=charged.total)
         state.health.observe(module.name, results, state.budget.failed_runs, backoff_s)
         state.health.retain(target.modules)  # an on-demand probe of another module cannot pin its state
         return ProbeRun(results, time.perf_counter() - started)
@@ -141,6 +152,17 @@ class TargetPool:
             # (the 400s that preceded the fit) must not hold the target failing for good.
             state.health.retain(m for m in target.modules if m != module.name)
             raise
+
+    @property
+    def probing(self) -> bool:
+        """Whether any target has a probe in flight."""
+        return any(state.busy for state in self._states.values())
+
+    async def wait_none_probing(self, limit_s: float) -> None:
+        """Until no target has a probe in flight, or ``limit_s`` has passed."""
+        deadline = time.monotonic() + limit_s
+        while self.probing and time.monotonic() < deadline:
+            await asyncio.sleep(IDLE_POLL_S)
 
     async def wait_idle(self, target: str) -> None:
         """Until the target's probes in flight have ended (their own timeouts bound the wait)."""
@@ -162,12 +184,34 @@ def _refuse_over_budget(state: TargetState, target: Target, requests: int, token
         raise ProbeRefusedError(f"target {target.name}: {reason.replace('_', ' ')}; {detail}", reason)
 
 
+class _Charges:
+    """Charges each request to the budget as it is sent, and keeps the sum for the run to settle."""
+
+    def __init__(self, budget: BudgetTracker) -> None:
+        self._budget = budget
+        self.total = (0, 0)  # (requests, tokens) charged so far
+
+    def sent(self, spec: RequestSpec) -> None:
+        requests, tokens = session_turns([spec]), planned_tokens(spec)
+        self._budget.charge(requests, tokens)
+        self.total = (self.total[0] + requests, self.total[1] + tokens)
+
+
 async def _send(
-    client: ProbeClient, module: Module, specs: Sequence[RequestSpec], rng: np.random.Generator
+    client: ProbeClient,
+    module: Module,
+    specs: Sequence[RequestSpec],
+    rng: np.random.Generator,
+    on_send: Callable[[RequestSpec], None],
 ) -> list[ProbeResult]:
     arrivals = module.arrival.offsets(len(specs), rng) if module.arrival is not None else None
+
+    def send(spec: RequestSpec, at: float | None) -> Awaitable[ProbeResult]:
+        on_send(spec)
+        return client.send(spec, scheduled_at=at)
+
     run = await run_load(
-        lambda spec, at: client.send(spec, scheduled_at=at),
+        send,
         specs,
         arrivals=arrivals,
         concurrency=None if arrivals is not None else (module.concurrency or 1),

@@ -147,7 +147,9 @@ def capacity_runner(env: JobEnvironment) -> Runner:
             calibration = await job_calibration(client, target, context, ctx)
             workload = fitted_workload(config.module(module), target, context, ctx, calibration)
             await env.wait_idle(target.name)
-            async with job_shards(remote, config.jobs.api_token, params.workers, env, client) as pool:
+            async with job_shards(
+                remote, config.jobs.api_token, params.workers, env, client, in_process=workload.sessions
+            ) as pool:
                 result = await run_capacity_search(
                     params, search_settings(params, limits, slo), workload, slo,
                     lambda: client, budget=TokenBudget(limits.max_tokens),

@@ -15,13 +15,15 @@
   ``POST /-/reload`` (only with ``--web.enable-lifecycle``, as in Prometheus: it re-reads files and
   changes what load is generated), and ``GET /`` linking them with each target's state and last error.
 
-Both metric endpoints answer in the text format 0.0.4, gzip-compressed when the scraper accepts it.
+Both metric endpoints answer in the text format 0.0.4, gzip-compressed when the scraper accepts it;
+``/metrics`` is rendered at most once a second (``exporter.web.metrics_cache``), however often scraped.
 """
 
 from __future__ import annotations
 
 import gzip
 import html
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
@@ -38,6 +40,7 @@ from exporter.exposition.views import RecentResult, iso
 from exporter.probe.result import ProbeCutError, ProbeRefusedError, ProbeResult, ProbeRun, intervals
 from exporter.probe.saturation import why_unreliable
 from exporter.web.jobs_api import JobService, add_job_routes
+from exporter.web.metrics_cache import GZIP_LEVEL, MAX_AGE_S, MetricsCache
 
 
 class Described(Protocol):
@@ -100,16 +103,21 @@ class DaemonService(Protocol):
 
 DAEMON: Final = web.AppKey[DaemonService]("daemon")
 LIFECYCLE = web.AppKey("lifecycle", bool)
+METRICS = web.AppKey("metrics", MetricsCache)
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 DEFAULT_PROBE_TIMEOUT_S = 120.0
+MAX_PROBE_TIMEOUT_S = 600.0  # a longer header is cut to this: no scrape waits longer for one probe
 TIMEOUT_MARGIN_S = 0.5  # answer before Prometheus gives up on the scrape
-GZIP_LEVEL = 1  # as prometheus_client: a /metrics body shrinks ~10x even at the fastest level
 
 
-def build_app(daemon: DaemonService, *, enable_lifecycle: bool = False) -> web.Application:
-    """The aiohttp application serving ``daemon``; ``enable_lifecycle`` allows ``POST /-/reload``."""
+def build_app(
+    daemon: DaemonService, *, enable_lifecycle: bool = False, metrics_max_age_s: float = MAX_AGE_S
+) -> web.Application:
+    """The aiohttp application serving ``daemon``; ``enable_lifecycle`` allows ``POST /-/reload``;
+    ``/metrics`` renders at most once per ``metrics_max_age_s`` (``exporter.web.metrics_cache``)."""
     app = web.Application()
     app[DAEMON] = daemon
+    app[METRICS] = MetricsCache(daemon.metrics_text, metrics_max_age_s)
     app[LIFECYCLE] = enable_lifecycle
     app.router.add_get("/", index)
     app.router.add_get("/metrics", metrics)
@@ -149,17 +157,27 @@ async def index(request: web.Request) -> web.Response:
     return web.Response(text=body, content_type="text/html")
 
 
+def _accepts_gzip(request: web.Request) -> bool:
+    return "gzip" in request.headers.get("Accept-Encoding", "")
+
+
+def _metrics_answer(body: bytes, *, gzipped: bool) -> web.Response:
+    headers = {"Content-Type": render.CONTENT_TYPE}
+    if gzipped:
+        headers["Content-Encoding"] = "gzip"
+    return web.Response(body=body, headers=headers)
+
+
 def exposition(request: web.Request, text: bytes) -> web.Response:
     """A metrics answer: the text format, gzip-compressed when the scraper accepts it (Prometheus does)."""
-    headers = {"Content-Type": render.CONTENT_TYPE}
-    if "gzip" in request.headers.get("Accept-Encoding", ""):
-        headers["Content-Encoding"] = "gzip"
-        return web.Response(body=gzip.compress(text, compresslevel=GZIP_LEVEL), headers=headers)
-    return web.Response(body=text, headers=headers)
+    gzipped = _accepts_gzip(request)
+    body = gzip.compress(text, compresslevel=GZIP_LEVEL) if gzipped else text
+    return _metrics_answer(body, gzipped=gzipped)
 
 
 async def metrics(request: web.Request) -> web.Response:
-    return exposition(request, request.app[DAEMON].metrics_text())
+    gzipped = _accepts_gzip(request)
+    return _metrics_answer(request.app[METRICS].body(gzipped=gzipped), gzipped=gzipped)
 
 
 async def healthy(_: web.Request) -> web.Response:
@@ -206,12 +224,27 @@ def _authorize_probe(request: web.Request, daemon: DaemonService, target: str) -
         )
 
 
-def _probe_timeout(request: web.Request) -> float:
-    raw = request.headers.get(SCRAPE_TIMEOUT_HEADER)
+def probe_timeout(raw: str | None) -> float:
+    """The on-demand probe's deadline from the scrape timeout header (absent: the default), less the
+    margin and at most ``MAX_PROBE_TIMEOUT_S``; a ``ValueError`` for anything but a positive, finite
+    number of seconds (``float`` reads ``nan`` and ``inf``: the first once gave a 500, the second no
+    deadline at all)."""
+    if not raw:
+        return DEFAULT_PROBE_TIMEOUT_S
     try:
-        return max(float(raw) - TIMEOUT_MARGIN_S, 0.5) if raw else DEFAULT_PROBE_TIMEOUT_S
+        seconds = float(raw)
     except ValueError:
-        raise web.HTTPBadRequest(text=f"{SCRAPE_TIMEOUT_HEADER}: expected seconds, got {raw!r}\n") from None
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{SCRAPE_TIMEOUT_HEADER}: expected a positive number of seconds, got {raw!r}")
+    return min(max(seconds - TIMEOUT_MARGIN_S, 0.5), MAX_PROBE_TIMEOUT_S)
+
+
+def _probe_timeout(request: web.Request) -> float:
+    try:
+        return probe_timeout(request.headers.get(SCRAPE_TIMEOUT_HEADER))
+    except ValueError as exc:
+        raise web.HTTPBadRequest(text=f"{exc}\n") from None
 
 
 def _unfinished(exc: Exception, timeout: float) -> tuple[str, str]:

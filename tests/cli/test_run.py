@@ -18,6 +18,7 @@ import pytest
 
 from exporter.cli import main
 from exporter.cli.run import split_address
+from exporter.web.listener import KEEPALIVE_S
 from tests.support.net import free_port
 
 
@@ -224,3 +225,26 @@ def test_sigterm_during_an_on_demand_probe_stops_within_the_grace(tmp_path: Path
 def _ask_quietly(request: urllib.request.Request) -> None:
     with contextlib.suppress(OSError), urllib.request.urlopen(request, timeout=150) as response:
         response.read()
+
+
+@pytest.mark.timeout(60)
+def test_the_listener_closes_a_connection_that_sends_no_request_after_the_keep_alive(tmp_path: Path) -> None:
+    """aiohttp's default held an idle connection 3,630 s (20,000 of them were all held)."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"targets:\n  - {{name: a, url: 'http://127.0.0.1:{free_port()}', model: m}}\n"
+        "modules: {m: {schedule: {interval: 1h}}}\n"
+    )
+    process = _start(config, 0)
+    try:
+        assert process.stdout is not None
+        bound = re.search(r"serving http://127\.0\.0\.1:(\d+)/metrics", process.stdout.readline())
+        assert bound is not None
+        with socket.create_connection(("127.0.0.1", int(bound.group(1))), timeout=KEEPALIVE_S + 10) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # headers never finished
+            started = time.monotonic()
+            assert sock.recv(1024) == b""  # closed by the daemon
+            assert time.monotonic() - started < KEEPALIVE_S + 5
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)

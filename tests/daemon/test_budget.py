@@ -70,3 +70,34 @@ def test_a_rate_limited_run_counts_as_a_failure_even_with_successes() -> None:
     tracker = BudgetTracker(Budget(backoff_after_failures=1), clock)
     tracker.record([ok(), ProbeResult(api="chat", outcome=Outcome.RATE_LIMITED, http_status=429)])
     assert tracker.skip_reason(1, 0) == "backing_off"
+
+
+def test_four_modules_failing_once_each_are_one_failed_run_in_a_row() -> None:
+    clock = Clock()
+    tracker = BudgetTracker(Budget(backoff_after_failures=2), clock)
+    for module in ("a", "b", "c", "d"):  # a target down: every module's first run fails
+        assert tracker.record([failed()], module=module) == 0.0
+    assert tracker.failed_runs == 1 and tracker.skip_reason(1, 0) is None
+    assert tracker.record([failed()], module="a") == 30.0  # a's second failure in a row
+    assert tracker.failed_runs == 2 and tracker.skip_reason(1, 0) == "backing_off"
+
+
+def test_any_modules_good_run_ends_every_streak() -> None:
+    tracker = BudgetTracker(Budget(backoff_after_failures=2), Clock())
+    tracker.record([failed()], module="a")
+    tracker.record([ok()], module="b")
+    assert tracker.record([failed()], module="a") == 0.0 and tracker.failed_runs == 1
+
+
+def test_requests_are_charged_when_sent_and_the_run_settles_its_tokens() -> None:
+    tracker = BudgetTracker(Budget(max_requests_per_hour=3, max_tokens_per_hour=100), Clock())
+    tracker.charge(2, 80)  # planned: two requests of up to 40 tokens each, sent
+    assert tracker.skip_reason(2, 0) == "over_requests" and tracker.skip_reason(1, 21) == "over_tokens"
+    tracker.record([ok(), ok()], module="m", charged=(2, 80))  # they cost 15 tokens each
+    assert tracker.skip_reason(1, 70) is None and tracker.skip_reason(2, 0) == "over_requests"
+
+
+def test_a_cut_run_is_a_failed_run() -> None:
+    tracker = BudgetTracker(Budget(backoff_after_failures=1), Clock())
+    tracker.charge(5, 50)
+    assert tracker.record_cut("m") == 30.0 and tracker.skip_reason(1, 0) == "backing_off"

@@ -15,9 +15,11 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @contextlib.asynccontextmanager
-async def serving(daemon: Daemon) -> AsyncIterator[str]:
-    """The daemon started with its web app on a free loopback port; yields the base URL."""
-    async with serving_app(web_app(daemon, enable_lifecycle=True)) as url:  # starts and stops it
+async def serving(daemon: Daemon, *, metrics_max_age_s: float = 0.0) -> AsyncIterator[str]:
+    """The daemon started with its web app on a free loopback port; yields the base URL. ``/metrics``
+    is rendered for every scrape unless told otherwise: the tests compare it with what just happened."""
+    app = web_app(daemon, enable_lifecycle=True, metrics_max_age_s=metrics_max_age_s)
+    async with serving_app(app) as url:  # starts and stops it
         yield url
 
 
