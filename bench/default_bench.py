@@ -46,7 +46,10 @@ def one_run(pinned: bool, requests: int) -> dict[str, float]:
     """One default-load bench run; its flagged requests and CPU seconds."""
     cpus = sorted(os.sched_getaffinity(0))
     sim_cpus, client_cpus = ({cpus[-1]}, set(cpus[:-1])) if pinned and len(cpus) > 1 else (None, None)
-    with SimProcess(["--sim-preset", DEFAULT_PRESET], cpus=sim_cpus) as sim, tempfile.TemporaryDirectory() as out:
+    with (
+        SimProcess(["--sim-preset", DEFAULT_PRESET], cpus=sim_cpus) as sim,
+        tempfile.TemporaryDirectory() as out,
+    ):
         assert sim.process is not None
         sim_before = process_cpu_s(sim.process.pid)
         command = [
