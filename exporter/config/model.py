@@ -109,6 +109,7 @@ class Target:
     extra_body: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
     timeouts: Timeouts = field(default_factory=Timeouts)
     tls: Tls = field(default_factory=Tls)
+    secret_headers: tuple[str, ...] = ()  # the headers whose values are masked wherever shown
     engine_metrics: EngineMetrics | None = None
     # The gateway in front of the target (llm-d's endpoint picker), scraped apart from the engine.
     gateway_metrics: EngineMetrics | None = None
@@ -133,6 +134,7 @@ class Target:
             model=self.model,
             api_key=self.api_key,
             headers=self.headers,
+            secret_headers=self.secret_headers,
             extra_body=self.extra_body,
             timeouts=self.timeouts,
             verify_tls=self.tls.verify,

@@ -369,7 +369,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "headers-and-extra-body": (
         T + "    headers: {X-Id: 5, 'bad header': x, X-A: \"a\\nb\"}\n    extra_body: [1]\n",
         [
-            "targets[0].headers.X-Id: must be a string (quote it), got 5",
+            "targets[0].headers.X-Id: must be a string (quote it), {env: NAME} or {file: PATH}, got 5",
             "targets[0].headers.bad header: not a valid HTTP header name",
             # It was sent as it was: the target answered 400 to every request, and nothing said why.
             "targets[0].headers.X-A: the value must not hold a line break or NUL",
