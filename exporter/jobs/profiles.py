@@ -39,7 +39,7 @@ from exporter.stats.prefill import PrefillModel
 LOG = logging.getLogger(__name__)
 FILE_VERSION = 1
 _FIELDS = ("version", "target", "measured_at", "model", "samples")
-# Far above any fit of a real server (a 70B model's prefill of a 1M-token prompt takes about an hour);
+# Far above any fit of a real server (a 70B model's prefill of a 1M-token prompt is of the order of an hour);
 # a prediction past it comes from a damaged file, and would overflow the deadline arithmetic.
 MAX_PREDICTED_PREFILL_S = 1e9
 

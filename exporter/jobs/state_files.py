@@ -17,6 +17,7 @@ import logging
 import math
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,9 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def move_aside(path: Path, what: str, problem: object, *, clock: Any = time.time) -> Path | None:
+def move_aside(
+    path: Path, what: str, problem: object, *, clock: Callable[[], float] = time.time
+) -> Path | None:
     """Rename the unusable ``path`` to ``<name>.bad-<UTC time>`` beside it, with one warning naming
     it, ``what`` it held and the ``problem``; the new path, or None when it could not be renamed (a
     read-only state dir: the warning says it stays, and it is skipped again at the next start)."""
