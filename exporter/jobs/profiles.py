@@ -31,8 +31,9 @@ from urllib.parse import quote
 import numpy as np
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.state_files import StateFileError, WriteHealth, move_aside, read_state_json
+from exporter.jobs.state_files import WriteHealth, move_aside
 from exporter.load.workloads import MAX_PROMPT_TOKENS
+from exporter.options.json_file import JsonFileError, read_json_file
 from exporter.options.slo import SloOptions
 from exporter.stats.prefill import PrefillModel
 
@@ -205,10 +206,10 @@ def profile_overridden(slo: SloOptions, name: str) -> str | None:
 def _read(path: Path) -> StoredProfile | None:
     """The profile in ``path``, or None: a file that is no valid profile is moved aside."""
     try:
-        return StoredProfile.from_dict(read_state_json(path))
+        return StoredProfile.from_dict(read_json_file(path))
     except OSError as exc:
         LOG.warning("skipping prefill profile %s: %s", path, exc)
-    except (StateFileError, ValueError, TypeError) as exc:
+    except (JsonFileError, ValueError, TypeError) as exc:
         move_aside(path, "prefill profile", exc)
     return None
 

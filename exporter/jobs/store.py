@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from exporter.jobs.record_results import check_result
-from exporter.jobs.state_files import StateFileError, WriteHealth, move_aside, read_state_json
+from exporter.jobs.state_files import WriteHealth, move_aside
 from exporter.options.job_params import JOB_KINDS, JobKind
+from exporter.options.json_file import JsonFileError, read_json_file
 
 LOG = logging.getLogger(__name__)
 
@@ -269,11 +270,11 @@ def _replace(folder: Path, path: Path, data: bytes) -> None:
 def _read(path: Path) -> JobRecord | None:
     """The record in ``path``, or None: a file that is no valid record is moved aside (``move_aside``)."""
     try:
-        data = read_state_json(path)
+        data = read_json_file(path)
     except OSError as exc:
         LOG.warning("skipping the job file %s: %s", path, exc)
         return None
-    except StateFileError as exc:
+    except JsonFileError as exc:
         move_aside(path, "the job file", exc)
         return None
     try:

@@ -18,7 +18,6 @@ from exporter.jobs.profiles import (
     profile_file_name,
     profile_overridden,
 )
-from exporter.jobs.state_files import StateFileError, nesting_depth, read_state_json
 from exporter.options.problems import Problems
 from exporter.options.reader import Section
 from exporter.options.slo import SLO_KEYS, read_slo
@@ -156,15 +155,3 @@ def test_a_profile_sets_dp_only_where_the_slo_leaves_it_to_profiles(
     options = read_slo(Section(slo, "slos.interactive", problems, SLO_KEYS), profiled=True)
     assert not problems
     assert profile_overridden(options, "interactive") == why
-
-
-@pytest.mark.parametrize("text", ["[" * 50_000, '{"a": [1e999]}', '{"a": NaN}', "[" * 40 + "]" * 40])
-def test_the_state_reader_bounds_depth_and_refuses_non_finite_numbers(tmp_path: Path, text: str) -> None:
-    path = tmp_path / "x.json"
-    path.write_text(text)
-    with pytest.raises(StateFileError):
-        read_state_json(path)
-
-
-def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
-    assert nesting_depth('{"a": ["[[[[", "\\"]]{{"]}') == 2
