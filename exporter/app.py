@@ -238,9 +238,10 @@ class Daemon:
         return self.job_env.deadline_policy(target)
 
 
-def web_app(daemon: Daemon, *, enable_lifecycle: bool = False) -> web.Application:
-    """``daemon``'s web app (``enable_lifecycle`` allows ``POST /-/reload``); the daemon starts when the
-    app's runner is set up and stops when it is cleaned up, after the last request."""
+def web_app(daemon: Daemon, *, enable_lifecycle: bool = False, jobs: bool = True) -> web.Application:
+    """``daemon``'s web app (``enable_lifecycle`` allows ``POST /-/reload``; ``jobs`` False leaves it
+    and the jobs API to ``build_jobs_app``); the daemon starts when the app's runner is set up and
+    stops when it is cleaned up, after the last request."""
 
     async def running(_app: web.Application) -> AsyncIterator[None]:
         await daemon.start()
@@ -252,7 +253,7 @@ def web_app(daemon: Daemon, *, enable_lifecycle: bool = False) -> web.Applicatio
     async def shutting_down(_app: web.Application) -> None:  # before the server waits for handlers
         daemon.cut_on_demand()
 
-    app = build_app(daemon, enable_lifecycle=enable_lifecycle)
+    app = build_app(daemon, enable_lifecycle=enable_lifecycle, jobs=jobs)
     app.cleanup_ctx.append(running)
     app.on_shutdown.append(shutting_down)
     return app

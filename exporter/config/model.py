@@ -53,6 +53,9 @@ class GlobalConfig:
     """Settings of the exporter itself."""
 
     listen_address: str = DEFAULT_LISTEN_ADDRESS
+    # Where the jobs API and /-/reload listen, apart from /metrics (a job can saturate the replica that
+    # Prometheus scrapes); None: beside /metrics on listen_address, as before the split.
+    jobs_listen_address: str | None = None
     windows_s: tuple[float, ...] = (300.0, 3600.0)
     max_results_per_window: int = 2000
     state_dir: str | None = None

@@ -324,7 +324,7 @@ slos:
     with pytest.raises(ConfigError) as caught:
         parse_config(text, environ={})
     assert caught.value.problems == [
-        'global: unknown key "colour"; valid: buckets, listen_address, max_results_per_window, probe_token, state_dir, windows',
+        'global: unknown key "colour"; valid: buckets, jobs_listen_address, listen_address, max_results_per_window, probe_token, state_dir, windows',
         "global.windows: must list at least one window, e.g. [5m, 1h]",
         'targets[0].modules[0]: unknown module "chatt"; valid: chat',
         'targets[1].name: duplicate target name "a" (also targets[0])',
