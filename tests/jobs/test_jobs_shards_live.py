@@ -61,7 +61,7 @@ async def test_a_capacity_job_over_two_worker_processes(with_workers: str) -> No
 
 async def test_a_sharded_trial_counts_its_requests_in_progress_as_they_end(with_workers: str) -> None:
     """The shards' results stream back as they end; progress read 0.0 until the whole trial ended."""
-    body = {**SMALL_SEARCH, "requests_per_trial": 60, "workers": 2}
+    body = {**SMALL_SEARCH, "requests_per_trial": 400, "workers": 2}  # ~50 s at 8 req/s: ample to look
     status, record = await call("POST", f"{with_workers}/api/v1/jobs/capacity", body)
     assert status == 202, record
     seen: list[tuple[float, str]] = []
@@ -72,10 +72,11 @@ async def test_a_sharded_trial_counts_its_requests_in_progress_as_they_end(with_
         assert now["state"] == "running" and not now["steps"], f"the trial ended first: {seen[-3:]}"
         return bool(now["progress"]["fraction"] > 0.0)
 
-    await wait_for(counted, timeout=60, what="progress before the first trial ends")
-    assert " done" in seen[-1][1], seen[-1]  # "trial 1/1: ... 62 requests: 5/62 done"
-    done = await finished(with_workers, record["id"])
-    assert done["state"] == "succeeded" and done["progress"]["fraction"] == 1.0, done
+    try:
+        await wait_for(counted, timeout=60, what="progress before the first trial ends")
+    finally:
+        await call("DELETE", f"{with_workers}/api/v1/jobs/{record['id']}")  # the rest is not needed
+    assert " done" in seen[-1][1], seen[-1]  # "trial 1/1: 8 req/s, 402 requests: 5/402 done"
 
 
 async def test_more_workers_than_jobs_workers_is_refused(with_workers: str) -> None:
