@@ -197,6 +197,16 @@ def startup_line(host: str, port: int) -> str:
     return f"listening on {shown}; serving http://{shown}/metrics"
 
 
+def check_apart(address: str, jobs_address: str | None) -> None:
+    """A jobs address on the metrics port would fail to bind as if another process held it: say why."""
+    port = split_address(address)[1]
+    if jobs_address is not None and port != 0 and split_address(jobs_address)[1] == port:
+        raise ValueError(
+            f"the jobs API's address {jobs_address} (--web.jobs-listen-address, else "
+            f"global.jobs_listen_address) is on the metrics port {port}: give it a port of its own"
+        )
+
+
 def jobs_line(sockets: list[socket.socket] | None) -> str:
     """Where the jobs API listens apart from /metrics, as bound ("" when beside it)."""
     if not sockets:
@@ -215,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
         loaded = load_config_file(args.config_file) if args.config_file else None
         address = args.listen_address or (loaded.global_.listen_address if loaded else DEFAULT_LISTEN_ADDRESS)
         jobs_address = args.jobs_listen_address or (loaded.global_.jobs_listen_address if loaded else None)
+        check_apart(address, jobs_address)
         # Listen first: a port in use must stop us before a simulator or any probe starts.
         sockets = listen(address)
         jobs_sockets: list[socket.socket] | None = None

@@ -272,3 +272,13 @@ def test_the_jobs_api_listens_apart_from_metrics_when_asked(tmp_path: Path, by_f
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=30)
     assert process.returncode == 0 and "Traceback" not in err, err
+
+
+def test_a_jobs_address_on_the_metrics_port_is_refused_saying_why(capsys: pytest.CaptureFixture[str]) -> None:
+    """It failed to bind as "address already in use", as if another process held the port."""
+    argv = ["run", "--web.listen-address=127.0.0.1:9468", "--web.jobs-listen-address=0.0.0.0:9468"]
+    assert main(argv) == 1
+    assert capsys.readouterr().err == (
+        "fluidity-exporter: error: the jobs API's address 0.0.0.0:9468 (--web.jobs-listen-address, else "
+        "global.jobs_listen_address) is on the metrics port 9468: give it a port of its own\n"
+    )
