@@ -242,11 +242,16 @@ class Daemon:
 
 
 def web_app(
-    daemon: Daemon, *, enable_lifecycle: bool = False, metrics_max_age_s: float = MAX_AGE_S
+    daemon: Daemon,
+    *,
+    enable_lifecycle: bool = False,
+    metrics_max_age_s: float = MAX_AGE_S,
+    jobs: bool = True,
 ) -> web.Application:
     """``daemon``'s web app (``enable_lifecycle`` allows ``POST /-/reload``; ``/metrics`` rendered at
-    most once per ``metrics_max_age_s``); the daemon starts when the app's runner is set up and stops
-    when it is cleaned up, after the last request."""
+    most once per ``metrics_max_age_s``; ``jobs`` False leaves ``/-/reload`` and the jobs API to
+    ``build_jobs_app``); the daemon starts when the app's runner is set up and stops when it is
+    cleaned up, after the last request."""
 
     async def running(_app: web.Application) -> AsyncIterator[None]:
         await daemon.start()
@@ -258,7 +263,7 @@ def web_app(
     async def shutting_down(_app: web.Application) -> None:  # before the server waits for handlers
         daemon.cut_on_demand()
 
-    app = build_app(daemon, enable_lifecycle=enable_lifecycle, metrics_max_age_s=metrics_max_age_s)
+    app = build_app(daemon, enable_lifecycle=enable_lifecycle, metrics_max_age_s=metrics_max_age_s, jobs=jobs)
     app.cleanup_ctx.append(running)
     app.on_shutdown.append(shutting_down)
     return app

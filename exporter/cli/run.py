@@ -3,7 +3,8 @@
 Without ``--config.file`` it starts the built-in simulated engine in a child process on a loopback port
 and probes it with a small default module, so a newcomer sees live metrics with no GPU. Flags follow the
 Prometheus exporters: ``--config.file``, ``--web.listen-address`` (default ``0.0.0.0:9468``: every
-interface, so that Prometheus can scrape a sidecar), ``--web.enable-lifecycle`` (``POST /-/reload``),
+interface, so that Prometheus can scrape a sidecar), ``--web.jobs-listen-address`` (the jobs API and
+``/-/reload`` on a port of their own, not beside ``/metrics``), ``--web.enable-lifecycle`` (``POST /-/reload``),
 ``--log.level``. SIGHUP reloads the config; SIGTERM and Ctrl-C shut down gracefully. Start-up and
 shutdown problems (a port in use, a bad config) are one line each, never a traceback.
 """
@@ -32,6 +33,7 @@ from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.sim.process import SimProcess
 from exporter.web import listener
+from exporter.web.routes import build_jobs_app
 
 LOG = logging.getLogger("exporter")
 LOG_LEVELS = ("debug", "info", "warn", "error")
@@ -48,6 +50,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="listen_address",
         type=_listen_address_flag,
         help=f"HOST:PORT (default: global.listen_address, else {DEFAULT_LISTEN_ADDRESS}: every interface)",
+    )
+    parser.add_argument(
+        "--web.jobs-listen-address",
+        dest="jobs_listen_address",
+        type=_listen_address_flag,
+        help="HOST:PORT serving the jobs API and POST /-/reload apart from /metrics "
+        "(default: global.jobs_listen_address, else beside /metrics)",
     )
     parser.add_argument(
         "--web.enable-lifecycle",
@@ -113,24 +122,39 @@ def listen(address: str) -> list[socket.socket]:
 
 
 async def serve(
-    daemon: Daemon, address: str, sockets: list[socket.socket], *, enable_lifecycle: bool = False
+    daemon: Daemon,
+    address: str,
+    sockets: list[socket.socket],
+    *,
+    enable_lifecycle: bool = False,
+    jobs_sockets: list[socket.socket] | None = None,
 ) -> None:
     """Run the daemon and its web app on ``sockets`` (listening on ``address``) until SIGTERM/SIGINT;
-    SIGHUP reloads."""
+    SIGHUP reloads. ``jobs_sockets``: the jobs API and ``/-/reload`` there, not on ``sockets``."""
     host, port = split_address(address)
     if port == 0 and sockets:  # the system chose it: say the one bound (the first address's)
         port = sockets[0].getsockname()[1]
     daemon.listen_address = address
     # A handler still running at shutdown (an on-demand /probe) gets the scheduled probes' grace, not
     # aiohttp's 60 s: a pod's 30 s of grace once ended in SIGKILL behind one (78 s to stop).
-    app = web_app(daemon, enable_lifecycle=enable_lifecycle)
+    app = web_app(daemon, enable_lifecycle=enable_lifecycle, jobs=jobs_sockets is None)
     runner = web.AppRunner(
         app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S, **listener.runner_options()
     )
+    jobs_runner = None
+    if jobs_sockets is not None:
+        jobs_app = build_jobs_app(daemon, enable_lifecycle=enable_lifecycle)
+        jobs_runner = web.AppRunner(
+            jobs_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S, **listener.runner_options()
+        )
     try:
         await runner.setup()  # starts the daemon (web_app's cleanup context)
         for sock in sockets:
             await listener.CappedSockSite(runner, sock).start()  # bounded connections (web.listener)
+        if jobs_runner is not None and jobs_sockets is not None:
+            await jobs_runner.setup()
+            for sock in jobs_sockets:
+                await listener.CappedSockSite(jobs_runner, sock).start()
         # Everything allocated so far lives as long as the process: moving it out of the collector's
         # sight keeps full collections (tens of ms, in the middle of a probe's stream or a scrape) short.
         gc.freeze()
@@ -139,9 +163,11 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(daemon.reload()))
-        print(f"fluidity-exporter: {startup_line(host, port)}", flush=True)
+        print(f"fluidity-exporter: {startup_line(host, port)}{jobs_line(jobs_sockets)}", flush=True)
         await stop.wait()
     finally:
+        if jobs_runner is not None:
+            await jobs_runner.cleanup()  # before the daemon stops: no job call reaches a stopped daemon
         await runner.cleanup()  # stops the daemon after the last request
         print("fluidity-exporter: stopped", flush=True)
 
@@ -176,6 +202,24 @@ def startup_line(host: str, port: int) -> str:
     return f"listening on {shown}; serving http://{shown}/metrics"
 
 
+def check_apart(address: str, jobs_address: str | None) -> None:
+    """A jobs address on the metrics port would fail to bind as if another process held it: say why."""
+    port = split_address(address)[1]
+    if jobs_address is not None and port != 0 and split_address(jobs_address)[1] == port:
+        raise ValueError(
+            f"the jobs API's address {jobs_address} (--web.jobs-listen-address, else "
+            f"global.jobs_listen_address) is on the metrics port {port}: give it a port of its own"
+        )
+
+
+def jobs_line(sockets: list[socket.socket] | None) -> str:
+    """Where the jobs API listens apart from /metrics, as bound ("" when beside it)."""
+    if not sockets:
+        return ""
+    host, port = sockets[0].getsockname()[:2]
+    return f"; the jobs API and /-/reload on {host_port(host, port)}"
+
+
 def run(args: argparse.Namespace) -> int:
     """Exit 0 after a clean shutdown, 1 on a bad config (every problem listed)."""
     level = args.log_level.upper().replace("WARN", "WARNING")
@@ -185,15 +229,24 @@ def run(args: argparse.Namespace) -> int:
     try:
         loaded = load_config_file(args.config_file) if args.config_file else None
         address = args.listen_address or (loaded.global_.listen_address if loaded else DEFAULT_LISTEN_ADDRESS)
+        jobs_address = args.jobs_listen_address or (loaded.global_.jobs_listen_address if loaded else None)
+        check_apart(address, jobs_address)
         # Listen first: a port in use must stop us before a simulator or any probe starts.
         sockets = listen(address)
+        jobs_sockets: list[socket.socket] | None = None
         try:
+            jobs_sockets = listen(jobs_address) if jobs_address is not None else None
             with embedded_or_file(args, loaded) as config:
                 daemon = Daemon(config, config_path=args.config_file)
                 daemon.listen_flag = args.listen_address is not None
-                event_loop.run(serve(daemon, address, sockets, enable_lifecycle=args.enable_lifecycle))
+                event_loop.run(
+                    serve(
+                        daemon, address, sockets, enable_lifecycle=args.enable_lifecycle,
+                        jobs_sockets=jobs_sockets,
+                    )
+                )  # fmt: skip
         finally:
-            for sock in sockets:
+            for sock in [*sockets, *(jobs_sockets or [])]:
                 sock.close()
     except ConfigError as exc:
         count = len(exc.problems)

@@ -9,6 +9,8 @@ Schema (every key is optional unless marked *required*; the values shown are the
 
     global:
       listen_address: "0.0.0.0:9468"   # HOST:PORT; the --web.listen-address flag wins over it
+      jobs_listen_address: null        # HOST:PORT: the jobs API and /-/reload there, not beside /metrics
+                                       # (--web.jobs-listen-address wins); null: beside /metrics
       windows: [5m, 1h]                # rolling windows of the window gauges; at least one, > 0, distinct
       max_results_per_window: 2000     # results kept per (target, module): the memory bound
       state_dir: null                  # folder for prefill profiles and job history

@@ -53,6 +53,9 @@ class GlobalConfig:
     """Settings of the exporter itself."""
 
     listen_address: str = DEFAULT_LISTEN_ADDRESS
+    # Where the jobs API and /-/reload listen, apart from /metrics (a job can saturate the replica that
+    # Prometheus scrapes); None: beside /metrics on listen_address, as before the split.
+    jobs_listen_address: str | None = None
     windows_s: tuple[float, ...] = (300.0, 3600.0)
     max_results_per_window: int = 2000
     state_dir: str | None = None
@@ -109,6 +112,7 @@ class Target:
     extra_body: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
     timeouts: Timeouts = field(default_factory=Timeouts)
     tls: Tls = field(default_factory=Tls)
+    secret_headers: tuple[str, ...] = ()  # the headers whose values are masked wherever shown
     engine_metrics: EngineMetrics | None = None
     # The gateway in front of the target (llm-d's endpoint picker), scraped apart from the engine.
     gateway_metrics: EngineMetrics | None = None
@@ -133,6 +137,7 @@ class Target:
             model=self.model,
             api_key=self.api_key,
             headers=self.headers,
+            secret_headers=self.secret_headers,
             extra_body=self.extra_body,
             timeouts=self.timeouts,
             verify_tls=self.tls.verify,

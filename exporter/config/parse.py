@@ -51,7 +51,15 @@ from exporter.options.slo import SLO_KEYS
 from exporter.options.target import read_secret
 
 TOP_KEYS = ("global", "targets", "modules", "slos", "jobs")
-GLOBAL_KEYS = ("listen_address", "windows", "max_results_per_window", "state_dir", "buckets", "probe_token")
+GLOBAL_KEYS = (
+    "listen_address",
+    "jobs_listen_address",
+    "windows",
+    "max_results_per_window",
+    "state_dir",
+    "buckets",
+    "probe_token",
+)
 DEFAULT_WINDOWS_S = (300.0, 3600.0)
 
 T = TypeVar("T")
@@ -211,6 +219,9 @@ def _global(ctx: Context, sec: Section) -> GlobalConfig:
     return GlobalConfig(
         listen_address=sec.read(
             "listen_address", DEFAULT_LISTEN_ADDRESS, check_listen_address, resolve=False
+        ),
+        jobs_listen_address=sec.read(
+            "jobs_listen_address", None, lambda v: None if v is None else check_listen_address(v), False
         ),
         windows_s=_windows(ctx, sec) if sec.has("windows") else DEFAULT_WINDOWS_S,
         max_results_per_window=sec.integer("max_results_per_window", 2000, 1, bounds.MAX_RESULTS_PER_WINDOW),

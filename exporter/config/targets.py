@@ -69,13 +69,15 @@ class TargetReader:
         engine, budget = sec.section("engine_metrics", ENGINE_KEYS), sec.section("budget", BUDGET_KEYS)
         gateway = sec.section("gateway_metrics", ENGINE_KEYS)
         cost = read_cost(sec)
+        headers, secret_headers = read_headers(self.ctx, sec)
         return Target(
             name=name,
             url=url,
             api=read_api(sec),
             model=sec.opt_string("model"),
             api_key=read_secret(self.ctx, sec, "api_key", "the API key"),
-            headers=read_headers(sec),
+            headers=headers,
+            secret_headers=secret_headers,
             extra_body=read_extra_body(sec),
             timeouts=read_timeouts(timeouts) if timeouts is not None else Timeouts(),
             tls=self.tls(tls) if tls is not None else Tls(),

@@ -49,14 +49,25 @@ def probe_changed(old: Config, new: Config, target: Target, module: Module) -> b
 
 def unapplied_changes(old: Config, new: Config, listening_on: str | None, by_flag: bool) -> list[str]:
     """What a reload cannot change in a running process, said aloud instead of ignored: a new
-    ``listen_address`` other than the one bound (``listening_on``; the old config's when not known).
-    A file set back to the bound address changes nothing, and a file that did not change is no news."""
+    ``listen_address`` other than the one bound (``listening_on``; the old config's when not known), a
+    new ``jobs_listen_address``. A file set back to the bound address changes nothing, and a file that did not change is no news."""
     before, after = old.global_.listen_address, new.global_.listen_address
     where = listening_on or before
-    if after in (before, where):
-        return []
-    return [
+    notes = [] if after in (before, where) else [
         f"global.listen_address changed from {before} to {after}: the exporter keeps listening on "
         f"{where} until it is restarted"
         + (" (and --web.listen-address wins over the file)" if by_flag else "")
+    ]  # fmt: skip
+    return notes + _jobs_address_change(old, new)
+
+
+def _jobs_address_change(old: Config, new: Config) -> list[str]:
+    """A new ``global.jobs_listen_address``: the jobs API stays where it listens until a restart."""
+    before, after = old.global_.jobs_listen_address, new.global_.jobs_listen_address
+    if before == after:
+        return []
+    return [
+        f"global.jobs_listen_address changed from {before or 'none (beside /metrics)'} to "
+        f"{after or 'none (beside /metrics)'}: the jobs API and /-/reload stay where they listen until "
+        "the exporter is restarted (a --web.jobs-listen-address flag wins over the file)"
     ]

@@ -165,7 +165,7 @@ class DaemonJobEnvironment:
         contexts = {name: state.context.tokens for name, state in states.items()}
         unfit = {(name, module) for name, state in states.items() for module in state.context.unfit}
         configured = {(target.name, module.name) for target, module in self.config.probes()}
-        return jobs_snapshot(
+        snapshot = jobs_snapshot(
             self.job_store.records(),
             self.prefill_profiles,
             self.config.targets,
@@ -173,3 +173,10 @@ class DaemonJobEnvironment:
             contexts,
             over_context=tuple(sorted(unfit & configured)),  # a module a reload removed is gone
         )
+        return dataclasses.replace(snapshot, unwritten=self._unwritten())
+
+    def _unwritten(self) -> dict[str, bool]:
+        """Whether the latest write of each state_dir folder failed (none without a state_dir)."""
+        stores = {"jobs": (self.job_store.folder, self.job_store.write_health)}
+        stores["profiles"] = (self._profiles.folder, self._profiles.write_health)
+        return {name: health.failing for name, (folder, health) in stores.items() if folder is not None}

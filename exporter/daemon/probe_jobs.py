@@ -55,6 +55,11 @@ def outcome_recorder(metrics: SelfMetrics) -> Callable[[str, str], None]:
     return record
 
 
+def _configured(config: Config, target: str, module: str) -> bool:
+    """Whether ``config`` still probes ``module`` on ``target``."""
+    return any(t.name == target and m.name == module for t, m in config.probes())
+
+
 class ProbeJobs:
     """The scheduled probes, scrapes and jobs of the config in force, and on-demand probes."""
 
@@ -180,7 +185,15 @@ class ProbeJobs:
                 LOG.debug("probe %s/%s skipped: %s", target, module, exc)
                 self._metrics.job_was_skipped(f"probe:{target}:{module}")
                 return
-            slo = self._config().slo_for(target)
+            config = self._config()
+            if not _configured(config, target, module):
+                # A reload removed the target or module while the probe ran: its series went with it,
+                # and storing the results would bring them back.
+                LOG.info(
+                    "probe %s/%s ended after a reload removed it; its results are dropped", target, module
+                )
+                return
+            slo = config.slo_for(target)
             self._store.add(
                 target, module, probe.results, self._deadline_policy(target), slo.goodput, slos=slo.objectives
             )

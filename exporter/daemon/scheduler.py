@@ -139,6 +139,10 @@ class JobScheduler:
         if "failed" in outcomes:
             exception = event.exception if isinstance(event, JobExecutionEvent) else None
             LOG.error("job %s failed: a bug, not a target failure", event.job_id, exc_info=exception)
+        if self.scheduler.get_job(event.job_id) is None:
+            # A reload removed the job while this run went on: its counters were removed with it, and
+            # counting the run would bring them back for good.
+            return
         if "skipped" in outcomes or "ran" in outcomes:  # a misfire says nothing of the run in progress
             self._log_skipping(event.job_id, skipped="skipped" in outcomes)
         counts = self.counts.setdefault(event.job_id, Counter())

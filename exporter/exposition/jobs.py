@@ -107,6 +107,7 @@ class JobsSnapshot:
     gpus: Mapping[str, float] = field(default_factory=dict)  # target -> declared accelerators
     contexts: Mapping[str, int] = field(default_factory=dict)  # target -> the context it said it serves
     over_context: tuple[tuple[str, str], ...] = ()  # (target, module) none of whose requests fit it
+    unwritten: Mapping[str, bool] = field(default_factory=dict)  # state_dir folder -> its last write failed
 
 
 class JobsCollector(Collector):
@@ -142,6 +143,8 @@ def build_families(snapshot: JobsSnapshot) -> Families:
         out.add(names.JOBS_FINISHED, (target, kind, state), count)
     for (target, kind), count in snapshot.counts.running.items():
         out.add(names.JOB_RUNNING, (target, kind), count)
+    for store, failing in snapshot.unwritten.items():
+        out.add(names.STATE_UNWRITTEN, (store,), 1.0 if failing else 0.0)
     return out
 
 

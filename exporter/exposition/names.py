@@ -50,6 +50,7 @@ ENGINE: Final = "engine"  # the engine whose metric names were recognised: vllm,
 GATEWAY: Final = "gateway"  # the gateway whose metric names were recognised: llm-d-epp
 TURN: Final = "turn"  # of a multi-turn session: first or followup (bounded: never the turn number)
 TURN_KINDS: Final = ("first", "followup")
+STORE: Final = "store"  # what a state_dir folder keeps: jobs (the job history), profiles (prefill profiles)
 BOUND: Final = "bound"  # the side a percentile's buckets bound it from: upper (bucket from 0), lower (+Inf)
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
@@ -756,6 +757,14 @@ CONFIG_RELOAD_TIMESTAMP = MetricSpec(
     "gauge",
     "Unix time of the last successful configuration load or reload.",
 )
+STATE_UNWRITTEN = MetricSpec(
+    "fluidity_exporter_state_unwritten",
+    "gauge",
+    "1 while the latest write to this folder of global.state_dir failed (a read-only or full disk): its "
+    "records are kept and used in memory only, and a restart loses them; 0 once a write succeeds. Only "
+    "exported with a state_dir.",
+    (STORE,),
+)
 
 PROBE_HISTOGRAMS: Final = (
     PROBE_TTFT,
@@ -871,6 +880,7 @@ JOB_RESULTS: Final = (
     PREFILL_PROFILE_TIMESTAMP,
     JOBS_FINISHED,
     JOB_RUNNING,
+    STATE_UNWRITTEN,
 )
 """The families ``JobsCollector`` builds from the job results on every scrape."""
 

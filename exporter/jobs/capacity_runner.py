@@ -330,13 +330,13 @@ class _SearchTrials:
         progress = self.progress
         if progress is not None:
             progress.started(index, load, planned)
+        done = progress.request_done if progress is not None else None
         if self.pool is not None:
             settings = self.client().settings
             if self.shard_url is not None:
                 settings = dataclasses.replace(settings, base_url=self.shard_url)
-            report = await run_sharded_trial(index, planned, self.slo, self.pool, settings)
+            report = await run_sharded_trial(index, planned, self.slo, self.pool, settings, done)
         else:
-            done = progress.request_done if progress is not None else None
             report = await run_trial(index, planned, self.slo, self.send, done)
         if self.budget is not None:
             self.budget.spent += report.tokens

@@ -2,8 +2,12 @@
 
 A prefill-profile job fits ``TTFT(P)`` for one target; ``ProfileStore`` keeps the latest fit per target
 as one JSON file under ``<state_dir>/profiles/`` (written to a temporary file and renamed, so a crash
-never leaves half a profile), or in memory when there is no state folder. A file that cannot be read
-back is skipped with a warning naming it: one bad file must not stop the daemon, nor hide the others.
+never leaves half a profile), or in memory when there is no state folder. A file that is no valid
+profile is moved aside with a warning naming it (``exporter.jobs.state_files``): one bad file must not
+stop the daemon, nor hide the others. A profile whose model does not predict a finite, plausible time
+for every prompt up to ``MAX_PROMPT_TOKENS`` is no valid one either: a coefficient of 1e308 predicted
+an infinite ``Dp`` and every first token of its target missed it. When the folder takes no writes (a
+read-only or full disk) a saved profile is still used, kept in memory, and ``write_health`` says so.
 
 ``deadline_policy_with_profile`` is how a stored profile reaches the fluidity of a target: its model
 sets ``Dp(P)`` unless the SLO has a model of its own (``slos.*.prefill.model_file``) or a deadline
@@ -24,13 +28,21 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import numpy as np
+
 from exporter.evaluation import DeadlinePolicy
+from exporter.jobs.state_files import WriteHealth, move_aside
+from exporter.load.workloads import MAX_PROMPT_TOKENS
+from exporter.options.json_file import JsonFileError, read_json_file
 from exporter.options.slo import SloOptions
 from exporter.stats.prefill import PrefillModel
 
 LOG = logging.getLogger(__name__)
 FILE_VERSION = 1
 _FIELDS = ("version", "target", "measured_at", "model", "samples")
+# Far above any fit of a real server (a 70B model's prefill of a 1M-token prompt is of the order of an hour);
+# a prediction past it comes from a damaged file, and would overflow the deadline arithmetic.
+MAX_PREDICTED_PREFILL_S = 1e9
 
 
 @dataclass(frozen=True)
@@ -62,10 +74,21 @@ class StoredProfile:
             )
         return cls(
             _target(data["target"]),
-            PrefillModel.from_dict(data["model"]),
+            _plausible(PrefillModel.from_dict(data["model"])),
             _unix_time(data["measured_at"]),
             _samples(data["samples"]),
         )
+
+
+def _plausible(model: PrefillModel) -> PrefillModel:
+    with np.errstate(over="ignore"):  # an overflow is what this looks for
+        longest = model.predict(float(MAX_PROMPT_TOKENS))  # the curve only grows: its largest value
+    if not longest <= MAX_PREDICTED_PREFILL_S:  # also false for inf and NaN
+        raise ValueError(
+            f"model: predicts {longest:g} s for a {MAX_PROMPT_TOKENS}-token prompt; a stored profile "
+            f"predicts at most {MAX_PREDICTED_PREFILL_S:g} s"
+        )
+    return model
 
 
 def _target(value: Any) -> str:
@@ -91,7 +114,8 @@ class ProfileStore:
 
     def __init__(self, folder: Path | None) -> None:
         self.folder = folder
-        self._memory: dict[str, StoredProfile] = {}
+        self._memory: dict[str, StoredProfile] = {}  # every profile without a folder; else the unwritten
+        self.write_health = WriteHealth("the prefill profile")
 
     def save(
         self,
@@ -100,17 +124,26 @@ class ProfileStore:
         measured_at: float,
         samples: Sequence[Mapping[str, Any]] | None = None,
     ) -> StoredProfile:
-        """Keep ``model`` as ``target``'s profile (replacing any older one); OSError when it cannot."""
+        """Keep ``model`` as ``target``'s profile (replacing any older one): in its file, or in memory
+        when there is no folder or it takes no writes (``write_health`` then says so)."""
         profile = StoredProfile(target, model, measured_at, tuple(samples or ()))
         if self.folder is None:
             self._memory[target] = profile
+            return profile
+        text = json.dumps(profile.to_dict(), indent=1, allow_nan=False)
+        try:
+            _write_atomically(self.folder, profile_file_name(target), text)
+        except OSError as exc:
+            self._memory[target] = profile
+            self.write_health.failed(self.folder / profile_file_name(target), exc)
         else:
-            _write_atomically(self.folder, profile_file_name(target), json.dumps(profile.to_dict(), indent=1))
+            self._memory.pop(target, None)
+            self.write_health.succeeded()
         return profile
 
     def load(self, target: str) -> StoredProfile | None:
         """``target``'s profile, or None when there is none (or its file is bad: logged)."""
-        if self.folder is None:
+        if self.folder is None or target in self._memory:
             return self._memory.get(target)
         path = self.folder / profile_file_name(target)
         if not path.exists():
@@ -125,12 +158,10 @@ class ProfileStore:
 
     def load_all(self) -> dict[str, StoredProfile]:
         """Every target's profile, by target name; bad files are skipped (and logged)."""
-        if self.folder is None:
+        if self.folder is None or not self.folder.is_dir():
             return dict(self._memory)
-        if not self.folder.is_dir():
-            return {}
         profiles = (_read(path) for path in sorted(self.folder.glob("*.json")))
-        return {profile.target: profile for profile in profiles if profile is not None}
+        return {profile.target: profile for profile in profiles if profile is not None} | self._memory
 
 
 def profile_file_name(target: str) -> str:
@@ -186,11 +217,14 @@ def bare_prefill_warning(slo: SloOptions, name: str) -> str | None:
 
 
 def _read(path: Path) -> StoredProfile | None:
+    """The profile in ``path``, or None: a file that is no valid profile is moved aside."""
     try:
-        return StoredProfile.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError) as exc:  # json's JSONDecodeError is a ValueError
+        return StoredProfile.from_dict(read_json_file(path))
+    except OSError as exc:
         LOG.warning("skipping prefill profile %s: %s", path, exc)
-        return None
+    except (JsonFileError, ValueError, TypeError) as exc:
+        move_aside(path, "prefill profile", exc)
+    return None
 
 
 def _write_atomically(folder: Path, name: str, text: str) -> None:

@@ -8,6 +8,7 @@ at most once a second: a runner may report it per request, and the final state i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -20,7 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
+from exporter.jobs.record_results import check_result
+from exporter.jobs.state_files import WriteHealth, move_aside
 from exporter.options.job_params import JOB_KINDS, JobKind
+from exporter.options.json_file import JsonFileError, read_json_file
 
 LOG = logging.getLogger(__name__)
 
@@ -98,7 +102,7 @@ class JobRecord:
         """The record ``to_dict`` wrote; ``ValueError`` naming the field if ``data`` is not one."""
         try:
             progress = _typed(data, "progress", dict)
-            return cls(
+            record = cls(
                 id=_id(data),
                 kind=cast(JobKind, _choice(data, "kind", JOB_KINDS)),
                 target=_typed(data, "target", str),
@@ -117,6 +121,8 @@ class JobRecord:
             )
         except KeyError as exc:
             raise ValueError(f"missing field {exc.args[0]}") from None
+        check_result(record.kind, record.state, record.result)
+        return record
 
 
 def _typed(data: Mapping[str, Any], key: str, kind: type[Any] | tuple[type[Any], ...]) -> Any:
@@ -164,16 +170,22 @@ class JobStore:
         self._clock = clock
         self._records: dict[str, JobRecord] = {}
         self._written_at: dict[str, float] = {}
+        self.write_health = WriteHealth("the job record")
         if folder is not None:
-            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # a read-only state dir: the history lives in memory, the daemon runs
+                self.write_health.failed(folder, exc)
 
     def load(self) -> list[JobRecord]:
         """Read every record in the folder (at start-up). A record still running was cut off by a
-        restart: it becomes ``interrupted``. Unreadable files are skipped with a warning."""
+        restart: it becomes ``interrupted``. A file that is not a valid record is moved aside with a
+        warning naming it; one that cannot be read is skipped with one."""
         if self.folder is None:
             return []
         for stale in self.folder.glob(".*.tmp"):  # left behind by a crash mid-write
-            stale.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # a read-only dir keeps it: the glob skips it anyway
+                stale.unlink(missing_ok=True)
         for path in sorted(self.folder.glob("*.json")):
             record = _read(path)
             if record is not None:
@@ -226,14 +238,17 @@ class JobStore:
             _replace(self.folder, self._path(record.id), data)
         except OSError as exc:
             # A full or read-only disk must not fail the job: the record still lives in memory.
-            LOG.error("cannot write the job record %s: %s", self._path(record.id), exc)
+            self.write_health.failed(self._path(record.id), exc)
+        else:
+            self.write_health.succeeded()
 
     def _prune(self) -> None:
         finished = [r for r in self.records() if r.finished]
         for record in finished[self.keep :]:
             del self._records[record.id]
             if self.folder is not None:
-                self._path(record.id).unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # a read-only dir: the next load prunes it again
+                    self._path(record.id).unlink(missing_ok=True)
 
     def _path(self, job_id: str) -> Path:
         assert self.folder is not None
@@ -253,12 +268,23 @@ def _replace(folder: Path, path: Path, data: bytes) -> None:
 
 
 def _read(path: Path) -> JobRecord | None:
+    """The record in ``path``, or None: a file that is no valid record is moved aside (``move_aside``)."""
     try:
-        record = JobRecord.from_dict(json.loads(path.read_bytes()))
-    except (OSError, ValueError, TypeError) as exc:
+        data = read_json_file(path)
+    except OSError as exc:
         LOG.warning("skipping the job file %s: %s", path, exc)
         return None
+    except JsonFileError as exc:
+        move_aside(path, "the job file", exc)
+        return None
+    try:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a job record is a JSON object, not {type(data).__name__}")
+        record = JobRecord.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        move_aside(path, "the job file", exc)
+        return None
     if path.stem != record.id:
-        LOG.warning("skipping the job file %s: it holds job %s", path, record.id)
+        move_aside(path, "the job file", f"it holds job {record.id}")
         return None
     return record

@@ -3,7 +3,8 @@
 The trial's plan (the same specs and arrival offsets as in process) is dealt over the shards of a
 ``ShardPool`` (``exporter.load.shard_pool``). Shards stream every request's start, first token and
 result back as they happen, so the same tally as in process (``trial.Tally``) sees them: requests
-certain to fail, waits past their give-up point, the early-stop decision. When the verdict is decided
+certain to fail, waits past their give-up point, the early-stop decision; and the job's progress
+counts each result as it comes, as in process. When the verdict is decided
 the pool tells the shards to stop; the requests they cancel come back with the tokens received so far,
 which the trial's token count includes. The verdict is ``trial_verdict.judge`` over the merged results in plan
 order: a sharded trial and an in-process one of the same plan differ only in the timings the target
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from exporter.jobs.trial import Tally, TrialPlan, TrialReport, watch
@@ -29,14 +31,25 @@ from exporter.probe.target import TargetSettings
 
 
 async def run_sharded_trial(
-    index: int, plan: TrialPlan, slo: TrialSlo, pool: ShardPool, settings: TargetSettings
+    index: int,
+    plan: TrialPlan,
+    slo: TrialSlo,
+    pool: ShardPool,
+    settings: TargetSettings,
+    on_result: Callable[[ProbeResult], None] | None = None,
 ) -> TrialReport:
-    """Send ``plan`` over ``pool``'s shards and judge the merged results."""
+    """Send ``plan`` over ``pool``'s shards and judge the merged results (``on_result``: each result
+    as a shard's post brings it, for progress, as ``run_trial`` gives it)."""
     tally = Tally(plan, slo)
 
     def started(position: int, result: ProbeResult) -> None:
         result.extra["measured"] = position >= plan.warmup
         tally.started.append(result)
+
+    def ended(_position: int, result: ProbeResult) -> None:
+        tally.on_result(result)
+        if on_result is not None:
+            on_result(result)
 
     stop = asyncio.Event()
     began = time.perf_counter()
@@ -45,7 +58,7 @@ async def run_sharded_trial(
         pool.run_plan(
             settings, plan.specs, offsets=None if plan.offsets is None else plan.offsets.tolist(),
             concurrency=plan.concurrency, duration_s=plan.duration_s, on_start=started,
-            on_result=lambda _position, result: tally.on_result(result), stop=stop,
+            on_result=ended, stop=stop,
         )
     )  # fmt: skip
     try:

@@ -154,6 +154,7 @@ def settings_to_json(settings: TargetSettings) -> dict[str, Any]:
 def settings_from_json(data: dict[str, Any], api_key: Any = None) -> TargetSettings:
     fields = dict(data)
     fields["headers"] = tuple((str(k), str(v)) for k, v in fields.get("headers", ()))
+    fields["secret_headers"] = tuple(str(name) for name in fields.get("secret_headers", ()))
     fields["extra_body"] = tuple((str(k), v) for k, v in fields.get("extra_body", ()))
     fields["timeouts"] = Timeouts(**fields.get("timeouts", {}))
     known = {f.name for f in dataclasses.fields(TargetSettings)}

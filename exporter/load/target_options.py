@@ -90,12 +90,14 @@ def _reader(options: Options, url: str) -> Callable[[Section], TargetSettings]:
     def read(sec: Section) -> TargetSettings:
         timeouts, tls = sec.section("timeouts", TIMEOUT_KEYS), sec.section("tls", ("ca_file",))
         ctx = Context(sec.problems, None, os.environ)
+        headers, secret_headers = read_headers(ctx, sec)
         return TargetSettings(
             base_url=url,
             api=read_api(sec),
             model=sec.opt_string("model"),
             api_key=read_secret(ctx, sec, "api_key", "the API key"),
-            headers=read_headers(sec),
+            headers=headers,
+            secret_headers=secret_headers,
             extra_body=read_extra_body(sec),
             timeouts=read_timeouts(timeouts) if timeouts is not None else Timeouts(),
             verify_tls=not options["insecure"],

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from exporter.options.goodput import GOODPUT_KEYS, read_goodput
+from exporter.options.json_file import JsonFileError, read_json_file
 from exporter.options.reader import Section, Substituted, check_name, show, string_value
-from exporter.stats.prefill import PrefillModel, parse_json
+from exporter.stats.prefill import PrefillModel
 from exporter.stats.slo import (
     DECODE_TIERS,
     DEFAULT_PERCENTILE,
@@ -107,12 +108,14 @@ def _prefill_model(
 
 
 def read_prefill_model(path: str) -> PrefillModel:
-    """The prefill model a ``profile`` run wrote to ``path``."""
+    """The prefill model a ``profile`` run wrote to ``path``, read bounded as a state file is."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = read_json_file(Path(path))
     except OSError as exc:
         raise ValueError(f"cannot read the prefill model file {path}: {exc.strerror}") from None
-    return parse_json(text)
+    except JsonFileError as exc:
+        raise ValueError(f"cannot read the prefill model file {path}: {exc}") from None
+    return PrefillModel.from_dict(data)
 
 
 def read_decode_tiers(sec: Section) -> tuple[tuple[str, float], ...]:

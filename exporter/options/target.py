@@ -7,7 +7,11 @@ config. The flags (``--api``, ``--api-key-env``/``--api-key-file``, ``--header``
 functions, so a bad value fails with the same message under its path or its flag.
 
 A secret (an API key, a bearer token) is read from ``{env: NAME}`` or ``{file: PATH}``; a literal is
-refused, and no message ever holds a secret's value.
+refused, and no message ever holds a secret's value. A header's value is a secret too when it came from
+``${NAME}``, ``{env: NAME}`` or ``{file: PATH}``, or when the header's name says it carries a credential
+(``credential_header``): ``read_headers`` names those headers, and every text shown of a target's
+answers (errors, the log, the index page, ``/probe?debug=true``) has their values masked
+(``secret_forms``), since a target or a proxy may echo the header back.
 """
 
 from __future__ import annotations
@@ -33,6 +37,24 @@ LITERAL_SECRET: Final = (
 )
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _HEADER_VALUE_BREAK = re.compile(r"[\r\n\x00]")  # RFC 9110: a field value holds no CR, LF or NUL
+# Header names that carry a credential whatever their value's source: Authorization and its proxy twin,
+# cookies, and every name with one of these words (api-key of Azure OpenAI, x-api-key,
+# Ocp-Apim-Subscription-Key, X-Auth-Token, ...).
+_CREDENTIAL_NAMES: Final = frozenset({"authorization", "proxy-authorization", "cookie"})
+_CREDENTIAL_WORDS: Final = (
+    "key",
+    "token",
+    "secret",
+    "password",
+    "auth",
+    "credential",
+    "session",
+    "signature",
+)
+# A masked form shorter than this is not masked: replacing "a" in every error would garble them all,
+# and no credential is that short.
+MIN_SECRET_CHARS: Final = 4
+MASK: Final = "********"
 
 
 class Secret:
@@ -108,7 +130,11 @@ def read_secret(ctx: Context, sec: Section, key: str, what: str) -> Secret | Non
         hint = " (${NAME} expands to a literal too)" if isinstance(raw, Substituted) else ""
         sec.fail(key, LITERAL_SECRET + hint)
         return None
-    ref = Section.open(raw, sec.at(key), ctx.problems, ("env", "file"))
+    return _read_reference(ctx, Section.open(raw, sec.at(key), ctx.problems, ("env", "file")), what)
+
+
+def _read_reference(ctx: Context, ref: Section | None, what: str) -> Secret | None:
+    """The secret that ``{env: NAME}`` or ``{file: PATH}`` (the section ``ref``) points at."""
     if ref is None:
         return None
     if ref.has("env") == ref.has("file"):
@@ -127,26 +153,74 @@ def _secret_from_env(ctx: Context, raw: Any, what: str) -> Secret:
     return Secret(value)
 
 
-def read_headers(sec: Section) -> tuple[tuple[str, str], ...]:
-    """``headers: {NAME: value}``, each name a valid HTTP header name and each value a string."""
+Headers = tuple[tuple[str, str], ...]
+
+
+def read_headers(ctx: Context, sec: Section) -> tuple[Headers, tuple[str, ...]]:
+    """``headers: {NAME: value}``, each name a valid HTTP header name and each value a string, or a
+    secret's ``{env: NAME}`` / ``{file: PATH}``; and the names of the headers whose values are secret
+    (read from the environment or a file, or a credential by name: ``credential_header``)."""
     raw = sec.get("headers")
     if raw is None:
-        return ()
+        return (), ()
     if not isinstance(raw, Mapping):
         sec.fail("headers", f"must be a mapping of header names to values, got {show(raw)}")
-        return ()
+        return (), ()
     pairs: list[tuple[str, str]] = []
-    for name, value in raw.items():
+    secret: list[str] = []
+    for name, given in raw.items():
         path = child_path(sec.at("headers"), str(name))
+        value = _header_value(ctx, sec, path, given)
         if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
             sec.problems.add(path, "not a valid HTTP header name")
-        elif not isinstance(value, str):
-            sec.problems.add(path, f"must be a string (quote it), got {show(value)}")
+        elif value is None:
+            continue
         elif _HEADER_VALUE_BREAK.search(value):  # it would end the header: a 400 for every request
             sec.problems.add(path, "the value must not hold a line break or NUL")
         else:
             pairs.append((name, value))
-    return tuple(pairs)
+            if not isinstance(given, str) or isinstance(given, Substituted) or credential_header(name):
+                secret.append(name)
+    return tuple(pairs), tuple(secret)
+
+
+def _header_value(ctx: Context, sec: Section, path: str, given: Any) -> str | None:
+    """A header's value: a string, or a secret's value read from ``{env:}`` or ``{file:}``."""
+    if isinstance(given, Unresolved):
+        return None
+    if isinstance(given, str):
+        return given
+    if isinstance(given, Mapping):
+        secret = _read_reference(ctx, Section.open(given, path, sec.problems, ("env", "file")), "a header")
+        return secret.reveal() if secret is not None else None
+    sec.problems.add(path, f"must be a string (quote it), {{env: NAME}} or {{file: PATH}}, got {show(given)}")
+    return None
+
+
+def credential_header(name: str) -> bool:
+    """Whether a header named ``name`` carries a credential, so its value is masked wherever shown."""
+    lowered = name.lower()
+    return lowered in _CREDENTIAL_NAMES or any(word in lowered for word in _CREDENTIAL_WORDS)
+
+
+def secret_forms(value: str) -> tuple[str, ...]:
+    """The texts to mask for a secret header value, longest first: the value, and the credentials after
+    its scheme (``Bearer sk-...`` is echoed as ``sk-...`` too); none shorter than ``MIN_SECRET_CHARS``."""
+    forms = {value.strip(), value.strip().partition(" ")[2].strip()}
+    return tuple(sorted((form for form in forms if len(form) >= MIN_SECRET_CHARS), key=len, reverse=True))
+
+
+def mask_secrets(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with every occurrence of each of ``secrets`` (longest first) replaced by ``MASK``, and a
+    secret's start that ends it (an echoed body is cut at 200 characters, maybe inside the secret)."""
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+        cut = next(
+            (n for n in range(len(secret) - 1, MIN_SECRET_CHARS - 1, -1) if text.endswith(secret[:n])), 0
+        )
+        if cut:
+            text = text[:-cut] + MASK
+    return text
 
 
 def read_extra_body(sec: Section) -> tuple[tuple[str, Any], ...]:

@@ -39,6 +39,7 @@ from types import TracebackType
 
 import msgspec
 
+from exporter.options.target import mask_secrets
 from exporter.probe.http import (
     BodySink,
     ConnectionPool,
@@ -296,6 +297,8 @@ class ProbeClient:
             self._judge(result, mark)
         finally:
             self._leave_flight()
+        if result.error:  # also what the stream's parser said (an error event may quote the request)
+            result.error = self._scrub(result.error)
         return result
 
     def _enter_flight(self) -> None:
@@ -366,8 +369,7 @@ class ProbeClient:
         return result
 
     def _scrub(self, text: str) -> str:
-        key = self.settings.api_key
-        return text.replace(key.reveal(), "********") if key is not None else text
+        return mask_secrets(text, self.settings.secret_texts())
 
     async def _attempt(self, result: ProbeResult, request: bytes, spec: RequestSpec, *, fresh: bool) -> None:
         state = StreamState(

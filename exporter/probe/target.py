@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.options.target import APIS, Api, Secret, Timeouts
+from exporter.options.target import APIS, Api, Secret, Timeouts, secret_forms
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,8 @@ class TargetSettings:
     api: Api = "chat"
     model: str | None = None  # None: ask /v1/models for the first model
     api_key: Secret | None = None
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    secret_headers: tuple[str, ...] = ()  # names of the headers whose values are secret
     extra_body: tuple[tuple[str, Any], ...] = ()  # merged into every request body
     timeouts: Timeouts = field(default_factory=Timeouts)
     verify_tls: bool = True
@@ -31,6 +32,16 @@ class TargetSettings:
     request_continuous_usage: bool = True  # stream_options.continuous_usage_stats
     tokenizer_file: str | None = None  # a tokenizer.json for counting chunk tokens locally
     max_line_bytes: int = 4 * 1024 * 1024  # longest SSE line accepted (vLLM's first chunk lists prompt ids)
+
+    def secret_texts(self) -> tuple[str, ...]:
+        """Every text to mask in what is shown of this target's answers, longest first: the API key
+        and the values of the secret headers (a target or proxy may echo them back)."""
+        texts = [self.api_key.reveal()] if self.api_key is not None else []
+        secret = {name.lower() for name in self.secret_headers}
+        texts += [
+            form for name, value in self.headers if name.lower() in secret for form in secret_forms(value)
+        ]
+        return tuple(sorted(set(texts), key=len, reverse=True))
 
 
 @dataclass(frozen=True)

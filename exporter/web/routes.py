@@ -17,6 +17,8 @@
 
 Both metric endpoints answer in the text format 0.0.4, gzip-compressed when the scraper accepts it;
 ``/metrics`` is rendered at most once a second (``exporter.web.metrics_cache``), however often scraped.
+With ``global.jobs_listen_address`` the jobs API and ``/-/reload`` are served there alone
+(``build_jobs_app``) and not beside ``/metrics``.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ class DaemonService(Protocol):
 DAEMON: Final = web.AppKey[DaemonService]("daemon")
 LIFECYCLE = web.AppKey("lifecycle", bool)
 METRICS = web.AppKey("metrics", MetricsCache)
+JOBS_HERE = web.AppKey("jobs_here", bool)  # False: the jobs API listens apart (global.jobs_listen_address)
 SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 DEFAULT_PROBE_TIMEOUT_S = 120.0
 MAX_PROBE_TIMEOUT_S = 600.0  # a longer header is cut to this: no scrape waits longer for one probe
@@ -111,22 +114,46 @@ TIMEOUT_MARGIN_S = 0.5  # answer before Prometheus gives up on the scrape
 
 
 def build_app(
-    daemon: DaemonService, *, enable_lifecycle: bool = False, metrics_max_age_s: float = MAX_AGE_S
+    daemon: DaemonService,
+    *,
+    enable_lifecycle: bool = False,
+    metrics_max_age_s: float = MAX_AGE_S,
+    jobs: bool = True,
 ) -> web.Application:
     """The aiohttp application serving ``daemon``; ``enable_lifecycle`` allows ``POST /-/reload``;
-    ``/metrics`` renders at most once per ``metrics_max_age_s`` (``exporter.web.metrics_cache``)."""
-    app = web.Application()
-    app[DAEMON] = daemon
+    ``/metrics`` renders at most once per ``metrics_max_age_s`` (``exporter.web.metrics_cache``).
+    ``jobs`` False leaves the jobs API and ``/-/reload`` to ``build_jobs_app`` on a port of their own."""
+    app = _daemon_app(daemon, enable_lifecycle)
     app[METRICS] = MetricsCache(daemon.metrics_text, metrics_max_age_s)
-    app[LIFECYCLE] = enable_lifecycle
+    app[JOBS_HERE] = jobs
     app.router.add_get("/", index)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/probe", probe)
     app.router.add_get("/-/healthy", healthy)
     app.router.add_get("/-/ready", ready)
+    if jobs:
+        _add_jobs_and_reload(app, daemon)
+    return app
+
+
+def build_jobs_app(daemon: DaemonService, *, enable_lifecycle: bool = False) -> web.Application:
+    """The jobs API and ``POST /-/reload`` alone (``global.jobs_listen_address``): a job can saturate
+    the replica, and a Service that Prometheus scrapes need not expose what sends load or reloads."""
+    app = _daemon_app(daemon, enable_lifecycle)
+    _add_jobs_and_reload(app, daemon)
+    return app
+
+
+def _daemon_app(daemon: DaemonService, enable_lifecycle: bool) -> web.Application:
+    app = web.Application()
+    app[DAEMON] = daemon
+    app[LIFECYCLE] = enable_lifecycle
+    return app
+
+
+def _add_jobs_and_reload(app: web.Application, daemon: DaemonService) -> None:
     app.router.add_post("/-/reload", reload)
     add_job_routes(app, daemon.job_env)
-    return app
 
 
 # Said beside the links, which a browser follows without a token (they answer 401 or 403 then).
@@ -147,10 +174,15 @@ async def index(request: web.Request) -> web.Response:
         f"<li>{html.escape(name)}: {html.escape(state.health.describe())}</li>"
         for name, state in daemon.targets.items()
     )
+    jobs = (
+        '<a href="/api/v1/openapi.json">Jobs API (OpenAPI)</a>'
+        if request.app[JOBS_HERE]
+        else "Jobs API: on its own port (global.jobs_listen_address)"
+    )
     body = (
         f"<html><head><title>Fluidity Exporter</title></head><body><h1>Fluidity Exporter {__version__}</h1>"
         '<p><a href="/metrics">Metrics</a> | <a href="/-/healthy">Healthy</a> | <a href="/-/ready">Ready</a> | '
-        '<a href="/api/v1/openapi.json">Jobs API (OpenAPI)</a></p>'
+        f"{jobs}</p>"
         f"<h2>Targets</h2><ul>{states}</ul>"
         f"<h2>Probe now (debug view)</h2><p>{PROBE_ACCESS}</p><ul>{probes}</ul></body></html>"
     )

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -248,3 +249,60 @@ def test_the_listener_closes_a_connection_that_sends_no_request_after_the_keep_a
     finally:
         process.send_signal(signal.SIGTERM)
         process.communicate(timeout=30)
+
+
+def _status(url: str, *, method: str = "GET", token: str | None = None) -> int:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(url, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+@pytest.mark.parametrize("by_flag", [False, True])
+def test_the_jobs_api_listens_apart_from_metrics_when_asked(tmp_path: Path, by_flag: bool) -> None:
+    """A job can saturate the replica: with a jobs address, /metrics (what Prometheus scrapes) serves no
+    jobs API and no /-/reload, and the jobs port serves no /metrics."""
+    metrics_port, jobs_port = free_port(), free_port()
+    (tmp_path / "token").write_text("jobs-secret")
+    jobs_key = "" if by_flag else f"global: {{jobs_listen_address: '127.0.0.1:{jobs_port}'}}\n"
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"{jobs_key}targets:\n  - {{name: a, url: 'http://127.0.0.1:{free_port()}', model: m}}\n"
+        f"modules: {{m: {{schedule: {{interval: 1h}}}}}}\njobs: {{api_token: {{file: {tmp_path / 'token'}}}}}\n"
+    )
+    command = [
+        sys.executable, "-m", "exporter", "run", f"--web.listen-address=127.0.0.1:{metrics_port}",
+        f"--config.file={config}", "--web.enable-lifecycle",
+        *([f"--web.jobs-listen-address=127.0.0.1:{jobs_port}"] if by_flag else []),
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert f"; the jobs API and /-/reload on 127.0.0.1:{jobs_port}" in line, line
+        metrics, jobs = f"http://127.0.0.1:{metrics_port}", f"http://127.0.0.1:{jobs_port}"
+        assert "fluidity_exporter_build_info" in fetch(f"{metrics}/metrics")
+        assert _status(f"{metrics}/api/v1/jobs", token="jobs-secret") == 404
+        assert _status(f"{metrics}/-/reload", method="POST") == 404
+        assert "its own port (global.jobs_listen_address)" in fetch(f"{metrics}/")
+        assert _status(f"{jobs}/api/v1/jobs", token="jobs-secret") == 200
+        assert _status(f"{jobs}/api/v1/jobs") == 401
+        assert _status(f"{jobs}/-/reload", method="POST") == 200
+        assert _status(f"{jobs}/metrics") == 404
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0 and "Traceback" not in err, err
+
+
+def test_a_jobs_address_on_the_metrics_port_is_refused_saying_why(capsys: pytest.CaptureFixture[str]) -> None:
+    """It failed to bind as "address already in use", as if another process held the port."""
+    argv = ["run", "--web.listen-address=127.0.0.1:9468", "--web.jobs-listen-address=0.0.0.0:9468"]
+    assert main(argv) == 1
+    assert capsys.readouterr().err == (
+        "fluidity-exporter: error: the jobs API's address 0.0.0.0:9468 (--web.jobs-listen-address, else "
+        "global.jobs_listen_address) is on the metrics port 9468: give it a port of its own\n"
+    )

@@ -27,7 +27,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "unknown-global-key": (
         "global:\n  listen: ':9468'\n" + T,
         [
-            'global: unknown key "listen"; valid: buckets, listen_address, max_results_per_window, probe_token, state_dir, windows'
+            'global: unknown key "listen"; valid: buckets, jobs_listen_address, listen_address, max_results_per_window, probe_token, state_dir, windows'
         ],
     ),
     "unknown-target-key": (
@@ -369,7 +369,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "headers-and-extra-body": (
         T + "    headers: {X-Id: 5, 'bad header': x, X-A: \"a\\nb\"}\n    extra_body: [1]\n",
         [
-            "targets[0].headers.X-Id: must be a string (quote it), got 5",
+            "targets[0].headers.X-Id: must be a string (quote it), {env: NAME} or {file: PATH}, got 5",
             "targets[0].headers.bad header: not a valid HTTP header name",
             # It was sent as it was: the target answered 400 to every request, and nothing said why.
             "targets[0].headers.X-A: the value must not hold a line break or NUL",
@@ -383,6 +383,12 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "listen-port-out-of-range": (
         "global:\n  listen_address: 127.0.0.1:99999\n" + T,
         ['global.listen_address: port 99999 is out of range (0 to 65535), got "127.0.0.1:99999"'],
+    ),
+    "jobs-listen-address-malformed": (
+        "global:\n  jobs_listen_address: 'localhost'\n" + T,
+        [
+            'global.jobs_listen_address: must be HOST:PORT (e.g. 0.0.0.0:9468, :9468 or [::]:9468), got "localhost"'
+        ],
     ),
     "bad-objectives": (
         T + "slos:\n  s:\n    objectives: ['ttft:p99<2', 'itl:p99<=1']\n",

@@ -143,6 +143,33 @@ def test_prefill_model_file_is_read_relative_to_the_config(tmp_path: Path) -> No
     assert policy.prefill_model == model and policy.scheduling_slack == 0.25
 
 
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[" * 50_000 + "]" * 50_000, "nested 50000 levels deep; at most 32 are read"),
+        (
+            dump_json(PrefillModel((0.01, 1e-4, 0.0), (16.0, 4096.0), 40, 0.002)).replace("0.002", "1e999"),
+            "1e999 is not a finite number",
+        ),
+    ],
+)
+def test_a_prefill_model_file_is_read_bounded_like_a_state_file(
+    tmp_path: Path, text: str, problem: str
+) -> None:
+    """A deeply nested model file raised RecursionError from the config reader, which named no field."""
+    (tmp_path / "prefill.json").write_text(text, encoding="utf-8")
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        MINIMAL + "slos:\n  default:\n    prefill: {model_file: prefill.json}\n", encoding="utf-8"
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_config(path, environ={})
+    model = tmp_path / "prefill.json"
+    assert str(raised.value).endswith(
+        f"slos.default.prefill.model_file: cannot read the prefill model file {model}: {problem}"
+    )
+
+
 def test_workload_uses_exact_prompts_only_for_the_simulator() -> None:
     config = parse_config(FULL.replace("workload: sharegpt", "workload: lmsys"), environ={})
     real = config.workload("gpu-0", "chat")
@@ -297,7 +324,7 @@ slos:
     with pytest.raises(ConfigError) as caught:
         parse_config(text, environ={})
     assert caught.value.problems == [
-        'global: unknown key "colour"; valid: buckets, listen_address, max_results_per_window, probe_token, state_dir, windows',
+        'global: unknown key "colour"; valid: buckets, jobs_listen_address, listen_address, max_results_per_window, probe_token, state_dir, windows',
         "global.windows: must list at least one window, e.g. [5m, 1h]",
         'targets[0].modules[0]: unknown module "chatt"; valid: chat',
         'targets[1].name: duplicate target name "a" (also targets[0])',

@@ -361,6 +361,24 @@ async def test_a_listen_address_set_back_to_the_bound_one_is_no_change(
         await daemon.stop()
 
 
+async def test_a_new_jobs_listen_address_is_said_to_wait_for_a_restart(
+    failing_server: str, tmp_path: Path
+) -> None:
+    text = FAILING.format(url=failing_server).replace("interval: 0.2s", "interval: 1h")
+    path = write(tmp_path, text)
+    daemon = Daemon(load_config_file(path), config_path=str(path))
+    try:
+        path.write_text("global: {jobs_listen_address: '127.0.0.1:19997'}\n" + text)
+        assert await daemon.reload() == (
+            True,
+            f"reloaded {path}\nglobal.jobs_listen_address changed from none (beside /metrics) to "
+            "127.0.0.1:19997: the jobs API and /-/reload stay where they listen until the exporter is "
+            "restarted (a --web.jobs-listen-address flag wins over the file)",
+        )
+    finally:
+        await daemon.stop()
+
+
 async def test_a_reload_of_the_embedded_default_is_a_conflict_not_a_failure(
     failing_server: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -174,6 +174,7 @@ def test_every_metric_a_query_names_is_one_the_exporter_exposes() -> None:
         names.ENGINE_SCRAPES.name,
         names.CONFIG_RELOAD_SUCCESSFUL.name,
         names.CONFIG_RELOAD_TIMESTAMP.name,
+        names.STATE_UNWRITTEN.name,  # a self-metric read like the reload gauge: 1 says the disk failed
         names.PROBE_DEADLINES.name,
         names.PROBE_LAST_RUN_OK.name,  # FluidityTargetDown's input; the panels show requests by outcome
         names.PROBE_OVER_CONTEXT.name,  # FluidityProbeOverContext's input: a module with no data to show

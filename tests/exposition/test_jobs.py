@@ -208,7 +208,9 @@ def test_every_family_is_as_names_defines_it() -> None:
         gpus={"llm": 8.0},
         contexts={"llm": 2048},
         over_context=(("llm", "long"),),
+        unwritten={"jobs": True, "profiles": False},
     )
+    assert registry_of(full).get_sample_value("fluidity_exporter_state_unwritten", {"store": "jobs"}) == 1.0
     assert registry_of(full).get_sample_value("fluidity_capacity_found", {**CODE, "module": "long"}) == 1.0
     over = {"target": "llm", "module": "long"}
     assert registry_of(full).get_sample_value("fluidity_probe_over_context", over) == 1.0

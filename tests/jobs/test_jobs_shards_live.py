@@ -59,6 +59,26 @@ async def test_a_capacity_job_over_two_worker_processes(with_workers: str) -> No
     assert sum(s["results"] for s in trial["figures"]["shards"]["shards"]) == 22
 
 
+async def test_a_sharded_trial_counts_its_requests_in_progress_as_they_end(with_workers: str) -> None:
+    """The shards' results stream back as they end; progress read 0.0 until the whole trial ended."""
+    body = {**SMALL_SEARCH, "requests_per_trial": 400, "workers": 2}  # ~50 s at 8 req/s: ample to look
+    status, record = await call("POST", f"{with_workers}/api/v1/jobs/capacity", body)
+    assert status == 202, record
+    seen: list[tuple[float, str]] = []
+
+    async def counted() -> bool:
+        _, now = await call("GET", f"{with_workers}/api/v1/jobs/{record['id']}")
+        seen.append((now["progress"]["fraction"], now["progress"]["message"]))
+        assert now["state"] == "running" and not now["steps"], f"the trial ended first: {seen[-3:]}"
+        return bool(now["progress"]["fraction"] > 0.0)
+
+    try:
+        await wait_for(counted, timeout=60, what="progress before the first trial ends")
+    finally:
+        await call("DELETE", f"{with_workers}/api/v1/jobs/{record['id']}")  # the rest is not needed
+    assert " done" in seen[-1][1], seen[-1]  # "trial 1/1: 8 req/s, 402 requests: 5/402 done"
+
+
 async def test_more_workers_than_jobs_workers_is_refused(with_workers: str) -> None:
     status, answer = await call(
         "POST", f"{with_workers}/api/v1/jobs/capacity", {**SMALL_SEARCH, "workers": 3}

@@ -45,7 +45,7 @@ class Gate:
         except asyncio.CancelledError:
             self.cancelled = True
             raise
-        return {"capacity": 4.0, "target": params.target}
+        return {"load_kind": "rate", "capacity": 4.0, "target": params.target}
 
 
 class Hooks:
@@ -92,7 +92,11 @@ async def test_a_job_reports_progress_and_steps_then_succeeds(
     assert manager.list()[0] is record and manager.running_for("a") is record
     gate.release.set()
     done = await manager.wait(record.id)
-    assert (done.state, done.result, done.error) == ("succeeded", {"capacity": 4.0, "target": "a"}, None)
+    assert (done.state, done.result, done.error) == (
+        "succeeded",
+        {"load_kind": "rate", "capacity": 4.0, "target": "a"},
+        None,
+    )
     assert done.progress.fraction == 0.5 and done.finished_at is not None
     assert hooks.events == [("start", record.id, "running"), ("finish", record.id, "succeeded")]
     assert manager.running_for("a") is None

@@ -25,7 +25,7 @@ def record(job_id: str, created_at: float, state: str = "succeeded", target: str
         finished_at=created_at + 5 if done else None,
         progress=Progress(1.0 if done else 0.5, "trial 3"),
         steps=[{"load": 4.0, "passed": True}],
-        result={"capacity": 4.0} if done else None,
+        result={"load_kind": "rate", "capacity": 4.0} if done else None,
     )
 
 
@@ -139,3 +139,33 @@ def test_a_write_error_is_logged_and_the_record_kept(
     with caplog.at_level(logging.ERROR):
         store.add(record("a1", 1.0))
     assert "cannot write the job record" in caplog.text and store.get("a1") is not None
+
+
+def test_writes_that_keep_failing_are_logged_once_and_their_end_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "jobs"
+    store = JobStore(folder)
+    folder.rmdir()
+    running = record("r1", 1.0, state="running")
+    with caplog.at_level(logging.INFO, logger="exporter.jobs.state_files"):
+        store.add(running)
+        for step in range(5):  # a running job writes after every step
+            running.steps.append({"load": float(step), "passed": True})
+            store.save(running)
+        assert store.write_health.failing
+        folder.mkdir()
+        store.save(running)
+    assert not store.write_health.failing and JobStore(folder).load()[0].steps == running.steps
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert [level for level, _ in lines] == [logging.ERROR, logging.INFO], lines
+    assert str(folder / "r1.json") in lines[0][1] and "kept in memory only" in lines[0][1]
+
+
+def test_a_record_whose_result_the_metrics_cannot_read_is_refused_naming_the_field() -> None:
+    data = record("abc123", 100.0).to_dict()
+    with pytest.raises(ValueError, match=r"result\.load_kind"):
+        JobRecord.from_dict(data | {"result": {}})
+    trials = {"load_kind": "rate", "trials": [{"index": 1, "load": "4", "passed": True}]}
+    with pytest.raises(ValueError, match=r"result.trials\[0\].load: expected a number"):
+        JobRecord.from_dict(data | {"result": trials})
