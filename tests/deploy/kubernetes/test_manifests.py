@@ -36,6 +36,7 @@ from tests.deploy.kubernetes.manifests import (
 )
 
 FOLDERS = pytest.mark.parametrize("folder", [BASE, STANDALONE], ids=["base", "standalone"])
+SIDECAR_PATCH = KUBERNETES / "examples" / "sidecar-patch.yaml"
 KNOWN_KINDS = {"ConfigMap", "Deployment", "Service", "ServiceMonitor", "PrometheusRule"}
 
 
@@ -63,7 +64,6 @@ def test_the_exporter_is_probed_on_its_own_endpoints_and_writes_only_its_state_d
     exporter = container(pod, EXPORTER_CONTAINER)
     assert exporter["ports"] == [{"name": "metrics", "containerPort": EXPORTER_PORT}]
     assert exporter["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "metrics"}
-    assert exporter["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "metrics"}
     assert f"--web.listen-address=0.0.0.0:{EXPORTER_PORT}" in exporter["args"]
 
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -79,6 +79,24 @@ def test_the_exporter_is_probed_on_its_own_endpoints_and_writes_only_its_state_d
     config = yaml.safe_load(exporter_config(resources))
     assert config["global"]["state_dir"] == STATE_DIR
     assert config["global"]["listen_address"].endswith(f":{EXPORTER_PORT}")
+
+
+def test_the_sidecar_never_gates_vllms_readiness() -> None:
+    """A pod is Ready only when every container is (a native sidecar's readinessProbe counts too), so an
+    exporter readinessProbe in vLLM's pod would take the replica out of its Service: liveness only."""
+    sidecar_layouts = [pod for _, pod in pod_specs(rendered(BASE))]
+    sidecar_layouts.append(yaml.safe_load(SIDECAR_PATCH.read_text())["spec"]["template"]["spec"])
+    for pod in sidecar_layouts:
+        exporter = container(pod, EXPORTER_CONTAINER)
+        assert "readinessProbe" not in exporter
+        assert exporter["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "metrics"}
+        assert EXPORTER_CONTAINER not in [c["name"] for c in pod.get("initContainers", [])]
+
+
+def test_the_standalone_exporter_is_ready_only_once_its_config_loaded() -> None:
+    ((_, pod),) = pod_specs(rendered(STANDALONE))
+    exporter = container(pod, EXPORTER_CONTAINER)
+    assert exporter["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "metrics"}
 
 
 @FOLDERS
@@ -194,7 +212,7 @@ def test_the_sidecar_patch_example_adds_a_locked_down_exporter_to_an_existing_de
         },
     }
     (tmp_path / "my-vllm.yaml").write_text(yaml.safe_dump(existing))
-    (tmp_path / "sidecar-patch.yaml").write_text((KUBERNETES / "examples" / "sidecar-patch.yaml").read_text())
+    (tmp_path / "sidecar-patch.yaml").write_text(SIDECAR_PATCH.read_text())
     (tmp_path / "config.yaml").write_text((BASE / "config.yaml").read_text())
     (tmp_path / "kustomization.yaml").write_text(
         yaml.safe_dump(
