@@ -4,6 +4,7 @@ Without ``--config.file`` it starts the built-in simulated engine in a child pro
 and probes it with a small default module, so a newcomer sees live metrics with no GPU. Flags follow the
 Prometheus exporters: ``--config.file``, ``--web.listen-address`` (default ``0.0.0.0:9468``: every
 interface, so that Prometheus can scrape a sidecar), ``--web.enable-lifecycle`` (``POST /-/reload``),
+``--config.auto-reload-interval`` (reload when the file's content changes, as Prometheus's flag),
 ``--log.level``. SIGHUP reloads the config; SIGTERM and Ctrl-C shut down gracefully. Start-up and
 shutdown problems (a port in use, a bad config) are one line each, never a traceback.
 """
@@ -19,6 +20,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 from aiohttp import web
 
@@ -26,7 +28,9 @@ from exporter.app import SHUTDOWN_GRACE_S, Daemon, web_app
 from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
+from exporter.daemon.config_watch import ConfigWatch
 from exporter.options.addresses import ListenError, check_listen_address, host_port
+from exporter.options.reader import parse_duration
 from exporter.probe import loop as event_loop
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
@@ -55,6 +59,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="allow POST /-/reload (as in Prometheus; SIGHUP always reloads)",
     )
     parser.add_argument(
+        "--config.auto-reload-interval",
+        dest="auto_reload_s",
+        type=_duration_flag,
+        default=0.0,
+        help="reload when the config file's content changes, checked this often, e.g. 10s (a mounted "
+        "ConfigMap; default 0: off)",
+    )
+    parser.add_argument(
         "--log.level", dest="log_level", default="info", choices=LOG_LEVELS, help="log level (default info)"
     )
     parser.add_argument(  # the choices: a usage error (2) before anything starts, not the child's (1)
@@ -76,6 +88,14 @@ def _listen_address_flag(text: str) -> str:
     """``--web.listen-address``, checked when the flags are read: a malformed one is a usage error."""
     try:
         return check_listen_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _duration_flag(text: str) -> float:
+    """``--config.auto-reload-interval``: a duration (``10s``), checked when the flags are read."""
+    try:
+        return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -112,10 +132,15 @@ def listen(address: str) -> list[socket.socket]:
 
 
 async def serve(
-    daemon: Daemon, address: str, sockets: list[socket.socket], *, enable_lifecycle: bool = False
+    daemon: Daemon,
+    address: str,
+    sockets: list[socket.socket],
+    *,
+    enable_lifecycle: bool = False,
+    auto_reload_s: float = 0.0,
 ) -> None:
     """Run the daemon and its web app on ``sockets`` (listening on ``address``) until SIGTERM/SIGINT;
-    SIGHUP reloads."""
+    SIGHUP reloads, and so does a change of the config file's content every ``auto_reload_s`` (> 0)."""
     host, port = split_address(address)
     if port == 0 and sockets:  # the system chose it: say the one bound (the first address's)
         port = sockets[0].getsockname()[1]
@@ -124,6 +149,7 @@ async def serve(
     # aiohttp's 60 s: a pod's 30 s of grace once ended in SIGKILL behind one (78 s to stop).
     app = web_app(daemon, enable_lifecycle=enable_lifecycle)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
+    watching: asyncio.Task[None] | None = None
     try:
         await runner.setup()  # starts the daemon (web_app's cleanup context)
         for sock in sockets:
@@ -136,11 +162,22 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(daemon.reload()))
+        watching = watch_config(daemon, auto_reload_s)
         print(f"fluidity-exporter: {startup_line(host, port)}", flush=True)
         await stop.wait()
     finally:
+        if watching is not None:
+            watching.cancel()  # no reload may start while the daemon stops
         await runner.cleanup()  # stops the daemon after the last request
         print("fluidity-exporter: stopped", flush=True)
+
+
+def watch_config(daemon: Daemon, interval_s: float) -> asyncio.Task[None] | None:
+    """The task reloading ``daemon`` when its config file's content changes, if ``interval_s`` > 0."""
+    if interval_s <= 0 or daemon.config_path is None:
+        return None
+    watch = ConfigWatch(Path(daemon.config_path), daemon.reload, interval_s)
+    return asyncio.get_running_loop().create_task(watch.run())
 
 
 def listening_sockets(host: str, port: int) -> list[socket.socket]:
@@ -188,7 +225,15 @@ def run(args: argparse.Namespace) -> int:
             with embedded_or_file(args, loaded) as config:
                 daemon = Daemon(config, config_path=args.config_file)
                 daemon.listen_flag = args.listen_address is not None
-                event_loop.run(serve(daemon, address, sockets, enable_lifecycle=args.enable_lifecycle))
+                event_loop.run(
+                    serve(
+                        daemon,
+                        address,
+                        sockets,
+                        enable_lifecycle=args.enable_lifecycle,
+                        auto_reload_s=args.auto_reload_s,
+                    )
+                )
         finally:
             for sock in sockets:
                 sock.close()

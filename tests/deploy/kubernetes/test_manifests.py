@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import urllib.parse
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from exporter.config import ConfigError, load_config_file
+from exporter.options.reader import parse_duration
 from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
@@ -97,6 +99,23 @@ def test_the_standalone_exporter_is_ready_only_once_its_config_loaded() -> None:
     ((_, pod),) = pod_specs(rendered(STANDALONE))
     exporter = container(pod, EXPORTER_CONTAINER)
     assert exporter["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "metrics"}
+
+
+@FOLDERS
+def test_a_config_change_reloads_the_exporter_and_leaves_the_pods_alone(folder: Path, tmp_path: Path) -> None:
+    """A changed config.yaml updates the ConfigMap in place; the pod template (vLLM's pod, in the base)
+    stays the same, so nothing rolls, and the exporter watches the mounted file."""
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(KUBERNETES, copy)
+    config = copy / folder.relative_to(KUBERNETES) / "config.yaml"
+    config.write_text(config.read_text().replace("requests_per_run: 4", "requests_per_run: 3"))
+    before, after = rendered(folder), render(copy / folder.relative_to(KUBERNETES))
+    assert exporter_config(after) != exporter_config(before)
+    assert of_kind(after, "Deployment") == of_kind(before, "Deployment")
+    ((_, pod),) = [(n, p) for n, p in pod_specs(before) if has(p, EXPORTER_CONTAINER)]
+    assert (
+        parse_duration(flag(container(pod, EXPORTER_CONTAINER)["args"], "--config.auto-reload-interval")) > 0
+    )
 
 
 @FOLDERS

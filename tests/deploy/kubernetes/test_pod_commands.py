@@ -26,7 +26,9 @@ from tests.deploy.kubernetes.manifests import (
     pod_specs,
     rendered,
 )
+from tests.support.configmap import mount, update
 from tests.support.net import free_port
+from tests.support.wait import wait_until
 
 START_TIMEOUT_S = 30.0
 
@@ -37,6 +39,61 @@ def status(url: str) -> int:
             return int(response.status)
     except OSError:
         return 0
+
+
+def with_config_file(args: list[str], config: Path, auto_reload: str | None = None) -> list[str]:
+    """The container's args with ``config`` for its config file, without its listen address, and with
+    ``auto_reload`` for its reload interval (when given)."""
+    replaced = {"--config.file": str(config), "--config.auto-reload-interval": auto_reload}
+    out = []
+    for arg in args:
+        name, _, value = arg.partition("=")
+        if name != "--web.listen-address":
+            out.append(f"{name}={replaced.get(name) or value}" if value else arg)
+    return out
+
+
+def test_the_pods_command_reloads_a_changed_configmap_within_seconds(tmp_path: Path) -> None:
+    """The container's flags on a ConfigMap volume laid out as the kubelet does: an update (a symlink
+    swap) renaming the target is live without a restart, as the index page lists the targets."""
+    resources = rendered(BASE)
+    ((_, pod),) = pod_specs(resources)
+    exporter = container(pod, EXPORTER_CONTAINER)
+    assert any(a.startswith("--config.auto-reload-interval=") for a in exporter["args"])
+    port = free_port()
+    with SimProcess(["--preset", "tiny"]) as sim:
+        text = exporter_config(resources).replace("http://127.0.0.1:8000", sim.url)
+        text = text.replace(STATE_DIR, str(tmp_path / "state"))
+        volume = tmp_path / "etc"
+        mount(volume, {"config.yaml": text})
+        args = with_config_file(exporter["args"], volume / "config.yaml", auto_reload="200ms")
+        secrets = {e["name"]: "placeholder" for e in exporter["env"]}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "run", *args, f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", **secrets},
+        )
+        try:
+            index = f"http://127.0.0.1:{port}/"
+            wait_until(lambda: "vllm / chat-short" in page(index), timeout=START_TIMEOUT_S, what="start")
+            update(volume, {"config.yaml": text.replace("  - name: vllm\n", "  - name: vllm-renamed\n")})
+            wait_until(lambda: "vllm-renamed / chat-short" in page(index), timeout=10, what="the reload")
+            assert process.poll() is None  # reloaded, not restarted
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        assert "config reloaded from" in err
+
+
+def page(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return str(response.read(1 << 20).decode())
+    except OSError:
+        return ""
 
 
 def test_the_probes_and_the_image_healthcheck_see_the_daemon_start_with_the_base_config(
@@ -56,11 +113,7 @@ def test_the_probes_and_the_image_healthcheck_see_the_daemon_start_with_the_base
         config = tmp_path / "config.yaml"
         text = exporter_config(resources).replace("http://127.0.0.1:8000", sim.url)
         config.write_text(text.replace(STATE_DIR, str(tmp_path / "state")))
-        args = [
-            f"--config.file={config}" if a.startswith("--config.file=") else a
-            for a in exporter["args"]
-            if not a.startswith("--web.listen-address=")
-        ]
+        args = with_config_file(exporter["args"], config)
         secrets = {e["name"]: "placeholder" for e in exporter["env"]}
         process = subprocess.Popen(
             [sys.executable, "-m", "exporter", "run", *args, f"--web.listen-address=127.0.0.1:{port}"],
