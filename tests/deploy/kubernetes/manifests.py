@@ -48,6 +48,7 @@ SERVICE_MONITOR_KEYS = {
     "podTargetLabels",
     "sampleLimit",
 }
+POD_MONITOR_KEYS = {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel", "podTargetLabels"}
 HASH_LENGTH = 10  # of the content hash kustomize appends to a generated ConfigMap's name
 
 Resource = dict[str, Any]
@@ -150,7 +151,7 @@ def validate(resource: Resource) -> None:
 
 
 def check_custom_resource(resource: Resource) -> None:
-    """The fields the Prometheus Operator needs from a ServiceMonitor or PrometheusRule."""
+    """The fields the Prometheus Operator needs from a ServiceMonitor, PodMonitor or PrometheusRule."""
     kind, name = resource["kind"], resource["metadata"]["name"]
     assert resource["apiVersion"] == f"{MONITORING}/v1", f"{kind} {name}: apiVersion"
     assert set(resource) <= {"apiVersion", "kind", "metadata", "spec"}, f"{kind} {name}: top-level keys"
@@ -159,6 +160,11 @@ def check_custom_resource(resource: Resource) -> None:
         assert set(spec) <= SERVICE_MONITOR_KEYS, f"ServiceMonitor {name}: unknown spec keys"
         assert spec["selector"]["matchLabels"], f"ServiceMonitor {name}: no selector"
         assert spec["endpoints"] and all("port" in e for e in spec["endpoints"]), name
+    elif kind == "PodMonitor":
+        assert set(spec) <= POD_MONITOR_KEYS, f"PodMonitor {name}: unknown spec keys"
+        assert spec["selector"]["matchLabels"], f"PodMonitor {name}: no selector"
+        endpoints = spec["podMetricsEndpoints"]
+        assert endpoints and all("port" in e for e in endpoints), name
     elif kind == "PrometheusRule":
         assert set(spec) == {"groups"}, f"PrometheusRule {name}: spec keys {sorted(spec)}"
         for group in spec["groups"]:

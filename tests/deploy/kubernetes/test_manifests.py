@@ -232,11 +232,14 @@ def test_the_sidecar_patch_example_adds_a_locked_down_exporter_to_an_existing_de
     }
     (tmp_path / "my-vllm.yaml").write_text(yaml.safe_dump(existing))
     (tmp_path / "sidecar-patch.yaml").write_text(SIDECAR_PATCH.read_text())
+    (tmp_path / "sidecar-podmonitor.yaml").write_text(
+        (KUBERNETES / "examples" / "sidecar-podmonitor.yaml").read_text()
+    )
     (tmp_path / "config.yaml").write_text((BASE / "config.yaml").read_text())
     (tmp_path / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
-                "resources": ["my-vllm.yaml"],
+                "resources": ["my-vllm.yaml", "sidecar-podmonitor.yaml"],
                 "configMapGenerator": [{"name": "fluidity-exporter-config", "files": ["config.yaml"]}],
                 "patches": [
                     {"path": "sidecar-patch.yaml", "target": {"kind": "Deployment", "name": "my-vllm"}}
@@ -254,6 +257,13 @@ def test_the_sidecar_patch_example_adds_a_locked_down_exporter_to_an_existing_de
     configmap = one(resources, "ConfigMap", "fluidity-exporter-config")
     (config_volume,) = [v for v in pod["volumes"] if "configMap" in v]
     assert config_volume["configMap"]["name"] == configmap["metadata"]["name"]
+    # The PodMonitor scrapes the patched pods' exporter port, with no Service in between.
+    (monitor,) = of_kind(resources, "PodMonitor")
+    template = one(resources, "Deployment", "my-vllm")["spec"]["template"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    exporter_ports = [p["name"] for p in container(pod, EXPORTER_CONTAINER)["ports"]]
+    assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == exporter_ports
+    assert monitor["spec"]["podMetricsEndpoints"][0]["path"] == "/metrics"
 
 
 def default_container(resources: tuple[Resource, ...], deployment: str) -> str:
