@@ -26,7 +26,19 @@ REPO = Path(__file__).resolve().parents[3]
 KUBERNETES = REPO / "deploy" / "kubernetes"
 BASE = KUBERNETES / "base"
 STANDALONE = KUBERNETES / "overlays" / "standalone"
+SHARDED = KUBERNETES / "overlays" / "sharded"
+SHARDS = KUBERNETES / "shards"
+CAPACITY_SEARCH = KUBERNETES / "examples" / "capacity-search"
+# Every folder a user applies or creates, by the name tests give it.
+KUSTOMIZATIONS = {
+    "base": BASE,
+    "standalone": STANDALONE,
+    "sharded": SHARDED,
+    "shards": SHARDS,
+    "capacity-search": CAPACITY_SEARCH,
+}
 SYNC = KUBERNETES / "sync.py"
+COMMON = KUBERNETES / "components" / "common"  # the labels and images every kustomization shares
 DOCKERFILE = REPO / "Dockerfile"
 # The Kubernetes version every built-in resource is validated against (kubernetes-validate's schemas).
 KUBERNETES_VERSION = "1.32.0"
@@ -94,6 +106,12 @@ def render(folder: Path) -> list[Resource]:
 def rendered(folder: Path) -> tuple[Resource, ...]:
     """``render`` for the committed folders, once per session."""
     return tuple(render(folder))
+
+
+def common_images() -> dict[str, str]:
+    """Image name -> the tag ``components/common`` sets (what an overlay's ``images:`` may rewrite)."""
+    images = yaml.safe_load((COMMON / "kustomization.yaml").read_text())["images"]
+    return {image["name"]: image["newTag"] for image in images}
 
 
 def of_kind(resources: tuple[Resource, ...] | list[Resource], kind: str) -> list[Resource]:

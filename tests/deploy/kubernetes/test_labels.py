@@ -12,21 +12,26 @@ import pytest
 import yaml
 
 from tests.deploy.kubernetes.manifests import (
-    BASE,
     KUBERNETES,
-    STANDALONE,
+    KUSTOMIZATIONS,
     Resource,
+    common_images,
     of_kind,
     render,
     rendered,
 )
 
-SHARDED = KUBERNETES / "overlays" / "sharded"
-FOLDERS = pytest.mark.parametrize(
-    "folder", [BASE, STANDALONE, SHARDED], ids=["base", "standalone", "sharded"]
-)
+FOLDERS = pytest.mark.parametrize("folder", list(KUSTOMIZATIONS.values()), ids=list(KUSTOMIZATIONS))
 EVERYWHERE = ("instance", "version", "part-of", "managed-by")
-OWN_KINDS = {"Deployment", "Service", "ServiceMonitor", "PodMonitor", "PodDisruptionBudget", "NetworkPolicy"}
+OWN_KINDS = {
+    "Job",
+    "Deployment",
+    "Service",
+    "ServiceMonitor",
+    "PodMonitor",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+}
 POD_SELECTORS = {"Deployment", "PodDisruptionBudget", "NetworkPolicy", "Service"}
 # docs/deployment.md's recipe for a second copy in the namespace.
 SECOND_COPY = {
@@ -66,15 +71,15 @@ def test_every_resource_carries_the_recommended_labels(folder: Path) -> None:
         wanted = EVERYWHERE + ("name", "component") * (resource["kind"] in OWN_KINDS)
         assert not recommended(resource, *wanted), name
         assert labels(resource)["app.kubernetes.io/managed-by"] == "kustomize", name
-    for deployment in of_kind(rendered(folder), "Deployment"):
-        assert not recommended(deployment["spec"]["template"], "name", "instance", "version", "component")
+    for workload in of_kind(rendered(folder), "Deployment") + of_kind(rendered(folder), "Job"):
+        assert not recommended(workload["spec"]["template"], "name", "instance", "version", "component")
 
 
 @FOLDERS
 def test_the_version_label_is_the_exporters_image_tag(folder: Path) -> None:
-    (image,) = yaml.safe_load((BASE / "kustomization.yaml").read_text())["images"]
+    tag = common_images()["fluidity-exporter"]
     for resource in rendered(folder):
-        assert labels(resource)["app.kubernetes.io/version"] == image["newTag"], resource["metadata"]["name"]
+        assert labels(resource)["app.kubernetes.io/version"] == tag, resource["metadata"]["name"]
 
 
 def selector(resource: Resource) -> dict[str, str] | None:
@@ -88,6 +93,16 @@ def selector(resource: Resource) -> dict[str, str] | None:
     if kind in {"Deployment", "PodDisruptionBudget", "ServiceMonitor", "PodMonitor"}:
         return dict(spec["selector"]["matchLabels"])
     return None
+
+
+@FOLDERS
+def test_every_selector_selects_this_copy_only(folder: Path) -> None:
+    for resource in rendered(folder):
+        wanted = selector(resource)
+        if wanted is not None:
+            assert wanted.get("app.kubernetes.io/instance"), (
+                f"{resource['kind']} {resource['metadata']['name']}"
+            )
 
 
 def pod_labels(resources: list[Resource]) -> list[tuple[str, dict[str, str]]]:

@@ -17,6 +17,7 @@ from exporter.config import ConfigError, load_config_file
 from exporter.options.reader import parse_duration
 from tests.deploy.kubernetes.manifests import (
     BASE,
+    CAPACITY_SEARCH,
     EXPORTER_CONTAINER,
     EXPORTER_PORT,
     KUBERNETES,
@@ -39,7 +40,16 @@ from tests.deploy.kubernetes.manifests import (
 
 FOLDERS = pytest.mark.parametrize("folder", [BASE, STANDALONE], ids=["base", "standalone"])
 SIDECAR_PATCH = KUBERNETES / "examples" / "sidecar-patch.yaml"
-KNOWN_KINDS = {"ConfigMap", "Deployment", "Service", "ServiceMonitor", "PrometheusRule"}
+KNOWN_KINDS = {
+    "ConfigMap",
+    "Deployment",
+    "Service",
+    "ServiceMonitor",
+    "PrometheusRule",
+    "NetworkPolicy",
+    "PodDisruptionBudget",
+    "ServiceAccount",
+}
 
 
 @FOLDERS
@@ -278,7 +288,7 @@ def flag(args: list[str], name: str) -> str:
 
 
 def test_the_capacity_search_job_example_posts_to_the_exporter_with_the_secret_token() -> None:
-    job = yaml.safe_load((KUBERNETES / "examples" / "capacity-search-job.yaml").read_text())
+    (job,) = of_kind(rendered(CAPACITY_SEARCH), "Job")
     validate(job)
     pod = job["spec"]["template"]["spec"]
     (trigger,) = pod["containers"]

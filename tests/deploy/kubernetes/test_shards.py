@@ -23,8 +23,9 @@ from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
 from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
-    KUBERNETES,
     REPO,
+    SHARDED,
+    SHARDS,
     assert_locked_down,
     container,
     env_from_secret,
@@ -38,12 +39,10 @@ from tests.deploy.kubernetes.manifests import (
 )
 from tests.support.wait import wait_for
 
-SHARDED = KUBERNETES / "overlays" / "sharded"
-JOB = KUBERNETES / "shards" / "indexed-job.yaml"
-
 
 def job() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(JOB.read_text())
+    """The shards' Job, as ``kubectl create -k deploy/kubernetes/shards`` creates it."""
+    (loaded,) = of_kind(rendered(SHARDS), "Job")
     return loaded
 
 
