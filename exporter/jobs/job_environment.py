@@ -68,11 +68,12 @@ async def job_shards(
     local: PoolSettings | None = None,
 ) -> AsyncIterator[ShardPool | None]:
     """The shards a job sends through: the Indexed Job's pods when ``jobs.shards`` is configured (they
-    present the jobs token), else ``asked`` (or ``jobs.workers``) local worker processes, else none
+    present ``jobs.shards.token``, else the jobs token), else ``asked`` (or ``jobs.workers``) local worker processes, else none
     (this process sends)."""
     workers = asked or env.job_limits().max_workers
-    if remote is not None and token is not None:
-        pools = remote_shards(remote.count, token.reveal(), remote.listen, remote.pool)
+    credential = remote.credential(token) if remote is not None else None
+    if remote is not None and credential is not None:
+        pools = remote_shards(remote.count, credential.reveal(), remote.listen, remote.pool)
     elif workers > 1:
         pools = local_shards(workers, client.settings.api_key, local)
     else:
