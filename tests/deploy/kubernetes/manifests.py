@@ -48,6 +48,7 @@ MIN_KUSTOMIZE_MAJOR = 5
 EXPORTER_CONTAINER = "fluidity-exporter"
 EXPORTER_PORT = 9468
 STATE_DIR = "/var/lib/fluidity-exporter"
+SECRETS_DIR = "/var/run/secrets/fluidity-exporter"  # where the exporter mounts the Secret
 # The Prometheus Operator's kinds: kubernetes-validate has no schemas for them, so their fields are
 # checked by hand (the keys a ServiceMonitor may have are the operator's v1 spec, as far as we use it).
 MONITORING = "monitoring.coreos.com"
@@ -205,6 +206,18 @@ def env_from_secret(box: Resource) -> dict[str, Any]:
         e["name"]: e["valueFrom"]["secretKeyRef"]
         for e in box.get("env", [])
         if "secretKeyRef" in e.get("valueFrom", {})
+    }
+
+
+def secret_files(pod: Resource, box: Resource) -> dict[str, str]:
+    """The Secret's files the container sees: path -> the Secret's key (every volume of a Secret it
+    mounts, item by item)."""
+    volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    return {
+        f"{mount['mountPath']}/{item['path']}": item["key"]
+        for mount in box.get("volumeMounts", [])
+        if mount["name"] in volumes
+        for item in volumes[mount["name"]]["items"]
     }
 
 

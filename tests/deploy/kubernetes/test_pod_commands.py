@@ -18,13 +18,16 @@ from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
     EXPORTER_PORT,
+    SECRETS_DIR,
     STATE_DIR,
+    Resource,
     container,
     exporter_config,
     final_stage,
     image_healthcheck_url,
     pod_specs,
     rendered,
+    secret_files,
 )
 from tests.support.configmap import mount, update
 from tests.support.net import free_port
@@ -39,6 +42,17 @@ def status(url: str) -> int:
             return int(response.status)
     except OSError:
         return 0
+
+
+def local_config(resources: tuple[Resource, ...], pod: Resource, sim_url: str, tmp_path: Path) -> str:
+    """The ConfigMap's config, run here: vLLM replaced by the simulator, the state folder and the Secret's
+    files (placeholders) in ``tmp_path``."""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    for path in secret_files(pod, container(pod, EXPORTER_CONTAINER)):
+        (secrets / Path(path).name).write_text("placeholder\n")
+    text = exporter_config(resources).replace("http://127.0.0.1:8000", sim_url)
+    return text.replace(STATE_DIR, str(tmp_path / "state")).replace(SECRETS_DIR, str(secrets))
 
 
 def with_config_file(args: list[str], config: Path, auto_reload: str | None = None) -> list[str]:
@@ -62,18 +76,16 @@ def test_the_pods_command_reloads_a_changed_configmap_within_seconds(tmp_path: P
     assert any(a.startswith("--config.auto-reload-interval=") for a in exporter["args"])
     port = free_port()
     with SimProcess(["--preset", "tiny"]) as sim:
-        text = exporter_config(resources).replace("http://127.0.0.1:8000", sim.url)
-        text = text.replace(STATE_DIR, str(tmp_path / "state"))
+        text = local_config(resources, pod, sim.url, tmp_path)
         volume = tmp_path / "etc"
         mount(volume, {"config.yaml": text})
         args = with_config_file(exporter["args"], volume / "config.yaml", auto_reload="200ms")
-        secrets = {e["name"]: "placeholder" for e in exporter["env"]}
         process = subprocess.Popen(
             [sys.executable, "-m", "exporter", "run", *args, f"--web.listen-address=127.0.0.1:{port}"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-            env={"PATH": "/usr/bin:/bin", **secrets},
+            env={"PATH": "/usr/bin:/bin"},  # the container's: no secret in it
         )
         try:
             index = f"http://127.0.0.1:{port}/"
@@ -111,16 +123,14 @@ def test_the_probes_and_the_image_healthcheck_see_the_daemon_start_with_the_base
 
     with SimProcess(["--preset", "tiny"]) as sim:
         config = tmp_path / "config.yaml"
-        text = exporter_config(resources).replace("http://127.0.0.1:8000", sim.url)
-        config.write_text(text.replace(STATE_DIR, str(tmp_path / "state")))
+        config.write_text(local_config(resources, pod, sim.url, tmp_path))
         args = with_config_file(exporter["args"], config)
-        secrets = {e["name"]: "placeholder" for e in exporter["env"]}
         process = subprocess.Popen(
             [sys.executable, "-m", "exporter", "run", *args, f"--web.listen-address=127.0.0.1:{port}"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={"PATH": "/usr/bin:/bin", **secrets},
+            env={"PATH": "/usr/bin:/bin"},  # the container's: no secret in it
         )
         try:
             # The sidecar has a liveness probe only (its readiness would gate vLLM's).

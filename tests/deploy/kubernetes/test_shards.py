@@ -24,6 +24,7 @@ from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
     REPO,
+    SECRETS_DIR,
     SHARDED,
     SHARDS,
     assert_locked_down,
@@ -35,6 +36,7 @@ from tests.deploy.kubernetes.manifests import (
     one,
     pod_specs,
     rendered,
+    secret_files,
     validate,
 )
 from tests.support.wait import wait_for
@@ -85,11 +87,16 @@ def test_the_pods_reach_the_daemons_shard_port_with_its_token() -> None:
     ports = {p["name"]: p["containerPort"] for p in exporter["ports"]}
     listen = sharded_config()["jobs"]["shards"]["listen"]
     assert ports[port["targetPort"]] == int(listen.rpartition(":")[2])
-    # The token the shards present is the daemon's jobs.api_token, from the same Secret key.
-    daemon_secrets = env_from_secret(exporter)
-    assert sharded_config()["jobs"]["api_token"] == {"env": "FLUIDITY_JOBS_TOKEN"}
-    assert env_from_secret(shard)[TOKEN_ENV] == daemon_secrets["FLUIDITY_JOBS_TOKEN"]
-    assert env_from_secret(shard)[API_KEY_ENV] == daemon_secrets["VLLM_API_KEY"]
+    # The shards present a token of their own (jobs.shards.token), from the Secret key the daemon reads
+    # it from: not the jobs token, which would let a shard pod start searches.
+    daemon_files = secret_files(pod, exporter)
+    jobs = sharded_config()["jobs"]
+    shard_key = daemon_files[jobs["shards"]["token"]["file"]]
+    assert env_from_secret(shard)[TOKEN_ENV] == {"name": "fluidity-exporter", "key": shard_key}
+    assert shard_key != daemon_files[jobs["api_token"]["file"]]
+    (target,) = sharded_config()["targets"]
+    api_key = daemon_files[target["api_key"]["file"]]
+    assert env_from_secret(shard)[API_KEY_ENV] == {"name": "fluidity-exporter", "key": api_key}
 
 
 def pod_labels(resources: tuple[dict[str, Any], ...]) -> dict[str, str]:
@@ -111,12 +118,18 @@ def test_the_overlays_config_is_the_bases_plus_shards(tmp_path: Path) -> None:
     sharded = sharded_config()
     shards = sharded["jobs"].pop("shards")
     assert sharded == base
+    ((_, pod),) = pod_specs(rendered(SHARDED))
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    for file, key in secret_files(pod, container(pod, EXPORTER_CONTAINER)).items():
+        (secrets / Path(file).name).write_text(f"value-of-{key}\n")
     path = tmp_path / "config.yaml"
-    path.write_text(exporter_config(rendered(SHARDED)))
-    names = ("VLLM_API_KEY", "FLUIDITY_PROBE_TOKEN", "FLUIDITY_JOBS_TOKEN")
-    loaded = load_config_file(path, environ=dict.fromkeys(names, "placeholder"))
+    path.write_text(exporter_config(rendered(SHARDED)).replace(SECRETS_DIR, str(secrets)))
+    loaded = load_config_file(path, environ={})
     assert loaded.jobs.shards is not None and loaded.jobs.shards.count == shards["count"]
     assert loaded.jobs.shards.url_for("vllm") == shards["target_urls"]["vllm"]
+    credential = loaded.jobs.shards.credential(loaded.jobs.api_token)
+    assert credential is not None and credential.reveal() == "value-of-shard-token"
 
 
 async def test_the_pods_command_serves_as_a_shard_here() -> None:
