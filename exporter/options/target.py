@@ -48,9 +48,9 @@ class Secret:
         try:
             value = Path(path).read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ValueError(f"cannot read the API key file {path}: {exc.strerror}") from exc
+            raise ValueError(f"cannot read the secret file {path}: {exc.strerror}") from exc
         if not value:
-            raise ValueError(f"the API key file {path} is empty")
+            raise ValueError(f"the secret file {path} is empty")
         return cls(value)
 
     def reveal(self) -> str:

@@ -224,7 +224,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     ),
     "missing-secret-file": (
         T + "    api_key: {file: /nonexistent/key}\n",
-        ["targets[0].api_key.file: cannot read the API key file /nonexistent/key: No such file or directory"],
+        ["targets[0].api_key.file: cannot read the secret file /nonexistent/key: No such file or directory"],
     ),
     "secret-both-env-and-file": (
         T + "    api_key: {env: A, file: B}\n",

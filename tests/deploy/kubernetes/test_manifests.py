@@ -11,6 +11,7 @@ import shutil
 import sys
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -218,6 +219,35 @@ def test_the_service_and_the_servicemonitor_reach_the_exporter(folder: Path) -> 
 @FOLDERS
 def test_no_secret_is_ever_rendered(folder: Path) -> None:
     assert of_kind(rendered(folder), "Secret") == []
+
+
+# The one container that takes a secret from a variable: vLLM's own, which reads its key only from
+# VLLM_API_KEY or --api-key (argv, where `ps` shows it); it is the engine's process, not ours.
+ENGINE_SECRET_ENV = {"vllm": {"VLLM_API_KEY"}}
+
+
+def workload_pods() -> list[tuple[str, dict[str, Any]]]:
+    """(where, pod spec) of every workload a user applies or creates, and of the sidecar patch."""
+    pods = [
+        (f"{name}: {r['kind']} {r['metadata']['name']}", r["spec"]["template"]["spec"])
+        for name, folder in KUSTOMIZATIONS.items()
+        for r in rendered(folder)
+        if "template" in r.get("spec", {})
+    ]
+    patch = yaml.safe_load(SIDECAR_PATCH.read_text())["spec"]["template"]["spec"]
+    return [*pods, ("sidecar patch", patch)]
+
+
+def test_no_container_of_ours_gets_a_secret_from_its_environment() -> None:
+    """Secrets reach the exporter and its shards as files: a variable is inherited by every process a
+    container starts (a job's --workers, anything run by `kubectl exec`) and shown by `kubectl describe`."""
+    pods = workload_pods()
+    assert {where.split(":")[0] for where, _ in pods} >= {*KUSTOMIZATIONS, "sidecar patch"}
+    for where, pod in pods:
+        for box in [*pod.get("initContainers", []), *pod["containers"]]:
+            at = f"{where}, container {box['name']}"
+            assert not [e for e in box.get("envFrom", []) if "secretRef" in e], at
+            assert set(env_from_secret(box)) <= ENGINE_SECRET_ENV.get(box["name"], set()), at
 
 
 def test_the_secret_example_is_valid_holds_every_key_used_and_only_placeholders() -> None:

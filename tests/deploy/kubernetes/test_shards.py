@@ -92,11 +92,18 @@ def test_the_pods_reach_the_daemons_shard_port_with_its_token() -> None:
     daemon_files = secret_files(pod, exporter)
     jobs = sharded_config()["jobs"]
     shard_key = daemon_files[jobs["shards"]["token"]["file"]]
-    assert env_from_secret(shard)[TOKEN_ENV] == {"name": "fluidity-exporter", "key": shard_key}
+    shard_files = secret_files(job()["spec"]["template"]["spec"], shard)
+    assert shard_files[flag(shard["args"], "--token-file")] == shard_key
     assert shard_key != daemon_files[jobs["api_token"]["file"]]
     (target,) = sharded_config()["targets"]
     api_key = daemon_files[target["api_key"]["file"]]
-    assert env_from_secret(shard)[API_KEY_ENV] == {"name": "fluidity-exporter", "key": api_key}
+    assert shard_files[flag(shard["args"], "--api-key-file")] == api_key
+    assert env_from_secret(shard) == {}  # files, never variables
+
+
+def flag(args: list[str], name: str) -> str:
+    (value,) = [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
+    return value
 
 
 def pod_labels(resources: tuple[dict[str, Any], ...]) -> dict[str, str]:
@@ -132,9 +139,10 @@ def test_the_overlays_config_is_the_bases_plus_shards(tmp_path: Path) -> None:
     assert credential is not None and credential.reveal() == "value-of-shard-token"
 
 
-async def test_the_pods_command_serves_as_a_shard_here() -> None:
-    """The Job's container command and args, word for word but for the coordinator's address, against a
-    coordinator on loopback: it registers as the shard of its JOB_COMPLETION_INDEX and exits 0 when told."""
+async def test_the_pods_command_serves_as_a_shard_here(tmp_path: Path) -> None:
+    """The Job's container command and args, word for word but for the coordinator's address and the
+    Secret's folder, against a coordinator on loopback: it registers as the shard of its
+    JOB_COMPLETION_INDEX, with the token read from the Secret's file, and exits 0 when told."""
     (shard,) = job()["spec"]["template"]["spec"]["containers"]
     found = re.search(r"^ENTRYPOINT (.+)$", (REPO / "Dockerfile").read_text(), re.MULTILINE)
     assert found is not None
@@ -142,9 +150,18 @@ async def test_the_pods_command_serves_as_a_shard_here() -> None:
     assert shard["command"][0] == entrypoint[0] and shard["command"][1] == "shard"
     pool = ShardPool(2, "pod-token")
     url = await pool.start()
-    args = [a if not a.startswith("--coordinator=") else f"--coordinator={url}" for a in shard["args"]]
+    # The mounted Secret's files, here: the token the coordinator expects, from the file the args name.
+    for path, key in secret_files(job()["spec"]["template"]["spec"], shard).items():
+        here = tmp_path / Path(path).name
+        here.write_text("pod-token\n" if key == "shard-token" else f"value-of-{key}\n")
+    args = [
+        f"--coordinator={url}" if a.startswith("--coordinator=") else a.replace(SECRETS_DIR, str(tmp_path))
+        for a in shard["args"]
+    ]
     binary = str(Path(sys.executable).parent / shard["command"][0])
-    env = {**os.environ, TOKEN_ENV: "pod-token", "JOB_COMPLETION_INDEX": "1"}
+    # A wrong token in the environment: the file the args name wins.
+    env = {**os.environ, TOKEN_ENV: "wrong-token", "JOB_COMPLETION_INDEX": "1"}
+    env.pop(API_KEY_ENV, None)
     proc = subprocess.Popen([binary, *shard["command"][1:], *args], env=env)
     try:
         await wait_for(
