@@ -49,6 +49,7 @@ EXPORTER_CONTAINER = "fluidity-exporter"
 EXPORTER_PORT = 9468
 STATE_DIR = "/var/lib/fluidity-exporter"
 SECRETS_DIR = "/var/run/secrets/fluidity-exporter"  # where the exporter mounts the Secret
+SECRETS_ROOT = "/var/run/secrets/"  # under which every Secret's volume is mounted
 # The Prometheus Operator's kinds: kubernetes-validate has no schemas for them, so their fields are
 # checked by hand (the keys a ServiceMonitor may have are the operator's v1 spec, as far as we use it).
 MONITORING = "monitoring.coreos.com"
@@ -219,6 +220,18 @@ def secret_files(pod: Resource, box: Resource) -> dict[str, str]:
         if mount["name"] in volumes
         for item in volumes[mount["name"]]["items"]
     }
+
+
+def local_secret(path: str, folder: Path) -> Path:
+    """Where a test puts the Secret's file mounted at ``path``: the same path under ``folder``."""
+    local = folder / path.lstrip("/")
+    local.parent.mkdir(parents=True, exist_ok=True)
+    return local
+
+
+def reading_local_secrets(text: str, folder: Path) -> str:
+    """``text`` (a config or an argument) reading every Secret's file from ``local_secret``'s place."""
+    return text.replace(SECRETS_ROOT, f"{folder}{SECRETS_ROOT}")
 
 
 def assert_locked_down(pod: Resource, box: Resource) -> None:

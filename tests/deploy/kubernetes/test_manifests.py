@@ -27,7 +27,6 @@ from tests.deploy.kubernetes.manifests import (
     KUBERNETES,
     KUSTOMIZATIONS,
     REPO,
-    SECRETS_DIR,
     STANDALONE,
     STATE_DIR,
     Resource,
@@ -36,9 +35,11 @@ from tests.deploy.kubernetes.manifests import (
     env_from_secret,
     exporter_config,
     has,
+    local_secret,
     of_kind,
     one,
     pod_specs,
+    reading_local_secrets,
     render,
     rendered,
     secret_files,
@@ -152,14 +153,13 @@ def test_the_config_reads_exactly_the_secret_files_the_container_mounts(folder: 
     # What `fluidity-exporter check-config` and `run` load, with the files the container gets.
     folder_here = tmp_path / "secrets"
     config = tmp_path / "config.yaml"
-    config.write_text(text.replace(SECRETS_DIR, str(folder_here)))
+    config.write_text(reading_local_secrets(text, folder_here))
     with pytest.raises(ConfigError) as error:  # without the Secret it refuses to start, naming each
         load_config_file(config, environ={})
     assert len(error.value.problems) == len(files)
     assert all(any(Path(path).name in p for path in files) for p in error.value.problems)
-    folder_here.mkdir()
     for path, key in files.items():
-        (folder_here / Path(path).name).write_text(f"value-of-{key}\n")
+        local_secret(path, folder_here).write_text(f"value-of-{key}\n")
     loaded = load_config_file(config, environ={})
     assert [t.api_key.reveal() for t in loaded.targets if t.api_key] == ["value-of-vllm-api-key"]
     assert loaded.jobs.api_token is not None and loaded.jobs.api_token.reveal() == "value-of-jobs-token"

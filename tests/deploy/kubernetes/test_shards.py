@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.parse
@@ -23,8 +24,8 @@ from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
 from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,
+    KUBERNETES,
     REPO,
-    SECRETS_DIR,
     SHARDED,
     SHARDS,
     assert_locked_down,
@@ -32,9 +33,12 @@ from tests.deploy.kubernetes.manifests import (
     env_from_secret,
     exporter_config,
     has,
+    local_secret,
     of_kind,
     one,
     pod_specs,
+    reading_local_secrets,
+    render,
     rendered,
     secret_files,
     validate,
@@ -126,12 +130,10 @@ def test_the_overlays_config_is_the_bases_plus_shards(tmp_path: Path) -> None:
     shards = sharded["jobs"].pop("shards")
     assert sharded == base
     ((_, pod),) = pod_specs(rendered(SHARDED))
-    secrets = tmp_path / "secrets"
-    secrets.mkdir()
     for file, key in secret_files(pod, container(pod, EXPORTER_CONTAINER)).items():
-        (secrets / Path(file).name).write_text(f"value-of-{key}\n")
+        local_secret(file, tmp_path).write_text(f"value-of-{key}\n")
     path = tmp_path / "config.yaml"
-    path.write_text(exporter_config(rendered(SHARDED)).replace(SECRETS_DIR, str(secrets)))
+    path.write_text(reading_local_secrets(exporter_config(rendered(SHARDED)), tmp_path))
     loaded = load_config_file(path, environ={})
     assert loaded.jobs.shards is not None and loaded.jobs.shards.count == shards["count"]
     assert loaded.jobs.shards.url_for("vllm") == shards["target_urls"]["vllm"]
@@ -152,10 +154,11 @@ async def test_the_pods_command_serves_as_a_shard_here(tmp_path: Path) -> None:
     url = await pool.start()
     # The mounted Secret's files, here: the token the coordinator expects, from the file the args name.
     for path, key in secret_files(job()["spec"]["template"]["spec"], shard).items():
-        here = tmp_path / Path(path).name
-        here.write_text("pod-token\n" if key == "shard-token" else f"value-of-{key}\n")
+        local_secret(path, tmp_path).write_text(
+            "pod-token\n" if key == "shard-token" else f"value-of-{key}\n"
+        )
     args = [
-        f"--coordinator={url}" if a.startswith("--coordinator=") else a.replace(SECRETS_DIR, str(tmp_path))
+        f"--coordinator={url}" if a.startswith("--coordinator=") else reading_local_secrets(a, tmp_path)
         for a in shard["args"]
     ]
     binary = str(Path(sys.executable).parent / shard["command"][0])
@@ -172,3 +175,26 @@ async def test_the_pods_command_serves_as_a_shard_here(tmp_path: Path) -> None:
         await pool.close()
         code = await asyncio.to_thread(proc.wait, 10)
     assert code == 0
+
+
+def test_the_overlay_patches_the_exporter_by_name_whatever_the_bases_order(tmp_path: Path) -> None:
+    """The overlay over a copy of the base whose containers and volumes are in reverse order: the shard
+    port is still the exporter's, and the token file the config names is still mounted in it."""
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(KUBERNETES, copy)
+    deployment_file = copy / "base" / "deployment.yaml"
+    deployment = yaml.safe_load(deployment_file.read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    pod["containers"].reverse()
+    pod["volumes"].reverse()
+    deployment_file.write_text(yaml.safe_dump(deployment))
+    resources = render(copy / SHARDED.relative_to(KUBERNETES))
+    ((_, pod),) = pod_specs(resources)
+    assert [c["name"] for c in pod["containers"]] == [EXPORTER_CONTAINER, "vllm"]
+    exporter = container(pod, EXPORTER_CONTAINER)
+    assert {"name": "shards", "containerPort": 9469} in exporter["ports"]
+    assert "shards" not in str(container(pod, "vllm")["ports"])
+    token_file = yaml.safe_load(exporter_config(resources))["jobs"]["shards"]["token"]["file"]
+    assert secret_files(pod, exporter)[token_file] == "shard-token"
+    for resource in resources:
+        validate(resource)
