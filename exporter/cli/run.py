@@ -173,10 +173,13 @@ async def serve(
 
 
 def watch_config(daemon: Daemon, interval_s: float) -> asyncio.Task[None] | None:
-    """The task reloading ``daemon`` when its config file's content changes, if ``interval_s`` > 0."""
+    """The task reloading ``daemon`` when the content of its config file or of a secret's file it names
+    changes, if ``interval_s`` > 0."""
     if interval_s <= 0 or daemon.config_path is None:
         return None
-    watch = ConfigWatch(Path(daemon.config_path), daemon.reload, interval_s)
+    watch = ConfigWatch(
+        Path(daemon.config_path), daemon.reload, interval_s, lambda: daemon.config.secret_files
+    )
     return asyncio.get_running_loop().create_task(watch.run())
 
 

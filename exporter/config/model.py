@@ -324,6 +324,8 @@ class Config:
     slos: Mapping[str, SloConfig]
     source: str = field(default="<config>", compare=False)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    # The secrets' files it read (``{file: PATH}``): what a config watch re-reads besides the config.
+    secret_files: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "modules", _frozen(self.modules))

@@ -116,7 +116,7 @@ def read_secret(ctx: Context, sec: Section, key: str, what: str) -> Secret | Non
         return None
     if ref.has("env"):
         return ref.read("env", None, lambda v: _secret_from_env(ctx, v, what))
-    return ref.read("file", None, lambda v: Secret.from_file(ctx.path(string_value(v))))
+    return ref.read("file", None, lambda v: Secret.from_file(ctx.secret_file(string_value(v))))
 
 
 def _secret_from_env(ctx: Context, raw: Any, what: str) -> Secret:

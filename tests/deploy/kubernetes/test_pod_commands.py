@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -36,10 +37,14 @@ from tests.support.wait import wait_until
 START_TIMEOUT_S = 30.0
 
 
-def status(url: str) -> int:
+def status(url: str, token: str | None = None) -> int:
+    """The HTTP status of a GET, with ``token`` as its bearer token if given (0 when nothing answered)."""
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as response:
             return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
     except OSError:
         return 0
 
@@ -98,6 +103,42 @@ def test_the_pods_command_reloads_a_changed_configmap_within_seconds(tmp_path: P
             _, err = process.communicate(timeout=30)
         assert process.returncode == 0, err
         assert "config reloaded from" in err
+
+
+def test_the_pods_command_takes_a_rotated_secret_within_seconds(tmp_path: Path) -> None:
+    """The Secret's volume laid out as the kubelet does: a rotated probe token (a symlink swap; the config
+    file is left as it is) is the one /probe accepts within seconds, without a restart."""
+    resources = rendered(BASE)
+    ((_, pod),) = pod_specs(resources)
+    files = secret_files(pod, container(pod, EXPORTER_CONTAINER))
+    keys = {Path(path).name: f"old-{key}\n" for path, key in files.items()}
+    volume = tmp_path / "secret-volume"
+    mount(volume, keys)
+    port = free_port()
+    with SimProcess(["--preset", "tiny"]) as sim:
+        text = local_config(resources, pod, sim.url, tmp_path).replace(str(tmp_path / "secrets"), str(volume))
+        config = tmp_path / "config.yaml"
+        config.write_text(text)
+        args = with_config_file(container(pod, EXPORTER_CONTAINER)["args"], config, auto_reload="200ms")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "exporter", "run", *args, f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={"PATH": "/usr/bin:/bin"},
+        )
+        try:
+            probe = f"http://127.0.0.1:{port}/probe?target=vllm&module=chat-short"
+            wait_until(lambda: status(probe, "old-probe-token") == 200, timeout=START_TIMEOUT_S, what="start")
+            update(volume, {**keys, "probe-token": "new-probe-token\n"})
+            wait_until(lambda: status(probe, "new-probe-token") == 200, timeout=10, what="the new token")
+            assert status(probe, "old-probe-token") == 401
+            assert process.poll() is None  # reloaded, not restarted
+        finally:
+            process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=30)
+        assert process.returncode == 0, err
+        assert "probe-token changed: reloading" in err and "new-probe-token" not in err
 
 
 def page(url: str) -> str:
