@@ -5,6 +5,7 @@ and probes it with a small default module, so a newcomer sees live metrics with 
 Prometheus exporters: ``--config.file``, ``--web.listen-address`` (default ``0.0.0.0:9468``: every
 interface, so that Prometheus can scrape a sidecar), ``--web.jobs-listen-address`` (the jobs API and
 ``/-/reload`` on a port of their own, not beside ``/metrics``), ``--web.enable-lifecycle`` (``POST /-/reload``),
+``--config.auto-reload-interval`` (reload when the file's content changes, as Prometheus's flag),
 ``--log.level``. SIGHUP reloads the config; SIGTERM and Ctrl-C shut down gracefully. Start-up and
 shutdown problems (a port in use, a bad config) are one line each, never a traceback.
 """
@@ -20,6 +21,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 from aiohttp import web
 
@@ -27,7 +29,9 @@ from exporter.app import SHUTDOWN_GRACE_S, Daemon, web_app
 from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
+from exporter.daemon.config_watch import ConfigWatch
 from exporter.options.addresses import ListenError, check_listen_address, host_port
+from exporter.options.reader import parse_duration
 from exporter.probe import loop as event_loop
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
@@ -65,6 +69,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="allow POST /-/reload (as in Prometheus; SIGHUP always reloads)",
     )
     parser.add_argument(
+        "--config.auto-reload-interval",
+        dest="auto_reload_s",
+        type=_duration_flag,
+        default=0.0,
+        help="reload when the config file's content changes, checked this often, e.g. 10s (a mounted "
+        "ConfigMap; default 0: off)",
+    )
+    parser.add_argument(
         "--log.level", dest="log_level", default="info", choices=LOG_LEVELS, help="log level (default info)"
     )
     parser.add_argument(  # the choices: a usage error (2) before anything starts, not the child's (1)
@@ -86,6 +98,14 @@ def _listen_address_flag(text: str) -> str:
     """``--web.listen-address``, checked when the flags are read: a malformed one is a usage error."""
     try:
         return check_listen_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _duration_flag(text: str) -> float:
+    """``--config.auto-reload-interval``: a duration (``10s``), checked when the flags are read."""
+    try:
+        return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -128,9 +148,11 @@ async def serve(
     *,
     enable_lifecycle: bool = False,
     jobs_sockets: list[socket.socket] | None = None,
+    auto_reload_s: float = 0.0,
 ) -> None:
     """Run the daemon and its web app on ``sockets`` (listening on ``address``) until SIGTERM/SIGINT;
-    SIGHUP reloads. ``jobs_sockets``: the jobs API and ``/-/reload`` there, not on ``sockets``."""
+    SIGHUP reloads, and so does a change of the config file's content every ``auto_reload_s`` (> 0).
+    ``jobs_sockets``: the jobs API and ``/-/reload`` there, not on ``sockets``."""
     host, port = split_address(address)
     if port == 0 and sockets:  # the system chose it: say the one bound (the first address's)
         port = sockets[0].getsockname()[1]
@@ -147,6 +169,7 @@ async def serve(
         jobs_runner = web.AppRunner(
             jobs_app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S, **listener.runner_options()
         )
+    watching: asyncio.Task[None] | None = None
     try:
         await runner.setup()  # starts the daemon (web_app's cleanup context)
         for sock in sockets:
@@ -163,13 +186,27 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(daemon.reload()))
+        watching = watch_config(daemon, auto_reload_s)
         print(f"fluidity-exporter: {startup_line(host, port)}{jobs_line(jobs_sockets)}", flush=True)
         await stop.wait()
     finally:
+        if watching is not None:
+            watching.cancel()  # no reload may start while the daemon stops
         if jobs_runner is not None:
             await jobs_runner.cleanup()  # before the daemon stops: no job call reaches a stopped daemon
         await runner.cleanup()  # stops the daemon after the last request
         print("fluidity-exporter: stopped", flush=True)
+
+
+def watch_config(daemon: Daemon, interval_s: float) -> asyncio.Task[None] | None:
+    """The task reloading ``daemon`` when the content of its config file or of a secret's file it names
+    changes, if ``interval_s`` > 0."""
+    if interval_s <= 0 or daemon.config_path is None:
+        return None
+    watch = ConfigWatch(
+        Path(daemon.config_path), daemon.reload, interval_s, lambda: daemon.config.secret_files
+    )
+    return asyncio.get_running_loop().create_task(watch.run())
 
 
 def listening_sockets(host: str, port: int) -> list[socket.socket]:
@@ -242,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
                 event_loop.run(
                     serve(
                         daemon, address, sockets, enable_lifecycle=args.enable_lifecycle,
-                        jobs_sockets=jobs_sockets,
+                        jobs_sockets=jobs_sockets, auto_reload_s=args.auto_reload_s,
                     )
                 )  # fmt: skip
         finally:

@@ -4,8 +4,10 @@ What a local worker process and a pod of the Kubernetes Indexed Job both run: it
 (the daemon during a sharded capacity search, or a CLI command with ``--workers``) for its slice of each
 trial, sends it and streams the results back (``exporter.load.shard_runner``), until the coordinator
 says it is done or nothing came for ``--idle-exit`` seconds. In an Indexed Job the shard number is the
-pod's ``JOB_COMPLETION_INDEX``. The coordinator's token and the target's API key come from the
-environment (``FLUIDITY_SHARD_TOKEN``, ``FLUIDITY_SHARD_API_KEY``), never from the command line.
+pod's ``JOB_COMPLETION_INDEX``. The coordinator's token and the target's API key are read from files
+(``--token-file``, ``--api-key-file``: a pod's mounted Secret, a local worker's inherited pipe), else from
+the environment (``FLUIDITY_SHARD_TOKEN``, ``FLUIDITY_SHARD_API_KEY``), never from the command line: a
+variable is inherited by every process the shard's parent starts, a file is read by whoever opens it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--shard", type=int, default=None, help=f"this shard's number, 0 to K-1 (default ${INDEX_ENV})"
     )
     parser.add_argument(
+        "--token-file", help=f"file holding the coordinator's token (default ${TOKEN_ENV}, the value itself)"
+    )
+    parser.add_argument(
+        "--api-key-file", help=f"file holding the target's API key (default ${API_KEY_ENV}, the value itself)"
+    )
+    parser.add_argument(
         "--idle-exit", type=float, default=600.0, help="exit after this many seconds without a task (600)"
     )
 
@@ -46,15 +54,25 @@ def run(args: argparse.Namespace) -> int:
     or when the coordinator refused it (a wrong token, another protocol version)."""
     try:
         url, shard = _checked(args)
+        token = _secret(args.token_file, "--token-file", TOKEN_ENV)
+        api_key = _secret(args.api_key_file, "--api-key-file", API_KEY_ENV)
     except ValueError as exc:
         print(f"fluidity-exporter shard: error: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s shard %(levelname)s %(message)s")
-    key = os.environ.get(API_KEY_ENV)
-    api_key = Secret(key) if key else None
-    return event_loop.run(
-        serve_shard(url, shard, os.environ.get(TOKEN_ENV), api_key, idle_exit_s=args.idle_exit)
-    )
+    shown = token.reveal() if token is not None else None
+    return event_loop.run(serve_shard(url, shard, shown, api_key, idle_exit_s=args.idle_exit))
+
+
+def _secret(path: str | None, flag: str, env: str) -> Secret | None:
+    """The secret in the file at ``path``, else in the variable ``env``; None when neither holds one."""
+    if path is None:
+        value = os.environ.get(env, "").strip()
+        return Secret(value) if value else None
+    try:
+        return Secret.from_file(path)
+    except ValueError as exc:
+        raise ValueError(f"{flag}: {exc}") from None
 
 
 def _checked(args: argparse.Namespace) -> tuple[str, int]:

@@ -36,6 +36,7 @@ LIMIT_KEYS = (
 SCHEDULE_KEYS = ("name", "kind", "cron", "params")
 SHARDS_KEYS = (
     "count", "listen", "target_urls", "start_delay", "max_start_lateness", "ready_timeout", "heartbeat_timeout",
+    "token",
 )  # fmt: skip
 
 
@@ -63,8 +64,10 @@ class JobsReader:
         parsed_limits = self.limits(limits) if limits is not None else JobLimits()
         parsed_limits = replace(parsed_limits, max_workers=sec.read("workers", 1, check_workers))
         shards = sec.section("shards", SHARDS_KEYS)
-        if shards is not None and api_token is None and not sec.has("api_token"):
-            sec.fail("shards", "needs jobs.api_token: the shards present it to the daemon")
+        if shards is not None and not (sec.has("api_token") or shards.has("token")):
+            sec.fail(
+                "shards", "needs jobs.shards.token (or jobs.api_token): the shards present it to the daemon"
+            )
         return JobsConfig(
             api_token=api_token,
             limits=parsed_limits,
@@ -84,7 +87,8 @@ class JobsReader:
             heartbeat_timeout_s=sec.duration("heartbeat_timeout", default.heartbeat_timeout_s),
         )
         listen = sec.read("listen", DEFAULT_SHARDS_LISTEN, check_listen_address)
-        return ShardsConfig(count, listen, pool, self.target_urls(sec))
+        token = read_secret(self.ctx, sec, "token", "the shards' bearer token")
+        return ShardsConfig(count, listen, pool, self.target_urls(sec), token)
 
     def target_urls(self, sec: Section) -> tuple[tuple[str, str], ...]:
         """Target name -> its URL as the shard pods reach it (a sidecar's loopback is not theirs)."""

@@ -296,12 +296,18 @@ DEFAULT_SHARD_POOL = PoolSettings(start_delay_s=2.0, ready_timeout_s=300.0, hear
 @dataclass(frozen=True)
 class ShardsConfig:
     """Capacity trials sharded over ``count`` pods of an Indexed Job (``deploy/kubernetes/shards/``):
-    the daemon coordinates them on ``listen`` while a search runs; they present ``jobs.api_token``."""
+    the daemon coordinates them on ``listen`` while a search runs; they present ``token``, a credential
+    of their own that opens the shard port only (else ``jobs.api_token``, which opens the jobs API too)."""
 
     count: int
     listen: str = DEFAULT_SHARDS_LISTEN
     pool: PoolSettings = DEFAULT_SHARD_POOL
     target_urls: tuple[tuple[str, str], ...] = ()  # target -> URL from the pods (default: the target's)
+    token: Secret | None = None
+
+    def credential(self, api_token: Secret | None) -> Secret | None:
+        """What the shards present: their own token, else the jobs API's."""
+        return self.token if self.token is not None else api_token
 
     def url_for(self, target: str) -> str | None:
         return dict(self.target_urls).get(target)
@@ -323,6 +329,8 @@ class Config:
     slos: Mapping[str, SloConfig]
     source: str = field(default="<config>", compare=False)
     jobs: JobsConfig = field(default_factory=JobsConfig)
+    # The secrets' files it read (``{file: PATH}``): what a config watch re-reads besides the config.
+    secret_files: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "modules", _frozen(self.modules))

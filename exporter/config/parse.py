@@ -185,7 +185,7 @@ def _config(ctx: Context, tree: Any, source: str) -> Config | None:
     jobs = JobsReader(ctx, targets).jobs(jobs_section) if jobs_section is not None else JobsConfig()
     # The checks across sections run over what could be read, so every problem is said at once (a
     # problem in one section hid them: each fix revealed the next); a module that is not there is skipped.
-    config = Config(global_, targets, modules, slos, source, jobs)
+    config = Config(global_, targets, modules, slos, source, jobs, tuple(dict.fromkeys(ctx.secret_files)))
     check_runs_fit(ctx, config)
     check_windows_fit(ctx, config)
     return None if ctx.problems else config

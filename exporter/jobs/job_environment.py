@@ -70,17 +70,18 @@ async def job_shards(
     in_process: bool = False,
 ) -> AsyncIterator[ShardPool | None]:
     """The shards a job sends through: the Indexed Job's pods when ``jobs.shards`` is configured (they
-    present the jobs token), else ``asked`` (or ``jobs.workers``) local worker processes, one included,
-    else (``in_process``: a workload of sessions, whose turns need one place, and one worker) none: the
-    daemon's process sends.
+    present ``jobs.shards.token``, else the jobs token), else ``asked`` (or ``jobs.workers``) local worker
+    processes, one included, else (``in_process``: a workload of sessions, whose turns need one place, and
+    one worker) none: the daemon's process sends.
 
     One worker is a process of its own, not the daemon's event loop, where the daemon's probes, engine
     scrapes and ``/metrics`` delayed the trial's reads: 4-8 of a trial's 200 requests were flagged
     unreliable at the trials' ends, so a search's answer was never published, where the same search
     from the CLI had none flagged."""
     workers = asked or env.job_limits().max_workers
-    if remote is not None and token is not None:
-        pools = remote_shards(remote.count, token.reveal(), remote.listen, remote.pool)
+    credential = remote.credential(token) if remote is not None else None
+    if remote is not None and credential is not None:
+        pools = remote_shards(remote.count, credential.reveal(), remote.listen, remote.pool)
     elif workers > 1 or not in_process:
         pools = local_shards(workers, client.settings.api_key, local)
     else:

@@ -1,8 +1,11 @@
 """The local-process backend of the shard protocol: K ``fluidity-exporter shard`` processes on this machine.
 
 Each is a fresh interpreter (no inherited event loop, sockets or threads) running exactly what a
-Kubernetes shard pod runs, pointed at a coordinator on loopback; the target's API key and the
-coordinator's token reach it through its environment, never its command line or a file.
+Kubernetes shard pod runs, pointed at a coordinator on loopback. The target's API key and the
+coordinator's token reach it as a pod's do, as files: each is a pipe it inherits, named on its command
+line as ``--token-file /dev/fd/N`` (the path, not the secret), read once and empty after. Not the
+environment: every process a shard started would inherit that, and ``/proc/<pid>/environ`` keeps it
+for the process's life.
 ``local_shards`` starts a coordinator (``ShardPool``) on 127.0.0.1, the processes, waits until each has
 reached it, and on exit tells them to leave and reaps them.
 """
@@ -33,10 +36,11 @@ class LocalShards:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
-        env = {**os.environ, TOKEN_ENV: self.token}
-        env.pop(API_KEY_ENV, None)
+        # A stray variable of the parent's must not stand in for a secret the shard is not given.
+        env = {name: value for name, value in os.environ.items() if name not in (TOKEN_ENV, API_KEY_ENV)}
+        secrets = {"--token-file": self.token}
         if self.api_key is not None:
-            env[API_KEY_ENV] = self.api_key.reveal()
+            secrets["--api-key-file"] = self.api_key.reveal()
         for shard in range(self.count):
             command = [
                 sys.executable,
@@ -48,7 +52,17 @@ class LocalShards:
                 "--shard",
                 str(shard),
             ]
-            self.procs.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL))
+            pipes: list[int] = []
+            try:
+                for flag, secret in secrets.items():
+                    pipes.append(pipe_holding(secret))
+                    command += [flag, f"/dev/fd/{pipes[-1]}"]
+                self.procs.append(
+                    subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, pass_fds=pipes)
+                )
+            finally:
+                for pipe in pipes:  # the child holds its own copies
+                    os.close(pipe)
 
     def gone(self, shard: int) -> str | None:
         """Why shard ``shard``'s process is gone (its exit code), or None while it runs."""
@@ -67,6 +81,25 @@ class LocalShards:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def pipe_holding(secret: str) -> int:
+    """The read end of a pipe holding ``secret``, its write end closed (so a read ends at the secret's
+    end). Written whole before the reader starts: a secret longer than the pipe holds (64 KiB on Linux,
+    at least 4 KiB) is refused rather than blocking."""
+    read, write = os.pipe()
+    data = secret.encode()
+    try:
+        os.set_blocking(write, False)
+        written = os.write(write, data)
+    except BlockingIOError:
+        written = 0
+    finally:
+        os.close(write)
+    if written < len(data):
+        os.close(read)
+        raise ValueError(f"a secret of {len(data)} bytes is longer than a pipe to a shard process holds")
+    return read
 
 
 @contextlib.asynccontextmanager

@@ -6,7 +6,7 @@ sends its slice and reports what came back. Both backends speak exactly this for
 path tested here with local processes is the one the pods take.
 
 * ``ShardTask`` (coordinator -> shard): the target's settings (never its API key: a shard reads that
-  from its own environment, ``FLUIDITY_SHARD_API_KEY``), the entries ``(plan index, offset, spec)`` of
+  from its own file, ``--api-key-file``, or else ``FLUIDITY_SHARD_API_KEY``), the entries ``(plan index, offset, spec)`` of
   an open loop or the specs and concurrency share of a closed loop, an optional duration.
 * Events (shard -> coordinator, batched): requests started (index, scheduled time), first tokens
   (index, time), finished or cancelled results, and at the end the shard's figures: requests sent,
@@ -43,8 +43,8 @@ from exporter.probe.target import FollowUp, RequestSpec, TargetSettings, Timeout
 # 4: a result says how many of its reads had an impossibly early kernel stamp (``early_stamps``), part
 # of its flag: a version-3 shard would leave them out, and a version-3 coordinator refuses the field.
 PROTOCOL_VERSION = 4
-API_KEY_ENV = "FLUIDITY_SHARD_API_KEY"  # the target's API key, in a shard's environment only
-TOKEN_ENV = "FLUIDITY_SHARD_TOKEN"  # the bearer token a shard presents to the coordinator
+API_KEY_ENV = "FLUIDITY_SHARD_API_KEY"  # the target's API key, when no --api-key-file is given
+TOKEN_ENV = "FLUIDITY_SHARD_TOKEN"  # the bearer token a shard presents, when no --token-file is given
 # ProbeResult fields holding perf_counter stamps: rebased to the start instant on the wire.
 STAMPS = ("scheduled_at", "sent_at", "headers_at", "finished_at")
 STAMP_LISTS = ("token_times", "reasoning_times")

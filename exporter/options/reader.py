@@ -60,6 +60,14 @@ class Context:
         self.problems = problems
         self.base_dir = base_dir
         self.environ = environ
+        self.secret_files: list[str] = []  # every {file: PATH} read, for the config watch
+
+    def secret_file(self, text: str) -> str:
+        """``path(text)`` of a secret's file (``{file: PATH}``), remembered: the secret is read once, at
+        load, so a rotated file takes effect only when the config is read again."""
+        path = self.path(text)
+        self.secret_files.append(path)
+        return path
 
     def path(self, text: str) -> str:
         """``text`` relative to the config file's folder (unchanged when absolute or read from text)."""

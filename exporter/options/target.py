@@ -70,9 +70,9 @@ class Secret:
         try:
             value = Path(path).read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ValueError(f"cannot read the API key file {path}: {exc.strerror}") from exc
+            raise ValueError(f"cannot read the secret file {path}: {exc.strerror}") from exc
         if not value:
-            raise ValueError(f"the API key file {path} is empty")
+            raise ValueError(f"the secret file {path} is empty")
         return cls(value)
 
     def reveal(self) -> str:
@@ -142,7 +142,7 @@ def _read_reference(ctx: Context, ref: Section | None, what: str) -> Secret | No
         return None
     if ref.has("env"):
         return ref.read("env", None, lambda v: _secret_from_env(ctx, v, what))
-    return ref.read("file", None, lambda v: Secret.from_file(ctx.path(string_value(v))))
+    return ref.read("file", None, lambda v: Secret.from_file(ctx.secret_file(string_value(v))))
 
 
 def _secret_from_env(ctx: Context, raw: Any, what: str) -> Secret:

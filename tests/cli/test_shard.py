@@ -22,6 +22,14 @@ from exporter.cli import main
             ["--coordinator", "http://127.0.0.1:19799", "--shard", "-1"],
             '--shard (or $JOB_COMPLETION_INDEX): must be an integer >= 0, got "-1"',
         ),
+        (
+            ["--coordinator", "http://127.0.0.1:19799", "--shard", "0", "--token-file", "/nonexistent/token"],
+            "--token-file: cannot read the secret file /nonexistent/token: No such file or directory",
+        ),
+        (
+            ["--coordinator", "http://127.0.0.1:19799", "--shard", "0", "--api-key-file", "/dev/null"],
+            "--api-key-file: the secret file /dev/null is empty",
+        ),
     ],
 )
 def test_bad_input_exits_2_at_once_with_a_message(

@@ -224,7 +224,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
     ),
     "missing-secret-file": (
         T + "    api_key: {file: /nonexistent/key}\n",
-        ["targets[0].api_key.file: cannot read the API key file /nonexistent/key: No such file or directory"],
+        ["targets[0].api_key.file: cannot read the secret file /nonexistent/key: No such file or directory"],
     ),
     "secret-both-env-and-file": (
         T + "    api_key: {env: A, file: B}\n",
@@ -504,8 +504,8 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "jobs-shards-problems": (
         T + "jobs:\n  shards: {listen: 9469, start_delay: soon, replicas: 4}\n",
         [
-            'jobs.shards: unknown key "replicas"; valid: count, heartbeat_timeout, listen, max_start_lateness, ready_timeout, start_delay, target_urls',
-            "jobs.shards: needs jobs.api_token: the shards present it to the daemon",
+            'jobs.shards: unknown key "replicas"; valid: count, heartbeat_timeout, listen, max_start_lateness, ready_timeout, start_delay, target_urls, token',
+            "jobs.shards: needs jobs.shards.token (or jobs.api_token): the shards present it to the daemon",
             "jobs.shards.count: missing (required)",
             'jobs.shards.start_delay: bad duration "soon"; use seconds (a number) or a number with a unit: ms, s, m, h, d (e.g. 250ms, 30s, 5m, 1h)',
             "jobs.shards.listen: must be a non-empty string, got 9469",

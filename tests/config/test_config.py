@@ -288,6 +288,24 @@ def test_secret_from_file_relative_to_the_config(tmp_path: Path) -> None:
     assert key is not None and key.reveal() == SECRET and SECRET not in repr(config)
 
 
+def test_the_config_names_every_secret_file_it_read_once(tmp_path: Path) -> None:
+    """What the config watch re-reads: each {file:} once, relative paths resolved; no {env:}."""
+    for name in ("key", "token"):
+        (tmp_path / name).write_text(SECRET + "\n", encoding="utf-8")
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        "global: {probe_token: {env: PROBE}}\n"
+        "targets:\n"
+        "  - {name: a, url: http://127.0.0.1:8000/, api_key: {file: key}}\n"
+        f"  - {{name: b, url: http://127.0.0.1:8001/, api_key: {{file: {tmp_path / 'key'}}},\n"
+        f"     gateway_metrics: {{url: http://epp:9090/metrics, kind: llm-d-epp, bearer_token: {{file: token}}}}}}\n",
+        encoding="utf-8",
+    )
+    config = load_config(str(path), environ={"PROBE": "p"})
+    assert config.secret_files == (str(tmp_path / "key"), str(tmp_path / "token"))
+    assert parse_config(MINIMAL, environ={}).secret_files == ()
+
+
 def test_header_values_stay_out_of_the_repr() -> None:
     config = parse_config(MINIMAL + "    headers: {X-Api-Key: hidden-value}\n", environ={})
     assert "hidden-value" not in repr(config)

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from exporter.app import Daemon
@@ -219,3 +220,45 @@ async def test_a_search_whose_shard_port_is_taken_fails_saying_so(
         await other.close()
     assert done["state"] == "failed"
     assert done["error"].startswith(f"cannot listen for shards on 127.0.0.1:{port}: "), done["error"]
+
+
+async def test_the_shards_own_token_opens_the_shard_port_and_the_jobs_token_does_not(
+    slow_sim: SimServer,
+    tmp_path: Path,
+) -> None:
+    """``jobs.shards.token``: a shard pod holds a credential that opens the shard port only, so it
+    cannot start a search with it; the jobs token, which can, no longer opens the shard port."""
+    port = free_port()
+    (tmp_path / "shard-token").write_text("shard-only\n")
+    jobs = (
+        f"  shards: {{count: 2, listen: '127.0.0.1:{port}', ready_timeout: 3s,\n"
+        f"           token: {{file: {tmp_path / 'shard-token'}}}}}\n"
+    )
+    with daemon_for(tmp_path, slow_sim.url, jobs) as daemon:
+        async with serving(daemon) as url:
+            status, record = await call("POST", f"{url}/api/v1/jobs/capacity", SMALL_SEARCH)
+            assert status == 202
+            task = f"http://127.0.0.1:{port}/shards/v1/0/task?wait=0"
+
+            async def listening_with_the_shard_token() -> bool:
+                return await shard_status(task, "shard-only") in {200, 204}
+
+            await wait_for(listening_with_the_shard_token, timeout=10)
+            assert await shard_status(task, TOKEN) == 401
+            status, _ = await call(
+                "POST", f"{url}/api/v1/jobs/capacity", SMALL_SEARCH, {"Authorization": "Bearer shard-only"}
+            )
+            assert status == 401
+            await finished(url, record["id"])
+
+
+async def shard_status(url: str, token: str) -> int:
+    """The coordinator's answer to a shard's poll presenting ``token`` (0: nothing listens yet)."""
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(url, headers={"Authorization": f"Bearer {token}"}) as response,
+        ):
+            return response.status
+    except aiohttp.ClientConnectionError:
+        return 0

@@ -11,18 +11,20 @@ import asyncio
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.load.shard_local import LocalShards, local_shards
 from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import PoolSettings
+from exporter.load.shard_protocol import API_KEY_ENV, PoolSettings
 from exporter.load.shard_runner import LOST_S, serve_shard
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult, intervals
-from exporter.probe.target import RequestSpec
+from exporter.probe.target import RequestSpec, Secret
 from exporter.probe.workers import run_plan
 from exporter.report.summary import summarize
 from exporter.sim import SimServer
@@ -152,6 +154,53 @@ async def test_a_shard_starting_late_makes_the_run_say_so(sim: SimServer) -> Non
     assert len(report.in_order()) == 4
     late = [p for p in report.problems if "late (bound 0.1 s)" in p]
     assert len(late) == 2 and all(s.late_s is not None and s.late_s > 0.4 for s in report.states)
+
+
+class KeyedSim(SimServer):
+    """The simulator, recording every request's Authorization header."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.authorizations: list[str | None] = []
+
+    def make_app(self) -> web.Application:
+        app = super().make_app()
+
+        @web.middleware
+        async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
+            self.authorizations.append(request.headers.get("Authorization"))
+            return await handler(request)
+
+        app.middlewares.append(record)
+        return app
+
+
+async def test_the_shard_processes_get_their_secrets_on_pipes_not_in_their_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What a job's --workers start: the API key and the token reach each process, but are neither in
+    its environment nor on its command line, and a stray variable of the parent's is not used."""
+    monkeypatch.setenv(API_KEY_ENV, "stray-key")
+    target = KeyedSim()
+    await target.start("127.0.0.1", 0)
+    pool = ShardPool(2, "the-token", LIVE)
+    shards = LocalShards(2, await pool.start(), "the-token", Secret("sk-the-key"))
+    try:
+        shards.start()
+        await pool.wait_registered(60)  # the token, read from its pipe
+        seen = [
+            Path(f"/proc/{proc.pid}/{part}").read_bytes()
+            for proc in shards.procs
+            for part in ("environ", "cmdline")
+        ]
+        report = await pool.run_plan(settings_for(target, model="m"), specs(4), offsets=[0.0] * 4)
+    finally:
+        await pool.close()
+        await asyncio.to_thread(shards.stop)
+        await target.stop()
+    assert report.problems == [] and len(report.in_order()) == 4
+    assert target.authorizations and set(target.authorizations) == {"Bearer sk-the-key"}
+    assert not [text for text in seen if b"sk-the-key" in text or b"the-token" in text or b"stray" in text]
 
 
 async def test_the_coordinator_needs_the_token(sim: SimServer) -> None:

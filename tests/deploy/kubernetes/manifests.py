@@ -26,7 +26,19 @@ REPO = Path(__file__).resolve().parents[3]
 KUBERNETES = REPO / "deploy" / "kubernetes"
 BASE = KUBERNETES / "base"
 STANDALONE = KUBERNETES / "overlays" / "standalone"
+SHARDED = KUBERNETES / "overlays" / "sharded"
+SHARDS = KUBERNETES / "shards"
+CAPACITY_SEARCH = KUBERNETES / "examples" / "capacity-search"
+# Every folder a user applies or creates, by the name tests give it.
+KUSTOMIZATIONS = {
+    "base": BASE,
+    "standalone": STANDALONE,
+    "sharded": SHARDED,
+    "shards": SHARDS,
+    "capacity-search": CAPACITY_SEARCH,
+}
 SYNC = KUBERNETES / "sync.py"
+COMMON = KUBERNETES / "components" / "common"  # the labels and images every kustomization shares
 DOCKERFILE = REPO / "Dockerfile"
 # The Kubernetes version every built-in resource is validated against (kubernetes-validate's schemas).
 KUBERNETES_VERSION = "1.32.0"
@@ -36,6 +48,8 @@ MIN_KUSTOMIZE_MAJOR = 5
 EXPORTER_CONTAINER = "fluidity-exporter"
 EXPORTER_PORT = 9468
 STATE_DIR = "/var/lib/fluidity-exporter"
+SECRETS_DIR = "/var/run/secrets/fluidity-exporter"  # where the exporter mounts the Secret
+SECRETS_ROOT = "/var/run/secrets/"  # under which every Secret's volume is mounted
 # The Prometheus Operator's kinds: kubernetes-validate has no schemas for them, so their fields are
 # checked by hand (the keys a ServiceMonitor may have are the operator's v1 spec, as far as we use it).
 MONITORING = "monitoring.coreos.com"
@@ -48,6 +62,7 @@ SERVICE_MONITOR_KEYS = {
     "podTargetLabels",
     "sampleLimit",
 }
+POD_MONITOR_KEYS = {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel", "podTargetLabels"}
 HASH_LENGTH = 10  # of the content hash kustomize appends to a generated ConfigMap's name
 
 Resource = dict[str, Any]
@@ -93,6 +108,12 @@ def render(folder: Path) -> list[Resource]:
 def rendered(folder: Path) -> tuple[Resource, ...]:
     """``render`` for the committed folders, once per session."""
     return tuple(render(folder))
+
+
+def common_images() -> dict[str, str]:
+    """Image name -> the tag ``components/common`` sets (what an overlay's ``images:`` may rewrite)."""
+    images = yaml.safe_load((COMMON / "kustomization.yaml").read_text())["images"]
+    return {image["name"]: image["newTag"] for image in images}
 
 
 def of_kind(resources: tuple[Resource, ...] | list[Resource], kind: str) -> list[Resource]:
@@ -150,7 +171,7 @@ def validate(resource: Resource) -> None:
 
 
 def check_custom_resource(resource: Resource) -> None:
-    """The fields the Prometheus Operator needs from a ServiceMonitor or PrometheusRule."""
+    """The fields the Prometheus Operator needs from a ServiceMonitor, PodMonitor or PrometheusRule."""
     kind, name = resource["kind"], resource["metadata"]["name"]
     assert resource["apiVersion"] == f"{MONITORING}/v1", f"{kind} {name}: apiVersion"
     assert set(resource) <= {"apiVersion", "kind", "metadata", "spec"}, f"{kind} {name}: top-level keys"
@@ -159,6 +180,11 @@ def check_custom_resource(resource: Resource) -> None:
         assert set(spec) <= SERVICE_MONITOR_KEYS, f"ServiceMonitor {name}: unknown spec keys"
         assert spec["selector"]["matchLabels"], f"ServiceMonitor {name}: no selector"
         assert spec["endpoints"] and all("port" in e for e in spec["endpoints"]), name
+    elif kind == "PodMonitor":
+        assert set(spec) <= POD_MONITOR_KEYS, f"PodMonitor {name}: unknown spec keys"
+        assert spec["selector"]["matchLabels"], f"PodMonitor {name}: no selector"
+        endpoints = spec["podMetricsEndpoints"]
+        assert endpoints and all("port" in e for e in endpoints), name
     elif kind == "PrometheusRule":
         assert set(spec) == {"groups"}, f"PrometheusRule {name}: spec keys {sorted(spec)}"
         for group in spec["groups"]:
@@ -182,6 +208,30 @@ def env_from_secret(box: Resource) -> dict[str, Any]:
         for e in box.get("env", [])
         if "secretKeyRef" in e.get("valueFrom", {})
     }
+
+
+def secret_files(pod: Resource, box: Resource) -> dict[str, str]:
+    """The Secret's files the container sees: path -> the Secret's key (every volume of a Secret it
+    mounts, item by item)."""
+    volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    return {
+        f"{mount['mountPath']}/{item['path']}": item["key"]
+        for mount in box.get("volumeMounts", [])
+        if mount["name"] in volumes
+        for item in volumes[mount["name"]]["items"]
+    }
+
+
+def local_secret(path: str, folder: Path) -> Path:
+    """Where a test puts the Secret's file mounted at ``path``: the same path under ``folder``."""
+    local = folder / path.lstrip("/")
+    local.parent.mkdir(parents=True, exist_ok=True)
+    return local
+
+
+def reading_local_secrets(text: str, folder: Path) -> str:
+    """``text`` (a config or an argument) reading every Secret's file from ``local_secret``'s place."""
+    return text.replace(SECRETS_ROOT, f"{folder}{SECRETS_ROOT}")
 
 
 def assert_locked_down(pod: Resource, box: Resource) -> None:

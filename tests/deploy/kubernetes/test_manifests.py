@@ -4,20 +4,28 @@ the exporter config in the ConfigMap accepted by ``fluidity-exporter check-confi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import shutil
+import sys
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from aiohttp import web
 
 from exporter.config import ConfigError, load_config_file
+from exporter.options.reader import parse_duration
 from tests.deploy.kubernetes.manifests import (
     BASE,
+    CAPACITY_SEARCH,
     EXPORTER_CONTAINER,
     EXPORTER_PORT,
     KUBERNETES,
+    KUSTOMIZATIONS,
     REPO,
     STANDALONE,
     STATE_DIR,
@@ -27,16 +35,29 @@ from tests.deploy.kubernetes.manifests import (
     env_from_secret,
     exporter_config,
     has,
+    local_secret,
     of_kind,
     one,
     pod_specs,
+    reading_local_secrets,
     render,
     rendered,
+    secret_files,
     validate,
 )
 
 FOLDERS = pytest.mark.parametrize("folder", [BASE, STANDALONE], ids=["base", "standalone"])
-KNOWN_KINDS = {"ConfigMap", "Deployment", "Service", "ServiceMonitor", "PrometheusRule"}
+SIDECAR_PATCH = KUBERNETES / "examples" / "sidecar-patch.yaml"
+KNOWN_KINDS = {
+    "ConfigMap",
+    "Deployment",
+    "Service",
+    "ServiceMonitor",
+    "PrometheusRule",
+    "NetworkPolicy",
+    "PodDisruptionBudget",
+    "ServiceAccount",
+}
 
 
 @FOLDERS
@@ -63,7 +84,6 @@ def test_the_exporter_is_probed_on_its_own_endpoints_and_writes_only_its_state_d
     exporter = container(pod, EXPORTER_CONTAINER)
     assert exporter["ports"] == [{"name": "metrics", "containerPort": EXPORTER_PORT}]
     assert exporter["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "metrics"}
-    assert exporter["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "metrics"}
     assert f"--web.listen-address=0.0.0.0:{EXPORTER_PORT}" in exporter["args"]
 
     volumes = {v["name"]: v for v in pod["volumes"]}
@@ -81,27 +101,69 @@ def test_the_exporter_is_probed_on_its_own_endpoints_and_writes_only_its_state_d
     assert config["global"]["listen_address"].endswith(f":{EXPORTER_PORT}")
 
 
+def test_the_sidecar_never_gates_vllms_readiness() -> None:
+    """A pod is Ready only when every container is (a native sidecar's readinessProbe counts too), so an
+    exporter readinessProbe in vLLM's pod would take the replica out of its Service: liveness only."""
+    sidecar_layouts = [pod for _, pod in pod_specs(rendered(BASE))]
+    sidecar_layouts.append(yaml.safe_load(SIDECAR_PATCH.read_text())["spec"]["template"]["spec"])
+    for pod in sidecar_layouts:
+        exporter = container(pod, EXPORTER_CONTAINER)
+        assert "readinessProbe" not in exporter
+        assert exporter["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "metrics"}
+        assert EXPORTER_CONTAINER not in [c["name"] for c in pod.get("initContainers", [])]
+
+
+def test_the_standalone_exporter_is_ready_only_once_its_config_loaded() -> None:
+    ((_, pod),) = pod_specs(rendered(STANDALONE))
+    exporter = container(pod, EXPORTER_CONTAINER)
+    assert exporter["readinessProbe"]["httpGet"] == {"path": "/-/ready", "port": "metrics"}
+
+
 @FOLDERS
-def test_the_config_loads_with_exactly_the_secrets_the_container_gets(folder: Path, tmp_path: Path) -> None:
+def test_a_config_change_reloads_the_exporter_and_leaves_the_pods_alone(folder: Path, tmp_path: Path) -> None:
+    """A changed config.yaml updates the ConfigMap in place; the pod template (vLLM's pod, in the base)
+    stays the same, so nothing rolls, and the exporter watches the mounted file."""
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(KUBERNETES, copy)
+    config = copy / folder.relative_to(KUBERNETES) / "config.yaml"
+    config.write_text(config.read_text().replace("requests_per_run: 4", "requests_per_run: 3"))
+    before, after = rendered(folder), render(copy / folder.relative_to(KUBERNETES))
+    assert exporter_config(after) != exporter_config(before)
+    assert of_kind(after, "Deployment") == of_kind(before, "Deployment")
+    ((_, pod),) = [(n, p) for n, p in pod_specs(before) if has(p, EXPORTER_CONTAINER)]
+    assert (
+        parse_duration(flag(container(pod, EXPORTER_CONTAINER)["args"], "--config.auto-reload-interval")) > 0
+    )
+
+
+@FOLDERS
+def test_the_config_reads_exactly_the_secret_files_the_container_mounts(folder: Path, tmp_path: Path) -> None:
+    """Secrets are files of the Secret's volume, never environment variables (a job's --workers
+    processes inherit the environment)."""
     resources = rendered(folder)
     ((_, pod),) = [(n, p) for n, p in pod_specs(resources) if has(p, EXPORTER_CONTAINER)]
-    from_secret = env_from_secret(container(pod, EXPORTER_CONTAINER))
+    exporter = container(pod, EXPORTER_CONTAINER)
+    assert env_from_secret(exporter) == {}
+    files = secret_files(pod, exporter)
     text = exporter_config(resources)
-    # Every {env: NAME} secret of the config is an environment variable filled from the Secret.
-    assert set(re.findall(r"\{env: (\w+)\}", text)) == set(from_secret)
-    assert {ref["name"] for ref in from_secret.values()} == {"fluidity-exporter"}
+    assert "{env:" not in text
+    assert set(re.findall(r"\{file: (\S+?)\}", text)) == set(files)
+    assert {v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v} == {"fluidity-exporter"}
 
-    # What `fluidity-exporter check-config` and `run` load, in the environment the container gets.
+    # What `fluidity-exporter check-config` and `run` load, with the files the container gets.
+    folder_here = tmp_path / "secrets"
     config = tmp_path / "config.yaml"
-    config.write_text(text)
-    loaded = load_config_file(config, environ=dict.fromkeys(from_secret, "placeholder"))
-    assert [t.api_key.reveal() for t in loaded.targets if t.api_key] == ["placeholder"]
-    assert loaded.jobs.api_token is not None and loaded.global_.probe_token is not None
-    # Without the Secret the exporter refuses to start rather than run without its tokens.
-    with pytest.raises(ConfigError) as error:
+    config.write_text(reading_local_secrets(text, folder_here))
+    with pytest.raises(ConfigError) as error:  # without the Secret it refuses to start, naming each
         load_config_file(config, environ={})
-    assert len(error.value.problems) == len(from_secret)
-    assert all(any(name in p for name in from_secret) for p in error.value.problems)
+    assert len(error.value.problems) == len(files)
+    assert all(any(Path(path).name in p for path in files) for p in error.value.problems)
+    for path, key in files.items():
+        local_secret(path, folder_here).write_text(f"value-of-{key}\n")
+    loaded = load_config_file(config, environ={})
+    assert [t.api_key.reveal() for t in loaded.targets if t.api_key] == ["value-of-vllm-api-key"]
+    assert loaded.jobs.api_token is not None and loaded.jobs.api_token.reveal() == "value-of-jobs-token"
+    assert loaded.global_.probe_token is not None
 
 
 def test_the_base_runs_vllm_on_one_gpu_and_the_exporter_probes_it_over_loopback() -> None:
@@ -117,11 +179,9 @@ def test_the_base_runs_vllm_on_one_gpu_and_the_exporter_probes_it_over_loopback(
     (target,) = yaml.safe_load(exporter_config(resources))["targets"]
     assert target["url"] == f"http://127.0.0.1:{port}"
     assert target["engine_metrics"]["url"] == f"http://127.0.0.1:{port}/metrics"
-    assert target["api_key"] == {"env": "VLLM_API_KEY"}
-    assert (
-        env_from_secret(vllm)["VLLM_API_KEY"]
-        == env_from_secret(container(pod, EXPORTER_CONTAINER))["VLLM_API_KEY"]
-    )
+    # vLLM's key (its VLLM_API_KEY) is the one the exporter sends.
+    key = secret_files(pod, container(pod, EXPORTER_CONTAINER))[target["api_key"]["file"]]
+    assert env_from_secret(vllm)["VLLM_API_KEY"] == {"name": "fluidity-exporter", "key": key}
     assert one(resources, "Service", "vllm")["spec"]["ports"][0]["targetPort"] == "http"
 
 
@@ -161,15 +221,49 @@ def test_no_secret_is_ever_rendered(folder: Path) -> None:
     assert of_kind(rendered(folder), "Secret") == []
 
 
+# The one container that takes a secret from a variable: vLLM's own, which reads its key only from
+# VLLM_API_KEY or --api-key (argv, where `ps` shows it); it is the engine's process, not ours.
+ENGINE_SECRET_ENV = {"vllm": {"VLLM_API_KEY"}}
+
+
+def workload_pods() -> list[tuple[str, dict[str, Any]]]:
+    """(where, pod spec) of every workload a user applies or creates, and of the sidecar patch."""
+    pods = [
+        (f"{name}: {r['kind']} {r['metadata']['name']}", r["spec"]["template"]["spec"])
+        for name, folder in KUSTOMIZATIONS.items()
+        for r in rendered(folder)
+        if "template" in r.get("spec", {})
+    ]
+    patch = yaml.safe_load(SIDECAR_PATCH.read_text())["spec"]["template"]["spec"]
+    return [*pods, ("sidecar patch", patch)]
+
+
+def test_no_container_of_ours_gets_a_secret_from_its_environment() -> None:
+    """Secrets reach the exporter and its shards as files: a variable is inherited by every process a
+    container starts (a job's --workers, anything run by `kubectl exec`) and shown by `kubectl describe`."""
+    pods = workload_pods()
+    assert {where.split(":")[0] for where, _ in pods} >= {*KUSTOMIZATIONS, "sidecar patch"}
+    for where, pod in pods:
+        for box in [*pod.get("initContainers", []), *pod["containers"]]:
+            at = f"{where}, container {box['name']}"
+            assert not [e for e in box.get("envFrom", []) if "secretRef" in e], at
+            assert set(env_from_secret(box)) <= ENGINE_SECRET_ENV.get(box["name"], set()), at
+
+
 def test_the_secret_example_is_valid_holds_every_key_used_and_only_placeholders() -> None:
     example = yaml.safe_load((KUBERNETES / "secret.example.yaml").read_text())
     validate(example)
+    pods = [
+        workload["spec"]["template"]["spec"]
+        for folder in KUSTOMIZATIONS.values()
+        for workload in of_kind(rendered(folder), "Deployment") + of_kind(rendered(folder), "Job")
+    ]
     used = {
-        ref["key"]
-        for folder in (BASE, STANDALONE)
-        for _, pod in pod_specs(rendered(folder))
+        key
+        for pod in pods
         for box in pod["containers"]
-        for ref in env_from_secret(box).values()
+        for key in [ref["key"] for ref in env_from_secret(box).values()]
+        + list(secret_files(pod, box).values())
     }
     assert set(example["stringData"]) == used
     assert all(value.startswith("REPLACE-ME") for value in example["stringData"].values())
@@ -194,12 +288,15 @@ def test_the_sidecar_patch_example_adds_a_locked_down_exporter_to_an_existing_de
         },
     }
     (tmp_path / "my-vllm.yaml").write_text(yaml.safe_dump(existing))
-    (tmp_path / "sidecar-patch.yaml").write_text((KUBERNETES / "examples" / "sidecar-patch.yaml").read_text())
+    (tmp_path / "sidecar-patch.yaml").write_text(SIDECAR_PATCH.read_text())
+    (tmp_path / "sidecar-podmonitor.yaml").write_text(
+        (KUBERNETES / "examples" / "sidecar-podmonitor.yaml").read_text()
+    )
     (tmp_path / "config.yaml").write_text((BASE / "config.yaml").read_text())
     (tmp_path / "kustomization.yaml").write_text(
         yaml.safe_dump(
             {
-                "resources": ["my-vllm.yaml"],
+                "resources": ["my-vllm.yaml", "sidecar-podmonitor.yaml"],
                 "configMapGenerator": [{"name": "fluidity-exporter-config", "files": ["config.yaml"]}],
                 "patches": [
                     {"path": "sidecar-patch.yaml", "target": {"kind": "Deployment", "name": "my-vllm"}}
@@ -217,6 +314,13 @@ def test_the_sidecar_patch_example_adds_a_locked_down_exporter_to_an_existing_de
     configmap = one(resources, "ConfigMap", "fluidity-exporter-config")
     (config_volume,) = [v for v in pod["volumes"] if "configMap" in v]
     assert config_volume["configMap"]["name"] == configmap["metadata"]["name"]
+    # The PodMonitor scrapes the patched pods' exporter port, with no Service in between.
+    (monitor,) = of_kind(resources, "PodMonitor")
+    template = one(resources, "Deployment", "my-vllm")["spec"]["template"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    exporter_ports = [p["name"] for p in container(pod, EXPORTER_CONTAINER)["ports"]]
+    assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == exporter_ports
+    assert monitor["spec"]["podMetricsEndpoints"][0]["path"] == "/metrics"
 
 
 def default_container(resources: tuple[Resource, ...], deployment: str) -> str:
@@ -231,20 +335,58 @@ def flag(args: list[str], name: str) -> str:
 
 
 def test_the_capacity_search_job_example_posts_to_the_exporter_with_the_secret_token() -> None:
-    job = yaml.safe_load((KUBERNETES / "examples" / "capacity-search-job.yaml").read_text())
+    (job,) = of_kind(rendered(CAPACITY_SEARCH), "Job")
     validate(job)
     pod = job["spec"]["template"]["spec"]
     (trigger,) = pod["containers"]
     assert_locked_down(pod, trigger)
-    assert env_from_secret(trigger) == {"TOKEN": {"name": "fluidity-exporter", "key": "jobs-token"}}
-    assert "Authorization: Bearer $(TOKEN)" in trigger["args"]
+    # The token is a file of the Secret's volume: in no environment variable and on no command line.
+    assert env_from_secret(trigger) == {}
+    token_file, address, text = trigger["args"]
+    assert secret_files(pod, trigger) == {token_file: "jobs-token"}
 
-    url = urllib.parse.urlsplit(trigger["args"][-1])
+    url = urllib.parse.urlsplit(address)
     service = one(rendered(BASE), "Service", url.hostname or "")
     assert [p["port"] for p in service["spec"]["ports"]] == [url.port]
     openapi = json.loads((REPO / "exporter" / "web" / "openapi.json").read_text())
     assert "post" in openapi["paths"][url.path]
-    body = json.loads(trigger["args"][trigger["args"].index("--data") + 1])
+    body = json.loads(text)
     config = yaml.safe_load(exporter_config(rendered(BASE)))
     (target,) = [t for t in config["targets"] if t["name"] == body["target"]]
     assert body["module"] in target["modules"]
+
+
+async def test_the_capacity_search_jobs_command_sends_the_token_from_its_file(tmp_path: Path) -> None:
+    """The trigger's command and args, word for word but for the file's and the exporter's address,
+    against a jobs API on loopback: the bearer token read from the file, the body as written."""
+    (job,) = of_kind(rendered(CAPACITY_SEARCH), "Job")
+    (trigger,) = job["spec"]["template"]["spec"]["containers"]
+    seen: list[tuple[str, bytes]] = []
+
+    async def capacity(request: web.Request) -> web.Response:
+        seen.append((request.headers.get("Authorization", ""), await request.read()))
+        return web.json_response({"id": "j1"}, status=202, headers={"Location": "/api/v1/jobs/j1"})
+
+    app = web.Application()
+    app.router.add_post("/api/v1/jobs/capacity", capacity)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    token = tmp_path / "jobs-token"
+    token.write_text("the-jobs-token\n")  # as a Secret created from a file may hold it
+    _, address, body = trigger["args"]
+    path = urllib.parse.urlsplit(address).path
+    args = [str(token), f"http://127.0.0.1:{port}{path}", body]
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, *trigger["command"][1:], *args, stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await asyncio.wait_for(process.communicate(), timeout=30)
+    finally:
+        await runner.cleanup()
+    assert trigger["command"][0] == "python" and process.returncode == 0
+    assert out.decode().splitlines()[0] == "202 /api/v1/jobs/j1"
+    assert seen == [("Bearer the-jobs-token", body.encode())]
+    assert not any("the-jobs-token" in arg for arg in args)

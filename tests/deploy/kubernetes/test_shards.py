@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import urllib.parse
@@ -25,25 +26,29 @@ from tests.deploy.kubernetes.manifests import (
     EXPORTER_CONTAINER,
     KUBERNETES,
     REPO,
+    SHARDED,
+    SHARDS,
     assert_locked_down,
     container,
     env_from_secret,
     exporter_config,
     has,
+    local_secret,
     of_kind,
     one,
     pod_specs,
+    reading_local_secrets,
+    render,
     rendered,
+    secret_files,
     validate,
 )
 from tests.support.wait import wait_for
 
-SHARDED = KUBERNETES / "overlays" / "sharded"
-JOB = KUBERNETES / "shards" / "indexed-job.yaml"
-
 
 def job() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(JOB.read_text())
+    """The shards' Job, as ``kubectl create -k deploy/kubernetes/shards`` creates it."""
+    (loaded,) = of_kind(rendered(SHARDS), "Job")
     return loaded
 
 
@@ -86,11 +91,23 @@ def test_the_pods_reach_the_daemons_shard_port_with_its_token() -> None:
     ports = {p["name"]: p["containerPort"] for p in exporter["ports"]}
     listen = sharded_config()["jobs"]["shards"]["listen"]
     assert ports[port["targetPort"]] == int(listen.rpartition(":")[2])
-    # The token the shards present is the daemon's jobs.api_token, from the same Secret key.
-    daemon_secrets = env_from_secret(exporter)
-    assert sharded_config()["jobs"]["api_token"] == {"env": "FLUIDITY_JOBS_TOKEN"}
-    assert env_from_secret(shard)[TOKEN_ENV] == daemon_secrets["FLUIDITY_JOBS_TOKEN"]
-    assert env_from_secret(shard)[API_KEY_ENV] == daemon_secrets["VLLM_API_KEY"]
+    # The shards present a token of their own (jobs.shards.token), from the Secret key the daemon reads
+    # it from: not the jobs token, which would let a shard pod start searches.
+    daemon_files = secret_files(pod, exporter)
+    jobs = sharded_config()["jobs"]
+    shard_key = daemon_files[jobs["shards"]["token"]["file"]]
+    shard_files = secret_files(job()["spec"]["template"]["spec"], shard)
+    assert shard_files[flag(shard["args"], "--token-file")] == shard_key
+    assert shard_key != daemon_files[jobs["api_token"]["file"]]
+    (target,) = sharded_config()["targets"]
+    api_key = daemon_files[target["api_key"]["file"]]
+    assert shard_files[flag(shard["args"], "--api-key-file")] == api_key
+    assert env_from_secret(shard) == {}  # files, never variables
+
+
+def flag(args: list[str], name: str) -> str:
+    (value,) = [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
+    return value
 
 
 def pod_labels(resources: tuple[dict[str, Any], ...]) -> dict[str, str]:
@@ -112,17 +129,22 @@ def test_the_overlays_config_is_the_bases_plus_shards(tmp_path: Path) -> None:
     sharded = sharded_config()
     shards = sharded["jobs"].pop("shards")
     assert sharded == base
+    ((_, pod),) = pod_specs(rendered(SHARDED))
+    for file, key in secret_files(pod, container(pod, EXPORTER_CONTAINER)).items():
+        local_secret(file, tmp_path).write_text(f"value-of-{key}\n")
     path = tmp_path / "config.yaml"
-    path.write_text(exporter_config(rendered(SHARDED)))
-    names = ("VLLM_API_KEY", "FLUIDITY_PROBE_TOKEN", "FLUIDITY_JOBS_TOKEN")
-    loaded = load_config_file(path, environ=dict.fromkeys(names, "placeholder"))
+    path.write_text(reading_local_secrets(exporter_config(rendered(SHARDED)), tmp_path))
+    loaded = load_config_file(path, environ={})
     assert loaded.jobs.shards is not None and loaded.jobs.shards.count == shards["count"]
     assert loaded.jobs.shards.url_for("vllm") == shards["target_urls"]["vllm"]
+    credential = loaded.jobs.shards.credential(loaded.jobs.api_token)
+    assert credential is not None and credential.reveal() == "value-of-shard-token"
 
 
-async def test_the_pods_command_serves_as_a_shard_here() -> None:
-    """The Job's container command and args, word for word but for the coordinator's address, against a
-    coordinator on loopback: it registers as the shard of its JOB_COMPLETION_INDEX and exits 0 when told."""
+async def test_the_pods_command_serves_as_a_shard_here(tmp_path: Path) -> None:
+    """The Job's container command and args, word for word but for the coordinator's address and the
+    Secret's folder, against a coordinator on loopback: it registers as the shard of its
+    JOB_COMPLETION_INDEX, with the token read from the Secret's file, and exits 0 when told."""
     (shard,) = job()["spec"]["template"]["spec"]["containers"]
     found = re.search(r"^ENTRYPOINT (.+)$", (REPO / "Dockerfile").read_text(), re.MULTILINE)
     assert found is not None
@@ -130,9 +152,19 @@ async def test_the_pods_command_serves_as_a_shard_here() -> None:
     assert shard["command"][0] == entrypoint[0] and shard["command"][1] == "shard"
     pool = ShardPool(2, "pod-token")
     url = await pool.start()
-    args = [a if not a.startswith("--coordinator=") else f"--coordinator={url}" for a in shard["args"]]
+    # The mounted Secret's files, here: the token the coordinator expects, from the file the args name.
+    for path, key in secret_files(job()["spec"]["template"]["spec"], shard).items():
+        local_secret(path, tmp_path).write_text(
+            "pod-token\n" if key == "shard-token" else f"value-of-{key}\n"
+        )
+    args = [
+        f"--coordinator={url}" if a.startswith("--coordinator=") else reading_local_secrets(a, tmp_path)
+        for a in shard["args"]
+    ]
     binary = str(Path(sys.executable).parent / shard["command"][0])
-    env = {**os.environ, TOKEN_ENV: "pod-token", "JOB_COMPLETION_INDEX": "1"}
+    # A wrong token in the environment: the file the args name wins.
+    env = {**os.environ, TOKEN_ENV: "wrong-token", "JOB_COMPLETION_INDEX": "1"}
+    env.pop(API_KEY_ENV, None)
     proc = subprocess.Popen([binary, *shard["command"][1:], *args], env=env)
     try:
         await wait_for(
@@ -143,3 +175,26 @@ async def test_the_pods_command_serves_as_a_shard_here() -> None:
         await pool.close()
         code = await asyncio.to_thread(proc.wait, 10)
     assert code == 0
+
+
+def test_the_overlay_patches_the_exporter_by_name_whatever_the_bases_order(tmp_path: Path) -> None:
+    """The overlay over a copy of the base whose containers and volumes are in reverse order: the shard
+    port is still the exporter's, and the token file the config names is still mounted in it."""
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(KUBERNETES, copy)
+    deployment_file = copy / "base" / "deployment.yaml"
+    deployment = yaml.safe_load(deployment_file.read_text())
+    pod = deployment["spec"]["template"]["spec"]
+    pod["containers"].reverse()
+    pod["volumes"].reverse()
+    deployment_file.write_text(yaml.safe_dump(deployment))
+    resources = render(copy / SHARDED.relative_to(KUBERNETES))
+    ((_, pod),) = pod_specs(resources)
+    assert [c["name"] for c in pod["containers"]] == [EXPORTER_CONTAINER, "vllm"]
+    exporter = container(pod, EXPORTER_CONTAINER)
+    assert {"name": "shards", "containerPort": 9469} in exporter["ports"]
+    assert "shards" not in str(container(pod, "vllm")["ports"])
+    token_file = yaml.safe_load(exporter_config(resources))["jobs"]["shards"]["token"]["file"]
+    assert secret_files(pod, exporter)[token_file] == "shard-token"
+    for resource in resources:
+        validate(resource)
