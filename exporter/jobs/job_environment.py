@@ -10,6 +10,7 @@ loopback. Apart from the runners because both take it, and the shards they send 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -83,7 +84,7 @@ async def job_shards(
     if remote is not None and credential is not None:
         pools = remote_shards(remote.count, credential.reveal(), remote.listen, remote.pool)
     elif workers > 1 or not in_process:
-        pools = local_shards(workers, client.settings.api_key, local)
+        pools = local_shards(workers, client.settings.api_key, local if workers > 1 else _standing_in(local))
     else:
         yield None
         return
@@ -96,6 +97,14 @@ async def job_shards(
             listen = remote.listen if remote is not None else "127.0.0.1"
             raise JobFailedError(f"cannot listen for shards on {listen}: {bind_reason(exc)}") from None
         yield pool
+
+
+def _standing_in(local: PoolSettings | None) -> PoolSettings:
+    """The settings of the one worker that stands in for the daemon's own process: no shard rule holds
+    its flagged requests against the load, as none holds them against an in-process trial; they count
+    in the trial's figures (``unreliable``), which decide whether the answer is published. Failing the
+    job for them made a busy machine's search end ``failed`` where it had ended with its answer."""
+    return dataclasses.replace(local or PoolSettings(), max_unreliable_share=1.0)
 
 
 def shards_used(pool: ShardPool | None) -> dict[str, int]:
