@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from exporter.probe import socket_reads
+from exporter.probe.bounds import HEAD_BYTES, HEADER_COUNT
 from exporter.probe.socket_reads import KeepMode, kernel_stamps_available, kernel_stamps_on
 from exporter.probe.stamped import StampedSocket, open_stamped
 
@@ -47,6 +48,10 @@ class ConnectionClosedError(HttpError):
 
 class InvalidResponseError(HttpError):
     """The bytes received are not a valid HTTP/1.1 response."""
+
+
+class ResponseTooLargeError(HttpError):
+    """The response passed one of the bounds of ``probe.bounds`` (its head, or its body)."""
 
 
 class ResponseSink(Protocol):
@@ -120,6 +125,9 @@ class HttpConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._sink: ResponseSink | None = None
         self._headers: dict[str, str] = {}
+        self._head_bytes = 0  # of the current response's status line and headers, so far
+        self._header_count = 0
+        self._too_large: ResponseTooLargeError | None = None  # raised by a callback, in the parser
         self._parts: list[bytes] = []
         # httptools' body callback, called once per read: the list's own append, so no Python frame
         # runs for it (the parser looks its callbacks up when it is made, hence before it).
@@ -155,10 +163,15 @@ class HttpConnection(asyncio.Protocol):
             return
         self.bytes_received = True
         parts = self._parts
+        if not self._headers_done:
+            self._head_bytes += len(data)  # the parser keeps a header's bytes until its line ends
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(InvalidResponseError(f"invalid HTTP response: {exc}"))
+            self._fail(self._too_large or InvalidResponseError(f"invalid HTTP response: {exc}"))
+            return
+        if not self._headers_done and self._head_bytes > HEAD_BYTES:
+            self._fail(ResponseTooLargeError(f"response headers longer than {HEAD_BYTES} bytes"))
             return
         if parts and self._sink is not None:
             self._sink.on_read(now, parts[0] if len(parts) == 1 else b"".join(parts))
@@ -205,8 +218,14 @@ class HttpConnection(asyncio.Protocol):
         self._between_chunks = False
         self._headers = {}
         self._headers_done = False
+        self._header_count = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > HEADER_COUNT:
+            # Raised inside the parser, which stops there; ``received`` reports it as this error.
+            self._too_large = ResponseTooLargeError(f"more than {HEADER_COUNT} response headers")
+            raise self._too_large
         self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
@@ -232,6 +251,7 @@ class HttpConnection(asyncio.Protocol):
         self._sink = sink
         self._complete = False
         self._headers_done = False
+        self._head_bytes = 0
         self._close_delimited = False
         self.bytes_received = False
         self._transport.write(request)
@@ -360,7 +380,9 @@ class ConnectionPool:
 
 
 class BodySink:
-    """Collects a whole (small) response body, up to ``limit_bytes``: ``GET /v1/models`` and the like."""
+    """Collects a whole (small) response body: ``GET /v1/models`` and the like. A body longer than
+    ``limit_bytes`` ends the response with ``ResponseTooLargeError`` (the caller discards the
+    connection): a cut answer would only be misread."""
 
     def __init__(self, limit_bytes: int) -> None:
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -373,11 +395,17 @@ class BodySink:
         self.status = status
 
     def on_read(self, now: float, body: bytes) -> None:
-        self.body += body[: max(self._limit - len(self.body), 0)]
+        if self.finished.done():
+            return
+        if len(self.body) + len(body) > self._limit:
+            self.on_end(now, ResponseTooLargeError(f"response body longer than {self._limit} bytes"))
+            self.body.clear()
+            return
+        self.body += body
 
     def on_end(self, now: float, error: HttpError | None) -> None:
-        self.error = error
-        if not self.finished.done():
+        if not self.finished.done():  # else the body's bound ended it already
+            self.error = error
             self.finished.set_result(None)
 
     def keep_mode(self, unkeep: Callable[[], None]) -> KeepMode | None:

@@ -3,7 +3,9 @@
 The client stamps each socket read once and hands the events decoded from it to ``StreamState``, which
 sorts them into content tokens, reasoning tokens and bookkeeping chunks (role deltas, usage, ``[DONE]``),
 counts tokens per chunk (``tokens.py``) and, at the end, decides the outcome of a stream that completed:
-``OK``, ``NO_TOKENS`` or ``TRUNCATED``.
+``OK``, ``NO_TOKENS`` or ``TRUNCATED``. A stream that carries more token events than its ``max_tokens``
+allows (``bounds.overlong_limit``) ends ``OVERLONG`` as soon as the reader checks (``check_length``):
+each token event holds some memory, and a server that ignores ``max_tokens`` may never stop.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from exporter.probe.bounds import overlong_limit
 from exporter.probe.chunk_shapes import FAST_READERS, PLAIN_BATCH_READERS
 from exporter.probe.openai import ApiFormat, Chunk, read_chunk
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
@@ -61,6 +64,7 @@ class StreamState:
         "has_token",
         "incomplete",
         "last_read",
+        "length_limit",
         "result",
         "text",
         "token_reads",
@@ -89,6 +93,19 @@ class StreamState:
         self.text: list[str] | None = [] if keep_text else None  # the answer's text, when kept
         self.incomplete: str | None = None  # why the server ended the answer incomplete
         self.tool_events: list[int] = []  # indexes of the token events that were tool-call arguments
+        max_tokens = result.max_tokens
+        self.length_limit = overlong_limit(max_tokens) if max_tokens is not None else math.inf
+
+    def check_length(self) -> None:
+        """Raise the ``OVERLONG`` failure once more token events came than ``length_limit`` (content and
+        reasoning: ``max_tokens`` counts both); the reader calls it after each read or batch it decodes."""
+        result = self.result
+        events = len(result.token_times) + len(result.reasoning_times)
+        if events > self.length_limit:
+            message = (
+                f"{events} token events for max_tokens {result.max_tokens} (at most {self.length_limit})"
+            )
+            raise StreamFailureError(Outcome.OVERLONG, message)
 
     def on_events(self, now: float, events: Sequence[SseEvent]) -> bool:
         """Account for the events of one read stamped ``now``; returns True once the stream's last
