@@ -7,6 +7,9 @@ to fill the client's memory. Each ends ``too_large`` or ``overlong`` rather than
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 import pytest
 
 from exporter.probe.bounds import overlong_limit
@@ -67,3 +70,22 @@ async def test_an_endless_models_answer_ends_too_large(mode: str, error: str) ->
     assert result.outcome is Outcome.TOO_LARGE
     assert result.error == f"GET {server.url}/v1/models: {error}"
     assert requests == ["GET /v1/models"]  # no stream asked of a target whose model is unknown
+
+
+@pytest.mark.parametrize("mode", ["endless_event", "endless_headers", "endless_header", "endless_tokens"])
+async def test_a_hostile_answer_holds_memory_in_proportion_to_the_bound(mode: str) -> None:
+    """Python's allocations at their peak while the request runs (the server's own included) stay
+    within a few times the 1 MiB event bound, and are given back when it ends."""
+    async with HostileServer(mode) as server, ProbeClient(settings(server, max_line_bytes=1 << 20)) as client:
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            result = await client.send(RequestSpec(prompt="hi", max_tokens=16))
+            del result.token_times[:]  # what the result keeps is the caller's, not a leak
+            gc.collect()
+            after, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert result.outcome in (Outcome.TOO_LARGE, Outcome.OVERLONG)
+    assert peak - before < 8 << 20
+    assert after - before < 1 << 20
