@@ -55,6 +55,7 @@ class HostileServer:
     sent_bytes: int = 0  # over every connection
     url: str = ""  # the base URL (no ``/v1``), once started
     _server: asyncio.Server | None = None
+    _handlers: dict[asyncio.Task[None], asyncio.StreamWriter] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -66,13 +67,20 @@ class HostileServer:
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2.0):
-                    await self._server.wait_closed()
+        if self._server is None:
+            return
+        self._server.close()
+        for writer in self._handlers.values():  # a handler still writing ends on its broken connection
+            writer.transport.abort()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                await asyncio.gather(*self._handlers, return_exceptions=True)
+                await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers[task] = writer
         try:
             while (request := await _read_request(reader)) is not None:
                 self.requests.append(request)
@@ -82,6 +90,7 @@ class HostileServer:
             pass  # the client gave up on us: what it should do
         finally:
             writer.close()
+            del self._handlers[task]
 
     async def _answer(self, request: str, writer: asyncio.StreamWriter) -> bool:
         """Answer one request; returns whether the connection may serve another."""
