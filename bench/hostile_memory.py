@@ -2,7 +2,7 @@
 
 The target is ``tests/support/hostile.py`` (in a thread of this process): each mode answers with bytes
 without end (an SSE event of endless ``data:`` lines, endless headers, one endless header, a stream
-past its ``max_tokens``, an endless body). The baseline is the same command against the simulator
+past its ``max_tokens``, a stream of chunks without a token, an endless body). The baseline is the same command against the simulator
 (``--preset tiny``, a process of its own), from the same run. For each, a child process runs:
 
 * ``bench``: 4 requests of 16 tokens, 4 at a time, ``--total-timeout`` (default 30 s): its wall time
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 from exporter.sim.process import SimProcess  # noqa: E402
 from tests.support.hostile import MODEL, HostileServer  # noqa: E402
 
-MODES = ("endless_event", "endless_headers", "endless_header", "endless_tokens", "huge_body")
+MODES = ("endless_event", "endless_headers", "endless_header", "endless_tokens", "endless_empty", "huge_body")
 
 
 @contextmanager

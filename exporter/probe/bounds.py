@@ -28,3 +28,12 @@ def overlong_limit(max_tokens: int) -> int:
     a margin of 10%, at least 8, for servers that count a few tokens differently (a stop sequence, a
     reasoning parser's markers) without treating a stream that ignores ``max_tokens`` as fine."""
     return max_tokens + max(8, max_tokens // 10)
+
+
+def bookkeeping_limit(max_tokens: int) -> int:
+    """The most events without a token (role deltas, usage, empty deltas) a stream asked for
+    ``max_tokens`` may carry before it is ``overlong``: a server sends at most one chunk per token it
+    generates (vLLM's empty deltas while a reasoning or tool parser holds text back), plus a few of
+    its own (role, finish, usage; the Responses API's ~10 per output item), so twice the token bound
+    and 64 more leaves room for every server and still ends a stream of them without end."""
+    return 2 * overlong_limit(max_tokens) + 64

@@ -55,6 +55,15 @@ async def test_a_stream_past_its_max_tokens_ends_overlong() -> None:
     assert result.error is not None and result.error.endswith("for max_tokens 16 (at most 24)")
 
 
+async def test_a_stream_of_events_without_tokens_ends_overlong() -> None:
+    """Role-only chunks without end hold no memory but would hold the request to its total timeout."""
+    async with HostileServer("endless_empty") as server, ProbeClient(settings(server)) as client:
+        result = await client.send(RequestSpec(prompt="hi", max_tokens=16))
+    assert result.outcome is Outcome.OVERLONG, result.error
+    assert result.token_events == 0
+    assert result.error is not None and result.error.endswith("for max_tokens 16 (at most 112)")
+
+
 @pytest.mark.parametrize(
     ("mode", "error"),
     [
@@ -72,7 +81,9 @@ async def test_an_endless_models_answer_ends_too_large(mode: str, error: str) ->
     assert requests == ["GET /v1/models"]  # no stream asked of a target whose model is unknown
 
 
-@pytest.mark.parametrize("mode", ["endless_event", "endless_headers", "endless_header", "endless_tokens"])
+@pytest.mark.parametrize(
+    "mode", ["endless_event", "endless_headers", "endless_header", "endless_tokens", "endless_empty"]
+)
 async def test_a_hostile_answer_holds_memory_in_proportion_to_the_bound(mode: str) -> None:
     """Python's allocations at their peak while the request runs (the server's own included) stay
     within a few times the 1 MiB event bound, and are given back when it ends."""

@@ -10,6 +10,7 @@ the test at its time limit rather than filling the disk of a log or the machine'
 ``endless_headers``    a status line, then headers without end (each a new name)
 ``endless_header``     a status line, then one header whose value never ends
 ``endless_tokens``     a valid chat stream whose content chunks never stop (``max_tokens`` ignored)
+``endless_empty``      a valid chat stream of role-only chunks (no token) that never stops
 ``huge_body``          200 with a chunked body without end: ``/v1/models``, ``/metrics``
 ``redirect``           ``/metrics`` answers 302 to ``location`` (another host)
 =====================  ========================================================================
@@ -32,6 +33,7 @@ MODES: Final = (
     "endless_headers",
     "endless_header",
     "endless_tokens",
+    "endless_empty",
     "huge_body",
     "redirect",
 )
@@ -42,6 +44,7 @@ _TOKEN_EVENT: Final = (
     b'data: {"id":"h","object":"chat.completion.chunk","model":"hostile",'
     b'"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}\n\n'
 )
+_EMPTY_EVENT: Final = _TOKEN_EVENT.replace(b'"content":"a"', b'"role":"assistant"')
 
 
 @dataclass
@@ -118,9 +121,10 @@ class HostileServer:
         elif self.mode == "endless_event":
             yield _head(200, "text/event-stream", "Transfer-Encoding: chunked")
             yield from _chunked(_repeated(b"data: x\n"))
-        elif self.mode == "endless_tokens":
+        elif self.mode in ("endless_tokens", "endless_empty"):
+            event = _TOKEN_EVENT if self.mode == "endless_tokens" else _EMPTY_EVENT
             yield _head(200, "text/event-stream", "Transfer-Encoding: chunked")
-            yield from _chunked(_repeated(_TOKEN_EVENT))
+            yield from _chunked(_repeated(event))
         else:  # huge_body: a /metrics page or a /v1/models answer that never ends
             yield _head(200, "text/plain", "Transfer-Encoding: chunked")
             yield from _chunked(_repeated(b"# a comment line of an endless page\n"))
