@@ -3,9 +3,7 @@
 The client stamps each socket read once and hands the events decoded from it to ``StreamState``, which
 sorts them into content tokens, reasoning tokens and bookkeeping chunks (role deltas, usage, ``[DONE]``),
 counts tokens per chunk (``tokens.py``) and, at the end, decides the outcome of a stream that completed:
-``OK``, ``NO_TOKENS`` or ``TRUNCATED``. A stream that carries more token events than its ``max_tokens``
-allows (``bounds.overlong_limit``) ends ``OVERLONG`` as soon as the reader checks (``check_length``):
-each token event holds some memory, and a server that ignores ``max_tokens`` may never stop.
+``OK``, ``NO_TOKENS`` or ``TRUNCATED``.
 """
 
 from __future__ import annotations
@@ -103,7 +101,8 @@ class StreamState:
     def check_length(self) -> None:
         """Raise the ``OVERLONG`` failure once more token events came than ``length_limit`` (content and
         reasoning: ``max_tokens`` counts both), or more events without a token than ``bookkeeping_limit``;
-        the reader calls it after each read or batch it decodes."""
+        the reader calls it after each read or batch it decodes. Each token event holds some memory, and
+        a server that ignores ``max_tokens`` may never stop (``probe.bounds``)."""
         result = self.result
         events = len(result.token_times) + len(result.reasoning_times)
         if events > self.length_limit:
