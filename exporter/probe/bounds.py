@@ -14,6 +14,10 @@ from typing import Final
 # The status line and headers together. Common servers allow 8-64 KiB (nginx 4 x 8 KiB, Node 16 KiB,
 # aiohttp 8 KiB a line); an LLM server's answer head is under 2 KiB, so 64 KiB is generous.
 HEAD_BYTES: Final = 64 * 1024
+# After the head, the bytes of a response that are not body (chunk-size lines, trailers) may be this
+# many times its body and HEAD_BYTES more: 1-byte chunks cost 5 bytes each, a zero-padded size line a
+# few more; the parser keeps an unfinished trailer's bytes as it does a header's.
+FRAMING_PER_BODY_BYTE: Final = 32
 # As many headers as Python's http.client (``_MAXHEADERS``) and Apache (``LimitRequestFields``) take.
 HEADER_COUNT: Final = 100
 # ``GET /v1/models``: a few hundred bytes a model; 1 MiB lists thousands of them.

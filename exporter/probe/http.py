@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from exporter.probe import socket_reads
-from exporter.probe.bounds import HEAD_BYTES, HEADER_COUNT
+from exporter.probe.bounds import FRAMING_PER_BODY_BYTE, HEAD_BYTES, HEADER_COUNT
 from exporter.probe.socket_reads import KeepMode, kernel_stamps_available, kernel_stamps_on
 from exporter.probe.stamped import StampedSocket, open_stamped
 
@@ -125,7 +125,11 @@ class HttpConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._sink: ResponseSink | None = None
         self._headers: dict[str, str] = {}
-        self._head_bytes = 0  # of the current response's status line and headers, so far
+        # Bytes of the current response that were not body (its head, chunk lines, trailers), and their
+        # bound: HEAD_BYTES, and FRAMING_PER_BODY_BYTE more per byte of body (of the reads that come
+        # here: not those kept in keep mode, which are whole chunks).
+        self._framing = 0
+        self._framing_limit = HEAD_BYTES
         self._header_count = 0
         self._too_large: ResponseTooLargeError | None = None  # raised by a callback, in the parser
         self._parts: list[bytes] = []
@@ -163,24 +167,38 @@ class HttpConnection(asyncio.Protocol):
             return
         self.bytes_received = True
         parts = self._parts
-        if not self._headers_done:
-            self._head_bytes += len(data)  # the parser keeps a header's bytes until its line ends
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(self._too_large or InvalidResponseError(f"invalid HTTP response: {exc}"))
             return
-        if not self._headers_done and self._head_bytes > HEAD_BYTES:
-            self._fail(ResponseTooLargeError(f"response headers longer than {HEAD_BYTES} bytes"))
-            return
-        if parts and self._sink is not None:
-            self._sink.on_read(now, parts[0] if len(parts) == 1 else b"".join(parts))
+        # The parser keeps a header's (or a trailer's) bytes until its line ends: bounded here.
+        if parts:
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
             parts.clear()
+            self._framing += len(data) - len(body)
+            self._framing_limit += FRAMING_PER_BODY_BYTE * len(body)
+            if self._framing > self._framing_limit:
+                self._fail(ResponseTooLargeError(self._framing_error()))
+                return
+            if self._sink is not None:
+                self._sink.on_read(now, body)
+        else:
+            self._framing += len(data)
+            if self._framing > self._framing_limit:
+                self._fail(ResponseTooLargeError(self._framing_error()))
+                return
         if self._complete and self._sink is not None:
             sink, self._sink = self._sink, None
             sink.on_end(now, None)
         elif self._between_chunks and data[-2:] == b"\r\n" and self._sink is not None:
             self._keep()
+
+    def _framing_error(self) -> str:
+        if not self._headers_done:
+            return f"response headers longer than {HEAD_BYTES} bytes"
+        body = (self._framing_limit - HEAD_BYTES) // FRAMING_PER_BODY_BYTE
+        return f"{self._framing} bytes of chunk lines and trailers for {body} of body"
 
     def _keep(self) -> None:
         """The parser sits between two chunks (its last step ended one, and no byte of the next size
@@ -251,7 +269,7 @@ class HttpConnection(asyncio.Protocol):
         self._sink = sink
         self._complete = False
         self._headers_done = False
-        self._head_bytes = 0
+        self._framing, self._framing_limit = 0, HEAD_BYTES
         self._close_delimited = False
         self.bytes_received = False
         self._transport.write(request)

@@ -12,6 +12,7 @@ the test at its time limit rather than filling the disk of a log or the machine'
 ``endless_tokens``     a valid chat stream whose content chunks never stop (``max_tokens`` ignored)
 ``endless_empty``      a valid chat stream of role-only chunks (no token) that never stops
 ``huge_body``          200 with a chunked body without end: ``/v1/models``, ``/metrics``
+``endless_trailer``    200 with a small chunked body, then one trailer whose value never ends
 ``redirect``           ``/metrics`` answers 302 to ``location`` (another host)
 =====================  ========================================================================
 
@@ -35,15 +36,17 @@ MODES: Final = (
     "endless_tokens",
     "endless_empty",
     "huge_body",
+    "endless_trailer",
     "redirect",
 )
 PIECE_BYTES: Final = 64 * 1024  # one write: the client reads at most a socket buffer at a time anyway
 MODEL: Final = "hostile"
-_EVERY_RESPONSE: Final = frozenset({"endless_headers", "endless_header", "huge_body"})
+_EVERY_RESPONSE: Final = frozenset({"endless_headers", "endless_header", "huge_body", "endless_trailer"})
 _TOKEN_EVENT: Final = (
     b'data: {"id":"h","object":"chat.completion.chunk","model":"hostile",'
     b'"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}\n\n'
 )
+_MODELS: Final = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
 _EMPTY_EVENT: Final = _TOKEN_EVENT.replace(b'"content":"a"', b'"role":"assistant"')
 
 
@@ -99,8 +102,7 @@ class HostileServer:
         """Answer one request; returns whether the connection may serve another."""
         path = request.split(" ")[1]
         if path.endswith("/v1/models") and self.mode not in _EVERY_RESPONSE:
-            body = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
-            writer.write(_head(200, "application/json", f"Content-Length: {len(body)}") + body)
+            writer.write(_head(200, "application/json", f"Content-Length: {len(_MODELS)}") + _MODELS)
             await writer.drain()
             return True
         if self.mode == "redirect":
@@ -125,6 +127,11 @@ class HostileServer:
             event = _TOKEN_EVENT if self.mode == "endless_tokens" else _EMPTY_EVENT
             yield _head(200, "text/event-stream", "Transfer-Encoding: chunked")
             yield from _chunked(_repeated(event))
+        elif self.mode == "endless_trailer":
+            yield _head(200, "application/json", "Transfer-Encoding: chunked")
+            yield from _chunked(iter([_MODELS]))
+            yield b"0\r\nX-Trailer: "
+            yield from _repeated(b"a")
         else:  # huge_body: a /metrics page or a /v1/models answer that never ends
             yield _head(200, "text/plain", "Transfer-Encoding: chunked")
             yield from _chunked(_repeated(b"# a comment line of an endless page\n"))
