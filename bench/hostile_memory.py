@@ -39,7 +39,15 @@ sys.path.insert(0, str(ROOT))
 from exporter.sim.process import SimProcess  # noqa: E402
 from tests.support.hostile import MODEL, HostileServer  # noqa: E402
 
-MODES = ("endless_event", "endless_headers", "endless_header", "endless_tokens", "endless_empty", "huge_body")
+MODES = (
+    "endless_event",
+    "endless_headers",
+    "endless_header",
+    "endless_tokens",
+    "endless_empty",
+    "huge_body",
+    "endless_trailer",
+)
 
 
 @contextmanager
