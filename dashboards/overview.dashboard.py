@@ -278,7 +278,7 @@ outcomes = timeseries(
     "Request outcomes",
     "Probe requests per second by how they ended: ok, or the failure reason (http_status, rate_limited, "
     "connect_error, ttft_timeout, idle_timeout, total_timeout, stream_aborted, malformed_stream, "
-    "no_tokens, truncated). Good: only ok.",
+    "no_tokens, truncated, overlong, too_large). Good: only ok.",
     REQUESTS_PER_SECOND,
     [Query(f"{sum_rate(names.PROBE_REQUESTS, ['outcome'])} > 0", "{{outcome}}")],
     stacked=True,

@@ -40,12 +40,14 @@ from types import TracebackType
 import msgspec
 
 from exporter.options.target import mask_secrets
+from exporter.probe.bounds import MODELS_BODY_BYTES
 from exporter.probe.http import (
     BodySink,
     ConnectionPool,
     Endpoint,
     HttpConnection,
     HttpError,
+    ResponseTooLargeError,
     request_bytes,
     request_head,
     with_body,
@@ -202,6 +204,8 @@ class ProbeClient:
                 status, body = await self.get("/models")
         except TimeoutError:  # before OSError, of which it is a subclass
             raise TargetError(Outcome.TOTAL_TIMEOUT, f"GET {url}: no answer within {limit} s") from None
+        except ResponseTooLargeError as exc:
+            raise TargetError(Outcome.TOO_LARGE, f"GET {url}: {exc}") from None
         except (HttpError, OSError) as exc:
             raise TargetError(Outcome.CONNECT_ERROR, f"GET {url}: {self._scrub(str(exc))}") from None
         if status != 200:
@@ -213,9 +217,10 @@ class ProbeClient:
                 Outcome.MALFORMED_STREAM, f"answered GET {url} with no model listed in the answer"
             ) from None
 
-    async def get(self, path: str, limit_bytes: int = 1 << 20) -> tuple[int, bytes]:
-        """``GET /v1{path}`` on the target: its status and body (up to ``limit_bytes``). Raises
-        ``HttpError`` or ``OSError`` when the exchange fails (the caller bounds its time)."""
+    async def get(self, path: str, limit_bytes: int = MODELS_BODY_BYTES) -> tuple[int, bytes]:
+        """``GET /v1{path}`` on the target: its status and body. Raises ``HttpError`` or ``OSError``
+        when the exchange fails, ``ResponseTooLargeError`` (an ``HttpError``) when the body is over
+        ``limit_bytes`` (the caller bounds its time)."""
         headers = [(k, v) for k, v in self._headers.items() if k.lower() != "content-type"]
         request = request_bytes("GET", self._endpoint, path, headers)
         conn, _ = await self._connect(fresh=False)
@@ -440,8 +445,14 @@ class ProbeClient:
         elif not reader.headers_received and not conn.bytes_received and reused:
             raise _StaleConnectionError(str(failure))
         else:
-            outcome = Outcome.CONNECT_ERROR if not reader.headers_received else Outcome.STREAM_ABORTED
-            self._failed(result, outcome, str(failure))
+            self._failed(result, _http_failure(failure, headers=reader.headers_received), str(failure))
+
+
+def _http_failure(failure: HttpError, *, headers: bool) -> Outcome:
+    """The outcome of a request whose connection failed, given whether its headers had come."""
+    if isinstance(failure, ResponseTooLargeError):
+        return Outcome.TOO_LARGE
+    return Outcome.STREAM_ABORTED if headers else Outcome.CONNECT_ERROR
 
 
 __all__ = ["ProbeClient", "TargetError", "error_text"]

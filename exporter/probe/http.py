@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from exporter.probe import socket_reads
+from exporter.probe.bounds import FRAMING_PER_BODY_BYTE, HEAD_BYTES, HEADER_COUNT
 from exporter.probe.socket_reads import KeepMode, kernel_stamps_available, kernel_stamps_on
 from exporter.probe.stamped import StampedSocket, open_stamped
 
@@ -47,6 +48,10 @@ class ConnectionClosedError(HttpError):
 
 class InvalidResponseError(HttpError):
     """The bytes received are not a valid HTTP/1.1 response."""
+
+
+class ResponseTooLargeError(HttpError):
+    """The response passed one of the bounds of ``probe.bounds`` (its head, or its body)."""
 
 
 class ResponseSink(Protocol):
@@ -120,6 +125,13 @@ class HttpConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._sink: ResponseSink | None = None
         self._headers: dict[str, str] = {}
+        # Bytes of the current response that were not body (its head, chunk lines, trailers), and their
+        # bound: HEAD_BYTES, and FRAMING_PER_BODY_BYTE more per byte of body (of the reads that come
+        # here: not those kept in keep mode, which are whole chunks).
+        self._framing = 0
+        self._framing_limit = HEAD_BYTES
+        self._header_count = 0
+        self._too_large: ResponseTooLargeError | None = None  # raised by a callback, in the parser
         self._parts: list[bytes] = []
         # httptools' body callback, called once per read: the list's own append, so no Python frame
         # runs for it (the parser looks its callbacks up when it is made, hence before it).
@@ -158,16 +170,35 @@ class HttpConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(InvalidResponseError(f"invalid HTTP response: {exc}"))
+            self._fail(self._too_large or InvalidResponseError(f"invalid HTTP response: {exc}"))
             return
-        if parts and self._sink is not None:
-            self._sink.on_read(now, parts[0] if len(parts) == 1 else b"".join(parts))
+        # The parser keeps a header's (or a trailer's) bytes until its line ends: bounded here.
+        if parts:
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
             parts.clear()
+            self._framing += len(data) - len(body)
+            self._framing_limit += FRAMING_PER_BODY_BYTE * len(body)
+            if self._framing > self._framing_limit:
+                self._fail(ResponseTooLargeError(self._framing_error()))
+                return
+            if self._sink is not None:
+                self._sink.on_read(now, body)
+        else:
+            self._framing += len(data)
+            if self._framing > self._framing_limit:
+                self._fail(ResponseTooLargeError(self._framing_error()))
+                return
         if self._complete and self._sink is not None:
             sink, self._sink = self._sink, None
             sink.on_end(now, None)
         elif self._between_chunks and data[-2:] == b"\r\n" and self._sink is not None:
             self._keep()
+
+    def _framing_error(self) -> str:
+        if not self._headers_done:
+            return f"response headers longer than {HEAD_BYTES} bytes"
+        body = (self._framing_limit - HEAD_BYTES) // FRAMING_PER_BODY_BYTE
+        return f"{self._framing} bytes of chunk lines and trailers for {body} of body"
 
     def _keep(self) -> None:
         """The parser sits between two chunks (its last step ended one, and no byte of the next size
@@ -205,8 +236,14 @@ class HttpConnection(asyncio.Protocol):
         self._between_chunks = False
         self._headers = {}
         self._headers_done = False
+        self._header_count = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > HEADER_COUNT:
+            # Raised inside the parser, which stops there; ``received`` reports it as this error.
+            self._too_large = ResponseTooLargeError(f"more than {HEADER_COUNT} response headers")
+            raise self._too_large
         self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
@@ -232,6 +269,7 @@ class HttpConnection(asyncio.Protocol):
         self._sink = sink
         self._complete = False
         self._headers_done = False
+        self._framing, self._framing_limit = 0, HEAD_BYTES
         self._close_delimited = False
         self.bytes_received = False
         self._transport.write(request)
@@ -360,7 +398,9 @@ class ConnectionPool:
 
 
 class BodySink:
-    """Collects a whole (small) response body, up to ``limit_bytes``: ``GET /v1/models`` and the like."""
+    """Collects a whole (small) response body: ``GET /v1/models`` and the like. A body longer than
+    ``limit_bytes`` ends the response with ``ResponseTooLargeError`` (the caller discards the
+    connection): a cut answer would only be misread."""
 
     def __init__(self, limit_bytes: int) -> None:
         self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -373,11 +413,17 @@ class BodySink:
         self.status = status
 
     def on_read(self, now: float, body: bytes) -> None:
-        self.body += body[: max(self._limit - len(self.body), 0)]
+        if self.finished.done():
+            return
+        if len(self.body) + len(body) > self._limit:
+            self.on_end(now, ResponseTooLargeError(f"response body longer than {self._limit} bytes"))
+            self.body.clear()
+            return
+        self.body += body
 
     def on_end(self, now: float, error: HttpError | None) -> None:
-        self.error = error
-        if not self.finished.done():
+        if not self.finished.done():  # else the body's bound ended it already
+            self.error = error
             self.finished.set_result(None)
 
     def keep_mode(self, unkeep: Callable[[], None]) -> KeepMode | None:

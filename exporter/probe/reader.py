@@ -44,7 +44,7 @@ from exporter.probe.chunk_shapes import plain_template
 from exporter.probe.http import HttpError
 from exporter.probe.result import Outcome
 from exporter.probe.socket_reads import KeepMode
-from exporter.probe.sse import SseDecoder, SseError
+from exporter.probe.sse import SseDecoder, SseError, SseTooLargeError
 from exporter.probe.stream import StreamFailureError, StreamState
 
 ERROR_BODY_LIMIT = 4096
@@ -175,8 +175,10 @@ class StreamReader:
             try:
                 events = self._decoder.feed(body)
             except SseError as exc:
-                raise StreamFailureError(Outcome.MALFORMED_STREAM, str(exc)) from None
+                outcome = Outcome.TOO_LARGE if isinstance(exc, SseTooLargeError) else Outcome.MALFORMED_STREAM
+                raise StreamFailureError(outcome, str(exc)) from None
             done = bool(events) and state.on_events(now, events)
+        state.check_length()
         if done:
             self._arm_drain()
             return
@@ -190,7 +192,12 @@ class StreamReader:
 
     def _flush(self) -> None:
         """Decode every kept read, in order, each with its own stamp: a run of lone events kept by the
-        transport in one go (``StreamState.on_payloads``), any other read on its own."""
+        transport in one go (``StreamState.on_payloads``), any other read on its own; then check the
+        stream's length (kept reads are decoded here only, so this is where ``OVERLONG`` shows)."""
+        self._flush_kept()
+        self.state.check_length()
+
+    def _flush_kept(self) -> None:
         kept = self._kept
         batch = kept.copy() if kept else []
         if kept:

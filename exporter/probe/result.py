@@ -30,6 +30,9 @@ class Outcome(StrEnum):
     MALFORMED_STREAM = "malformed_stream"  # bytes that are not valid SSE/JSON/UTF-8, wrong content-type
     NO_TOKENS = "no_tokens"  # the stream completed but carried no content token
     TRUNCATED = "truncated"  # the server declared the answer incomplete (Responses: not max_output_tokens)
+    # Last, so the codes of the others (``exposition.window.OUTCOME_CODE``) stay what they were.
+    OVERLONG = "overlong"  # more tokens than max_tokens allows (``stream.overlong_limit``): cut there
+    TOO_LARGE = "too_large"  # headers, an SSE event or a body over its bound (``probe.bounds``): cut there
 
 
 class TokenSource(StrEnum):

@@ -10,14 +10,18 @@ left over, which means the stream was cut).
 UTF-8 is decoded one *complete line* at a time: line endings are ASCII bytes that never occur inside a
 multi-byte UTF-8 sequence, so buffering the bytes of an unfinished line is an incremental decoder that
 handles a code point split across reads, and it decodes each line once instead of once per read.
-Invalid UTF-8 raises ``SseInvalidUtf8Error``; a line longer than the bound raises ``SseLineTooLongError`` (a
-server that never ends its line must not eat the client's memory).
+Invalid UTF-8 raises ``SseInvalidUtf8Error``; a line longer than the bound raises ``SseLineTooLongError``,
+and an event whose data lines together pass the same bound (each charged ``LINE_COST_BYTES`` more for the
+object it becomes) raises ``SseEventTooLargeError``: a server that never ends its line, or its event,
+must not eat the client's memory. Both are ``SseTooLargeError``s.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from exporter.probe.bounds import LINE_COST_BYTES
 
 DONE = "[DONE]"
 DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024  # vLLM's first chunk may carry every prompt token id
@@ -29,8 +33,16 @@ class SseError(ValueError):
     """The byte stream is not a valid event stream."""
 
 
-class SseLineTooLongError(SseError):
+class SseTooLargeError(SseError):
+    """A line or an event exceeded the decoder's bound."""
+
+
+class SseLineTooLongError(SseTooLargeError):
     """A line exceeded the decoder's bound."""
+
+
+class SseEventTooLargeError(SseTooLargeError):
+    """The data lines of one event exceeded the decoder's bound together."""
 
 
 class SseInvalidUtf8Error(SseError):
@@ -54,12 +66,13 @@ class SseEvent:
 class SseDecoder:
     """Feed it the bytes of each read; it returns the events those bytes completed."""
 
-    __slots__ = ("_buffer", "_data", "_event", "_max_line", "_skip_lf", "_started")
+    __slots__ = ("_buffer", "_data", "_event", "_event_size", "_max_line", "_skip_lf", "_started")
 
     def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self._max_line = max_line_bytes
         self._buffer = b""  # the bytes of an unfinished line
         self._data: list[str] = []  # data lines of the event being built
+        self._event_size = 0  # what those lines hold in memory, about (LINE_COST_BYTES)
         self._event: str | None = None
         self._skip_lf = False  # the last read ended with CR: a leading LF in the next one belongs to it
         self._started = False
@@ -144,19 +157,26 @@ class SseDecoder:
 
     def _lines(self, lines: list[bytes], events: list[SseEvent]) -> None:
         # The hot path (one "data: {...}" line, then a blank line) stays inline: no call per line.
-        limit, data = self._max_line, self._data
+        limit, data, size = self._max_line, self._data, self._event_size
         for raw in lines:
             if len(raw) > limit:
                 raise SseLineTooLongError(f"SSE line of {len(raw)} bytes, longer than {limit}")
             if raw[:6] == b"data: ":
                 data.append(raw[6:].decode("utf-8"))
+                size += len(raw) + LINE_COST_BYTES
+                if size > limit:
+                    raise SseEventTooLargeError(f"SSE event of more than {limit} bytes without an end")
             elif not raw:
                 if data:
                     events.append(SseEvent("\n".join(data), self._event))
                     self._data = data = []
+                    size = 0
                 self._event = None
-            else:
-                self._field(raw)
+            elif self._field(raw):
+                size += len(raw) + LINE_COST_BYTES
+                if size > limit:
+                    raise SseEventTooLargeError(f"SSE event of more than {limit} bytes without an end")
+        self._event_size = size
 
     def _trim_start(self, chunk: bytes) -> bytes:
         if self._skip_lf and chunk:
@@ -175,13 +195,16 @@ class SseDecoder:
         self._buffer = b""
         return head.removeprefix(_BOM)
 
-    def _field(self, raw: bytes) -> None:
+    def _field(self, raw: bytes) -> bool:
+        """Read a line that is not ``data: ...``; returns whether it was a data line after all."""
         if raw[:1] == b":":
-            return  # a comment: keep-alive pings
+            return False  # a comment: keep-alive pings
         name, colon, value = raw.partition(b":")
         if colon and value[:1] == b" ":
             value = value[1:]
         if name == b"data":  # "data:x" without the space, or "data" alone: an empty data line
             self._data.append(value.decode("utf-8"))
-        elif name == b"event":
+            return True
+        if name == b"event":
             self._event = value.decode("utf-8")
+        return False

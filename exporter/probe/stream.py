@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from exporter.probe.bounds import bookkeeping_limit, overlong_limit
 from exporter.probe.chunk_shapes import FAST_READERS, PLAIN_BATCH_READERS
 from exporter.probe.openai import ApiFormat, Chunk, read_chunk
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
@@ -57,6 +58,8 @@ class StreamState:
 
     __slots__ = (
         "batch_read",
+        "bookkeeping",
+        "bookkeeping_limit",
         "counter",
         "done",
         "exact_length",
@@ -65,6 +68,7 @@ class StreamState:
         "has_token",
         "incomplete",
         "last_read",
+        "length_limit",
         "result",
         "text",
         "token_reads",
@@ -93,6 +97,29 @@ class StreamState:
         self.text: list[str] | None = [] if keep_text else None  # the answer's text, when kept
         self.incomplete: str | None = None  # why the server ended the answer incomplete
         self.tool_events: list[int] = []  # indexes of the token events that were tool-call arguments
+        max_tokens = result.max_tokens
+        self.length_limit = overlong_limit(max_tokens) if max_tokens is not None else math.inf
+        self.bookkeeping = 0  # events that carried no token ([DONE] aside)
+        self.bookkeeping_limit = bookkeeping_limit(max_tokens) if max_tokens is not None else math.inf
+
+    def check_length(self) -> None:
+        """Raise the ``OVERLONG`` failure once more token events came than ``length_limit`` (content and
+        reasoning: ``max_tokens`` counts both), or more events without a token than ``bookkeeping_limit``;
+        the reader calls it after each read or batch it decodes. Each token event holds some memory, and
+        a server that ignores ``max_tokens`` may never stop (``probe.bounds``)."""
+        result = self.result
+        events = len(result.token_times) + len(result.reasoning_times)
+        if events > self.length_limit:
+            message = (
+                f"{events} token events for max_tokens {result.max_tokens} (at most {self.length_limit})"
+            )
+            raise StreamFailureError(Outcome.OVERLONG, message)
+        if self.bookkeeping > self.bookkeeping_limit:
+            message = (
+                f"{self.bookkeeping} events without a token for max_tokens {result.max_tokens} "
+                f"(at most {self.bookkeeping_limit})"
+            )
+            raise StreamFailureError(Outcome.OVERLONG, message)
 
     def on_events(self, now: float, events: Sequence[SseEvent]) -> bool:
         """Account for the events of one read stamped ``now``; returns True once the stream's last
@@ -227,6 +254,7 @@ class StreamState:
             self.counter.count(chunk)
             return 1
         self.counter.hold(chunk)
+        self.bookkeeping += 1
         return 0
 
     def finish(self, *, exact_length: bool | None = None) -> None:

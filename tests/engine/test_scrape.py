@@ -13,9 +13,10 @@ from aiohttp.test_utils import TestServer
 
 from exporter.engine.derive import derive
 from exporter.engine.families import GATEWAY_CATALOGUE, Signal, UnknownEngineError
-from exporter.engine.scrape import ScrapeFailure, ScrapeResult, scrape
+from exporter.engine.scrape import MAX_BODY_BYTES, MAX_REDIRECTS, ScrapeFailure, ScrapeResult, scrape
 from exporter.sim import SimServer, tokenizer
 from tests.engine import fixtures
+from tests.support.hostile import HostileServer
 
 ServerFactory = Callable[[web.Application], Awaitable[TestServer]]
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -121,7 +122,6 @@ async def test_http_500_is_http_status(aiohttp_server: ServerFactory, session: a
         (b"<html><body>It works!</body></html>", "malformed exposition text"),
         (b"\xff\xfe\x00garbage", "not UTF-8"),
         (b"# TYPE up gauge\nup 1\n", "no known engine metrics"),
-        (fixtures.VLLM_V1.encode() * 2000, "larger than 65536 bytes"),
     ],
 )
 async def test_unusable_body_is_parse_error(
@@ -133,6 +133,78 @@ async def test_unusable_body_is_parse_error(
     result = await scrape(session, await serve(aiohttp_server, page), 5.0, max_body_bytes=65536)
     assert result.failure is ScrapeFailure.PARSE_ERROR
     assert detail in result.detail
+
+
+async def test_a_body_over_the_bound_is_too_large(
+    aiohttp_server: ServerFactory, session: aiohttp.ClientSession
+) -> None:
+    async def page(_: web.Request) -> web.Response:
+        return web.Response(body=fixtures.VLLM_V1.encode() * 2000, content_type="text/plain")
+
+    result = await scrape(session, await serve(aiohttp_server, page), 5.0, max_body_bytes=65536)
+    assert (result.failure, result.detail) == (ScrapeFailure.TOO_LARGE, "body larger than 65536 bytes")
+
+
+@pytest.mark.parametrize(
+    ("mode", "detail"),
+    [
+        ("huge_body", f"body larger than {MAX_BODY_BYTES} bytes"),
+        ("endless_headers", "Too many headers received"),
+        ("endless_header", "Got more than 8190 bytes"),
+    ],
+)
+async def test_an_endless_page_or_head_is_too_large_not_a_timeout(
+    session: aiohttp.ClientSession, mode: str, detail: str
+) -> None:
+    """Ended by a bound (the body's, or aiohttp's on the head), long before the scrape's deadline."""
+    async with HostileServer(mode) as server:
+        result = await scrape(session, server.url + "/metrics", timeout=60.0)
+    assert result.failure is ScrapeFailure.TOO_LARGE
+    assert detail in result.detail and len(result.detail) < 200  # not the header's bytes
+
+
+async def test_a_redirect_is_followed_on_the_same_host_only(
+    aiohttp_server: ServerFactory, session: aiohttp.ClientSession
+) -> None:
+    """A bearer token for the engine's /metrics must not go to another host, nor its page stand in for
+    the engine's; a prometheus_client app mounted at /metrics answers 307 to /metrics/."""
+
+    async def moved(_: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect("/metrics/")
+
+    async def page(request: web.Request) -> web.Response:
+        assert request.headers["Authorization"] == "Bearer engine-token"
+        return web.Response(text=fixtures.LLAMACPP)
+
+    app = web.Application()
+    app.router.add_get("/metrics", moved)
+    app.router.add_get("/metrics/", page)
+    same = str((await aiohttp_server(app)).make_url("/metrics"))
+    headers = {"Authorization": "Bearer engine-token"}
+    assert (await scrape(session, same, 5.0, headers=headers)).ok
+
+    async with HostileServer("redirect") as other:  # counts what it is asked
+        # localhost is another host than 127.0.0.1 for a URL's origin, though the same machine.
+        away = HostileServer("redirect", location=other.url.replace("127.0.0.1", "localhost") + "/metrics")
+        async with away:
+            result = await scrape(session, away.url + "/metrics", 5.0, headers=headers)
+    assert result.failure is ScrapeFailure.HTTP_STATUS
+    assert (
+        result.detail
+        == f"HTTP 302 to another host (http://localhost:{other.url.rsplit(':', 1)[1]}), not followed"
+    )
+    assert other.requests == []
+
+
+async def test_a_redirect_loop_ends_after_a_few(session: aiohttp.ClientSession) -> None:
+    async with HostileServer("redirect") as server:
+        server.location = server.url + "/metrics"
+        result = await scrape(session, server.url + "/metrics", 5.0)
+    assert (result.failure, result.detail) == (
+        ScrapeFailure.HTTP_STATUS,
+        f"more than {MAX_REDIRECTS} redirects",
+    )
+    assert len(server.requests) == MAX_REDIRECTS + 1
 
 
 async def test_stalled_server_is_timeout_and_cancellation_propagates(

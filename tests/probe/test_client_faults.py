@@ -40,7 +40,7 @@ CASES: dict[str, tuple[Any, Outcome, int | None, int]] = {
     "wrong_content_type": ("wrong_content_type", Outcome.MALFORMED_STREAM, 200, 0),
     "oversized_line": (
         {"mode": "oversized_line", "at": 1, "size": 100_000},
-        Outcome.MALFORMED_STREAM,
+        Outcome.TOO_LARGE,  # a line over max_line_bytes (65536 here): probe.bounds
         200,
         1,
     ),

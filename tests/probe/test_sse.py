@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.probe.sse import DONE, SseDecoder, SseEvent, SseInvalidUtf8Error, SseLineTooLongError
+from exporter.probe.bounds import LINE_COST_BYTES
+from exporter.probe.sse import (
+    DONE,
+    SseDecoder,
+    SseEvent,
+    SseEventTooLargeError,
+    SseInvalidUtf8Error,
+    SseLineTooLongError,
+)
 
 
 def decode(*reads: bytes, max_line: int = 1 << 20) -> list[SseEvent]:
@@ -118,6 +126,27 @@ def streams(draw: st.DrawFn) -> tuple[bytes, list[SseEvent]]:
     bom = "\ufeff" if draw(st.booleans()) else ""
     raw = (bom + "".join(line + end for line, end in zip(lines, endings, strict=True))).encode()
     return raw, expected
+
+
+@pytest.mark.parametrize(
+    "line", [b"data: x\n", b"data:x\n", b"data\n"], ids=["data-space", "data-colon", "data-alone"]
+)
+def test_an_event_of_endless_short_lines_is_an_error_however_it_comes(line: bytes) -> None:
+    """One event of a million one-byte ``data:`` lines and no blank line once grew a client to 8.5 GB:
+    each line is charged its bytes and ``LINE_COST_BYTES``, so the event ends at the line bound."""
+    decoder = SseDecoder(max_line_bytes=4096)
+    lines_allowed = 4096 // (len(line) - 1 + LINE_COST_BYTES)
+    for _ in range(lines_allowed):
+        assert decoder.feed(line) == []
+    with pytest.raises(SseEventTooLargeError, match="SSE event of more than 4096 bytes without an end"):
+        decoder.feed(line)
+
+
+def test_an_event_within_the_bound_is_dispatched_and_the_next_starts_afresh() -> None:
+    decoder = SseDecoder(max_line_bytes=4096)
+    event = b"data: x\n" * 40 + b"\n"  # 40 * (7 + 64) = 2840 bytes charged
+    for _ in range(3):  # the charge of one event is not carried into the next
+        assert decoder.feed(event) == [SseEvent("\n".join(["x"] * 40))]
 
 
 @given(streams(), st.lists(st.integers(min_value=0, max_value=10_000), max_size=12))
