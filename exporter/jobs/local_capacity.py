@@ -63,6 +63,17 @@ SLO_OPTIONS = (
 CAPACITY_FLAGS = {key: "--" + option.replace("_", "-") for option, key in PARAM_OPTIONS} | {
     f"slo.{key}": "--" + option.replace("_", "-") for option, key in SLO_OPTIONS
 }
+# What the parser names by the jobs API's keys, in the command's own words: it has no config of
+# ``jobs.limits`` to raise (``CLI_LIMITS`` are the most any config could set).
+CLI_WORDS = {
+    "requests_per_trial + warmup_requests": "--requests-per-trial + --warmup-requests",
+    "jobs.limits.max_trials": "the most trials a search may run",
+    "jobs.limits.max_requests_per_trial": "the most requests a trial may send",
+    "jobs.limits.max_duration": "the longest a search may run",
+    "jobs.limits.max_rate": "the highest rate a search may try",
+    "jobs.limits.max_concurrency": "the highest concurrency a search may try",
+    "jobs.limits.max_prompt_tokens": "the longest prompt a search may send",
+}
 
 
 def capacity_params(options: Options) -> CapacityParams:
@@ -79,10 +90,17 @@ def capacity_params(options: Options) -> CapacityParams:
         params = parse_params("capacity", body, CLI_LIMITS)
     except ParamsError as exc:
         raise OptionError(
-            "; ".join(flag_problem(problem, CAPACITY_FLAGS) for problem in exc.problems)
+            "; ".join(_cli_words(flag_problem(problem, CAPACITY_FLAGS)) for problem in exc.problems)
         ) from exc
     assert isinstance(params, CapacityParams)
     return params
+
+
+def _cli_words(message: str) -> str:
+    """A problem with each jobs API key it names (``CLI_WORDS``) said in the command's words."""
+    for key, words in CLI_WORDS.items():
+        message = message.replace(key, words)
+    return message
 
 
 def _refuse_conflicts(options: Options) -> None:

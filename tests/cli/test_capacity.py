@@ -207,8 +207,13 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         (["--max-output-tokens", "0"], "--max-output-tokens must be >= 1 token, got 0"),
         (["--max-prompt-tokens", "0"], "--max-prompt-tokens must be >= 1 token, got 0"),
         # The most the daemon's config could allow (a trial of 10^7 requests was planned in memory).
-        (["--requests-per-trial", "10000000"], "exceeds jobs.limits.max_requests_per_trial (1000000)"),
-        (["--max-trials", "1000"], "--max-trials: 1000 exceeds jobs.limits.max_trials (100)"),
+        # In its own words: it once named the daemon's keys (jobs.limits.max_trials), which it has none of.
+        (
+            ["--requests-per-trial", "10000000"],
+            "--requests-per-trial: --requests-per-trial + --warmup-requests = 10000020 exceeds the most "
+            "requests a trial may send (1000000)",
+        ),
+        (["--max-trials", "1000"], "--max-trials: 1000 exceeds the most trials a search may run (100)"),
         # Each once ignored without a word: the tier for the deadline, the arrivals of a closed loop.
         (
             ["--decode-tier", "strict", "--decode-deadline", "0.1"],
