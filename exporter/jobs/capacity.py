@@ -27,6 +27,7 @@ from exporter.jobs.search_state import (
     State,
     bracket,
     converged,
+    hopeless,
     outcome,
     pass_interval,
     pool,
@@ -243,7 +244,7 @@ def observation(trial: TrialReport) -> Observation:
     counts = trial.counts()
     return Observation(
         trial.load, trial.passed, trial.headroom, counts[0] if counts else None,
-        counts[1] if counts else None, trial.objectives_met(),
+        counts[1] if counts else None, trial.objectives_met(), idle_misses=trial.fails_alone(),
     )  # fmt: skip
 
 
@@ -367,12 +368,23 @@ def _result(
     )
 
 
+def _idle_stop(settings: SearchSettings, failed: Observation) -> str:
+    missed, requests = failed.idle_misses or (0, 0)
+    unit = load_unit("concurrency" if settings.integer else "rate")
+    return (
+        f"floor: fails with the engine idle: at {failed.load:g} {unit}, {missed} of {requests} requests "
+        "that had it to themselves (nothing else of ours in flight) missed the SLO, so no lower load can help"
+    )
+
+
 def _why_stopped(settings: SearchSettings, history: list[Observation]) -> str:
     found = bracket(pool(settings, history))
     if converged(settings, found):
         return "converged"
-    if found.low is None and found.high is not None and found.high.load <= settings.min_load:
-        return "floor"  # not even the floor passed: the SLO is not met at any load we offer
+    if found.low is None and found.high is not None and hopeless(settings, found.high):
+        # Not even the floor passed, or the requests alone in flight failed: the SLO is not met at any
+        # load we offer (the same stop kind, so the daemon and its alert read it as one).
+        return "floor" if found.high.idle_misses is None else _idle_stop(settings, found.high)
     if found.high is None and found.low is not None and found.low.load >= settings.max_load:
         return "max_load"
     return "max_trials"

@@ -132,7 +132,7 @@ def _answer(result: CapacityResult, distrusted: bool) -> str:
     if result.state == "inconclusive":
         return f"capacity inconclusive: between {figure(low)} and {figure(high)} {unit}, an end straddles the objective"
     if stop_kind(result.stopped_by) == "floor":  # the only not_met that says the SLO is met at no load
-        return "capacity none: the SLO is not met at any load we can offer (stopped by floor)"
+        return f"capacity none: the SLO is not met at any load we can offer (stopped by {result.stopped_by})"
     return f"capacity none: the SLO is not met at any load tried (stopped by {result.stopped_by})"
 
 

@@ -289,3 +289,19 @@ def test_capacity_writes_to_a_fresh_timestamped_folder_and_says_where(
     assert_capacity_measured(code, folder)
     assert (folder / "capacity.json").is_file()
     assert f"wrote capacity-results/{folder.name}/capacity.json" in capsys.readouterr().err
+
+
+def test_a_target_that_fails_with_the_engine_idle_ends_not_met_after_that_trial(tmp_path: Path) -> None:
+    """A 1 ms prefill deadline no request meets even alone: at 4 req/s the tiny engine serves each
+    before the next comes. The search once went on down to its floor (0.022 req/s here, a trial of 15
+    minutes; seen live: 4 -> 0.067 req/s, still running after 600 s)."""
+    out = tmp_path / "out"
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:4"]
+    flags += ["--prefill-deadline", "0.001", "--start", "4", "--requests-per-trial", "20"]
+    flags += ["--warmup-requests", "0", "--max-trials", "4"]
+    main(["capacity", *flags, "--output", str(out), "--no-plots"])  # exit 1 if a busy machine's timings
+    result = json.loads((out / "capacity.json").read_text())
+    assert result["state"] == "not_met" and len(result["trials"]) == 1
+    assert result["stopped_by"].startswith("floor: fails with the engine idle: at 4 req/s")
+    alone = result["trials"][0]["figures"]["alone"]
+    assert alone["missed"] == alone["requests"] >= 2 and alone["verdict"] == "fail"
