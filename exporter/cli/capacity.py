@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from exporter.cli.command import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
+from exporter.cli.command import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.cli.flags import (
     DeprecatedAlias,
     add_config_argument,
@@ -148,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     a worker process made a trial's load other than planned or the answer rests on timings the client
     flagged unreliable, 2 on bad input (or an earlier result in the way)."""
     fresh: Path | None = None
+    stopped: list[CapacityResult] = []  # what a search stopped by Ctrl-C or SIGTERM measured
     try:
         options = merged_options(args)
         params = capacity_params(options)
@@ -158,14 +161,24 @@ def run(args: argparse.Namespace) -> int:
         fresh = None if options["output"] else directory  # ours to remove if nothing is written
         check_output_path(directory / "capacity.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
-            result = event_loop.run(_search(options, params, slo, cost, url, simulated))
+            result = event_loop.run(_search(options, params, slo, cost, url, simulated, stopped.append))
     except (OptionError, OutputError, SimStartError, JobFailedError) as exc:
         release(fresh)
         error("capacity", exc)
         return EXIT_USAGE
-    except BaseException:  # any other end before writing (Ctrl-C, the target down): no empty folder
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM and SIGHUP (``exporter.cli.Terminated``)
+        if not stopped or not stopped[0].trials:
+            release(fresh)
+            raise
+        return _interrupted(stopped[0], directory, options, getattr(exc, "signum", None))
+    except BaseException:  # any other end before writing (the target down): no empty folder
         release(fresh)
         raise
+    return _report(result, directory, options)
+
+
+def _report(result: CapacityResult, directory: Path, options: Options) -> int:
+    """Write and print the result; the exit code it calls for."""
     written = write_capacity_json(directory, result)
     print(json.dumps(result.to_dict(), indent=2) if options["json"] else capacity_table(result))
     print(f"wrote {written}", file=sys.stderr)
@@ -190,6 +203,20 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if target_failed or unreliable or unmeasured else EXIT_MEASURED
 
 
+def _interrupted(result: CapacityResult, directory: Path, options: Options, signum: int | None) -> int:
+    """A search stopped by Ctrl-C (``signum`` None) or a signal: its finished trials written and
+    printed as any result (state ``interrupted``), and the exit code of the interruption."""
+    _report(result, directory, options)
+    name = signal.Signals(signum).name if signum is not None else "Ctrl-C"
+    trials = len(result.trials)
+    print(
+        f"fluidity-exporter capacity: {name}: interrupted after {trials} trial{'' if trials == 1 else 's'}; "
+        "what they measured is written (state interrupted)",
+        file=sys.stderr,
+    )
+    return 128 + signum if signum is not None else EXIT_INTERRUPTED
+
+
 def _cost(options: Options) -> Cost:
     """``--gpus`` and ``--gpu-hour-price``, read as ``targets[].gpus`` and ``gpu_hour_price`` are (each
     flag is its key with dashes, so no flag needs naming)."""
@@ -198,7 +225,13 @@ def _cost(options: Options) -> Cost:
 
 
 async def _search(
-    options: Options, params: CapacityParams, slo: TrialSlo, cost: Cost, url: str, simulated: bool
+    options: Options,
+    params: CapacityParams,
+    slo: TrialSlo,
+    cost: Cost,
+    url: str,
+    simulated: bool,
+    on_interrupt: Callable[[CapacityResult], None],
 ) -> CapacityResult:
     settings, facts = await discover_target(options, url, simulated)  # calibrated prompts, context
     for line in facts.describe(context_fit_note(options)):
@@ -206,7 +239,7 @@ async def _search(
     workload = workload_from_options(options, simulated, facts)
     printer = ProgressPrinter() if not options["json"] else (lambda fraction, message: None)
     note_shared_cpus(params.workers)
-    return await search_capacity(params, slo, settings, workload, printer, cost, facts.context)
+    return await search_capacity(params, slo, settings, workload, printer, cost, facts.context, on_interrupt)
 
 
 CAPACITY_COMMAND = Command("search the highest load that meets a fluidity SLO", add_arguments, run)

@@ -20,7 +20,7 @@ from typing import Any
 
 from exporter.config.model import Module, SloConfig, Target
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import CapacityResult, search_capacity
+from exporter.jobs.capacity import CapacityResult, OnInterrupt, search_capacity
 from exporter.jobs.drain import Busy, Drained, wait_drained
 from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
@@ -141,6 +141,11 @@ def capacity_runner(env: JobEnvironment) -> Runner:
         slo = resolve_trial_slo(params.slo, config.slo_for(target), env.deadline_policy(target.name))
         remote, limits = config.jobs.shards, env.job_limits()
         progress = SearchProgress(params, ctx.progress)
+
+        def interrupted(result: CapacityResult) -> None:  # what was measured, kept as the job's result
+            result.gpus, result.gpu_hour_price = target.gpus, target.gpu_hour_price
+            ctx.keep_result({"target": target.name, "module": module, **result.to_dict()})
+
         async with env.lease(target.name) as client:
             await model_of(client)
             context = await served_context(client)
@@ -155,6 +160,7 @@ def capacity_runner(env: JobEnvironment) -> Runner:
                     shard_url=remote.url_for(target.name) if remote is not None else None,
                     time_budget_s=time_budget(params, limits), progress=progress,
                     busy=lambda: env.engine_busy(target.name), context=context,
+                    on_interrupt=interrupted,
                 )  # fmt: skip
         if result.state is None:  # no trial could be judged (or none ran): no finding to publish
             raise JobFailedError(result.stopped_by)
@@ -214,6 +220,7 @@ async def run_capacity_search(
     progress: SearchProgress | None = None,
     busy: Busy | None = None,
     context: int | None = None,
+    on_interrupt: OnInterrupt | None = None,
 ) -> CapacityResult:
     """A whole search (the daemon's job and the CLI share it). ``client()`` is asked for the target's
     client at every send (a daemon's job leases one for its whole life: ``JobEnvironment.lease``). With a
@@ -221,7 +228,8 @@ async def run_capacity_search(
     at ``shard_url`` when given (pods of their own cannot use a sidecar's loopback). Every trial after
     the first waits for a drained engine (``busy``: its running + waiting requests) and ends at its time
     limit; the search ends at ``time_budget_s``. ``workload`` comes fitted to ``context``, the tokens the
-    target serves (None: not said), and the result says how (``CapacityResult.context``)."""
+    target serves (None: not said), and the result says how (``CapacityResult.context``). Stopped from
+    outside, the search tells ``on_interrupt`` what it measured."""
     if pool is not None and workload.sessions:
         # A shard sends single requests: a session's later turns need its earlier answers in one place.
         raise JobFailedError(
@@ -238,10 +246,15 @@ async def run_capacity_search(
     async def drain() -> Drained:
         return await wait_drained(busy)
 
+    def stopped(result: CapacityResult) -> None:
+        result.context = ContextFit.of(workload, context)
+        if on_interrupt is not None:
+            on_interrupt(result)
+
     await client().resolve_model()
     result = await search_capacity(
         settings, trials.run, load_kind=params.load, slo=slo.describe(), on_trial=on_trial, afford=afford,
-        early_stop=params.early_stop, time_budget_s=time_budget_s, drain=drain,
+        early_stop=params.early_stop, time_budget_s=time_budget_s, drain=drain, on_interrupt=stopped,
     )  # fmt: skip
     result.context = ContextFit.of(workload, context)
     return result

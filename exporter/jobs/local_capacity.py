@@ -14,7 +14,7 @@ from typing import Any
 from exporter.config.bounds import MAX_JOB_REQUESTS_PER_TRIAL, MAX_JOB_TRIALS
 from exporter.config.model import SloConfig
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import CapacityResult
+from exporter.jobs.capacity import CapacityResult, OnInterrupt
 from exporter.jobs.capacity_runner import (
     BUDGET_SHARE,
     resolve_trial_slo,
@@ -130,17 +130,25 @@ async def search_capacity(
     on_progress: Callable[[float, str], None],
     cost: Cost = NO_COST,
     context: int | None = None,
+    on_interrupt: OnInterrupt | None = None,
 ) -> CapacityResult:
     """The search against ``settings``' target, progress told to ``on_progress(fraction, message)``;
     ``cost`` is ``--gpus`` and ``--gpu-hour-price``, for the result's cost figures; ``workload`` comes
-    fitted to ``context``, the tokens the target serves (None: not said)."""
+    fitted to ``context``, the tokens the target serves (None: not said). Stopped by Ctrl-C or SIGTERM,
+    it tells ``on_interrupt`` what it measured."""
+
+    def interrupted(result: CapacityResult) -> None:
+        result.gpus, result.gpu_hour_price = cost.gpus, cost.gpu_hour_price
+        if on_interrupt is not None:
+            on_interrupt(result)
+
     progress = SearchProgress(params, on_progress)
     budget = time_budget(params, CLI_LIMITS) if params.time_budget_s is not None else DEFAULT_BUDGET_S
     async with ProbeClient(settings) as client, worker_pool(params.workers, settings) as pool:
         result = await run_capacity_search(
             params, search_settings(params, CLI_LIMITS, slo), workload, slo, lambda: client,
             on_trial=progress.trial_done, pool=pool, time_budget_s=budget, progress=progress,
-            context=context,
+            context=context, on_interrupt=interrupted,
         )  # fmt: skip
     result.gpus, result.gpu_hour_price = cost.gpus, cost.gpu_hour_price
     progress.finished(result)

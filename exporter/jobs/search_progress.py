@@ -129,6 +129,10 @@ def _answer(result: CapacityResult, distrusted: bool) -> str:
         return (
             f"capacity at least {figure(low)} {unit}{_unsure(result)}{fails} (stopped by {result.stopped_by})"
         )
+    if result.state == "interrupted":  # stopped from outside: the bracket so far, no answer
+        passes = f"passed at {figure(low)} {unit}" if low is not None else "no load passed"
+        fails = f", failed at {figure(high)} {unit}" if high is not None else ""
+        return f"no answer: interrupted before the search ended ({passes}{fails})"
     if result.state == "inconclusive":
         return f"capacity inconclusive: between {figure(low)} and {figure(high)} {unit}, an end straddles the objective"
     if stop_kind(result.stopped_by) == "floor":  # the only not_met that says the SLO is met at no load

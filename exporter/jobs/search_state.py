@@ -28,6 +28,9 @@ class State(StrEnum):
     LOWER_BOUND = "lower_bound"  # still passing when the ceiling, the trials or a budget stopped it
     NOT_MET = "not_met"  # no load tried passed (down to the floor, or until a budget ran out)
     INCONCLUSIVE = "inconclusive"  # bracketed within the tolerance, but an end straddles the objective
+    # Stopped (Ctrl-C, SIGTERM, a cancelled or interrupted job) before it ended: what its trials
+    # showed, the bracket so far, no answer
+    INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True)

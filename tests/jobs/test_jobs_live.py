@@ -6,6 +6,7 @@ The simulator is ``slow_sim``, slowed to an 8B model's pace on one GPU (``tests.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -151,6 +152,33 @@ async def test_cancel_stops_the_load_within_a_second(daemon: tuple[Daemon, str],
     assert time.monotonic() - began < 1.0
     # The server notices the closed connections at its next step.
     await wait_for(lambda: not engine.running and not engine.waiting, timeout=0.3)
+
+
+@pytest.mark.parametrize("stop", ["cancel", "shutdown"])
+async def test_a_stopped_search_keeps_what_it_measured(
+    slow_sim: SimServer, tmp_path: Path, stop: str
+) -> None:
+    """A cancelled or interrupted search once kept only its steps: its result, with the bracket so far
+    and state interrupted, was lost."""
+    daemon = Daemon(load_config_file(write_config(tmp_path, slow_sim.url)), seed=1)
+    async with serving(daemon) as url:
+        body = {"target": "sim", "start": 4, "requests_per_trial": 20, "warmup_requests": 0}
+        status, record = await call("POST", f"{url}/api/v1/jobs/capacity", body)
+        assert status == 202
+        deadline = time.monotonic() + 60
+        while not (await call("GET", f"{url}/api/v1/jobs/{record['id']}"))[1]["steps"]:  # trial 1 done
+            assert time.monotonic() < deadline, "no trial finished in 60 s"
+            await asyncio.sleep(0.1)
+        if stop == "cancel":
+            status, _ = await call("DELETE", f"{url}/api/v1/jobs/{record['id']}")
+            assert status == 200
+    store = JobStore(tmp_path / "state" / "jobs")
+    store.load()
+    kept = store.get(record["id"])
+    assert kept is not None and kept.state == ("cancelled" if stop == "cancel" else "interrupted")
+    assert kept.result is not None and kept.result["state"] == "interrupted"
+    assert kept.result["stopped_by"] == "interrupted" and kept.result["capacity"] is None
+    assert kept.result["target"] == "sim" and [t["load"] for t in kept.result["trials"]][:1] == [4]
 
 
 async def test_a_restart_mid_job_marks_it_interrupted(slow_sim: SimServer, tmp_path: Path) -> None:
