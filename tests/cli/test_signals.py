@@ -126,3 +126,28 @@ def test_a_search_interrupted_in_its_first_trial_leaves_no_folder(tmp_path: Path
         process.kill()
     assert process.returncode == 130 and "capacity: interrupted" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_profile_writes_the_lengths_it_finished_beside_its_model(tmp_path: Path) -> None:
+    """SIGTERM once wrote nothing. What was measured goes beside ``--output``, not in its place: a
+    fit of part of the ladder is no model to set deadlines by."""
+    output = tmp_path / "model.json"
+    argv = [sys.executable, "-m", "exporter", "profile", "--sim-preset", "tiny", "--output", str(output)]
+    argv += ["--lengths", "128,256,512,1024,2048,4096", "--repeats", "40"]
+    process = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        seen = [""]
+        while "tokens: min TTFT" not in seen[-1]:  # the first length is done
+            seen.append(process.stderr.readline())
+            assert seen[-1], "".join(seen)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM and "Traceback" not in err
+    kept = tmp_path / "model.interrupted.json"
+    assert "SIGTERM: interrupted after " in err and f"wrote what they measured to {kept}" in err
+    assert not output.exists()
+    written = json.loads(kept.read_text())
+    assert written["state"] == "interrupted" and [s["prompt_tokens"] for s in written["samples"]][:1] == [128]

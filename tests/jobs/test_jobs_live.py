@@ -181,6 +181,23 @@ async def test_a_stopped_search_keeps_what_it_measured(
     assert kept.result["target"] == "sim" and [t["load"] for t in kept.result["trials"]][:1] == [4]
 
 
+async def test_a_cancelled_profile_keeps_the_lengths_it_finished(slow_sim: SimServer, tmp_path: Path) -> None:
+    daemon = Daemon(load_config_file(write_config(tmp_path, slow_sim.url)), seed=1)
+    async with serving(daemon) as url:
+        body = {"target": "sim", "lengths": [128, 256, 512, 1024, 2048], "repeats": 30, "apply": False}
+        status, record = await call("POST", f"{url}/api/v1/jobs/prefill-profile", body)
+        assert status == 202
+        deadline = time.monotonic() + 60
+        while not (await call("GET", f"{url}/api/v1/jobs/{record['id']}"))[1]["steps"]:  # a length done
+            assert time.monotonic() < deadline, "no length finished in 60 s"
+            await asyncio.sleep(0.05)
+        status, cancelled = await call("DELETE", f"{url}/api/v1/jobs/{record['id']}")
+    assert status == 200 and cancelled["state"] == "cancelled"
+    result = cancelled["result"]
+    assert result["state"] == "interrupted" and result["samples"][0]["prompt_tokens"] == 128
+    assert len(result["samples"]) < 5
+
+
 async def test_a_restart_mid_job_marks_it_interrupted(slow_sim: SimServer, tmp_path: Path) -> None:
     config = load_config_file(write_config(tmp_path, slow_sim.url))
     first = Daemon(config, seed=1)
