@@ -4,7 +4,7 @@ Against ``--url`` (by default the built-in simulator in a child process) it runs
 daemon's ``POST /api/v1/jobs/capacity`` (``exporter.jobs.local_capacity``): the flags become the same
 parameters, parsed by the same parser, without the daemon's ceilings. It prints a progress bar and one
 line per trial, then a report, and writes ``capacity.json`` (and ``capacity.png`` with the ``plots``
-extra: headroom against load, the capacity marked) into ``--output`` (default: a new
+extra: headroom against load, each trial by its verdict, the answer and the bracket marked) into ``--output`` (default: a new
 ``capacity-results/<UTC time>/``; an existing result is replaced only with ``--force``) and says where.
 Exit codes as ``bench``'s (``exporter.cli``): 1 when the target failed (every trial sunk by errors).
 """
@@ -32,6 +32,7 @@ from exporter.cli.flags import (
 from exporter.cli.progress import ProgressPrinter
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.capacity_report import capacity_table, write_capacity_json
+from exporter.jobs.capacity_runner import trial_size_warning
 from exporter.jobs.local_capacity import DEFAULT_BUDGET_S, capacity_params, search_capacity, trial_slo
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial_verdict import TrialSlo
@@ -43,7 +44,7 @@ from exporter.options.job_params import MIN_TRIAL_S, CapacityParams
 from exporter.options.oneshot import OptionError, Options, read_flags
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputError, check_output_path, release, timestamped
-from exporter.report.capacity_plot import HeadroomPoint, write_headroom_plot
+from exporter.report.capacity_plot import HeadroomPoint, PlotAnswer, write_headroom_plot
 from exporter.report.evaluation_options import prefill_deadlines
 from exporter.sim.process import SimStartError, url_or_simulator
 from exporter.stats.slo import DECODE_TIERS, DEFAULT_DECODE_TIER, DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
@@ -155,6 +156,9 @@ def run(args: argparse.Namespace) -> int:
         options = merged_options(args)
         params = capacity_params(options)
         slo = trial_slo(params, prefill_deadlines(options))  # bad deadlines fail before any load is sent
+        small = trial_size_warning(params, slo)
+        if small is not None:  # said before the run: it is no answer to wait minutes for
+            print(f"fluidity-exporter capacity: warning: --requests-per-trial: {small}", file=sys.stderr)
         checked_workload_options(options)
         cost = _cost(options)
         directory = Path(options["output"]) if options["output"] else timestamped("capacity-results")
@@ -184,10 +188,10 @@ def _report(result: CapacityResult, directory: Path, options: Options) -> int:
     print(f"wrote {written}", file=sys.stderr)
     if options["plots"] is not False:
         try:
-            points = [HeadroomPoint(t.index, t.load, t.headroom, bool(t.passed)) for t in result.trials]
-            path = write_headroom_plot(
-                directory / "capacity.png", points, result.measured_capacity, result.load_kind
-            )
+            points = [HeadroomPoint(t.index, t.load, t.headroom, t.verdict) for t in result.trials]
+            state = str(result.state) if result.state is not None else None
+            answer = PlotAnswer(state, result.lower_bound, result.upper_bound)
+            path = write_headroom_plot(directory / "capacity.png", points, answer, result.load_kind)
             print(f"wrote {path}", file=sys.stderr)
         except RuntimeError as exc:  # the plots extra is not installed
             print(f"no plot: {exc}", file=sys.stderr)

@@ -11,6 +11,7 @@ requests fit: the job once sent them all and failed on the server's 400s, the co
 from __future__ import annotations
 
 import dataclasses
+import math
 import secrets
 import threading
 from collections import Counter
@@ -25,7 +26,7 @@ from exporter.jobs.drain import Busy, Drained, wait_drained
 from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.search_progress import SearchProgress, result_line
-from exporter.jobs.search_state import SearchSettings
+from exporter.jobs.search_state import MAX_PARTS, SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import TrialSlo
@@ -38,6 +39,7 @@ from exporter.probe.client import ProbeClient
 from exporter.probe.loop import off_the_loop
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
+from exporter.stats.binomial import fewest_to_confirm
 from exporter.stats.slo import DECODE_TIERS, decode_tier
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}
@@ -90,6 +92,24 @@ def search_settings(params: CapacityParams, limits: JobLimits, slo: TrialSlo | N
         floor=min(default_floor(params), start), required=None if slo is None else slo.required,
         confidence=params.confidence,
     )  # fmt: skip
+
+
+def trial_size_warning(params: CapacityParams, slo: TrialSlo, max_parts: int = MAX_PARTS) -> str | None:
+    """Why trials of ``requests_per_trial`` can never confirm the SLO's percentile, even pooled over
+    the ``max_parts`` trials a load may run (None when they can). Such a search cannot end ``found``;
+    worse, a small trial passes its point verdict with no miss allowed, so it climbs past the capacity
+    (seen: 40 requests a trial said "at least 21.75 req/s" where a trial of 200 failed at 11.27)."""
+    needed = fewest_to_confirm(slo.required, params.confidence)
+    pooled = params.requests_per_trial * max_parts
+    if pooled >= needed:
+        return None
+    return (
+        f"{params.requests_per_trial} requests a trial cannot confirm p{slo.percentile:g}: that takes "
+        f"{needed} requests in a row meeting it at {params.confidence:g} confidence, and a load pools at "
+        f"most {max_parts} trials ({pooled} requests); its answer can be no more than a lower bound, and "
+        f"one above the capacity (a small trial passes with no miss allowed): give --requests-per-trial "
+        f"{math.ceil(needed / max_parts)} or more"
+    )
 
 
 def default_floor(params: CapacityParams) -> float:

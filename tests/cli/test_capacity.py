@@ -305,3 +305,29 @@ def test_a_target_that_fails_with_the_engine_idle_ends_not_met_after_that_trial(
     assert result["stopped_by"].startswith("floor: fails with the engine idle: at 4 req/s")
     alone = result["trials"][0]["figures"]["alone"]
     assert alone["missed"] == alone["requests"] >= 2 and alone["verdict"] == "fail"
+
+
+@pytest.mark.parametrize(
+    ("flags", "warned"),
+    [
+        (
+            ["--requests-per-trial", "40"],
+            "give --requests-per-trial 123 or more",
+        ),  # 368 at p99, 3 trials a load
+        (["--requests-per-trial", "123"], None),
+        (["--requests-per-trial", "40", "--percentile", "90"], None),  # 36 confirm p90
+    ],
+)
+def test_a_trial_too_small_to_confirm_the_percentile_is_warned_of_before_the_run(
+    flags: list[str], warned: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """40 requests a trial once answered "at least 21.75 req/s" where a trial of 200 failed at 11.27,
+    without a word before the run. (Refused by the target that answers nothing, after the warning.)"""
+    url = f"http://127.0.0.1:{free_port()}"
+    main(["capacity", "--url", url, "--no-plots", "--output", "/nonexistent/never", *flags])
+    err = capsys.readouterr().err
+    if warned is None:
+        assert "cannot confirm" not in err
+    else:
+        assert "warning: --requests-per-trial: 40 requests a trial cannot confirm p99: that takes 368" in err
+        assert warned in err
