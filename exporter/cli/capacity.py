@@ -104,7 +104,11 @@ def _add_search_arguments(load: argparse._ArgumentGroup) -> None:
         "--arrival",
         help="with --load rate: arrival process without its rate: poisson, constant, gamma:shape=0.5",
     )
-    load.add_argument("--start", type=float, help="first load tried (default 1, or --min-load if higher)")
+    load.add_argument(
+        "--start",
+        type=float,
+        help="first load tried (default: where a first look at the target says; concurrency 1)",
+    )
     load.add_argument(
         "--max-load",
         type=float,

@@ -15,6 +15,7 @@ what is left; ``stopped_by`` says which bound ended the search.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 
 from exporter.jobs.capacity_search import next_load, settling
 from exporter.jobs.drain import Drained
+from exporter.jobs.first_look import FirstLook
 from exporter.jobs.search_state import (
     Observation,
     SearchSettings,
@@ -95,6 +97,7 @@ class CapacityResult:
     gpus: float | None = None  # accelerators behind the target (targets[].gpus), for the cost figures
     gpu_hour_price: float | None = None
     context: ContextFit | None = None  # how the workload met the served context (None: not asked)
+    first_look: FirstLook | None = None  # where the search started, when no start was given
 
     @property
     def capacity(self) -> float | None:
@@ -222,6 +225,7 @@ class CapacityResult:
             "gpus": self.gpus,
             "gpu_hour_price": self.gpu_hour_price,
             "context": self.context.to_dict() if self.context is not None else None,
+            "first_look": dataclasses.asdict(self.first_look) if self.first_look is not None else None,
             "trial_count": len(self.trials),
             "tokens": self.tokens,
             "duration_s": self.duration_s,

@@ -23,6 +23,7 @@ from exporter.config.model import Module, SloConfig, Target
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, OnInterrupt, search_capacity
 from exporter.jobs.drain import Busy, Drained, wait_drained
+from exporter.jobs.first_look import FirstLook, first_look, look_start
 from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.search_progress import SearchProgress, result_line
@@ -259,6 +260,15 @@ async def run_capacity_search(
     # Every trial sends the same lengths (common random numbers) whatever its load, so one plan gives
     # the worst case of them all, and refuses a workload that cannot fit before a token is sent.
     worst_case = (await _first_plan(trials, settings.start, workload, context)).planned_tokens
+    await client().resolve_model()
+    look = None
+    if params.start is None and params.load == "rate":  # no start given: where the target's speed says
+        look = await first_look(workload, slo, trials.send, seed=params.seed, salt=trials.salt)
+        settings, time_budget_s = _looked(trials, look, settings, time_budget_s)
+    if progress is not None:
+        # The look's slots each sent two requests: half its span is about one request's life, the
+        # time a trial's last requests take after its last send.
+        progress.begin(settings.start, time_budget_s, look.duration_s / 2 if look is not None else 0.0)
 
     def afford(load: float) -> str | None:
         return budget.refusal(worst_case) if budget is not None else None
@@ -267,17 +277,30 @@ async def run_capacity_search(
         return await wait_drained(busy)
 
     def stopped(result: CapacityResult) -> None:
-        result.context = ContextFit.of(workload, context)
+        result.context, result.first_look = ContextFit.of(workload, context), look
         if on_interrupt is not None:
             on_interrupt(result)
 
-    await client().resolve_model()
     result = await search_capacity(
         settings, trials.run, load_kind=params.load, slo=slo.describe(), on_trial=on_trial, afford=afford,
         early_stop=params.early_stop, time_budget_s=time_budget_s, drain=drain, on_interrupt=stopped,
     )  # fmt: skip
-    result.context = ContextFit.of(workload, context)
+    result.context, result.first_look = ContextFit.of(workload, context), look
     return result
+
+
+def _looked(
+    trials: _SearchTrials, look: FirstLook, settings: SearchSettings, time_budget_s: float | None
+) -> tuple[SearchSettings, float | None]:
+    """The settings started where the first look says, and the time budget less the look's seconds
+    (its tokens count against the token budget)."""
+    start = look_start(look, settings)
+    if trials.budget is not None:
+        trials.budget.spent += look.tokens
+    if trials.progress is not None:
+        trials.progress.report(0.0, look.describe(start, "req/s"))
+    left = time_budget_s - look.duration_s if time_budget_s is not None else None
+    return dataclasses.replace(settings, start=start), left
 
 
 async def _first_plan(

@@ -331,3 +331,24 @@ def test_a_trial_too_small_to_confirm_the_percentile_is_warned_of_before_the_run
     else:
         assert "warning: --requests-per-trial: 40 requests a trial cannot confirm p99: that takes 368" in err
         assert warned in err
+
+
+def test_a_search_given_no_start_looks_first_and_says_how_long_it_should_take(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default started at 1 req/s whatever the target: on the simulator's 8B model a first trial
+    of 224 s and a search of 7-9 minutes, with no estimate shown."""
+    out = tmp_path / "out"
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:8"]
+    flags += ["--max-trials", "1", "--requests-per-trial", "20", "--warmup-requests", "0"]
+    main(["capacity", *flags, "--output", str(out), "--no-plots"])  # exit 1 if a busy machine's timings
+    err = capsys.readouterr().err
+    result = json.loads((out / "capacity.json").read_text())
+    look = result["first_look"]
+    assert look["completed"] == 32 and look["rate"] > 1.0 and look["tokens"] > 0
+    start = result["trials"][0]["load"]
+    assert start >= 2 * look["rate"] * 0.99 or not look["passed"]  # past a pass by its headroom
+    assert f"first look: 32 requests, 16 in flight, served {look['rate']:.3g} req/s" in err
+    assert re.search(
+        rf"search from {start:.4g} req/s, about \d+ s expected over ~1 trials, at most \d+ s", err
+    )

@@ -342,7 +342,8 @@ async def test_a_search_against_a_failing_target_fails_the_job(start_sim: StartS
         assert status == 202, record
         done = await finished(url, record["id"])
         assert done["state"] == "failed", done
-        assert done["error"].startswith("the target failed: in every trial (2) more requests failed"), done
+        # One trial: its requests failed with nothing else in flight too, so no lower load could help.
+        assert done["error"].startswith("the target failed: in every trial (1) more requests failed"), done
         assert "outcomes: http_status " in done["error"]  # what the requests got
         async with aiohttp.ClientSession() as session, session.get(f"{url}/metrics") as response:
             assert "fluidity_capacity_state{" not in await response.text()
