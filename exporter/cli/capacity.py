@@ -4,9 +4,10 @@ Against ``--url`` (by default the built-in simulator in a child process) it runs
 daemon's ``POST /api/v1/jobs/capacity`` (``exporter.jobs.local_capacity``): the flags become the same
 parameters, parsed by the same parser, without the daemon's ceilings. It prints a progress bar and one
 line per trial, then a report, and writes ``capacity.json`` (and ``capacity.png`` with the ``plots``
-extra: headroom against load, each trial by its verdict, the answer and the bracket marked) into ``--output`` (default: a new
-``capacity-results/<UTC time>/``; an existing result is replaced only with ``--force``) and says where.
-Exit codes as ``bench``'s (``exporter.cli``): 1 when the target failed (every trial sunk by errors).
+extra: headroom against load, each trial by its verdict, the answer and the bracket marked) into
+``--output`` (default: a new ``capacity-results/<UTC time>/``; an existing result is replaced only with
+``--force``) and says where. Exit codes as ``bench``'s (``exporter.cli``): 1 when the target failed
+(every trial sunk by errors). Ctrl-C or SIGTERM writes the finished trials (state ``interrupted``).
 """
 
 from __future__ import annotations
