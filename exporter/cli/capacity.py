@@ -4,19 +4,22 @@ Against ``--url`` (by default the built-in simulator in a child process) it runs
 daemon's ``POST /api/v1/jobs/capacity`` (``exporter.jobs.local_capacity``): the flags become the same
 parameters, parsed by the same parser, without the daemon's ceilings. It prints a progress bar and one
 line per trial, then a report, and writes ``capacity.json`` (and ``capacity.png`` with the ``plots``
-extra: headroom against load, the capacity marked) into ``--output`` (default: a new
-``capacity-results/<UTC time>/``; an existing result is replaced only with ``--force``) and says where.
-Exit codes as ``bench``'s (``exporter.cli``): 1 when the target failed (every trial sunk by errors).
+extra: headroom against load, each trial by its verdict, the answer and the bracket marked) into
+``--output`` (default: a new ``capacity-results/<UTC time>/``; an existing result is replaced only with
+``--force``) and says where. Exit codes as ``bench``'s (``exporter.cli``): 1 when the target failed
+(every trial sunk by errors). Ctrl-C or SIGTERM writes the finished trials (state ``interrupted``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from exporter.cli.command import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
+from exporter.cli.command import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.cli.flags import (
     DeprecatedAlias,
     add_config_argument,
@@ -30,6 +33,7 @@ from exporter.cli.flags import (
 from exporter.cli.progress import ProgressPrinter
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.capacity_report import capacity_table, write_capacity_json
+from exporter.jobs.capacity_runner import trial_size_warning
 from exporter.jobs.local_capacity import DEFAULT_BUDGET_S, capacity_params, search_capacity, trial_slo
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial_verdict import TrialSlo
@@ -41,7 +45,7 @@ from exporter.options.job_params import MIN_TRIAL_S, CapacityParams
 from exporter.options.oneshot import OptionError, Options, read_flags
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputError, check_output_path, release, timestamped
-from exporter.report.capacity_plot import HeadroomPoint, write_headroom_plot
+from exporter.report.capacity_plot import HeadroomPoint, PlotAnswer, write_headroom_plot
 from exporter.report.evaluation_options import prefill_deadlines
 from exporter.sim.process import SimStartError, url_or_simulator
 from exporter.stats.slo import DECODE_TIERS, DEFAULT_DECODE_TIER, DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
@@ -101,7 +105,11 @@ def _add_search_arguments(load: argparse._ArgumentGroup) -> None:
         "--arrival",
         help="with --load rate: arrival process without its rate: poisson, constant, gamma:shape=0.5",
     )
-    load.add_argument("--start", type=float, help="first load tried (default 1, or --min-load if higher)")
+    load.add_argument(
+        "--start",
+        type=float,
+        help="first load tried (default: where a first look at the target says; concurrency 1)",
+    )
     load.add_argument(
         "--max-load",
         type=float,
@@ -150,34 +158,48 @@ def run(args: argparse.Namespace) -> int:
     a worker process made a trial's load other than planned or the answer rests on timings the client
     flagged unreliable, 2 on bad input (or an earlier result in the way)."""
     fresh: Path | None = None
+    stopped: list[CapacityResult] = []  # what a search stopped by Ctrl-C or SIGTERM measured
     try:
         options = merged_options(args)
         params = capacity_params(options)
         checked_workers(params.workers)
         slo = trial_slo(params, prefill_deadlines(options))  # bad deadlines fail before any load is sent
+        small = trial_size_warning(params, slo)
+        if small is not None:  # said before the run: it is no answer to wait minutes for
+            print(f"fluidity-exporter capacity: warning: --requests-per-trial: {small}", file=sys.stderr)
         checked_workload_options(options)
         cost = _cost(options)
         directory = Path(options["output"]) if options["output"] else timestamped("capacity-results")
         fresh = None if options["output"] else directory  # ours to remove if nothing is written
         check_output_path(directory / "capacity.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
-            result = event_loop.run(_search(options, params, slo, cost, url, simulated))
+            result = event_loop.run(_search(options, params, slo, cost, url, simulated, stopped.append))
     except (OptionError, OutputError, SimStartError, JobFailedError) as exc:
         release(fresh)
         error("capacity", exc)
         return EXIT_USAGE
-    except BaseException:  # any other end before writing (Ctrl-C, the target down): no empty folder
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM and SIGHUP (``exporter.cli.Terminated``)
+        if not stopped or not stopped[0].trials:
+            release(fresh)
+            raise
+        return _interrupted(stopped[0], directory, options, getattr(exc, "signum", None))
+    except BaseException:  # any other end before writing (the target down): no empty folder
         release(fresh)
         raise
+    return _report(result, directory, options)
+
+
+def _report(result: CapacityResult, directory: Path, options: Options) -> int:
+    """Write and print the result; the exit code it calls for."""
     written = write_capacity_json(directory, result)
     print(json.dumps(result.to_dict(), indent=2) if options["json"] else capacity_table(result))
     print(f"wrote {written}", file=sys.stderr)
     if options["plots"] is not False:
         try:
-            points = [HeadroomPoint(t.index, t.load, t.headroom, bool(t.passed)) for t in result.trials]
-            path = write_headroom_plot(
-                directory / "capacity.png", points, result.measured_capacity, result.load_kind
-            )
+            points = [HeadroomPoint(t.index, t.load, t.headroom, t.verdict) for t in result.trials]
+            state = str(result.state) if result.state is not None else None
+            answer = PlotAnswer(state, result.lower_bound, result.upper_bound)
+            path = write_headroom_plot(directory / "capacity.png", points, answer, result.load_kind)
             print(f"wrote {path}", file=sys.stderr)
         except RuntimeError as exc:  # the plots extra is not installed
             print(f"no plot: {exc}", file=sys.stderr)
@@ -193,6 +215,20 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if target_failed or unreliable or unmeasured else EXIT_MEASURED
 
 
+def _interrupted(result: CapacityResult, directory: Path, options: Options, signum: int | None) -> int:
+    """A search stopped by Ctrl-C (``signum`` None) or a signal: its finished trials written and
+    printed as any result (state ``interrupted``), and the exit code of the interruption."""
+    _report(result, directory, options)
+    name = signal.Signals(signum).name if signum is not None else "Ctrl-C"
+    trials = len(result.trials)
+    print(
+        f"fluidity-exporter capacity: {name}: interrupted after {trials} trial{'' if trials == 1 else 's'}; "
+        "what they measured is written (state interrupted)",
+        file=sys.stderr,
+    )
+    return 128 + signum if signum is not None else EXIT_INTERRUPTED
+
+
 def _cost(options: Options) -> Cost:
     """``--gpus`` and ``--gpu-hour-price``, read as ``targets[].gpus`` and ``gpu_hour_price`` are (each
     flag is its key with dashes, so no flag needs naming)."""
@@ -201,14 +237,20 @@ def _cost(options: Options) -> Cost:
 
 
 async def _search(
-    options: Options, params: CapacityParams, slo: TrialSlo, cost: Cost, url: str, simulated: bool
+    options: Options,
+    params: CapacityParams,
+    slo: TrialSlo,
+    cost: Cost,
+    url: str,
+    simulated: bool,
+    on_interrupt: Callable[[CapacityResult], None],
 ) -> CapacityResult:
     settings, facts = await discover_target(options, url, simulated)  # calibrated prompts, context
     for line in facts.describe(context_fit_note(options)):
         print(line, file=sys.stderr)
     workload = workload_from_options(options, simulated, facts)
     printer = ProgressPrinter() if not options["json"] else (lambda fraction, message: None)
-    return await search_capacity(params, slo, settings, workload, printer, cost, facts.context)
+    return await search_capacity(params, slo, settings, workload, printer, cost, facts.context, on_interrupt)
 
 
 CAPACITY_COMMAND = Command("search the highest load that meets a fluidity SLO", add_arguments, run)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from exporter.cli.command import EXIT_FAILED, EXIT_MEASURED, EXIT_USAGE, Command
+from exporter.cli.command import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.cli.flags import (
     add_config_argument,
     add_target_arguments,
@@ -73,11 +75,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Exit 0 with a model written, 1 when no length answered (the target failed), 2 on bad input or
     an existing ``--output`` without ``--force`` (exit codes: ``exporter.cli``)."""
+    stopped: list[PrefillProfile] = []  # what a profile stopped by Ctrl-C or SIGTERM measured
     try:
         options = merged_options(args)
         _check(options)
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
-            profile = event_loop.run(_profile(options, url, simulated))
+            profile = event_loop.run(_profile(options, url, simulated, stopped.append))
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM and SIGHUP (``exporter.cli.Terminated``)
+        if not stopped or not stopped[0].samples:
+            raise
+        return _interrupted(stopped[0], Path(options["output"]), getattr(exc, "signum", None))
     except (OptionError, OutputError, SimStartError) as exc:
         error("profile", exc)
         return EXIT_USAGE
@@ -97,6 +104,28 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_MEASURED
 
 
+def interrupted_path(output: Path) -> Path:
+    """Where a stopped profile writes what it measured: beside ``--output``, never in its place (a
+    fit of part of the ladder is no model to set deadlines by)."""
+    return output.with_name(f"{output.stem}.interrupted{output.suffix or '.json'}")
+
+
+def _interrupted(profile: PrefillProfile, output: Path, signum: int | None) -> int:
+    """A profile stopped by Ctrl-C (``signum`` None) or a signal: the lengths it finished, and their
+    fit, written beside ``--output`` (state ``interrupted``); the exit code of the interruption."""
+    path = interrupted_path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(profile.to_dict(), indent=2) + "\n", encoding="utf-8")
+    name = signal.Signals(signum).name if signum is not None else "Ctrl-C"
+    done = len(profile.samples)
+    print(
+        f"fluidity-exporter profile: {name}: interrupted after {done} length{'' if done == 1 else 's'}; "
+        f"wrote what they measured to {path} (state interrupted), no model to {output}",
+        file=sys.stderr,
+    )
+    return 128 + signum if signum is not None else EXIT_INTERRUPTED
+
+
 def _check(options: Options) -> None:
     """Bad input fails before the simulator starts or any request is sent."""
     if options["repeats"] < 1:
@@ -106,14 +135,16 @@ def _check(options: Options) -> None:
     check_output_path(Path(options["output"]), bool(options["force"]), new_folders=False)
 
 
-async def _profile(options: Options, url: str, simulated: bool) -> PrefillProfile:
+async def _profile(
+    options: Options, url: str, simulated: bool, on_interrupt: Callable[[PrefillProfile], None]
+) -> PrefillProfile:
     settings, facts = await discover_target(options, url, simulated)
     ladder, left_out = fit_ladder(lengths(options), facts.context, exact=simulated)
     for line in facts.describe(f"prompt lengths {', '.join(map(str, ladder))} fit in it"):
         print(line, file=sys.stderr)
     if left_out:
         print(left_out_note(left_out, facts.context), file=sys.stderr)
-    return await profile_target(settings, ladder, options, facts, simulated, _progress(options))
+    return await profile_target(settings, ladder, options, facts, simulated, _progress(options), on_interrupt)
 
 
 def _progress(options: Options) -> OnSample | None:

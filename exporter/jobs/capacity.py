@@ -14,6 +14,8 @@ what is left; ``stopped_by`` says which bound ended the search.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,12 +23,14 @@ from typing import Any
 
 from exporter.jobs.capacity_search import next_load, settling
 from exporter.jobs.drain import Drained
+from exporter.jobs.first_look import FirstLook
 from exporter.jobs.search_state import (
     Observation,
     SearchSettings,
     State,
     bracket,
     converged,
+    hopeless,
     outcome,
     pass_interval,
     pool,
@@ -45,6 +49,7 @@ OnTrial = Callable[[TrialReport], None]
 OnStart = Callable[[int, float], None]  # a trial (index, load) is about to start
 Afford = Callable[[float], str | None]  # a reason not to run a trial at this load, or None
 Drain = Callable[[], Awaitable[Drained]]  # wait until the engine is idle
+OnInterrupt = Callable[["CapacityResult"], None]  # what a stopped search measured (``interrupted``)
 # What can end a search (``stopped_by`` without its details, ``stop_kind``): converged within the
 # tolerance, failing at the floor, passing at the load ceiling, out of trials, out of time, out of
 # tokens (jobs.limits.max_tokens), a shard's problem, or a trial that measured no request.
@@ -57,7 +62,9 @@ STOP_KINDS = (
     "max_tokens",
     "shards",
     "no_data",
+    "interrupted",
 )
+INTERRUPTED = "interrupted"  # ``stopped_by`` of a search stopped from outside (``State.INTERRUPTED``)
 _UNMEASURED_STOPS = ("shards", "no_data")  # the search ended on a trial that said nothing of the target
 
 
@@ -90,6 +97,7 @@ class CapacityResult:
     gpus: float | None = None  # accelerators behind the target (targets[].gpus), for the cost figures
     gpu_hour_price: float | None = None
     context: ContextFit | None = None  # how the workload met the served context (None: not asked)
+    first_look: FirstLook | None = None  # where the search started, when no start was given
 
     @property
     def capacity(self) -> float | None:
@@ -217,6 +225,7 @@ class CapacityResult:
             "gpus": self.gpus,
             "gpu_hour_price": self.gpu_hour_price,
             "context": self.context.to_dict() if self.context is not None else None,
+            "first_look": dataclasses.asdict(self.first_look) if self.first_look is not None else None,
             "trial_count": len(self.trials),
             "tokens": self.tokens,
             "duration_s": self.duration_s,
@@ -243,7 +252,7 @@ def observation(trial: TrialReport) -> Observation:
     counts = trial.counts()
     return Observation(
         trial.load, trial.passed, trial.headroom, counts[0] if counts else None,
-        counts[1] if counts else None, trial.objectives_met(),
+        counts[1] if counts else None, trial.objectives_met(), idle_misses=trial.fails_alone(),
     )  # fmt: skip
 
 
@@ -270,11 +279,55 @@ async def search_capacity(
     time_budget_s: float | None = None,
     drain: Drain | None = None,
     on_start: OnStart | None = None,
+    on_interrupt: OnInterrupt | None = None,
 ) -> CapacityResult:
     """Run trials until ``next_load`` says the search is over, ``afford`` refuses the next one or the
-    time budget runs out."""
+    time budget runs out. Stopped from outside (cancelled, or Ctrl-C and SIGTERM in a command), it
+    tells ``on_interrupt`` what its finished trials showed (``interrupted``) and stops as told: six
+    minutes of trials were once lost to a Ctrl-C."""
     trials: list[TrialReport] = []
     history: list[Observation] = []
+    try:
+        return await _search(
+            settings, run_trial, trials, history, load_kind=load_kind, slo=slo, on_trial=on_trial,
+            afford=afford, early_stop=early_stop, time_budget_s=time_budget_s, drain=drain,
+            on_start=on_start,
+        )  # fmt: skip
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        if on_interrupt is not None:
+            on_interrupt(interrupted(settings, history, trials, load_kind, slo or {}))
+        raise
+
+
+def interrupted(
+    settings: SearchSettings,
+    history: list[Observation],
+    trials: list[TrialReport],
+    load_kind: str,
+    slo: dict[str, Any],
+) -> CapacityResult:
+    """What a search stopped from outside measured: its trials, the bracket so far, state
+    ``interrupted`` (no answer: a capacity is stated only by a search that ended)."""
+    result = _result(settings, history, trials, load_kind, INTERRUPTED, slo)
+    result.state, result.converged = State.INTERRUPTED, False
+    return result
+
+
+async def _search(
+    settings: SearchSettings,
+    run_trial: RunTrial,
+    trials: list[TrialReport],
+    history: list[Observation],
+    *,
+    load_kind: str,
+    slo: dict[str, Any] | None,
+    on_trial: OnTrial | None,
+    afford: Afford | None,
+    early_stop: bool,
+    time_budget_s: float | None,
+    drain: Drain | None,
+    on_start: OnStart | None,
+) -> CapacityResult:
     clock = _Budget(time_budget_s)
     stopped_by = ""
     while (load := next_load(settings, history)) is not None:
@@ -367,12 +420,23 @@ def _result(
     )
 
 
+def _idle_stop(settings: SearchSettings, failed: Observation) -> str:
+    missed, requests = failed.idle_misses or (0, 0)
+    unit = load_unit("concurrency" if settings.integer else "rate")
+    return (
+        f"floor: fails with the engine idle: at {failed.load:g} {unit}, {missed} of {requests} requests "
+        "that had it to themselves (nothing else of ours in flight) missed the SLO, so no lower load can help"
+    )
+
+
 def _why_stopped(settings: SearchSettings, history: list[Observation]) -> str:
     found = bracket(pool(settings, history))
     if converged(settings, found):
         return "converged"
-    if found.low is None and found.high is not None and found.high.load <= settings.min_load:
-        return "floor"  # not even the floor passed: the SLO is not met at any load we offer
+    if found.low is None and found.high is not None and hopeless(settings, found.high):
+        # Not even the floor passed, or the requests alone in flight failed: the SLO is not met at any
+        # load we offer (the same stop kind, so the daemon and its alert read it as one).
+        return "floor" if found.high.idle_misses is None else _idle_stop(settings, found.high)
     if found.high is None and found.low is not None and found.low.load >= settings.max_load:
         return "max_load"
     return "max_trials"

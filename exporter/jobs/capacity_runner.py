@@ -11,6 +11,7 @@ requests fit: the job once sent them all and failed on the server's 400s, the co
 from __future__ import annotations
 
 import dataclasses
+import math
 import secrets
 import threading
 from collections import Counter
@@ -20,12 +21,13 @@ from typing import Any
 
 from exporter.config.model import Module, SloConfig, Target
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import CapacityResult, search_capacity
+from exporter.jobs.capacity import CapacityResult, OnInterrupt, search_capacity
 from exporter.jobs.drain import Busy, Drained, wait_drained
+from exporter.jobs.first_look import FirstLook, first_look, look_start
 from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.search_progress import SearchProgress, result_line
-from exporter.jobs.search_state import SearchSettings
+from exporter.jobs.search_state import MAX_PARTS, SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import TrialSlo
@@ -38,6 +40,7 @@ from exporter.probe.client import ProbeClient
 from exporter.probe.loop import off_the_loop
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
+from exporter.stats.binomial import fewest_to_confirm
 from exporter.stats.slo import DECODE_TIERS, decode_tier
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}
@@ -92,6 +95,24 @@ def search_settings(params: CapacityParams, limits: JobLimits, slo: TrialSlo | N
     )  # fmt: skip
 
 
+def trial_size_warning(params: CapacityParams, slo: TrialSlo, max_parts: int = MAX_PARTS) -> str | None:
+    """Why trials of ``requests_per_trial`` can never confirm the SLO's percentile, even pooled over
+    the ``max_parts`` trials a load may run (None when they can). Such a search cannot end ``found``;
+    worse, a small trial passes its point verdict with no miss allowed, so it climbs past the capacity
+    (seen: 40 requests a trial said "at least 21.75 req/s" where a trial of 200 failed at 11.27)."""
+    needed = fewest_to_confirm(slo.required, params.confidence)
+    pooled = params.requests_per_trial * max_parts
+    if pooled >= needed:
+        return None
+    return (
+        f"{params.requests_per_trial} requests a trial cannot confirm p{slo.percentile:g}: that takes "
+        f"{needed} requests in a row meeting it at {params.confidence:g} confidence, and a load pools at "
+        f"most {max_parts} trials ({pooled} requests); its answer can be no more than a lower bound, and "
+        f"one above the capacity (a small trial passes with no miss allowed): give --requests-per-trial "
+        f"{math.ceil(needed / max_parts)} or more"
+    )
+
+
 def default_floor(params: CapacityParams) -> float:
     """``min_load``, else concurrency 1, else the rate at which a trial takes ``FLOOR_TRIAL_S`` to send."""
     if params.min_load is not None:
@@ -141,6 +162,11 @@ def capacity_runner(env: JobEnvironment) -> Runner:
         slo = resolve_trial_slo(params.slo, config.slo_for(target), env.deadline_policy(target.name))
         remote, limits = config.jobs.shards, env.job_limits()
         progress = SearchProgress(params, ctx.progress)
+
+        def interrupted(result: CapacityResult) -> None:  # what was measured, kept as the job's result
+            result.gpus, result.gpu_hour_price = target.gpus, target.gpu_hour_price
+            ctx.keep_result({"target": target.name, "module": module, **result.to_dict()})
+
         async with env.lease(target.name) as client:
             await model_of(client)
             context = await served_context(client)
@@ -157,6 +183,7 @@ def capacity_runner(env: JobEnvironment) -> Runner:
                     shard_url=remote.url_for(target.name) if remote is not None else None,
                     time_budget_s=time_budget(params, limits), progress=progress,
                     busy=lambda: env.engine_busy(target.name), context=context,
+                    on_interrupt=interrupted,
                 )  # fmt: skip
         if result.state is None:  # no trial could be judged (or none ran): no finding to publish
             raise JobFailedError(result.stopped_by)
@@ -216,6 +243,7 @@ async def run_capacity_search(
     progress: SearchProgress | None = None,
     busy: Busy | None = None,
     context: int | None = None,
+    on_interrupt: OnInterrupt | None = None,
 ) -> CapacityResult:
     """A whole search (the daemon's job and the CLI share it). ``client()`` is asked for the target's
     client at every send (a daemon's job leases one for its whole life: ``JobEnvironment.lease``). With a
@@ -223,7 +251,8 @@ async def run_capacity_search(
     at ``shard_url`` when given (pods of their own cannot use a sidecar's loopback). Every trial after
     the first waits for a drained engine (``busy``: its running + waiting requests) and ends at its time
     limit; the search ends at ``time_budget_s``. ``workload`` comes fitted to ``context``, the tokens the
-    target serves (None: not said), and the result says how (``CapacityResult.context``)."""
+    target serves (None: not said), and the result says how (``CapacityResult.context``). Stopped from
+    outside, the search tells ``on_interrupt`` what it measured."""
     if pool is not None and workload.sessions:
         # A shard sends single requests: a session's later turns need its earlier answers in one place.
         raise JobFailedError(
@@ -233,6 +262,15 @@ async def run_capacity_search(
     # Every trial sends the same lengths (common random numbers) whatever its load, so one plan gives
     # the worst case of them all, and refuses a workload that cannot fit before a token is sent.
     worst_case = (await _first_plan(trials, settings.start, workload, context)).planned_tokens
+    await client().resolve_model()
+    look = None
+    if params.start is None and params.load == "rate":  # no start given: where the target's speed says
+        look = await first_look(workload, slo, trials.send, seed=params.seed, salt=trials.salt)
+        settings, time_budget_s = _looked(trials, look, settings, time_budget_s)
+    if progress is not None:
+        # The look's slots each sent two requests: half its span is about one request's life, the
+        # time a trial's last requests take after its last send.
+        progress.begin(settings.start, time_budget_s, look.duration_s / 2 if look is not None else 0.0)
 
     def afford(load: float) -> str | None:
         return budget.refusal(worst_case) if budget is not None else None
@@ -240,13 +278,31 @@ async def run_capacity_search(
     async def drain() -> Drained:
         return await wait_drained(busy)
 
-    await client().resolve_model()
+    def stopped(result: CapacityResult) -> None:
+        result.context, result.first_look = ContextFit.of(workload, context), look
+        if on_interrupt is not None:
+            on_interrupt(result)
+
     result = await search_capacity(
         settings, trials.run, load_kind=params.load, slo=slo.describe(), on_trial=on_trial, afford=afford,
-        early_stop=params.early_stop, time_budget_s=time_budget_s, drain=drain,
+        early_stop=params.early_stop, time_budget_s=time_budget_s, drain=drain, on_interrupt=stopped,
     )  # fmt: skip
-    result.context = ContextFit.of(workload, context)
+    result.context, result.first_look = ContextFit.of(workload, context), look
     return result
+
+
+def _looked(
+    trials: _SearchTrials, look: FirstLook, settings: SearchSettings, time_budget_s: float | None
+) -> tuple[SearchSettings, float | None]:
+    """The settings started where the first look says, and the time budget less the look's seconds
+    (its tokens count against the token budget)."""
+    start = look_start(look, settings)
+    if trials.budget is not None:
+        trials.budget.spent += look.tokens
+    if trials.progress is not None:
+        trials.progress.report(0.0, look.describe(start, "req/s"))
+    left = time_budget_s - look.duration_s if time_budget_s is not None else None
+    return dataclasses.replace(settings, start=start), left
 
 
 async def _first_plan(

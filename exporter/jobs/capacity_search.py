@@ -44,7 +44,10 @@ after any two trials that kept one end (without a missed bet) cost trials: withi
 48, 119 -> 114 of 132.
 
 Bounded, and said as found. A search ends: below ``floor`` (``min_load``) a failing load is not halved
-again ("the SLO is not met at any load we can offer"), above ``max_load`` it does not grow, and
+again ("the SLO is not met at any load we can offer"), nor below a failure whose requests that had the
+engine to themselves (nothing else of ours in flight) confidently missed the SLO: a lower load only
+leaves more requests alone, no faster (seen: a target whose first token takes 3 s under a 1 s prefill
+deadline was searched from 4 down to 0.067 req/s, trials of up to 23 minutes planned); above ``max_load`` it does not grow, and
 ``max_trials`` (with the caller's token and time budgets) bound the rest. ``outcome`` names what it
 found: ``found`` (a confident pass below a confident failure, within the tolerance), ``lower_bound``
 (still passing when the ceiling or a budget stopped it), ``not_met`` (no load tried passed) or
@@ -82,6 +85,7 @@ from exporter.jobs.search_state import (
     bracket,
     clipped_headroom,
     converged,
+    hopeless,
     log_headroom,
     pool,
     verdict,
@@ -184,8 +188,8 @@ def _extrapolate(history: Sequence[Observation], last: Observation) -> float | N
 
 
 def _shrink(settings: SearchSettings, failed: Observation) -> float | None:
-    if failed.load <= settings.min_load:
-        return None  # not even the smallest load passes
+    if hopeless(settings, failed):
+        return None  # not even the smallest load passes, or the SLO fails with the engine idle
     target = failed.load * min(max(clipped_headroom(failed.headroom), 0.25), 0.5)
     return _fit(settings, max(target, settings.min_load))
 

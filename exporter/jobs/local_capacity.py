@@ -14,7 +14,7 @@ from typing import Any
 from exporter.config.bounds import MAX_JOB_REQUESTS_PER_TRIAL, MAX_JOB_TRIALS
 from exporter.config.model import SloConfig
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import CapacityResult
+from exporter.jobs.capacity import CapacityResult, OnInterrupt
 from exporter.jobs.capacity_runner import (
     BUDGET_SHARE,
     resolve_trial_slo,
@@ -63,6 +63,17 @@ SLO_OPTIONS = (
 CAPACITY_FLAGS = {key: "--" + option.replace("_", "-") for option, key in PARAM_OPTIONS} | {
     f"slo.{key}": "--" + option.replace("_", "-") for option, key in SLO_OPTIONS
 }
+# What the parser names by the jobs API's keys, in the command's own words: it has no config of
+# ``jobs.limits`` to raise (``CLI_LIMITS`` are the most any config could set).
+CLI_WORDS = {
+    "requests_per_trial + warmup_requests": "--requests-per-trial + --warmup-requests",
+    "jobs.limits.max_trials": "the most trials a search may run",
+    "jobs.limits.max_requests_per_trial": "the most requests a trial may send",
+    "jobs.limits.max_duration": "the longest a search may run",
+    "jobs.limits.max_rate": "the highest rate a search may try",
+    "jobs.limits.max_concurrency": "the highest concurrency a search may try",
+    "jobs.limits.max_prompt_tokens": "the longest prompt a search may send",
+}
 
 
 def capacity_params(options: Options) -> CapacityParams:
@@ -79,10 +90,17 @@ def capacity_params(options: Options) -> CapacityParams:
         params = parse_params("capacity", body, CLI_LIMITS)
     except ParamsError as exc:
         raise OptionError(
-            "; ".join(flag_problem(problem, CAPACITY_FLAGS) for problem in exc.problems)
+            "; ".join(_cli_words(flag_problem(problem, CAPACITY_FLAGS)) for problem in exc.problems)
         ) from exc
     assert isinstance(params, CapacityParams)
     return params
+
+
+def _cli_words(message: str) -> str:
+    """A problem with each jobs API key it names (``CLI_WORDS``) said in the command's words."""
+    for key, words in CLI_WORDS.items():
+        message = message.replace(key, words)
+    return message
 
 
 def _refuse_conflicts(options: Options) -> None:
@@ -112,17 +130,25 @@ async def search_capacity(
     on_progress: Callable[[float, str], None],
     cost: Cost = NO_COST,
     context: int | None = None,
+    on_interrupt: OnInterrupt | None = None,
 ) -> CapacityResult:
     """The search against ``settings``' target, progress told to ``on_progress(fraction, message)``;
     ``cost`` is ``--gpus`` and ``--gpu-hour-price``, for the result's cost figures; ``workload`` comes
-    fitted to ``context``, the tokens the target serves (None: not said)."""
+    fitted to ``context``, the tokens the target serves (None: not said). Stopped by Ctrl-C or SIGTERM,
+    it tells ``on_interrupt`` what it measured."""
+
+    def interrupted(result: CapacityResult) -> None:
+        result.gpus, result.gpu_hour_price = cost.gpus, cost.gpu_hour_price
+        if on_interrupt is not None:
+            on_interrupt(result)
+
     progress = SearchProgress(params, on_progress)
     budget = time_budget(params, CLI_LIMITS) if params.time_budget_s is not None else DEFAULT_BUDGET_S
     async with ProbeClient(settings) as client, worker_pool(params.workers, settings) as pool:
         result = await run_capacity_search(
             params, search_settings(params, CLI_LIMITS, slo), workload, slo, lambda: client,
             on_trial=progress.trial_done, pool=pool, time_budget_s=budget, progress=progress,
-            context=context,
+            context=context, on_interrupt=interrupted,
         )  # fmt: skip
     result.gpus, result.gpu_hour_price = cost.gpus, cost.gpu_hour_price
     progress.finished(result)

@@ -7,6 +7,8 @@ processes taking turns.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from exporter.jobs.prefill_profile import OnSample, PrefillProfile, profile_prefill
 from exporter.jobs.profile_runner import PROFILE_POOL, one_at_a_time
 from exporter.load.plan_runner import worker_pool
@@ -55,8 +57,10 @@ async def profile_target(
     facts: TargetFacts,
     simulated: bool,
     on_sample: OnSample | None = None,
+    on_interrupt: Callable[[PrefillProfile], None] | None = None,
 ) -> PrefillProfile:
-    """``--repeats`` isolated one-token requests per length of ``ladder``, and the fitted model."""
+    """``--repeats`` isolated one-token requests per length of ``ladder``, and the fitted model
+    (``on_interrupt``: what a profile stopped by Ctrl-C or SIGTERM measured)."""
     builder = prompt_builder(facts, simulated)
     async with (
         ProbeClient(settings) as client,
@@ -64,7 +68,9 @@ async def profile_target(
     ):
         await client.resolve_model()
         send = client.send if pool is None else one_at_a_time(pool, settings)
-        return await profile_prefill(send, builder, settings.api, ladder, options["repeats"], on_sample)
+        return await profile_prefill(
+            send, builder, settings.api, ladder, options["repeats"], on_sample, on_interrupt
+        )
 
 
 def profile_table(profile: PrefillProfile) -> str:

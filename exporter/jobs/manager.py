@@ -62,6 +62,11 @@ class JobContext:
         self._record.progress = Progress(min(max(float(fraction), 0.0), 1.0), message)
         self._store.save_progress(self._record)
 
+    def keep_result(self, result: Mapping[str, Any]) -> None:
+        """What the job measured before it was stopped (cancelled, interrupted, out of time): kept as its
+        result when it ends that way (JSON-ready; a copy is kept)."""
+        self._record.result = _json_copy(result)
+
     def add_step(self, step: Mapping[str, Any]) -> None:
         """Append a finished step (a trial, a prompt length). It must be JSON-ready; a copy is kept."""
         self._record.steps.append(_json_copy(step))
@@ -198,7 +203,7 @@ class JobManager:
             async with timeout:
                 result = _json_copy(await runner(params, JobContext(record, self.store)))
         except asyncio.CancelledError:
-            self._end(record, *self._cancelled_state())
+            self._end(record, *self._cancelled_state(), record.result)  # ``keep_result``'s, if any
             raise
         except JobFailedError as exc:
             self._end(record, "failed", str(exc))
@@ -206,9 +211,8 @@ class JobManager:
             if not timeout.expired():
                 self._end_with_bug(record, exc)
             else:
-                self._end(
-                    record, "failed", f"the job ran longer than jobs.limits.max_duration ({limit_s:g} s)"
-                )
+                message = f"the job ran longer than jobs.limits.max_duration ({limit_s:g} s)"
+                self._end(record, "failed", message, record.result)
         except Exception as exc:
             self._end_with_bug(record, exc)
         else:

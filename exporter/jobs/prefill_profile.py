@@ -9,6 +9,7 @@ length is the least noisy estimate of the prefill time; ``exporter.stats.prefill
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -55,9 +56,11 @@ class PrefillProfile:
 
     samples: list[LengthSample]
     model: PrefillModel | None
+    interrupted: bool = False  # stopped before its last length: a fit of the lengths it finished
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"state": "interrupted"} if self.interrupted else {}),
             "model": self.model.to_dict() if self.model is not None else None,
             "samples": [
                 {
@@ -80,8 +83,11 @@ async def profile_prefill(
     lengths: Sequence[int],
     repeats: int = 3,
     on_sample: OnSample | None = None,
+    on_interrupt: Callable[[PrefillProfile], None] | None = None,
 ) -> PrefillProfile:
-    """Send ``repeats`` isolated one-token requests per length, in order, and fit the model.
+    """Send ``repeats`` isolated one-token requests per length, in order, and fit the model. Stopped
+    from outside (cancelled, Ctrl-C, SIGTERM), it tells ``on_interrupt`` the lengths it finished, fitted
+    (``interrupted``), and stops as told.
 
     A length whose every request failed (e.g. longer than the model's context: a 400) is kept in the
     samples with its outcomes and left out of the fit. A request answered without a content token
@@ -89,10 +95,27 @@ async def profile_prefill(
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
+    samples: list[LengthSample] = []
+    try:
+        return await _profile(send, builder, api, lengths, repeats, on_sample, samples)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        if on_interrupt is not None:
+            on_interrupt(PrefillProfile(list(samples), fit(samples), interrupted=True))
+        raise
+
+
+async def _profile(
+    send: Send,
+    builder: PromptBuilder,
+    api: Api,
+    lengths: Sequence[int],
+    repeats: int,
+    on_sample: OnSample | None,
+    samples: list[LengthSample],
+) -> PrefillProfile:
     # Fresh prompt texts per run: a repeated profile must not find its prompts in the engine's prefix
     # cache, or its TTFTs would measure a cache hit instead of a prefill.
     base = secrets.randbits(40)
-    samples = []
     for index, length in enumerate(lengths):
         sample = LengthSample(length)
         for attempt in range(repeats):

@@ -76,6 +76,7 @@ def profile_runner(env: JobEnvironment) -> Runner:
                     client.send if pool is None else one_at_a_time(pool, client.settings),
                     prompt_builder(target), target.api, lengths, params.repeats,
                     _sample_reporter(ctx, len(lengths)),
+                    lambda stopped: ctx.keep_result({"target": target.name, **stopped.to_dict()}),
                 )  # fmt: skip
         if profile.model is None:
             raise JobFailedError("no prompt length got an answer; see the steps for each length's outcomes")

@@ -14,6 +14,9 @@ from exporter.options.job_params import CapacityParams
 from exporter.probe.result import ProbeResult
 
 EXPECTED_TRIALS = 6  # for progress: a search's typical trials (the bench's mean is 5.4)
+# For the expected duration: the trials after the first run at about this multiple of its load (they
+# go where the capacity is; from a first look's start on the simulator's 8B model, ~2.5x).
+EXPECTED_GROWTH = 2.5
 
 
 def figure(value: float | None) -> str:
@@ -42,6 +45,17 @@ class SearchProgress:
         self.shown = 0.0  # the largest fraction told so far
         self.line = ""
 
+    def begin(self, start: float, budget_s: float | None, tail_s: float = 0.0) -> None:
+        """Said before the first trial: where the search starts, how long it should take (``tail_s``:
+        the seconds a trial's last requests take after its last send), and the wall-clock budget
+        that ends it at the latest."""
+        expected = expected_duration_s(self.params, start, tail_s)
+        about = (
+            f", about {expected:.0f} s expected over ~{self.expected} trials" if expected is not None else ""
+        )
+        most = f", at most {budget_s:.0f} s (time budget)" if budget_s is not None else ""
+        self.report(0.0, f"search from {figure(start)} {load_unit(self.params.load)}{about}{most}")
+
     def started(self, index: int, load: float, plan: TrialPlan) -> None:
         self.index, self.planned, self.done = index, max(len(plan.specs), 1), 0
         limit = f", at most {plan.time_limit_s:.0f} s" if plan.time_limit_s is not None else ""
@@ -68,6 +82,19 @@ class SearchProgress:
 
     def finished(self, result: CapacityResult) -> None:
         self.report(1.0, result_line(result))
+
+
+def expected_duration_s(params: CapacityParams, start: float, tail_s: float = 0.0) -> float | None:
+    """Seconds a rate search from ``start`` should take: its first trial's send span, then
+    ``EXPECTED_TRIALS - 1`` more at ``EXPECTED_GROWTH`` times its load, each with ``tail_s`` for its
+    last requests (None for a concurrency search, whose trials last as long as the target takes)."""
+    if params.load != "rate":
+        return None
+    first = (params.warmup_requests + params.requests_per_trial) / start
+    if params.trial_duration_s is not None:
+        first = min(first, params.trial_duration_s)
+    trials = min(EXPECTED_TRIALS, params.max_trials)
+    return first + tail_s + (trials - 1) * (first / EXPECTED_GROWTH + tail_s)
 
 
 def trial_line(trial: TrialReport, load_kind: str) -> str:
@@ -129,10 +156,14 @@ def _answer(result: CapacityResult, distrusted: bool) -> str:
         return (
             f"capacity at least {figure(low)} {unit}{_unsure(result)}{fails} (stopped by {result.stopped_by})"
         )
+    if result.state == "interrupted":  # stopped from outside: the bracket so far, no answer
+        passes = f"passed at {figure(low)} {unit}" if low is not None else "no load passed"
+        fails = f", failed at {figure(high)} {unit}" if high is not None else ""
+        return f"no answer: interrupted before the search ended ({passes}{fails})"
     if result.state == "inconclusive":
         return f"capacity inconclusive: between {figure(low)} and {figure(high)} {unit}, an end straddles the objective"
     if stop_kind(result.stopped_by) == "floor":  # the only not_met that says the SLO is met at no load
-        return "capacity none: the SLO is not met at any load we can offer (stopped by floor)"
+        return f"capacity none: the SLO is not met at any load we can offer (stopped by {result.stopped_by})"
     return f"capacity none: the SLO is not met at any load tried (stopped by {result.stopped_by})"
 
 

@@ -28,6 +28,9 @@ class State(StrEnum):
     LOWER_BOUND = "lower_bound"  # still passing when the ceiling, the trials or a budget stopped it
     NOT_MET = "not_met"  # no load tried passed (down to the floor, or until a budget ran out)
     INCONCLUSIVE = "inconclusive"  # bracketed within the tolerance, but an end straddles the objective
+    # Stopped (Ctrl-C, SIGTERM, a cancelled or interrupted job) before it ended: what its trials
+    # showed, the bracket so far, no answer
+    INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,9 @@ class Observation:
     requests: int | None = None
     objectives_met: bool = True
     parts: int = 1
+    # (missed, requests) of its requests that had the engine to themselves, when they confidently missed
+    # the SLO (``TrialReport.fails_alone``): no lower load can pass
+    idle_misses: tuple[int, int] | None = None
 
 
 def pool(settings: SearchSettings, history: Sequence[Observation]) -> list[Observation]:
@@ -95,14 +101,16 @@ def pool(settings: SearchSettings, history: Sequence[Observation]) -> list[Obser
 
 def _merge(settings: SearchSettings, parts: Sequence[Observation]) -> Observation:
     objectives = all(p.objectives_met for p in parts)
+    idle = next((p.idle_misses for p in parts if p.idle_misses is not None), None)
     logs = [log_headroom(p.headroom) for p in parts if not math.isnan(p.headroom)]
     headroom = math.exp(sum(logs) / len(logs)) if logs else math.nan
     if settings.required is None or any(p.successes is None or not p.requests for p in parts):
-        return Observation(parts[0].load, all(p.passed for p in parts), headroom, parts=len(parts))
+        passed = all(p.passed for p in parts)
+        return Observation(parts[0].load, passed, headroom, parts=len(parts), idle_misses=idle)
     successes = sum(p.successes or 0 for p in parts)
     requests = sum(p.requests or 0 for p in parts)
     passed = objectives and successes >= math.ceil(settings.required * requests - 1e-9)
-    return Observation(parts[0].load, passed, headroom, successes, requests, objectives, len(parts))
+    return Observation(parts[0].load, passed, headroom, successes, requests, objectives, len(parts), idle)
 
 
 def verdict(settings: SearchSettings, item: Observation) -> Verdict:
@@ -153,6 +161,12 @@ def converged(settings: SearchSettings, found: Bracket) -> bool:
     # search, and ``high / t * t`` falls an ulp short of ``high`` for about 2% of loads, which used to
     # repeat the same trial.
     return high.load <= low.load * (1.0 + settings.tolerance) * (1.0 + 1e-9)
+
+
+def hopeless(settings: SearchSettings, failed: Observation) -> bool:
+    """Whether no load below ``failed`` (the lowest failure, nothing passed) is worth a trial: it is at
+    the floor, or its requests failed with the engine to themselves (``Observation.idle_misses``)."""
+    return failed.load <= settings.min_load or failed.idle_misses is not None
 
 
 def capacity(history: Sequence[Observation]) -> float | None:

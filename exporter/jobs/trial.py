@@ -45,6 +45,9 @@ from exporter.stats.binomial import classify_fraction
 from exporter.stats.headroom import decided_failure
 
 STOPPED_EARLY = ("early_stop", "cannot_settle")  # ``ended_by`` of a trial its own tally stopped
+# Requests alone in flight that must miss, confidently, before a search believes the SLO fails with the
+# engine idle: one is no pattern (the first request after a drain may pay a cold start no other pays).
+MIN_ALONE = 2
 WATCH_INTERVAL_S = 0.05  # how often waiting requests are checked against their give-up wait
 StartedSend = Callable[[RequestSpec, float | None, Callable[[ProbeResult], None]], Awaitable[ProbeResult]]
 
@@ -119,6 +122,17 @@ class TrialReport:
         if self.ended_by == "early_stop" and self.planned > total:
             return self.planned - (total - fluid), self.planned
         return fluid, total
+
+    def fails_alone(self) -> tuple[int, int] | None:
+        """(missed, requests) of the measured requests that had the engine to themselves (nothing else
+        of ours in flight, ``Tally.alone``) when at least ``MIN_ALONE`` of them were and they confidently
+        missed the SLO; else None. A lower load can only leave more requests alone, no faster: the SLO
+        is then met at no load (``capacity_search``'s floor)."""
+        alone = self.figures.get("alone") or {}
+        requests, missed = alone.get("requests"), alone.get("missed")
+        if not isinstance(requests, int) or not isinstance(missed, int) or requests < MIN_ALONE:
+            return None
+        return (missed, requests) if alone.get("verdict") == str(BinomialVerdict.FAIL) else None
 
     def objectives_met(self) -> bool:
         """Every objective besides the fluidity percentile held (goodput floor included)."""
@@ -204,6 +218,29 @@ class Tally:
             for r in self.started
         )
 
+    def alone(self, now: float) -> dict[str, Any] | None:
+        """The measured requests that had nothing else of ours in flight (warm-up included) from their
+        send to their end (``now`` for one unfinished), and how many of them missed the SLO: finished
+        and not fluid, or given up (``give_up_bound``); an unfinished one still in time is left out.
+        None when none was alone."""
+        sent = [r for r in self.started if r.sent_at is not None]
+        if not sent:
+            return None
+        spans = np.array([(r.sent_at, r.finished_at if r.finished_at is not None else now) for r in sent])
+        lone = [r for r, alone in zip(sent, alone_in_flight(spans), strict=True) if alone]
+        missed = [self._missed(r, now) for r in lone if r.extra.get("measured")]
+        judged = [m for m in missed if m is not None]
+        if not judged:
+            return None
+        requests, misses = len(judged), sum(judged)
+        verdict = classify_fraction(requests - misses, requests, self.slo.required, self.slo.confidence)
+        return {"requests": requests, "missed": misses, "verdict": str(verdict)}
+
+    def _missed(self, result: ProbeResult, now: float) -> bool | None:
+        if result.finished_at is not None:
+            return self.slo.request_fails(result)
+        return True if id(result) in self.failed or give_up_bound(result, now, self.slo) > 1.0 else None
+
     def _failed(self, result: ProbeResult) -> None:
         self.failed.add(id(result))
         reason = stop_reason(len(self.failed), self.plan, self.slo)
@@ -235,6 +272,17 @@ def could_pass(before: tuple[int, int], failures: int, planned: int, slo: TrialS
 
 
 ABOVE_ONE = math.nextafter(1.0, math.inf)  # the factor of a request certain to fail is above 1
+
+
+def alone_in_flight(spans: FloatArray) -> np.ndarray:
+    """Which of the ``(start, end)`` rows overlap no other row: the others started before its end,
+    less those that had ended by its start, less itself, are none (a zero-length span is taken as
+    the shortest positive one, so it still counts as its own)."""
+    starts = spans[:, 0]
+    ends = np.maximum(spans[:, 1], np.nextafter(starts, np.inf))
+    begun = np.searchsorted(np.sort(starts), ends, side="left")
+    over = np.searchsorted(np.sort(ends), starts, side="right")
+    return np.asarray(begun - over - 1 == 0)
 
 
 def give_up_bound(result: ProbeResult, now: float, slo: TrialSlo) -> float:
@@ -349,6 +397,9 @@ async def run_trial(
         if done.stopped_by == "duration":
             ended_by = "duration"  # its trial duration ended the sends: fewer requests than planned
     early = ended_by in STOPPED_EARLY
+    alone = tally.alone(now)
+    if alone is not None:
+        verdict.figures["alone"] = alone
     report = TrialReport.of(index, plan.load, verdict, len(tally.started), now - began, tally.tokens(), early)
     report.planned, report.ended_by = plan.measured, ended_by
     return report

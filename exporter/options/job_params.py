@@ -98,7 +98,7 @@ class CapacityParams:
     module: str | None = None  # None: the target's first module
     load: LoadKind = "rate"  # requests/s (open loop, ``arrival`` process) or concurrency (closed loop)
     arrival: str = "poisson"  # an arrival spec without its rate: poisson, constant, gamma:cv=2
-    start: float | None = None  # first load tried; None: 1 req/s or concurrency 1
+    start: float | None = None  # first load tried; None: a rate's first look says, or concurrency 1
     # Never try above this; None: the limit (max_rate / max_concurrency; a concurrency also within
     # ``concurrency_ceiling``)
     max_load: float | None = None

@@ -90,10 +90,12 @@ def timestamped(folder: str) -> Path:
 
 def release(directory: Path | None) -> None:
     """Remove a run's own folder (``timestamped``; None: the run was given one) while nothing is in
-    it: a run that stopped before writing."""
+    it, and the folder above it while that is empty too: a run that stopped before writing leaves no
+    empty ``capacity-results/`` behind."""
     if directory is not None:
         with contextlib.suppress(OSError):
             directory.rmdir()
+            directory.parent.rmdir()
 
 
 class OutputError(Exception):

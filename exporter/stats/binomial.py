@@ -95,6 +95,21 @@ def clopper_pearson_interval(successes: int, trials: int, confidence: float = DE
     return Interval(beta_quantile(tail, k, n - k + 1), beta_quantile(1.0 - tail, k + 1, n - k))
 
 
+def fewest_to_confirm(required: float, confidence: float = DEFAULT_CONFIDENCE) -> int:
+    """The fewest requests, every one a success, whose Clopper-Pearson interval lies at or above
+    ``required``: ``tail ** (1 / n) >= required`` (at 95% confidence: 368 for 99%, 72 for 95%, 36 for
+    90%). Fewer can never confirm the fraction, whatever they show."""
+    if not 0.0 < required < 1.0:
+        raise ValueError(f"required fraction must be in (0, 1), got {required!r}")
+    tail = (1.0 - _check_confidence(confidence)) / 2
+    n = max(1, math.ceil(math.log(tail) / math.log(required)))
+    while n > 1 and clopper_pearson_interval(n - 1, n - 1, confidence).low >= required:
+        n -= 1  # the closed form's rounding, either way
+    while clopper_pearson_interval(n, n, confidence).low < required:
+        n += 1
+    return n
+
+
 def interval(
     successes: int,
     trials: int,

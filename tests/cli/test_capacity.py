@@ -211,8 +211,13 @@ def test_capacity_command_with_workers_shards_each_trial(tmp_path: Path) -> None
         (["--max-output-tokens", "0"], "--max-output-tokens must be >= 1 token, got 0"),
         (["--max-prompt-tokens", "0"], "--max-prompt-tokens must be >= 1 token, got 0"),
         # The most the daemon's config could allow (a trial of 10^7 requests was planned in memory).
-        (["--requests-per-trial", "10000000"], "exceeds jobs.limits.max_requests_per_trial (1000000)"),
-        (["--max-trials", "1000"], "--max-trials: 1000 exceeds jobs.limits.max_trials (100)"),
+        # In its own words: it once named the daemon's keys (jobs.limits.max_trials), which it has none of.
+        (
+            ["--requests-per-trial", "10000000"],
+            "--requests-per-trial: --requests-per-trial + --warmup-requests = 10000020 exceeds the most "
+            "requests a trial may send (1000000)",
+        ),
+        (["--max-trials", "1000"], "--max-trials: 1000 exceeds the most trials a search may run (100)"),
         # Each once ignored without a word: the tier for the deadline, the arrivals of a closed loop.
         (
             ["--decode-tier", "strict", "--decode-deadline", "0.1"],
@@ -337,3 +342,66 @@ def test_capacity_writes_to_a_fresh_timestamped_folder_and_says_where(
     assert_capacity_measured(code, folder)
     assert (folder / "capacity.json").is_file()
     assert f"wrote capacity-results/{folder.name}/capacity.json" in capsys.readouterr().err
+
+
+def test_a_target_that_fails_with_the_engine_idle_ends_not_met_after_that_trial(tmp_path: Path) -> None:
+    """A 1 ms prefill deadline no request meets even alone: at 4 req/s the tiny engine serves each
+    before the next comes. The search once went on down to its floor (0.022 req/s here, a trial of 15
+    minutes; seen live: 4 -> 0.067 req/s, still running after 600 s)."""
+    out = tmp_path / "out"
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:4"]
+    flags += ["--prefill-deadline", "0.001", "--start", "4", "--requests-per-trial", "20"]
+    flags += ["--warmup-requests", "0", "--max-trials", "4"]
+    main(["capacity", *flags, "--output", str(out), "--no-plots"])  # exit 1 if a busy machine's timings
+    result = json.loads((out / "capacity.json").read_text())
+    assert result["state"] == "not_met" and len(result["trials"]) == 1
+    assert result["stopped_by"].startswith("floor: fails with the engine idle: at 4 req/s")
+    alone = result["trials"][0]["figures"]["alone"]
+    assert alone["missed"] == alone["requests"] >= 2 and alone["verdict"] == "fail"
+
+
+@pytest.mark.parametrize(
+    ("flags", "warned"),
+    [
+        (
+            ["--requests-per-trial", "40"],
+            "give --requests-per-trial 123 or more",
+        ),  # 368 at p99, 3 trials a load
+        (["--requests-per-trial", "123"], None),
+        (["--requests-per-trial", "40", "--percentile", "90"], None),  # 36 confirm p90
+    ],
+)
+def test_a_trial_too_small_to_confirm_the_percentile_is_warned_of_before_the_run(
+    flags: list[str], warned: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """40 requests a trial once answered "at least 21.75 req/s" where a trial of 200 failed at 11.27,
+    without a word before the run. (Refused by the target that answers nothing, after the warning.)"""
+    url = f"http://127.0.0.1:{free_port()}"
+    main(["capacity", "--url", url, "--no-plots", "--output", "/nonexistent/never", *flags])
+    err = capsys.readouterr().err
+    if warned is None:
+        assert "cannot confirm" not in err
+    else:
+        assert "warning: --requests-per-trial: 40 requests a trial cannot confirm p99: that takes 368" in err
+        assert warned in err
+
+
+def test_a_search_given_no_start_looks_first_and_says_how_long_it_should_take(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The default started at 1 req/s whatever the target: on the simulator's 8B model a first trial
+    of 224 s and a search of 7-9 minutes, with no estimate shown."""
+    out = tmp_path / "out"
+    flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:8"]
+    flags += ["--max-trials", "1", "--requests-per-trial", "20", "--warmup-requests", "0"]
+    main(["capacity", *flags, "--output", str(out), "--no-plots"])  # exit 1 if a busy machine's timings
+    err = capsys.readouterr().err
+    result = json.loads((out / "capacity.json").read_text())
+    look = result["first_look"]
+    assert look["completed"] == 32 and look["rate"] > 1.0 and look["tokens"] > 0
+    start = result["trials"][0]["load"]
+    assert start >= 2 * look["rate"] * 0.99 or not look["passed"]  # past a pass by its headroom
+    assert f"first look: 32 requests, 16 in flight, served {look['rate']:.3g} req/s" in err
+    assert re.search(
+        rf"search from {start:.4g} req/s, about \d+ s expected over ~1 trials, at most \d+ s", err
+    )

@@ -12,7 +12,7 @@ import pytest
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs import capacity_runner
-from exporter.jobs.capacity import CapacityResult, search_capacity
+from exporter.jobs.capacity import CapacityResult, search_capacity, stop_kind
 from exporter.jobs.capacity_report import capacity_table
 from exporter.jobs.capacity_runner import default_floor, search_settings, trial_time_limit
 from exporter.jobs.capacity_search import could_settle, next_load, settling
@@ -27,7 +27,7 @@ from exporter.options.lengths import Fixed
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
-from exporter.stats.binomial import Verdict
+from exporter.stats.binomial import Verdict, classify_fraction
 from exporter.stats.headroom import decided_failure
 
 P99 = 0.99
@@ -527,3 +527,30 @@ async def test_the_first_trial_is_planned_once_and_a_plan_given_up_stops(
             salt=0,
             stop=stop,
         )
+
+
+@pytest.mark.parametrize(("alone", "trials"), [((3, 3), 1), ((2, 5), 1), ((1, 1), 5), ((1, 20), 5)])
+async def test_a_failure_with_the_engine_idle_ends_the_search_not_met(
+    alone: tuple[int, int], trials: int
+) -> None:
+    """Requests that had the engine to themselves and still missed, confidently: no lower load can
+    help, and the search ends after that trial. One request alone is no pattern, nor one miss of 20
+    (inconclusive at p99): those searches run on, halving, to the floor (4, 2, 1, 0.5, 0.25)."""
+    settings = SearchSettings(start=4.0, max_load=20.0, max_trials=30, floor=0.25, required=P99)
+    missed, requests = alone
+
+    async def trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
+    ) -> TrialReport:
+        report = counted(load, 0, 120, headroom=0.5)
+        report.figures["alone"] = {
+            "requests": requests, "missed": missed,
+            "verdict": str(classify_fraction(requests - missed, requests, P99)),
+        }  # fmt: skip
+        return report
+
+    result = await run(settings, trial)
+    assert result.state is State.NOT_MET and len(result.trials) == trials  # type: ignore[attr-defined]
+    stopped_by = result.stopped_by  # type: ignore[attr-defined]
+    assert stopped_by.startswith("floor: fails with the engine idle") == (trials == 1)
+    assert stop_kind(stopped_by) == "floor"  # the daemon and its alert read it as the floor's not met

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exporter.jobs.trial import at_unit_rate, plan_trial
+from exporter.jobs.trial import alone_in_flight, at_unit_rate, plan_trial
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.options.arrival import Poisson
 from exporter.options.lengths import Fixed
@@ -53,3 +53,20 @@ def test_the_warm_up_comes_at_the_trials_rate_too(seed: int) -> None:
 def test_too_few_measured_arrivals_are_left_as_they_are() -> None:
     unit = np.array([0.0, 0.5, 2.0])
     assert (at_unit_rate(unit, warmup=2) == unit).all()  # one measured arrival: no span to scale
+
+
+@pytest.mark.parametrize(
+    ("spans", "alone"),
+    [
+        ([(0.0, 1.0), (2.0, 3.0)], [True, True]),  # one after the other
+        ([(0.0, 1.0), (1.0, 2.0)], [True, True]),  # the next sent as the first ended
+        ([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)], [False, False, True]),
+        ([(0.0, 10.0), (1.0, 2.0), (3.0, 4.0)], [False, False, False]),  # a long one overlaps both
+        ([(0.0, 0.0), (0.0, 1.0)], [False, False]),  # a zero-length span counts as its own
+        ([(4.0, 4.0)], [True]),
+    ],
+)
+def test_a_request_is_alone_when_no_other_was_in_flight_from_its_send_to_its_end(
+    spans: list[tuple[float, float]], alone: list[bool]
+) -> None:
+    assert alone_in_flight(np.array(spans, dtype=np.float64)).tolist() == alone

@@ -16,6 +16,7 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
 from exporter.jobs.manager import JobContext, JobManager
+from exporter.jobs.search_state import State
 from exporter.jobs.store import JOB_STATES, JobStore
 from exporter.options.job_params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
 from exporter.options.job_parse import params_to_dict, parse_params
@@ -541,3 +542,14 @@ def test_no_field_of_a_pair_given_one_or_the_other_has_a_schema_default() -> Non
     for name, schema in pairs:
         for field in schema["not"]["required"]:
             assert "default" not in schema["properties"][field], (name, field)
+
+
+def test_the_openapi_document_names_every_state_a_capacity_search_ends_in() -> None:
+    """``interrupted`` (a cancelled or interrupted search's result) among them."""
+    schemas = json.loads(committed_document())["components"]["schemas"]
+    described = next(
+        schema["properties"]["result"]["description"]
+        for schema in schemas.values()
+        if "result" in schema.get("properties", {})
+    )
+    assert [state for state in State if f"{state} (" not in described] == []
