@@ -344,14 +344,18 @@ def test_capacity_writes_to_a_fresh_timestamped_folder_and_says_where(
     assert f"wrote capacity-results/{folder.name}/capacity.json" in capsys.readouterr().err
 
 
-def test_a_target_that_fails_with_the_engine_idle_ends_not_met_after_that_trial(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [[], ["--workers", "2"]], ids=["in process", "over two workers"])
+def test_a_target_that_fails_with_the_engine_idle_ends_not_met_after_that_trial(
+    tmp_path: Path, workers: list[str]
+) -> None:
     """A 1 ms prefill deadline no request meets even alone: at 4 req/s the tiny engine serves each
     before the next comes. The search once went on down to its floor (0.022 req/s here, a trial of 15
-    minutes; seen live: 4 -> 0.067 req/s, still running after 600 s)."""
+    minutes; seen live: 4 -> 0.067 req/s, still running after 600 s). Over workers too: a daemon's
+    job runs its load in a worker process."""
     out = tmp_path / "out"
     flags = ["--sim-preset", "tiny", "--prompt-tokens", "fixed:64", "--output-tokens", "fixed:4"]
     flags += ["--prefill-deadline", "0.001", "--start", "4", "--requests-per-trial", "20"]
-    flags += ["--warmup-requests", "0", "--max-trials", "4"]
+    flags += ["--warmup-requests", "0", "--max-trials", "4", *workers]
     main(["capacity", *flags, "--output", str(out), "--no-plots"])  # exit 1 if a busy machine's timings
     result = json.loads((out / "capacity.json").read_text())
     assert result["state"] == "not_met" and len(result["trials"]) == 1
