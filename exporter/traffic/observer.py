@@ -23,15 +23,13 @@ import grpc
 
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from exporter.traffic.record import Ignored, Observed, ObservedStream, StreamLimits
+from exporter.traffic.record import ERROR, OVER_CAPACITY, Ignored, Observed, ObservedStream, StreamLimits
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 Sink = Callable[[Observed], None]
 DEFAULT_MAX_STREAMS = 1024
-OVER_CAPACITY = "over_capacity"  # a stream refused: max_streams were in flight
-ERROR = "error"  # a bug of ours while observing a stream (logged)
 # The empty answer to each kind of message, for a filter that waits for one (not observability mode).
 _ANSWERS: dict[str, Callable[[], pb.ProcessingResponse]] = {
     "request_headers": lambda: pb.ProcessingResponse(request_headers=pb.HeadersResponse()),
@@ -46,7 +44,7 @@ _ANSWERS: dict[str, Callable[[], pb.ProcessingResponse]] = {
 @dataclass
 class ObserverCounts:
     """What the observer saw besides records: streams open now, and streams without a record by reason
-    (an ``Ignored`` value, ``over_capacity`` or ``error``)."""
+    (``record.SKIP_REASONS``)."""
 
     in_flight: int = 0
     streams: int = 0

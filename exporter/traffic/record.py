@@ -40,6 +40,12 @@ class Ignored(StrEnum):
     INCOMPLETE = "incomplete"  # the observer saw the exchange end before its response began
 
 
+OVER_CAPACITY = "over_capacity"  # a stream refused: the observer's streams in flight were at their cap
+ERROR = "error"  # a bug of ours while observing a stream (logged with its traceback)
+SKIP_REASONS = (*(reason.value for reason in Ignored), OVER_CAPACITY, ERROR)
+"""Every reason a stream leaves no record, as counted (the label's values, all exported from the start)."""
+
+
 @dataclass(frozen=True)
 class StreamLimits:
     """What one stream may cost the observer."""
