@@ -48,6 +48,7 @@ class ObserverCounts:
 
     in_flight: int = 0
     streams: int = 0
+    messages: int = 0  # every message Envoy sent on an observed stream
     skipped: Counter[str] = field(default_factory=Counter)
 
 
@@ -90,6 +91,7 @@ class _Servicer(pb_grpc.ExternalProcessorServicer):
         try:
             async for message in request_iterator:
                 now = observer.clock()
+                counts.messages += 1
                 if not broken:
                     broken = not observer.guarded(feed, stream, now, message)
                 if not message.observability_mode:
