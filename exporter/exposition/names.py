@@ -908,7 +908,8 @@ TRAFFIC_FLUIDITY = MetricSpec(
 TRAFFIC_SKIPPED = MetricSpec(
     "fluidity_traffic_streams_skipped_total",
     "counter",
-    "Exchanges Envoy sent that gave no request record, by reason: not_llm (another route), not_streaming, "
+    "Exchanges Envoy sent that gave no request record, by reason: not_llm (another route), probe (the "
+    "exporter's own, marked X-Fluidity-Probe), not_streaming, "
     "too_large (past the bytes or events a stream may cost), incomplete, over_capacity (traffic.max_streams "
     "in flight), error (a bug of the exporter, logged).",
     (REASON,),

@@ -23,11 +23,13 @@ from exporter.probe.openai import FORMATS
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.sse import SseDecoder, SseError
 from exporter.probe.stream import StreamFailureError, StreamState
+from exporter.probe.target import PROBE_HEADER
 from exporter.probe.tokens import TokenCounter
 
 OTHER_MODEL = "other"
 # The paths of the streaming APIs the probe speaks; anything else passes unobserved (counted).
 API_BY_PATH: Mapping[str, Api] = {fmt.path: api for api, fmt in FORMATS.items()}
+_PROBE_KEY = PROBE_HEADER.lower()  # Envoy sends header names lower-cased
 DECODE_BYTES = 64 * 1024  # kept response bytes decoded at once: a batch, not a call per chunk
 
 
@@ -35,6 +37,7 @@ class Ignored(StrEnum):
     """Why an exchange gave no record (counted, by reason)."""
 
     NOT_LLM = "not_llm"  # another route: not one of the streaming APIs
+    PROBE = "probe"  # the exporter's own probe (probe.target.PROBE_HEADER): not a user's
     NOT_STREAMING = "not_streaming"  # an API request without "stream": true
     TOO_LARGE = "too_large"  # past the bytes or token events a stream may cost
     INCOMPLETE = "incomplete"  # the observer saw the exchange end before its response began
@@ -133,6 +136,8 @@ class ObservedStream:
         self.api = API_BY_PATH.get(fields.get(":path", "").partition("?")[0])
         if self.api is None or fields.get(":method") != "POST":
             self.ignored = Ignored.NOT_LLM
+        elif _PROBE_KEY in fields:
+            self.ignored = Ignored.PROBE
         elif end:
             self.ignored = Ignored.NOT_STREAMING  # no body: no "stream": true
 

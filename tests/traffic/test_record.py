@@ -70,6 +70,7 @@ def test_a_model_outside_the_list_is_other() -> None:
     [
         ([(":method", b"GET"), (":path", b"/v1/models")], None, Ignored.NOT_LLM),
         ([(":method", b"POST"), (":path", b"/v1/embeddings")], BODY, Ignored.NOT_LLM),
+        ([*CHAT, ("x-fluidity-probe", b"1")], BODY, Ignored.PROBE),
         (CHAT, json.dumps({"model": "m", "messages": []}).encode(), Ignored.NOT_STREAMING),
         (CHAT, b"not json", Ignored.NOT_STREAMING),
     ],

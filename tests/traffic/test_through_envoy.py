@@ -11,7 +11,9 @@ import aiohttp
 import pytest
 
 from exporter.evaluation import EvaluationSpec, measure
+from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
+from exporter.probe.target import RequestSpec, TargetSettings
 from exporter.sim import SimServer
 from exporter.traffic.observer import TrafficObserver
 from exporter.traffic.record import Observed
@@ -65,6 +67,23 @@ async def test_user_streams_are_observed_and_measured(sim: SimServer, tmp_path: 
     measured = measure([r.result for r in records], EvaluationSpec())
     assert len(measured.latency.ttft) == REQUESTS and all(0 < t < 5 for t in measured.latency.ttft)
     assert all(len(f) == REQUESTS for f in (t.fluidity for t in measured.tiers.values()))
+
+
+async def test_the_exporter_s_own_probes_are_kept_out(sim: SimServer, tmp_path: Path) -> None:
+    envoy_binary()
+    records: list[Observed] = []
+    observer = TrafficObserver(f"127.0.0.1:{free_port()}", records.append)
+    port = await observer.start()
+    try:
+        async with running_envoy(sim.url, port, tmp_path) as envoy:
+            settings = TargetSettings(base_url=envoy, api="chat", model=sim.resolved.model)
+            async with ProbeClient(settings) as client:
+                result = await client.send(RequestSpec(prompt="hi", max_tokens=MAX_TOKENS))
+            assert result.outcome is Outcome.OK, result.error
+            await wait_for(lambda: observer.counts.skipped["probe"] == 1 and observer.counts.in_flight == 0)
+    finally:
+        await observer.stop()
+    assert records == []
 
 
 async def test_traffic_flows_with_the_observer_down(sim: SimServer, tmp_path: Path) -> None:
