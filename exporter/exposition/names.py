@@ -905,6 +905,19 @@ TRAFFIC_FLUIDITY = MetricSpec(
     f"Etalon fluidity-index per completed request, per decode tier of traffic.slo. {_TRAFFIC}",
     (*TRAFFIC_SERIES, TIER),
 )
+TRAFFIC_DEADLINES = MetricSpec(
+    "fluidity_traffic_deadlines_total",
+    "counter",
+    "Token deadlines of completed requests per tier (a stall counts every deadline it spans); "
+    f"1 - rate(missed) / rate(this) is the service-level fluidity users felt. {_TRAFFIC}",
+    (*TRAFFIC_SERIES, TIER),
+)
+TRAFFIC_DEADLINES_MISSED = MetricSpec(
+    "fluidity_traffic_deadlines_missed_total",
+    "counter",
+    f"Token deadlines missed by completed requests per tier. {_TRAFFIC}",
+    (*TRAFFIC_SERIES, TIER),
+)
 TRAFFIC_SKIPPED = MetricSpec(
     "fluidity_traffic_streams_skipped_total",
     "counter",
@@ -924,6 +937,8 @@ TRAFFIC: Final = (
     TRAFFIC_TTFT,
     TRAFFIC_TBT,
     TRAFFIC_FLUIDITY,
+    TRAFFIC_DEADLINES,
+    TRAFFIC_DEADLINES_MISSED,
     TRAFFIC_SKIPPED,
     TRAFFIC_IN_FLIGHT,
 )

@@ -28,6 +28,8 @@ class _Series:
     ttft: Histogram
     tbt: Histogram
     fluidity: dict[str, Histogram] = field(default_factory=dict)
+    deadlines: Counter[str] = field(default_factory=Counter)  # by tier
+    missed: Counter[str] = field(default_factory=Counter)  # by tier
     outcomes: Counter[Outcome] = field(default_factory=Counter)
 
 
@@ -68,6 +70,8 @@ class TrafficStats:
         series.tbt.observe(measured.latency.tbt)
         for tier, accounting in measured.tiers.items():
             series.fluidity.setdefault(tier, Histogram(self.buckets.fluidity)).observe(accounting.fluidity)
+            series.deadlines[tier] += int(accounting.total.sum())
+            series.missed[tier] += int(accounting.missed.sum())
 
     def families(self, skipped: Mapping[str, int], in_flight: int) -> Families:
         """Every traffic family now (the waiting records evaluated first); every outcome and reason is
@@ -81,6 +85,8 @@ class TrafficStats:
             out.histogram(names.TRAFFIC_TBT, (model, api), series.tbt.snapshot())
             for tier, histogram in series.fluidity.items():
                 out.histogram(names.TRAFFIC_FLUIDITY, (model, api, tier), histogram.snapshot())
+                out.add(names.TRAFFIC_DEADLINES, (model, api, tier), series.deadlines[tier])
+                out.add(names.TRAFFIC_DEADLINES_MISSED, (model, api, tier), series.missed[tier])
         for reason in SKIP_REASONS:
             out.add(names.TRAFFIC_SKIPPED, (reason,), skipped.get(reason, 0))
         out.add(names.TRAFFIC_IN_FLIGHT, (), in_flight)
