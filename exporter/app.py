@@ -37,6 +37,7 @@ from exporter.daemon.loop_lag import LoopLagWatcher
 from exporter.daemon.probe_jobs import ProbeJobs, outcome_recorder
 from exporter.daemon.scheduler import JobScheduler
 from exporter.daemon.targets import TargetPool, TargetState
+from exporter.daemon.traffic import TrafficService
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import render
 from exporter.exposition.collector import FluidityCollector
@@ -86,6 +87,7 @@ class Daemon:
             self.store, {window_label(s): s for s in config.global_.windows_s}, clock=clock
         )
         self.pool = TargetPool(wall_clock=clock)
+        self.traffic = TrafficService.of(config, histogram_buckets(config))  # the observer, when configured
         self.scrape_session: aiohttp.ClientSession | None = None
         self.job_env = DaemonJobEnvironment(
             lambda: self.config,
@@ -122,6 +124,8 @@ class Daemon:
 
     async def start(self) -> None:
         """Open the clients, schedule every job and start the scheduler on the running loop."""
+        if self.traffic is not None:
+            await self.traffic.start()  # first: a missing extra or a port in use stops the start
         self.scrape_session = aiohttp.ClientSession()
         await self._apply(self.config)
         self.jobs.start()
@@ -138,6 +142,8 @@ class Daemon:
         await self.probes.finish_running(SHUTDOWN_GRACE_S)
         await self.lag.stop()
         await self.pool.close()
+        if self.traffic is not None:
+            await self.traffic.stop()
         if self.scrape_session is not None:
             await self.scrape_session.close()
 
@@ -149,7 +155,8 @@ class Daemon:
     def metrics_text(self) -> bytes:
         """The /metrics body: the probe and engine families (cached per series) and the exporter's
         self-metrics, both through the plain formatter (``exporter.exposition.render``)."""
-        return (self.collector.render_text() + render.render(self.registry.collect())).encode()
+        traffic = self.traffic.render_text() if self.traffic is not None else ""
+        return (self.collector.render_text() + traffic + render.render(self.registry.collect())).encode()
 
     # -- configuration ------------------------------------------------------------------------------
 

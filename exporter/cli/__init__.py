@@ -1,9 +1,9 @@
 """Command-line entry point: ``fluidity-exporter <command>``; ``argparse`` lives only in this package.
 
 Each command lives in its own module (``run``, ``bench``, ``capacity``, ``profile``, ``check_config``,
-``demo``, ``sim``, ``shard``) and registers here as a ``Command``: a function that adds its flags to a
-sub-parser and a function that runs it and returns the process exit code. The flag groups several
-commands share are in ``flags``. A command is thin: it parses, calls the layer below, and prints. This
+``demo``, ``sim``, ``shard``, ``envoy_config``) and registers here as a ``Command``: a function that adds
+its flags to a sub-parser and a function that runs it and returns the process exit code. The flag groups
+several commands share are in ``flags``. A command is thin: it parses, calls the layer below, and prints. This
 module only dispatches; it holds no logic of its own.
 
 Exit codes, the same for ``bench``, ``capacity`` and ``profile`` (README "Exit codes"): 0 the target
@@ -32,6 +32,7 @@ def _commands() -> dict[str, Command]:
     from exporter.cli.capacity import CAPACITY_COMMAND
     from exporter.cli.check_config import CHECK_CONFIG_COMMAND
     from exporter.cli.demo import DEMO_COMMAND
+    from exporter.cli.envoy_config import ENVOY_CONFIG_COMMAND
     from exporter.cli.profile import PROFILE_COMMAND
     from exporter.cli.run import RUN_COMMAND
     from exporter.cli.shard import SHARD_COMMAND
@@ -46,6 +47,7 @@ def _commands() -> dict[str, Command]:
         "demo": DEMO_COMMAND,
         "sim": SIM_COMMAND,
         "shard": SHARD_COMMAND,
+        "envoy-config": ENVOY_CONFIG_COMMAND,
     }
 
 

@@ -63,6 +63,11 @@ Schema (every key is optional unless marked *required*; the values shown are the
         objectives: []                 # e.g. ["ttft:p99<=2", "fluidity:p99>=0.9"]
         goodput: null                  # {ttft, tpot, e2e, max_tbt, normalized_latency: durations,
                                        #  min_fluidity: 0-1}; a request is good if it meets them all
+    traffic:                           # observe real user traffic through Envoy (exporter.traffic);
+      ext_proc_address: *required*     #   HOST:PORT of the gRPC observer (envoy-config --observer);
+      slo: default                     #   with it, targets may be left out (observe only). The SLO
+      models: []                       #   judging users; the model label's values (others: "other");
+      max_streams: 1024                #   streams observed at once, more pass unobserved (counted)
     jobs:                              # capacity searches and prefill profiles (exporter.jobs)
       api_token: null                  # {env: NAME} or {file: PATH}: bearer token of the jobs API; without
                                        # one the jobs API is disabled (scheduled jobs still run)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
+from exporter.config.traffic import TrafficConfig
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
 from exporter.load.calibration import Calibration
 from exporter.load.presets import preset
@@ -331,6 +332,7 @@ class Config:
     jobs: JobsConfig = field(default_factory=JobsConfig)
     # The secrets' files it read (``{file: PATH}``): what a config watch re-reads besides the config.
     secret_files: tuple[str, ...] = field(default=(), compare=False)
+    traffic: TrafficConfig | None = None  # the observer of real traffic (exporter.traffic); None: off
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "modules", _frozen(self.modules))

@@ -33,6 +33,7 @@ from exporter.config.model import (
 )
 from exporter.config.modules import MODULE_KEYS, ModuleReader
 from exporter.config.targets import TargetReader
+from exporter.config.traffic import TRAFFIC_KEYS, read_traffic
 from exporter.config.values import bucket_bound, check_state_dir
 from exporter.options.addresses import check_listen_address
 from exporter.options.problems import Problem, Problems
@@ -50,7 +51,7 @@ from exporter.options.reader import (
 from exporter.options.slo import SLO_KEYS
 from exporter.options.target import read_secret
 
-TOP_KEYS = ("global", "targets", "modules", "slos", "jobs")
+TOP_KEYS = ("global", "targets", "modules", "slos", "jobs", "traffic")
 GLOBAL_KEYS = (
     "listen_address",
     "jobs_listen_address",
@@ -177,7 +178,10 @@ def _config(ctx: Context, tree: Any, source: str) -> Config | None:
     slo_names = {DEFAULT_SLO, *(str(k) for k in raw_slos)} if isinstance(raw_slos, Mapping) else {DEFAULT_SLO}
     section = top.section("global", GLOBAL_KEYS)
     global_ = _global(ctx, section) if section is not None else GlobalConfig()
-    targets = TargetReader(ctx, module_names, sorted(slo_names)).targets(top)
+    traffic_section = top.section("traffic", TRAFFIC_KEYS)
+    traffic = read_traffic(ctx, traffic_section, sorted(slo_names)) if traffic_section is not None else None
+    # Observing real traffic is a reason to run without a target (observe only).
+    targets = TargetReader(ctx, module_names, sorted(slo_names)).targets(top, required=traffic is None)
     reader = ModuleReader(ctx)
     modules = _named(ctx, top, "modules", MODULE_KEYS, reader.module)
     slos = _named(ctx, top, "slos", SLO_KEYS, reader.slo)
@@ -185,7 +189,8 @@ def _config(ctx: Context, tree: Any, source: str) -> Config | None:
     jobs = JobsReader(ctx, targets).jobs(jobs_section) if jobs_section is not None else JobsConfig()
     # The checks across sections run over what could be read, so every problem is said at once (a
     # problem in one section hid them: each fix revealed the next); a module that is not there is skipped.
-    config = Config(global_, targets, modules, slos, source, jobs, tuple(dict.fromkeys(ctx.secret_files)))
+    secret_files = tuple(dict.fromkeys(ctx.secret_files))
+    config = Config(global_, targets, modules, slos, source, jobs, secret_files, traffic)
     check_runs_fit(ctx, config)
     check_windows_fit(ctx, config)
     return None if ctx.problems else config

@@ -47,13 +47,15 @@ class TargetReader:
         self.slo_names = slo_names
         self.seen: dict[str, str] = {}  # target name -> path of the target that has it
 
-    def targets(self, top: Section) -> tuple[Target, ...]:
+    def targets(self, top: Section, *, required: bool = True) -> tuple[Target, ...]:
+        """The targets; at least one when ``required`` (a config that observes traffic may have none)."""
         raw = top.get("targets")
         if raw is None:
-            top.fail("targets", "missing (required): list at least one target")
+            if required:
+                top.fail("targets", "missing (required): list at least one target")
             return ()
         items = top.items("targets")
-        if not items and isinstance(raw, list):
+        if not items and isinstance(raw, list) and required:
             top.fail("targets", "must list at least one target")
         sections = (Section.open(item, path, self.ctx.problems, TARGET_KEYS) for path, item in items)
         return tuple(self.target(sec) for sec in sections if sec is not None)

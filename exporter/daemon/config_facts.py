@@ -50,7 +50,18 @@ def probe_changed(old: Config, new: Config, target: Target, module: Module) -> b
 def unapplied_changes(old: Config, new: Config, listening_on: str | None, by_flag: bool) -> list[str]:
     """What a reload cannot change in a running process, said aloud instead of ignored: a new
     ``listen_address`` other than the one bound (``listening_on``; the old config's when not known), a
-    new ``jobs_listen_address``. A file set back to the bound address changes nothing, and a file that did not change is no news."""
+    new ``jobs_listen_address``, and a changed ``traffic`` section (the observer keeps its address, SLO
+    and models). A file set back to the bound address changes nothing, and a file that did not change
+    is no news."""
+    notes = _listen_change(old, new, listening_on, by_flag)
+    if old.traffic != new.traffic:
+        notes.append(
+            "traffic changed: the observer keeps its previous settings until the exporter is restarted"
+        )
+    return notes
+
+
+def _listen_change(old: Config, new: Config, listening_on: str | None, by_flag: bool) -> list[str]:
     before, after = old.global_.listen_address, new.global_.listen_address
     where = listening_on or before
     notes = [] if after in (before, where) else [

@@ -52,6 +52,8 @@ TURN: Final = "turn"  # of a multi-turn session: first or followup (bounded: nev
 TURN_KINDS: Final = ("first", "followup")
 STORE: Final = "store"  # what a state_dir folder keeps: jobs (the job history), profiles (prefill profiles)
 BOUND: Final = "bound"  # the side a percentile's buckets bound it from: upper (bucket from 0), lower (+Inf)
+MODEL: Final = "model"  # of real traffic: a model of traffic.models, else "other" (bounded)
+API: Final = "api"  # of real traffic: chat, completions or responses
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
 
@@ -884,4 +886,72 @@ JOB_RESULTS: Final = (
 )
 """The families ``JobsCollector`` builds from the job results on every scrape."""
 
-ALL: Final = (*COLLECTED, *JOB_RESULTS, *SELF, *PROBE_ONLY)
+# --- Real traffic, observed through Envoy (exporter.traffic): the probes' shapes, per (model, api) -----
+
+TRAFFIC_SERIES: Final = (MODEL, API)
+_TRAFFIC = "Of user requests observed through Envoy's ext_proc filter (probes' own are not among them)."
+TRAFFIC_REQUESTS = MetricSpec(
+    "fluidity_traffic_requests_total",
+    "counter",
+    f"Streaming requests observed, by how they ended (the probes' outcomes). {_TRAFFIC}",
+    (*TRAFFIC_SERIES, OUTCOME),
+)
+TRAFFIC_TTFT = MetricSpec(
+    "fluidity_traffic_ttft_seconds",
+    "histogram",
+    f"Time to first token of completed requests, from the end of the request body as Envoy passed it. {_TRAFFIC}",
+    TRAFFIC_SERIES,
+)
+TRAFFIC_TBT = MetricSpec(
+    "fluidity_traffic_tbt_seconds",
+    "histogram",
+    "Time between tokens: every gap after the first token of completed requests (tokens of one chunk "
+    f"after the first count as 0 s gaps). {_TRAFFIC}",
+    TRAFFIC_SERIES,
+)
+TRAFFIC_FLUIDITY = MetricSpec(
+    "fluidity_traffic_fluidity_index",
+    "histogram",
+    f"Etalon fluidity-index per completed request, per decode tier of traffic.slo. {_TRAFFIC}",
+    (*TRAFFIC_SERIES, TIER),
+)
+TRAFFIC_DEADLINES = MetricSpec(
+    "fluidity_traffic_deadlines_total",
+    "counter",
+    "Token deadlines of completed requests per tier (a stall counts every deadline it spans); "
+    f"1 - rate(missed) / rate(this) is the service-level fluidity users felt. {_TRAFFIC}",
+    (*TRAFFIC_SERIES, TIER),
+)
+TRAFFIC_DEADLINES_MISSED = MetricSpec(
+    "fluidity_traffic_deadlines_missed_total",
+    "counter",
+    f"Token deadlines missed by completed requests per tier. {_TRAFFIC}",
+    (*TRAFFIC_SERIES, TIER),
+)
+TRAFFIC_SKIPPED = MetricSpec(
+    "fluidity_traffic_streams_skipped_total",
+    "counter",
+    "Exchanges Envoy sent that gave no request record, by reason: not_llm (another route), probe (the "
+    "exporter's own, marked X-Fluidity-Probe), not_streaming, "
+    "too_large (past the bytes or events a stream may cost), incomplete, over_capacity (traffic.max_streams "
+    "in flight), error (a bug of the exporter, logged).",
+    (REASON,),
+)
+TRAFFIC_IN_FLIGHT = MetricSpec(
+    "fluidity_traffic_streams_in_flight",
+    "gauge",
+    "Exchanges the observer is following now.",
+)
+TRAFFIC: Final = (
+    TRAFFIC_REQUESTS,
+    TRAFFIC_TTFT,
+    TRAFFIC_TBT,
+    TRAFFIC_FLUIDITY,
+    TRAFFIC_DEADLINES,
+    TRAFFIC_DEADLINES_MISSED,
+    TRAFFIC_SKIPPED,
+    TRAFFIC_IN_FLIGHT,
+)
+"""The families of the traffic observer (``exposition.traffic``), when ``traffic:`` is configured."""
+
+ALL: Final = (*COLLECTED, *JOB_RESULTS, *SELF, *PROBE_ONLY, *TRAFFIC)

@@ -58,7 +58,7 @@ from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.saturation import LagMonitor, doubtful_gaps, gaps_near_stalls, is_unreliable
 from exporter.probe.socket_reads import reads_lateness
 from exporter.probe.stream import StreamFailureError, StreamState
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import PROBE_HEADER, RequestSpec, TargetSettings
 from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
 from exporter.probe.watchdog import Watchdog
 
@@ -149,7 +149,7 @@ class ProbeClient:
         return f"ProbeClient(url={self._url!r}, api={self.settings.api!r}, model={self._model!r})"
 
     def _build_headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", PROBE_HEADER: "1"}
         if self.settings.api_key is not None:
             headers["Authorization"] = f"Bearer {self.settings.api_key.reveal()}"
         # An explicit header wins, Authorization included; the framing headers are the client's own.

@@ -11,6 +11,10 @@ from typing import Any
 
 from exporter.options.target import APIS, Api, Secret, Timeouts, secret_forms
 
+# Every probe request carries it, so that an observer of real traffic (exporter.traffic) behind the same
+# Envoy keeps the exporter's own requests out of the users' figures.
+PROBE_HEADER = "X-Fluidity-Probe"
+
 
 @dataclass(frozen=True)
 class TargetSettings:

@@ -20,9 +20,20 @@ J = (
 )
 
 CASES: dict[str, tuple[str, list[str]]] = {
+    "traffic-without-address": ("traffic: {models: [m]}\n", ["traffic.ext_proc_address: missing (required)"]),
+    "traffic-bad-values": (
+        "traffic: {ext_proc_address: '9469', slo: strictest, models: [m, m], max_streams: 0, port: 1}\n",
+        [
+            'traffic: unknown key "port"; valid: ext_proc_address, max_streams, models, slo',
+            'traffic.ext_proc_address: must be HOST:PORT (e.g. 0.0.0.0:9468, :9468 or [::]:9468), got "9469"',
+            'traffic.slo: unknown value "strictest"; valid: default',
+            'traffic.models[1]: duplicate model "m"',
+            "traffic.max_streams: must be an integer in [1, 100000], got 0",
+        ],
+    ),
     "unknown-top-key": (
         "targetz: []\n" + T,
-        ['(top level): unknown key "targetz"; valid: global, jobs, modules, slos, targets'],
+        ['(top level): unknown key "targetz"; valid: global, jobs, modules, slos, targets, traffic'],
     ),
     "unknown-global-key": (
         "global:\n  listen: ':9468'\n" + T,
