@@ -69,7 +69,9 @@ def test_the_docs_scrape_config_keeps_the_exporter_and_no_other_metrics_port(fol
     pods = [d["spec"]["template"] for d in of_kind(rendered(folder), "Deployment")]
     targets = [target for pod in pods for target in discovered(pod)]
     exporter = [t for t in targets if t["__meta_kubernetes_pod_container_name"] == EXPORTER_CONTAINER]
-    assert [t for t in targets if kept(job["relabel_configs"], t)] == exporter != []
+    metrics = [t for t in exporter if t["__meta_kubernetes_pod_container_port_name"] == "metrics"]
+    assert len(exporter) == 2  # the metrics port and the jobs port, which serves no /metrics
+    assert [t for t in targets if kept(job["relabel_configs"], t)] == metrics != []
     # Another application's pod with a port named metrics, in the same cluster.
     other = {
         "__meta_kubernetes_pod_container_name": "app",

@@ -47,6 +47,7 @@ KUBERNETES_VERSION = "1.32.0"
 MIN_KUSTOMIZE_MAJOR = 5
 EXPORTER_CONTAINER = "fluidity-exporter"
 EXPORTER_PORT = 9468
+JOBS_PORT = 9470  # global.jobs_listen_address: the jobs API apart from what Prometheus scrapes
 STATE_DIR = "/var/lib/fluidity-exporter"
 SECRETS_DIR = "/var/run/secrets/fluidity-exporter"  # where the exporter mounts the Secret
 SECRETS_ROOT = "/var/run/secrets/"  # under which every Secret's volume is mounted

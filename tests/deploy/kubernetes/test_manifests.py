@@ -24,6 +24,7 @@ from tests.deploy.kubernetes.manifests import (
     CAPACITY_SEARCH,
     EXPORTER_CONTAINER,
     EXPORTER_PORT,
+    JOBS_PORT,
     KUBERNETES,
     KUSTOMIZATIONS,
     REPO,
@@ -82,7 +83,10 @@ def test_the_exporter_is_probed_on_its_own_endpoints_and_writes_only_its_state_d
     resources = rendered(folder)
     ((_, pod),) = [(n, p) for n, p in pod_specs(resources) if has(p, EXPORTER_CONTAINER)]
     exporter = container(pod, EXPORTER_CONTAINER)
-    assert exporter["ports"] == [{"name": "metrics", "containerPort": EXPORTER_PORT}]
+    assert exporter["ports"] == [
+        {"name": "metrics", "containerPort": EXPORTER_PORT},
+        {"name": "jobs", "containerPort": JOBS_PORT},
+    ]
     assert exporter["livenessProbe"]["httpGet"] == {"path": "/-/healthy", "port": "metrics"}
     assert f"--web.listen-address=0.0.0.0:{EXPORTER_PORT}" in exporter["args"]
 
@@ -194,7 +198,10 @@ def test_the_standalone_overlay_is_the_exporter_alone_probing_a_remote_endpoint(
     assert "nvidia.com/gpu" not in str(deployment)
     mounted = {m["name"] for c in pod["containers"] for m in c["volumeMounts"]}
     assert {v["name"] for v in pod["volumes"]} == mounted  # no volume left over from vLLM
-    assert [s["metadata"]["name"] for s in of_kind(resources, "Service")] == ["fluidity-exporter"]
+    services = of_kind(resources, "Service")
+    assert [s["metadata"]["name"] for s in services] == ["fluidity-exporter", "fluidity-exporter-jobs"]
+    pods = deployment["spec"]["template"]["metadata"]["labels"]
+    assert all(s["spec"]["selector"].items() <= pods.items() for s in services)  # the exporter's own pods
     (target,) = yaml.safe_load(exporter_config(resources))["targets"]
     assert not target["url"].startswith("http://127.0.0.1")
     labels = deployment["spec"]["template"]["metadata"]["labels"]
@@ -319,7 +326,8 @@ def test_the_sidecar_patch_example_adds_a_locked_down_exporter_to_an_existing_de
     template = one(resources, "Deployment", "my-vllm")["spec"]["template"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
     exporter_ports = [p["name"] for p in container(pod, EXPORTER_CONTAINER)["ports"]]
-    assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == exporter_ports
+    assert exporter_ports == ["metrics", "jobs"]  # the jobs API apart, never scraped
+    assert [e["port"] for e in monitor["spec"]["podMetricsEndpoints"]] == ["metrics"]
     assert monitor["spec"]["podMetricsEndpoints"][0]["path"] == "/metrics"
 
 

@@ -1,5 +1,5 @@
-"""The operator's knobs, rendered: the NetworkPolicy admits the exporter's port only from the monitoring
-namespace and this copy's job triggers (and, sharded, the shard port only from its shard pods), the
+"""The operator's knobs, rendered: the NetworkPolicy admits the exporter's metrics port only from the
+monitoring namespace and its jobs port only from this copy's job triggers (and, sharded, the shard port only from its shard pods), the
 PodDisruptionBudget and the ServiceAccount cover the pods, GPU nodes' taint is tolerated, every
 emptyDir is bounded, and docs/deployment.md's scheduling patch renders valid."""
 
@@ -22,6 +22,7 @@ from tests.deploy.kubernetes.manifests import (
     SHARDS,
     STANDALONE,
     Resource,
+    exporter_config,
     of_kind,
     one,
     render,
@@ -70,10 +71,11 @@ def test_only_monitoring_and_this_copys_job_triggers_reach_the_exporters_port() 
         (deployment,) = of_kind(resources, "Deployment")
         pods = deployment["spec"]["template"]["metadata"]["labels"]
         assert spec["podSelector"]["matchLabels"].items() <= pods.items(), folder.name
-        metrics = peers(spec, "metrics")
-        assert metrics is not None and metrics[0] == MONITORING, folder.name
-        assert len(metrics) == 2 and admits(metrics[1], trigger), folder.name
-        assert not admits(metrics[1], {**trigger, "app.kubernetes.io/instance": "another-copy"})
+        # Prometheus reaches the metrics port alone; the job triggers the jobs port alone.
+        assert peers(spec, "metrics") == [MONITORING], folder.name
+        jobs = peers(spec, "jobs")
+        assert jobs is not None and len(jobs) == 1 and admits(jobs[0], trigger), folder.name
+        assert not admits(jobs[0], {**trigger, "app.kubernetes.io/instance": "another-copy"})
     assert peers(policy(rendered(BASE)), "http") is None  # vLLM's clients, as before
     assert peers(policy(rendered(STANDALONE)), "http") == []
 
@@ -136,3 +138,27 @@ def test_the_docs_scheduling_patch_renders_valid(tmp_path: Path) -> None:
         == yaml.safe_load(block)["patches"][0]["patch"].split("sizeLimit: ")[1].split("}")[0]
     )
     assert pod["tolerations"][0] == GPU_TAINT  # the base's toleration kept
+
+
+def test_the_jobs_api_listens_apart_from_what_prometheus_scrapes() -> None:
+    """The jobs API can saturate the replica: the Service the ServiceMonitor selects exposes the metrics
+    port alone, and the jobs port (the config's own address) has a Service of its own."""
+    for folder in (BASE, STANDALONE, SHARDED):
+        resources = rendered(folder)
+        config = yaml.safe_load(exporter_config(resources))
+        host_port = config["global"]["jobs_listen_address"]
+        (deployment,) = of_kind(resources, "Deployment")
+        (exporter,) = [
+            c
+            for c in deployment["spec"]["template"]["spec"]["containers"]
+            if c["name"] == "fluidity-exporter"
+        ]
+        ports = {p["name"]: p["containerPort"] for p in exporter["ports"]}
+        assert host_port == f"0.0.0.0:{ports['jobs']}" and ports["metrics"] != ports["jobs"], folder.name
+        scraped = one(resources, "Service", "fluidity-exporter")
+        monitor = one(resources, "ServiceMonitor", "fluidity-exporter")
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        assert [p["name"] for p in scraped["spec"]["ports"]] == ["metrics"], folder.name
+        jobs = one(resources, "Service", "fluidity-exporter-jobs")
+        assert [p["targetPort"] for p in jobs["spec"]["ports"]] == ["jobs"], folder.name
+        assert not selector.items() <= jobs["metadata"]["labels"].items(), folder.name
