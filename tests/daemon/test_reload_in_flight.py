@@ -82,6 +82,8 @@ async def test_a_probe_whose_target_or_module_a_reload_removed_ends_quietly(
     gone: dict[str, str],
 ) -> None:
     caplog.set_level(logging.INFO)
+    # The run command quiets APScheduler's own logger; a test of it in this process may have run first.
+    caplog.set_level(logging.INFO, logger="apscheduler")
     path = tmp_path / "config.yaml"
     path.write_text(CONFIG.format(target="a", url=gate.url, modules="held"))
     daemon = Daemon(load_config_file(path), config_path=str(path))
