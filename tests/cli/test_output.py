@@ -58,7 +58,7 @@ def test_a_profile_output_that_is_a_folder_is_refused_even_forced(
 def test_runs_in_one_second_get_folders_of_their_own_and_a_refused_one_leaves_none(
     command: str, folder: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two runs in one second wrote into one folder (found by review); a run refused before its load
+    """Two runs in one second wrote into one folder; a run refused before its load
     leaves no empty folder behind."""
     from exporter.report.bench_report import timestamped
 
