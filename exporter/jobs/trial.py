@@ -236,6 +236,12 @@ class Tally:
         verdict = classify_fraction(requests - misses, requests, self.slo.required, self.slo.confidence)
         return {"requests": requests, "missed": misses, "verdict": str(verdict)}
 
+    def note_alone(self, figures: dict[str, Any], now: float) -> None:
+        """Put ``alone`` (above) into a verdict's ``figures`` when any measured request was alone."""
+        alone = self.alone(now)
+        if alone is not None:
+            figures["alone"] = alone
+
     def _missed(self, result: ProbeResult, now: float) -> bool | None:
         if result.finished_at is not None:
             return self.slo.request_fails(result)
@@ -397,9 +403,7 @@ async def run_trial(
         if done.stopped_by == "duration":
             ended_by = "duration"  # its trial duration ended the sends: fewer requests than planned
     early = ended_by in STOPPED_EARLY
-    alone = tally.alone(now)
-    if alone is not None:
-        verdict.figures["alone"] = alone
+    tally.note_alone(verdict.figures, now)
     report = TrialReport.of(index, plan.load, verdict, len(tally.started), now - began, tally.tokens(), early)
     report.planned, report.ended_by = plan.measured, ended_by
     return report

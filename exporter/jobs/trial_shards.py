@@ -75,9 +75,7 @@ async def run_sharded_trial(
         verdict = judge([r for r in report.in_order() if r.extra.get("measured")], slo, closed_loop=closed)
     # The shards' stamps come back on this process's clock (``shard_protocol``'s origin), so which
     # requests had nothing else in flight is read across shards as in process.
-    alone = tally.alone(now)
-    if alone is not None:
-        verdict.figures["alone"] = alone
+    tally.note_alone(verdict.figures, now)
     trial = TrialReport.of(
         index, plan.load, with_shards(verdict, report), len(tally.started), now - began, tally.tokens(),
         stopped_by == "early_stop",
