@@ -66,11 +66,12 @@ class Pair:
         return None if share is None else minutes(self.short) * (1 - share)
 
 
-def pairs() -> list[Pair]:
+def pairs(prefix: str = "FluidityErrorBudget") -> list[Pair]:
+    """The window pairs of the probes' burn-rate alerts (``prefix``: those of another family)."""
     out = []
     for alert in files.alerts():
         labels = alert["labels"]
-        if "long_window" in labels:
+        if "long_window" in labels and alert["alert"].startswith(prefix):
             (threshold,) = set(re.findall(r"> ([\d.]+)", alert["expr"]))
             windows = (labels["long_window"], labels["short_window"])
             out.append(Pair(alert["alert"], *windows, float(threshold), alert["for"], labels["severity"]))
@@ -201,6 +202,16 @@ def test_the_alerts_fire_and_resolve_when_the_design_says(name: str, tmp_path: P
 def test_a_10_percent_breach_never_pages_through_the_1h_pair() -> None:
     (one_hour,) = [pair for pair in pairs() if pair.long == "1h"]
     assert one_hour.fires_after(0.1) is None and one_hour.fires_after(1.0) == pytest.approx(10.64)
+
+
+def test_the_users_pairs_are_the_probes_so_the_figures_hold_for_both() -> None:
+    # At a steady volume of at least 10 completed user requests per long window (their extra floor),
+    # the traffic alerts fire and resolve when the probes' do.
+    probes = {(p.long, p.short, p.threshold, p.for_, p.severity) for p in pairs()}
+    users = {(p.long, p.short, p.threshold, p.for_, p.severity) for p in pairs("FluidityTrafficErrorBudget")}
+    assert len(probes) == 4 and users == probes
+    named = {p.alert.replace("Traffic", "") for p in pairs("FluidityTrafficErrorBudget")}
+    assert named == {p.alert for p in pairs()}
 
 
 def _figure(value: float | None, *, fires: bool = True) -> str:

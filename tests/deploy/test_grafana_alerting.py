@@ -19,11 +19,12 @@ ERROR_STATES = {"Error", "Alerting", "OK", "KeepLast"}
 
 
 def prometheus_burn_alerts() -> dict[tuple[str, str], dict[str, Any]]:
-    """The Prometheus burn-rate alert rules by (alertname, long window)."""
+    """The Prometheus burn-rate alert rules of the probes by (alertname, long window). Those of real
+    traffic (FluidityTraffic*) are Prometheus-only: the file's header lists them."""
     return {
         (alert["alert"], alert["labels"]["long_window"]): alert
         for alert in files.alerts()
-        if "long_window" in alert["labels"]
+        if "long_window" in alert["labels"] and not alert["alert"].startswith("FluidityTraffic")
     }
 
 
