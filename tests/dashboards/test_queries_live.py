@@ -91,6 +91,18 @@ EMPTY_ON_A_YOUNG_HEALTHY_STACK = {
 }
 
 
+# Real traffic observed through Envoy: the stack's daemon has no traffic: section and no Envoy, so these
+# parse (checked below) and return nothing; tests/traffic/test_dashboard_traffic.py runs them on a
+# daemon that observes user streams through a real Envoy.
+def traffic_only(query: PanelQuery) -> bool:
+    """A query of real traffic alone: its metrics, or its recorded series, are all traffic's."""
+    expr = query.target["expr"]
+    metrics = set(METRIC.findall(expr))
+    if ":fluidity_traffic_" in expr:
+        return True
+    return bool(metrics) and all(metric.startswith("fluidity_traffic_") for metric in metrics)
+
+
 # A window percentile of the engine or the gateway is exported either measured or, where it lies in the
 # first or +Inf bucket, as a bound in its ``..._bound_seconds`` twin, never both: the simulator's queue
 # time, for one, always lies in the first bucket. A query of either family needs data from one of them.
@@ -114,7 +126,7 @@ def test_the_query_parses_and_returns_data(query: PanelQuery, stack: tuple[Stack
     twin = twin_expr(expr)
     while True:
         result = prometheus.query(expr)  # raises with Prometheus' message when it does not parse
-        if query.id in NEEDS_A_FOUND_CAPACITY | EMPTY_ON_A_YOUNG_HEALTHY_STACK:
+        if query.id in NEEDS_A_FOUND_CAPACITY | EMPTY_ON_A_YOUNG_HEALTHY_STACK or traffic_only(query):
             return
         if not has_data(result) and twin is not None:
             result = prometheus.query(twin)
