@@ -27,6 +27,7 @@ KUBERNETES = REPO / "deploy" / "kubernetes"
 BASE = KUBERNETES / "base"
 STANDALONE = KUBERNETES / "overlays" / "standalone"
 SHARDED = KUBERNETES / "overlays" / "sharded"
+TRAFFIC = KUBERNETES / "overlays" / "traffic"
 SHARDS = KUBERNETES / "shards"
 CAPACITY_SEARCH = KUBERNETES / "examples" / "capacity-search"
 # Every folder a user applies or creates, by the name tests give it.
@@ -34,6 +35,7 @@ KUSTOMIZATIONS = {
     "base": BASE,
     "standalone": STANDALONE,
     "sharded": SHARDED,
+    "traffic": TRAFFIC,
     "shards": SHARDS,
     "capacity-search": CAPACITY_SEARCH,
 }

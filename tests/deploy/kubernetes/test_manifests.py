@@ -30,6 +30,7 @@ from tests.deploy.kubernetes.manifests import (
     REPO,
     STANDALONE,
     STATE_DIR,
+    TRAFFIC,
     Resource,
     assert_locked_down,
     container,
@@ -47,7 +48,9 @@ from tests.deploy.kubernetes.manifests import (
     validate,
 )
 
-FOLDERS = pytest.mark.parametrize("folder", [BASE, STANDALONE], ids=["base", "standalone"])
+FOLDERS = pytest.mark.parametrize(
+    "folder", [BASE, STANDALONE, TRAFFIC], ids=["base", "standalone", "traffic"]
+)
 SIDECAR_PATCH = KUBERNETES / "examples" / "sidecar-patch.yaml"
 KNOWN_KINDS = {
     "ConfigMap",
