@@ -34,9 +34,12 @@ def images(resources: list[Resource] | tuple[Resource, ...]) -> list[str]:
 
 
 def listed_files(folder: Path) -> set[Path]:
-    """The files ``folder``'s kustomization names as resources or patches, and theirs, recursively."""
+    """The files ``folder``'s kustomization names as resources or patches, and theirs (and its
+    components'), recursively."""
     kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
     found = {(folder / p["path"]).resolve() for p in kustomization.get("patches", []) if "path" in p}
+    for entry in kustomization.get("components", []):
+        found |= listed_files((folder / entry).resolve())
     for entry in kustomization.get("resources", []):
         path = (folder / entry).resolve()
         found |= listed_files(path) if path.is_dir() else {path}
