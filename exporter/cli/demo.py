@@ -3,6 +3,9 @@
 Runs one workload through the built-in engine model twice, with whole and with chunked prefills
 (``exporter.sim.demo``), and prints the figures side by side: conventional metrics barely tell the two
 apart, the fluidity-index and the fluid token rate do (the Etalon paper's section 5.2).
+
+``--traffic`` instead runs the traffic observer live on this machine (``exporter.cli.demo_traffic``): the
+simulator, a real Envoy in front of it, the exporter observing a little user traffic through it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from exporter.cli.flags import DeprecatedAlias, error
 from exporter.sim.demo import SCHEDULING_SLACK_S, Comparison, Workload, compare_prefill_modes
 from exporter.sim.presets import PRESETS
 from exporter.sim.process import DEFAULT_PRESET
+
+DEFAULT_LISTEN = "127.0.0.1:9468"
+DEFAULT_ENVOY_PORT = 10000  # Envoy's own examples' port
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,10 +37,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--requests", type=int, default=400, help="requests in the workload (default 400)")
     parser.add_argument("--rate", type=float, default=10.0, help="Poisson arrival rate, req/s (default 10)")
     parser.add_argument("--seed", type=int, default=1)
+    live = parser.add_argument_group("--traffic: real traffic through a local Envoy, served until Ctrl-C")
+    live.add_argument(
+        "--traffic",
+        action="store_true",
+        help="run the simulator, a real Envoy in front of it and the exporter observing user traffic "
+        "through it (needs the traffic and envoy extras)",
+    )
+    live.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"the exporter's /metrics (default {DEFAULT_LISTEN}; port 0: any free port)",
+    )
+    live.add_argument(
+        "--envoy-port",
+        type=int,
+        default=DEFAULT_ENVOY_PORT,
+        metavar="PORT",
+        help=f"Envoy's port for user traffic, on loopback (default {DEFAULT_ENVOY_PORT}; 0: any free port)",
+    )
+    live.add_argument(
+        "--duration",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="stop after this long (default: Ctrl-C)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Simulate, compute and print the comparison table."""
+    """Simulate, compute and print the comparison table (or, with ``--traffic``, run the live demo)."""
+    if args.traffic:
+        if args.duration < 0 or not 0 <= args.envoy_port <= 65535:
+            error("demo", f"--duration must be >= 0 and --envoy-port 0-65535, got {args.duration:g}")
+            return EXIT_USAGE
+        from exporter.cli.demo_traffic import run as run_traffic  # aiohttp, the daemon: only when asked
+
+        return run_traffic(args)
     if args.requests < 1 or args.rate <= 0:  # usage, as every command's (it exited 1)
         error("demo", f"--requests must be >= 1 and --rate > 0, got {args.requests} and {args.rate:g}")
         return EXIT_USAGE

@@ -5,5 +5,10 @@ from __future__ import annotations
 
 import importlib.util
 
-NEEDS_GRPC = ["test_observer.py", "test_through_envoy.py", "test_daemon_traffic.py"]
+NEEDS_GRPC = [
+    "test_observer.py",
+    "test_through_envoy.py",
+    "test_daemon_traffic.py",
+    "test_demo_traffic.py",
+]
 collect_ignore = NEEDS_GRPC if importlib.util.find_spec("grpc") is None else []
