@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -45,3 +46,15 @@ def queries() -> list[PanelQuery]:
         for panel in panels(dashboard)
         for target in panel.get("targets", [])
     ]
+
+
+FAMILY = re.compile(r"\bfluidity_[a-z0-9_]+")
+
+
+def traffic_only(query: PanelQuery) -> bool:
+    """A query of real traffic alone: it reads a traffic recording rule, or traffic families only."""
+    expr = query.target["expr"]
+    if ":fluidity_traffic_" in expr:
+        return True
+    families = set(FAMILY.findall(expr))
+    return bool(families) and all(family.startswith("fluidity_traffic_") for family in families)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from exporter.exposition import names
-from tests.dashboards.panels import PanelQuery, queries
+from tests.dashboards.panels import PanelQuery, queries, traffic_only
 from tests.deploy import files
 from tests.support.prometheus import MODULES, TARGET, Series, Stack, requires_prometheus, running_stack
 
@@ -91,16 +91,9 @@ EMPTY_ON_A_YOUNG_HEALTHY_STACK = {
 }
 
 
-# Real traffic observed through Envoy: the stack's daemon has no traffic: section and no Envoy, so these
-# parse (checked below) and return nothing; tests/traffic/test_dashboard_traffic.py runs them on a
-# daemon that observes user streams through a real Envoy.
-def traffic_only(query: PanelQuery) -> bool:
-    """A query of real traffic alone: its metrics, or its recorded series, are all traffic's."""
-    expr = query.target["expr"]
-    metrics = set(METRIC.findall(expr))
-    if ":fluidity_traffic_" in expr:
-        return True
-    return bool(metrics) and all(metric.startswith("fluidity_traffic_") for metric in metrics)
+# Real traffic observed through Envoy (``traffic_only``): the stack's daemon has no traffic: section and
+# no Envoy, so these parse (checked below) and return nothing here; tests/traffic/test_traffic_live.py
+# runs them on a stack whose daemon observes user streams through a real Envoy.
 
 
 # A window percentile of the engine or the gateway is exported either measured or, where it lies in the

@@ -10,5 +10,6 @@ NEEDS_GRPC = [
     "test_through_envoy.py",
     "test_daemon_traffic.py",
     "test_demo_traffic.py",
+    "test_traffic_live.py",
 ]
 collect_ignore = NEEDS_GRPC if importlib.util.find_spec("grpc") is None else []
