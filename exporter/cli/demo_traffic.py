@@ -161,7 +161,8 @@ async def observed(session: aiohttp.ClientSession, metrics_url: str) -> str | No
 @contextlib.asynccontextmanager
 async def serving(daemon: Daemon, host: str, port: int) -> AsyncIterator[str]:
     """The daemon's web app (which starts and stops it) on ``host:port``; yields its base URL."""
-    runner = web.AppRunner(web_app(daemon), access_log=None)
+    # /metrics rendered for every request: the demo's few scrapes should show what just happened.
+    runner = web.AppRunner(web_app(daemon, metrics_max_age_s=0.0), access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
