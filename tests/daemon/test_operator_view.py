@@ -242,7 +242,7 @@ async def test_probe_timing_out_is_a_failed_probe_not_a_504(tmp_path: Path) -> N
 
 async def test_a_probe_in_flight_at_shutdown_answers_as_failed_within_the_grace(tmp_path: Path) -> None:
     """SIGTERM's grace for an on-demand /probe: the web server waited 5 s for it, cancelled it, waited
-    5 s more and closed the connection with no answer (found by review: curl got nothing, 11.7 s to
+    5 s more and closed the connection with no answer (curl got nothing, 11.7 s to
     stop). The probe now answers as failed, ``reason="shutdown"``, within ``ON_DEMAND_GRACE_S``."""
     with silent_target() as target:
         config = FAILING.format(url=target).replace("interval: 0.2s", "interval: 1h")
