@@ -32,3 +32,20 @@ def test_flags_match_help_both_ways(command: str) -> None:
 
 def test_every_section_is_a_command() -> None:
     assert set(re.findall(r"^### `([a-z-]+)`$", CLI, re.MULTILINE)) == set(PARSERS)
+
+
+# Pages about our commands, and the flags of other tools they name (mypy's, the generators').
+PROSE = ("README.md", "bench.md", "capacity.md", "daemon.md", "configuration.md", "traffic.md", "sim.md")
+OTHER_TOOLS = {"--strict", "--check"}
+
+
+@pytest.mark.parametrize("page", PROSE)
+def test_every_flag_the_prose_names_exists(page: str) -> None:
+    """A flag renamed in the code must not live on in the pages that explain the commands."""
+    repo = Path(__file__).resolve().parents[2]
+    text = (repo / page if page == "README.md" else repo / "docs" / page).read_text(encoding="utf-8")
+    known = {
+        flag for parser in PARSERS.values() for action in parser._actions for flag in action.option_strings
+    }
+    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9.-]*[a-z0-9])", text))
+    assert named - known - OTHER_TOOLS == set()
