@@ -129,8 +129,10 @@ class ResultStore:
         *,
         slos: Sequence[Slo] = (),
         from_scheduled: bool = False,
-    ) -> None:
-        """Store one probe run's results, judged by ``policy`` (and ``goodput``/``slos`` if given).
+    ) -> tuple[Measured, FloatArray]:
+        """Store one probe run's results, judged by ``policy`` (and ``goodput``/``slos`` if given);
+        returns how they were judged (``measure``'s figures and ``good_flags``), for a caller that
+        counts more of them (the traffic observer's families).
 
         A run whose policy or goodput bounds differ from the series' previous ones restarts the series'
         rows (window figures never mix requests judged by different deadlines); counters and
@@ -153,6 +155,7 @@ class ResultStore:
             _remember(series, result, now)
         if results:
             series.last_run_ok = sum(r.outcome is Outcome.OK for r in results) / len(results)
+        return measured, good
 
     def add_engine_scrape(self, target: str, result: ScrapeResult) -> None:
         """Record an engine scrape: its snapshot joins the target's window; its status is the latest."""

@@ -7,7 +7,12 @@ The observer's gRPC handler only stamps each message and hands it here. Response
 (stamp, bytes) and decoded in batches (``DECODE_BYTES``), each with its own arrival stamp, so the bytes a
 stream holds stay bounded whatever its length. What a record may cost is bounded (``StreamLimits``): a
 request body past its bound is not read (model ``other``), a stream past its bytes or token events is
-given up (``Ignored.TOO_LARGE``). No prompt or answer text is kept once decoded.
+given up (``Ignored.TOO_LARGE``). No prompt or answer text is kept once decoded, nor a failure's
+message (a server's error event may quote the request): the outcome says how it ended.
+
+The exporter's own probes (``probe.target.PROBE_HEADER``, whose value is the probe request's id) are
+recorded the same way, with that id (``Observed.probe_id``), so that the daemon can compare the
+observer's view of each probe with the client's own stamps; they never join the users' figures.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import msgspec
 from exporter.options.target import Api
 from exporter.probe.openai import FORMATS
 from exporter.probe.result import Outcome, ProbeResult
+from exporter.probe.saturation import is_unreliable
 from exporter.probe.sse import SseDecoder, SseError
 from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.target import PROBE_HEADER
@@ -37,7 +43,6 @@ class Ignored(StrEnum):
     """Why an exchange gave no record (counted, by reason)."""
 
     NOT_LLM = "not_llm"  # another route: not one of the streaming APIs
-    PROBE = "probe"  # the exporter's own probe (probe.target.PROBE_HEADER): not a user's
     NOT_STREAMING = "not_streaming"  # an API request without "stream": true
     TOO_LARGE = "too_large"  # past the bytes or token events a stream may cost
     INCOMPLETE = "incomplete"  # the observer saw the exchange end before its response began
@@ -47,6 +52,17 @@ OVER_CAPACITY = "over_capacity"  # a stream refused: the observer's streams in f
 ERROR = "error"  # a bug of ours while observing a stream (logged with its traceback)
 SKIP_REASONS = (*(reason.value for reason in Ignored), OVER_CAPACITY, ERROR)
 """Every reason a stream leaves no record, as counted (the label's values, all exported from the start)."""
+
+
+class StreamEnd(StrEnum):
+    """How an ext_proc stream ended, for the observer's health (each stream counted once)."""
+
+    OBSERVED = "observed"  # a user's record, its timings trusted
+    UNRELIABLE = "unreliable"  # a user's record whose stamps the observer's late loop may have made wrong
+    PROBE = "probe"  # the exporter's own probe, compared with the client's stamps
+    NOT_LLM = "not_llm"
+    NOT_STREAMING = "not_streaming"
+    DROPPED = "dropped"  # no record: too large, incomplete, over capacity or our error (skipped says which)
 
 
 @dataclass(frozen=True)
@@ -59,12 +75,19 @@ class StreamLimits:
     max_line_bytes: int = 4 * 1024 * 1024  # the probe's SSE line bound
 
 
+MAX_PROBE_ID = 128  # a probe id longer than this is not the exporter's: the stream is a user's
+
+
 @dataclass(frozen=True)
 class Observed:
-    """A finished record: the probe's result type, and the bounded label of its model."""
+    """A finished record: the probe's result type, the bounded label of its model, the length of its
+    request body (what an unreported prompt length is estimated from) and, for the exporter's own
+    probes, the probe request's id."""
 
     result: ProbeResult
     model: str
+    request_bytes: int = 0
+    probe_id: str | None = None
 
 
 def _header_map(headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
@@ -116,6 +139,8 @@ class ObservedStream:
         self.api: Api | None = None
         self.ignored: Ignored | None = None
         self._request_body = bytearray()
+        self._request_bytes = 0
+        self.probe_id: str | None = None
         self._request_ended_at: float | None = None
         self._facts = RequestFacts()
         self._state: StreamState | None = None
@@ -134,16 +159,18 @@ class ObservedStream:
     def on_request_headers(self, now: float, headers: Sequence[tuple[str, bytes]], end: bool) -> None:
         fields = _header_map(headers)
         self.api = API_BY_PATH.get(fields.get(":path", "").partition("?")[0])
+        probe = fields.get(_PROBE_KEY)
+        if probe is not None and 0 < len(probe) <= MAX_PROBE_ID:
+            self.probe_id = probe
         if self.api is None or fields.get(":method") != "POST":
             self.ignored = Ignored.NOT_LLM
-        elif _PROBE_KEY in fields:
-            self.ignored = Ignored.PROBE
         elif end:
             self.ignored = Ignored.NOT_STREAMING  # no body: no "stream": true
 
     def on_request_body(self, now: float, body: bytes, end: bool) -> None:
         if self.ignored is not None:
             return
+        self._request_bytes += len(body)
         if len(self._request_body) + len(body) <= self._limits.request_body_bytes:
             self._request_body += body
         else:
@@ -221,9 +248,12 @@ class ObservedStream:
         if self._state is not None and self._state.result.finished_at is None:
             self._state.result.finished_at = now
 
-    def finish(self, now: float) -> Observed | None:
+    def finish(self, now: float, lag: tuple[float, float] = (0.0, 0.0)) -> Observed | None:
         """The record of a watched exchange (``None`` when it was ignored: ``ignored`` says why). A
-        stream that ended before its response did is ``STREAM_ABORTED``."""
+        stream that ended before its response did is ``STREAM_ABORTED``. ``lag``: the largest lateness
+        of the observer's event loop while the stream was open, and the share of late samples
+        (``probe.saturation.LagMonitor.since``): the client's own rule judges whether its stamps, taken
+        by that loop, can be trusted (``ProbeResult.unreliable``)."""
         if self.ignored is not None:
             return None
         if self._state is None:
@@ -243,5 +273,10 @@ class ObservedStream:
             )
         else:
             state.finish()
+        result.loop_lag_s, result.loop_lag_share = lag
+        result.unreliable = is_unreliable(*lag, result.multi_event_reads, state.token_reads)
+        if self.probe_id is None:
+            result.error = None  # it may quote what the server said of the request
         model = self._facts.model
-        return Observed(result, model if model in self._models else OTHER_MODEL)
+        label = model if model in self._models else OTHER_MODEL
+        return Observed(result, label, self._request_bytes, self.probe_id)

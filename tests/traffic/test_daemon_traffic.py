@@ -69,3 +69,42 @@ async def test_observed_streams_show_on_metrics(sim: SimServer, tmp_path: Path) 
         # The daemon, and its observer, stopped: Envoy goes on without it (failure_mode_allow).
         for _ in range(STREAMS):
             assert (await stream(session, envoy, model)).endswith(b"data: [DONE]\n\n")
+
+
+def probing_through_envoy(envoy: str, port: int) -> str:
+    return (
+        'global: {listen_address: "127.0.0.1:0", windows: [1m]}\n'
+        f"targets:\n  - {{name: sim, url: {envoy}, api: completions}}\n"
+        "modules:\n  every_second:\n"
+        '    workload: {prompt_tokens: "fixed:32", output_tokens: "fixed:12"}\n'
+        "    requests_per_run: 2\n    schedule: {interval: 1s}\n"
+        f'traffic: {{ext_proc_address: "127.0.0.1:{port}"}}\n'
+    )
+
+
+async def test_the_observer_s_view_of_each_probe_is_compared_with_its_client(
+    sim: SimServer, tmp_path: Path
+) -> None:
+    envoy_binary()
+    port = free_port()
+    async with running_envoy(sim.url, port, tmp_path) as envoy:
+        daemon = Daemon(parse_config(probing_through_envoy(envoy, port)))
+        async with serving(daemon) as url:
+
+            async def compared() -> bool:
+                series = samples((await get(f"{url}/metrics"))[1])
+                return value(series, "fluidity_traffic_probe_requests_compared_total") >= 4
+
+            await wait_for(compared, timeout=40)
+            series = samples((await get(f"{url}/metrics"))[1])
+    compared_total = value(series, "fluidity_traffic_probe_requests_compared_total")
+    gaps = value(series, "fluidity_traffic_probe_gap_difference_seconds_count")
+    assert gaps == compared_total * 11  # 12 tokens of one chunk each: 11 gaps per request
+    # One process stamps both views: the client each socket read, the observer each message of Envoy's.
+    # On a busy 2-core VM most gaps still agree within 2.5 ms.
+    close = value(series, "fluidity_traffic_probe_gap_difference_seconds_bucket", le="0.0025")
+    assert close >= 0.5 * gaps
+    assert value(series, "fluidity_traffic_probe_unmatched_total", side="observer") == 0
+    assert value(series, "fluidity_traffic_envoy_streams_total", state="probe") >= compared_total
+    # The probes are kept out of the users' families: no user series at all.
+    assert not [key for key in series if key[0] == "fluidity_traffic_requests_total"]

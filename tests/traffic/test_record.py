@@ -70,7 +70,6 @@ def test_a_model_outside_the_list_is_other() -> None:
     [
         ([(":method", b"GET"), (":path", b"/v1/models")], None, Ignored.NOT_LLM),
         ([(":method", b"POST"), (":path", b"/v1/embeddings")], BODY, Ignored.NOT_LLM),
-        ([*CHAT, ("x-fluidity-probe", b"1")], BODY, Ignored.PROBE),
         (CHAT, json.dumps({"model": "m", "messages": []}).encode(), Ignored.NOT_STREAMING),
         (CHAT, b"not json", Ignored.NOT_STREAMING),
     ],
@@ -96,6 +95,36 @@ def test_an_error_status_is_the_request_s_failure(status: bytes, outcome: Outcom
     record = stream.finish(2.0)
     assert record is not None and record.result.outcome is outcome
     assert record.result.http_status == int(status)
+
+
+def test_a_probe_s_stream_is_recorded_with_its_id() -> None:
+    stream = ObservedStream(StreamLimits(), frozenset({"m"}))
+    stream.on_request_headers(0.0, [*CHAT, ("x-fluidity-probe", b"a1b2-7")], False)
+    stream.on_request_body(1.0, BODY, True)
+    stream.on_response_headers(1.5, SSE, False)
+    stream.on_response_body(2.0, chunk("a") + b"data: [DONE]\n\n", True)
+    record = stream.finish(3.0)
+    assert record is not None and record.probe_id == "a1b2-7"
+    assert record.result.token_times == [2.0] and record.request_bytes == len(BODY)
+
+
+def test_a_user_s_failure_keeps_no_text_of_the_stream() -> None:
+    stream = started()
+    stream.on_response_body(2.0, b'data: {"error": {"message": "your prompt: tell me a secret"}}\n\n', True)
+    record = stream.finish(3.0)
+    assert record is not None and record.result.outcome is Outcome.STREAM_ABORTED
+    assert record.result.error is None and record.probe_id is None
+
+
+def test_the_observer_s_late_loop_flags_the_record() -> None:
+    stream = started()
+    stream.on_response_body(2.0, chunk("a") + b"data: [DONE]\n\n", True)
+    record = stream.finish(3.0, lag=(0.05, 0.5))  # a 50 ms stall while the stream was open
+    assert record is not None and record.result.unreliable
+    calm = started()
+    calm.on_response_body(2.0, chunk("a") + b"data: [DONE]\n\n", True)
+    kept = calm.finish(3.0, lag=(0.001, 0.0))
+    assert kept is not None and not kept.result.unreliable
 
 
 def test_a_stream_cut_before_done_is_aborted() -> None:
