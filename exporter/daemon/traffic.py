@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from exporter.config import Config
 from exporter.config.buckets import HistogramBuckets
-from exporter.config.traffic import TrafficConfig
+from exporter.config.traffic import MAX_MODELS, TrafficConfig
 from exporter.exposition.traffic import ObserverHealth, TrafficStats
 from exporter.exposition.traffic_agreement import ProbeAgreement
 from exporter.probe.result import ProbeResult
@@ -73,6 +73,7 @@ class TrafficService:
             self.stats.add,
             probe_sink=self._observed_probe,
             models=frozenset(self.config.models),
+            learn_models=0 if self.config.models else MAX_MODELS,
             max_streams=self.config.max_streams,
             clock=self._clock,
         )

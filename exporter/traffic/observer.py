@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,6 +149,7 @@ class TrafficObserver:
         *,
         probe_sink: Sink | None = None,
         models: frozenset[str] = frozenset(),
+        learn_models: int = 0,
         limits: StreamLimits | None = None,
         max_streams: int = DEFAULT_MAX_STREAMS,
         clock: Clock = time.perf_counter,
@@ -156,7 +157,11 @@ class TrafficObserver:
         self.address = address
         self.sink = sink
         self.probe_sink = probe_sink
-        self.models = models
+        # The model label's values: the configured ones, and at most ``learn_models`` more that the
+        # engine's own GET /v1/models answers list as they pass through Envoy.
+        self.models: set[str] = set(models)
+        self.learn_models = learn_models
+        self._most_models = len(self.models) + learn_models
         self.limits = limits or StreamLimits()
         self.max_streams = max_streams
         self.clock = clock
@@ -194,6 +199,16 @@ class TrafficObserver:
             return False
         return True
 
+    def _learn(self, models: Sequence[str]) -> None:
+        for model in models:
+            if model not in self.models and len(self.models) >= self._most_models:
+                log.warning(
+                    "the engine lists more models than %d: the others are labelled other", self.learn_models
+                )
+                self.learn_models = 0
+                return
+            self.models.add(model)
+
     def opened(self, peer: str) -> None:
         """A stream began on Envoy's connection ``peer``."""
         counts = self.counts
@@ -218,6 +233,8 @@ class TrafficObserver:
         if not self.guarded(lambda: records.append(stream.finish(self.clock(), lag))):
             return
         record = records[0]
+        if stream.models_listed and self.learn_models:
+            self._learn(stream.models_listed)
         if record is None:
             self.counts.skip((stream.ignored or Ignored.INCOMPLETE).value)
         elif record.probe_id is not None:

@@ -18,6 +18,7 @@ observer's view of each probe with the client's own stamps; they never join the 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -35,6 +36,7 @@ from exporter.probe.tokens import TokenCounter
 OTHER_MODEL = "other"
 # The paths of the streaming APIs the probe speaks; anything else passes unobserved (counted).
 API_BY_PATH: Mapping[str, Api] = {fmt.path: api for api, fmt in FORMATS.items()}
+MODELS_PATH = "/v1/models"  # the engine's list of the models it serves: read as it passes (model labels)
 _PROBE_KEY = PROBE_HEADER.lower()  # Envoy sends header names lower-cased
 DECODE_BYTES = 64 * 1024  # kept response bytes decoded at once: a batch, not a call per chunk
 
@@ -73,6 +75,7 @@ class StreamLimits:
     response_bytes: int = 64 * 1024 * 1024
     token_events: int = 100_000
     max_line_bytes: int = 4 * 1024 * 1024  # the probe's SSE line bound
+    models_body_bytes: int = 64 * 1024  # a /v1/models answer longer than this is not read
 
 
 MAX_PROBE_ID = 128  # a probe id longer than this is not the exporter's: the stream is a user's
@@ -129,11 +132,25 @@ def request_facts(body: bytes) -> RequestFacts:
     return RequestFacts(model, parsed.stream is True, limit if not isinstance(limit, bool) else None)
 
 
+class _ModelList(msgspec.Struct):
+    data: list[dict[str, object]] = []
+
+
+def listed_models(body: bytes) -> tuple[str, ...]:
+    """The model ids of a ``GET /v1/models`` answer (``{"data": [{"id": ...}]}``); none when it is not one."""
+    try:
+        listing = msgspec.json.decode(body, type=_ModelList)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ()
+    ids = (entry.get("id") for entry in listing.data)
+    return tuple(dict.fromkeys(i for i in ids if isinstance(i, str) and i))
+
+
 class ObservedStream:
     """One ext_proc stream (one HTTP exchange): feed it each message with its stamp, then ``finish``.
     Once the exchange is ignored (``ignored`` says why) its messages change nothing."""
 
-    def __init__(self, limits: StreamLimits, models: frozenset[str]) -> None:
+    def __init__(self, limits: StreamLimits, models: AbstractSet[str]) -> None:
         self._limits = limits
         self._models = models
         self.api: Api | None = None
@@ -141,6 +158,8 @@ class ObservedStream:
         self._request_body = bytearray()
         self._request_bytes = 0
         self.probe_id: str | None = None
+        self._listing: bytearray | None = None  # a GET /v1/models answer being read
+        self.models_listed: tuple[str, ...] = ()  # what that answer listed, once it ended
         self._request_ended_at: float | None = None
         self._facts = RequestFacts()
         self._state: StreamState | None = None
@@ -158,17 +177,20 @@ class ObservedStream:
 
     def on_request_headers(self, now: float, headers: Sequence[tuple[str, bytes]], end: bool) -> None:
         fields = _header_map(headers)
-        self.api = API_BY_PATH.get(fields.get(":path", "").partition("?")[0])
+        path = fields.get(":path", "").partition("?")[0]
+        self.api = API_BY_PATH.get(path)
         probe = fields.get(_PROBE_KEY)
         if probe is not None and 0 < len(probe) <= MAX_PROBE_ID:
             self.probe_id = probe
-        if self.api is None or fields.get(":method") != "POST":
+        if path == MODELS_PATH and fields.get(":method") == "GET":
+            self._listing = bytearray()  # watched until its answer ends, then not_llm
+        elif self.api is None or fields.get(":method") != "POST":
             self.ignored = Ignored.NOT_LLM
         elif end:
             self.ignored = Ignored.NOT_STREAMING  # no body: no "stream": true
 
     def on_request_body(self, now: float, body: bytes, end: bool) -> None:
-        if self.ignored is not None:
+        if self.ignored is not None or self._listing is not None:
             return
         self._request_bytes += len(body)
         if len(self._request_body) + len(body) <= self._limits.request_body_bytes:
@@ -184,6 +206,10 @@ class ObservedStream:
 
     def on_response_headers(self, now: float, headers: Sequence[tuple[str, bytes]], end: bool) -> None:
         if self.ignored is not None:
+            return
+        if self._listing is not None:
+            if _header_map(headers).get(":status") != "200":
+                self._end_listing(b"")
             return
         if self._request_ended_at is None or self.api is None:
             self.ignored = Ignored.INCOMPLETE
@@ -205,6 +231,13 @@ class ObservedStream:
     def on_response_body(self, now: float, body: bytes, end: bool) -> None:
         if self.ignored is not None:
             return
+        if self._listing is not None:
+            self._listing += body
+            if len(self._listing) > self._limits.models_body_bytes:
+                self._end_listing(b"")
+            elif end:
+                self._end_listing(bytes(self._listing))
+            return
         if self._state is None:
             self.ignored = Ignored.INCOMPLETE
             return
@@ -219,6 +252,11 @@ class ObservedStream:
                 self._decode()
         if end:
             self._end(now)
+
+    def _end_listing(self, body: bytes) -> None:
+        self.models_listed = listed_models(body)
+        self._listing = None
+        self.ignored = Ignored.NOT_LLM
 
     def _give_up(self) -> None:
         self.ignored = Ignored.TOO_LARGE
@@ -254,6 +292,8 @@ class ObservedStream:
         of the observer's event loop while the stream was open, and the share of late samples
         (``probe.saturation.LagMonitor.since``): the client's own rule judges whether its stamps, taken
         by that loop, can be trusted (``ProbeResult.unreliable``)."""
+        if self._listing is not None:  # the answer to GET /v1/models never ended
+            self._end_listing(b"")
         if self.ignored is not None:
             return None
         if self._state is None:
@@ -278,5 +318,5 @@ class ObservedStream:
         if self.probe_id is None:
             result.error = None  # it may quote what the server said of the request
         model = self._facts.model
-        label = model if model in self._models else OTHER_MODEL
+        label = model if model is not None and model in self._models else OTHER_MODEL
         return Observed(result, label, self._request_bytes, self.probe_id)

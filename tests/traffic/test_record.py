@@ -7,7 +7,7 @@ import json
 import pytest
 
 from exporter.probe.result import Outcome, TokenSource, intervals
-from exporter.traffic.record import Ignored, ObservedStream, StreamLimits, request_facts
+from exporter.traffic.record import Ignored, ObservedStream, StreamLimits, listed_models, request_facts
 
 CHAT = [(":method", b"POST"), (":path", b"/v1/chat/completions")]
 SSE = [(":status", b"200"), ("content-type", b"text/event-stream; charset=utf-8")]
@@ -178,3 +178,27 @@ def test_an_oversized_request_body_is_not_read() -> None:
 )
 def test_request_facts_read_the_token_limit_of_each_api(body: dict[str, object], limit: int | None) -> None:
     assert request_facts(json.dumps({"stream": True, **body}).encode()).max_tokens == limit
+
+
+def test_the_engine_s_model_list_is_read_as_it_passes() -> None:
+    stream = ObservedStream(StreamLimits(), frozenset())
+    stream.on_request_headers(0.0, [(":method", b"GET"), (":path", b"/v1/models")], True)
+    stream.on_response_headers(1.0, [(":status", b"200")], False)
+    answer = json.dumps({"object": "list", "data": [{"id": "llama-3"}, {"id": "qwen"}, {"id": 7}]}).encode()
+    stream.on_response_body(1.1, answer[:10], False)
+    stream.on_response_body(1.2, answer[10:], True)
+    assert stream.finish(2.0) is None and stream.ignored is Ignored.NOT_LLM
+    assert stream.models_listed == ("llama-3", "qwen")
+
+
+@pytest.mark.parametrize("body", [b"", b"not json", b'{"data": "x"}', b"[1, 2]"])
+def test_anything_else_lists_no_model(body: bytes) -> None:
+    assert listed_models(body) == ()
+
+
+def test_a_model_list_past_its_bound_is_not_read() -> None:
+    stream = ObservedStream(StreamLimits(models_body_bytes=100), frozenset())
+    stream.on_request_headers(0.0, [(":method", b"GET"), (":path", b"/v1/models")], True)
+    stream.on_response_headers(1.0, [(":status", b"200")], False)
+    stream.on_response_body(1.1, json.dumps({"data": [{"id": "m" * 200}]}).encode(), True)
+    assert stream.finish(2.0) is None and stream.models_listed == ()
