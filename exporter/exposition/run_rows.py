@@ -8,7 +8,7 @@ appends them and keeps its counters).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -37,7 +37,7 @@ from exporter.exposition.window import (
 from exporter.probe.result import ProbeResult
 from exporter.stats.batch import FloatArray
 from exporter.stats.fluidity import min_decode_deadlines
-from exporter.stats.slo import GoodputBounds, SloMetric, goodput
+from exporter.stats.slo import GoodputBounds, good_requests
 
 
 def good_flags(
@@ -47,14 +47,8 @@ def good_flags(
     completed = len(measured.results)
     if bounds is None:
         return np.full(completed + failures, np.nan)
-    values = metric_values(measured, slo_tier(policy))
-    flags = [_is_good(bounds, values, index) for index in range(completed)]
-    return np.array([*flags, *([0.0] * failures)], dtype=np.float64)
-
-
-def _is_good(bounds: GoodputBounds, values: Mapping[SloMetric, FloatArray], index: int) -> float:
-    one = {metric: column[index : index + 1] for metric, column in values.items()}
-    return float(goodput(bounds, one, 1.0).good)
+    flags = good_requests(bounds, metric_values(measured, slo_tier(policy)))
+    return np.concatenate([flags.astype(np.float64), np.zeros(failures)])
 
 
 def run_rows(
