@@ -123,19 +123,23 @@ class _Servicer(pb_grpc.ExternalProcessorServicer):
         observer.opened(peer)
         mark = observer.monitor.mark()
         stream = ObservedStream(observer.limits, observer.models)
-        broken = False
+        done = False  # its record settled (or a bug of ours ended it): later messages change nothing
         try:
             async for message in request_iterator:
                 now = observer.clock()
                 counts.messages += 1
                 counts.last_message_at = now
-                if not broken:
-                    broken = not observer.guarded(feed, stream, now, message)
+                if not done:
+                    done = not observer.guarded(feed, stream, now, message)
+                    if not done and stream.ended:
+                        # At once, not when Envoy closes the gRPC stream (its deferred close, seconds later).
+                        observer.settle(stream, observer.monitor.since(mark))
+                        done = True
                 if not message.observability_mode:
                     yield _ANSWERS[message.WhichOneof("request")]()
         finally:
             observer.closed(peer)
-            if not broken:
+            if not done:
                 observer.settle(stream, observer.monitor.since(mark))
 
 

@@ -171,6 +171,12 @@ class ObservedStream:
         self._body_ended = False
 
     @property
+    def ended(self) -> bool:
+        """Whether its record (or its reason for none) is settled: the response's body ended, or the
+        exchange is ignored. Envoy keeps the gRPC stream open a while longer (its deferred close)."""
+        return self._body_ended or (self.ignored is not None and self._listing is None)
+
+    @property
     def watching(self) -> bool:
         """Whether its messages still matter (an ignored exchange's are dropped unread)."""
         return self.ignored is None
