@@ -108,7 +108,7 @@ def observer_health(counts: ObserverCounts, wall_offset: float) -> ObserverHealt
     return ObserverHealth(
         skipped=dict(counts.skipped),
         in_flight=counts.in_flight,
-        streams={end.value: count for end, count in counts.states.items()},
+        streams={end.value: count for end, count in counts.ends.items()},
         connections=len(counts.peers),
         last_message_unix_s=last + wall_offset if last is not None else None,
     )

@@ -70,13 +70,13 @@ class ObserverCounts:
     streams: int = 0
     messages: int = 0  # every message Envoy sent on an observed stream
     skipped: Counter[str] = field(default_factory=Counter)
-    states: Counter[StreamEnd] = field(default_factory=Counter)
+    ends: Counter[StreamEnd] = field(default_factory=Counter)  # every stream once, by how it ended
     peers: Counter[str] = field(default_factory=Counter)  # open streams by Envoy's address
     last_message_at: float | None = None  # the observer's clock
 
     def skip(self, reason: str) -> None:
         self.skipped[reason] += 1
-        self.states[_END_OF_REASON.get(reason, StreamEnd.DROPPED)] += 1
+        self.ends[_END_OF_REASON.get(reason, StreamEnd.DROPPED)] += 1
 
 
 def _headers(message: Any) -> list[tuple[str, bytes]]:
@@ -242,10 +242,10 @@ class TrafficObserver:
         if record is None:
             self.counts.skip((stream.ignored or Ignored.INCOMPLETE).value)
         elif record.probe_id is not None:
-            self.counts.states[StreamEnd.PROBE] += 1
+            self.counts.ends[StreamEnd.PROBE] += 1
             if self.probe_sink is not None:
                 self.guarded(self.probe_sink, record)
         else:
             unreliable = record.result.unreliable
-            self.counts.states[StreamEnd.UNRELIABLE if unreliable else StreamEnd.OBSERVED] += 1
+            self.counts.ends[StreamEnd.UNRELIABLE if unreliable else StreamEnd.OBSERVED] += 1
             self.guarded(self.sink, record)

@@ -130,7 +130,7 @@ async def test_a_record_is_settled_when_the_body_ends_not_when_envoy_closes(obse
             yield message
         # Envoy's deferred close keeps the gRPC stream open seconds longer: the record is out already.
         await wait_for(lambda: len(records) == 1, timeout=10)
-        assert counts.in_flight == 1 and counts.states["observed"] == 1
+        assert counts.in_flight == 1 and counts.ends["observed"] == 1
 
     assert [reply async for reply in stub.Process(held_open())] == []
     assert len(records) == 1 and counts.in_flight == 0

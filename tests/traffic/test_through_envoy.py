@@ -103,7 +103,7 @@ async def test_the_exporter_s_own_probes_are_kept_out(sim: SimServer, tmp_path: 
             async with ProbeClient(settings) as client:
                 result = await client.send(RequestSpec(prompt="hi", max_tokens=MAX_TOKENS))
             assert result.outcome is Outcome.OK, result.error
-            await wait_for(lambda: observer.counts.states["probe"] == 1 and observer.counts.in_flight == 0)
+            await wait_for(lambda: observer.counts.ends["probe"] == 1 and observer.counts.in_flight == 0)
     finally:
         await observer.stop()
     assert records == []
