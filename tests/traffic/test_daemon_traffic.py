@@ -66,6 +66,24 @@ async def test_observed_streams_show_on_metrics(sim: SimServer, tmp_path: Path) 
             assert value(series, "fluidity_traffic_fluidity_index_count", tier=tier, **labels) == STREAMS
         assert value(series, "fluidity_traffic_requests_total", outcome="stream_aborted", **labels) == 0
         assert value(series, "fluidity_traffic_streams_skipped_total", reason="not_llm") == 1
+        assert value(series, "fluidity_traffic_tpot_seconds_count", **labels) == STREAMS
+        assert value(series, "fluidity_traffic_e2e_seconds_count", **labels) == STREAMS
+        assert value(series, "fluidity_traffic_output_tokens_total", token_source="chunks", **labels) == (
+            STREAMS * MAX_TOKENS
+        )
+        assert value(series, "fluidity_traffic_prompt_tokens_total", source="estimated", **labels) > 0
+        assert (
+            value(series, "fluidity_traffic_window_requests", window="5m", outcome="ok", **labels) == STREAMS
+        )
+        ends = {
+            end: value(series, "fluidity_traffic_envoy_streams_total", state=end)
+            for end in ("observed", "unreliable")
+        }
+        assert (
+            sum(ends.values()) == STREAMS
+            and value(series, "fluidity_traffic_envoy_streams_total", state="not_llm") == 1
+        )
+        assert value(series, "fluidity_traffic_last_message_timestamp_seconds") > 1.7e9
         # The daemon, and its observer, stopped: Envoy goes on without it (failure_mode_allow).
         for _ in range(STREAMS):
             assert (await stream(session, envoy, model)).endswith(b"data: [DONE]\n\n")
