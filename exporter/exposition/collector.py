@@ -372,14 +372,14 @@ def _add_cumulative(out: Families, series: SeriesView) -> None:
 @dataclass(frozen=True)
 class WindowFamilies:
     """The families a rolling window's figures go to: the probes' (``fluidity_window_*``), or the
-    traffic observer's (``fluidity_traffic_window_*``, which has no prober lateness)."""
+    traffic observer's (``fluidity_traffic_window_*``, which has no prober lateness nor fluid rate)."""
 
     requests: MetricSpec
     fluidity: MetricSpec
     service_level: MetricSpec
-    fluid_rate: MetricSpec
     slo_met: MetricSpec
     goodput: MetricSpec
+    fluid_rate: MetricSpec | None = None
     lateness: MetricSpec | None = None
 
 
@@ -387,9 +387,9 @@ PROBE_WINDOW_FAMILIES = WindowFamilies(
     names.WINDOW_REQUESTS,
     names.WINDOW_FLUIDITY,
     names.WINDOW_SERVICE_LEVEL,
-    names.WINDOW_FLUID_RATE,
     names.WINDOW_SLO_MET,
     names.WINDOW_GOODPUT,
+    names.WINDOW_FLUID_RATE,
     names.WINDOW_LATENESS,
 )
 
@@ -408,7 +408,7 @@ def add_window(
             out.add(specs.fluidity, (*labels, tier, quantile_label(q)), value)
     for tier, level in window.service_level.items():
         out.add(specs.service_level, (*labels, tier), level)
-    if window.fluid_token_rate is not None:
+    if specs.fluid_rate is not None and window.fluid_token_rate is not None:
         out.add(specs.fluid_rate, labels, window.fluid_token_rate)
     for result in window.slos:
         out.add(specs.slo_met, (*labels, str(result.slo)), 1.0 if result.met else 0.0)

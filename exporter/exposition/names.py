@@ -1027,13 +1027,6 @@ TRAFFIC_WINDOW_SERVICE_LEVEL = MetricSpec(
     f"tier; none completed: absent. {_TRAFFIC_WINDOW}",
     (*TRAFFIC_SERIES, WINDOW, TIER),
 )
-TRAFFIC_WINDOW_FLUID_RATE = MetricSpec(
-    "fluidity_traffic_window_fluid_tokens_per_second",
-    "gauge",
-    "Fluid token generation rate of the window's completed requests (as "
-    f"fluidity_window_fluid_tokens_per_second). {_TRAFFIC_WINDOW}",
-    (*TRAFFIC_SERIES, WINDOW),
-)
 TRAFFIC_WINDOW_SLO_MET = MetricSpec(
     "fluidity_traffic_window_slo_met",
     "gauge",
@@ -1116,7 +1109,6 @@ TRAFFIC: Final = (
     TRAFFIC_WINDOW_REQUESTS,
     TRAFFIC_WINDOW_FLUIDITY,
     TRAFFIC_WINDOW_SERVICE_LEVEL,
-    TRAFFIC_WINDOW_FLUID_RATE,
     TRAFFIC_WINDOW_SLO_MET,
     TRAFFIC_WINDOW_GOODPUT,
     TRAFFIC_SKIPPED,

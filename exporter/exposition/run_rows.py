@@ -52,13 +52,24 @@ def good_flags(
 
 
 def run_rows(
-    measured: Measured, failed: Sequence[ProbeResult], good: FloatArray, policy: DeadlinePolicy, now: float
+    measured: Measured,
+    failed: Sequence[ProbeResult],
+    good: FloatArray,
+    policy: DeadlinePolicy,
+    now: float,
+    *,
+    fluid_rate: bool = True,
 ) -> Records:
+    """The rows of one run; without ``fluid_rate`` its minimum decode deadlines are not searched for
+    (NaN: the window then has no fluid token rate), for they cost more than every other figure."""
     done = measured.results
     nan_failed = np.full(len(failed), np.nan)
     latency = measured.latency
-    minima = min_decode_deadlines(measured.batch, policy.target_fluidity)
-    minima = np.where(measured.batch.lengths >= 2, minima, np.nan)  # no decode deadline below 2 tokens
+    if fluid_rate:
+        minima = min_decode_deadlines(measured.batch, policy.target_fluidity)
+        minima = np.where(measured.batch.lengths >= 2, minima, np.nan)  # no decode deadline below 2 tokens
+    else:
+        minima = np.full(len(done), np.nan)
     columns: dict[str, ArrayLike] = {
         AT: np.full(len(done) + len(failed), now),
         OUTCOME: [OUTCOME_CODE[r.outcome] for r in (*done, *failed)],

@@ -110,10 +110,15 @@ class ResultStore:
         limits: StoreLimits | None = None,
         buckets: HistogramBuckets = DEFAULT_BUCKETS,
         clock: Clock = time.time,
+        *,
+        fluid_rate: bool = True,
     ) -> None:
         self.limits = limits or StoreLimits()
         self.buckets = buckets
         self.clock = clock  # unix seconds: row ages and the last-success timestamp
+        # Whether rows keep each request's minimum decode deadline, which the window's fluid token rate
+        # is computed from (``run_rows``): the costliest figure of a request to evaluate.
+        self.fluid_rate = fluid_rate
         self._series: dict[SeriesKey, _Series] = {}
         self._engines: dict[str, EngineView] = {}
         self._gateways: dict[str, EngineView] = {}  # the gateway in front of a target, scraped apart
@@ -148,7 +153,7 @@ class ResultStore:
         _accumulate_turns(series, results, measured)
         # Rows stay in time order even if a caller's clock steps back: ``Records.since`` bisects on it.
         stamp = max(now, float(series.records.at[-1])) if len(series.records) else now
-        rows = run_rows(measured, failed, good, policy, stamp)
+        rows = run_rows(measured, failed, good, policy, stamp, fluid_rate=self.fluid_rate)
         kept = series.records.since(now - self.limits.max_age_s).append(rows)
         series.set_rows(kept.newest(self.limits.max_records))
         for result in results:

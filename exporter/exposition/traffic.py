@@ -4,7 +4,7 @@ Records come from the observer (``exporter.traffic``) as each exchange ends and 
 they are evaluated in batches, at the latest when a scrape asks, into a ``ResultStore`` of their own,
 keyed (model, api) where the probes' is keyed (target, module): the same ``measure`` under
 ``traffic.slo``, the same cumulative histograms and counters, the same rolling windows
-(``window.probe_window``), so a user's TPOT or fluidity means what a probe's does. A record past the
+(``window.probe_window``; all but the fluid token rate, whose search costs more than the rest), so a user's TPOT or fluidity means what a probe's does. A record past the
 list's bound makes the batch run at once, so memory stays bounded whatever the scrape interval; a
 window's rows are stamped when their batch ran (at most a scrape interval late) and at most
 ``WINDOW_ROWS`` of the newest are kept per series.
@@ -43,10 +43,10 @@ from exporter.stats.slo import GoodputBounds
 from exporter.traffic.record import SKIP_REASONS, Observed, StreamEnd
 
 # Records waiting to be evaluated. A batch holds the event loop while it is evaluated: 256 records of
-# 200 tokens took ~150 ms on a loaded 2-core VM (~0.6 ms a record, ~25 ms of it fixed per batch), so
-# batches stay small enough that a stall is bounded (and the streams it delays are flagged unreliable by
+# 200 tokens took ~30 ms on a loaded 2-core VM (~0.1 ms a record, ~5 ms of it fixed per batch), so
+# batches stay small enough that a stall is bounded (the streams it delays are flagged unreliable by
 # the lag rule) and large enough that the fixed part stays small.
-PENDING: Final = 512
+PENDING: Final = 256
 # Window rows kept per (model, api): ~160 bytes each (a dozen numbers and three per tier), so ~5 MiB a
 # series. A window that held more requests is computed over its newest ones (its requests gauge says
 # how many); rate() of the cumulative counters has them all.
@@ -59,7 +59,6 @@ TRAFFIC_WINDOW_FAMILIES: Final = WindowFamilies(
     names.TRAFFIC_WINDOW_REQUESTS,
     names.TRAFFIC_WINDOW_FLUIDITY,
     names.TRAFFIC_WINDOW_SERVICE_LEVEL,
-    names.TRAFFIC_WINDOW_FLUID_RATE,
     names.TRAFFIC_WINDOW_SLO_MET,
     names.TRAFFIC_WINDOW_GOODPUT,
 )
@@ -112,7 +111,9 @@ class TrafficStats:
         self.goodput = traffic_goodput(spec)
         self.windows = dict(windows)
         longest = max(self.windows.values(), default=3600.0)
-        self.store = ResultStore(StoreLimits(max_age_s=longest, max_records=WINDOW_ROWS), buckets, clock)
+        limits = StoreLimits(max_age_s=longest, max_records=WINDOW_ROWS)
+        # No fluid token rate: its per-request search was 2/3 of evaluating a request (the loop waits).
+        self.store = ResultStore(limits, buckets, clock, fluid_rate=False)
         self._pending: list[Observed] = []
         self._extra: dict[Key, _Extra] = {}
 
