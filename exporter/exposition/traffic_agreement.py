@@ -4,7 +4,7 @@ against the probe client's, joined on the id the client sends in ``X-Fluidity-Pr
 Both views are ``ProbeResult``s stamped by the same process's ``time.perf_counter``: the client stamps
 each socket read, the observer each message Envoy sent it about the same stream. ``compare`` (pure)
 gives the per-gap differences and whether the two views judge the request fluid alike;
-``ProbeAgreement`` waits for the other side of each request (at most ``JOIN_WAIT_S``, at most
+``ProbeAgreement`` waits for the other side of each request (holding only its stamps and verdict) (at most ``JOIN_WAIT_S``, at most
 ``MAX_WAITING`` requests a side, the rest counted unmatched) and accumulates what the comparisons found.
 """
 
@@ -29,7 +29,7 @@ GAP_DIFFERENCE_BUCKETS: Final = (
     0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
 )  # fmt: skip
 JOIN_WAIT_S: Final = 120.0  # a probe run's results come when its last request ends: a minute is long
-MAX_WAITING: Final = 4096  # requests waiting for their other side, per side
+MAX_WAITING: Final = 4096  # requests waiting for their other side, per side: ~8 bytes a token each
 OBSERVER, CLIENT = "observer", "client"
 
 
@@ -51,15 +51,31 @@ def fluid(result: ProbeResult, spec: EvaluationSpec) -> bool:
     return bool(measured.tiers[tier].fluidity[0] >= spec.deadlines.target_fluidity)
 
 
-def compare(observed: ProbeResult, client: ProbeResult, spec: EvaluationSpec) -> Comparison:
+@dataclass(frozen=True, eq=False)
+class View:
+    """What one side saw of a request, as much as the comparison needs: its token events' stamps and
+    its fluidity verdict (a waiting side holds this, not its whole result)."""
+
+    times: FloatArray
+    fluid: bool
+
+    @classmethod
+    def of(cls, result: ProbeResult, spec: EvaluationSpec) -> View:
+        return cls(np.asarray(result.token_times, dtype=np.float64), fluid(result, spec))
+
+
+def compare_views(observed: View, client: View) -> Comparison:
     """The observer's view of a request against its client's. Gaps are compared only when both saw the
     same number of token events (else one of them missed or split some, and no gap pairs up)."""
-    ours, theirs = observed.token_times, client.token_times
-    if len(ours) == len(theirs) >= 2:
-        differences = np.abs(np.diff(np.asarray(ours)) - np.diff(np.asarray(theirs)))
-    else:
-        differences = np.zeros(0)
-    return Comparison(differences, fluid(observed, spec) != fluid(client, spec))
+    ours, theirs = observed.times, client.times
+    comparable = len(ours) == len(theirs) >= 2
+    differences = np.abs(np.diff(ours) - np.diff(theirs)) if comparable else np.zeros(0)
+    return Comparison(differences, observed.fluid != client.fluid)
+
+
+def compare(observed: ProbeResult, client: ProbeResult, spec: EvaluationSpec) -> Comparison:
+    """``compare_views`` of two results, each judged under ``spec``."""
+    return compare_views(View.of(observed, spec), View.of(client, spec))
 
 
 @dataclass(frozen=True)
@@ -78,7 +94,7 @@ class ProbeAgreement:
     def __init__(self, spec: EvaluationSpec, clock: Callable[[], float] = time.monotonic) -> None:
         self.spec = spec
         self.clock = clock
-        self._waiting: dict[str, OrderedDict[str, tuple[float, ProbeResult]]] = {
+        self._waiting: dict[str, OrderedDict[str, tuple[float, View]]] = {
             OBSERVER: OrderedDict(),
             CLIENT: OrderedDict(),
         }
@@ -104,15 +120,16 @@ class ProbeAgreement:
         self._expire(now)
         other = self._waiting[CLIENT if side == OBSERVER else OBSERVER]
         match = other.pop(probe_id, None)
+        seen = View.of(result, self.spec)
         if match is None:
             waiting = self._waiting[side]
-            waiting[probe_id] = (now, result)
+            waiting[probe_id] = (now, seen)
             if len(waiting) > MAX_WAITING:
                 waiting.popitem(last=False)
                 self._unmatched[side] += 1
             return
-        observed, client = (result, match[1]) if side == OBSERVER else (match[1], result)
-        self._record(compare(observed, client, self.spec))
+        observed, client = (seen, match[1]) if side == OBSERVER else (match[1], seen)
+        self._record(compare_views(observed, client))
 
     def _record(self, comparison: Comparison) -> None:
         self._compared += 1
