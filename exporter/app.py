@@ -83,11 +83,11 @@ class Daemon:
             max_age_s=max(config.global_.windows_s), max_records=config.global_.max_results_per_window
         )
         self.store = ResultStore(limits, histogram_buckets(config))
-        self.collector = FluidityCollector(
-            self.store, {window_label(s): s for s in config.global_.windows_s}, clock=clock
-        )
+        windows = {window_label(s): s for s in config.global_.windows_s}
+        self.collector = FluidityCollector(self.store, windows, clock=clock)
         self.pool = TargetPool(wall_clock=clock)
-        self.traffic = TrafficService.of(config, histogram_buckets(config))  # the observer, when configured
+        # The observer, when configured; its windows are the probes'.
+        self.traffic = TrafficService.of(config, histogram_buckets(config), windows)
         self.scrape_session: aiohttp.ClientSession | None = None
         self.job_env = DaemonJobEnvironment(
             lambda: self.config,
@@ -111,6 +111,7 @@ class Daemon:
             job_manager=self.job_env.job_manager,
             scrape_session=lambda: self.scrape_session,
             rng=np.random.default_rng(seed),
+            on_results=self.traffic.probe_results if self.traffic is not None else None,
         )
         self.listen_address: str | None = None  # where the web app listens (set by whoever serves it)
         self.listen_flag = False  # whether --web.listen-address chose it, over global.listen_address

@@ -4,6 +4,7 @@
       ext_proc_address: "127.0.0.1:9469"  # *required*, HOST:PORT the gRPC observer listens on
       slo: default                        # the SLO (a name under slos) that judges real traffic
       models: []                          # model names kept as the model label; any other is "other"
+                                          # (empty: those the engine's GET /v1/models lists, seen through Envoy)
       max_streams: 1024                   # streams observed at once; more are let through unobserved
 
 A config with ``global`` and ``traffic`` alone is valid: it observes and probes nothing.
