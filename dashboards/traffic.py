@@ -30,6 +30,7 @@ from dashboards.common import (
     steps,
     sum_rate,
     timeseries,
+    unit_override,
 )
 from exporter.exposition import names
 
@@ -133,6 +134,74 @@ volume = timeseries(
     low=0,
 )
 
+goodput = timeseries(
+    "Goodput ratio: users vs probes",
+    "Share of requests, failed ones included, that met every goodput bound of the SLO (without goodput "
+    "bounds: a fluidity-index at the SLO's tier of at least its target), users per model beside probes "
+    "per target/module. Good: close to 1; it falls both when requests fail and when they are slow.",
+    RATIO,
+    [
+        Query(
+            f"{sum_rate(names.TRAFFIC_GOOD_REQUESTS, USERS, ALL)} / {sum_rate(names.TRAFFIC_REQUESTS, USERS, ALL)}",
+            USERS_LEGEND,
+        ),
+        Query(
+            f"{sum_rate(names.PROBE_GOOD_REQUESTS, SERIES)} / {sum_rate(names.PROBE_REQUESTS, SERIES)}",
+            PROBES_LEGEND,
+        ),
+    ],
+    low=0,
+    high=1,
+)
+tokens = timeseries(
+    "Users' tokens per second",
+    "Output tokens per second of completed user requests by where their count came from (token_ids and "
+    "continuous_usage are exact; chunks and tokenizer are brought to the stream's usage when it reports "
+    "one), the good ones' (goodput in tokens/s), and prompt tokens by source (usage as reported, or "
+    "estimated from the request body). Good: good output tokens close to all output tokens.",
+    "suffix: tok/s",
+    [
+        Query(
+            sum_rate(names.TRAFFIC_OUTPUT_TOKENS, (*USERS, "token_source"), ALL),
+            "output {{model}} {{token_source}}",
+        ),
+        Query(sum_rate(names.TRAFFIC_GOOD_OUTPUT_TOKENS, USERS, ALL), "good output {{model}}"),
+        Query(sum_rate(names.TRAFFIC_PROMPT_TOKENS, (*USERS, "source"), ALL), "prompt {{model}} {{source}}"),
+    ],
+    low=0,
+)
+USERS_WINDOWED: Final = '{window="$window"}'
+window_users = timeseries(
+    "Users over the window (exact)",
+    "Computed by the exporter at scrape time over the rolling window's observed requests: the "
+    "service level at the selected tier, the fluidity-index p1 (99% of requests reach it), the goodput "
+    "ratio and whether each objective of traffic.slo holds (1) or not (0). Per exporter: not summed "
+    "across sidecars. Good: all at or near 1.",
+    RATIO,
+    [
+        Query(
+            f'{names.TRAFFIC_WINDOW_SERVICE_LEVEL.name}{{window="$window",tier="$tier"}}',
+            "level {{model}} {{api}}",
+        ),
+        Query(
+            f'{names.TRAFFIC_WINDOW_FLUIDITY.name}{{window="$window",tier="$tier",percentile="1"}}',
+            "fluidity p1 {{model}} {{api}}",
+        ),
+        Query(f"{names.TRAFFIC_WINDOW_GOODPUT.name}{USERS_WINDOWED}", "goodput {{model}} {{api}}"),
+        Query(f"{names.TRAFFIC_WINDOW_SLO_MET.name}{USERS_WINDOWED}", "SLO {{slo}} met {{model}} {{api}}"),
+    ],
+    low=0,
+    high=1,
+)
+window_volume = timeseries(
+    "Users' requests in the window",
+    "Observed user requests in the rolling window, by how they ended, per exporter (the window's figures "
+    "rest on these). Good: enough ok requests for the window's percentiles to mean something.",
+    COUNT,
+    [Query(f"{names.TRAFFIC_WINDOW_REQUESTS.name}{USERS_WINDOWED} > 0", "{{model}} {{api}} {{outcome}}")],
+    low=0,
+)
+
 TTFT_TEXT = "Time to first token, p50 and p99, of completed user requests (per model) and probes."
 TBT_TEXT = "Time between tokens, p50 and p99: every gap after the first token, users and probes."
 users_vs_probes = Section(
@@ -156,8 +225,36 @@ users_vs_probes = Section(
             SECONDS,
             "Good: p99 under the decode tier's deadline (50 ms for medium).",
         ),
+        side_by_side(
+            "TPOT: users vs probes",
+            "Time per output token, p50 and p99: (E2E - TTFT) / (tokens - 1), users and probes.",
+            "No stalls: a request's mean, where TBT shows its gaps.",
+            "TPOT",
+            SECONDS,
+            "Good: p99 under the decode tier's deadline.",
+        ),
+        side_by_side(
+            "E2E latency: users vs probes",
+            "End-to-end latency, p50 and p99, users (end of request body to end of stream) and probes.",
+            "Grows with answer length: the users' answers are rarely the probes' length.",
+            "E2E",
+            SECONDS,
+            "Good: stable over time.",
+        ),
+        side_by_side(
+            "Normalized latency: users vs probes",
+            "End-to-end latency per output token, p50 and p99, users and probes.",
+            "Comparable across answer lengths, unlike E2E.",
+            "NORMALIZED_LATENCY",
+            SECONDS,
+            "Good: well below the decode deadline.",
+        ),
+        Cell(goodput, 12),
         Cell(users_fluidity, 12),
         Cell(volume, 12),
+        Cell(tokens, 12),
+        Cell(window_users, 12),
+        Cell(window_volume, 12),
         Cell(users_burn, 24, 5),
     ],
 )
@@ -214,7 +311,75 @@ seen_over_range = stat(
     thresholds=steps("red", (1.0, "green")),
     sparkline=False,
 )
+envoy_streams = timeseries(
+    "ext_proc streams from Envoy, by how they ended",
+    "Per second: the streams Envoy opened to the observer (one per HTTP exchange) by how each ended: "
+    "observed (a user request recorded), unreliable (recorded, its timings flagged), probe, not_llm, "
+    "not_streaming, dropped. Good: observed follows the users' request rate, unreliable and dropped "
+    "near 0.",
+    REQUESTS_PER_SECOND,
+    [Query(sum_rate(names.TRAFFIC_ENVOY_STREAMS, (*IDENTITY, "state"), ALL), "{{state}}")],
+    low=0,
+    stacked=True,
+)
+envoy_connected = timeseries(
+    "Envoy connected, and its last message",
+    "Envoy connections with an ext_proc stream open now (0 while no request passes, or while Envoy "
+    "cannot reach the observer), and the seconds since Envoy's last message (right axis). Good: "
+    "connections above 0 and a last message seconds old whenever users send requests.",
+    COUNT,
+    [
+        Query(names.TRAFFIC_ENVOY_CONNECTIONS.name, "connections {{instance}}"),
+        Query(f"time() - {names.TRAFFIC_LAST_MESSAGE.name}", "since last message {{instance}}"),
+    ],
+    low=0,
+    overrides=[unit_override("B", SECONDS)],
+)
+unreliable = timeseries(
+    "Unreliably timed user requests",
+    "Share of observed user requests whose timings the observer flagged, by the probe client's rule: "
+    "its event loop was late while the stream was open, or Envoy passed chunks holding several token "
+    "events (a buffering filter before the observer). They count in every figure all the same. Good: "
+    "near 0; more than a few percent means the exporter needs CPU or a filter buffers the stream.",
+    RATIO,
+    [
+        Query(
+            f"{sum_rate(names.TRAFFIC_UNRELIABLE, USERS, ALL)} / {sum_rate(names.TRAFFIC_REQUESTS, USERS, ALL)}",
+            USERS_LEGEND,
+        )
+    ],
+    low=0,
+)
+agreement = timeseries(
+    "Observer vs client on the probes' own requests",
+    "The exporter's probes, seen by their client and by the observer, joined on the request id: p99 of "
+    "|observer gap - client gap| (right axis), compared requests per second, requests judged fluid by "
+    "one view only, and requests only one side saw (by side). A continuous check of the observer's "
+    "accuracy. Good: a p99 difference well under 1 ms and no verdict differences.",
+    REQUESTS_PER_SECOND,
+    [
+        Query(
+            f"histogram_quantile(0.99, sum by ({', '.join(('le', *IDENTITY))}) "
+            f"(rate({names.TRAFFIC_PROBE_GAP_DIFFERENCE.name}_bucket[$__rate_interval])))",
+            "gap difference p99",
+        ),
+        Query(sum_rate(names.TRAFFIC_PROBE_COMPARED, IDENTITY, ALL), "compared"),
+        Query(sum_rate(names.TRAFFIC_PROBE_VERDICT_DIFFERENCES, IDENTITY, ALL), "verdict differs"),
+        Query(sum_rate(names.TRAFFIC_PROBE_UNMATCHED, (*IDENTITY, "side"), ALL), "only the {{side}} saw it"),
+    ],
+    low=0,
+    overrides=[unit_override("A", SECONDS)],
+)
 observer_health = Section(
     "Traffic observer (Envoy ext_proc)",
-    [Cell(exchanges, 12), Cell(dropped, 12), Cell(in_flight, 16, 6), Cell(seen_over_range, 8, 6)],
+    [
+        Cell(exchanges, 12),
+        Cell(envoy_streams, 12),
+        Cell(envoy_connected, 12),
+        Cell(dropped, 12),
+        Cell(unreliable, 12),
+        Cell(agreement, 12),
+        Cell(in_flight, 16, 6),
+        Cell(seen_over_range, 8, 6),
+    ],
 )

@@ -64,7 +64,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     binary = envoy_binary()
     folder = tmp_path_factory.mktemp("traffic-stack")
     observer, listen = free_port(), free_port()
-    config = DAEMON_CONFIG + f'traffic: {{{{ext_proc_address: "127.0.0.1:{observer}"}}}}\n'
+    # A second target, the simulator through Envoy: its probes are the ones the observer compares with
+    # their client (the agreement panel); the first target's go to the simulator directly.
+    through_envoy = (
+        f"  - {{{{name: sim-envoy, url: 'http://127.0.0.1:{listen}', api: completions, simulated: true, "
+        "modules: [chat]}}\nmodules:\n"
+    )
+    config = DAEMON_CONFIG.replace("modules:\n", through_envoy, 1)
+    config += f'traffic: {{{{ext_proc_address: "127.0.0.1:{observer}"}}}}\n'
     with running_stack(folder, daemon_config=config, rule_files=files.RULE_FILES) as stack:
         envoy_config = folder / "envoy.yaml"
         envoy_config.write_text(
@@ -86,6 +93,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         traffic.start()
         try:
             stack.wait_for('fluidity_traffic_requests_total{outcome="ok"} > 0', timeout=SETTLE_S)
+            stack.wait_for("fluidity_traffic_probe_requests_compared_total > 0", timeout=SETTLE_S)
             yield stack
         finally:
             stop.set()
