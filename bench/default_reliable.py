@@ -22,13 +22,15 @@ gets busier moves both alike (``--keep DIR`` keeps each run's report and timings
     python bench/default_reliable.py --runs 6 --turns --against /path/to/other/checkout
 
 About 40 s a run. Measured when the batches were first spread over turns (``flushes.py``), against the
-commit before, interleaved, on this project's 2-core VM shared with ~7 agents (load 7-13): at that
-load every run of both flagged all 100 requests (the stalls nearly all *elsewhere*); the most batches
-decoded in one stall 9-24 before (median 16), 0-6 after (median 1); the most callback CPU in one
-4.1 -> 1.5 ms (medians of 7 runs each). Under ``chrt -f 50`` (the client and simulator ahead of the
-other load: nearer a quiet machine) exit 0 in 4 of 6 before and 6 of 6 after, 8 -> 0 requests
-flagged; but the two failures before came from stalls with under 1 ms of callbacks and no batch in
-them, which no change to the decoding removes, so a quiet machine's 5 runs are still the test.
+commit before, interleaved, on this project's 2-core VM shared with ~7 agents (load 7-13), 7 runs each
+and the stalls then counted from the paced reads alone: every run of both flagged all 100 requests
+(the stalls nearly all *elsewhere*); the most batches decoded in one stall 9-24 before (median 16),
+0-6 after (median 1); the most callback CPU in one 4.1 -> 1.5 ms (medians). Under ``chrt -f 50`` (the
+client and simulator ahead of the other load: nearer a quiet machine), two rounds of 6 runs each:
+exit 0 in 10 of 12 before and 11 of 12 after (8 and 14 requests flagged); every failure on either side
+came from stalls in which the callbacks used under 1 ms of CPU and decoded no batch (the process off
+the CPU, or the bytes late in the kernel), which no change to the decoding removes: a quiet machine's
+5 runs are still the test.
 """
 
 from __future__ import annotations
