@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.load.cpus import available_cpus
 from exporter.load.shard_local import local_shards
-from exporter.load.shard_protocol import PoolSettings
+from exporter.options.cpus import available_cpus
+from exporter.options.shards import PoolSettings
 from exporter.probe.result import Outcome
 from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
 from exporter.sim.process import SimProcess

@@ -47,7 +47,8 @@ from exporter.exposition.store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobStore
-from exporter.load.cpus import available_cpus
+from exporter.load.config_workloads import CONFIG_CHECKS
+from exporter.options.cpus import available_cpus
 from exporter.probe.result import ProbeCutError, ProbeRun
 from exporter.web.metrics_cache import MAX_AGE_S
 from exporter.web.routes import build_app
@@ -167,7 +168,7 @@ class Daemon:
             LOG.warning("reload asked for: %s", message)  # a SIGHUP has no other answer
             return False, message
         try:
-            config = load_config_file(self.config_path)
+            config = load_config_file(self.config_path, checks=CONFIG_CHECKS)
         except ConfigError as exc:
             count = len(exc.problems)
             lines = "\n".join(f"  {problem}" for problem in exc.problems)

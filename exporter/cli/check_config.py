@@ -12,6 +12,7 @@ import sys
 
 from exporter.cli.command import Command
 from exporter.config.check import check_file
+from exporter.load.config_workloads import CONFIG_CHECKS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     """Check every file; exit 0 when each is good."""
     all_ok = True
     for path in args.files:
-        ok, lines = check_file(path)
+        ok, lines = check_file(path, checks=CONFIG_CHECKS)
         all_ok &= ok
         print("\n".join(lines), file=sys.stdout if ok else sys.stderr)
     return 0 if all_ok else 1

@@ -21,9 +21,9 @@ from typing import Any
 
 import yaml
 
-from exporter.load.cpus import available_cpus
-from exporter.load.presets import PRESET_NAMES
+from exporter.options.cpus import available_cpus
 from exporter.options.oneshot import OptionError
+from exporter.options.presets import PRESET_NAMES
 from exporter.options.target import Timeouts
 from exporter.probe.target import APIS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET

@@ -30,6 +30,7 @@ from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
 from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
 from exporter.daemon.config_watch import ConfigWatch
+from exporter.load.config_workloads import CONFIG_CHECKS
 from exporter.options.addresses import ListenError, check_listen_address, host_port
 from exporter.options.reader import parse_duration
 from exporter.probe import loop as event_loop
@@ -264,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     # APScheduler logs every job run at INFO: useful when debugging, noise otherwise.
     logging.getLogger("apscheduler").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     try:
-        loaded = load_config_file(args.config_file) if args.config_file else None
+        loaded = load_config_file(args.config_file, checks=CONFIG_CHECKS) if args.config_file else None
         address = args.listen_address or (loaded.global_.listen_address if loaded else DEFAULT_LISTEN_ADDRESS)
         jobs_address = args.jobs_listen_address or (loaded.global_.jobs_listen_address if loaded else None)
         check_apart(address, jobs_address)

@@ -9,7 +9,7 @@ so whatever ``check-config`` accepts, ``run`` starts and serves.
 
 from __future__ import annotations
 
-from exporter.load.workloads import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
+from exporter.options.lengths import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 from exporter.options.reader import MAX_DURATION_S
 from exporter.options.target import MAX_TIMEOUT_S  # targets[].timeouts.*: a day
 

@@ -8,15 +8,18 @@ missing variable is a problem) but never shown.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from exporter.config.model import Config
-from exporter.config.parse import ConfigError, load_config_file
+from exporter.config.parse import ConfigCheck, ConfigError, load_config_file
 from exporter.stats.slo import DEFAULT_DECODE_TIER
 
 
-def check_file(path: str) -> tuple[bool, list[str]]:
-    """Whether the file at ``path`` is a valid config, and the lines that say so."""
+def check_file(path: str, *, checks: Sequence[ConfigCheck] = ()) -> tuple[bool, list[str]]:
+    """Whether the file at ``path`` is a valid config, and the lines that say so (``checks``: as
+    ``parse_config`` takes them)."""
     try:
-        config = load_config_file(path)
+        config = load_config_file(path, checks=checks)
     except ConfigError as exc:
         count = len(exc.problems)
         return False, [f"{path}: {count} problem{'s' if count != 1 else ''}"] + [

@@ -21,9 +21,9 @@ from exporter.config.model import (
     Target,
 )
 from exporter.config.values import check_cron
-from exporter.load.cpus import available_cpus
 from exporter.options import job_parse
 from exporter.options.addresses import check_listen_address, check_target_url
+from exporter.options.cpus import available_cpus
 from exporter.options.job_params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
 from exporter.options.reader import Context, Section, check_name, show
 from exporter.options.target import read_secret

@@ -1,4 +1,6 @@
-"""The validated configuration: frozen dataclasses, and the helpers that turn them into run-time objects.
+"""The validated configuration: frozen dataclasses of plain values (the run-time objects built from them
+live with their users: workloads in ``exporter.load.config_workloads``, a target's client settings in
+``exporter.daemon.targets``, deadline policies in ``exporter.evaluation``).
 
 Everything here is built by ``exporter.config.parse`` (or ``default_config``) only after a whole file has
 been checked, so every value is already valid. Configs compare by value (``old == new`` tells a reload
@@ -13,19 +15,13 @@ from types import MappingProxyType
 from typing import Any
 
 from exporter.config.traffic import TrafficConfig
-from exporter.evaluation import DeadlinePolicy, EvaluationSpec
-from exporter.load.calibration import Calibration
-from exporter.load.presets import preset
-from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
-from exporter.load.shard_protocol import PoolSettings
-from exporter.load.target_facts import context_fit_on, fit_to_context
-from exporter.load.workloads import IndependentLengths, LengthSource, PairedLengths, Workload, with_sessions
 from exporter.options.arrival import ArrivalProcess
 from exporter.options.job_params import JobKind, JobLimits, JobParams
-from exporter.options.lengths import Fixed, LogNormal
+from exporter.options.lengths import Fixed, LogNormal, PairedLengths
+from exporter.options.shards import PoolSettings
 from exporter.options.slo import SloOptions
+from exporter.options.target import Api, Secret, Timeouts
 from exporter.options.workload import WorkloadOptions, tool_calls_problem
-from exporter.probe.target import Api, Secret, TargetSettings, Timeouts
 
 DEFAULT_LISTEN_ADDRESS = "0.0.0.0:9468"
 DEFAULT_SLO = "default"
@@ -130,25 +126,6 @@ class Target:
     gpus: float | None = None
     gpu_hour_price: float | None = None
 
-    def settings(self) -> TargetSettings:
-        """How the probe client talks to this target."""
-        return TargetSettings(
-            base_url=self.url,
-            api=self.api,
-            model=self.model,
-            api_key=self.api_key,
-            headers=self.headers,
-            secret_headers=self.secret_headers,
-            extra_body=self.extra_body,
-            timeouts=self.timeouts,
-            verify_tls=self.tls.verify,
-            ca_file=self.tls.ca_file,
-        )
-
-    def prompt_builder(self) -> PromptBuilder:
-        """Exact prompts for the simulator's tokenizer, approximate ones for any other server."""
-        return SimPromptBuilder() if self.simulated else ApproxPromptBuilder()
-
     @property
     def calibrates_prompts(self) -> bool:
         """Whether its prompts are fitted to its tokenizer first (never the simulator's exact ones)."""
@@ -209,44 +186,6 @@ class Module:
             return None
         return f'target "{target.name}" cannot probe module "{self.name}": {problem}; change one of them'
 
-    def workload_for(self, target: Target) -> Workload:
-        """The module's workload as sent to ``target`` (its api, its prompt builder, the filters)."""
-        builder, spec = target.prompt_builder(), self.workload
-        if spec.preset is not None:
-            return with_sessions(
-                preset(
-                    spec.preset,
-                    builder=builder,
-                    api=target.api,
-                    max_prompt_tokens=self.max_prompt_tokens,
-                    max_output_tokens=self.max_output_tokens,
-                ),
-                spec,
-            )
-        lengths: LengthSource
-        if spec.trace is not None:
-            lengths = spec.trace
-        else:
-            assert spec.prompt_tokens is not None and spec.output_tokens is not None  # __post_init__
-            lengths = IndependentLengths(spec.prompt_tokens, spec.output_tokens)
-        return with_sessions(
-            Workload(self.name, lengths, builder, target.api, self.max_prompt_tokens, self.max_output_tokens),
-            spec,
-        )
-
-    def fitted_workload(
-        self, target: Target, context: int | None, calibration: Calibration | None
-    ) -> Workload:
-        """The workload as sent to ``target``: its prompts calibrated when ``calibration`` fitted, and
-        fitted to the ``context`` it serves by the one-shot run's rule, unless ``max_prompt_tokens`` is
-        set (as ``--max-prompt-tokens`` turns the fit off). The daemon's probes and capacity jobs alike."""
-        workload = self.workload_for(target)
-        if calibration is not None and calibration.tokens_per_word is not None:
-            workload = workload.with_options(builder=calibration.builder)
-        if not context_fit_on(self.max_prompt_tokens):
-            return workload
-        return fit_to_context(workload, context, exact=target.simulated)
-
 
 @dataclass(frozen=True)
 class SloConfig(SloOptions):
@@ -257,13 +196,6 @@ class SloConfig(SloOptions):
     @classmethod
     def of(cls, name: str, options: SloOptions) -> SloConfig:
         return cls(name=name, **{f.name: getattr(options, f.name) for f in fields(SloOptions)})
-
-    def deadline_policy(self) -> DeadlinePolicy:
-        return DeadlinePolicy.of(self)
-
-    def evaluation_spec(self, *, from_scheduled: bool = False) -> EvaluationSpec:
-        """Everything ``exporter.evaluation`` needs to evaluate results under this SLO."""
-        return EvaluationSpec.of(self, from_scheduled=from_scheduled)
 
 
 @dataclass(frozen=True)
@@ -357,10 +289,6 @@ class Config:
     def probes(self) -> tuple[tuple[Target, Module], ...]:
         """Every (target, module) pair to probe on a schedule, in config order."""
         return tuple((t, self.modules[m]) for t in self.targets for m in t.modules)
-
-    def workload(self, target: str, module: str) -> Workload:
-        """The workload ``module`` sends to ``target``."""
-        return self.module(module).workload_for(self.target(target))
 
 
 def _unknown(kind: str, name: str, valid: list[str]) -> str:

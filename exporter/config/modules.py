@@ -3,23 +3,22 @@
 A module's workload, arrival and SLO are read by the options layer's readers (``read_workload``,
 ``read_arrival``, ``read_slo``), the same the flags and the jobs API use; the rest is the daemon's own.
 
-A module's workload is checked against its length filters at load time, so a filter that rejects every
-draw is a config problem rather than a failing job.
+A module's workload is checked against its length filters at load time (by
+``exporter.load.config_workloads``, which draws from it), so a filter that rejects every draw is a config
+problem rather than a failing job.
 """
 
 from __future__ import annotations
 
-import numpy as np
-
 from exporter.config import bounds
-from exporter.config.model import Module, ProbeSchedule, SloConfig, Target, WorkloadSpec
+from exporter.config.model import Module, ProbeSchedule, SloConfig, WorkloadSpec
 from exporter.config.values import check_cron
-from exporter.load.presets import PRESET_SESSIONS
-from exporter.load.traces import TRACE_FORMATS, load_trace
-from exporter.load.workloads import PairedLengths, Workload
 from exporter.options.arrival import read_arrival
+from exporter.options.lengths import PairedLengths
+from exporter.options.presets import PRESET_SESSIONS
 from exporter.options.reader import Context, Section
 from exporter.options.slo import read_slo
+from exporter.options.trace_files import TRACE_FORMATS, load_trace
 from exporter.options.workload import WorkloadOptions, read_workload
 
 MODULE_KEYS = (
@@ -35,7 +34,6 @@ class ModuleReader:
         self.ctx = ctx
 
     def module(self, name: str, sec: Section) -> Module:
-        before = len(self.ctx.problems.items)
         schedule = sec.section("schedule", ("interval", "jitter", "cron"))
         arrival = read_arrival(sec)
         module = Module(
@@ -50,8 +48,6 @@ class ModuleReader:
             else sec.opt_integer("concurrency", 1, 1, bounds.MAX_CONCURRENCY) or 1,
             schedule=self.schedule(schedule) if schedule is not None else ProbeSchedule(),
         )
-        if len(self.ctx.problems.items) == before:
-            self.check_filters(sec, module)
         return module
 
     def workload(self, sec: Section) -> WorkloadSpec:
@@ -90,28 +86,6 @@ class ModuleReader:
         if interval is not None and jitter >= interval:
             sec.fail("jitter", f"must be less than the interval ({interval:g} s), got {jitter:g} s")
         return ProbeSchedule(interval_s=interval, jitter_s=jitter, cron=cron)
-
-    def check_filters(self, sec: Section, module: Module) -> None:
-        """A workload whose length filters reject (nearly) every draw is an error now, not at run time."""
-        workload = module.workload_for(Target("check", "http://check"))
-        try:
-            workload.sample_lengths(1, np.random.default_rng(0))
-        except ValueError as exc:
-            self.ctx.problems.add(sec.path, self.ceiling_problem(workload) or str(exc))
-
-    def ceiling_problem(self, workload: Workload) -> str | None:
-        """Why no draw is kept when it is the ceilings' doing (lengths no request may have)."""
-        prompts, outputs = workload.lengths.sample(256, np.random.default_rng(0))
-        for what, drawn, ceiling in (
-            ("prompt", prompts, bounds.MAX_PROMPT_TOKENS),
-            ("output", outputs, bounds.MAX_OUTPUT_TOKENS),
-        ):
-            if int(drawn.min()) > ceiling:
-                return (
-                    f"workload {workload.name}: every {what} length drawn is above the ceiling of "
-                    f"{ceiling} tokens a request may have (e.g. {int(drawn.min())})"
-                )
-        return None
 
     def slo(self, name: str, sec: Section) -> SloConfig:
         return SloConfig.of(name, read_slo(sec, self.ctx.path, profiled=True))

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import yaml
 
 from exporter.config import bounds
@@ -64,6 +63,9 @@ GLOBAL_KEYS = (
 DEFAULT_WINDOWS_S = (300.0, 3600.0)
 
 T = TypeVar("T")
+# A check across sections handed in by a caller: it adds to ``ctx.problems`` (``unread`` says which
+# values are defaults in place of bad ones).
+ConfigCheck = Callable[[Context, Config], None]
 
 
 class ConfigError(ValueError):
@@ -80,10 +82,13 @@ def parse_config(
     base_dir: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
     source: str = "<text>",
+    checks: Sequence[ConfigCheck] = (),
 ) -> Config:
     """The config in YAML ``text``; raises ``ConfigError`` listing every problem.
 
-    ``environ`` (default: the process environment) serves ``${NAME}`` and ``api_key: {env: NAME}``.
+    ``environ`` (default: the process environment) serves ``${NAME}`` and ``api_key: {env: NAME}``;
+    ``checks`` run after the checks across sections, over the same problems (the daemon's and
+    check-config's: ``exporter.load.config_workloads.CONFIG_CHECKS``, which draw workloads).
     """
     problems = Problems()
     tree = _load_yaml(text, problems)
@@ -92,13 +97,18 @@ def parse_config(
     env = os.environ if environ is None else environ
     tree = expand_env(tree, env, problems)
     ctx = Context(problems, Path(base_dir) if base_dir is not None else None, env)
-    config = _config(ctx, tree, source)
+    config = _config(ctx, tree, source, checks)
     if problems or config is None:
         raise ConfigError(problems.items)
     return config
 
 
-def load_config_file(path: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
+def load_config_file(
+    path: str | os.PathLike[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    checks: Sequence[ConfigCheck] = (),
+) -> Config:
     """The config in the YAML file at ``path`` (relative paths inside it are relative to its folder)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -111,15 +121,20 @@ def load_config_file(path: str | os.PathLike[str], *, environ: Mapping[str, str]
                 "a config is YAML text"
             ]
         ) from None
-    return parse_config(text, base_dir=Path(path).parent, environ=environ, source=str(path))
+    return parse_config(text, base_dir=Path(path).parent, environ=environ, source=str(path), checks=checks)
 
 
-def load_config(source: str | os.PathLike[str], *, environ: Mapping[str, str] | None = None) -> Config:
+def load_config(
+    source: str | os.PathLike[str],
+    *,
+    environ: Mapping[str, str] | None = None,
+    checks: Sequence[ConfigCheck] = (),
+) -> Config:
     """A config from a file (a ``Path``, or a string of one line) or from YAML text (a string of several
     lines, or a one-line ``{...}`` flow mapping)."""
     if isinstance(source, str) and ("\n" in source or source.lstrip().startswith("{")):
-        return parse_config(source, environ=environ)
-    return load_config_file(source, environ=environ)
+        return parse_config(source, environ=environ, checks=checks)
+    return load_config_file(source, environ=environ, checks=checks)
 
 
 class _Loader(yaml.SafeLoader):
@@ -166,7 +181,7 @@ def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
     return f"{where}{exc.problem or 'invalid YAML'}{context}"
 
 
-def _config(ctx: Context, tree: Any, source: str) -> Config | None:
+def _config(ctx: Context, tree: Any, source: str, checks: Sequence[ConfigCheck]) -> Config | None:
     if tree is None:
         ctx.problems.add("", "the config is empty; it needs at least one target under targets")
         return None
@@ -193,6 +208,8 @@ def _config(ctx: Context, tree: Any, source: str) -> Config | None:
     config = Config(global_, targets, modules, slos, source, jobs, secret_files, traffic)
     check_runs_fit(ctx, config)
     check_windows_fit(ctx, config)
+    for check in checks:
+        check(ctx, config)
     return None if ctx.problems else config
 
 
@@ -275,7 +292,7 @@ def _bucket_list(ctx: Context, sec: Section, name: str) -> tuple[float, ...] | N
     return tuple(bounds)
 
 
-def _unread(ctx: Context, *paths: str) -> bool:
+def unread(ctx: Context, *paths: str) -> bool:
     """Whether a problem was found at or under any of ``paths``: the values read there are defaults in
     place of bad ones, and a check across sections would judge the defaults, not what was written."""
     return any(
@@ -291,12 +308,12 @@ def check_windows_fit(ctx: Context, config: Config) -> None:
     ``global.max_results_per_window`` results the oldest are dropped, and a "1d" window of a module
     probed every 30 s would silently cover its last 2,000 requests (42 minutes at 4 a run) while its
     gauges said a day. Modules on a cron line are not counted (their rate varies)."""
-    if _unread(ctx, "global.windows", "global.max_results_per_window") or not config.global_.windows_s:
+    if unread(ctx, "global.windows", "global.max_results_per_window") or not config.global_.windows_s:
         return
     cap, longest = config.global_.max_results_per_window, max(config.global_.windows_s)
     for name in sorted({m for target in config.targets for m in target.modules if m in config.modules}):
         module = config.modules[name]
-        if _unread(ctx, f"modules.{name}"):
+        if unread(ctx, f"modules.{name}"):
             continue
         interval = module.schedule.interval_s
         if interval is None or module.schedule.cron is not None:
@@ -312,20 +329,20 @@ def check_windows_fit(ctx: Context, config: Config) -> None:
 
 
 def check_runs_fit(ctx: Context, config: Config) -> None:
-    """Every module a target probes must be able to run at all: its requests in the target's api, its
-    prompts within the ceiling, and a whole run within the target's hourly budget (a run over it is skipped every time, without a word)."""
-    rng = np.random.default_rng(0)
+    """Every module a target probes must be able to run at all: its requests in the target's api and a
+    run's requests within the target's hourly budget (a run over it is skipped every time, without a
+    word; the tokens of a run are checked by ``exporter.load.config_workloads``, which draws them)."""
     for index, target in enumerate(config.targets):
         budget, path = target.budget, f"targets[{index}].budget"
         for name in target.modules:
             module = config.modules.get(name)
-            if module is None or _unread(ctx, f"modules.{name}"):
+            if module is None or unread(ctx, f"modules.{name}"):
                 continue  # an unknown module, or values that are defaults in place of bad ones
             problem = module.problem_with(target)
             if problem is not None:
                 ctx.problems.add(f"targets[{index}]", problem)
                 continue  # nothing of it can run, within a budget or not
-            if _unread(ctx, path):
+            if unread(ctx, path):
                 continue
             runs = module.requests_per_run
             if budget.max_requests_per_hour is not None and runs > budget.max_requests_per_hour:
@@ -333,17 +350,4 @@ def check_runs_fit(ctx: Context, config: Config) -> None:
                     f"{path}.max_requests_per_hour",
                     f"{budget.max_requests_per_hour} is below modules.{name}.requests_per_run ({runs}): "
                     "that module could never run; raise the budget or lower requests_per_run",
-                )
-            if budget.max_tokens_per_hour is None:
-                continue
-            try:
-                prompts, outputs = module.workload_for(target).sample_lengths(256, rng)
-            except ValueError:
-                continue  # reported by the module's own check
-            least = runs * int((prompts + outputs).min())
-            if least > budget.max_tokens_per_hour:
-                ctx.problems.add(
-                    f"{path}.max_tokens_per_hour",
-                    f"{budget.max_tokens_per_hour} is below the smallest run of modules.{name} "
-                    f"({runs} requests, at least {least} tokens): that module could never run",
                 )

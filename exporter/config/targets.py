@@ -10,7 +10,6 @@ from __future__ import annotations
 from exporter.config import bounds
 from exporter.config.model import DEFAULT_SLO, Budget, EngineMetrics, Target, Tls
 from exporter.config.values import reference
-from exporter.engine.families import VALID_GATEWAY_KINDS, VALID_KINDS
 from exporter.options.addresses import check_target_url, check_url
 from exporter.options.cost import read_cost
 from exporter.options.reader import (
@@ -19,6 +18,8 @@ from exporter.options.reader import (
     check_name,
 )
 from exporter.options.target import (
+    ENGINE_KINDS,
+    GATEWAY_KINDS,
     TIMEOUT_KEYS,
     Timeouts,
     read_api,
@@ -84,9 +85,7 @@ class TargetReader:
             timeouts=read_timeouts(timeouts) if timeouts is not None else Timeouts(),
             tls=self.tls(tls) if tls is not None else Tls(),
             engine_metrics=self.engine_metrics(engine) if engine is not None else None,
-            gateway_metrics=self.engine_metrics(gateway, VALID_GATEWAY_KINDS)
-            if gateway is not None
-            else None,
+            gateway_metrics=self.engine_metrics(gateway, GATEWAY_KINDS) if gateway is not None else None,
             modules=self.module_refs(sec),
             slo=self.reference(sec, "slo", DEFAULT_SLO, "slo", self.slo_names),
             budget=self.budget(budget) if budget is not None else Budget(),
@@ -99,7 +98,7 @@ class TargetReader:
     def tls(self, sec: Section) -> Tls:
         return Tls(verify=sec.boolean("verify", True), ca_file=read_ca_file(self.ctx, sec))
 
-    def engine_metrics(self, sec: Section, kinds: tuple[str, ...] = VALID_KINDS) -> EngineMetrics:
+    def engine_metrics(self, sec: Section, kinds: tuple[str, ...] = ENGINE_KINDS) -> EngineMetrics:
         """An engine's (or, with the gateway ``kinds``, a gateway's) /metrics scrape."""
         url = sec.read("url", "", check_url, resolve=False) if sec.required("url") else ""
         return EngineMetrics(

@@ -113,7 +113,7 @@ class DaemonJobEnvironment:
         slo = self.config.slo_for(target)
         profile = self.prefill_profiles.get(target)
         return deadline_policy_with_profile(
-            slo.deadline_policy(), profile, deadline_given=slo.prefill_deadline_given
+            DeadlinePolicy.of(slo), profile, deadline_given=slo.prefill_deadline_given
         )
 
     def set_profile(self, target: str, profile: StoredProfile) -> None:

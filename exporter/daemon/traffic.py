@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from exporter.config import Config
 from exporter.config.buckets import HistogramBuckets
 from exporter.config.traffic import TrafficConfig
+from exporter.evaluation import EvaluationSpec
 from exporter.exposition.traffic import TrafficStats
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class TrafficService:
         """The service a config asks for (None without ``traffic:``)."""
         if config.traffic is None:
             return None
-        spec = config.slos[config.traffic.slo].evaluation_spec()
+        spec = EvaluationSpec.of(config.slos[config.traffic.slo])
         return cls(config.traffic, TrafficStats(spec, buckets))
 
     async def start(self) -> None:

@@ -31,6 +31,7 @@ from exporter.jobs.search_state import MAX_PARTS, SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import TrialSlo
+from exporter.load import config_workloads
 from exporter.load.calibration import Calibration, calibrate_prompts
 from exporter.load.shard_pool import ShardPool
 from exporter.load.target_facts import ContextFit, cannot_fit, served_context
@@ -219,9 +220,9 @@ def fitted_workload(
     ctx: JobContext,
     calibration: Calibration | None = None,
 ) -> Workload:
-    """``module``'s workload for ``target`` as its scheduled probes send it (``Module.fitted_workload``);
-    a cut is said in the progress, as the profile job says the lengths it leaves out."""
-    workload = module.fitted_workload(target, context, calibration)
+    """``module``'s workload for ``target`` as its scheduled probes send it (``config_workloads``); a
+    cut is said in the progress, as the profile job says the lengths it leaves out."""
+    workload = config_workloads.fitted_workload(module, target, context, calibration)
     fit = ContextFit.of(workload, context)
     if fit.cut > 0:
         ctx.progress(0.0, fit.describe())

@@ -20,9 +20,9 @@ from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool, remote_shards
-from exporter.load.shard_protocol import PoolSettings
 from exporter.options.addresses import bind_reason
 from exporter.options.job_params import JobLimits
+from exporter.options.shards import PoolSettings
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.target import Secret
 

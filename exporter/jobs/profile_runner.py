@@ -23,9 +23,9 @@ from exporter.jobs.prefill_profile import (
 from exporter.jobs.profiles import bare_prefill_warning, profile_overridden
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import PoolSettings
 from exporter.load.target_facts import served_context
 from exporter.options.job_params import JobParams, ProfileParams
+from exporter.options.shards import PoolSettings
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
 

@@ -32,8 +32,8 @@ import numpy as np
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.state_files import WriteHealth, move_aside
-from exporter.load.workloads import MAX_PROMPT_TOKENS
 from exporter.options.json_file import JsonFileError, read_json_file
+from exporter.options.lengths import MAX_PROMPT_TOKENS
 from exporter.options.slo import SloOptions
 from exporter.stats.prefill import PrefillModel
 

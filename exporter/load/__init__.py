@@ -15,11 +15,11 @@ the rest through the probe client. A new workload preset goes in ``presets``.
 """
 
 from exporter.load.health import HealthCheck, HealthThresholds, load_health
-from exporter.load.presets import PRESET_NAMES, preset
+from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.runner import LoadRun, build_plan, load_run_from_results, run_load
-from exporter.load.traces import TraceRequest, load_trace, trace_arrivals, trace_specs, trace_workload
-from exporter.load.workloads import IndependentLengths, PairedLengths, Workload
+from exporter.load.traces import trace_arrivals, trace_specs, trace_workload
+from exporter.load.workloads import IndependentLengths, Workload
 from exporter.options.arrival import (
     ArrivalProcess,
     Constant,
@@ -29,7 +29,9 @@ from exporter.options.arrival import (
     offsets_within,
     parse_arrival_spec,
 )
-from exporter.options.lengths import LengthDistribution, parse_length_spec
+from exporter.options.lengths import LengthDistribution, PairedLengths, parse_length_spec
+from exporter.options.presets import PRESET_NAMES
+from exporter.options.trace_files import TraceRequest, load_trace
 
 __all__ = [
     "PRESET_NAMES",

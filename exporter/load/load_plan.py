@@ -15,18 +15,12 @@ from typing import Any, Final
 import numpy as np
 
 from exporter.load.target_facts import ContextFit, TargetFacts
-from exporter.load.traces import (
-    TRACE_FORMATS,
-    load_trace,
-    trace_arrivals,
-    trace_specs,
-    trace_turns,
-    trace_workload,
-)
+from exporter.load.traces import trace_arrivals, trace_specs, trace_turns, trace_workload
 from exporter.load.workload_options import served_context, workload_from_options
 from exporter.load.workloads import Workload
 from exporter.options.arrival import ArrivalProcess, offsets_within, read_arrival
 from exporter.options.oneshot import OptionError, Options, read_flags
+from exporter.options.trace_files import TRACE_FORMATS, load_trace
 from exporter.probe.target import RequestSpec
 
 DEFAULT_RATE = 4.0  # requests per second when neither --rate nor --concurrency is given

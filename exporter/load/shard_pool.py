@@ -41,7 +41,6 @@ import msgspec
 from aiohttp import web
 
 from exporter.load.shard_protocol import (
-    PoolSettings,
     ProtocolError,
     ShardEntry,
     ShardTask,
@@ -50,6 +49,7 @@ from exporter.load.shard_protocol import (
 )
 from exporter.load.shard_report import ShardRunReport, ShardState, shard_problems
 from exporter.load.shard_run import Hook, ShardRun
+from exporter.options.shards import PoolSettings
 from exporter.options.target import Secret
 from exporter.probe.target import RequestSpec, TargetSettings
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.load.shard_protocol import PoolSettings
+from exporter.options.shards import PoolSettings
 from exporter.probe.result import ProbeResult
 
 # One flagged result shows a stall of the machine, not a shard short of CPU: at the 5-10 results of a

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from exporter.load.presets import PRESET_SESSIONS, preset
+from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.target_facts import TargetFacts, context_fit_on, fit_to_context
 from exporter.load.target_options import option_api
 from exporter.load.workloads import IndependentLengths, Workload, with_sessions
 from exporter.options.oneshot import OptionError, Options, json_object, read_flags
+from exporter.options.presets import PRESET_SESSIONS
 from exporter.options.reader import Section
 from exporter.options.workload import (
     TOOL_CALL_APIS,

@@ -43,6 +43,11 @@ ZIPF_DEFAULT_MAX = 131_072
 DRAW_CEILING = 2.0**53  # the longest a draw is made: exact as a float, far inside int64, far past any filter
 # The largest zipf support we tabulate: the probability table is one float per length.
 _ZIPF_MAX_SUPPORT = 10_000_000
+# Ceilings that hold whatever the filters say: a prompt is built in memory (about 5 bytes a token)
+# before it is sent, so a length spec of 10**12 tokens must never reach the prompt builder. No served
+# model has a context of a million tokens or more today; a longer prompt is refused by any server.
+MAX_PROMPT_TOKENS = 1_048_576
+MAX_OUTPUT_TOKENS = 1_048_576
 
 
 @runtime_checkable
@@ -361,3 +366,27 @@ def length_spec(value: Any) -> LengthDistribution:
     if not isinstance(value, str | int | Mapping):
         raise ValueError(f"must be a length spec like lognormal:median=128,sigma=0.5, got {show(value)}")
     return parse_length_spec(value)
+
+
+@dataclass(frozen=True)
+class PairedLengths:
+    """(prompt, output) pairs of a trace, drawn together with replacement."""
+
+    prompts: tuple[int, ...]
+    outputs: tuple[int, ...]
+    source: str = "trace"
+
+    def __post_init__(self) -> None:
+        if not self.prompts or len(self.prompts) != len(self.outputs):
+            raise ValueError(
+                f"{self.source}: paired lengths need as many prompt as output lengths, and at least one "
+                f"(got {len(self.prompts)} and {len(self.outputs)})"
+            )
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
+        rows = rng.integers(0, len(self.prompts), size=n)
+        prompts = np.asarray(self.prompts, dtype=np.int64)
+        return prompts[rows], np.asarray(self.outputs, dtype=np.int64)[rows]
+
+    def describe(self) -> str:
+        return f"{self.source} ({len(self.prompts)} pairs)"

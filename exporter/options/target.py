@@ -31,6 +31,10 @@ Api = Literal["chat", "completions", "responses"]
 APIS: tuple[Api, ...] = ("chat", "completions", "responses")
 TIMEOUT_KEYS: Final = ("connect", "ttft", "idle", "total")
 MAX_TIMEOUT_S: Final = 86400.0  # targets[].timeouts.* and the timeout flags: a day
+# engine_metrics.kind and gateway_metrics.kind: the families exporter.engine knows (its tests hold the
+# two lists equal), named here so that reading a setting needs no scraper.
+ENGINE_KINDS: Final = ("auto", "llamacpp", "sglang", "tgi", "vllm")
+GATEWAY_KINDS: Final = ("auto", "llm-d-epp")
 LITERAL_SECRET: Final = (
     "a literal key is not accepted (it would sit in the config file, its backups and diffs); "
     "write {env: NAME} or {file: PATH}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.config import ConfigError, parse_config
+from exporter.load.config_workloads import CONFIG_CHECKS
 from exporter.options.target import LITERAL_SECRET
 
 ENVIRON = {"KEY": "sk-never-print-me"}
@@ -687,7 +688,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
 def test_bad_config_reports_exactly(name: str) -> None:
     text, expected = CASES[name]
     with pytest.raises(ConfigError) as caught:
-        parse_config(text, environ=ENVIRON)
+        parse_config(text, environ=ENVIRON, checks=CONFIG_CHECKS)
     assert caught.value.problems == expected
     assert str(caught.value) == "\n".join(expected)
 
@@ -696,7 +697,7 @@ def test_bad_config_reports_exactly(name: str) -> None:
 def test_bad_config_never_prints_secrets(name: str) -> None:
     text, _ = CASES[name]
     with pytest.raises(ConfigError) as caught:
-        parse_config(text, environ=ENVIRON)
+        parse_config(text, environ=ENVIRON, checks=CONFIG_CHECKS)
     message = str(caught.value)
     assert "sk-never-print-me" not in message
     assert "sk-live-123456" not in message

@@ -25,7 +25,9 @@ from exporter.config import (
     parse_duration,
 )
 from exporter.config.model import JobsConfig
-from exporter.evaluation import DeadlinePolicy
+from exporter.daemon.targets import client_settings
+from exporter.evaluation import DeadlinePolicy, EvaluationSpec
+from exporter.load.config_workloads import config_workload
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
 from exporter.options.arrival import Gamma, Poisson
 from exporter.options.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
@@ -110,7 +112,7 @@ def test_full_config_reads_every_section() -> None:
     assert target.timeouts == Timeouts(connect=2.0, ttft=0.25, idle=None, total=300.0)
     assert target.engine_metrics is not None and target.engine_metrics.interval_s == 5.0
     assert target.budget == Budget(720, 2_000_000, 3, 3600.0)
-    settings = target.settings()
+    settings = client_settings(target)
     assert settings.base_url == "https://llm.example:8443/openai" and settings.api == "completions"
     assert settings.headers == (("X-Team", "llm"),)
     assert dict(settings.extra_body) == {"top_p": 0.9, "stop": ["\n"]}
@@ -123,13 +125,13 @@ def test_full_config_reads_every_section() -> None:
 def test_slo_helpers_build_the_report_objects() -> None:
     config = parse_config(FULL, environ={})
     slo = config.slo_for("gpu-0")
-    assert slo.deadline_policy() == DeadlinePolicy(
+    assert DeadlinePolicy.of(slo) == DeadlinePolicy(
         prefill_deadline=0.5, decode_tiers={"medium": 0.05}, target_fluidity=0.95, percentile=95.0
     )
-    spec = slo.evaluation_spec()
+    spec = EvaluationSpec.of(slo)
     assert spec.slos == (parse_slo("ttft:p99<=2"), parse_slo("fluidity:p99>=0.9"))
     assert spec.goodput == GoodputBounds(ttft=2.0, tpot=0.1, min_fluidity=0.9)
-    default = config.slos["default"].deadline_policy()
+    default = DeadlinePolicy.of(config.slos["default"])
     assert default.prefill_deadline == 1.0 and dict(default.decode_tiers) == dict(DECODE_TIERS)
 
 
@@ -139,7 +141,7 @@ def test_prefill_model_file_is_read_relative_to_the_config(tmp_path: Path) -> No
     path = tmp_path / "c.yaml"
     slo = "slos:\n  default:\n    prefill: {model_file: prefill.json, scheduling_slack: 250ms}\n"
     path.write_text(MINIMAL + slo, encoding="utf-8")
-    policy = load_config(path, environ={}).slos["default"].deadline_policy()
+    policy = DeadlinePolicy.of(load_config(path, environ={}).slos["default"])
     assert policy.prefill_model == model and policy.scheduling_slack == 0.25
 
 
@@ -172,11 +174,11 @@ def test_a_prefill_model_file_is_read_bounded_like_a_state_file(
 
 def test_workload_uses_exact_prompts_only_for_the_simulator() -> None:
     config = parse_config(FULL.replace("workload: sharegpt", "workload: lmsys"), environ={})
-    real = config.workload("gpu-0", "chat")
+    real = config_workload(config, "gpu-0", "chat")
     assert isinstance(real.builder, ApproxPromptBuilder) and real.api == "completions"
     assert real.name == "lmsys" and real.max_output_tokens == 256
     simulated = parse_config(MINIMAL + "    simulated: true\nmodules:\n  m: {}\n", environ={})
-    workload = simulated.workload("a", "m")
+    workload = config_workload(simulated, "a", "m")
     assert isinstance(workload.builder, SimPromptBuilder) and workload.prompt_tokens_exact
     assert workload.name == "m" and workload.api == "chat"
 
@@ -197,7 +199,7 @@ def test_default_config_probes_the_simulator() -> None:
     module = pair[1]
     assert module.name == "default" and module.concurrency == 1 and module.requests_per_run == 2
     assert module.schedule == ProbeSchedule(interval_s=15.0, jitter_s=3.0)
-    workload = config.workload("sim", "default")
+    workload = config_workload(config, "sim", "default")
     assert isinstance(workload.builder, SimPromptBuilder)
     assert module.workload.prompt_tokens == LogNormal(512, 0.5) and module.workload.output_tokens == Fixed(
         128
@@ -272,7 +274,7 @@ def test_secret_from_env_is_resolved_and_never_printed() -> None:
     )
     key = config.targets[0].api_key
     assert key is not None and key.reveal() == SECRET
-    assert config.targets[0].settings().api_key == key
+    assert client_settings(config.targets[0]).api_key == key
     for text in (repr(config), str(config), repr(config.targets[0]), str(key), f"{config.targets}"):
         assert SECRET not in text
     assert "********" in repr(config.targets[0])
@@ -426,7 +428,7 @@ def test_trace_workload_is_read_at_load_time_relative_to_the_config(tmp_path: Pa
         "modules: {replay: {workload: {trace: trace.jsonl, format: jsonl}}}\n"
     )
     config = load_config(config_file)
-    workload = config.workload("a", "replay")
+    workload = config_workload(config, "a", "replay")
     prompts, outputs = workload.sample_lengths(200, np.random.default_rng(0))
     assert set(zip(prompts.tolist(), outputs.tolist(), strict=True)) == {(100, 20), (300, 40)}  # pairs kept
     assert "trace.jsonl (2 pairs)" in config.module("replay").workload.describe()

@@ -121,7 +121,7 @@ def test_the_config_gives_an_applied_profile_its_slack(tmp_path: Path) -> None:
         "slos:\n  s:\n    prefill: {scheduling_slack: 250ms}\n"
     )
     config = load_config_file(path)
-    policy = config.slo_for(config.target("a")).deadline_policy()
+    policy = DeadlinePolicy.of(config.slo_for(config.target("a")))
     applied = deadline_policy_with_profile(policy, StoredProfile("a", MODEL, 1.0))
     lengths = np.array([128.0, 4096.0])
     assert applied.prefill_deadlines(lengths) == pytest.approx(MODEL.predict(lengths) + 0.25)

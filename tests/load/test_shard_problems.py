@@ -8,7 +8,6 @@ import pickle
 import pytest
 
 from exporter.load.shard_protocol import (
-    PoolSettings,
     ProtocolError,
     ShardEntry,
     ShardTask,
@@ -22,6 +21,7 @@ from exporter.load.shard_protocol import (
     task_to_json,
 )
 from exporter.load.shard_report import ShardState, shard_problems
+from exporter.options.shards import PoolSettings
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.probe.target import FollowUp, RequestSpec, Secret, TargetSettings, Timeouts
 

@@ -20,8 +20,9 @@ from aiohttp.typedefs import Handler
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.load.shard_local import LocalShards, local_shards
 from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import API_KEY_ENV, PoolSettings
+from exporter.load.shard_protocol import API_KEY_ENV
 from exporter.load.shard_runner import LOST_S, serve_shard
+from exporter.options.shards import PoolSettings
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult, intervals
 from exporter.probe.target import RequestSpec, Secret

@@ -126,14 +126,14 @@ def test_flags_and_config_read_the_same_slo(tmp_path: Path) -> None:
         objective=["ttft:p99<=2"],
         goodput="ttft<=2s,min_fluidity>=0.9",
     )
-    assert evaluation_spec(flags) == config.slos["default"].evaluation_spec()
+    assert evaluation_spec(flags) == EvaluationSpec.of(config.slos["default"])
     assert evaluation_spec(flags).goodput == GoodputBounds(ttft=2.0, min_fluidity=0.9)
     assert evaluation_spec(flags).slos == (parse_slo("ttft:p99<=2"),)
 
 
 def test_no_flags_give_the_configs_default_slo() -> None:
-    assert (
-        evaluation_spec(flag_options()) == parse_config(TARGET, environ={}).slos["default"].evaluation_spec()
+    assert evaluation_spec(flag_options()) == EvaluationSpec.of(
+        parse_config(TARGET, environ={}).slos["default"]
     )
     assert evaluation_spec(flag_options()) == EvaluationSpec()
     assert prefill_deadlines(flag_options(prefill_deadline=2.0)) == DeadlinePolicy(prefill_deadline=2.0)

@@ -12,6 +12,7 @@ import pytest
 from exporter.cli.bench import add_arguments
 from exporter.cli.flags import merged_options
 from exporter.config import ConfigError, parse_config
+from exporter.load.config_workloads import workload_for
 from exporter.load.load_plan import open_loop
 from exporter.load.workload_options import workload_from_options
 from exporter.options.lengths import Fixed, LogNormal
@@ -183,7 +184,7 @@ def test_flags_and_config_read_the_same_workload() -> None:
         environ={},
     )
     module = config.modules["m"]
-    from_config = module.workload_for(config.targets[0])
+    from_config = workload_for(module, config.targets[0])
     options = bench_options(
         *["--prompt-tokens", "fixed:200", "--output-tokens", "8", "--turns", "3", "--think-time", "fixed:2"],
         *["--arrival", "gamma", "--rate", "3", "--burstiness", "0.5"],
