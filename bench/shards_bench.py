@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.load.shard_local import local_shards
-from exporter.options.cpus import available_cpus
-from exporter.options.shards import PoolSettings
 from exporter.probe.result import Outcome
 from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.settings.cpus import available_cpus
+from exporter.settings.shards import PoolSettings
 from exporter.sim.process import SimProcess
 
 TOKENS = 32

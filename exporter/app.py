@@ -24,7 +24,6 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from exporter.config import Config, ConfigError, load_config_file
 from exporter.daemon.config_facts import (
     histogram_buckets,
     jobs_folder,
@@ -48,8 +47,9 @@ from exporter.exposition.store_limits import StoreLimits
 from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobStore
 from exporter.load.config_workloads import CONFIG_CHECKS
-from exporter.options.cpus import available_cpus
 from exporter.probe.result import ProbeCutError, ProbeRun
+from exporter.settings import Config, ConfigError, load_config_file
+from exporter.settings.cpus import available_cpus
 from exporter.web.metrics_cache import MAX_AGE_S
 from exporter.web.routes import build_app
 

@@ -1,7 +1,7 @@
 """``fluidity-exporter check-config FILE...``: validate config files without starting anything.
 
 Prints ``FILE: OK (N targets, M modules)`` for a good file, or ``FILE: N problems`` and every problem,
-one per line, for a bad one (``exporter.config.check``); the exit code is 0 when every file is good, 1
+one per line, for a bad one (``exporter.settings.check``); the exit code is 0 when every file is good, 1
 otherwise. Secrets are read (a missing variable is a problem) but never printed.
 """
 
@@ -11,8 +11,8 @@ import argparse
 import sys
 
 from exporter.cli.command import Command
-from exporter.config.check import check_file
 from exporter.load.config_workloads import CONFIG_CHECKS
+from exporter.settings.check import check_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

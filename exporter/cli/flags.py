@@ -4,7 +4,7 @@
 ``add_workload_arguments`` (a preset or custom lengths: ``bench``, ``capacity``) and
 ``add_prefill_arguments`` (``Dp``: ``bench``, ``capacity``) keep one spelling and one help line per
 flag. ``merged_options`` lays the flags over a ``--config`` YAML file whose keys are the flags' names;
-the result is the options mapping the layers below read (``exporter.options.oneshot``).
+the result is the options mapping the layers below read (``exporter.settings.oneshot``).
 
 One concept has one spelling in every command. An old spelling still works for one release, as a
 ``DeprecatedAlias`` (hidden from ``--help``) that says on stderr which flag to use instead; a ``--config``
@@ -21,11 +21,11 @@ from typing import Any
 
 import yaml
 
-from exporter.options.cpus import available_cpus
-from exporter.options.oneshot import OptionError
-from exporter.options.presets import PRESET_NAMES
-from exporter.options.target import Timeouts
 from exporter.probe.target import APIS
+from exporter.settings.cpus import available_cpus
+from exporter.settings.oneshot import OptionError
+from exporter.settings.presets import PRESET_NAMES
+from exporter.settings.target import Timeouts
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.stats.slo import DEFAULT_PREFILL_DEADLINE_S, DEFAULT_TARGET_FLUIDITY
 

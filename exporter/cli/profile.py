@@ -35,10 +35,10 @@ from exporter.jobs.prefill_profile import (
 )
 from exporter.load.target_facts import discover_target
 from exporter.load.target_options import option_url
-from exporter.options.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
-from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputError, check_output_path
+from exporter.settings.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
+from exporter.settings.oneshot import OptionError, Options
 from exporter.sim.process import SimStartError, url_or_simulator
 from exporter.stats.prefill import dump_json
 

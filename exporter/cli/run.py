@@ -28,12 +28,12 @@ from aiohttp import web
 from exporter.app import SHUTDOWN_GRACE_S, Daemon, web_app
 from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
-from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
 from exporter.daemon.config_watch import ConfigWatch
 from exporter.load.config_workloads import CONFIG_CHECKS
-from exporter.options.addresses import ListenError, check_listen_address, host_port
-from exporter.options.reader import parse_duration
 from exporter.probe import loop as event_loop
+from exporter.settings import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
+from exporter.settings.addresses import ListenError, check_listen_address, host_port
+from exporter.settings.reader import parse_duration
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.sim.process import SimProcess

@@ -16,7 +16,7 @@ from typing import Any
 
 from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
-from exporter.options.addresses import ListenError, host_port
+from exporter.settings.addresses import ListenError, host_port
 from exporter.sim.config import ConfigError, SimConfig, from_mapping, load_yaml, resolve
 from exporter.sim.presets import PRESETS
 from exporter.sim.protocol import FAULT_MODES

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.config.model import Module, Target
 from exporter.load.calibration import Calibration, calibrate_prompts
 from exporter.load.config_workloads import fitted_workload
 from exporter.load.target_facts import ContextAnswer, ask_context
@@ -37,6 +36,7 @@ from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeRefusedError, ProbeResult
 from exporter.probe.target import RequestSpec
+from exporter.settings.model import Module, Target
 
 LOG = logging.getLogger(__name__)
 # While a target does not say its context, refused a request since, or has a module that cannot fit, ask

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.config import Config
-from exporter.config.model import Module, Target
 from exporter.daemon.budget import BudgetTracker
 from exporter.daemon.health import TargetHealth
 from exporter.daemon.served_context import ServedContext
@@ -31,6 +29,8 @@ from exporter.load.sessions import planned_tokens, session_turns
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
 from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.settings import Config
+from exporter.settings.model import Module, Target
 
 IDLE_POLL_S = 0.05  # how often a starting job checks whether the target's probes have ended
 REPLACED_CLIENT_GRACE_S = 600.0  # a replaced client closes when its probes end, or after this

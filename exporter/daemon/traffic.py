@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from exporter.config import Config
-from exporter.config.buckets import HistogramBuckets
-from exporter.config.traffic import TrafficConfig
 from exporter.evaluation import EvaluationSpec
 from exporter.exposition.traffic import TrafficStats
+from exporter.settings import Config
+from exporter.settings.buckets import HistogramBuckets
+from exporter.settings.traffic import TrafficConfig
 
 if TYPE_CHECKING:
     from exporter.traffic.observer import TrafficObserver

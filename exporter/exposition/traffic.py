@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exporter.config.buckets import HistogramBuckets
 from exporter.evaluation import EvaluationSpec, measure
 from exporter.exposition import names, render
 from exporter.exposition.families import Families
 from exporter.exposition.views import Histogram
 from exporter.probe.result import Outcome
+from exporter.settings.buckets import HistogramBuckets
 from exporter.traffic.record import SKIP_REASONS, Observed
 
 PENDING = 4096  # records waiting to be evaluated: ~2 ms of numpy per batch, at most this many stamps lists

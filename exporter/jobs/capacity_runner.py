@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.config.model import Module, SloConfig, Target
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, OnInterrupt, search_capacity
 from exporter.jobs.drain import Busy, Drained, wait_drained
@@ -36,11 +35,12 @@ from exporter.load.calibration import Calibration, calibrate_prompts
 from exporter.load.shard_pool import ShardPool
 from exporter.load.target_facts import ContextFit, cannot_fit, served_context
 from exporter.load.workloads import Workload
-from exporter.options.job_params import CapacityParams, JobLimits, JobParams, SloSpec, concurrency_ceiling
 from exporter.probe.client import ProbeClient
 from exporter.probe.loop import off_the_loop
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
+from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, SloSpec, concurrency_ceiling
+from exporter.settings.model import Module, SloConfig, Target
 from exporter.stats.binomial import fewest_to_confirm
 from exporter.stats.slo import DECODE_TIERS, decode_tier
 

@@ -1,6 +1,6 @@
 """A capacity search run from this process (the ``capacity`` command), without the daemon.
 
-The options become the jobs API's parameters through its own parser (``exporter.options.job_parse``), without
+The options become the jobs API's parameters through its own parser (``exporter.settings.job_parse``), without
 the daemon's ceilings (the person at the terminal is the authority); the SLO is resolved as the daemon
 resolves a job's, with the default SLO config in place of a target's and ``Dp`` from the options. The
 search sends from this process's client, or over local worker processes.
@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from exporter.config.bounds import MAX_JOB_REQUESTS_PER_TRIAL, MAX_JOB_TRIALS
-from exporter.config.model import SloConfig
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, OnInterrupt
 from exporter.jobs.capacity_runner import (
@@ -27,12 +25,14 @@ from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.plan_runner import worker_pool
 from exporter.load.workloads import Workload
-from exporter.options.cost import Cost
-from exporter.options.job_params import CapacityParams, JobLimits
-from exporter.options.job_parse import ParamsError, parse_params
-from exporter.options.oneshot import OptionError, Options, flag_problem
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
+from exporter.settings.bounds import MAX_JOB_REQUESTS_PER_TRIAL, MAX_JOB_TRIALS
+from exporter.settings.cost import Cost
+from exporter.settings.job_params import CapacityParams, JobLimits
+from exporter.settings.job_parse import ParamsError, parse_params
+from exporter.settings.model import SloConfig
+from exporter.settings.oneshot import OptionError, Options, flag_problem
 
 # The command runs on the user's own machine, against their own target: no ceilings of the daemon's,
 # but the highest its config could set for the trials and their requests (a trial of 10^9 requests was

@@ -14,10 +14,10 @@ from exporter.jobs.profile_runner import PROFILE_POOL, one_at_a_time
 from exporter.load.plan_runner import worker_pool
 from exporter.load.target_facts import TargetFacts
 from exporter.load.workload_options import prompt_builder
-from exporter.options.job_params import DEFAULT_HIGH, distinct_lengths, geometric_ladder
-from exporter.options.oneshot import OptionError, Options
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
+from exporter.settings.job_params import DEFAULT_HIGH, distinct_lengths, geometric_ladder
+from exporter.settings.oneshot import OptionError, Options
 
 
 def lengths(options: Options) -> tuple[int, ...]:

@@ -2,7 +2,7 @@
 
 The flow is one way: a ``Workload`` (``workloads``; named ones in ``presets``, real ones in ``traces``,
 prompts from ``prompts``, multi-turn ``sessions``) yields ``RequestSpec``s; an arrival process
-(``exporter.options.arrival``) yields absolute send offsets; ``runner.run_load`` sends the specs through
+(``exporter.settings.arrival``) yields absolute send offsets; ``runner.run_load`` sends the specs through
 an injected ``send`` (the probe client's, or a fake) and returns a ``LoadRun`` with every
 ``ProbeResult`` and the ``health`` checks of the load itself. A one-shot run (``bench``, ``capacity``,
 ``profile``) builds its target settings (``target_options``), its workload (``workload_options``) and
@@ -20,7 +20,7 @@ from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptB
 from exporter.load.runner import LoadRun, build_plan, load_run_from_results, run_load
 from exporter.load.traces import trace_arrivals, trace_specs, trace_workload
 from exporter.load.workloads import IndependentLengths, Workload
-from exporter.options.arrival import (
+from exporter.settings.arrival import (
     ArrivalProcess,
     Constant,
     Gamma,
@@ -29,9 +29,9 @@ from exporter.options.arrival import (
     offsets_within,
     parse_arrival_spec,
 )
-from exporter.options.lengths import LengthDistribution, PairedLengths, parse_length_spec
-from exporter.options.presets import PRESET_NAMES
-from exporter.options.trace_files import TraceRequest, load_trace
+from exporter.settings.lengths import LengthDistribution, PairedLengths, parse_length_spec
+from exporter.settings.presets import PRESET_NAMES
+from exporter.settings.trace_files import TraceRequest, load_trace
 
 __all__ = [
     "PRESET_NAMES",

@@ -1,7 +1,7 @@
 """The workloads a config's modules send: built here from the settings' plain data, and the config
 checks that need one (a module's length filters, a run within a target's token budget).
 
-``exporter.config`` reads and checks what a file says; whether a module's draws survive its filters
+``exporter.settings`` reads and checks what a file says; whether a module's draws survive its filters
 takes a ``Workload`` to draw from, so those checks are handed to the config reader by its callers
 (``CONFIG_CHECKS``) and run with its own checks across sections: every problem is still said at once.
 """
@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from exporter.config import bounds
-from exporter.config.model import Config, Module, Target
-from exporter.config.parse import ConfigCheck, unread
 from exporter.load.calibration import Calibration
 from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.target_facts import context_fit_on, fit_to_context
 from exporter.load.workloads import IndependentLengths, LengthSource, Workload, with_sessions
-from exporter.options.reader import Context
+from exporter.settings import bounds
+from exporter.settings.model import Config, Module, Target
+from exporter.settings.parse import ConfigCheck, unread
+from exporter.settings.reader import Context
 
 
 def prompt_builder(target: Target) -> PromptBuilder:

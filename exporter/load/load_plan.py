@@ -2,7 +2,7 @@
 (closed loop), for a count of requests or a duration; a preset's samples or a replayed trace.
 
 The arrival flags (``--arrival``, ``--rate``, ``--burstiness``) and ``--concurrency`` are read as a daemon
-config module's ``arrival`` and ``concurrency`` are, by ``exporter.options.arrival.read_arrival``: a bad
+config module's ``arrival`` and ``concurrency`` are, by ``exporter.settings.arrival.read_arrival``: a bad
 value fails with the config's message under the flag that gave it (``ARRIVAL_FLAGS``).
 """
 
@@ -18,10 +18,10 @@ from exporter.load.target_facts import ContextFit, TargetFacts
 from exporter.load.traces import trace_arrivals, trace_specs, trace_turns, trace_workload
 from exporter.load.workload_options import served_context, workload_from_options
 from exporter.load.workloads import Workload
-from exporter.options.arrival import ArrivalProcess, offsets_within, read_arrival
-from exporter.options.oneshot import OptionError, Options, read_flags
-from exporter.options.trace_files import TRACE_FORMATS, load_trace
 from exporter.probe.target import RequestSpec
+from exporter.settings.arrival import ArrivalProcess, offsets_within, read_arrival
+from exporter.settings.oneshot import OptionError, Options, read_flags
+from exporter.settings.trace_files import TRACE_FORMATS, load_trace
 
 DEFAULT_RATE = 4.0  # requests per second when neither --rate nor --concurrency is given
 DEFAULT_REQUESTS = 100  # when neither --requests nor --duration is given

@@ -15,11 +15,11 @@ from exporter.load.load_plan import LoadPlan
 from exporter.load.runner import LoadRun, load_run_from_results, run_load
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
-from exporter.options.oneshot import OptionError
-from exporter.options.shards import PoolSettings
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.settings.oneshot import OptionError
+from exporter.settings.shards import PoolSettings
 
 
 @contextlib.asynccontextmanager

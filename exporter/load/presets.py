@@ -1,13 +1,13 @@
 """The workload presets as ``Workload`` objects: the presets' figures are data of the settings
-(``exporter.options.presets``, with their sources); this builds the requests' shape from them."""
+(``exporter.settings.presets``, with their sources); this builds the requests' shape from them."""
 
 from __future__ import annotations
 
 from exporter.load.prompts import PromptBuilder, SimPromptBuilder
 from exporter.load.workloads import IndependentLengths, Workload
-from exporter.options.lengths import LogNormal
-from exporter.options.presets import FOLLOWUP_PROMPT, PRESET_NAMES, PRESETS, SESSION_TURNS
 from exporter.probe.target import Api
+from exporter.settings.lengths import LogNormal
+from exporter.settings.presets import FOLLOWUP_PROMPT, PRESET_NAMES, PRESETS, SESSION_TURNS
 
 
 def preset(

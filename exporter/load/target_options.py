@@ -1,7 +1,7 @@
 """How to reach a one-shot run's target, from its options: URL, API, key, headers, body, TLS, timeouts.
 
 The flags are read as a ``targets[]`` entry of the daemon config is, by the readers of
-``exporter.options.target``: ``target_tree`` puts their values in that shape and ``TARGET_FLAGS`` names
+``exporter.settings.target``: ``target_tree`` puts their values in that shape and ``TARGET_FLAGS`` names
 the flag of each config path, so a bad value fails with the config's message under the flag's name.
 """
 
@@ -11,10 +11,11 @@ import os
 from collections.abc import Callable
 from typing import Any, Final
 
-from exporter.options.addresses import check_url
-from exporter.options.oneshot import OptionError, Options, json_object, read_flags
-from exporter.options.reader import Context, Section
-from exporter.options.target import (
+from exporter.probe.target import TargetSettings
+from exporter.settings.addresses import check_url
+from exporter.settings.oneshot import OptionError, Options, json_object, read_flags
+from exporter.settings.reader import Context, Section
+from exporter.settings.target import (
     TIMEOUT_KEYS,
     Api,
     Timeouts,
@@ -25,7 +26,6 @@ from exporter.options.target import (
     read_secret,
     read_timeouts,
 )
-from exporter.probe.target import TargetSettings
 
 # The flag that gives each part of a target (a config path, as the readers report problems under it).
 TARGET_FLAGS: Final = {

@@ -1,5 +1,5 @@
 """The workloads, requests and arrivals a trace's rows make (the files are read by
-``exporter.options.trace_files``)."""
+``exporter.settings.trace_files``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from exporter.load.workloads import Workload
-from exporter.options.arrival import TraceReplay
-from exporter.options.lengths import PairedLengths
-from exporter.options.trace_files import TIME_FIELDS, TraceRequest
 from exporter.probe.target import FollowUp, RequestSpec
+from exporter.settings.arrival import TraceReplay
+from exporter.settings.lengths import PairedLengths
+from exporter.settings.trace_files import TIME_FIELDS, TraceRequest
 
 
 def trace_workload(records: Sequence[TraceRequest], base: Workload) -> Workload:

@@ -1,7 +1,7 @@
 """The workload a one-shot run's options describe: a preset or custom lengths, sessions, tool calls and
 structured output, fitted to the target's context with prompts calibrated to its tokenizer.
 
-The flags are read as a daemon config module's ``workload`` is, by ``exporter.options.workload``:
+The flags are read as a daemon config module's ``workload`` is, by ``exporter.settings.workload``:
 ``workload_tree`` puts their values in that shape and ``WORKLOAD_FLAGS`` names the flag of each config
 path, so a bad value fails with the config's message under the flag's name.
 """
@@ -15,10 +15,10 @@ from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptB
 from exporter.load.target_facts import TargetFacts, context_fit_on, fit_to_context
 from exporter.load.target_options import option_api
 from exporter.load.workloads import IndependentLengths, Workload, with_sessions
-from exporter.options.oneshot import OptionError, Options, json_object, read_flags
-from exporter.options.presets import PRESET_SESSIONS
-from exporter.options.reader import Section
-from exporter.options.workload import (
+from exporter.settings.oneshot import OptionError, Options, json_object, read_flags
+from exporter.settings.presets import PRESET_SESSIONS
+from exporter.settings.reader import Section
+from exporter.settings.workload import (
     TOOL_CALL_APIS,
     TOOLS_AND_TURNS,
     WorkloadOptions,

@@ -34,15 +34,15 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from exporter.load.prompts import PromptBuilder, SimPromptBuilder
-from exporter.options.lengths import (
+from exporter.probe.target import APIS, Api, FollowUp, RequestSpec
+from exporter.settings.lengths import (
     MAX_OUTPUT_TOKENS,
     MAX_PROMPT_TOKENS,
     IntArray,
     LengthDistribution,
 )
-from exporter.options.think_time import DEFAULT_THINK_TIME, ThinkTime, parse_think_time
-from exporter.options.workload import WorkloadOptions, tool_calls_problem
-from exporter.probe.target import APIS, Api, FollowUp, RequestSpec
+from exporter.settings.think_time import DEFAULT_THINK_TIME, ThinkTime, parse_think_time
+from exporter.settings.workload import WorkloadOptions, tool_calls_problem
 
 # Below this share of accepted draws the filters leave too little of the distribution to sample.
 _MIN_ACCEPTANCE = 1e-3

@@ -39,7 +39,6 @@ from types import TracebackType
 
 import msgspec
 
-from exporter.options.target import mask_secrets
 from exporter.probe.bounds import MODELS_BODY_BYTES
 from exporter.probe.http import (
     BodySink,
@@ -61,6 +60,7 @@ from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.target import PROBE_HEADER, RequestSpec, TargetSettings
 from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
 from exporter.probe.watchdog import Watchdog
+from exporter.settings.target import mask_secrets
 
 log = logging.getLogger(__name__)
 # A request's JSON body: msgspec writes a small body in a fraction of json.dumps' time, compact (an

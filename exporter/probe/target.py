@@ -1,6 +1,6 @@
 """How to reach a target and what to ask it: settings (picklable, so worker processes get them too).
 
-``Api``, ``Secret`` and ``Timeouts`` are defined (and read) in ``exporter.options.target``; they are
+``Api``, ``Secret`` and ``Timeouts`` are defined (and read) in ``exporter.settings.target``; they are
 exported here too, beside the settings built from them.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.options.target import APIS, Api, Secret, Timeouts, secret_forms
+from exporter.settings.target import APIS, Api, Secret, Timeouts, secret_forms
 
 # Every probe request carries it, so that an observer of real traffic (exporter.traffic) behind the same
 # Envoy keeps the exporter's own requests out of the users' figures.

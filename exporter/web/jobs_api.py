@@ -22,9 +22,9 @@ from aiohttp import web
 
 from exporter.jobs.manager import JobConflictError, JobManager, UnknownJobError
 from exporter.jobs.store import JOB_STATES, JobRecord
-from exporter.options.job_params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
-from exporter.options.job_parse import ParamsError, params_to_dict, parse_params
 from exporter.probe.target import Secret
+from exporter.settings.job_params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
+from exporter.settings.job_parse import ParamsError, params_to_dict, parse_params
 from exporter.web.openapi import document_for
 
 PREFIX: Final = "/api/v1"

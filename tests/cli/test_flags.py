@@ -9,7 +9,7 @@ import pytest
 
 from exporter.cli import _commands, build_parser
 from exporter.cli.flags import merged_options
-from exporter.options.oneshot import OptionError
+from exporter.settings.oneshot import OptionError
 
 PARSER = build_parser(_commands())
 

@@ -16,12 +16,12 @@ import pytest
 from aiohttp import web
 
 from exporter.app import Daemon
-from exporter.config import load_config, load_config_file
 from exporter.daemon import served_context
 from exporter.daemon.served_context import CONTEXT_REASK_S, ServedContext
 from exporter.daemon.targets import client_settings
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeRefusedError, ProbeResult
+from exporter.settings import load_config, load_config_file
 from tests.support.daemon import get, samples, serving, value
 from tests.support.net import serving_app
 from tests.support.sim import StartSim

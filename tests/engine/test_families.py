@@ -19,7 +19,7 @@ from exporter.engine.families import (
     family_key,
 )
 from exporter.engine.snapshot import index_families
-from exporter.options.target import ENGINE_KINDS, GATEWAY_KINDS
+from exporter.settings.target import ENGINE_KINDS, GATEWAY_KINDS
 from tests.engine import fixtures
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from exporter.config.buckets import DEFAULT_BUCKETS
 from exporter.evaluation import EvaluationSpec
 from exporter.exposition import traffic
 from exporter.exposition.traffic import TrafficStats
 from exporter.probe.result import Outcome, ProbeResult
+from exporter.settings.buckets import DEFAULT_BUCKETS
 from exporter.traffic.record import SKIP_REASONS, Observed
 from tests.support.daemon import samples, value
 

@@ -6,7 +6,7 @@ import pytest
 
 from exporter.jobs.local_profile import lengths
 from exporter.jobs.prefill_profile import fit_ladder
-from exporter.options.oneshot import OptionError
+from exporter.settings.oneshot import OptionError
 
 
 def test_the_ladder_keeps_what_fits_and_ends_at_the_longest_prompt_that_does() -> None:

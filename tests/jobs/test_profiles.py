@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exporter.config import load_config_file
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.profiles import (
     ProfileStore,
@@ -18,9 +17,10 @@ from exporter.jobs.profiles import (
     profile_file_name,
     profile_overridden,
 )
-from exporter.options.problems import Problems
-from exporter.options.reader import Section
-from exporter.options.slo import SLO_KEYS, read_slo
+from exporter.settings import load_config_file
+from exporter.settings.problems import Problems
+from exporter.settings.reader import Section
+from exporter.settings.slo import SLO_KEYS, read_slo
 from exporter.stats.prefill import PrefillModel
 
 MODEL = PrefillModel(

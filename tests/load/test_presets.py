@@ -10,8 +10,8 @@ import pytest
 from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder
 from exporter.load.workloads import IndependentLengths, Workload, specs_with_lengths
-from exporter.options.lengths import Fixed, PairedLengths, Uniform
-from exporter.options.presets import PRESET_NAMES, PRESETS
+from exporter.settings.lengths import Fixed, PairedLengths, Uniform
+from exporter.settings.presets import PRESET_NAMES, PRESETS
 from exporter.sim import tokenizer
 
 SAMPLES = 5000

@@ -21,9 +21,9 @@ from exporter.load.shard_protocol import (
     task_to_json,
 )
 from exporter.load.shard_report import ShardState, shard_problems
-from exporter.options.shards import PoolSettings
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.probe.target import FollowUp, RequestSpec, Secret, TargetSettings, Timeouts
+from exporter.settings.shards import PoolSettings
 
 SETTINGS = PoolSettings(max_start_lateness_s=0.1, max_unreliable_share=0.01)
 

@@ -11,7 +11,7 @@ import pytest
 
 from exporter.load.presets import preset
 from exporter.load.traces import trace_arrivals, trace_specs, trace_workload
-from exporter.options.trace_files import (
+from exporter.settings.trace_files import (
     TraceRequest,
     estimate_tokens,
     load_azure,

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from exporter.config import ConfigError, load_config_file
-from exporter.options.reader import parse_duration
+from exporter.settings import ConfigError, load_config_file
+from exporter.settings.reader import parse_duration
 from tests.deploy.kubernetes.manifests import (
     BASE,
     CAPACITY_SEARCH,
