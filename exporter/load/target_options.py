@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from exporter.probe.target import TargetSettings
-from exporter.settings.addresses import check_url
+from exporter.settings.addresses import check_target_url
 from exporter.settings.oneshot import OptionError, Options, json_object, read_flags
 from exporter.settings.reader import Context, Section
 from exporter.settings.target import (
@@ -46,13 +46,13 @@ TARGET_FLAG_KEYS: Final = ("api", "model", "api_key", "headers", "extra_body", "
 
 
 def option_url(options: Options) -> str | None:
-    """``--url``, checked as the config checks a URL (a trailing ``/v1`` is allowed: requests add it
-    only where it is missing); None for the built-in simulator."""
+    """``--url``, by the config's rule for a target's URL (``check_target_url``: a trailing ``/v1`` is
+    left out); None for the built-in simulator."""
     url = options["url"]
     if url is None:
         return None
     try:
-        return check_url(url)
+        return check_target_url(url)
     except ValueError as exc:
         raise OptionError(f"--url: {exc}") from None
 

@@ -28,7 +28,7 @@ Schema (every key is optional unless marked *required*; the values shown are the
         fluidity: [...]                #   fluidity (in [0, 1]); strictly ascending, finite
     targets:                           # *required*, at least one
       - name: local-vllm               # *required*, unique, [A-Za-z0-9_.-]+ (a label value)
-        url: http://127.0.0.1:8000     # *required*, http(s)://host[:port][/path], without /v1
+        url: http://127.0.0.1:8000     # *required*, http(s)://host[:port][/path]; a trailing /v1 is left out
         api: chat                      # chat | completions | responses
         model: null                    # null: the first model of /v1/models
         api_key: null                  # {env: NAME} or {file: PATH}; a literal string is refused

@@ -34,11 +34,12 @@ def check_url(value: Any) -> str:
 
 
 def check_target_url(value: Any) -> str:
-    """A target's base URL: the exporter adds ``/v1/...`` itself."""
+    """A target's base URL, the one rule for ``targets[].url``, a shard job's target URLs, ``--url`` and
+    ``--upstream``: the server's root, where requests add ``/v1/...``. A trailing ``/v1`` is what an
+    OpenAI client's base URL has, so it is taken and left out (``http://h:8000/v1`` is
+    ``http://h:8000``): one spelling per server, whichever the user copied."""
     url = check_url(value)
-    if url.endswith("/v1"):
-        raise ValueError(f"leave out the trailing /v1 (requests add it), got {show(url)}")
-    return url
+    return url.removesuffix("/v1") if urlsplit(url).path.endswith("/v1") else url
 
 
 def check_listen_address(value: Any) -> str:

@@ -336,10 +336,6 @@ CASES: dict[str, tuple[str, list[str]]] = {
         "targets:\n  - name: a\n    url: http://\n",
         ['targets[0].url: must be an http(s) URL like http://host:8000, got "http://"'],
     ),
-    "bad-url-v1": (
-        "targets:\n  - name: a\n    url: http://h:8000/v1\n",
-        ['targets[0].url: leave out the trailing /v1 (requests add it), got "http://h:8000/v1"'],
-    ),
     "bad-url-port": (
         "targets:\n  - name: a\n    url: http://h:99999\n",
         ['targets[0].url: bad port in "http://h:99999": a port is a number from 0 to 65535'],
@@ -528,7 +524,6 @@ CASES: dict[str, tuple[str, list[str]]] = {
         + "jobs:\n  api_token: {env: KEY}\n  shards: {count: 2, target_urls: {b: 'http://vllm:8000', a: 'http://vllm:8000/v1'}}\n",
         [
             'jobs.shards.target_urls: unknown key "b"; valid: a',
-            'jobs.shards.target_urls.a: leave out the trailing /v1 (requests add it), got "http://vllm:8000/v1"',
         ],
     ),
     "job-schedule-duplicate-names": (

@@ -14,6 +14,7 @@ from exporter.daemon.targets import client_settings
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
 from exporter.load.config_workloads import config_workload
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
+from exporter.load.target_options import option_url
 from exporter.probe.target import Timeouts
 from exporter.settings import (
     Budget,
@@ -29,6 +30,7 @@ from exporter.settings import (
     parse_config,
     parse_duration,
 )
+from exporter.settings.addresses import check_target_url
 from exporter.settings.arrival import Gamma, Poisson
 from exporter.settings.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
 from exporter.settings.job_parse import params_to_dict
@@ -544,3 +546,21 @@ def test_gateway_metrics_with_a_bearer_token_from_a_file(tmp_path: Path) -> None
     assert gateway.headers() == {"Authorization": "Bearer k8s-sa-token"}
     assert "k8s-sa-token" not in repr(target)
     assert target.engine_metrics is not None and target.engine_metrics.headers() == {}
+
+
+@pytest.mark.parametrize(
+    "written", ["http://h:8000", "http://h:8000/", "http://h:8000/v1", "http://h:8000/v1/"]
+)
+def test_a_target_url_has_one_rule_in_the_config_the_shards_and_the_flags(written: str) -> None:
+    """A trailing /v1 (an OpenAI client's base URL) is taken and left out wherever a target's URL is
+    given: the config refused it while --url took it."""
+    config = parse_config(
+        f"targets:\n  - {{name: a, url: '{written}'}}\n"
+        f"jobs:\n  api_token: {{env: KEY}}\n  shards: {{count: 2, target_urls: {{a: '{written}'}}}}\n",
+        environ={"KEY": "k"},
+    )
+    assert config.targets[0].url == "http://h:8000"
+    assert config.jobs.shards is not None and config.jobs.shards.url_for("a") == "http://h:8000"
+    assert option_url({"url": written}) == "http://h:8000"
+    assert check_target_url("http://v1") == "http://v1"  # a host named v1 is no path
+    assert check_target_url("https://api.example/openai/v1") == "https://api.example/openai"
