@@ -48,7 +48,7 @@ from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobStore
 from exporter.load.config_workloads import CONFIG_CHECKS
 from exporter.probe.result import ProbeCutError, ProbeRun
-from exporter.settings import Config, ConfigError, load_config_file
+from exporter.settings import Config, SettingsError, load_config_file
 from exporter.settings.cpus import available_cpus
 from exporter.web.metrics_cache import MAX_AGE_S
 from exporter.web.routes import build_app
@@ -169,7 +169,7 @@ class Daemon:
             return False, message
         try:
             config = load_config_file(self.config_path, checks=CONFIG_CHECKS)
-        except ConfigError as exc:
+        except SettingsError as exc:
             count = len(exc.problems)
             lines = "\n".join(f"  {problem}" for problem in exc.problems)
             return self._reload_failed(f"{self.config_path}: {count} problem{'s' * (count != 1)}\n{lines}")

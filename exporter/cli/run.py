@@ -31,7 +31,7 @@ from exporter.cli.flags import DeprecatedAlias
 from exporter.daemon.config_watch import ConfigWatch
 from exporter.load.config_workloads import CONFIG_CHECKS
 from exporter.probe import loop as event_loop
-from exporter.settings import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
+from exporter.settings import DEFAULT_LISTEN_ADDRESS, Config, SettingsError, default_config, load_config_file
 from exporter.settings.addresses import ListenError, check_listen_address, host_port
 from exporter.settings.reader import parse_duration
 from exporter.sim.presets import PRESETS as SIM_PRESETS
@@ -286,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             for sock in [*sockets, *(jobs_sockets or [])]:
                 sock.close()
-    except ConfigError as exc:
+    except SettingsError as exc:
         count = len(exc.problems)
         print(
             f"fluidity-exporter: {args.config_file}: {count} problem{'s' if count != 1 else ''}",

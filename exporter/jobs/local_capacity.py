@@ -30,9 +30,10 @@ from exporter.probe.target import TargetSettings
 from exporter.settings.bounds import MAX_JOB_REQUESTS_PER_TRIAL, MAX_JOB_TRIALS
 from exporter.settings.cost import Cost
 from exporter.settings.job_params import CapacityParams, JobLimits
-from exporter.settings.job_parse import ParamsError, parse_params
+from exporter.settings.job_parse import parse_params
 from exporter.settings.model import SloConfig
-from exporter.settings.oneshot import OptionError, Options, flag_problem
+from exporter.settings.oneshot import Options, flag_problem
+from exporter.settings.problems import SettingsError
 
 # The command runs on the user's own machine, against their own target: no ceilings of the daemon's,
 # but the highest its config could set for the trials and their requests (a trial of 10^9 requests was
@@ -88,8 +89,8 @@ def capacity_params(options: Options) -> CapacityParams:
         body["slo"] = slo
     try:
         params = parse_params("capacity", body, CLI_LIMITS)
-    except ParamsError as exc:
-        raise OptionError(
+    except SettingsError as exc:
+        raise SettingsError(
             "; ".join(_cli_words(flag_problem(problem, CAPACITY_FLAGS)) for problem in exc.problems)
         ) from exc
     assert isinstance(params, CapacityParams)
@@ -107,7 +108,7 @@ def _refuse_conflicts(options: Options) -> None:
     """Flags of which one would be ignored without a word (--decode-tier with --decode-deadline is the
     parser's own rule, the same for a jobs API body)."""
     if options["load"] == "concurrency" and options["arrival"] is not None:
-        raise OptionError(
+        raise SettingsError(
             "--arrival: only a rate search (--load rate) has arrivals; a concurrency search keeps its "
             "requests in flight, so drop --arrival"
         )
@@ -119,7 +120,7 @@ def trial_slo(params: CapacityParams, deadlines: DeadlinePolicy) -> TrialSlo:
     try:
         return resolve_trial_slo(params.slo, SloConfig(), deadlines)
     except JobFailedError as exc:
-        raise OptionError(f"--decode-tier: {exc}") from exc
+        raise SettingsError(f"--decode-tier: {exc}") from exc
 
 
 async def search_capacity(

@@ -18,7 +18,7 @@ from exporter.load.shard_pool import ShardPool
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec, TargetSettings
-from exporter.settings.oneshot import OptionError
+from exporter.settings.problems import SettingsError
 from exporter.settings.shards import PoolSettings
 
 
@@ -34,7 +34,7 @@ async def worker_pool(
         try:
             pool = await stack.enter_async_context(local_shards(workers, settings.api_key, pool_settings))
         except TimeoutError as exc:  # a worker that never started
-            raise OptionError(f"--workers: {exc}") from exc
+            raise SettingsError(f"--workers: {exc}") from exc
         yield pool
 
 

@@ -13,7 +13,8 @@ from typing import Any, Final
 
 from exporter.probe.target import TargetSettings
 from exporter.settings.addresses import check_target_url
-from exporter.settings.oneshot import OptionError, Options, json_object, read_flags
+from exporter.settings.oneshot import Options, json_object, read_flags
+from exporter.settings.problems import SettingsError
 from exporter.settings.reader import Context, Section
 from exporter.settings.target import (
     TIMEOUT_KEYS,
@@ -54,7 +55,7 @@ def option_url(options: Options) -> str | None:
     try:
         return check_target_url(url)
     except ValueError as exc:
-        raise OptionError(f"--url: {exc}") from None
+        raise SettingsError(f"--url: {exc}") from None
 
 
 def target_settings(options: Options, url: str) -> TargetSettings:
@@ -115,5 +116,5 @@ def _given(**values: Any) -> dict[str, Any]:
 def _header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
     if not sep or not name.strip():
-        raise OptionError(f'--header "{text}": expected NAME:VALUE')
+        raise SettingsError(f'--header "{text}": expected NAME:VALUE')
     return name.strip(), value.strip()

@@ -13,7 +13,8 @@ from typing import Any, Final
 
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
 from exporter.settings.goodput import goodput_mapping
-from exporter.settings.oneshot import OptionError, Options, read_flags
+from exporter.settings.oneshot import Options, read_flags
+from exporter.settings.problems import SettingsError
 from exporter.settings.slo import SLO_KEYS, parse_decode_tiers, read_slo
 
 # The flag that gives each part of an SLO (a config path, as read_slo reports problems under it).
@@ -72,4 +73,4 @@ def _text_or_mapping(value: Any, flag: str, parse: Callable[[str], Mapping[str, 
     try:
         return parse(str(value))
     except ValueError as exc:
-        raise OptionError(f"{flag}: {exc}") from exc
+        raise SettingsError(f"{flag}: {exc}") from exc

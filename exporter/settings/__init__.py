@@ -6,7 +6,7 @@ a target's client settings in ``exporter.daemon``, deadline policies in ``export
 
 The daemon's configuration: YAML -> frozen, validated ``Config``.
 
-``load_config(path_or_text)`` returns a ``Config`` or raises one ``ConfigError`` whose ``problems`` list
+``load_config(path_or_text)`` returns a ``Config`` or raises one ``SettingsError`` whose ``problems`` list
 holds every problem of the file as ``path: message`` (``targets[1].modules[0]: unknown module "chatt";
 valid: chat-short, code``). Unknown keys are errors. ``default_config(sim_url)`` is the embedded default
 (probe the built-in simulator). ``fluidity-exporter check-config FILE`` checks a file (exit 0, or 1 for a bad one).
@@ -156,7 +156,8 @@ from exporter.settings.model import (
     WorkloadSpec,
     default_config,
 )
-from exporter.settings.parse import ConfigError, load_config, load_config_file, parse_config
+from exporter.settings.parse import load_config, load_config_file, parse_config
+from exporter.settings.problems import SettingsError
 from exporter.settings.reader import parse_duration
 
 __all__ = [
@@ -166,11 +167,11 @@ __all__ = [
     "Buckets",
     "Budget",
     "Config",
-    "ConfigError",
     "EngineMetrics",
     "GlobalConfig",
     "Module",
     "ProbeSchedule",
+    "SettingsError",
     "SloConfig",
     "Target",
     "Tls",

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from exporter.settings.model import Config
-from exporter.settings.parse import ConfigCheck, ConfigError, load_config_file
+from exporter.settings.parse import ConfigCheck, load_config_file
+from exporter.settings.problems import SettingsError
 from exporter.stats.slo import DEFAULT_DECODE_TIER
 
 
@@ -20,7 +21,7 @@ def check_file(path: str, *, checks: Sequence[ConfigCheck] = ()) -> tuple[bool, 
     ``parse_config`` takes them)."""
     try:
         config = load_config_file(path, checks=checks)
-    except ConfigError as exc:
+    except SettingsError as exc:
         count = len(exc.problems)
         return False, [f"{path}: {count} problem{'s' if count != 1 else ''}"] + [
             f"  {problem}" for problem in exc.problems

@@ -39,7 +39,7 @@ from exporter.settings.job_params import (
     distinct_lengths,
     geometric_ladder,
 )
-from exporter.settings.problems import Problems, literal
+from exporter.settings.problems import Problems, SettingsError, literal
 from exporter.settings.reader import Section, show
 from exporter.settings.slo import read_objectives, read_percentile, read_target_fluidity
 from exporter.stats.slo import DECODE_TIERS
@@ -58,23 +58,15 @@ DECODE_PAIR = (
 T = TypeVar("T")
 
 
-class ParamsError(ValueError):
-    """Parameters with problems; ``problems`` holds one ``path: message`` line per problem."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = list(problems)
-
-
 def parse_params(kind: str, body: Mapping[str, Any], limits: JobLimits) -> JobParams:
-    """The parameters of a ``kind`` job in ``body``; raises ``ParamsError`` listing every problem."""
+    """The parameters of a ``kind`` job in ``body``; raises ``SettingsError`` listing every problem."""
     problems = Problems()
     if kind not in JOB_KINDS:
         problems.add("kind", f"unknown job kind {show(kind)}; valid: {', '.join(JOB_KINDS)}")
-        raise ParamsError(problems.items)
+        raise SettingsError(problems.items)
     params = read_params(kind, body, "", problems, limits)
     if problems or params is None:
-        raise ParamsError(problems.items)
+        raise SettingsError(problems.items)
     return params
 
 

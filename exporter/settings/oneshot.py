@@ -18,17 +18,13 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias, TypeVar
 
-from exporter.settings.problems import Problem, Problems
+from exporter.settings.problems import Problem, Problems, SettingsError
 from exporter.settings.reader import Section
 
 T = TypeVar("T")
 _INDEX = re.compile(r"\[\d+\]")
 
 Options: TypeAlias = Mapping[str, Any]
-
-
-class OptionError(ValueError):
-    """A bad option, flag or file: the message names it and the valid options."""
 
 
 def json_object(text: str | Mapping[str, Any], flag: str) -> dict[str, Any]:
@@ -38,9 +34,9 @@ def json_object(text: str | Mapping[str, Any], flag: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise OptionError(f"{flag}: not valid JSON ({exc.msg})") from exc
+        raise SettingsError(f"{flag}: not valid JSON ({exc.msg})") from exc
     if not isinstance(value, dict):
-        raise OptionError(f"{flag}: expected a JSON object")
+        raise SettingsError(f"{flag}: expected a JSON object")
     return value
 
 
@@ -48,11 +44,11 @@ def read_flags(
     raw: Mapping[str, Any], keys: Iterable[str], read: Callable[[Section], T], flags: Mapping[str, str]
 ) -> T:
     """``read`` over ``raw`` (flag values in the config's shape, absent ones left out); raises
-    ``OptionError`` with every problem, each under the flag ``flags`` names for its config path."""
+    ``SettingsError`` with every problem, each under the flag ``flags`` names for its config path."""
     problems = Problems()
     value = read(Section(raw, "", problems, keys))
     if problems:
-        raise OptionError("; ".join(flag_problem(problem, flags) for problem in problems.items))
+        raise SettingsError("; ".join(flag_problem(problem, flags) for problem in problems.items))
     return value
 
 

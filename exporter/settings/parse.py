@@ -1,4 +1,4 @@
-"""YAML text -> ``Config``, or one ``ConfigError`` that lists every problem of the file with its path.
+"""YAML text -> ``Config``, or one ``SettingsError`` that lists every problem of the file with its path.
 
 The file is read in one pass: YAML (a duplicate key is a problem; PyYAML would keep the last one without
 a word), ``${ENV}`` expansion, then each section (``global`` here, ``targets`` in ``targets.py``,
@@ -32,7 +32,7 @@ from exporter.settings.model import (
     JobsConfig,
 )
 from exporter.settings.modules import MODULE_KEYS, ModuleReader
-from exporter.settings.problems import Problem, Problems
+from exporter.settings.problems import Problem, Problems, SettingsError
 from exporter.settings.reader import (
     Context,
     Section,
@@ -68,14 +68,6 @@ T = TypeVar("T")
 ConfigCheck = Callable[[Context, Config], None]
 
 
-class ConfigError(ValueError):
-    """A config with problems; ``problems`` holds one ``path: message`` line per problem."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("\n".join(problems))
-        self.problems = list(problems)
-
-
 def parse_config(
     text: str,
     *,
@@ -84,7 +76,7 @@ def parse_config(
     source: str = "<text>",
     checks: Sequence[ConfigCheck] = (),
 ) -> Config:
-    """The config in YAML ``text``; raises ``ConfigError`` listing every problem.
+    """The config in YAML ``text``; raises ``SettingsError`` listing every problem.
 
     ``environ`` (default: the process environment) serves ``${NAME}`` and ``api_key: {env: NAME}``;
     ``checks`` run after the checks across sections, over the same problems (the daemon's and
@@ -93,13 +85,13 @@ def parse_config(
     problems = Problems()
     tree = _load_yaml(text, problems)
     if problems:
-        raise ConfigError(problems.items)
+        raise SettingsError(problems.items)
     env = os.environ if environ is None else environ
     tree = expand_env(tree, env, problems)
     ctx = Context(problems, Path(base_dir) if base_dir is not None else None, env)
     config = _config(ctx, tree, source, checks)
     if problems or config is None:
-        raise ConfigError(problems.items)
+        raise SettingsError(problems.items)
     return config
 
 
@@ -113,9 +105,9 @@ def load_config_file(
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError([f"{path}: cannot read the config file: {exc.strerror}"]) from exc
+        raise SettingsError([f"{path}: cannot read the config file: {exc.strerror}"]) from exc
     except UnicodeDecodeError as exc:
-        raise ConfigError(
+        raise SettingsError(
             [
                 f"{path}: not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
                 "a config is YAML text"

@@ -8,7 +8,7 @@ the part of a one-value spec that is wrong (``part``, from a ``SpecError``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -42,8 +42,20 @@ class Problem(str):
         return (Problem, (self.path, self.template, self.mentions, self.part))
 
 
-class SpecError(ValueError):
-    """A bad part of a value given as one spec (``poisson:rate=0``): ``part`` names it (``rate``)."""
+class SettingsError(ValueError):
+    """Bad settings, the one error of every reader (the daemon's YAML, a jobs API request, the flags, the
+    simulator's options): ``problems`` holds one ``path: message`` line per problem, each a ``Problem``
+    (whose ``path`` names the field) where a tree was read; one message is one problem."""
+
+    def __init__(self, problems: str | Sequence[str]) -> None:
+        items = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(items))
+        self.problems = items
+
+
+class SpecError(SettingsError):
+    """A bad part of a value given as one spec (``poisson:rate=0``): ``part`` names it (``rate``); the
+    reader of the whole value says it under the value's path."""
 
     def __init__(self, message: str, part: str) -> None:
         super().__init__(message)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.load.config_workloads import CONFIG_CHECKS
-from exporter.settings import ConfigError, parse_config
+from exporter.settings import SettingsError, parse_config
 from exporter.settings.target import LITERAL_SECRET
 
 ENVIRON = {"KEY": "sk-never-print-me"}
@@ -682,7 +682,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_config_reports_exactly(name: str) -> None:
     text, expected = CASES[name]
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_config(text, environ=ENVIRON, checks=CONFIG_CHECKS)
     assert caught.value.problems == expected
     assert str(caught.value) == "\n".join(expected)
@@ -691,7 +691,7 @@ def test_bad_config_reports_exactly(name: str) -> None:
 @pytest.mark.parametrize("name", list(CASES))
 def test_bad_config_never_prints_secrets(name: str) -> None:
     text, _ = CASES[name]
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_config(text, environ=ENVIRON, checks=CONFIG_CHECKS)
     message = str(caught.value)
     assert "sk-never-print-me" not in message
@@ -700,7 +700,7 @@ def test_bad_config_never_prints_secrets(name: str) -> None:
 
 
 def test_probe_token_is_a_secret_reference_never_a_literal() -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_config("global: {probe_token: hunter2}\ntargets: [{name: a, url: 'http://127.0.0.1:1'}]\n")
     assert caught.value.problems == ["global.probe_token: " + LITERAL_SECRET]
     assert "hunter2" not in str(caught.value)

@@ -19,9 +19,9 @@ from exporter.probe.target import Timeouts
 from exporter.settings import (
     Budget,
     Config,
-    ConfigError,
     GlobalConfig,
     ProbeSchedule,
+    SettingsError,
     SloConfig,
     Target,
     UnknownNameError,
@@ -33,11 +33,12 @@ from exporter.settings import (
 from exporter.settings.addresses import check_target_url
 from exporter.settings.arrival import Gamma, Poisson
 from exporter.settings.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
-from exporter.settings.job_parse import params_to_dict
+from exporter.settings.job_parse import params_to_dict, parse_params
 from exporter.settings.lengths import Fixed, LogNormal
 from exporter.settings.model import JobsConfig
 from exporter.settings.problems import Problems
 from exporter.settings.reader import expand_env
+from exporter.sim.config import from_mapping
 from exporter.stats.prefill import PrefillModel, dump_json
 from exporter.stats.slo import DECODE_TIERS, GoodputBounds, parse_slo
 
@@ -166,7 +167,7 @@ def test_a_prefill_model_file_is_read_bounded_like_a_state_file(
     path.write_text(
         MINIMAL + "slos:\n  default:\n    prefill: {model_file: prefill.json}\n", encoding="utf-8"
     )
-    with pytest.raises(ConfigError) as raised:
+    with pytest.raises(SettingsError) as raised:
         load_config(path, environ={})
     model = tmp_path / "prefill.json"
     assert str(raised.value).endswith(
@@ -251,7 +252,7 @@ targets:
 
 def test_env_expansion_reports_every_unset_variable() -> None:
     text = "targets:\n  - name: ${N1}\n    url: ${U1}\n    model: ${M1}\n"
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_config(text, environ={})
     assert caught.value.problems == [
         f"targets[0].{key}: environment variable {var} is not set (write ${{{var}:-default}} to give a default)"
@@ -316,7 +317,7 @@ def test_header_values_stay_out_of_the_repr() -> None:
 
 
 def test_literal_key_error_does_not_echo_it() -> None:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_config(MINIMAL + f"    api_key: {SECRET}\n", environ={})
     assert SECRET not in str(caught.value) and "write {env: NAME} or {file: PATH}" in str(caught.value)
 
@@ -343,7 +344,7 @@ slos:
   default:
     percentile: 101
 """
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_config(text, environ={})
     assert caught.value.problems == [
         'global: unknown key "colour"; valid: buckets, jobs_listen_address, listen_address, max_results_per_window, probe_token, state_dir, windows',
@@ -370,7 +371,7 @@ def test_load_config_tells_a_path_from_text(tmp_path: Path) -> None:
         == load_config(path, environ={})
     )
     assert load_config(path, environ={}).source == str(path)
-    with pytest.raises(ConfigError, match=r"cannot read the config file"):
+    with pytest.raises(SettingsError, match=r"cannot read the config file"):
         load_config(str(tmp_path / "missing.yaml"))
 
 
@@ -445,7 +446,7 @@ def test_bad_trace_workloads_name_the_file_line_and_field(tmp_path: Path) -> Non
     text += "  m2: {workload: {trace: bad.jsonl, format: csv}}\n"
     text += "  m3: {workload: {trace: missing.jsonl, format: jsonl, prompt_tokens: 5}}\n"
     (tmp_path / "c.yaml").write_text(text)
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(SettingsError) as caught:
         load_config(tmp_path / "c.yaml")
     problems = caught.value.problems
     assert any(p.startswith("modules.m1.workload.trace: ") and "bad.jsonl:2" in p for p in problems), problems
@@ -564,3 +565,19 @@ def test_a_target_url_has_one_rule_in_the_config_the_shards_and_the_flags(writte
     assert option_url({"url": written}) == "http://h:8000"
     assert check_target_url("http://v1") == "http://v1"  # a host named v1 is no path
     assert check_target_url("https://api.example/openai/v1") == "https://api.example/openai"
+
+
+def test_every_reader_of_settings_raises_the_one_error_with_each_field_path() -> None:
+    """The daemon's YAML, a jobs API request, a flag and the simulator's options: one error type."""
+    with pytest.raises(SettingsError) as from_yaml:
+        parse_config("targets: [{name: a, url: 'ftp://h'}]\n", environ={})
+    with pytest.raises(SettingsError) as from_json:
+        parse_params("capacity", {"target": "a", "max_trials": 0}, JobLimits())
+    with pytest.raises(SettingsError) as from_flag:
+        option_url({"url": "ftp://h"})
+    with pytest.raises(SettingsError) as from_sim:
+        from_mapping({"port": "eighty"})
+    assert [problem.path for problem in from_yaml.value.problems] == ["targets[0].url"]
+    assert [problem.path for problem in from_json.value.problems] == ["max_trials"]
+    assert from_flag.value.problems == ['--url: must be an http(s) URL like http://host:8000, got "ftp://h"']
+    assert len(from_sim.value.problems) == 1 and from_sim.value.problems[0].startswith("port:")

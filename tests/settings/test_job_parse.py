@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from exporter.settings.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
-from exporter.settings.job_parse import ParamsError, params_to_dict, parse_params
+from exporter.settings.job_parse import params_to_dict, parse_params
+from exporter.settings.problems import SettingsError
 from exporter.stats.slo import GoodputBounds, parse_slo
 
 LIMITS = JobLimits()
@@ -249,7 +250,7 @@ BAD: dict[str, tuple[str, Any, list[str]]] = {
 @pytest.mark.parametrize("name", list(BAD))
 def test_bad_params_report_every_problem_exactly(name: str) -> None:
     kind, body, expected = BAD[name]
-    with pytest.raises(ParamsError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_params(kind, body, LIMITS)
     assert caught.value.problems == expected
     assert str(caught.value) == "\n".join(expected)
@@ -261,14 +262,14 @@ def test_an_integer_may_be_written_as_a_whole_number_with_a_point() -> None:
     params = parse_params("capacity", {"target": "a", "seed": 9007199254740992.0, "max_trials": 4.0}, LIMITS)
     assert isinstance(params, CapacityParams)
     assert (params.seed, params.max_trials) == (2**53, 4) and isinstance(params.seed, int)
-    with pytest.raises(ParamsError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_params("capacity", {"target": "a", "seed": 1.5}, LIMITS)
     assert caught.value.problems == ["seed: must be an integer >= 0, got 1.5"]
 
 
 def test_limits_are_the_configured_ones() -> None:
     limits = JobLimits(max_rate=5, max_trials=3, max_prompt_tokens=1000)
-    with pytest.raises(ParamsError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_params("capacity", {"target": "a", "max_load": 6, "max_trials": 4}, limits)
     assert caught.value.problems == [
         "max_load: 6 exceeds jobs.limits.max_rate (5)",
@@ -392,12 +393,12 @@ def test_workers_are_bounded_by_jobs_workers(kind: str) -> None:
     limits = JobLimits(max_workers=2)
     assert parse_params(kind, {"target": "a"}, limits).workers is None  # jobs.workers decides
     assert parse_params(kind, {"target": "a", "workers": 2}, limits).workers == 2
-    with pytest.raises(ParamsError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_params(kind, {"target": "a", "workers": 3}, limits)
     assert caught.value.problems == [
         "workers: 3 exceeds jobs.workers (2), the most client processes a job may use (bounded by the CPUs "
         "the exporter's container may use)"
     ]
-    with pytest.raises(ParamsError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_params(kind, {"target": "a", "workers": 0}, limits)
     assert caught.value.problems == ["workers: must be an integer >= 1, got 0"]

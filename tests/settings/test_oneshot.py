@@ -13,9 +13,9 @@ from exporter.cli.capacity import add_arguments
 from exporter.cli.flags import merged_options
 from exporter.jobs.local_capacity import capacity_params
 from exporter.settings.job_params import JobLimits
-from exporter.settings.job_parse import ParamsError, parse_params
-from exporter.settings.oneshot import OptionError, flag_problem
-from exporter.settings.problems import Problem, Problems, SpecError, literal
+from exporter.settings.job_parse import parse_params
+from exporter.settings.oneshot import flag_problem
+from exporter.settings.problems import Problem, Problems, SettingsError, SpecError, literal
 from exporter.settings.reader import Section, show
 
 FLAGS = {
@@ -65,12 +65,12 @@ def test_the_wrong_part_of_a_spec_is_named_by_the_flag_that_gave_it() -> None:
 
 def test_an_unknown_decode_tier_points_to_the_custom_deadline_by_its_own_name() -> None:
     valid = "valid: strict, medium, relaxed"
-    with pytest.raises(ParamsError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_params("capacity", {"target": "t", "slo": {"decode_tier": "nope"}}, JobLimits())
     assert caught.value.problems == [
         f'slo.decode_tier: unknown decode tier "nope"; {valid} (or give decode_deadline_s)'
     ]
-    with pytest.raises(OptionError) as flag:
+    with pytest.raises(SettingsError) as flag:
         capacity_params(capacity_options("--decode-tier", "nope"))
     assert (
         str(flag.value) == f'--decode-tier: unknown decode tier "nope"; {valid} (or give --decode-deadline)'

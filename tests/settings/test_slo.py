@@ -11,10 +11,10 @@ import pytest
 
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
 from exporter.report.evaluation_options import SLO_FLAGS, evaluation_spec, prefill_deadlines
-from exporter.settings import ConfigError, parse_config
+from exporter.settings import SettingsError, parse_config
 from exporter.settings.job_params import JobLimits
-from exporter.settings.job_parse import ParamsError, parse_params
-from exporter.settings.oneshot import OptionError, flag_of
+from exporter.settings.job_parse import parse_params
+from exporter.settings.oneshot import flag_of
 from exporter.stats.prefill import dump_json, fit_prefill_model
 from exporter.stats.slo import GoodputBounds, parse_slo
 from tests.settings.helpers import flag_options
@@ -23,19 +23,19 @@ TARGET = "targets: [{name: t, url: 'http://127.0.0.1:1'}]\n"
 
 
 def config_problems(slo: dict[str, Any]) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_config(TARGET + "slos: " + json.dumps({"s": slo}) + "\n", environ={})
     return caught.value.problems
 
 
 def job_problems(slo: dict[str, Any]) -> list[str]:
-    with pytest.raises(ParamsError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_params("capacity", {"target": "t", "slo": slo}, JobLimits())
     return caught.value.problems
 
 
 def flag_problem(**given: Any) -> str:
-    with pytest.raises(OptionError) as caught:
+    with pytest.raises(SettingsError) as caught:
         evaluation_spec(flag_options(**given))
     return str(caught.value)
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from exporter.load.target_options import TARGET_FLAGS, target_settings
-from exporter.settings import ConfigError, parse_config
-from exporter.settings.oneshot import OptionError, flag_of
+from exporter.settings import SettingsError, parse_config
+from exporter.settings.oneshot import flag_of
 from exporter.settings.target import Secret, Timeouts
 
 # Every option target_settings reads; a one-shot run's options hold None for those not given.
@@ -28,13 +28,13 @@ def flag_options(**given: Any) -> dict[str, Any]:
 
 def config_problems(target: dict[str, Any], environ: dict[str, str] | None = None) -> list[str]:
     entry = {"name": "t", "url": URL} | target
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_config("targets: " + json.dumps([entry]) + "\n", environ=environ or {})
     return caught.value.problems
 
 
 def flag_problem(**given: Any) -> str:
-    with pytest.raises(OptionError) as caught:
+    with pytest.raises(SettingsError) as caught:
         target_settings(flag_options(**given), URL)
     return str(caught.value)
 

@@ -14,9 +14,8 @@ from exporter.cli.flags import merged_options
 from exporter.load.config_workloads import workload_for
 from exporter.load.load_plan import open_loop
 from exporter.load.workload_options import workload_from_options
-from exporter.settings import ConfigError, parse_config
+from exporter.settings import SettingsError, parse_config
 from exporter.settings.lengths import Fixed, LogNormal
-from exporter.settings.oneshot import OptionError
 
 TARGET = "targets: [{name: t, url: 'http://127.0.0.1:1', modules: [m]}]\n"
 PRESETS = "sharegpt, lmsys, mooncake, azure-code, arxiv-summarization, bwb"
@@ -24,7 +23,7 @@ LENGTHS = "empirical, fixed, lognormal, normal, uniform, zipf"
 
 
 def config_problems(module: dict[str, Any]) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(SettingsError) as caught:
         parse_config(TARGET + "modules: " + json.dumps({"m": module}) + "\n", environ={})
     return caught.value.problems
 
@@ -38,7 +37,7 @@ def bench_options(*flags: str) -> dict[str, Any]:
 
 def flag_problem(*flags: str) -> str:
     options = bench_options(*flags)
-    with pytest.raises(OptionError) as caught:
+    with pytest.raises(SettingsError) as caught:
         workload_from_options(options, simulated=True)
         open_loop(options)
     return str(caught.value)
