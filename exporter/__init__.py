@@ -10,7 +10,8 @@ otherwise. ``lint-imports`` checks this in CI against the contract in ``pyprojec
    config), JSON (a jobs API request) and flags, every problem reported under its path: the tree
    reader, the SLO, a target's settings, goodput bounds, the workload (length distributions, think
    times, presets' figures, trace files), the arrival processes, a job's parameters, a one-shot run's
-   options, the histogram buckets. It builds no run-time object. Imports only ``stats``.
+   options, the histogram buckets, a target's client settings. It builds no run-time object. Imports only
+   ``stats``.
 3. ``probe``, ``sim``, ``engine``: network I/O of one request (the streaming client and its kernel
    receive stamps, SSE decoding, API formats, token counting, what a request and a probe run record); the built-in simulated engine;
    scraping an engine's own ``/metrics``. A new engine's metric names go in ``engine/families.py``.

@@ -42,13 +42,13 @@ from exporter.load.target_facts import ContextFit, TargetFacts, discover_target
 from exporter.load.target_options import option_url
 from exporter.load.workload_options import checked_workload_options, context_fit_note
 from exporter.probe import loop as event_loop
-from exporter.probe.target import TargetSettings
 from exporter.report.bench_report import OutputError, bench_report, check_output_path, release, timestamped
 from exporter.report.evaluation_options import evaluation_spec
 from exporter.report.table import render_summary
 from exporter.settings.arrival import ARRIVAL_KINDS
 from exporter.settings.oneshot import Options
 from exporter.settings.problems import SettingsError
+from exporter.settings.target import TargetSettings
 from exporter.settings.think_time import DEFAULT_THINK_TIME
 from exporter.settings.trace_files import TRACE_FORMATS
 from exporter.sim.process import SimStartError, url_or_simulator

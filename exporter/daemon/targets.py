@@ -28,28 +28,12 @@ from exporter.load.runner import run_load
 from exporter.load.sessions import planned_tokens, session_turns
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
 from exporter.settings import Config
 from exporter.settings.model import Module, Target
 
 IDLE_POLL_S = 0.05  # how often a starting job checks whether the target's probes have ended
 REPLACED_CLIENT_GRACE_S = 600.0  # a replaced client closes when its probes end, or after this
-
-
-def client_settings(target: Target) -> TargetSettings:
-    """How the probe client talks to ``target``: the config's plain values, as ``ProbeClient`` takes them."""
-    return TargetSettings(
-        base_url=target.url,
-        api=target.api,
-        model=target.model,
-        api_key=target.api_key,
-        headers=target.headers,
-        secret_headers=target.secret_headers,
-        extra_body=target.extra_body,
-        timeouts=target.timeouts,
-        verify_tls=target.tls.verify,
-        ca_file=target.tls.ca_file,
-    )
 
 
 @dataclass
@@ -104,7 +88,7 @@ class TargetPool:
             if state is not None and state.config == target:
                 state.context.forget()  # the server may have been restarted with another context
                 continue
-            client = await ProbeClient(client_settings(target)).__aenter__()
+            client = await ProbeClient(target.client).__aenter__()
             if state is not None:  # new settings: probes and jobs in flight keep the old client
                 asyncio.get_running_loop().create_task(close_later(state))
             health = state.health if state is not None else TargetHealth(target.name, self._wall_clock)

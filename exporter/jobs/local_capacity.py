@@ -26,7 +26,6 @@ from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.plan_runner import worker_pool
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import TargetSettings
 from exporter.settings.bounds import MAX_JOB_REQUESTS_PER_TRIAL, MAX_JOB_TRIALS
 from exporter.settings.cost import Cost
 from exporter.settings.job_params import CapacityParams, JobLimits
@@ -34,6 +33,7 @@ from exporter.settings.job_parse import parse_params
 from exporter.settings.model import SloConfig
 from exporter.settings.oneshot import Options, flag_problem
 from exporter.settings.problems import SettingsError
+from exporter.settings.target import TargetSettings
 
 # The command runs on the user's own machine, against their own target: no ceilings of the daemon's,
 # but the highest its config could set for the trials and their requests (a trial of 10^9 requests was

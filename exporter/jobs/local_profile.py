@@ -15,10 +15,10 @@ from exporter.load.plan_runner import worker_pool
 from exporter.load.target_facts import TargetFacts
 from exporter.load.workload_options import prompt_builder
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import TargetSettings
 from exporter.settings.job_params import DEFAULT_HIGH, distinct_lengths, geometric_ladder
 from exporter.settings.oneshot import Options
 from exporter.settings.problems import SettingsError
+from exporter.settings.target import TargetSettings
 
 
 def lengths(options: Options) -> tuple[int, ...]:

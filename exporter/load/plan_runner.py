@@ -17,9 +17,10 @@ from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
 from exporter.settings.problems import SettingsError
 from exporter.settings.shards import PoolSettings
+from exporter.settings.target import TargetSettings
 
 
 @contextlib.asynccontextmanager

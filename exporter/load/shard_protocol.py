@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
-from exporter.probe.target import FollowUp, RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import FollowUp, RequestSpec, Timeouts
+from exporter.settings.target import TargetSettings
 
 # 2: a shard's final figures say how its sends ended (``ended_by``). A version-1 shard leaves that out,
 # and a trial its duration cut would read as one that sent every request: refused instead.

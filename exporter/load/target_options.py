@@ -11,7 +11,6 @@ import os
 from collections.abc import Callable
 from typing import Any, Final
 
-from exporter.probe.target import TargetSettings
 from exporter.settings.addresses import check_target_url
 from exporter.settings.oneshot import Options, json_object, read_flags
 from exporter.settings.problems import SettingsError
@@ -19,6 +18,7 @@ from exporter.settings.reader import Context, Section
 from exporter.settings.target import (
     TIMEOUT_KEYS,
     Api,
+    TargetSettings,
     Timeouts,
     read_api,
     read_ca_file,

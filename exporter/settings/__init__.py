@@ -2,7 +2,7 @@
 (the daemon's config), JSON (a jobs API request) and flags (the one-shot commands), every problem
 reported at once under its path. The lowest layer beside ``exporter.stats`` (whose types some settings
 produce, e.g. ``GoodputBounds``); it builds no run-time object (workloads are built in ``exporter.load``,
-a target's client settings in ``exporter.daemon``, deadline policies in ``exporter.evaluation``).
+deadline policies in ``exporter.evaluation``).
 
 The daemon's configuration: YAML -> frozen, validated ``Config``.
 

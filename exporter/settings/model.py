@@ -1,6 +1,6 @@
 """The validated configuration: frozen dataclasses of plain values (the run-time objects built from them
-live with their users: workloads in ``exporter.load.config_workloads``, a target's client settings in
-``exporter.daemon.targets``, deadline policies in ``exporter.evaluation``).
+live with their users: workloads in ``exporter.load.config_workloads``, deadline policies in
+``exporter.evaluation``; a target's client settings are plain data too, ``Target.client``).
 
 Everything here is built by ``exporter.settings.parse`` (or ``default_config``) only after a whole file has
 been checked, so every value is already valid. Configs compare by value (``old == new`` tells a reload
@@ -19,7 +19,7 @@ from exporter.settings.job_params import JobKind, JobLimits, JobParams
 from exporter.settings.lengths import Fixed, LogNormal, PairedLengths
 from exporter.settings.shards import PoolSettings
 from exporter.settings.slo import SloOptions
-from exporter.settings.target import Api, Secret, Timeouts
+from exporter.settings.target import Api, Secret, TargetSettings, Timeouts
 from exporter.settings.traffic import TrafficConfig
 from exporter.settings.workload import WorkloadOptions, tool_calls_problem
 
@@ -125,6 +125,24 @@ class Target:
     # the cost of a million tokens served within the SLO).
     gpus: float | None = None
     gpu_hour_price: float | None = None
+    # How the probe client talks to it: the fields above as ``ProbeClient`` takes them, derived from
+    # them (so neither compared nor shown apart from them).
+    client: TargetSettings = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        client = TargetSettings(
+            base_url=self.url,
+            api=self.api,
+            model=self.model,
+            api_key=self.api_key,
+            headers=self.headers,
+            secret_headers=self.secret_headers,
+            extra_body=self.extra_body,
+            timeouts=self.timeouts,
+            verify_tls=self.tls.verify,
+            ca_file=self.tls.ca_file,
+        )
+        object.__setattr__(self, "client", client)
 
     @property
     def calibrates_prompts(self) -> bool:

@@ -21,7 +21,7 @@ import json
 import re
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
@@ -283,3 +283,35 @@ def read_timeouts(sec: Section) -> Timeouts:
 def _utf8(text: str) -> bytes:
     # surrogatepass: every str encodes, lone surrogates included (they then just do not match).
     return text.encode("utf-8", "surrogatepass")
+
+
+@dataclass(frozen=True)
+class TargetSettings:
+    """An OpenAI-compatible endpoint and how to talk to it."""
+
+    base_url: str  # e.g. http://127.0.0.1:8000 (``/v1`` is added by the request functions)
+    api: Api = "chat"
+    model: str | None = None  # None: ask /v1/models for the first model
+    api_key: Secret | None = None
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    secret_headers: tuple[str, ...] = ()  # names of the headers whose values are secret
+    extra_body: tuple[tuple[str, Any], ...] = ()  # merged into every request body
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    verify_tls: bool = True
+    ca_file: str | None = None
+    ignore_eos: bool = True  # ask for exactly max_tokens where the server supports it
+    send_min_tokens: bool = True  # also send min_tokens = max_tokens (vLLM honours it; llama.cpp ignores)
+    request_token_ids: bool = True  # ask for return_token_ids (vLLM); harmless where unknown
+    request_continuous_usage: bool = True  # stream_options.continuous_usage_stats
+    tokenizer_file: str | None = None  # a tokenizer.json for counting chunk tokens locally
+    max_line_bytes: int = 4 * 1024 * 1024  # longest SSE line accepted (vLLM's first chunk lists prompt ids)
+
+    def secret_texts(self) -> tuple[str, ...]:
+        """Every text to mask in what is shown of this target's answers, longest first: the API key
+        and the values of the secret headers (a target or proxy may echo them back)."""
+        texts = [self.api_key.reveal()] if self.api_key is not None else []
+        secret = {name.lower() for name in self.secret_headers}
+        texts += [
+            form for name, value in self.headers if name.lower() in secret for form in secret_forms(value)
+        ]
+        return tuple(sorted(set(texts), key=len, reverse=True))

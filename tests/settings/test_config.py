@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.daemon.targets import client_settings
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
 from exporter.load.config_workloads import config_workload
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
@@ -115,7 +114,7 @@ def test_full_config_reads_every_section() -> None:
     assert target.timeouts == Timeouts(connect=2.0, ttft=0.25, idle=None, total=300.0)
     assert target.engine_metrics is not None and target.engine_metrics.interval_s == 5.0
     assert target.budget == Budget(720, 2_000_000, 3, 3600.0)
-    settings = client_settings(target)
+    settings = target.client
     assert settings.base_url == "https://llm.example:8443/openai" and settings.api == "completions"
     assert settings.headers == (("X-Team", "llm"),)
     assert dict(settings.extra_body) == {"top_p": 0.9, "stop": ["\n"]}
@@ -277,7 +276,7 @@ def test_secret_from_env_is_resolved_and_never_printed() -> None:
     )
     key = config.targets[0].api_key
     assert key is not None and key.reveal() == SECRET
-    assert client_settings(config.targets[0]).api_key == key
+    assert config.targets[0].client.api_key == key
     for text in (repr(config), str(config), repr(config.targets[0]), str(key), f"{config.targets}"):
         assert SECRET not in text
     assert "********" in repr(config.targets[0])
