@@ -24,7 +24,6 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from exporter.config import Config, ConfigError, load_config_file
 from exporter.daemon.config_facts import (
     histogram_buckets,
     jobs_folder,
@@ -47,8 +46,10 @@ from exporter.exposition.store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobStore
-from exporter.load.cpus import available_cpus
+from exporter.load.config_workloads import CONFIG_CHECKS
 from exporter.probe.result import ProbeCutError, ProbeRun
+from exporter.settings import Config, SettingsError, load_config_file
+from exporter.settings.cpus import available_cpus
 from exporter.web.metrics_cache import MAX_AGE_S
 from exporter.web.routes import build_app
 
@@ -168,8 +169,8 @@ class Daemon:
             LOG.warning("reload asked for: %s", message)  # a SIGHUP has no other answer
             return False, message
         try:
-            config = load_config_file(self.config_path)
-        except ConfigError as exc:
+            config = load_config_file(self.config_path, checks=CONFIG_CHECKS)
+        except SettingsError as exc:
             count = len(exc.problems)
             lines = "\n".join(f"  {problem}" for problem in exc.problems)
             return self._reload_failed(f"{self.config_path}: {count} problem{'s' * (count != 1)}\n{lines}")

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence, Set
 
 import numpy as np
 
-from exporter.config import Config
 from exporter.daemon.config_facts import probe_changed
 from exporter.daemon.job_environment import ENGINE_SCRAPE_TIMEOUT_S, SessionSource
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
@@ -34,6 +33,7 @@ from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore
 from exporter.jobs.manager import JobConflictError, JobManager
 from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
+from exporter.settings import Config
 
 LOG = logging.getLogger(__name__)
 SCRAPE_WAIT_S = 5.0  # a scrape waits at most this (and half its interval) for the probes to end

@@ -11,12 +11,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from exporter.config import Config
-from exporter.config.buckets import HistogramBuckets
-from exporter.config.traffic import MAX_MODELS, TrafficConfig
+from exporter.evaluation import EvaluationSpec
 from exporter.exposition.traffic import ObserverHealth, TrafficStats
 from exporter.exposition.traffic_agreement import ProbeAgreement
 from exporter.probe.result import ProbeResult
+from exporter.settings import Config
+from exporter.settings.buckets import HistogramBuckets
+from exporter.settings.traffic import MAX_MODELS, TrafficConfig
 from exporter.traffic.record import Observed
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ class TrafficService:
         """The service a config asks for (None without ``traffic:``); ``windows``: label -> seconds."""
         if config.traffic is None:
             return None
-        spec = config.slos[config.traffic.slo].evaluation_spec()
+        spec = EvaluationSpec.of(config.slos[config.traffic.slo])
         return cls(config.traffic, TrafficStats(spec, buckets, windows), ProbeAgreement(spec))
 
     async def start(self) -> None:

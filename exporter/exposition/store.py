@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.engine.scrape import ScrapeResult
 from exporter.engine.window import SnapshotWindow
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, Measured, measure
@@ -51,6 +50,7 @@ from exporter.exposition.window import (
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.result import e2e as result_e2e
 from exporter.probe.result import ttft as result_ttft
+from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.stats.batch import FloatArray
 from exporter.stats.slo import GoodputBounds, Slo
 

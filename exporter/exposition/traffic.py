@@ -27,7 +27,6 @@ from typing import Final
 
 import numpy as np
 
-from exporter.config.buckets import HistogramBuckets
 from exporter.evaluation import EvaluationSpec, Measured
 from exporter.exposition import names, render
 from exporter.exposition.collector import WindowFamilies, add_window
@@ -37,6 +36,7 @@ from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.traffic_agreement import AgreementCounts
 from exporter.exposition.views import SeriesView
 from exporter.probe.result import ProbeResult, TokenSource
+from exporter.settings.buckets import HistogramBuckets
 from exporter.stats.batch import FloatArray
 from exporter.stats.prompt_ratio import PromptRatio
 from exporter.stats.slo import GoodputBounds

@@ -41,7 +41,6 @@ from types import TracebackType
 
 import msgspec
 
-from exporter.options.target import mask_secrets
 from exporter.probe.bounds import MODELS_BODY_BYTES
 from exporter.probe.http import (
     BodySink,
@@ -60,9 +59,10 @@ from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.saturation import LagMonitor, doubtful_gaps, gaps_near_stalls, is_unreliable
 from exporter.probe.socket_reads import reads_lateness
 from exporter.probe.stream import StreamFailureError, StreamState
-from exporter.probe.target import PROBE_HEADER, RequestSpec, TargetSettings
+from exporter.probe.target import PROBE_HEADER, RequestSpec
 from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
 from exporter.probe.watchdog import Watchdog
+from exporter.settings.target import TargetSettings, mask_secrets
 
 log = logging.getLogger(__name__)
 # A request's JSON body: msgspec writes a small body in a fraction of json.dumps' time, compact (an

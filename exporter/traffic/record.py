@@ -24,7 +24,6 @@ from enum import StrEnum
 
 import msgspec
 
-from exporter.options.target import Api
 from exporter.probe.openai import FORMATS
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.saturation import is_unreliable
@@ -32,6 +31,7 @@ from exporter.probe.sse import SseDecoder, SseError
 from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.target import PROBE_HEADER
 from exporter.probe.tokens import TokenCounter
+from exporter.settings.target import Api
 
 OTHER_MODEL = "other"
 # The paths of the streaming APIs the probe speaks; anything else passes unobserved (counted).

@@ -17,7 +17,8 @@ from multidict import CIMultiDictProxy
 
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, Secret, TargetSettings, Timeouts
+from exporter.probe.target import RequestSpec, Secret, Timeouts
+from exporter.settings.target import TargetSettings
 from tests.support.net import serving_app
 
 pytestmark = pytest.mark.usefixtures("both_reads")  # the stamped sockets read in C and in Python

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from exporter.app import Daemon
-from exporter.config import parse_config
+from exporter.settings import parse_config
 from exporter.sim import SimServer
 from tests.support.daemon import get, samples, serving, value
 from tests.support.envoy import envoy_binary

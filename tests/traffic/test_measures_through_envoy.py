@@ -10,9 +10,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from exporter.config.buckets import DEFAULT_BUCKETS
 from exporter.evaluation import EvaluationSpec
 from exporter.exposition.traffic import ObserverHealth, TrafficStats
+from exporter.settings.buckets import DEFAULT_BUCKETS
 from exporter.sim import SimServer
 from exporter.stats.prompt_ratio import DEFAULT_TOKENS_PER_BYTE
 from exporter.traffic.observer import TrafficObserver

@@ -13,7 +13,8 @@ import pytest
 from exporter.evaluation import EvaluationSpec, measure
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
+from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
 from exporter.traffic.observer import TrafficObserver
 from exporter.traffic.record import Observed
