@@ -27,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Daemon, web_app
 from exporter.cli.command import EXIT_MEASURED, EXIT_USAGE
-from exporter.config import ConfigError, parse_config
+from exporter.settings import SettingsError, parse_config
 from exporter.sim import SimConfig, SimServer
 from exporter.traffic.envoy_config import Endpoint, Upstream, bootstrap, render
 from exporter.traffic.envoy_process import EnvoyError, EnvoyProcess, envoy_binary
@@ -251,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="fluidity-demo-") as folder:
         try:
             return asyncio.run(demo(args, Path(folder)))
-        except (EnvoyError, ConfigError) as exc:
+        except (EnvoyError, SettingsError) as exc:
             print(f"demo --traffic: {exc}", file=sys.stderr)
         except RuntimeError as exc:  # the traffic extra (grpcio) is missing: the daemon says which
             if "traffic" not in str(exc):
