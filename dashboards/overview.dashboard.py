@@ -42,7 +42,6 @@ from dashboards.common import (
     value_text,
     variables,
 )
-from dashboards.traffic import observer_health, users_vs_probes
 from exporter.exposition import names
 
 SERIES_LEGEND = "{{target}}/{{module}}"
@@ -481,7 +480,6 @@ dashboard = new_dashboard(
                 ),
             ],
         ),
-        users_vs_probes,
         Section("Conversations (multi-turn sessions)", [Cell(turn_ttft, 12), Cell(cache_hits, 12)]),
         Section(
             "Requests and probing",
@@ -495,6 +493,5 @@ dashboard = new_dashboard(
                 Cell(jobs_running, 16, 6),
             ],
         ),
-        observer_health,
     ],
 )

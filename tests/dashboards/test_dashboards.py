@@ -43,6 +43,7 @@ def test_the_committed_json_is_what_the_sources_generate() -> None:
         "capacity.dashboard.py",
         "engine.dashboard.py",
         "overview.dashboard.py",
+        "traffic.dashboard.py",
     ]
     stale = build.stale()
     assert not stale, f"stale dashboard JSON {[str(p) for p in stale]}: regenerate with python -m dashboards"
@@ -52,8 +53,18 @@ def test_check_mode_reports_a_stale_file(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["--check"]) == 0
     for source in build.sources():
         (tmp_path / source.name).write_text(source.read_text())
-    assert [p.name for p in build.stale(tmp_path)] == ["capacity.json", "engine.json", "overview.json"]
-    assert [p.name for p in build.write(tmp_path)] == ["capacity.json", "engine.json", "overview.json"]
+    assert [p.name for p in build.stale(tmp_path)] == [
+        "capacity.json",
+        "engine.json",
+        "overview.json",
+        "traffic.json",
+    ]
+    assert [p.name for p in build.write(tmp_path)] == [
+        "capacity.json",
+        "engine.json",
+        "overview.json",
+        "traffic.json",
+    ]
     assert build.stale(tmp_path) == []
     (tmp_path / "engine.json").write_text("{}\n")
     assert build.stale(tmp_path) == [tmp_path / "engine.json"]

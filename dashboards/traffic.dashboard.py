@@ -1,10 +1,11 @@
-"""The Overview's rows on real traffic, observed through Envoy's ext_proc filter (``fluidity_traffic_*``):
+"""Traffic: real user traffic, observed through Envoy's ext_proc filter (``fluidity_traffic_*``).
 "Users vs probes" sets what users felt beside what the probes felt, with the same definitions, and
-"Traffic observer" shows whether the observer sees the traffic at all.
+"Traffic observer" shows whether the observer sees the traffic at all. A dashboard of its own, beside
+the Overview: each dashboard is one ConfigMap, which a client-side apply keeps under 256 KiB.
 
 Real traffic has no target or module: its series are per ``model`` (``traffic.models``, else "other")
 and ``api``. Its panels keep the scrape's identity labels, as every other panel does, and follow the
-Overview's decode-tier variable; the probes' side follows its target and module variables.
+decode-tier and window variables; the probes' side follows its target and module variables.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dashboards.common import (
     Cell,
     Query,
     Section,
+    new_dashboard,
     quantile,
     service_level,
     stat,
@@ -31,6 +33,7 @@ from dashboards.common import (
     sum_rate,
     timeseries,
     unit_override,
+    variables,
 )
 from exporter.exposition import names
 
@@ -382,4 +385,13 @@ observer_health = Section(
         Cell(in_flight, 16, 6),
         Cell(seen_over_range, 8, 6),
     ],
+)
+
+dashboard = new_dashboard(
+    "Fluidity / Traffic",
+    "fluidity-traffic",
+    "What real users felt, observed through Envoy (ext_proc in observability mode), beside what the "
+    "probes felt, and the health of the traffic observer (Fluidity Exporter).",
+    variables(window=True, tier=True),
+    [users_vs_probes, observer_health],
 )
