@@ -78,6 +78,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from exporter.jobs.capacity_model import predict
 from exporter.jobs.search_state import (
     Bracket,
     Observation,
@@ -99,6 +100,9 @@ EDGE_GUARD = 0.1  # an interpolated load stays this share of the interval away f
 # Measured on bench/capacity_bench.py against a whole tolerance: 62.5% of Etalon's tokens in the
 # median (63.7%), 11/48 runs at <= 50% (9), within 5% and within 6 trials unchanged (46, 42 of 48).
 AIM_PAST = 0.5
+# With the engine model's knee, a growing search aims this share of the tolerance below it: a pass
+# there leaves the failure that ends the search within the tolerance above.
+AIM_BELOW = 0.5
 
 
 def next_load(settings: SearchSettings, history: Sequence[Observation]) -> float | None:
@@ -108,16 +112,18 @@ def next_load(settings: SearchSettings, history: Sequence[Observation]) -> float
         return None
     if not history:
         return _fit(settings, settings.start)
+    predicted = predict(settings, history) if settings.predict else None
+    knee = predicted.load if predicted is not None else None
     history = pool(settings, history)
     found = bracket(history)
     if converged(settings, found):
         return _confirm(settings, found)
     if found.high is None:
         assert found.low is not None  # history is not empty and nothing failed
-        return _grow(settings, history, found.low)
+        return _grow(settings, history, found.low, knee)
     if found.low is None:
-        return _shrink(settings, found.high)
-    return _narrow(settings, history, found.low, found.high)
+        return _shrink(settings, found.high, knee)
+    return _narrow(settings, history, found.low, found.high, knee)
 
 
 def _confirm(settings: SearchSettings, found: Bracket) -> float | None:
@@ -163,12 +169,18 @@ def could_settle(settings: SearchSettings, end: Observation) -> bool:
     return settled is not Verdict.INCONCLUSIVE
 
 
-def _grow(settings: SearchSettings, history: Sequence[Observation], last: Observation) -> float | None:
+def _grow(
+    settings: SearchSettings, history: Sequence[Observation], last: Observation, knee: float | None
+) -> float | None:
     if last.load >= settings.max_load:
         return None  # the capacity is at least max_load: the search may not go higher
     target = last.load * min(max(clipped_headroom(last.headroom), settings.growth), settings.max_growth)
     estimate = _extrapolate(history, last)
-    if estimate is not None:
+    if knee is not None:
+        # Just below the predicted knee: a pass there, and a failure a tolerance above it, end the
+        # search; the failure after a pass may stop early, the first failure runs in full.
+        target = knee / (1.0 + AIM_BELOW * settings.tolerance)
+    elif estimate is not None:
         target = estimate * (1.0 + AIM_PAST * settings.tolerance)
     lowest, highest = last.load * (1.0 + settings.tolerance), last.load * settings.max_growth
     return _distinct(settings, history, min(max(target, lowest), highest, settings.max_load))
@@ -187,18 +199,26 @@ def _extrapolate(history: Sequence[Observation], last: Observation) -> float | N
     return last.load + log_headroom(last.headroom) / -slope
 
 
-def _shrink(settings: SearchSettings, failed: Observation) -> float | None:
+def _shrink(settings: SearchSettings, failed: Observation, knee: float | None) -> float | None:
     if hopeless(settings, failed):
         return None  # not even the smallest load passes, or the SLO fails with the engine idle
     target = failed.load * min(max(clipped_headroom(failed.headroom), 0.25), 0.5)
+    if knee is not None and knee < failed.load:
+        target = max(knee / (1.0 + AIM_BELOW * settings.tolerance), failed.load * 0.25)
     return _fit(settings, max(target, settings.min_load))
 
 
 def _narrow(
-    settings: SearchSettings, history: Sequence[Observation], low: Observation, high: Observation
+    settings: SearchSettings,
+    history: Sequence[Observation],
+    low: Observation,
+    high: Observation,
+    knee: float | None = None,
 ) -> float | None:
     width = high.load - low.load
     estimate = _interpolate(low, high, _illinois(settings, history))
+    if knee is not None and low.load < knee < high.load:
+        estimate = knee  # the engine model's knee, while the measured bracket does not rule it out
     if estimate is None:
         target = math.sqrt(low.load * high.load)
     else:
