@@ -500,7 +500,9 @@ def summary(outcomes: list[Outcome]) -> None:
         )
     for name in ("ours", "headroom"):
         states = [found[name].state for _, found in runs]
-        print(f"  {name} said: {', '.join(f'{state} {states.count(state)}' for state in sorted(set(states)))}")
+        print(
+            f"  {name} said: {', '.join(f'{state} {states.count(state)}' for state in sorted(set(states)))}"
+        )
     predicted = [abs(found["ours"].predicted / truth - 1) for truth, found in runs if found["ours"].predicted]
     if predicted:
         print(

@@ -110,9 +110,11 @@ def prediction_report(
         "error": last.load / lower_bound - 1.0 if lower_bound else None,
         "saturation": last.saturation,
         "decode_line": {
-            "fixed_s": line.fixed, "per_running_s": line.per_running, "r_squared": line.r_squared,
+            "fixed_s": line.fixed,
+            "per_running_s": line.per_running,
+            "r_squared": line.r_squared,
             "gaps": line.gaps,
-        },  # fmt: skip
+        },
         "calibration_slope": last.slope,
         "trials": last.trials,
         "contradicted": [c.to_dict() for c in against],

@@ -96,7 +96,9 @@ def decode_bins(streams: Sequence[tuple[Sequence[float], Sequence[int]]]) -> Dec
     """The decode gaps of ``streams`` (each its token-event stamps and the tokens each event carried)
     binned by the streams decoding at the gap's midpoint. An event carrying ``k`` tokens is ``k`` gaps
     of a ``k``-th of its wait each: the engine made them in one wait."""
-    usable = [(np.asarray(t, dtype=np.float64), np.asarray(k, dtype=np.float64)) for t, k in streams if len(t)]
+    usable = [
+        (np.asarray(t, dtype=np.float64), np.asarray(k, dtype=np.float64)) for t, k in streams if len(t)
+    ]
     if not usable:
         return DecodeBins((), (), (), ())
     firsts = np.array([t[0] for t, _ in usable])
@@ -109,7 +111,7 @@ def decode_bins(streams: Sequence[tuple[Sequence[float], Sequence[int]]]) -> Dec
         # A gap in which another stream got its first token waited on that stream's prefill: it is
         # a prefill's cost, not a decode step's, and is left out of the line.
         starts = np.searchsorted(order, times[:-1], side="right")
-        clean = np.searchsorted(order, times[1:], side="left") == starts
+        clean = np.searchsorted(order, times[1:], side="right") == starts
         waits = np.diff(times)[clean]
         per = np.maximum(tokens[1:][clean], 1.0)
         mids.append(((times[1:] + times[:-1]) / 2.0)[clean])
@@ -130,7 +132,7 @@ def _binned(running: np.ndarray, gap: FloatArray, weight: FloatArray) -> DecodeB
     total = np.bincount(index, weights=gap * weight, minlength=len(keys))
     squares = np.bincount(index, weights=gap * gap * weight, minlength=len(keys))
     return DecodeBins(
-        tuple(int(k) for k in keys), tuple(int(round(c)) for c in count),
+        tuple(int(k) for k in keys), tuple(round(c) for c in count),
         tuple(float(s) for s in total), tuple(float(s) for s in squares),
     )  # fmt: skip
 
@@ -182,7 +184,9 @@ def fit_decode_line(bins: DecodeBins, effective: float = 1.0) -> DecodeLine | No
     slope = (m * sxy - sx * sy) / det
     fixed = (sy - slope * sx) / m
     syy = float(q.sum())
-    sse = max(syy - 2 * fixed * sy - 2 * slope * sxy + m * fixed**2 + 2 * fixed * slope * sx + slope**2 * sxx, 0.0)
+    sse = max(
+        syy - 2 * fixed * sy - 2 * slope * sxy + m * fixed**2 + 2 * fixed * slope * sx + slope**2 * sxx, 0.0
+    )
     sst = max(syy - sy * sy / m, 0.0)
     sigma2 = sse / max(m - 2.0, 1.0) * max(effective, 1.0)
     cov = ((sigma2 * sxx / det, -sigma2 * sx / det), (-sigma2 * sx / det, sigma2 * m / det))
@@ -244,13 +248,15 @@ def predict_knee(line: DecodeLine, points: Sequence[TrialPoint]) -> Prediction |
         if w > 0.0 and h > 0.0 and (k := _knee(w, h, tokens, usable, shift)) is not None
     ]  # fmt: skip
     tail = (1.0 - CONFIDENCE) / 2.0
-    low, high = (np.quantile(sample, [tail, 1.0 - tail]).tolist() if sample else (centre, centre))
+    low, high = np.quantile(sample, [tail, 1.0 - tail]).tolist() if sample else (centre, centre)
     saturation = 1.0 / (tokens * line.per_running)
     slope = _slope(line.fixed, line.per_running, tokens, usable)
     return Prediction(centre, min(low, centre), max(high, centre), saturation, line, slope, len(usable))
 
 
-def _knee(w: float, h: float, tokens: float, points: Sequence[TrialPoint], shift: float = 0.0) -> float | None:
+def _knee(
+    w: float, h: float, tokens: float, points: Sequence[TrialPoint], shift: float = 0.0
+) -> float | None:
     """The rate where ``log headroom = a - b log g(r)`` is 0, ``shift`` added to ``a``."""
     logs = _calibration(w, h, tokens, points)
     if logs is None:
