@@ -178,8 +178,10 @@ def _grow(
     estimate = _extrapolate(history, last)
     if knee is not None:
         # Just below the predicted knee: a pass there, and a failure a tolerance above it, end the
-        # search; the failure after a pass may stop early, the first failure runs in full.
-        target = knee / (1.0 + AIM_BELOW * settings.tolerance)
+        # search; the failure after a pass may stop early, the first failure runs in full. Never past
+        # what the measured headroom allows: where prefill steps, not decode, make the knee (Mistral-7B,
+        # chunked: one trial's model put it past 4x the capacity), the model overshoots.
+        target = min(knee / (1.0 + AIM_BELOW * settings.tolerance), target)
     elif estimate is not None:
         target = estimate * (1.0 + AIM_PAST * settings.tolerance)
     lowest, highest = last.load * (1.0 + settings.tolerance), last.load * settings.max_growth
@@ -216,9 +218,13 @@ def _narrow(
     knee: float | None = None,
 ) -> float | None:
     width = high.load - low.load
-    estimate = _interpolate(low, high, _illinois(settings, history))
-    if knee is not None and low.load < knee < high.load:
-        estimate = knee  # the engine model's knee, while the measured bracket does not rule it out
+    weights = _illinois(settings, history)
+    estimate = _interpolate(low, high, weights)
+    if knee is not None and low.load < knee < high.load and weights == (1.0, 1.0):
+        # The engine model's knee, while the measured bracket does not rule it out and no end creeps:
+        # where the headroom is flat (Mistral-7B, chunked: 0.96-0.98 from the capacity to 1.4x it) the
+        # model's knee follows the failures down as the line does, and the Illinois step moves off.
+        estimate = knee
     if estimate is None:
         target = math.sqrt(low.load * high.load)
     else:
