@@ -4,8 +4,8 @@
 trial over the probe client, or one on the simulator's virtual clock in tests and the benchmark) and
 ``capacity_search.next_load`` where to go next. The result carries what was found (``state``: found,
 lower bound, not met or inconclusive), the bracket ``[lower_bound, upper_bound)`` with the pass
-fraction's interval at each end, the fluid token rate and goodput measured at the lower bound, and
-every trial.
+fraction's interval at each end, the fluid token rate and goodput measured at the lower bound, the
+engine model's prediction beside the bracket (``capacity_model.prediction_report``), and every trial.
 
 Bounded: a trial starts only while the wall-clock budget (``time_budget_s``: trial durations and the
 waits for a drained engine, summed, so a virtual clock counts too) has time left, and runs for at most

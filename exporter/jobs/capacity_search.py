@@ -43,6 +43,16 @@ Measured on the bench's 48 runs against plain regula falsi: within 5% 47 -> 47 o
 after any two trials that kept one end (without a missed bet) cost trials: within 6 trials 43 -> 42 of
 48, 119 -> 114 of 132.
 
+Placed by a model of the engine (``capacity_model``, ``exporter.stats.engine_model``), where a rate
+search has one: every trial's decode gaps fit ``W + H n`` over the requests decoding, Little's law turns
+that into the gap at a load, and the trials nearest the knee calibrate the headroom against the gap; the
+model is refitted after every trial. Growing, the next trial goes half a tolerance below its predicted
+knee (a pass there and a failure a tolerance above end the search), never past what the headroom
+growth allows (where prefill steps make the knee, the decode model overshoots); shrinking, to the same
+point when it is below the failure; narrowing, the knee replaces the line while the bracket does not
+rule it out and no end creeps (then the Illinois step above takes over). The model only places
+trials: state and bracket come from measured trials alone. ``SearchSettings.predict`` turns it off.
+
 Bounded, and said as found. A search ends: below ``floor`` (``min_load``) a failing load is not halved
 again ("the SLO is not met at any load we can offer"), nor below a failure whose requests that had the
 engine to themselves (nothing else of ours in flight) confidently missed the SLO: a lower load only
