@@ -51,7 +51,9 @@ knee (a pass there and a failure a tolerance above end the search), never past w
 growth allows (where prefill steps make the knee, the decode model overshoots); shrinking, to the same
 point when it is below the failure; narrowing, the knee replaces the line while the bracket does not
 rule it out and no end creeps (then the Illinois step above takes over). The model only places
-trials: state and bracket come from measured trials alone. ``SearchSettings.predict`` turns it off.
+trials: state and bracket come from measured trials alone. ``SearchSettings.predict`` turns it on; it
+is off by default, as on ``bench/capacity_bench.py`` it bought nothing over the headroom (the same
+tokens in the median, one run 39% low), and the prediction is reported either way.
 
 Bounded, and said as found. A search ends: below ``floor`` (``min_load``) a failing load is not halved
 again ("the SLO is not met at any load we can offer"), nor below a failure whose requests that had the
@@ -216,7 +218,9 @@ def _shrink(settings: SearchSettings, failed: Observation, knee: float | None) -
         return None  # not even the smallest load passes, or the SLO fails with the engine idle
     target = failed.load * min(max(clipped_headroom(failed.headroom), 0.25), 0.5)
     if knee is not None and knee < failed.load:
-        target = max(knee / (1.0 + AIM_BELOW * settings.tolerance), failed.load * 0.25)
+        # Never above what the headroom says: a decode model blind to a prefill-bound knee put it at
+        # 0.78x a failure that the headroom (0.12) put at 4x the capacity, and the search crept down.
+        target = max(min(knee / (1.0 + AIM_BELOW * settings.tolerance), target), failed.load * 0.25)
     return _fit(settings, max(target, settings.min_load))
 
 

@@ -95,3 +95,22 @@ async def test_on_the_simulator_the_prediction_lands_near_the_measured_answer() 
     assert abs(result.prediction["error"]) < 0.075
     line = result.prediction["decode_line"]
     assert line["fixed_s"] > 0.0 and line["per_running_s"] > 0.0
+
+
+def test_placement_aims_below_the_knee_within_the_headrooms_growth() -> None:
+    from exporter.jobs.capacity_search import AIM_BELOW, next_load
+
+    placed = SearchSettings(start=5.0, max_load=100.0, predict=True)
+    history = [_trial(10.0, True, 1.3)]
+    knee = predict(placed, history)
+    assert knee is not None
+    below = knee.load / (1.0 + AIM_BELOW * placed.tolerance)
+    assert below < 10.0 * placed.growth  # inside the headroom's growth here, so the knee decides
+    assert next_load(placed, history) == pytest.approx(below)
+    # Off (the default), the headroom alone places it: 2x past a pass of headroom 1.3.
+    assert next_load(SETTINGS, history) == pytest.approx(20.0)
+    # A knee past the headroom's growth (15 req/s from a pass at 5 with headroom 2) is held to it:
+    # a decode model overshoots a prefill-bound knee.
+    far = [_trial(5.0, True, 2.0)]
+    assert predict(placed, far).load > 10.0  # type: ignore[union-attr]
+    assert next_load(placed, far) == pytest.approx(10.0)
