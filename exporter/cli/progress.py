@@ -49,6 +49,8 @@ class LiveLine:
 
     def __call__(self, result: ProbeResult) -> None:
         self.count += 1
+        if not self.enabled:  # nothing drawn (--quiet): nothing computed on the probe's loop either
+            return
         values = intervals(result)
         if result.ok and values:
             self.ttfts.append(values[0])
@@ -56,7 +58,7 @@ class LiveLine:
             self.fluidity.append(fluidity_index(values, self.prefill, self.tier_deadline))
         else:
             self.failed += 1
-        if self.enabled and self._due():
+        if self._due():
             sys.stderr.write(("\r" if self.tty else "") + self.render() + ("" if self.tty else "\n"))
             sys.stderr.flush()
 

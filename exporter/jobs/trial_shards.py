@@ -27,7 +27,7 @@ from exporter.jobs.trial_verdict import SHARDS_REASON, TrialSlo, Verdict, judge
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_report import ShardRunReport
 from exporter.probe.result import ProbeResult
-from exporter.probe.target import TargetSettings
+from exporter.settings.target import TargetSettings
 
 
 async def run_sharded_trial(

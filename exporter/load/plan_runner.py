@@ -15,11 +15,12 @@ from exporter.load.load_plan import LoadPlan
 from exporter.load.runner import LoadRun, load_run_from_results, run_load
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import PoolSettings
-from exporter.options.oneshot import OptionError
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
+from exporter.settings.problems import SettingsError
+from exporter.settings.shards import PoolSettings
+from exporter.settings.target import TargetSettings
 
 
 @contextlib.asynccontextmanager
@@ -34,7 +35,7 @@ async def worker_pool(
         try:
             pool = await stack.enter_async_context(local_shards(workers, settings.api_key, pool_settings))
         except TimeoutError as exc:  # a worker that never started
-            raise OptionError(f"--workers: {exc}") from exc
+            raise SettingsError(f"--workers: {exc}") from exc
         yield pool
 
 

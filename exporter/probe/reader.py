@@ -4,8 +4,9 @@ It is the ``ResponseSink`` of one request (``http.py`` calls it from ``data_rece
 little as it can there. Until the first token has arrived it decodes every read at once (the
 time-to-first-token limit and a capacity trial's give-up wait need to know); after that it only keeps
 each read's bytes with its stamp. The SSE, JSON and token bookkeeping (``sse.py``, ``stream.py``) of the
-kept reads runs in a loop callback (``call_soon``) once ``FLUSH_READS`` reads are kept, and the end of the
-stream is settled the same way: every socket that became readable in the same turn of the event loop is
+kept reads runs in a loop callback once ``FLUSH_READS`` reads are kept (``flushes.py``: the batches of
+every stream on the loop, a bounded share of them per turn), and the end of the stream is settled in
+one (``call_soon``): every socket that became readable in the same turn of the event loop is
 stamped first, and the decoding comes after. Each read is still decoded on its own, with its own stamp,
 so the result is exactly what decoding it on arrival would have given.
 
@@ -41,6 +42,7 @@ from collections.abc import Callable
 from typing import cast
 
 from exporter.probe.chunk_shapes import plain_template
+from exporter.probe.flushes import loop_flushes
 from exporter.probe.http import HttpError
 from exporter.probe.result import Outcome
 from exporter.probe.socket_reads import KeepMode
@@ -66,6 +68,7 @@ class StreamReader:
     ) -> None:
         self.state = state
         self._loop = asyncio.get_running_loop()
+        self._flushes = loop_flushes(self._loop)
         self.finished: asyncio.Future[None] = self._loop.create_future()
         self.failure: StreamFailureError | HttpError | None = None
         self.headers_received = False
@@ -137,7 +140,7 @@ class StreamReader:
     def _flush_soon(self) -> None:
         if not self._flush_due:
             self._flush_due = True
-            self._loop.call_soon(self._scheduled_flush)
+            self._flushes.add(self._scheduled_flush)  # with the loop's others, a bounded share per turn
 
     def _may_end(self, body: bytes) -> bool:
         # A loop, not any() over a generator: this runs on every read, and the generator cost 4x.

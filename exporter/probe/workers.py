@@ -31,7 +31,8 @@ from typing import Any
 from exporter.probe import loop as event_loop
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
+from exporter.settings.target import TargetSettings
 
 Plan = Sequence[tuple[float, RequestSpec]]
 # A worker's start-up (spawn, imports, first connection) must not take longer than this.

@@ -8,7 +8,8 @@ import pytest
 
 from exporter.load import Poisson, preset, run_load
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import Api, TargetSettings
+from exporter.probe.target import Api
+from exporter.settings.target import TargetSettings
 from tests.support.sim import StartSim
 
 

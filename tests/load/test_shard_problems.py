@@ -8,7 +8,6 @@ import pickle
 import pytest
 
 from exporter.load.shard_protocol import (
-    PoolSettings,
     ProtocolError,
     ShardEntry,
     ShardTask,
@@ -23,7 +22,9 @@ from exporter.load.shard_protocol import (
 )
 from exporter.load.shard_report import ShardState, shard_problems
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
-from exporter.probe.target import FollowUp, RequestSpec, Secret, TargetSettings, Timeouts
+from exporter.probe.target import FollowUp, RequestSpec, Secret, Timeouts
+from exporter.settings.shards import PoolSettings
+from exporter.settings.target import TargetSettings
 
 SETTINGS = PoolSettings(max_start_lateness_s=0.1, max_unreliable_share=0.01)
 

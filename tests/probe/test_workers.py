@@ -8,8 +8,9 @@ import pytest
 
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult, ttft
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
 from exporter.probe.workers import WorkerStats, run_plan, run_plan_in_workers
+from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
 from tests.probe.helpers import script, settings_for
 
