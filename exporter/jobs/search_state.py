@@ -54,7 +54,7 @@ class SearchSettings:
     method: Method = "clopper-pearson"
     max_parts: int = MAX_PARTS
     # Place trials by the engine model's knee (``capacity_model``) where it has one. Off by default: on
-    # bench/capacity_bench.py (6 scenarios x 4 starts) it spent the same tokens as the headroom's
+    # bench/capacity_bench.py (12 scenarios x 4 starts) it spent the same tokens as the headroom's
     # placement (median ratio 100%), 46 of 48 runs within 5% (47) and 36 within 6 trials (44): a
     # decode model cannot see a prefill-bound knee. Its prediction is reported either way.
     predict: bool = False
