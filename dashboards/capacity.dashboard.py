@@ -175,6 +175,20 @@ bounds = stat(
     decimals=2,
     sparkline=False,
 )
+predicted = stat(
+    "Predicted capacity (engine model)",
+    "The load the engine model fitted to the search's own trials predicts (decode gap W + H n by running "
+    "requests, Little's law, the headroom calibrated per trial), with its interval, beside the measured "
+    "bracket, and how far it lay from the measured lower bound. The prediction placed the trials; only "
+    "measured trials give the answer. Good: its error small (the trials were placed where they count).",
+    COUNT,
+    [
+        Query(latest(names.CAPACITY_PREDICTED_LOAD), f"{SERIES_LEGEND} predicted {{{{end}}}}"),
+        Query(f"{latest(names.CAPACITY_PREDICTION_ERROR)} * 100", f"{SERIES_LEGEND} error %"),
+    ],
+    decimals=2,
+    sparkline=False,
+)
 COST_LEGEND = "{{target}}/{{module}} at {{at}}"
 goodput_tokens = stat(
     "Fluid goodput",
@@ -388,14 +402,14 @@ dashboard = new_dashboard(
                 Cell(last_search, 3, 5),
             ],
         ),
+        Section("Measured bracket and predicted capacity", [Cell(bounds, 12, 6), Cell(predicted, 12, 6)]),
         Section(
             "What the capacity costs",
             [
-                Cell(bounds, 4, 6),
-                Cell(goodput_tokens, 5, 6),
-                Cell(per_gpu, 5, 6),
-                Cell(token_cost, 5, 6),
-                Cell(live_per_gpu, 5, 6),
+                Cell(goodput_tokens, 6, 6),
+                Cell(per_gpu, 6, 6),
+                Cell(token_cost, 6, 6),
+                Cell(live_per_gpu, 6, 6),
             ],
         ),
         Section(

@@ -3,6 +3,7 @@ stored prefill profiles and the job counts, built from the job store's records (
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -93,7 +94,25 @@ def capacity_snapshot(record: JobRecord) -> CapacitySnapshot | None:
         costs=costs,
         unreliable_timings=result.get("unreliable_timings") is not None,
         stopped_by=stop_kind(str(result.get("stopped_by") or "")),
+        predicted=_predicted(result.get("prediction")),
+        prediction_error=_number((result.get("prediction") or {}).get("error")),
     )
+
+
+def _predicted(prediction: Any) -> dict[str, float]:
+    """The stored prediction's estimate and interval (``capacity_model.prediction_report``)."""
+    if not isinstance(prediction, dict):
+        return {}
+    bounds = {
+        "estimate": prediction.get("load"),
+        "low": prediction.get("low"),
+        "high": prediction.get("high"),
+    }
+    return {name: number for name, value in bounds.items() if (number := _number(value)) is not None}
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
 
 
 def _cost_point(point: dict[str, Any]) -> CostPoint:

@@ -65,6 +65,10 @@ class CapacitySnapshot:
     costs: Mapping[str, CostPoint] = field(default_factory=dict)
     unreliable_timings: bool = False  # an end's trial had requests the client flagged past the bound
     stopped_by: str | None = None  # what ended it, one of CAPACITY_STOPS (None: not known)
+    # The engine model's prediction: estimate, low and high (requests/s), and its error against the
+    # lower bound; empty when the search made none
+    predicted: Mapping[str, float] = field(default_factory=dict)
+    prediction_error: float | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,10 @@ def _add_capacity(out: Families, result: CapacitySnapshot) -> None:
     ):
         if bound is not None:
             out.add(spec, labels, bound)
+    for end, load in result.predicted.items():
+        out.add(names.CAPACITY_PREDICTED_LOAD, (*labels, end), load)
+    if result.prediction_error is not None:
+        out.add(names.CAPACITY_PREDICTION_ERROR, labels, result.prediction_error)
     for at, point in result.costs.items():
         for spec, value in (
             (names.CAPACITY_FLUID_GOODPUT, point.fluid_goodput_tokens_per_s),

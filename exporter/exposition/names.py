@@ -44,6 +44,7 @@ PYTHON_VERSION: Final = "python_version"
 KIND: Final = "kind"  # of a job: capacity, prefill-profile
 STATE: Final = "state"  # how a job ended
 TRIAL: Final = "trial"  # index of a capacity-search trial, from 1
+ESTIMATE: Final = "end"  # of the engine model's predicted capacity: estimate, low, high (its interval)
 AT: Final = "at"  # where a capacity cost figure was measured: capacity, highest_load
 PROMPT_TOKENS: Final = "prompt_tokens"
 ENGINE: Final = "engine"  # the engine whose metric names were recognised: vllm, sglang, tgi, llamacpp
@@ -577,6 +578,23 @@ CAPACITY_UPPER_BOUND = MetricSpec(
     f"{_CAPACITY}",
     SERIES,
 )
+CAPACITY_PREDICTED_LOAD = MetricSpec(
+    "fluidity_capacity_predicted_load",
+    "gauge",
+    "The load the engine model fitted to the search's trials predicts the SLO stops being met at "
+    "(requests/s; end=estimate), with its interval (end=low, end=high; widened to any load whose "
+    "trial contradicted a prediction): information that placed the trials, never the answer, which only "
+    "measured trials give (fluidity_capacity_load_lower_bound); absent for concurrency searches and "
+    f"where the trials' gaps could not be fitted. {_CAPACITY}",
+    (*SERIES, ESTIMATE),
+)
+CAPACITY_PREDICTION_ERROR = MetricSpec(
+    "fluidity_capacity_prediction_error_ratio",
+    "gauge",
+    "How far the engine model's prediction lay from the measured lower bound: predicted / lower bound "
+    f"- 1 (0.03: 3% above it); absent without both. {_CAPACITY}",
+    SERIES,
+)
 CAPACITY_FLUID_GOODPUT = MetricSpec(
     "fluidity_capacity_fluid_goodput_tokens_per_second",
     "gauge",
@@ -868,6 +886,8 @@ JOB_RESULTS: Final = (
     CAPACITY_STOPPED_BY,
     CAPACITY_LOWER_BOUND,
     CAPACITY_UPPER_BOUND,
+    CAPACITY_PREDICTED_LOAD,
+    CAPACITY_PREDICTION_ERROR,
     CAPACITY_FLUID_GOODPUT,
     CAPACITY_TOKENS_PER_GPU_SECOND,
     CAPACITY_TOKEN_COST,

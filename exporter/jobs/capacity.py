@@ -4,8 +4,8 @@
 trial over the probe client, or one on the simulator's virtual clock in tests and the benchmark) and
 ``capacity_search.next_load`` where to go next. The result carries what was found (``state``: found,
 lower bound, not met or inconclusive), the bracket ``[lower_bound, upper_bound)`` with the pass
-fraction's interval at each end, the fluid token rate and goodput measured at the lower bound, and
-every trial.
+fraction's interval at each end, the fluid token rate and goodput measured at the lower bound, the
+engine model's prediction beside the bracket (``capacity_model.prediction_report``), and every trial.
 
 Bounded: a trial starts only while the wall-clock budget (``time_budget_s``: trial durations and the
 waits for a drained engine, summed, so a virtual clock counts too) has time left, and runs for at most
@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter.jobs.capacity_model import EngineSample, prediction_report
 from exporter.jobs.capacity_search import next_load, settling
 from exporter.jobs.drain import Drained
 from exporter.jobs.first_look import FirstLook
@@ -98,6 +99,9 @@ class CapacityResult:
     gpu_hour_price: float | None = None
     context: ContextFit | None = None  # how the workload met the served context (None: not asked)
     first_look: FirstLook | None = None  # where the search started, when no start was given
+    # The engine model's prediction beside the measured bracket (``capacity_model.prediction_report``):
+    # information that placed the trials, never the answer
+    prediction: dict[str, Any] | None = None
 
     @property
     def capacity(self) -> float | None:
@@ -226,6 +230,7 @@ class CapacityResult:
             "gpu_hour_price": self.gpu_hour_price,
             "context": self.context.to_dict() if self.context is not None else None,
             "first_look": dataclasses.asdict(self.first_look) if self.first_look is not None else None,
+            "prediction": self.prediction,
             "trial_count": len(self.trials),
             "tokens": self.tokens,
             "duration_s": self.duration_s,
@@ -253,6 +258,7 @@ def observation(trial: TrialReport) -> Observation:
     return Observation(
         trial.load, trial.passed, trial.headroom, counts[0] if counts else None,
         counts[1] if counts else None, trial.objectives_met(), idle_misses=trial.fails_alone(),
+        engine=EngineSample.of(trial.figures),
     )  # fmt: skip
 
 
@@ -417,6 +423,7 @@ def _result(
         trials=trials,
         slo=slo,
         intervals=intervals,
+        prediction=prediction_report(settings, history, found.low.load if found.low is not None else None),
     )
 
 

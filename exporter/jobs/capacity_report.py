@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.search_progress import figure, pass_fraction, result_line, verdict_text
@@ -24,6 +25,8 @@ def capacity_table(result: CapacityResult) -> str:
             f"{trial.tokens:>10} {trial.duration_s:>8.1f}"
         )
     lines.append(f"answer ({result.state or 'none'}): {result_line(result)}")
+    if result.prediction is not None:
+        lines.append(prediction_line(result.prediction))
     if result.context is not None:
         lines.append(result.context.describe())
     if result.lower_bound is not None:
@@ -40,6 +43,26 @@ def capacity_table(result: CapacityResult) -> str:
         f"{trials} trial{'' if trials == 1 else 's'}, {result.tokens} tokens, {result.duration_s:.1f} s"
     )
     return "\n".join(lines)
+
+
+def prediction_line(prediction: dict[str, Any]) -> str:
+    """The engine model's prediction beside the measured answer, and each trial that contradicted it."""
+    error = prediction.get("error")
+    off = f", {error:+.1%} from the lower bound" if isinstance(error, float) else ""
+    line = prediction["decode_line"]
+    text = (
+        f"predicted (engine model, placed the trials, not the answer): {figure(prediction['load'])} "
+        f"[{figure(prediction['low'])}, {figure(prediction['high'])}]{off}; decode gap "
+        f"{line['fixed_s'] * 1e3:.2f} ms + {line['per_running_s'] * 1e3:.3f} ms x running requests"
+    )
+    against = prediction.get("contradicted") or []
+    if against:
+        seen = "; ".join(
+            f"trial {c['trial']} at {figure(c['load'])} {c['measured']}ed (predicted {figure(c['predicted'])})"
+            for c in against
+        )
+        text += f"; contradicted, interval widened: {seen}"
+    return text
 
 
 def _cost_line(at: str, point: dict[str, float | None], found: bool) -> str:

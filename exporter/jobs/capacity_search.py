@@ -43,6 +43,18 @@ Measured on the bench's 48 runs against plain regula falsi: within 5% 47 -> 47 o
 after any two trials that kept one end (without a missed bet) cost trials: within 6 trials 43 -> 42 of
 48, 119 -> 114 of 132.
 
+Placed by a model of the engine (``capacity_model``, ``exporter.stats.engine_model``), where a rate
+search has one: every trial's decode gaps fit ``W + H n`` over the requests decoding, Little's law turns
+that into the gap at a load, and the trials nearest the knee calibrate the headroom against the gap; the
+model is refitted after every trial. Growing, the next trial goes half a tolerance below its predicted
+knee (a pass there and a failure a tolerance above end the search), never past what the headroom
+growth allows (where prefill steps make the knee, the decode model overshoots); shrinking, to the same
+point when it is below the failure; narrowing, the knee replaces the line while the bracket does not
+rule it out and no end creeps (then the Illinois step above takes over). The model only places
+trials: state and bracket come from measured trials alone. ``SearchSettings.predict`` turns it on; it
+is off by default, as on ``bench/capacity_bench.py`` it bought nothing over the headroom (the same
+tokens in the median, one run 39% low), and the prediction is reported either way.
+
 Bounded, and said as found. A search ends: below ``floor`` (``min_load``) a failing load is not halved
 again ("the SLO is not met at any load we can offer"), nor below a failure whose requests that had the
 engine to themselves (nothing else of ours in flight) confidently missed the SLO: a lower load only
@@ -78,6 +90,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from exporter.jobs.capacity_model import predict
 from exporter.jobs.search_state import (
     Bracket,
     Observation,
@@ -99,6 +112,9 @@ EDGE_GUARD = 0.1  # an interpolated load stays this share of the interval away f
 # Measured on bench/capacity_bench.py against a whole tolerance: 62.5% of Etalon's tokens in the
 # median (63.7%), 11/48 runs at <= 50% (9), within 5% and within 6 trials unchanged (46, 42 of 48).
 AIM_PAST = 0.5
+# With the engine model's knee, a growing search aims this share of the tolerance below it: a pass
+# there leaves the failure that ends the search within the tolerance above.
+AIM_BELOW = 0.5
 
 
 def next_load(settings: SearchSettings, history: Sequence[Observation]) -> float | None:
@@ -108,16 +124,18 @@ def next_load(settings: SearchSettings, history: Sequence[Observation]) -> float
         return None
     if not history:
         return _fit(settings, settings.start)
+    predicted = predict(settings, history) if settings.predict else None
+    knee = predicted.load if predicted is not None else None
     history = pool(settings, history)
     found = bracket(history)
     if converged(settings, found):
         return _confirm(settings, found)
     if found.high is None:
         assert found.low is not None  # history is not empty and nothing failed
-        return _grow(settings, history, found.low)
+        return _grow(settings, history, found.low, knee)
     if found.low is None:
-        return _shrink(settings, found.high)
-    return _narrow(settings, history, found.low, found.high)
+        return _shrink(settings, found.high, knee)
+    return _narrow(settings, history, found.low, found.high, knee)
 
 
 def _confirm(settings: SearchSettings, found: Bracket) -> float | None:
@@ -163,12 +181,20 @@ def could_settle(settings: SearchSettings, end: Observation) -> bool:
     return settled is not Verdict.INCONCLUSIVE
 
 
-def _grow(settings: SearchSettings, history: Sequence[Observation], last: Observation) -> float | None:
+def _grow(
+    settings: SearchSettings, history: Sequence[Observation], last: Observation, knee: float | None
+) -> float | None:
     if last.load >= settings.max_load:
         return None  # the capacity is at least max_load: the search may not go higher
     target = last.load * min(max(clipped_headroom(last.headroom), settings.growth), settings.max_growth)
     estimate = _extrapolate(history, last)
-    if estimate is not None:
+    if knee is not None:
+        # Just below the predicted knee: a pass there, and a failure a tolerance above it, end the
+        # search; the failure after a pass may stop early, the first failure runs in full. Never past
+        # what the measured headroom allows: where prefill steps, not decode, make the knee (Mistral-7B,
+        # chunked: one trial's model put it past 4x the capacity), the model overshoots.
+        target = min(knee / (1.0 + AIM_BELOW * settings.tolerance), target)
+    elif estimate is not None:
         target = estimate * (1.0 + AIM_PAST * settings.tolerance)
     lowest, highest = last.load * (1.0 + settings.tolerance), last.load * settings.max_growth
     return _distinct(settings, history, min(max(target, lowest), highest, settings.max_load))
@@ -187,18 +213,32 @@ def _extrapolate(history: Sequence[Observation], last: Observation) -> float | N
     return last.load + log_headroom(last.headroom) / -slope
 
 
-def _shrink(settings: SearchSettings, failed: Observation) -> float | None:
+def _shrink(settings: SearchSettings, failed: Observation, knee: float | None) -> float | None:
     if hopeless(settings, failed):
         return None  # not even the smallest load passes, or the SLO fails with the engine idle
     target = failed.load * min(max(clipped_headroom(failed.headroom), 0.25), 0.5)
+    if knee is not None and knee < failed.load:
+        # Never above what the headroom says: a decode model blind to a prefill-bound knee put it at
+        # 0.78x a failure that the headroom (0.12) put at 4x the capacity, and the search crept down.
+        target = max(min(knee / (1.0 + AIM_BELOW * settings.tolerance), target), failed.load * 0.25)
     return _fit(settings, max(target, settings.min_load))
 
 
 def _narrow(
-    settings: SearchSettings, history: Sequence[Observation], low: Observation, high: Observation
+    settings: SearchSettings,
+    history: Sequence[Observation],
+    low: Observation,
+    high: Observation,
+    knee: float | None = None,
 ) -> float | None:
     width = high.load - low.load
-    estimate = _interpolate(low, high, _illinois(settings, history))
+    weights = _illinois(settings, history)
+    estimate = _interpolate(low, high, weights)
+    if knee is not None and low.load < knee < high.load and weights == (1.0, 1.0):
+        # The engine model's knee, while the measured bracket does not rule it out and no end creeps:
+        # where the headroom is flat (Mistral-7B, chunked: 0.96-0.98 from the capacity to 1.4x it) the
+        # model's knee follows the failures down as the line does, and the Illinois step moves off.
+        estimate = knee
     if estimate is None:
         target = math.sqrt(low.load * high.load)
     else:

@@ -11,8 +11,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from exporter.stats.binomial import DEFAULT_CONFIDENCE, Interval, Method, Verdict, classify_fraction, interval
+
+if TYPE_CHECKING:
+    from exporter.jobs.capacity_model import EngineSample
 
 MIN_RATE = 0.01  # requests/s: below this a rate search gives up ("no capacity")
 # Headroom is clipped to this range (the range ``exporter.stats.headroom`` searches) before its log is
@@ -49,6 +53,11 @@ class SearchSettings:
     confidence: float = DEFAULT_CONFIDENCE
     method: Method = "clopper-pearson"
     max_parts: int = MAX_PARTS
+    # Place trials by the engine model's knee (``capacity_model``) where it has one. Off by default: on
+    # bench/capacity_bench.py (12 scenarios x 4 starts) it spent the same tokens as the headroom's
+    # placement (median ratio 100%), 46 of 48 runs within 5% (47) and 36 within 6 trials (44): a
+    # decode model cannot see a prefill-bound knee. Its prediction is reported either way.
+    predict: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.start <= self.max_load:
@@ -88,6 +97,8 @@ class Observation:
     # (missed, requests) of its requests that had the engine to themselves, when they confidently missed
     # the SLO (``TrialReport.fails_alone``): no lower load can pass
     idle_misses: tuple[int, int] | None = None
+    # What it showed of the engine (``exporter.jobs.capacity_model.EngineSample``): the model's input
+    engine: EngineSample | None = None
 
 
 def pool(settings: SearchSettings, history: Sequence[Observation]) -> list[Observation]:

@@ -28,6 +28,7 @@ from exporter.stats.batch import FloatArray
 from exporter.stats.binomial import DEFAULT_CONFIDENCE, classify_fraction, clopper_pearson_interval
 from exporter.stats.deadline_loop import loop_request
 from exporter.stats.distribution import nearest_rank
+from exporter.stats.engine_model import decode_bins
 from exporter.stats.fluidity import fluid_token_rate
 from exporter.stats.headroom import (
     allowed_failures,
@@ -177,8 +178,20 @@ def judge(
         ),
         "objectives": objective_rows,
         "goodput": good,
+        "engine": engine_figures(done.results),
     }
     return Verdict(passed, _reason(passed, errors, len(scores), slo), min(headrooms), figures)
+
+
+def engine_figures(completed: Sequence[ProbeResult]) -> dict[str, Any]:
+    """What the engine model (``exporter.stats.engine_model``) needs of a trial: its decode gaps binned
+    by the streams decoding at each, and the output tokens per completed request."""
+    streams = [(r.token_times, r.token_counts) for r in completed]
+    tokens = [r.output_tokens for r in completed]
+    return {
+        "decode": decode_bins(streams).to_dict(),
+        "output_tokens": float(np.mean(tokens)) if tokens else None,
+    }
 
 
 def _statistics(fluid: int, total: int, others_met: bool, slo: TrialSlo) -> dict[str, Any]:

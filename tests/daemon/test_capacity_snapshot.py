@@ -33,6 +33,21 @@ def test_a_lower_bound_is_exported_as_one_and_not_as_a_capacity() -> None:
     assert (snapshot.state, snapshot.capacity, snapshot.lower_bound) == ("lower_bound", None, 20.0)
 
 
+def test_the_prediction_is_read_beside_the_bracket() -> None:
+    prediction = {"load": 8.3, "low": 7.9, "high": 8.9, "error": 8.3 / 8.0 - 1.0, "contradicted": []}
+    result = {"load_kind": "rate", "state": "found", "lower_bound": 8.0, "upper_bound": 8.4}
+    snapshot = capacity_snapshot(record({**result, "prediction": prediction}))
+    assert snapshot is not None
+    assert snapshot.predicted == {"estimate": 8.3, "low": 7.9, "high": 8.9}
+    assert snapshot.prediction_error == pytest.approx(0.3 / 8.0)
+    # Stored before predictions, or with none made: nothing exported.
+    for none in (
+        capacity_snapshot(record(result)),
+        capacity_snapshot(record({**result, "prediction": None})),
+    ):
+        assert none is not None and none.predicted == {} and none.prediction_error is None
+
+
 def test_a_result_on_distrusted_timings_is_flagged() -> None:
     """The job's result names the trials (a sentence); older results, without the key, were not flagged."""
     result = {"load_kind": "rate", "state": "found", "lower_bound": 8.0, "upper_bound": 8.4}

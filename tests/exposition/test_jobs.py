@@ -38,6 +38,8 @@ RATE = CapacitySnapshot(
     state="found",
     lower_bound=6.5,
     upper_bound=6.8,
+    predicted={"estimate": 6.7, "low": 6.1, "high": 7.2},
+    prediction_error=6.7 / 6.5 - 1.0,
     costs={
         "capacity": CostPoint(1200.0, 600.0, 2.0 / 3600.0 / 600.0),
         "highest_load": CostPoint(900.0, 450.0, 2.0 / 3600.0 / 450.0),
@@ -154,6 +156,21 @@ def test_a_search_on_timings_the_client_distrusted_is_flagged_and_exports_no_cap
     assert get("fluidity_capacity_state", {**CHAT, "state": "found"}) == 1.0  # what its trials showed
     assert get("fluidity_capacity_load_lower_bound", CHAT) == 6.5
     assert registry_of(SNAPSHOT).get_sample_value("fluidity_capacity_unreliable_timings", CHAT) == 0.0
+
+
+def test_the_prediction_is_shown_beside_the_measured_bracket() -> None:
+    get = registry_of(SNAPSHOT).get_sample_value
+    chat = {"target": "llm", "module": "chat"}
+    assert get("fluidity_capacity_predicted_load", {**chat, "end": "estimate"}) == 6.7
+    assert get("fluidity_capacity_predicted_load", {**chat, "end": "low"}) == 6.1
+    assert get("fluidity_capacity_predicted_load", {**chat, "end": "high"}) == 7.2
+    assert get("fluidity_capacity_prediction_error_ratio", chat) == pytest.approx(0.2 / 6.5)
+    assert get("fluidity_capacity_load_lower_bound", chat) == 6.5
+    # A search without a prediction exports none: no gauge at a made-up load.
+    assert (
+        get("fluidity_capacity_predicted_load", {"target": "llm", "module": "long", "end": "estimate"})
+        is None
+    )
 
 
 def test_a_concurrency_search_shows_its_capacity_as_concurrency() -> None:
