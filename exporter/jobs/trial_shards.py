@@ -55,12 +55,8 @@ async def run_sharded_trial(
     began = time.perf_counter()
     watcher = asyncio.ensure_future(watch(tally)) if plan.early_stop else None
     run = asyncio.ensure_future(
-        pool.run_plan(
-            settings, plan.specs, offsets=None if plan.offsets is None else plan.offsets.tolist(),
-            concurrency=plan.concurrency, duration_s=plan.duration_s, on_start=started,
-            on_result=ended, stop=stop,
-        )
-    )  # fmt: skip
+        pool.run_plan(settings, plan.load_plan(), on_start=started, on_result=ended, stop=stop)
+    )
     try:
         stopped_by = await _until_done_or_decided(run, tally, stop, plan.time_limit_s)
         report = run.result()

@@ -40,11 +40,13 @@ from typing import Any, Final
 import msgspec
 from aiohttp import web
 
+from exporter.load.plan import LoadPlan
 from exporter.load.shard_protocol import (
     PoolSettings,
     ProtocolError,
     ShardEntry,
     ShardTask,
+    plan_specs,
     plan_tasks,
     task_to_json,
 )
@@ -246,25 +248,19 @@ class ShardPool:
     async def run_plan(
         self,
         settings: TargetSettings,
-        specs: Sequence[RequestSpec],
+        plan: LoadPlan,
         *,
-        offsets: Sequence[float] | None = None,
-        concurrency: int | None = None,
-        duration_s: float | None = None,
         on_start: Hook | None = None,
         on_result: Hook | None = None,
         stop: asyncio.Event | None = None,
     ) -> ShardRunReport:
-        """A whole plan (open loop at ``offsets``, or closed loop at ``concurrency``) dealt over the shards."""
-        tasks = plan_tasks(
-            self.new_run_id(), settings, specs, self.shards, offsets=offsets, concurrency=concurrency,
-            duration_s=duration_s,
-        )  # fmt: skip
+        """A whole plan (open loop at its offsets, or closed loop at its concurrency) dealt over the
+        shards; the hooks hear each request by its index in the plan."""
+        tasks = plan_tasks(self.new_run_id(), settings, plan, self.shards)
         if not tasks:
             return ShardRunReport([], {}, set(), [], None)
-        return await self.run(
-            tasks, dict(enumerate(specs)), on_start=on_start, on_result=on_result, stop=stop
-        )
+        specs = dict(enumerate(plan_specs(plan)))
+        return await self.run(tasks, specs, on_start=on_start, on_result=on_result, stop=stop)
 
     async def run_one(
         self, settings: TargetSettings, spec: RequestSpec, shard: int, start_delay_s: float
