@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -122,6 +122,17 @@ class SweepCounts:
         )
 
 
+class _Column(NamedTuple):
+    """One token position of a sweep: its intervals, the deadlines and decode deadlines of the requests
+    there, and the slack they banked before it (a tuple: built once per position with late tokens)."""
+
+    position: int
+    interval: FloatArray
+    deadline: Deadline
+    decode: Deadline
+    slack: FloatArray
+
+
 class DeadlineSweep:
     """One pass over token positions, every request at once, replaying the per-token loop exactly.
 
@@ -171,15 +182,12 @@ class DeadlineSweep:
         np.greater(interval, scratch, out=late)
         late_count = int(np.count_nonzero(late))
         # Misses are computed from the slack banked *before* this token, as the loop does.
-        if late_count > active * self.DENSE_LATE_SHARE:
-            self._record_late_dense(
-                position, late, interval, own_deadline, _head(decode, active), own_slack, c
-            )
-        elif late_count:
-            rows = np.flatnonzero(late)
-            self._record_late_sparse(
-                position, rows, interval, own_deadline, _head(decode, active), own_slack, c
-            )
+        if late_count:
+            column = _Column(position, interval, own_deadline, _head(decode, active), own_slack)
+            if late_count > active * self.DENSE_LATE_SHARE:
+                self._record_late_dense(column, late, c)
+            else:
+                self._record_late_sparse(column, np.flatnonzero(late), c)
         np.subtract(own_deadline, interval, out=scratch)
         own_slack += scratch
         if self.options.slack_cap is not None:
@@ -188,16 +196,8 @@ class DeadlineSweep:
             np.logical_not(late, out=late)
             own_slack *= late  # slack restarts at 0 after a miss
 
-    def _record_late_sparse(
-        self,
-        position: int,
-        rows: IntArray,
-        interval: FloatArray,
-        deadline: Deadline,
-        decode: Deadline,
-        slack: FloatArray,
-        c: SweepCounts,
-    ) -> None:
+    def _record_late_sparse(self, column: _Column, rows: IntArray, c: SweepCounts) -> None:
+        position, interval, deadline, decode, slack = column
         t = interval[rows]
         if self.options.variant == "deadlines":
             c.missed[rows] += np.floor((t - slack[rows] - _pick(deadline, rows)) / _pick(decode, rows)) + 1.0
@@ -209,16 +209,8 @@ class DeadlineSweep:
             first = c.first_miss_index[rows]
             c.first_miss_index[rows] = np.where(first < 0, position, first)
 
-    def _record_late_dense(
-        self,
-        position: int,
-        late: NDArray[np.bool_],
-        interval: FloatArray,
-        deadline: Deadline,
-        decode: Deadline,
-        slack: FloatArray,
-        c: SweepCounts,
-    ) -> None:
+    def _record_late_dense(self, column: _Column, late: NDArray[np.bool_], c: SweepCounts) -> None:
+        position, interval, deadline, decode, slack = column
         active = len(interval)
         if self.options.variant == "deadlines":
             misses = self.scratch[:active]
@@ -341,6 +333,18 @@ def _near_deadline(batch: IntervalBatch, decode: FloatArray, tolerance: FloatArr
     return np.flatnonzero(batch.values > per_token)
 
 
+class _PointColumn(NamedTuple):
+    """Point ``position`` of every request that has one: intervals, deadlines, decode deadlines, the
+    slack banked before it and the rounding tolerances."""
+
+    position: int
+    t: FloatArray
+    deadline: FloatArray
+    decode: FloatArray
+    before: FloatArray
+    tolerance: FloatArray
+
+
 class _PointSweep:
     """The Etalon recursion over decision points, every request at once, one point index at a time."""
 
@@ -372,7 +376,9 @@ class _PointSweep:
         if position > 0:
             uncertain[:active] |= np.abs(margin) <= 2 * tolerance
         if late.any():
-            self._record_late(position, late, t, deadline, decode, before, tolerance, c, uncertain)
+            self._record_late(
+                _PointColumn(position, t, deadline, decode, before, tolerance), late, c, uncertain
+            )
         cap = self.options.slack_cap
         at_point = np.where(late, 0.0, before + (deadline - t))
         if cap is not None:
@@ -382,17 +388,9 @@ class _PointSweep:
         slack[:active] = after if cap is None else np.minimum(after, cap)
 
     def _record_late(
-        self,
-        position: int,
-        late: NDArray[np.bool_],
-        t: FloatArray,
-        deadline: FloatArray,
-        decode: FloatArray,
-        before: FloatArray,
-        tolerance: FloatArray,
-        c: FluidityBatch,
-        uncertain: NDArray[np.bool_],
+        self, column: _PointColumn, late: NDArray[np.bool_], c: FluidityBatch, uncertain: NDArray[np.bool_]
     ) -> None:
+        position, t, deadline, decode, before, tolerance = column
         rows = np.flatnonzero(late)
         if self.options.variant == "deadlines":
             ratio = (t[rows] - before[rows] - deadline[rows]) / decode[rows]
