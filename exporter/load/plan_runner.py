@@ -15,6 +15,7 @@ from exporter.load.runner import LoadRun, RunHooks, load_run_from_results, run_p
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import PoolSettings, plan_specs
+from exporter.load.shard_run import ShardHooks
 from exporter.options.oneshot import OptionError
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import TargetSettings
@@ -57,9 +58,8 @@ async def _send_sharded(
     on_result = hooks.on_result
     async with worker_pool(workers, settings) as pool:
         assert pool is not None  # more than one worker
-        report = await pool.run_plan(
-            settings, plan, on_result=None if on_result is None else lambda _index, result: on_result(result)
-        )
+        heard = None if on_result is None else ShardHooks(on_result=lambda _index, result: on_result(result))
+        report = await pool.run_plan(settings, plan, heard or ShardHooks())
     for problem in report.problems:
         warn(problem)
     specs = plan_specs(plan)

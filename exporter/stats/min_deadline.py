@@ -254,7 +254,14 @@ class _Fixed:
 
 
 class Verdicts:
-    """Decides ``fluidity(D) >= target`` for many requests at once, each at its own ``D``."""
+    """Decides ``fluidity(D) >= target`` for many requests at once, each at its own ``D``.
+
+    Over 150 lines, kept whole: it holds what narrows from one bisection step to the next, the
+    candidate tokens (parallel arrays cut together), the frozen requests' fixed counts and the replay
+    layouts kept while the runs stay the same. Steps mutate that state in place on purpose: rebuilding
+    it as new values every step would copy arrays as long as the batch dozens of times per search, the
+    cost this search exists to avoid. The step's own results are small values (``_Points``,
+    ``_Tally``)."""
 
     def __init__(self, batch: IntervalBatch, target: float, variant: Variant) -> None:
         self.batch, self.target, self.variant = batch, target, variant

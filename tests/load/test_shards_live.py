@@ -23,6 +23,7 @@ from exporter.load.runner import run_plan
 from exporter.load.shard_local import LocalShards, local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import API_KEY_ENV, PoolSettings
+from exporter.load.shard_run import ShardHooks
 from exporter.load.shard_runner import LOST_S, serve_shard
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult, intervals
@@ -113,7 +114,7 @@ async def test_stop_cancels_the_rest_and_keeps_the_tokens_received(sim: SimServe
     async with local_shards(2, None, LIVE) as pool:
         report = await pool.run_plan(
             settings_for(sim), LoadPlan(plan_specs, [0.1 * i for i in range(40)]),
-            on_start=lambda _i, r: started.append(r), on_result=on_result, stop=stop,
+            ShardHooks(lambda _i, r: started.append(r), on_result, stop),
         )  # fmt: skip
     assert report.problems == []
     assert 4 <= len(report.in_order()) < 20  # stopped long before the schedule's end
@@ -138,7 +139,9 @@ async def test_a_shard_that_dies_makes_the_run_say_so(sim: SimServer) -> None:
     try:
         await pool.wait_registered(60)
         report = await pool.run_plan(
-            settings_for(sim), LoadPlan(specs(30), [0.05 * i for i in range(30)]), on_result=on_result
+            settings_for(sim),
+            LoadPlan(specs(30), [0.05 * i for i in range(30)]),
+            ShardHooks(on_result=on_result),
         )
     finally:
         await pool.close()
