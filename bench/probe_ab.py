@@ -15,7 +15,7 @@ The goal figures are ``probe_bench.py``'s.
 Usage: ``python bench/probe_ab.py [--base HEAD] [--reps 8] [--streams 100] [--requests 6]``, about
 10 s a pair at the defaults. Measured at the stop that added it: the plain chunks read by their template
 and the lag monitor's running answers, against the commit before them: 0.961x (0.950-0.973, all of 8
-pairs below 1); with a review's fixes, 0.971x (7 of 8 below 1, the eighth in a stall of the VM).
+pairs below 1); with later fixes, 0.971x (7 of 8 below 1, the eighth in a stall of the VM).
 """
 
 from __future__ import annotations

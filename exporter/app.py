@@ -56,7 +56,7 @@ LOG = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are cancelled
 # An on-demand /probe in flight at shutdown may run this long, and then answers as failed (``shutdown``):
 # within the web server's own grace (SHUTDOWN_GRACE_S), which waited for it, cancelled it, waited again
-# and closed its connection with no answer (found by review: 11.7 s to stop, the scraper got nothing).
+# and closed its connection with no answer (11.7 s to stop, and the scraper got nothing).
 ON_DEMAND_GRACE_S = SHUTDOWN_GRACE_S - 0.5
 
 
@@ -234,7 +234,7 @@ class Daemon:
     def _cut_short(self, deadline: asyncio.Timeout) -> None:
         """Bring ``deadline`` forward to ``ON_DEMAND_GRACE_S`` from now, unless it is sooner already or
         expiring (a deadline that fired a moment ago stays in ``_on_demand`` until its probe's task
-        runs again, and may not be moved: found by review, the shutdown then ended in a traceback)."""
+        runs again, and may not be moved: moving it ends the shutdown in a traceback)."""
         if deadline.expired():
             return
         latest = asyncio.get_running_loop().time() + ON_DEMAND_GRACE_S

@@ -6,7 +6,7 @@ its flags to a sub-parser and a function that runs it and returns the process ex
 several commands share are in ``flags``. A command is thin: it parses, calls the layer below, and prints. This
 module only dispatches; it holds no logic of its own.
 
-Exit codes, the same for ``bench``, ``capacity`` and ``profile`` (README "Exit codes"): 0 the target
+Exit codes, the same for ``bench``, ``capacity`` and ``profile`` (docs/cli.md "Exit codes"): 0 the target
 was measured and the measurement is reliable; 1 the target failed (did not answer, every request or
 every trial failed) or the measurement is not reliable; 2 usage or config (a bad flag, a bad file, an
 output folder that would be overwritten). A usage error (argparse's) exits 2 for every command; past

@@ -1,5 +1,5 @@
 """What every command is: a help line, a function adding its flags, a function running it; and the exit
-codes they share (README "Exit codes")."""
+codes they share (docs/cli.md "Exit codes")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The upper bound of every number a config may hold, in one place (README "Bounds" lists them).
+"""The upper bound of every number a config may hold, in one place (docs/configuration.md "Bounds" lists them).
 
 Each bound keeps a value inside what the run-time parts can do: APScheduler keeps intervals as a
 ``timedelta`` (which overflows near 2.7 million years, and a job due in a century never runs anyway),

@@ -40,11 +40,11 @@ llama.cpp server (``llamacpp:``): ``tools/server/server-task.cpp`` (``to_metrics
 ``requests_processing``, ``requests_deferred``; ``kv_cache_usage_ratio`` only in older builds. No
 labels, no histograms, no success counter. Builds before the ``llamacpp:`` prefix are not recognised.
 
-Later renames (issue 17). vLLM 0.9.2 renamed ``gpu_cache_usage_perc`` to ``kv_cache_usage_perc`` and dropped
+Later renames. vLLM 0.9.2 renamed ``gpu_cache_usage_perc`` to ``kv_cache_usage_perc`` and dropped
 the old name in 0.12; ``time_per_output_token_seconds`` was deprecated in 0.11 and removed in 0.13, which
 leaves ``inter_token_latency_seconds`` (per token) and ``request_time_per_output_token_seconds`` (one
 observation per request: ``(e2e - TTFT) / (output tokens - 1)``, read as ``SERVER_TPOT_SECONDS``). SGLang
-behind its router exposes the same families as ``sglang_*`` (issue 17's report; dashboards and clients
+behind its router exposes the same families as ``sglang_*`` (as deployed behind it; dashboards and clients
 written against such deployments use ``sglang_time_to_first_token_seconds`` and the like, and a pipeline
 that cannot carry ``:`` in names, such as OpenTelemetry's Prometheus translation, gives the same), so
 every SGLang name is tried in both spellings, ``sglang:`` first.

@@ -8,7 +8,7 @@ counters so that many sidecars aggregate exactly in PromQL; the few pre-computed
 whose names start ``fluidity_window_`` (or ``fluidity_engine_window_``, ``fluidity_gateway_window_``) so that nobody mistakes them
 for something that can be summed or averaged across sidecars.
 
-Names that differ from the first draft of issue 5, and why:
+Names that differ from the obvious ones, and why:
 
 * ``fluidity_window_fluid_tokens_per_second`` (was ``..._fluid_token_rate``): the unit belongs in the name.
 * the ``job`` label of the scheduler self-metrics is ``job_id``: ``job`` is the label Prometheus attaches

@@ -36,7 +36,7 @@ class SearchProgress:
     """Requests done across the search's expected total (``EXPECTED_TRIALS`` trials, or as many as
     started), told to ``report(fraction, message)`` as requests finish: a line per trial, and 1.0 with
     the answer at the end. The fraction never goes back: a trial past the expected ones holds it where
-    it was (it fell from 0.99 to 0.86 as a seventh trial started, found by review)."""
+    it was (a fraction of the expected trials would fall from 0.99 to 0.86 as a seventh trial starts)."""
 
     def __init__(self, params: CapacityParams, report: Callable[[float, str], None]) -> None:
         self.params, self.report = params, report

@@ -52,7 +52,7 @@ class Progress:
 
 def ended_progress(progress: Progress, state: str, error: str | None) -> Progress:
     """A job's progress once it ended other than by succeeding: the fraction it reached, and a message
-    that says how it ended and what it was doing (it was left on "trial 1/8: ...", found by review)."""
+    that says how it ended and what it was doing (not the last running line, such as "trial 1/8: ...")."""
     during = f" (during {progress.message})" if progress.message else ""
     return Progress(progress.fraction, f"{state}: {error}{during}")
 

@@ -348,7 +348,7 @@ def at_unit_rate(offsets: FloatArray, warmup: int) -> FloatArray:
     rate differs from its process's by about 1/sqrt(n) (7 % at 200 requests; 19 % with seed 0 at 40),
     and with the same gaps in every trial of a search that error would be the answer's, every time.
     The warm-up is scaled on its own: scaled by the measured requests' factor, 20 warm-up requests
-    before 10 measured came at twice the rate (found by review). The gaps keep their shape (a Poisson
+    before 10 measured would come at twice the rate. The gaps keep their shape (a Poisson
     sample becomes one conditioned on its span)."""
     measured = len(offsets) - warmup
     span = float(offsets[-1] - offsets[warmup]) if measured > 1 else 0.0

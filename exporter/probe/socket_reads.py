@@ -300,8 +300,8 @@ def next_pace(pace: Pace, now: float, gaps: int, shortest: float, span: float = 
     merges two chunks is the span. The rule before this one wanted gaps of twice the pace; the jitter
     of 20 ms streams (a gap under 16 ms in about one of 300) then kept a third of the reads at 2 ms
     and another third at 4 ms, for about 3 us more CPU per chunk than 8 ms at 100 streams. The floor
-    of 1.5 paces keeps the slack a late read needs where the mean overrun says little (a reviewer's
-    model, 12 ms streams with 5% of reads 3 ms late: spans alone merged 45 reads in 50,000 where twice
+    of 1.5 paces keeps the slack a late read needs where the mean overrun says little (a model
+    of 12 ms streams with 5% of reads 3 ms late: spans alone merged 45 reads in 50,000 where twice
     the pace merged 3): 12 ms streams are read at 4 ms, 14 ms ones at 8 ms with 2 ms to spare."""
     if gaps and shortest < 2 * PACE_S:
         return Pace(UNPACED, now, overrun=pace.overrun)

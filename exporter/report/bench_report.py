@@ -71,7 +71,7 @@ def remove_earlier_report(directory: Path) -> None:
 def timestamped(folder: str) -> Path:
     """``folder/20261123T184000Z``, created for this run before its load (``-2``, ``-3``, ... after the
     time when a run of the same second has it): a fresh place for each run's files, so none overwrites
-    another (two runs in one second wrote into one folder, found by review). ``release`` removes it
+    another (two runs in one second would write into one folder otherwise). ``release`` removes it
     again while it is empty, for a run that stops before its load."""
     stamp = Path(folder) / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     for attempt in range(1, MAX_SAME_SECOND + 1):

@@ -290,8 +290,8 @@ def _unfinished(exc: Exception, timeout: float) -> tuple[str, str]:
 
 
 def _debug_flag(request: web.Request) -> bool:
-    """``debug=true`` or ``false`` (absent: false); anything else is refused, not read as false (a
-    ``debug=yes`` gave metrics where a person asked for the readable page, found by review)."""
+    """``debug=true`` or ``false`` (absent: false); anything else is refused, not read as false (read as
+    false, ``debug=yes`` would give metrics where a person asked for the readable page)."""
     raw = request.query.get("debug", "false").lower()
     if raw not in ("true", "false"):
         raise web.HTTPBadRequest(text=f"debug: expected true or false, got {request.query['debug']!r}\n")

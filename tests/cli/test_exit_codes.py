@@ -1,4 +1,4 @@
-"""A usage error exits 2 for every command, and the README's exit-code text says so (it said
+"""A usage error exits 2 for every command, and docs/cli.md's exit-code text says so (it said
 ``check-config`` and ``run`` exit 0 or 1, while ``run --bogus`` and a bare ``check-config`` exit 2)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from exporter.cli import main
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+CLI_DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 COMMANDS = ("run", "bench", "capacity", "profile", "check-config", "demo", "sim", "shard")
 
 
@@ -28,8 +28,8 @@ def test_a_missing_argument_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "the following arguments are required: FILE" in capsys.readouterr().err
 
 
-def test_the_readme_says_usage_errors_exit_2_for_every_command() -> None:
-    text = " ".join(README.read_text(encoding="utf-8").split())
+def test_the_docs_say_usage_errors_exit_2_for_every_command() -> None:
+    text = " ".join(CLI_DOCS.read_text(encoding="utf-8").split())
     assert "A usage error (an unknown or malformed flag, a missing argument" in text
     assert "exits 2 for every command" in text
     assert "`check-config` and `run` exit 0 or 1." not in text

@@ -36,7 +36,7 @@ def test_an_output_no_file_can_be_made_in_is_refused_before_any_load(
     command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """/proc takes no new file even from root, whom a permission check lets through: a file is made
-    and dropped there first (found by review: the whole load, then a FileNotFoundError)."""
+    and dropped there first (else the whole load ran, then a FileNotFoundError)."""
     output = Path("/proc") / ("prefill.json" if command == "profile" else "fluidity-run")
     assert main([command, "--url", _unreachable(), "--output", str(output)]) == 2
     err = capsys.readouterr().err

@@ -566,7 +566,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
         J + "a}\n",
         ['jobs.schedules[0].params: must be a mapping, got "a"'],
     ),
-    # Values check-config accepted once and run could not start, serve or reload (issue 15).
+    # Values check-config accepted once and run could not start, serve or reload.
     "interval-beyond-its-bound": (
         T + "modules:\n  m:\n    schedule: {interval: 99999999999h, jitter: 8d}\n",
         [

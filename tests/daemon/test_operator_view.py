@@ -242,7 +242,7 @@ async def test_probe_timing_out_is_a_failed_probe_not_a_504(tmp_path: Path) -> N
 
 async def test_a_probe_in_flight_at_shutdown_answers_as_failed_within_the_grace(tmp_path: Path) -> None:
     """SIGTERM's grace for an on-demand /probe: the web server waited 5 s for it, cancelled it, waited
-    5 s more and closed the connection with no answer (found by review: curl got nothing, 11.7 s to
+    5 s more and closed the connection with no answer (curl got nothing, 11.7 s to
     stop). The probe now answers as failed, ``reason="shutdown"``, within ``ON_DEMAND_GRACE_S``."""
     with silent_target() as target:
         config = FAILING.format(url=target).replace("interval: 0.2s", "interval: 1h")
@@ -258,7 +258,7 @@ async def test_a_probe_in_flight_at_shutdown_answers_as_failed_within_the_grace(
     series = samples(text)
     assert value(series, "fluidity_probe_failure_info", target="t", module="m", reason="shutdown") == 1
     assert value(series, "fluidity_probe_duration_seconds", target="t", module="m") >= ON_DEMAND_GRACE_S - 0.5
-    assert stopping < 2 * SHUTDOWN_GRACE_S  # README: 10 s at most (it took 10 s for this probe alone)
+    assert stopping < 2 * SHUTDOWN_GRACE_S  # docs/daemon.md: 10 s at most (it took 10 s for this probe alone)
 
 
 async def test_a_shutdown_as_a_probes_own_deadline_fires_leaves_that_deadline_alone(tmp_path: Path) -> None:

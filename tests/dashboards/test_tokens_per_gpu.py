@@ -1,4 +1,4 @@
-"""Generated tokens per GPU-second, as the capacity dashboard, the README and the HELP of
+"""Generated tokens per GPU-second, as the capacity dashboard, docs/capacity.md and the HELP of
 fluidity_target_gpus state it, evaluated by promtool over replicas that each have their own exporter."""
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ def help_query() -> str:
     return match.group(0)
 
 
-def readme_query() -> str:
-    found = re.findall(r"`([^`]*/[^`]*fluidity_target_gpus[^`]*)`", (REPO / "README.md").read_text())
+def docs_query() -> str:
+    found = re.findall(
+        r"`([^`]*/[^`]*fluidity_target_gpus[^`]*)`", (REPO / "docs" / "capacity.md").read_text()
+    )
     assert len(found) == 1, found
     return str(found[0])
 
@@ -73,9 +75,9 @@ def unit_test(expr: str) -> dict[str, object]:
 
 
 @needs_promtool
-@pytest.mark.parametrize("where", ["dashboard", "help", "readme"])
+@pytest.mark.parametrize("where", ["dashboard", "help", "docs"])
 def test_tokens_per_gpu_second_adds_up_over_replicas(where: str, tmp_path: Path) -> None:
-    expr = {"dashboard": dashboard_query, "help": help_query, "readme": readme_query}[where]()
+    expr = {"dashboard": dashboard_query, "help": help_query, "docs": docs_query}[where]()
     path = tmp_path / "per-gpu.test.yml"
     path.write_text(yaml.safe_dump(unit_test(expr), sort_keys=False))
     run = subprocess.run(

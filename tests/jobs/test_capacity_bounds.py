@@ -111,7 +111,7 @@ def test_a_found_capacity_on_distrusted_timings_is_not_stated_as_a_measurement()
 
 
 def test_the_answer_line_names_the_failure_above_a_lower_bound_and_the_floor_of_a_not_met() -> None:
-    """Found by review: a lower bound stopped before its bracket closed hid the failure above it, and
+    """A lower bound stopped before its bracket closed hid the failure above it, and
     a not_met at the floor (a capacity of 0 to the alert) read like one stopped by a budget."""
     low, high = counted(26.37, 200, 200, headroom=1.3), counted(69.41, 150, 200, headroom=0.5)
     low.index, high.index = 1, 2

@@ -84,7 +84,7 @@ async def test_a_target_not_declared_simulated_has_its_prompts_calibrated_before
 ) -> None:
     """The simulator, not declared simulated, counts a word of four letters or more as two tokens:
     without calibration the fitted prompts came out ~1.9x as long as asked, and the 3% margin sent the
-    longest into 400s (33 of 60 in a review). The job calibrates as the CLI and the probes do."""
+    longest into 400s (33 of 60 in one run). The job calibrates as the CLI and the probes do."""
     sim = await start_sim(**SLOW_SIM, max_model_len=SERVED)
     path = write_config(tmp_path, sim.url)
     text = (

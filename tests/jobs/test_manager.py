@@ -127,7 +127,7 @@ async def test_cancel_stops_the_runner_and_returns_once_it_has_ended(
     cancelled = await manager.cancel(record.id)
     assert time.perf_counter() - started < 1.0
     assert gate.cancelled and cancelled.state == "cancelled" and cancelled.error == "cancelled on request"
-    # how far it got stays, and the message says it ended (it was left on "trial 1", found by review)
+    # how far it got stays, and the message says it ended (not left on "trial 1")
     assert cancelled.progress.fraction == 0.5
     assert cancelled.progress.message == "cancelled: cancelled on request (during trial 1)"
     assert hooks.events[-1] == ("finish", record.id, "cancelled")

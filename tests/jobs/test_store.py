@@ -65,7 +65,7 @@ def test_a_job_running_at_restart_becomes_interrupted_on_disk_too(tmp_path: Path
     (loaded,) = JobStore(tmp_path).load()
     assert (loaded.state, loaded.error) == ("interrupted", INTERRUPTED_BY_RESTART)
     assert loaded.finished_at is not None and loaded.steps == [{"load": 4.0, "passed": True}]
-    # how far it got stays, and the message says it ended (it was left on "trial 3", found by review)
+    # how far it got stays, and the message says it ended (not left on "trial 3")
     assert loaded.progress == Progress(0.5, f"interrupted: {INTERRUPTED_BY_RESTART} (during trial 3)")
     assert JobStore(tmp_path).load()[0].state == "interrupted"
 

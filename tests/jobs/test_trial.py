@@ -40,7 +40,7 @@ def test_the_gaps_keep_their_shape_and_order() -> None:
 @pytest.mark.parametrize("seed", range(5))
 def test_the_warm_up_comes_at_the_trials_rate_too(seed: int) -> None:
     """Scaled by the measured requests' factor, 20 warm-up requests before 10 measured came at about
-    twice the rate (found by review: 21 sent in 10 s at 1 req/s)."""
+    twice the rate (21 sent in 10 s at 1 req/s)."""
     plan = plan_trial(
         WORKLOAD, 1.0, concurrency=False, arrival="poisson", warmup=20, requests=10, seed=seed, salt=1
     )

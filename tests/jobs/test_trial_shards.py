@@ -248,7 +248,7 @@ async def test_a_trial_cut_short_offers_its_rate_to_every_request_it_sent(
 ) -> None:
     # The four quick measured requests leave 10 ms apart and come back; the six slow ones leave later
     # and are cut at the time limit. The rate offered is that of all ten sends, not of the four that
-    # came back (which read 100 req/s: found by review, a goodput above its load).
+    # came back (which read 100 req/s: a goodput above its load).
     quick, slow = script(ttft=0.02, gaps=0.01), script(ttft=0.02, gaps=0.3)
     scripts = [quick] * 6 + [slow] * 6  # two warm-up requests, then four quick and six slow measured
     specs = tuple(RequestSpec(f"p{i}", 10, 10, None, f"r{i}", s) for i, s in enumerate(scripts))

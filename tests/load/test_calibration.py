@@ -57,7 +57,7 @@ async def test_calibrated_prompts_are_the_length_asked_for(sim_url: str, api: st
 async def test_the_overhead_is_read_off_short_prompts_and_a_short_prompt_is_never_empty(sim_url: str) -> None:
     """The simulator's completions add no tokens to a prompt: a fit through one prompt of 256 words and
     one of 1024 read up to 22 (its words' mix), and prompts of a few tokens were sent empty, which vLLM
-    refuses (found by review: 4 intended, 0 reported)."""
+    refuses (4 intended, 0 reported)."""
     async with ProbeClient(TargetSettings(base_url=sim_url, api="completions")) as client:
         calibration = await calibrate_prompts(client.send, "completions", salt=2)  # the old fit read 9.7
         assert calibration.overhead_tokens < 2.5
@@ -160,7 +160,7 @@ async def test_failed_calibration_requests_are_called_failed_not_countless(non_l
 
 async def test_a_failing_server_is_spared_the_rest_of_the_calibration() -> None:
     """Against a server that fails, each request may wait out its timeout: the first failure ends the
-    calibration (all seven fitting requests went out, one after another, found by review)."""
+    calibration (all seven fitting requests went out, one after another)."""
     sent: list[RequestSpec] = []
 
     async def send(spec: RequestSpec) -> ProbeResult:

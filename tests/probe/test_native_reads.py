@@ -312,7 +312,7 @@ def test_a_callback_error_reaches_the_caller(pair: Pair) -> None:
 
 def test_a_state_whose_setattr_ends_keep_mode_is_safe(pair: Pair) -> None:
     """Python code run while a read is kept (here a ``__setattr__`` that ends keep mode) once crashed
-    the process: the C side read the entry after it was cleared. Found by review, reproduced here."""
+    the process: the C side read the entry after it was cleared; reproduced here."""
     kept: list[object] = []
 
     class State:

@@ -209,7 +209,7 @@ def test_what_a_request_asks_at_its_end_is_what_its_samples_say(
 
 def test_a_requests_cpu_share_runs_from_its_first_sample_to_its_end(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CPU clock is read at most once an interval, but the first sample after a mark reads it
-    afresh, and so does the question: idle time before the request is not its (found by review: a busy
+    afresh, and so does the question: idle time before the request is not its (a busy
     request of 35 ms after 15 ms idle read 0.46-0.67)."""
     wall, cpu = [0.0], [0.0]
     monkeypatch.setattr(saturation.time, "process_time", lambda: cpu[0])

@@ -196,7 +196,7 @@ async def test_only_a_poll_that_read_every_ready_socket_says_the_others_had_noth
     both_reads: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A protocol's error stops a poll with ready sockets unread: their bytes are older than it, and
-    the next poll must not call their stamps early (a reviewer made 5 of 6 so)."""
+    the next poll must not call their stamps early (calling them early made 5 of 6 so)."""
     broken: list[bool] = []
     record = RecordingProtocol.received
 

@@ -39,8 +39,8 @@ def test_the_simulator_gets_the_last_cpu_and_the_client_the_others(
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to keep them apart")
 def test_the_default_target_and_its_client_run_on_cpus_apart() -> None:
-    """README said the simulator runs on its own core; it shared both with the client, whose event loop
-    its work made late (the default bench failed its own health check)."""
+    """The simulator runs on its own core (docs/bench.md says so): sharing both with the client, its work
+    makes the client's event loop late (the default bench would fail its own health check)."""
     own = os.sched_getaffinity(0)
     sim_cpus, client_cpus = split_cpus(own)
     before = set(_children(os.getpid()))  # another test's simulator may still be running

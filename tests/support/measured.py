@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 # Health checks of the client side: they fail honestly when the test machine is busy (other suites
-# share its two cores), and then bench exits 1 by design (README "Exit codes").
+# share its two cores), and then bench exits 1 by design (docs/cli.md "Exit codes").
 MACHINE_CHECKS = {"unreliable", "doubtful_gaps", "send_lateness", "send_rate", "concurrency"}
 
 
