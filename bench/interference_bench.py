@@ -35,8 +35,8 @@ from typing import Any
 from aiohttp import web
 
 from exporter.app import Daemon, web_app
-from exporter.config.parse import load_config
 from exporter.probe.result import ProbeResult
+from exporter.settings.parse import load_config
 from exporter.sim.process import SimProcess
 from exporter.web.routes import METRICS
 

@@ -27,8 +27,8 @@ import aiohttp
 from aiohttp import web
 
 from exporter.app import Daemon, web_app
-from exporter.config import load_config_file
 from exporter.jobs import capacity_runner
+from exporter.settings import load_config_file
 from exporter.sim.process import SimProcess
 
 TOKEN = "bench-token"

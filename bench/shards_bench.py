@@ -26,12 +26,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.load.cpus import available_cpus
 from exporter.load.plan import LoadPlan
 from exporter.load.shard_local import local_shards
-from exporter.load.shard_protocol import PoolSettings
 from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import RequestSpec, Timeouts
+from exporter.settings.cpus import available_cpus
+from exporter.settings.shards import PoolSettings
+from exporter.settings.target import TargetSettings
 from exporter.sim.process import SimProcess
 
 TOKENS = 32

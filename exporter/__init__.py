@@ -6,32 +6,32 @@ otherwise. ``lint-imports`` checks this in CI against the contract in ``pyprojec
 
 1. ``stats``: pure numpy math (fluidity, fluid token rate, latency, prefill fit, SLOs, goodput,
    intervals). Imports nothing of ours.
-2. ``options``: what an option means and how it is read, once for YAML, JSON and flags: the tree
-   reader that records every problem under its path, the SLO, a target's settings, goodput bounds,
-   the workload (length distributions, think times) and the arrival processes, a one-shot run's
-   options and their error. Imports only ``stats``.
+2. ``settings``: every setting as frozen dataclasses of plain values, read once for YAML (the daemon's
+   config), JSON (a jobs API request) and flags, every problem reported under its path: the tree
+   reader, the SLO, a target's settings, goodput bounds, the workload (length distributions, think
+   times, presets' figures, trace files), the arrival processes, a job's parameters, a one-shot run's
+   options, the histogram buckets, a target's client settings. It builds no run-time object. Imports only
+   ``stats``.
 3. ``probe``, ``sim``, ``engine``: network I/O of one request (the streaming client and its kernel
    receive stamps, SSE decoding, API formats, token counting, what a request and a probe run record); the built-in simulated engine;
    scraping an engine's own ``/metrics``. A new engine's metric names go in ``engine/families.py``.
-4. ``load``: workloads, presets, traces, the load runner, workers and shards, and a one-shot run's
-   load plan. A workload preset goes in ``load/presets.py``.
+4. ``load``: workloads (a config module's in ``load/config_workloads.py``), presets, traces, the load
+   runner, workers and shards, and a one-shot run's load plan. A workload preset's figures go in
+   ``settings/presets.py``.
 5. ``evaluation``: recorded results to figures (``measure`` under an ``EvaluationSpec`` and its
    ``DeadlinePolicy``), the one path report, exposition and jobs all evaluate through.
-6. ``config``: the daemon's YAML and the jobs' JSON parameters read into frozen, validated values, with
-   the histogram buckets. It builds the domain's own types (workloads, targets, SLOs, deadline
-   policies), so it sits above them.
-7. ``report``, ``exposition``, ``jobs``: the one-shot report (tables, files, plots); every metric name
+6. ``report``, ``exposition``, ``jobs``: the one-shot report (tables, files, plots); every metric name
    (a new metric goes in ``exposition/names.py``), the ``ResultStore`` that probe runs write and
    scrapes read, and the collectors; capacity search and prefill profiling.
-8. ``daemon``, ``web``: the targets (clients, budgets, health, probes: ``daemon/targets.py``), the
+7. ``daemon``, ``web``: the targets (clients, budgets, health, probes: ``daemon/targets.py``), the
    jobs put on the scheduler (``daemon/probe_jobs.py``), the daemon as its jobs see it
    (``daemon/job_environment.py``), the scheduler, the loop-lag watcher and what the daemon derives
    from its config; aiohttp routes and the jobs API, written against Protocols
    (``web.routes.DaemonService``, ``web.jobs_api.JobService``), never against the daemon's classes.
-9. ``app``: the composition root, the only module that wires the daemon together.
-10. ``cli``: one module per command and the flag groups they share. ``argparse`` and printing live
-    here; a new flag goes in its command's module (or ``cli/flags.py`` when commands share it), its
-    meaning in ``options``. A command parses, calls below and prints. Nothing below imports it.
+8. ``app``: the composition root, the only module that wires the daemon together.
+9. ``cli``: one module per command and the flag groups they share. ``argparse`` and printing live
+   here; a new flag goes in its command's module (or ``cli/flags.py`` when commands share it), its
+   meaning in ``settings``. A command parses, calls below and prints. Nothing below imports it.
 
 Outside the package: an alert goes in ``deploy/prometheus/rules/fluidity-alerts.yml`` with a
 ``promtool`` test in ``deploy/prometheus/tests/`` (``deploy/prometheus/generate.py`` regenerates the

@@ -24,7 +24,6 @@ import numpy as np
 from aiohttp import web
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
-from exporter.config import Config, ConfigError, load_config_file
 from exporter.daemon.config_facts import (
     histogram_buckets,
     jobs_folder,
@@ -47,8 +46,10 @@ from exporter.exposition.store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobStore
-from exporter.load.cpus import available_cpus
+from exporter.load.config_workloads import CONFIG_CHECKS
 from exporter.probe.result import ProbeCutError, ProbeRun
+from exporter.settings import Config, SettingsError, load_config_file
+from exporter.settings.cpus import available_cpus
 from exporter.web.metrics_cache import MAX_AGE_S
 from exporter.web.routes import build_app
 
@@ -83,11 +84,11 @@ class Daemon:
             max_age_s=max(config.global_.windows_s), max_records=config.global_.max_results_per_window
         )
         self.store = ResultStore(limits, histogram_buckets(config))
-        self.collector = FluidityCollector(
-            self.store, {window_label(s): s for s in config.global_.windows_s}, clock=clock
-        )
+        windows = {window_label(s): s for s in config.global_.windows_s}
+        self.collector = FluidityCollector(self.store, windows, clock=clock)
         self.pool = TargetPool(wall_clock=clock)
-        self.traffic = TrafficService.of(config, histogram_buckets(config))  # the observer, when configured
+        # The observer, when configured; its windows are the probes'.
+        self.traffic = TrafficService.of(config, histogram_buckets(config), windows)
         self.scrape_session: aiohttp.ClientSession | None = None
         self.job_env = DaemonJobEnvironment(
             lambda: self.config,
@@ -111,6 +112,7 @@ class Daemon:
             job_manager=self.job_env.job_manager,
             scrape_session=lambda: self.scrape_session,
             rng=np.random.default_rng(seed),
+            on_results=self.traffic.probe_results if self.traffic is not None else None,
         )
         self.listen_address: str | None = None  # where the web app listens (set by whoever serves it)
         self.listen_flag = False  # whether --web.listen-address chose it, over global.listen_address
@@ -167,8 +169,8 @@ class Daemon:
             LOG.warning("reload asked for: %s", message)  # a SIGHUP has no other answer
             return False, message
         try:
-            config = load_config_file(self.config_path)
-        except ConfigError as exc:
+            config = load_config_file(self.config_path, checks=CONFIG_CHECKS)
+        except SettingsError as exc:
             count = len(exc.problems)
             lines = "\n".join(f"  {problem}" for problem in exc.problems)
             return self._reload_failed(f"{self.config_path}: {count} problem{'s' * (count != 1)}\n{lines}")

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from exporter.options.slo import SloOptions
 from exporter.probe.result import Outcome, ProbeResult, intervals
+from exporter.settings.slo import SloOptions
 from exporter.stats.accounting import FluidityBatch
 from exporter.stats.batch import FloatArray, IntervalBatch
 from exporter.stats.fluidity import evaluate

@@ -145,7 +145,7 @@ _SECRET = {"env", "file"}
 @contextmanager
 def _recording_sections(seen: dict[str, set[str]]) -> Iterator[None]:
     """Records the keys every mapping of the config may have, by path, as the parser opens it."""
-    from exporter.options import reader
+    from exporter.settings import reader
 
     original = reader.Section.__init__
 
@@ -171,7 +171,7 @@ def _general_path(path: str, names: dict[str, str]) -> str:
 
 def config_keys() -> set[str]:
     """Every key path the config parser accepts, such as ``targets[].tls.ca_file``."""
-    from exporter.config import load_config_file, parse_config
+    from exporter.settings import load_config_file, parse_config
 
     seen: dict[str, set[str]] = {}
     with _recording_sections(seen):

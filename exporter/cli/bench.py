@@ -41,16 +41,17 @@ from exporter.load.runner import LoadRun, RunHooks
 from exporter.load.sessions import session_turns
 from exporter.load.target_facts import ContextFit, TargetFacts, discover_target
 from exporter.load.target_options import option_url
-from exporter.load.traces import TRACE_FORMATS
 from exporter.load.workload_options import checked_workload_options, context_fit_note
-from exporter.options.arrival import ARRIVAL_KINDS
-from exporter.options.oneshot import OptionError, Options
-from exporter.options.think_time import DEFAULT_THINK_TIME
 from exporter.probe import loop as event_loop
-from exporter.probe.target import TargetSettings
 from exporter.report.bench_report import OutputError, bench_report, check_output_path, release, timestamped
 from exporter.report.evaluation_options import evaluation_spec
 from exporter.report.table import render_summary
+from exporter.settings.arrival import ARRIVAL_KINDS
+from exporter.settings.oneshot import Options
+from exporter.settings.problems import SettingsError
+from exporter.settings.target import TargetSettings
+from exporter.settings.think_time import DEFAULT_THINK_TIME
+from exporter.settings.trace_files import TRACE_FORMATS
 from exporter.sim.process import SimStartError, url_or_simulator
 from exporter.stats.slo import DECODE_TIERS
 
@@ -165,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(directory / "summary.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             facts, load, fit = _measure(options, spec, workers, url, simulated)
-    except (OptionError, OutputError, SimStartError) as exc:
+    except (SettingsError, OutputError, SimStartError) as exc:
         release(fresh)
         error("bench", exc)
         return EXIT_USAGE
@@ -183,7 +184,7 @@ def _measure(
     plan = load_plan(options, simulated, facts)
     if workers > 1 and isinstance(plan.specs, list) and any(spec.followups for spec in plan.specs):
         # A worker process sends single requests: a session's turns need the answers in one place.
-        raise OptionError("--workers: multi-turn sessions (--turns) run in one process; drop --workers")
+        raise SettingsError("--workers: multi-turn sessions (--turns) run in one process; drop --workers")
     quiet = bool(options["quiet"] or options["json"])
     if not quiet:
         target = f"target {url}{' (built-in simulator)' if simulated else ''}; {plan.description}"

@@ -40,13 +40,14 @@ from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
 from exporter.load.target_options import option_url
 from exporter.load.workload_options import checked_workload_options, context_fit_note, workload_from_options
-from exporter.options.cost import COST_KEYS, Cost, read_cost
-from exporter.options.job_params import MIN_TRIAL_S, CapacityParams
-from exporter.options.oneshot import OptionError, Options, read_flags
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputError, check_output_path, release, timestamped
 from exporter.report.capacity_plot import HeadroomPoint, PlotAnswer, write_headroom_plot
 from exporter.report.evaluation_options import prefill_deadlines
+from exporter.settings.cost import COST_KEYS, Cost, read_cost
+from exporter.settings.job_params import MIN_TRIAL_S, CapacityParams
+from exporter.settings.oneshot import Options, read_flags
+from exporter.settings.problems import SettingsError
 from exporter.sim.process import SimStartError, url_or_simulator
 from exporter.stats.slo import DECODE_TIERS, DEFAULT_DECODE_TIER, DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
 
@@ -174,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_path(directory / "capacity.json", bool(options["force"]))
         with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
             result = event_loop.run(_search(options, params, slo, cost, url, simulated, stopped.append))
-    except (OptionError, OutputError, SimStartError, JobFailedError) as exc:
+    except (SettingsError, OutputError, SimStartError, JobFailedError) as exc:
         release(fresh)
         error("capacity", exc)
         return EXIT_USAGE

@@ -1,7 +1,7 @@
 """``fluidity-exporter check-config FILE...``: validate config files without starting anything.
 
 Prints ``FILE: OK (N targets, M modules)`` for a good file, or ``FILE: N problems`` and every problem,
-one per line, for a bad one (``exporter.config.check``); the exit code is 0 when every file is good, 1
+one per line, for a bad one (``exporter.settings.check``); the exit code is 0 when every file is good, 1
 otherwise. Secrets are read (a missing variable is a problem) but never printed.
 """
 
@@ -11,7 +11,8 @@ import argparse
 import sys
 
 from exporter.cli.command import Command
-from exporter.config.check import check_file
+from exporter.load.config_workloads import CONFIG_CHECKS
+from exporter.settings.check import check_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     """Check every file; exit 0 when each is good."""
     all_ok = True
     for path in args.files:
-        ok, lines = check_file(path)
+        ok, lines = check_file(path, checks=CONFIG_CHECKS)
         all_ok &= ok
         print("\n".join(lines), file=sys.stdout if ok else sys.stderr)
     return 0 if all_ok else 1

@@ -4,7 +4,7 @@
 ``add_workload_arguments`` (a preset or custom lengths: ``bench``, ``capacity``) and
 ``add_prefill_arguments`` (``Dp``: ``bench``, ``capacity``) keep one spelling and one help line per
 flag. ``merged_options`` lays the flags over a ``--config`` YAML file whose keys are the flags' names;
-the result is the options mapping the layers below read (``exporter.options.oneshot``).
+the result is the options mapping the layers below read (``exporter.settings.oneshot``).
 
 One concept has one spelling in every command. An old spelling still works for one release, as a
 ``DeprecatedAlias`` (hidden from ``--help``) that says on stderr which flag to use instead; a ``--config``
@@ -21,11 +21,11 @@ from typing import Any
 
 import yaml
 
-from exporter.load.cpus import available_cpus
-from exporter.load.presets import PRESET_NAMES
-from exporter.options.oneshot import OptionError
-from exporter.options.target import Timeouts
 from exporter.probe.target import APIS
+from exporter.settings.cpus import available_cpus
+from exporter.settings.presets import PRESET_NAMES
+from exporter.settings.problems import SettingsError
+from exporter.settings.target import Timeouts
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.stats.slo import DEFAULT_PREFILL_DEADLINE_S, DEFAULT_TARGET_FLUIDITY
 
@@ -143,15 +143,15 @@ def merged_options(args: argparse.Namespace) -> dict[str, Any]:
     try:
         loaded = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise OptionError(f"--config {args.config}: {exc}") from exc
+        raise SettingsError(f"--config {args.config}: {exc}") from exc
     if not isinstance(loaded, dict):
-        raise OptionError(f"--config {args.config}: expected a mapping of flag names to values")
+        raise SettingsError(f"--config {args.config}: expected a mapping of flag names to values")
     from_file = _renamed({str(key).replace("-", "_"): value for key, value in loaded.items()}, flags)
     unknown = sorted(set(from_file) - set(flags))
     if unknown:
         named = ", ".join(f'"{key}"' for key in unknown)
         valid = ", ".join(sorted(key.replace("_", "-") for key in flags))
-        raise OptionError(
+        raise SettingsError(
             f"--config {args.config}: unknown key{'s' * (len(unknown) > 1)} {named}; valid (the flags' names, "
             f"with dashes or underscores): {valid}"
         )
@@ -179,7 +179,7 @@ def checked_workers(workers: int | None) -> int:
         return 1
     cpus = available_cpus()
     if not 1 <= workers <= cpus:
-        raise OptionError(
+        raise SettingsError(
             f"--workers {workers}: must be from 1 to {cpus}, the CPUs this process may use "
             "(its affinity and cgroup quota; one busy client process each)"
         )

@@ -35,10 +35,11 @@ from exporter.jobs.prefill_profile import (
 )
 from exporter.load.target_facts import discover_target
 from exporter.load.target_options import option_url
-from exporter.options.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
-from exporter.options.oneshot import OptionError, Options
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputError, check_output_path
+from exporter.settings.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
+from exporter.settings.oneshot import Options
+from exporter.settings.problems import SettingsError
 from exporter.sim.process import SimStartError, url_or_simulator
 from exporter.stats.prefill import dump_json
 
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         if not stopped or not stopped[0].samples:
             raise
         return _interrupted(stopped[0], Path(options["output"]), getattr(exc, "signum", None))
-    except (OptionError, OutputError, SimStartError) as exc:
+    except (SettingsError, OutputError, SimStartError) as exc:
         error("profile", exc)
         return EXIT_USAGE
     except JobFailedError as exc:  # a worker process died or started late: no profile to trust
@@ -129,7 +130,7 @@ def _interrupted(profile: PrefillProfile, output: Path, signum: int | None) -> i
 def _check(options: Options) -> None:
     """Bad input fails before the simulator starts or any request is sent."""
     if options["repeats"] < 1:
-        raise OptionError("--repeats must be >= 1")
+        raise SettingsError("--repeats must be >= 1")
     checked_workers(options["workers"])
     lengths(options)
     check_output_path(Path(options["output"]), bool(options["force"]), new_folders=False)

@@ -28,11 +28,12 @@ from aiohttp import web
 from exporter.app import SHUTDOWN_GRACE_S, Daemon, web_app
 from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
-from exporter.config import DEFAULT_LISTEN_ADDRESS, Config, ConfigError, default_config, load_config_file
 from exporter.daemon.config_watch import ConfigWatch
-from exporter.options.addresses import ListenError, check_listen_address, host_port
-from exporter.options.reader import parse_duration
+from exporter.load.config_workloads import CONFIG_CHECKS
 from exporter.probe import loop as event_loop
+from exporter.settings import DEFAULT_LISTEN_ADDRESS, Config, SettingsError, default_config, load_config_file
+from exporter.settings.addresses import ListenError, check_listen_address, host_port
+from exporter.settings.reader import parse_duration
 from exporter.sim.presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.sim.process import SimProcess
@@ -264,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
     # APScheduler logs every job run at INFO: useful when debugging, noise otherwise.
     logging.getLogger("apscheduler").setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     try:
-        loaded = load_config_file(args.config_file) if args.config_file else None
+        loaded = load_config_file(args.config_file, checks=CONFIG_CHECKS) if args.config_file else None
         address = args.listen_address or (loaded.global_.listen_address if loaded else DEFAULT_LISTEN_ADDRESS)
         jobs_address = args.jobs_listen_address or (loaded.global_.jobs_listen_address if loaded else None)
         check_apart(address, jobs_address)
@@ -285,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             for sock in [*sockets, *(jobs_sockets or [])]:
                 sock.close()
-    except ConfigError as exc:
+    except SettingsError as exc:
         count = len(exc.problems)
         print(
             f"fluidity-exporter: {args.config_file}: {count} problem{'s' if count != 1 else ''}",

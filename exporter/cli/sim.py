@@ -16,8 +16,9 @@ from typing import Any
 
 from exporter.cli.command import Command
 from exporter.cli.flags import DeprecatedAlias
-from exporter.options.addresses import ListenError, host_port
-from exporter.sim.config import ConfigError, SimConfig, from_mapping, load_yaml, resolve
+from exporter.settings.addresses import ListenError, host_port
+from exporter.settings.problems import SettingsError
+from exporter.sim.config import SimConfig, from_mapping, load_yaml, resolve
 from exporter.sim.presets import PRESETS
 from exporter.sim.protocol import FAULT_MODES
 from exporter.sim.server import SimServer
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of ``fluidity-exporter sim``."""
     try:
         config = config_from_args(args)
-    except ConfigError as exc:
+    except SettingsError as exc:
         print(f"fluidity-exporter sim: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     try:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from exporter.config import Config
-from exporter.config.buckets import BUCKET_PRESETS, HistogramBuckets
-from exporter.config.model import BUCKET_NAMES, Module, Target
+from exporter.settings import Config
+from exporter.settings.buckets import BUCKET_PRESETS, HistogramBuckets
+from exporter.settings.model import BUCKET_NAMES, Module, Target
 
 
 def window_label(seconds: float) -> str:

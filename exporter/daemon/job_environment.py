@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 import aiohttp
 
-from exporter.config import Config
 from exporter.daemon.job_snapshots import jobs_snapshot
 from exporter.daemon.targets import TargetPool
 from exporter.engine.families import Signal
@@ -30,9 +29,10 @@ from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profile_runner import profile_runner
 from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_with_profile
 from exporter.jobs.store import JobRecord, JobStore
-from exporter.options.job_params import JobLimits
 from exporter.probe.client import ProbeClient
 from exporter.probe.target import Secret
+from exporter.settings import Config
+from exporter.settings.job_params import JobLimits
 
 LOG = logging.getLogger(__name__)
 ENGINE_SCRAPE_TIMEOUT_S = 10.0  # an engine /metrics scrape, for a job or on the engine's schedule
@@ -113,7 +113,7 @@ class DaemonJobEnvironment:
         slo = self.config.slo_for(target)
         profile = self.prefill_profiles.get(target)
         return deadline_policy_with_profile(
-            slo.deadline_policy(), profile, deadline_given=slo.prefill_deadline_given
+            DeadlinePolicy.of(slo), profile, deadline_given=slo.prefill_deadline_given
         )
 
     def set_profile(self, target: str, profile: StoredProfile) -> None:

@@ -7,7 +7,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from exporter.config.model import Target
 from exporter.exposition.jobs import (
     CapacitySnapshot,
     CostPoint,
@@ -19,7 +18,8 @@ from exporter.exposition.jobs import (
 from exporter.jobs.capacity import stop_kind
 from exporter.jobs.profiles import StoredProfile
 from exporter.jobs.store import JOB_STATES, JobRecord
-from exporter.options.job_params import JOB_KINDS
+from exporter.settings.job_params import JOB_KINDS
+from exporter.settings.model import Target
 
 
 def jobs_snapshot(

@@ -18,11 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Set
+from collections.abc import Callable, Sequence, Set
 
 import numpy as np
 
-from exporter.config import Config
 from exporter.daemon.config_facts import probe_changed
 from exporter.daemon.job_environment import ENGINE_SCRAPE_TIMEOUT_S, SessionSource
 from exporter.daemon.scheduler import JobFunction, JobScheduler, Schedule
@@ -33,7 +32,8 @@ from exporter.evaluation import DeadlinePolicy
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore
 from exporter.jobs.manager import JobConflictError, JobManager
-from exporter.probe.result import ProbeRefusedError, ProbeRun
+from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
+from exporter.settings import Config
 
 LOG = logging.getLogger(__name__)
 SCRAPE_WAIT_S = 5.0  # a scrape waits at most this (and half its interval) for the probes to end
@@ -76,6 +76,7 @@ class ProbeJobs:
         job_manager: JobManager,
         scrape_session: SessionSource,
         rng: np.random.Generator,
+        on_results: Callable[[Sequence[ProbeResult]], None] | None = None,
     ) -> None:
         self._scheduler = scheduler
         self._store = store
@@ -87,6 +88,7 @@ class ProbeJobs:
         self._job_manager = job_manager
         self._scrape_session = scrape_session
         self._rng = rng
+        self._on_results = on_results  # every probe run's results (the traffic observer compares them)
         self._running: set[asyncio.Task[object]] = set()
         self.scrapes_apart = True  # scrapes and probes wait for each other (a benchmark turns it off)
         self._scraping = 0  # scrapes in flight
@@ -166,7 +168,10 @@ class ProbeJobs:
         if self.scrapes_apart:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._scrapes_done.wait(), PROBE_WAIT_S)
-        return await self._pool.probe(target, module, self._rng, on_demand=on_demand)
+        run = await self._pool.probe(target, module, self._rng, on_demand=on_demand)
+        if self._on_results is not None:
+            self._on_results(run.results)
+        return run
 
     def probe_job(self, target: str, module: str) -> JobFunction:
         """The scheduled probe of (``target``, ``module``): one run, its results into the store."""

@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.config.model import Module, Target
 from exporter.load.calibration import Calibration, calibrate_prompts
+from exporter.load.config_workloads import fitted_workload
 from exporter.load.target_facts import ContextAnswer, ask_context
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeRefusedError, ProbeResult
 from exporter.probe.target import RequestSpec
+from exporter.settings.model import Module, Target
 
 LOG = logging.getLogger(__name__)
 # While a target does not say its context, refused a request since, or has a module that cannot fit, ask
@@ -141,7 +142,7 @@ class ServedContext:
 
     def workload(self, target: Target, module: Module) -> Workload:
         """``module``'s workload as sent to ``target``, fitted to the context the target said."""
-        return module.fitted_workload(target, self.tokens, self.calibration)
+        return fitted_workload(module, target, self.tokens, self.calibration)
 
     def _due(self) -> bool:
         if self.asked_at is None or not self.answered:

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.config import Config
-from exporter.config.model import Module, Target
 from exporter.daemon.budget import BudgetTracker
 from exporter.daemon.health import TargetHealth
 from exporter.daemon.served_context import ServedContext
@@ -32,6 +30,8 @@ from exporter.load.sessions import planned_tokens, session_turns
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
 from exporter.probe.target import RequestSpec
+from exporter.settings import Config
+from exporter.settings.model import Module, Target
 
 IDLE_POLL_S = 0.05  # how often a starting job checks whether the target's probes have ended
 REPLACED_CLIENT_GRACE_S = 600.0  # a replaced client closes when its probes end, or after this
@@ -89,7 +89,7 @@ class TargetPool:
             if state is not None and state.config == target:
                 state.context.forget()  # the server may have been restarted with another context
                 continue
-            client = await ProbeClient(target.settings()).__aenter__()
+            client = await ProbeClient(target.client).__aenter__()
             if state is not None:  # new settings: probes and jobs in flight keep the old client
                 asyncio.get_running_loop().create_task(close_later(state))
             health = state.health if state is not None else TargetHealth(target.name, self._wall_clock)

@@ -1,7 +1,7 @@
 """The prometheus-client side of the exporter: metric names, the result store, collectors.
 
 ``names`` holds every metric and label name (the histogram bounds are options, in
-``exporter.config.buckets``); ``store`` the ``ResultStore`` where probe runs and engine scrapes land
+``exporter.settings.buckets``); ``store`` the ``ResultStore`` where probe runs and engine scrapes land
 (``store_limits`` its bounds, ``run_rows`` a run's window rows), and ``views`` the snapshots of it that
 readers get (and the histograms behind them); ``window`` the per-request rows and the figures a rolling
 window shows; ``collector`` the scrape-time ``FluidityCollector``, ``families`` the metric families a

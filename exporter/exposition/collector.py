@@ -220,7 +220,7 @@ class FluidityCollector(Collector):
         if cached is not None and cached[0] is window and cached[1] is figures:
             return cached[2]
         out = Families()
-        _add_window(out, labels, window)
+        add_window(out, labels, window)
         self._add_client_minus_server(out, labels, window, figures)
         text = _family_texts(out)
         self._window_text_cache[labels] = (window, figures, text)
@@ -268,7 +268,7 @@ class FluidityCollector(Collector):
                 window = self._window(series, seconds, now)
                 if window is not None:
                     labels = (series.target, series.module, label)
-                    _add_window(out, labels, window)
+                    add_window(out, labels, window)
                     figures = engine_figures.get((ENGINE_PLANE.name, series.target), {}).get(label)
                     self._add_client_minus_server(out, labels, window, figures)
         for key, view in engines.items():
@@ -307,7 +307,7 @@ class FluidityCollector(Collector):
             for signal, specs in plane.window_quantiles.items():
                 for q in self.engine_quantiles:
                     _add_window_quantile(
-                        out, specs, (view.target, label, _quantile_label(q)), window.quantile(signal, q)
+                        out, specs, (view.target, label, quantile_label(q)), window.quantile(signal, q)
                     )
 
     def _add_client_minus_server(
@@ -319,7 +319,7 @@ class FluidityCollector(Collector):
         q = self.client_ttft_quantile
         gap = client_minus_server_ttft(window.client_ttfts.tolist(), server, q)
         if gap is not None:
-            out.add(names.WINDOW_CLIENT_MINUS_SERVER_TTFT, (*labels, _quantile_label(q)), gap)
+            out.add(names.WINDOW_CLIENT_MINUS_SERVER_TTFT, (*labels, quantile_label(q)), gap)
         mean_gap = client_minus_server_mean_ttft(window.client_ttfts.tolist(), server)
         if mean_gap is not None:
             out.add(names.WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT, labels, mean_gap)
@@ -369,25 +369,57 @@ def _add_cumulative(out: Families, series: SeriesView) -> None:
         out.add(names.PROBE_PROMPT_CACHED_TOKENS, (*labels, kind), turn.cached_tokens)
 
 
-def _add_window(out: Families, labels: tuple[str, str, str], window: ProbeWindow) -> None:
+@dataclass(frozen=True)
+class WindowFamilies:
+    """The families a rolling window's figures go to: the probes' (``fluidity_window_*``), or the
+    traffic observer's (``fluidity_traffic_window_*``, which has no prober lateness nor fluid rate)."""
+
+    requests: MetricSpec
+    fluidity: MetricSpec
+    service_level: MetricSpec
+    slo_met: MetricSpec
+    goodput: MetricSpec
+    fluid_rate: MetricSpec | None = None
+    lateness: MetricSpec | None = None
+
+
+PROBE_WINDOW_FAMILIES = WindowFamilies(
+    names.WINDOW_REQUESTS,
+    names.WINDOW_FLUIDITY,
+    names.WINDOW_SERVICE_LEVEL,
+    names.WINDOW_SLO_MET,
+    names.WINDOW_GOODPUT,
+    names.WINDOW_FLUID_RATE,
+    names.WINDOW_LATENESS,
+)
+
+
+def add_window(
+    out: Families,
+    labels: tuple[str, ...],
+    window: ProbeWindow,
+    specs: WindowFamilies = PROBE_WINDOW_FAMILIES,
+) -> None:
+    """A window's figures as samples of ``specs``' families, ``labels`` their series and window."""
     for outcome, count in window.requests.items():
-        out.add(names.WINDOW_REQUESTS, (*labels, outcome.value), count)
+        out.add(specs.requests, (*labels, outcome.value), count)
     for tier, quantiles in window.fluidity.items():
         for q, value in quantiles.items():
-            out.add(names.WINDOW_FLUIDITY, (*labels, tier, _quantile_label(q)), value)
+            out.add(specs.fluidity, (*labels, tier, quantile_label(q)), value)
     for tier, level in window.service_level.items():
-        out.add(names.WINDOW_SERVICE_LEVEL, (*labels, tier), level)
-    if window.fluid_token_rate is not None:
-        out.add(names.WINDOW_FLUID_RATE, labels, window.fluid_token_rate)
+        out.add(specs.service_level, (*labels, tier), level)
+    if specs.fluid_rate is not None and window.fluid_token_rate is not None:
+        out.add(specs.fluid_rate, labels, window.fluid_token_rate)
     for result in window.slos:
-        out.add(names.WINDOW_SLO_MET, (*labels, str(result.slo)), 1.0 if result.met else 0.0)
+        out.add(specs.slo_met, (*labels, str(result.slo)), 1.0 if result.met else 0.0)
     if window.goodput_ratio is not None:
-        out.add(names.WINDOW_GOODPUT, labels, window.goodput_ratio)
-    for q, seconds in window.lateness.items():
-        out.add(names.WINDOW_LATENESS, (*labels, _quantile_label(q)), seconds)
+        out.add(specs.goodput, labels, window.goodput_ratio)
+    if specs.lateness is not None:
+        for q, seconds in window.lateness.items():
+            out.add(specs.lateness, (*labels, quantile_label(q)), seconds)
 
 
-def _quantile_label(q: float) -> str:
+def quantile_label(q: float) -> str:
     """The ``percentile`` label of quantile ``q``: 0.01 -> "1", 0.5 -> "50", 0.999 -> "99.9"."""
     return f"{round(q * 100.0, 6):g}"
 

@@ -54,6 +54,9 @@ STORE: Final = "store"  # what a state_dir folder keeps: jobs (the job history),
 BOUND: Final = "bound"  # the side a percentile's buckets bound it from: upper (bucket from 0), lower (+Inf)
 MODEL: Final = "model"  # of real traffic: a model of traffic.models, else "other" (bounded)
 API: Final = "api"  # of real traffic: chat, completions or responses
+TOKEN_SOURCE: Final = "token_source"  # of real traffic's output tokens: probe.result.TokenSource's values
+SOURCE: Final = "source"  # of real traffic's prompt tokens: usage (reported) or estimated
+SIDE: Final = "side"  # of a probe request only one of the client and the observer saw
 
 MetricType = Literal["counter", "gauge", "histogram", "info"]
 
@@ -931,8 +934,7 @@ TRAFFIC_DEADLINES_MISSED = MetricSpec(
 TRAFFIC_SKIPPED = MetricSpec(
     "fluidity_traffic_streams_skipped_total",
     "counter",
-    "Exchanges Envoy sent that gave no request record, by reason: not_llm (another route), probe (the "
-    "exporter's own, marked X-Fluidity-Probe), not_streaming, "
+    "Exchanges Envoy sent that gave no request record, by reason: not_llm (another route), not_streaming, "
     "too_large (past the bytes or events a stream may cost), incomplete, over_capacity (traffic.max_streams "
     "in flight), error (a bug of the exporter, logged).",
     (REASON,),
@@ -942,15 +944,182 @@ TRAFFIC_IN_FLIGHT = MetricSpec(
     "gauge",
     "Exchanges the observer is following now.",
 )
+TRAFFIC_TPOT = MetricSpec(
+    "fluidity_traffic_tpot_seconds",
+    "histogram",
+    f"Time per output token, (E2E - TTFT) / (tokens - 1), of completed requests with 2+ tokens. {_TRAFFIC}",
+    TRAFFIC_SERIES,
+)
+TRAFFIC_E2E = MetricSpec(
+    "fluidity_traffic_e2e_seconds",
+    "histogram",
+    f"End-to-end latency of completed requests, end of the request body to end of stream. {_TRAFFIC}",
+    TRAFFIC_SERIES,
+)
+TRAFFIC_NORMALIZED_LATENCY = MetricSpec(
+    "fluidity_traffic_normalized_latency_seconds",
+    "histogram",
+    f"End-to-end latency divided by output tokens, per completed request. {_TRAFFIC}",
+    TRAFFIC_SERIES,
+)
+TRAFFIC_GOOD_REQUESTS = MetricSpec(
+    "fluidity_traffic_good_requests_total",
+    "counter",
+    "Requests that met every goodput bound of traffic.slo (without slos.<name>.goodput: a fluidity-index "
+    "at the SLO's tier of at least its target_fluidity); failed requests never do. Divide by "
+    f"fluidity_traffic_requests_total for the goodput ratio. {_TRAFFIC}",
+    TRAFFIC_SERIES,
+)
+TRAFFIC_OUTPUT_TOKENS = MetricSpec(
+    "fluidity_traffic_output_tokens_total",
+    "counter",
+    "Output tokens of completed requests, by where their count came from (the probes' token sources): "
+    "token_ids or continuous_usage are exact; chunks (one per content event) and tokenizer are brought "
+    f"to the stream's final usage.completion_tokens when it reports one. {_TRAFFIC}",
+    (*TRAFFIC_SERIES, TOKEN_SOURCE),
+)
+TRAFFIC_GOOD_OUTPUT_TOKENS = MetricSpec(
+    "fluidity_traffic_good_output_tokens_total",
+    "counter",
+    "Output tokens of the requests counted in fluidity_traffic_good_requests_total: rate() of it is the "
+    f"goodput in tokens per second. {_TRAFFIC}",
+    TRAFFIC_SERIES,
+)
+TRAFFIC_PROMPT_TOKENS = MetricSpec(
+    "fluidity_traffic_prompt_tokens_total",
+    "counter",
+    'Prompt tokens of observed requests (what sets a prefill deadline): source="usage" as the stream\'s '
+    'usage.prompt_tokens reported them, source="estimated" from the request body\'s length in bytes '
+    "times the tokens per byte of the (model, api)'s requests that did report usage (0.25 before any did). "
+    f"{_TRAFFIC}",
+    (*TRAFFIC_SERIES, SOURCE),
+)
+TRAFFIC_UNRELIABLE = MetricSpec(
+    "fluidity_traffic_unreliable_requests_total",
+    "counter",
+    "Requests whose timings the observer flagged unreliable by the probe client's own rule: its event "
+    "loop was late while the stream was open, or Envoy passed chunks holding several token events that "
+    "may have come more than 3 ms apart (a buffering filter); they are in every other traffic metric all "
+    f"the same. {_TRAFFIC}",
+    TRAFFIC_SERIES,
+)
+_TRAFFIC_WINDOW = (
+    "Computed at scrape time over the observed requests of the rolling window (at most "
+    "exposition.traffic.WINDOW_ROWS of the newest per series); do not sum across sidecars."
+)
+TRAFFIC_WINDOW_REQUESTS = MetricSpec(
+    "fluidity_traffic_window_requests",
+    "gauge",
+    f"Observed requests in the rolling window by outcome. {_TRAFFIC_WINDOW}",
+    (*TRAFFIC_SERIES, WINDOW, OUTCOME),
+)
+TRAFFIC_WINDOW_FLUIDITY = MetricSpec(
+    "fluidity_traffic_window_fluidity_index",
+    "gauge",
+    "Percentiles of the fluidity-index of the window's completed requests, as "
+    f'fluidity_window_fluidity_index (percentile="1": the value 99% of them reach). {_TRAFFIC_WINDOW}',
+    (*TRAFFIC_SERIES, WINDOW, TIER, PERCENTILE),
+)
+TRAFFIC_WINDOW_SERVICE_LEVEL = MetricSpec(
+    "fluidity_traffic_window_service_level_ratio",
+    "gauge",
+    "Token-weighted fluidity of the window's completed requests: 1 - missed deadlines / deadlines, per "
+    f"tier; none completed: absent. {_TRAFFIC_WINDOW}",
+    (*TRAFFIC_SERIES, WINDOW, TIER),
+)
+TRAFFIC_WINDOW_SLO_MET = MetricSpec(
+    "fluidity_traffic_window_slo_met",
+    "gauge",
+    "1 when each objective of traffic.slo holds over the window's observed requests, 0 when not; a "
+    f"failed request counts at the worst value of every metric; absent without a request. {_TRAFFIC_WINDOW}",
+    (*TRAFFIC_SERIES, WINDOW, SLO),
+)
+TRAFFIC_WINDOW_GOODPUT = MetricSpec(
+    "fluidity_traffic_window_goodput_ratio",
+    "gauge",
+    "Share of the window's observed requests (failed ones included) that were good (as "
+    f"fluidity_traffic_good_requests_total). {_TRAFFIC_WINDOW}",
+    (*TRAFFIC_SERIES, WINDOW),
+)
+TRAFFIC_ENVOY_STREAMS = MetricSpec(
+    "fluidity_traffic_envoy_streams_total",
+    "counter",
+    "ext_proc streams Envoy opened to the observer (one per HTTP exchange), by how each ended: observed "
+    "(a user request recorded), unreliable (recorded, its timings flagged), probe (the exporter's own, "
+    "compared with its client), not_llm, not_streaming, dropped (no record: "
+    "fluidity_traffic_streams_skipped_total says why).",
+    (STATE,),
+)
+TRAFFIC_ENVOY_CONNECTIONS = MetricSpec(
+    "fluidity_traffic_envoy_connections",
+    "gauge",
+    "Envoy connections (distinct peer addresses) with at least one ext_proc stream open now: 0 while "
+    "no request passes, or while Envoy cannot reach the observer.",
+)
+TRAFFIC_LAST_MESSAGE = MetricSpec(
+    "fluidity_traffic_last_message_timestamp_seconds",
+    "gauge",
+    "Unix time of the latest message Envoy sent the observer; absent before the first. time() minus it "
+    "growing while users send requests means Envoy does not reach the observer.",
+)
+_AGREEMENT = (
+    "Of the exporter's own probe requests that the observer saw too, joined on the request id the "
+    "client sends in X-Fluidity-Probe: a continuous check of the observer's accuracy."
+)
+TRAFFIC_PROBE_COMPARED = MetricSpec(
+    "fluidity_traffic_probe_requests_compared_total",
+    "counter",
+    f"Probe requests seen both by their client and by the observer. {_AGREEMENT}",
+)
+TRAFFIC_PROBE_GAP_DIFFERENCE = MetricSpec(
+    "fluidity_traffic_probe_gap_difference_seconds",
+    "histogram",
+    "|observer gap - client gap| for every gap between two token events of a compared probe request "
+    f"(requests whose two views hold the same number of token events). {_AGREEMENT}",
+)
+TRAFFIC_PROBE_VERDICT_DIFFERENCES = MetricSpec(
+    "fluidity_traffic_probe_verdict_differences_total",
+    "counter",
+    "Compared probe requests judged fluid (completed, fluidity-index at traffic.slo's tier of at least "
+    f"its target_fluidity) by one view and not by the other. {_AGREEMENT}",
+)
+TRAFFIC_PROBE_UNMATCHED = MetricSpec(
+    "fluidity_traffic_probe_unmatched_total",
+    "counter",
+    'Probe requests only one side saw within exposition.traffic_agreement.JOIN_WAIT_S: side="observer" '
+    '(another exporter\'s probe through this Envoy, or a client result lost), side="client" (a probe of '
+    "a target not behind this Envoy, or a stream the observer dropped).",
+    (SIDE,),
+)
 TRAFFIC: Final = (
     TRAFFIC_REQUESTS,
     TRAFFIC_TTFT,
     TRAFFIC_TBT,
+    TRAFFIC_TPOT,
+    TRAFFIC_E2E,
+    TRAFFIC_NORMALIZED_LATENCY,
     TRAFFIC_FLUIDITY,
     TRAFFIC_DEADLINES,
     TRAFFIC_DEADLINES_MISSED,
+    TRAFFIC_GOOD_REQUESTS,
+    TRAFFIC_OUTPUT_TOKENS,
+    TRAFFIC_GOOD_OUTPUT_TOKENS,
+    TRAFFIC_PROMPT_TOKENS,
+    TRAFFIC_UNRELIABLE,
+    TRAFFIC_WINDOW_REQUESTS,
+    TRAFFIC_WINDOW_FLUIDITY,
+    TRAFFIC_WINDOW_SERVICE_LEVEL,
+    TRAFFIC_WINDOW_SLO_MET,
+    TRAFFIC_WINDOW_GOODPUT,
     TRAFFIC_SKIPPED,
     TRAFFIC_IN_FLIGHT,
+    TRAFFIC_ENVOY_STREAMS,
+    TRAFFIC_ENVOY_CONNECTIONS,
+    TRAFFIC_LAST_MESSAGE,
+    TRAFFIC_PROBE_COMPARED,
+    TRAFFIC_PROBE_GAP_DIFFERENCE,
+    TRAFFIC_PROBE_VERDICT_DIFFERENCES,
+    TRAFFIC_PROBE_UNMATCHED,
 )
 """The families of the traffic observer (``exposition.traffic``), when ``traffic:`` is configured."""
 

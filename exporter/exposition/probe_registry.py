@@ -9,7 +9,6 @@ from collections.abc import Iterator, Sequence
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import names
 from exporter.exposition.collector import FluidityCollector
@@ -18,6 +17,7 @@ from exporter.exposition.store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES
 from exporter.probe.result import ProbeResult
+from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.stats.slo import GoodputBounds, Slo
 
 

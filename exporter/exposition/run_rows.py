@@ -8,7 +8,7 @@ appends them and keeps its counters).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -37,7 +37,7 @@ from exporter.exposition.window import (
 from exporter.probe.result import ProbeResult
 from exporter.stats.batch import FloatArray
 from exporter.stats.fluidity import min_decode_deadlines
-from exporter.stats.slo import GoodputBounds, SloMetric, goodput
+from exporter.stats.slo import GoodputBounds, good_requests
 
 
 def good_flags(
@@ -47,24 +47,29 @@ def good_flags(
     completed = len(measured.results)
     if bounds is None:
         return np.full(completed + failures, np.nan)
-    values = metric_values(measured, slo_tier(policy))
-    flags = [_is_good(bounds, values, index) for index in range(completed)]
-    return np.array([*flags, *([0.0] * failures)], dtype=np.float64)
-
-
-def _is_good(bounds: GoodputBounds, values: Mapping[SloMetric, FloatArray], index: int) -> float:
-    one = {metric: column[index : index + 1] for metric, column in values.items()}
-    return float(goodput(bounds, one, 1.0).good)
+    flags = good_requests(bounds, metric_values(measured, slo_tier(policy)))
+    return np.concatenate([flags.astype(np.float64), np.zeros(failures)])
 
 
 def run_rows(
-    measured: Measured, failed: Sequence[ProbeResult], good: FloatArray, policy: DeadlinePolicy, now: float
+    measured: Measured,
+    failed: Sequence[ProbeResult],
+    good: FloatArray,
+    policy: DeadlinePolicy,
+    now: float,
+    *,
+    fluid_rate: bool = True,
 ) -> Records:
+    """The rows of one run; without ``fluid_rate`` its minimum decode deadlines are not searched for
+    (NaN: the window then has no fluid token rate), for they cost more than every other figure."""
     done = measured.results
     nan_failed = np.full(len(failed), np.nan)
     latency = measured.latency
-    minima = min_decode_deadlines(measured.batch, policy.target_fluidity)
-    minima = np.where(measured.batch.lengths >= 2, minima, np.nan)  # no decode deadline below 2 tokens
+    if fluid_rate:
+        minima = min_decode_deadlines(measured.batch, policy.target_fluidity)
+        minima = np.where(measured.batch.lengths >= 2, minima, np.nan)  # no decode deadline below 2 tokens
+    else:
+        minima = np.full(len(done), np.nan)
     columns: dict[str, ArrayLike] = {
         AT: np.full(len(done) + len(failed), now),
         OUTCOME: [OUTCOME_CODE[r.outcome] for r in (*done, *failed)],

@@ -16,10 +16,10 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.registry import CollectorRegistry
 
 from exporter import __version__
-from exporter.config.buckets import LOOP_LAG_BUCKETS
 from exporter.engine.scrape import ScrapeFailure, ScrapeResult
 from exporter.exposition import names
 from exporter.exposition.names import MetricSpec
+from exporter.settings.buckets import LOOP_LAG_BUCKETS
 
 
 def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:

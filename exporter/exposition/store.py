@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from exporter.config.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.engine.scrape import ScrapeResult
 from exporter.engine.window import SnapshotWindow
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, Measured, measure
@@ -51,6 +50,7 @@ from exporter.exposition.window import (
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.result import e2e as result_e2e
 from exporter.probe.result import ttft as result_ttft
+from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.stats.batch import FloatArray
 from exporter.stats.slo import GoodputBounds, Slo
 
@@ -110,10 +110,15 @@ class ResultStore:
         limits: StoreLimits | None = None,
         buckets: HistogramBuckets = DEFAULT_BUCKETS,
         clock: Clock = time.time,
+        *,
+        fluid_rate: bool = True,
     ) -> None:
         self.limits = limits or StoreLimits()
         self.buckets = buckets
         self.clock = clock  # unix seconds: row ages and the last-success timestamp
+        # Whether rows keep each request's minimum decode deadline, which the window's fluid token rate
+        # is computed from (``run_rows``): the costliest figure of a request to evaluate.
+        self.fluid_rate = fluid_rate
         self._series: dict[SeriesKey, _Series] = {}
         self._engines: dict[str, EngineView] = {}
         self._gateways: dict[str, EngineView] = {}  # the gateway in front of a target, scraped apart
@@ -129,8 +134,10 @@ class ResultStore:
         *,
         slos: Sequence[Slo] = (),
         from_scheduled: bool = False,
-    ) -> None:
-        """Store one probe run's results, judged by ``policy`` (and ``goodput``/``slos`` if given).
+    ) -> tuple[Measured, FloatArray]:
+        """Store one probe run's results, judged by ``policy`` (and ``goodput``/``slos`` if given);
+        returns how they were judged (``measure``'s figures and ``good_flags``), for a caller that
+        counts more of them (the traffic observer's families).
 
         A run whose policy or goodput bounds differ from the series' previous ones restarts the series'
         rows (window figures never mix requests judged by different deadlines); counters and
@@ -146,13 +153,14 @@ class ResultStore:
         _accumulate_turns(series, results, measured)
         # Rows stay in time order even if a caller's clock steps back: ``Records.since`` bisects on it.
         stamp = max(now, float(series.records.at[-1])) if len(series.records) else now
-        rows = run_rows(measured, failed, good, policy, stamp)
+        rows = run_rows(measured, failed, good, policy, stamp, fluid_rate=self.fluid_rate)
         kept = series.records.since(now - self.limits.max_age_s).append(rows)
         series.set_rows(kept.newest(self.limits.max_records))
         for result in results:
             _remember(series, result, now)
         if results:
             series.last_run_ok = sum(r.outcome is Outcome.OK for r in results) / len(results)
+        return measured, good
 
     def add_engine_scrape(self, target: str, result: ScrapeResult) -> None:
         """Record an engine scrape: its snapshot joins the target's window; its status is the latest."""

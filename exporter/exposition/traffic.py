@@ -1,97 +1,226 @@
 """The traffic observer's families: what real user streams showed, in the probes' shapes.
 
 Records come from the observer (``exporter.traffic``) as each exchange ends and wait in a bounded list;
-they are evaluated in batches (``exporter.evaluation.measure``, under ``traffic.slo``: the probes'
-definitions) into cumulative histograms and counters, at the latest when a scrape asks. A record past
-the list's bound makes the batch run at once, so memory stays bounded whatever the scrape interval.
+they are evaluated in batches, at the latest when a scrape asks, into a ``ResultStore`` of their own,
+keyed (model, api) where the probes' is keyed (target, module): the same ``measure`` under
+``traffic.slo``, the same cumulative histograms and counters, the same rolling windows
+(``window.probe_window``; all but the fluid token rate, whose search costs more than the rest), so a user's TPOT or fluidity means what a probe's does. A record past the
+list's bound makes the batch run at once, so memory stays bounded whatever the scrape interval; a
+window's rows are stamped when their batch ran (at most a scrape interval late) and at most
+``WINDOW_ROWS`` of the newest are kept per series.
+
+Beside the store it counts what only real traffic has: output tokens by token source, the output
+tokens of good requests (goodput), and prompt tokens by whether the stream reported them (``usage``)
+or they were estimated from the request body's length (``stats.prompt_ratio``). The estimate is also
+what a prefill deadline that depends on the prompt's length is set from. Without goodput bounds in
+``traffic.slo``, a request is good when it is fluid: a fluidity-index at the SLO's tier of at least its
+``target_fluidity``.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
-from exporter.config.buckets import HistogramBuckets
-from exporter.evaluation import EvaluationSpec, measure
+import numpy as np
+
+from exporter.evaluation import EvaluationSpec, Measured
 from exporter.exposition import names, render
+from exporter.exposition.collector import WindowFamilies, add_window
 from exporter.exposition.families import Families
-from exporter.exposition.views import Histogram
-from exporter.probe.result import Outcome
-from exporter.traffic.record import SKIP_REASONS, Observed
+from exporter.exposition.store import ResultStore
+from exporter.exposition.store_limits import StoreLimits
+from exporter.exposition.traffic_agreement import AgreementCounts
+from exporter.exposition.views import SeriesView
+from exporter.probe.result import ProbeResult, TokenSource
+from exporter.settings.buckets import HistogramBuckets
+from exporter.stats.batch import FloatArray
+from exporter.stats.prompt_ratio import PromptRatio
+from exporter.stats.slo import GoodputBounds
+from exporter.traffic.record import SKIP_REASONS, Observed, StreamEnd
 
-PENDING = 4096  # records waiting to be evaluated: ~2 ms of numpy per batch, at most this many stamps lists
+# Records waiting to be evaluated. A batch holds the event loop while it is evaluated: 256 records of
+# 200 tokens took ~30 ms on a loaded 2-core VM (~0.1 ms a record, ~5 ms of it fixed per batch), so
+# batches stay small enough that a stall is bounded (the streams it delays are flagged unreliable by
+# the lag rule) and large enough that the fixed part stays small.
+PENDING: Final = 256
+# Window rows kept per (model, api): ~160 bytes each (a dozen numbers and three per tier), so ~5 MiB a
+# series. A window that held more requests is computed over its newest ones (its requests gauge says
+# how many); rate() of the cumulative counters has them all.
+WINDOW_ROWS: Final = 32768
+USAGE, ESTIMATED = "usage", "estimated"
+PROMPT_SOURCES: Final = (USAGE, ESTIMATED)
+Key = tuple[str, str]  # (model, api)
+
+TRAFFIC_WINDOW_FAMILIES: Final = WindowFamilies(
+    names.TRAFFIC_WINDOW_REQUESTS,
+    names.TRAFFIC_WINDOW_FLUIDITY,
+    names.TRAFFIC_WINDOW_SERVICE_LEVEL,
+    names.TRAFFIC_WINDOW_SLO_MET,
+    names.TRAFFIC_WINDOW_GOODPUT,
+)
+_HISTOGRAMS: Final = {
+    "ttft": names.TRAFFIC_TTFT,
+    "tbt": names.TRAFFIC_TBT,
+    "tpot": names.TRAFFIC_TPOT,
+    "e2e": names.TRAFFIC_E2E,
+    "normalized_latency": names.TRAFFIC_NORMALIZED_LATENCY,
+}
+
+
+def traffic_goodput(spec: EvaluationSpec) -> GoodputBounds:
+    """The bounds a user request is good within: the SLO's goodput bounds, else being fluid."""
+    return spec.goodput or GoodputBounds(min_fluidity=spec.deadlines.target_fluidity)
 
 
 @dataclass
-class _Series:
-    ttft: Histogram
-    tbt: Histogram
-    fluidity: dict[str, Histogram] = field(default_factory=dict)
-    deadlines: Counter[str] = field(default_factory=Counter)  # by tier
-    missed: Counter[str] = field(default_factory=Counter)  # by tier
-    outcomes: Counter[Outcome] = field(default_factory=Counter)
+class _Extra:
+    """What a (model, api) counts besides the store's figures."""
+
+    output_tokens: Counter[str] = field(default_factory=Counter)  # by token source
+    good_output_tokens: int = 0
+    prompt_tokens: Counter[str] = field(default_factory=Counter)  # by PROMPT_SOURCES
+    ratio: PromptRatio = field(default_factory=PromptRatio)
+
+
+@dataclass(frozen=True)
+class ObserverHealth:
+    """The observer's own state at a scrape (``traffic.observer.ObserverCounts``, read by the daemon)."""
+
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    in_flight: int = 0
+    streams: Mapping[str, int] = field(default_factory=dict)  # by how they ended
+    connections: int = 0
+    last_message_unix_s: float | None = None
 
 
 class TrafficStats:
-    """Cumulative figures of observed requests, per (model, api)."""
+    """Cumulative and window figures of observed requests, per (model, api)."""
 
-    def __init__(self, spec: EvaluationSpec, buckets: HistogramBuckets) -> None:
+    def __init__(
+        self,
+        spec: EvaluationSpec,
+        buckets: HistogramBuckets,
+        windows: Mapping[str, float],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.spec = spec
-        self.buckets = buckets
+        self.goodput = traffic_goodput(spec)
+        self.windows = dict(windows)
+        longest = max(self.windows.values(), default=3600.0)
+        limits = StoreLimits(max_age_s=longest, max_records=WINDOW_ROWS)
+        # No fluid token rate: its per-request search was 2/3 of evaluating a request (the loop waits).
+        self.store = ResultStore(limits, buckets, clock, fluid_rate=False)
         self._pending: list[Observed] = []
-        self._series: dict[tuple[str, str], _Series] = {}
+        self._extra: dict[Key, _Extra] = {}
 
     def add(self, observed: Observed) -> None:
-        """One finished request (the observer's sink)."""
+        """One finished user request (the observer's sink)."""
         self._pending.append(observed)
         if len(self._pending) >= PENDING:
             self.flush()
 
     def flush(self) -> None:
-        """Evaluate the waiting records into the cumulative figures."""
+        """Evaluate the waiting records into the figures."""
         pending, self._pending = self._pending, []
-        by_series: dict[tuple[str, str], list[Observed]] = {}
+        by_series: dict[Key, list[Observed]] = {}
         for observed in pending:
             by_series.setdefault((observed.model, observed.result.api), []).append(observed)
         for key, records in by_series.items():
-            self._accumulate(self._get(key), records)
+            extra = self._extra.setdefault(key, _Extra())
+            results = _with_prompt_tokens(extra, records)
+            measured, good = self.store.add(
+                *key, results, self.spec.deadlines, self.goodput, slos=self.spec.slos
+            )
+            _count_tokens(extra, measured, good)
 
-    def _get(self, key: tuple[str, str]) -> _Series:
-        series = self._series.get(key)
-        if series is None:
-            series = self._series[key] = _Series(Histogram(self.buckets.ttft), Histogram(self.buckets.tbt))
-        return series
-
-    def _accumulate(self, series: _Series, records: list[Observed]) -> None:
-        series.outcomes.update(r.result.outcome for r in records)
-        measured = measure([r.result for r in records], self.spec)
-        series.ttft.observe(measured.latency.ttft)
-        series.tbt.observe(measured.latency.tbt)
-        for tier, accounting in measured.tiers.items():
-            series.fluidity.setdefault(tier, Histogram(self.buckets.fluidity)).observe(accounting.fluidity)
-            series.deadlines[tier] += int(accounting.total.sum())
-            series.missed[tier] += int(accounting.missed.sum())
-
-    def families(self, skipped: Mapping[str, int], in_flight: int) -> Families:
-        """Every traffic family now (the waiting records evaluated first); every outcome and reason is
-        exported from the start, at 0."""
+    def families(self, health: ObserverHealth, agreement: AgreementCounts | None = None) -> Families:
+        """Every traffic family now (the waiting records evaluated first); every outcome, reason and
+        source is exported from the start, at 0."""
         self.flush()
         out = Families()
-        for (model, api), series in sorted(self._series.items()):
-            for outcome in Outcome:
-                out.add(names.TRAFFIC_REQUESTS, (model, api, outcome.value), series.outcomes[outcome])
-            out.histogram(names.TRAFFIC_TTFT, (model, api), series.ttft.snapshot())
-            out.histogram(names.TRAFFIC_TBT, (model, api), series.tbt.snapshot())
-            for tier, histogram in series.fluidity.items():
-                out.histogram(names.TRAFFIC_FLUIDITY, (model, api, tier), histogram.snapshot())
-                out.add(names.TRAFFIC_DEADLINES, (model, api, tier), series.deadlines[tier])
-                out.add(names.TRAFFIC_DEADLINES_MISSED, (model, api, tier), series.missed[tier])
-        for reason in SKIP_REASONS:
-            out.add(names.TRAFFIC_SKIPPED, (reason,), skipped.get(reason, 0))
-        out.add(names.TRAFFIC_IN_FLIGHT, (), in_flight)
+        now = self.store.clock()
+        for view in sorted(self.store.series(now), key=lambda v: (v.target, v.module)):
+            self._add_series(out, view, now)
+        _add_health(out, health)
+        if agreement is not None:
+            _add_agreement(out, agreement)
         return out
 
-    def render_text(self, skipped: Mapping[str, int], in_flight: int) -> str:
+    def _add_series(self, out: Families, view: SeriesView, now: float) -> None:
+        key = (view.target, view.module)
+        for outcome, count in view.requests.items():
+            out.add(names.TRAFFIC_REQUESTS, (*key, outcome.value), count)
+        for kind, spec in _HISTOGRAMS.items():
+            out.histogram(spec, key, view.histograms[kind])
+        for tier, counts in view.fluidity.items():
+            out.histogram(names.TRAFFIC_FLUIDITY, (*key, tier), counts)
+            out.add(names.TRAFFIC_DEADLINES, (*key, tier), view.deadlines[tier])
+            out.add(names.TRAFFIC_DEADLINES_MISSED, (*key, tier), view.deadlines_missed[tier])
+        out.add(names.TRAFFIC_GOOD_REQUESTS, key, view.good_requests or 0)
+        out.add(names.TRAFFIC_UNRELIABLE, key, view.unreliable)
+        extra = self._extra.get(key, _Extra())
+        for token_source in TokenSource:
+            counted = extra.output_tokens[token_source.value]
+            out.add(names.TRAFFIC_OUTPUT_TOKENS, (*key, token_source.value), counted)
+        out.add(names.TRAFFIC_GOOD_OUTPUT_TOKENS, key, extra.good_output_tokens)
+        for source in PROMPT_SOURCES:
+            out.add(names.TRAFFIC_PROMPT_TOKENS, (*key, source), extra.prompt_tokens[source])
+        for label, seconds in self.windows.items():
+            window = self.store.window(*key, seconds, now)
+            if window is not None:
+                add_window(out, (*key, label), window, TRAFFIC_WINDOW_FAMILIES)
+
+    def render_text(self, health: ObserverHealth, agreement: AgreementCounts | None = None) -> str:
         """The families as /metrics text."""
-        return render.render(self.families(skipped, in_flight))
+        return render.render(self.families(health, agreement))
+
+
+def _with_prompt_tokens(extra: _Extra, records: Sequence[Observed]) -> list[ProbeResult]:
+    """The records' results, each with its prompt length: reported ones teach the ratio first, then the
+    others are estimated from their body's length (``prompt_tokens_intended``, which a prefill deadline
+    reads when none was reported)."""
+    for record in records:
+        reported = record.result.prompt_tokens_reported
+        if reported is not None:
+            extra.ratio = extra.ratio.learn(reported, record.request_bytes)
+            extra.prompt_tokens[USAGE] += reported
+    results = []
+    for record in records:
+        result = record.result
+        if result.prompt_tokens_reported is None:
+            estimate = extra.ratio.estimate(record.request_bytes)
+            result.prompt_tokens_intended = estimate
+            extra.prompt_tokens[ESTIMATED] += estimate
+        results.append(result)
+    return results
+
+
+def _count_tokens(extra: _Extra, measured: Measured, good: FloatArray) -> None:
+    tokens = measured.latency.tokens
+    for result, count in zip(measured.results, tokens.tolist(), strict=True):
+        extra.output_tokens[result.token_source.value] += int(count)
+    good_completed = np.nan_to_num(good[: len(tokens)]) > 0
+    extra.good_output_tokens += int(tokens[good_completed].sum())
+
+
+def _add_health(out: Families, health: ObserverHealth) -> None:
+    for reason in SKIP_REASONS:
+        out.add(names.TRAFFIC_SKIPPED, (reason,), health.skipped.get(reason, 0))
+    out.add(names.TRAFFIC_IN_FLIGHT, (), health.in_flight)
+    for end in StreamEnd:
+        out.add(names.TRAFFIC_ENVOY_STREAMS, (end.value,), health.streams.get(end.value, 0))
+    out.add(names.TRAFFIC_ENVOY_CONNECTIONS, (), health.connections)
+    if health.last_message_unix_s is not None:
+        out.add(names.TRAFFIC_LAST_MESSAGE, (), health.last_message_unix_s)
+
+
+def _add_agreement(out: Families, agreement: AgreementCounts) -> None:
+    out.add(names.TRAFFIC_PROBE_COMPARED, (), agreement.compared)
+    out.histogram(names.TRAFFIC_PROBE_GAP_DIFFERENCE, (), agreement.gap_differences)
+    out.add(names.TRAFFIC_PROBE_VERDICT_DIFFERENCES, (), agreement.verdict_differences)
+    for side, count in sorted(agreement.unmatched.items()):
+        out.add(names.TRAFFIC_PROBE_UNMATCHED, (side,), count)

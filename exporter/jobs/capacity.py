@@ -40,7 +40,7 @@ from exporter.jobs.trial import TrialReport
 from exporter.jobs.trial_verdict import ERRORS_REASON, NO_DATA_REASON, SHARDS_REASON
 from exporter.load.health import HealthThresholds
 from exporter.load.target_facts import ContextFit
-from exporter.options.job_params import MIN_TRIAL_S
+from exporter.settings.job_params import MIN_TRIAL_S
 
 # (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's,
 # the (successes, requests) seen at the load when the trial runs to settle its pass: ``TrialPlan.settle``)

@@ -19,7 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.config.model import Module, SloConfig, Target
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, OnInterrupt, search_capacity
 from exporter.jobs.drain import Busy, Drained, wait_drained
@@ -31,15 +30,17 @@ from exporter.jobs.search_state import MAX_PARTS, SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial, run_trial
 from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import TrialSlo
+from exporter.load import config_workloads
 from exporter.load.calibration import Calibration, calibrate_prompts
 from exporter.load.shard_pool import ShardPool
 from exporter.load.target_facts import ContextFit, cannot_fit, served_context
 from exporter.load.workloads import Workload
-from exporter.options.job_params import CapacityParams, JobLimits, JobParams, SloSpec, concurrency_ceiling
 from exporter.probe.client import ProbeClient
 from exporter.probe.loop import off_the_loop
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
+from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, SloSpec, concurrency_ceiling
+from exporter.settings.model import Module, SloConfig, Target
 from exporter.stats.binomial import fewest_to_confirm
 from exporter.stats.slo import DECODE_TIERS, decode_tier
 
@@ -219,9 +220,9 @@ def fitted_workload(
     ctx: JobContext,
     calibration: Calibration | None = None,
 ) -> Workload:
-    """``module``'s workload for ``target`` as its scheduled probes send it (``Module.fitted_workload``);
-    a cut is said in the progress, as the profile job says the lengths it leaves out."""
-    workload = module.fitted_workload(target, context, calibration)
+    """``module``'s workload for ``target`` as its scheduled probes send it (``config_workloads``); a
+    cut is said in the progress, as the profile job says the lengths it leaves out."""
+    workload = config_workloads.fitted_workload(module, target, context, calibration)
     fit = ContextFit.of(workload, context)
     if fit.cut > 0:
         ctx.progress(0.0, fit.describe())

@@ -14,17 +14,17 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from exporter.config.model import Config, ShardsConfig
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool, remote_shards
-from exporter.load.shard_protocol import PoolSettings
-from exporter.options.addresses import bind_reason
-from exporter.options.job_params import JobLimits
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.target import Secret
+from exporter.settings.addresses import bind_reason
+from exporter.settings.job_params import JobLimits
+from exporter.settings.model import Config, ShardsConfig
+from exporter.settings.shards import PoolSettings
 
 
 class JobEnvironment(Protocol):

@@ -1,6 +1,6 @@
 """A capacity search run from this process (the ``capacity`` command), without the daemon.
 
-The options become the jobs API's parameters through its own parser (``exporter.options.job_parse``), without
+The options become the jobs API's parameters through its own parser (``exporter.settings.job_parse``), without
 the daemon's ceilings (the person at the terminal is the authority); the SLO is resolved as the daemon
 resolves a job's, with the default SLO config in place of a target's and ``Dp`` from the options. The
 search sends from this process's client, or over local worker processes.
@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from exporter.config.bounds import MAX_JOB_REQUESTS_PER_TRIAL, MAX_JOB_TRIALS
-from exporter.config.model import SloConfig
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, OnInterrupt
 from exporter.jobs.capacity_runner import (
@@ -27,12 +25,15 @@ from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.plan_runner import worker_pool
 from exporter.load.workloads import Workload
-from exporter.options.cost import Cost
-from exporter.options.job_params import CapacityParams, JobLimits
-from exporter.options.job_parse import ParamsError, parse_params
-from exporter.options.oneshot import OptionError, Options, flag_problem
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import TargetSettings
+from exporter.settings.bounds import MAX_JOB_REQUESTS_PER_TRIAL, MAX_JOB_TRIALS
+from exporter.settings.cost import Cost
+from exporter.settings.job_params import CapacityParams, JobLimits
+from exporter.settings.job_parse import parse_params
+from exporter.settings.model import SloConfig
+from exporter.settings.oneshot import Options, flag_problem
+from exporter.settings.problems import SettingsError
+from exporter.settings.target import TargetSettings
 
 # The command runs on the user's own machine, against their own target: no ceilings of the daemon's,
 # but the highest its config could set for the trials and their requests (a trial of 10^9 requests was
@@ -88,8 +89,8 @@ def capacity_params(options: Options) -> CapacityParams:
         body["slo"] = slo
     try:
         params = parse_params("capacity", body, CLI_LIMITS)
-    except ParamsError as exc:
-        raise OptionError(
+    except SettingsError as exc:
+        raise SettingsError(
             "; ".join(_cli_words(flag_problem(problem, CAPACITY_FLAGS)) for problem in exc.problems)
         ) from exc
     assert isinstance(params, CapacityParams)
@@ -107,7 +108,7 @@ def _refuse_conflicts(options: Options) -> None:
     """Flags of which one would be ignored without a word (--decode-tier with --decode-deadline is the
     parser's own rule, the same for a jobs API body)."""
     if options["load"] == "concurrency" and options["arrival"] is not None:
-        raise OptionError(
+        raise SettingsError(
             "--arrival: only a rate search (--load rate) has arrivals; a concurrency search keeps its "
             "requests in flight, so drop --arrival"
         )
@@ -119,7 +120,7 @@ def trial_slo(params: CapacityParams, deadlines: DeadlinePolicy) -> TrialSlo:
     try:
         return resolve_trial_slo(params.slo, SloConfig(), deadlines)
     except JobFailedError as exc:
-        raise OptionError(f"--decode-tier: {exc}") from exc
+        raise SettingsError(f"--decode-tier: {exc}") from exc
 
 
 async def search_capacity(

@@ -14,17 +14,18 @@ from exporter.jobs.profile_runner import PROFILE_POOL, one_at_a_time
 from exporter.load.plan_runner import worker_pool
 from exporter.load.target_facts import TargetFacts
 from exporter.load.workload_options import prompt_builder
-from exporter.options.job_params import DEFAULT_HIGH, distinct_lengths, geometric_ladder
-from exporter.options.oneshot import OptionError, Options
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import TargetSettings
+from exporter.settings.job_params import DEFAULT_HIGH, distinct_lengths, geometric_ladder
+from exporter.settings.oneshot import Options
+from exporter.settings.problems import SettingsError
+from exporter.settings.target import TargetSettings
 
 
 def lengths(options: Options) -> tuple[int, ...]:
     """``--lengths``, or the doubling ladder up to ``--max-length``."""
     if options["lengths"]:
         if options["max_length"] is not None:
-            raise OptionError(
+            raise SettingsError(
                 "give either --lengths or --max-length (the top of the default ladder), not both"
             )
         return _given_lengths(str(options["lengths"]))
@@ -33,7 +34,7 @@ def lengths(options: Options) -> tuple[int, ...]:
         high = DEFAULT_HIGH if options["max_length"] is None else options["max_length"]
         return geometric_ladder(high=high)
     except ValueError as exc:
-        raise OptionError(f"--max-length: {exc}") from exc
+        raise SettingsError(f"--max-length: {exc}") from exc
 
 
 def _given_lengths(text: str) -> tuple[int, ...]:
@@ -41,13 +42,13 @@ def _given_lengths(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise OptionError(f'--lengths "{text}": expected integers, e.g. 128,512,2048') from None
+        raise SettingsError(f'--lengths "{text}": expected integers, e.g. 128,512,2048') from None
     if not values or min(values) < 1:
-        raise OptionError("--lengths: every length must be >= 1 token")
+        raise SettingsError("--lengths: every length must be >= 1 token")
     try:
         return distinct_lengths(values)  # the jobs API's rule, and its message
     except ValueError as exc:
-        raise OptionError(f"--lengths: {exc}") from None
+        raise SettingsError(f"--lengths: {exc}") from None
 
 
 async def profile_target(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.jobs.store import JobRecord, JobState, JobStore, Progress, Trigger, ended_progress, new_job_id
-from exporter.options.job_params import CapacityParams, JobKind, JobLimits, JobParams
+from exporter.settings.job_params import CapacityParams, JobKind, JobLimits, JobParams
 
 LOG = logging.getLogger(__name__)
 STOPPED_BY_SHUTDOWN = "the exporter stopped while this job ran"

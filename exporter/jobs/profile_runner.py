@@ -10,7 +10,6 @@ import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from exporter.config.model import Target
 from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.prefill_profile import (
@@ -23,11 +22,13 @@ from exporter.jobs.prefill_profile import (
 from exporter.jobs.profiles import bare_prefill_warning, profile_overridden
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import PoolSettings
 from exporter.load.target_facts import served_context
-from exporter.options.job_params import JobParams, ProfileParams
 from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
+from exporter.settings.job_params import JobParams, ProfileParams
+from exporter.settings.model import Target
+from exporter.settings.shards import PoolSettings
+from exporter.settings.target import TargetSettings
 
 PROFILE_START_DELAY_S = 0.05  # a profile's request waits this long for its shard to start it
 # A profile keeps the minimum TTFT of its repeats, which a late stamp cannot lower, and its in-process

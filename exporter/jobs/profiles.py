@@ -32,9 +32,9 @@ import numpy as np
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.state_files import WriteHealth, move_aside
-from exporter.load.workloads import MAX_PROMPT_TOKENS
-from exporter.options.json_file import JsonFileError, read_json_file
-from exporter.options.slo import SloOptions
+from exporter.settings.json_file import JsonFileError, read_json_file
+from exporter.settings.lengths import MAX_PROMPT_TOKENS
+from exporter.settings.slo import SloOptions
 from exporter.stats.prefill import PrefillModel
 
 LOG = logging.getLogger(__name__)

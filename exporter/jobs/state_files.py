@@ -1,7 +1,7 @@
 """The files the daemon keeps under ``global.state_dir`` (job records, prefill profiles): a bad one moved
 aside, and a store whose writes fail said once.
 
-A state file is read bounded (``exporter.options.json_file``). A file that fails there or in its record's
+A state file is read bounded (``exporter.settings.json_file``). A file that fails there or in its record's
 own validation is moved aside (``move_aside``) with one warning that names it, so the next start does not
 meet it again and nothing else is lost."""
 

@@ -23,8 +23,8 @@ from typing import Any, Literal, cast, get_args
 
 from exporter.jobs.record_results import check_result
 from exporter.jobs.state_files import WriteHealth, move_aside
-from exporter.options.job_params import JOB_KINDS, JobKind
-from exporter.options.json_file import JsonFileError, read_json_file
+from exporter.settings.job_params import JOB_KINDS, JobKind
+from exporter.settings.json_file import JsonFileError, read_json_file
 
 LOG = logging.getLogger(__name__)
 

@@ -37,9 +37,9 @@ from exporter.load.plan import LoadPlan
 from exporter.load.runner import RunHooks, run_plan
 from exporter.load.sessions import planned_tokens, session_turns
 from exporter.load.workloads import Workload, specs_with_lengths
-from exporter.options.arrival import at_rate
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
+from exporter.settings.arrival import at_rate
 from exporter.stats.batch import FloatArray
 from exporter.stats.binomial import Verdict as BinomialVerdict
 from exporter.stats.binomial import classify_fraction

@@ -28,7 +28,7 @@ from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_report import ShardRunReport
 from exporter.load.shard_run import ShardHooks
 from exporter.probe.result import ProbeResult
-from exporter.probe.target import TargetSettings
+from exporter.settings.target import TargetSettings
 
 
 async def run_sharded_trial(

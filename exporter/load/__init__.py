@@ -2,7 +2,7 @@
 
 The flow is one way: a ``Workload`` (``workloads``; named ones in ``presets``, real ones in ``traces``,
 prompts from ``prompts``, multi-turn ``sessions``) yields ``RequestSpec``s; an arrival process
-(``exporter.options.arrival``) yields absolute send offsets; together they are a ``plan.LoadPlan``, the
+(``exporter.settings.arrival``) yields absolute send offsets; together they are a ``plan.LoadPlan``, the
 one form of any load (a scheduled probe, a one-shot run, a capacity trial, a shard's slice), and
 ``runner.run_plan`` sends it through an injected ``send`` (the probe client's, or a fake) and returns a ``LoadRun`` with every
 ``ProbeResult`` and the ``health`` checks of the load itself. A one-shot run (``bench``, ``capacity``,
@@ -17,12 +17,12 @@ the rest through the probe client. A new workload preset goes in ``presets``.
 
 from exporter.load.health import HealthCheck, HealthThresholds, load_health
 from exporter.load.plan import LoadPlan
-from exporter.load.presets import PRESET_NAMES, preset
+from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.runner import LoadRun, RunHooks, load_run_from_results, run_plan
-from exporter.load.traces import TraceRequest, load_trace, trace_arrivals, trace_specs, trace_workload
-from exporter.load.workloads import IndependentLengths, PairedLengths, Workload
-from exporter.options.arrival import (
+from exporter.load.traces import trace_arrivals, trace_specs, trace_workload
+from exporter.load.workloads import IndependentLengths, Workload
+from exporter.settings.arrival import (
     ArrivalProcess,
     Constant,
     Gamma,
@@ -31,7 +31,9 @@ from exporter.options.arrival import (
     offsets_within,
     parse_arrival_spec,
 )
-from exporter.options.lengths import LengthDistribution, parse_length_spec
+from exporter.settings.lengths import LengthDistribution, PairedLengths, parse_length_spec
+from exporter.settings.presets import PRESET_NAMES
+from exporter.settings.trace_files import TraceRequest, load_trace
 
 __all__ = [
     "PRESET_NAMES",

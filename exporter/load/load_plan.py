@@ -2,7 +2,7 @@
 (closed loop), for a count of requests or a duration; a preset's samples or a replayed trace.
 
 The arrival flags (``--arrival``, ``--rate``, ``--burstiness``) and ``--concurrency`` are read as a daemon
-config module's ``arrival`` and ``concurrency`` are, by ``exporter.options.arrival.read_arrival``: a bad
+config module's ``arrival`` and ``concurrency`` are, by ``exporter.settings.arrival.read_arrival``: a bad
 value fails with the config's message under the flag that gave it (``ARRIVAL_FLAGS``).
 """
 
@@ -15,19 +15,14 @@ import numpy as np
 
 from exporter.load.plan import LoadPlan
 from exporter.load.target_facts import ContextFit, TargetFacts
-from exporter.load.traces import (
-    TRACE_FORMATS,
-    load_trace,
-    trace_arrivals,
-    trace_specs,
-    trace_turns,
-    trace_workload,
-)
+from exporter.load.traces import trace_arrivals, trace_specs, trace_turns, trace_workload
 from exporter.load.workload_options import served_context, workload_from_options
 from exporter.load.workloads import Workload
-from exporter.options.arrival import ArrivalProcess, offsets_within, read_arrival
-from exporter.options.oneshot import OptionError, Options, read_flags
 from exporter.probe.target import RequestSpec
+from exporter.settings.arrival import ArrivalProcess, offsets_within, read_arrival
+from exporter.settings.oneshot import Options, read_flags
+from exporter.settings.problems import SettingsError
+from exporter.settings.trace_files import TRACE_FORMATS, load_trace
 
 DEFAULT_RATE = 4.0  # requests per second when neither --rate nor --concurrency is given
 DEFAULT_REQUESTS = 100  # when neither --requests nor --duration is given
@@ -101,20 +96,20 @@ def _check_amounts(options: Options) -> None:
     """How much to send, refused before any planning when it could send nothing."""
     for flag, value in (("--requests", options["requests"]), ("--concurrency", options["concurrency"])):
         if value is not None and value < 1:
-            raise OptionError(f"{flag} must be >= 1, got {value}")
+            raise SettingsError(f"{flag} must be >= 1, got {value}")
     duration = options["duration"]
     if duration is not None and not duration > 0:
-        raise OptionError(f"--duration must be > 0 seconds, got {duration:g}")
+        raise SettingsError(f"--duration must be > 0 seconds, got {duration:g}")
     seed = options["seed"]
     if seed is not None and seed < 0:  # numpy's generators take none
-        raise OptionError(f"--seed must be an integer >= 0, got {seed}")
+        raise SettingsError(f"--seed must be an integer >= 0, got {seed}")
 
 
 def _sample(workload: Workload, count: int, rng: np.random.Generator) -> list[RequestSpec]:
     try:
         return workload.sample(count, rng)
     except ValueError as exc:
-        raise OptionError(str(exc)) from exc
+        raise SettingsError(str(exc)) from exc
 
 
 def _sample_units(workload: Workload, count: int, rng: np.random.Generator) -> list[RequestSpec]:
@@ -122,14 +117,14 @@ def _sample_units(workload: Workload, count: int, rng: np.random.Generator) -> l
     try:
         return workload.sample_sessions(count, rng)
     except ValueError as exc:
-        raise OptionError(str(exc)) from exc
+        raise SettingsError(str(exc)) from exc
 
 
 def open_loop(options: Options) -> ArrivalProcess | None:
     """The arrival process of the flags (by default Poisson at ``DEFAULT_RATE``), or None for a closed
     loop (``--concurrency``); ``--arrival trace`` replays a trace's times and needs ``--trace``."""
     if (options["arrival"] or "") == "trace":
-        raise OptionError("--arrival trace: needs --trace (the trace whose times it replays)")
+        raise SettingsError("--arrival trace: needs --trace (the trace whose times it replays)")
     return read_flags(arrival_tree(options), ("arrival", "concurrency"), read_arrival, ARRIVAL_FLAGS)
 
 
@@ -145,7 +140,9 @@ def arrival_tree(options: Options) -> dict[str, Any]:
     tree["arrival"] = {"kind": kind, "rate": options["rate"] if options["rate"] is not None else DEFAULT_RATE}
     if options["burstiness"] is not None:
         if kind != "gamma":  # only gamma has a shape: another process would ignore it without a word
-            raise OptionError(f"--burstiness: only --arrival gamma has a shape, not {kind}; drop one of them")
+            raise SettingsError(
+                f"--burstiness: only --arrival gamma has a shape, not {kind}; drop one of them"
+            )
         tree["arrival"]["shape"] = options["burstiness"]
     return tree
 
@@ -154,16 +151,18 @@ def _trace_plan(
     options: Options, workload: Workload, rng: np.random.Generator, count: int | None, duration: float | None
 ) -> LoadPlan:
     if not options["trace_format"]:
-        raise OptionError(f"--trace needs --trace-format: {', '.join(TRACE_FORMATS)}")
+        raise SettingsError(f"--trace needs --trace-format: {', '.join(TRACE_FORMATS)}")
     try:
         records = load_trace(options["trace"], options["trace_format"])
     except (OSError, ValueError) as exc:
-        raise OptionError(f"--trace: {exc}") from exc
+        raise SettingsError(f"--trace: {exc}") from exc
     records = records[:count] if count else records
     replay = trace_workload(records, workload)
     sessions = str(options["turns"] or "").strip() == "trace"
     if sessions and not trace_turns(records):
-        raise OptionError(f"--turns trace: {options['trace']} holds no conversation with more than one turn")
+        raise SettingsError(
+            f"--turns trace: {options['trace']} holds no conversation with more than one turn"
+        )
     thinks = workload.think_time.sample(trace_turns(records), rng).tolist() if sessions else []
     specs = trace_specs(
         records, replay, salt=int(rng.integers(0, 2**40)), sessions=sessions, think_times=thinks
@@ -173,7 +172,7 @@ def _trace_plan(
         try:
             arrivals = trace_arrivals(records)
         except ValueError as exc:
-            raise OptionError(f"--arrival trace: {exc}") from None
+            raise SettingsError(f"--arrival trace: {exc}") from None
         return LoadPlan(
             specs,
             arrivals.offsets(len(specs), rng),

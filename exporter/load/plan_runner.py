@@ -14,11 +14,12 @@ from exporter.load.plan import LoadPlan
 from exporter.load.runner import LoadRun, RunHooks, load_run_from_results, run_plan
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import PoolSettings, plan_specs
+from exporter.load.shard_protocol import plan_specs
 from exporter.load.shard_run import ShardHooks
-from exporter.options.oneshot import OptionError
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import TargetSettings
+from exporter.settings.problems import SettingsError
+from exporter.settings.shards import PoolSettings
+from exporter.settings.target import TargetSettings
 
 
 @contextlib.asynccontextmanager
@@ -33,7 +34,7 @@ async def worker_pool(
         try:
             pool = await stack.enter_async_context(local_shards(workers, settings.api_key, pool_settings))
         except TimeoutError as exc:  # a worker that never started
-            raise OptionError(f"--workers: {exc}") from exc
+            raise SettingsError(f"--workers: {exc}") from exc
         yield pool
 
 

@@ -10,7 +10,7 @@ its answer and the new message, concatenated. A turn that fails ends its session
 go on without its answer); the remaining turns are not sent. Cancelling ``run_session`` ends the
 session at once.
 
-Think time between turns is ``exporter.options.think_time.ThinkTime``.
+Think time between turns is ``exporter.settings.think_time.ThinkTime``.
 """
 
 from __future__ import annotations

@@ -42,7 +42,6 @@ from aiohttp import web
 
 from exporter.load.plan import LoadPlan
 from exporter.load.shard_protocol import (
-    PoolSettings,
     ProtocolError,
     ShardEntry,
     ShardTask,
@@ -52,8 +51,9 @@ from exporter.load.shard_protocol import (
 )
 from exporter.load.shard_report import ShardRunReport, ShardState, shard_problems
 from exporter.load.shard_run import ShardHooks, ShardRun
-from exporter.options.target import Secret
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
+from exporter.settings.shards import PoolSettings
+from exporter.settings.target import Secret, TargetSettings
 
 Alive = Callable[[int], str | None]  # why shard k is gone (e.g. "exit code -9"), or None while it runs
 POOL: Final = web.AppKey["ShardPool"]("shard_pool")

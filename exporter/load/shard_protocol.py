@@ -35,7 +35,8 @@ from typing import Any
 
 from exporter.load.plan import LoadPlan
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
-from exporter.probe.target import FollowUp, RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import FollowUp, RequestSpec, Timeouts
+from exporter.settings.target import TargetSettings
 
 # 2: a shard's final figures say how its sends ended (``ended_by``). A version-1 shard leaves that out,
 # and a trial its duration cut would read as one that sent every request: refused instead.
@@ -79,19 +80,6 @@ class ShardTask:
     @property
     def open_loop(self) -> bool:
         return self.concurrency is None
-
-
-@dataclass(frozen=True)
-class PoolSettings:
-    """How the coordinator judges its shards."""
-
-    start_delay_s: float = 0.5  # from the last ready to the common start
-    max_start_lateness_s: float = 0.1  # a shard that began later than this makes the run unfit
-    ready_timeout_s: float = 60.0  # every shard must be ready within this
-    heartbeat_timeout_s: float = 10.0  # a shard silent this long is dead (it posts every 0.5 s when well)
-    max_unreliable_share: float = 0.01  # share of a shard's results flagged saturated (load.health's
-    # bound of requests, ``unreliable``: a shard's figures count requests, not the gaps they doubt)
-    stop_grace_s: float = 10.0  # after "stop", how long the shards get to post their cancelled results
 
 
 # -- dealing a plan --------------------------------------------------------------------------------

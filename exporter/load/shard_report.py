@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.load.shard_protocol import PoolSettings
 from exporter.probe.result import ProbeResult
+from exporter.settings.shards import PoolSettings
 
 # One flagged result shows a stall of the machine, not a shard short of CPU: at the 5-10 results of a
 # small run's shard it is 10-20%, over the share (seen in a CI run on this 2-core VM with other tests

@@ -40,7 +40,8 @@ from exporter.load.shard_protocol import (
 )
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec, Secret, TargetSettings
+from exporter.probe.target import RequestSpec, Secret
+from exporter.settings.target import TargetSettings
 
 log = logging.getLogger(__name__)
 

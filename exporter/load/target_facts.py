@@ -18,10 +18,10 @@ from typing import Any
 from exporter.load.calibration import Calibration, calibrate_prompts, max_model_len
 from exporter.load.target_options import target_settings
 from exporter.load.workloads import Workload
-from exporter.options.oneshot import Options
 from exporter.probe.client import ProbeClient
 from exporter.probe.http import HttpError
-from exporter.probe.target import TargetSettings
+from exporter.settings.oneshot import Options
+from exporter.settings.target import TargetSettings
 
 # Calibrated prompts come out within a few percent of the asked length: keep that much of the context free.
 CONTEXT_MARGIN = 0.03

@@ -1,7 +1,7 @@
 """How to reach a one-shot run's target, from its options: URL, API, key, headers, body, TLS, timeouts.
 
 The flags are read as a ``targets[]`` entry of the daemon config is, by the readers of
-``exporter.options.target``: ``target_tree`` puts their values in that shape and ``TARGET_FLAGS`` names
+``exporter.settings.target``: ``target_tree`` puts their values in that shape and ``TARGET_FLAGS`` names
 the flag of each config path, so a bad value fails with the config's message under the flag's name.
 """
 
@@ -11,12 +11,14 @@ import os
 from collections.abc import Callable
 from typing import Any, Final
 
-from exporter.options.addresses import check_url
-from exporter.options.oneshot import OptionError, Options, json_object, read_flags
-from exporter.options.reader import Context, Section
-from exporter.options.target import (
+from exporter.settings.addresses import check_target_url
+from exporter.settings.oneshot import Options, json_object, read_flags
+from exporter.settings.problems import SettingsError
+from exporter.settings.reader import Context, Section
+from exporter.settings.target import (
     TIMEOUT_KEYS,
     Api,
+    TargetSettings,
     Timeouts,
     read_api,
     read_ca_file,
@@ -25,7 +27,6 @@ from exporter.options.target import (
     read_secret,
     read_timeouts,
 )
-from exporter.probe.target import TargetSettings
 
 # The flag that gives each part of a target (a config path, as the readers report problems under it).
 TARGET_FLAGS: Final = {
@@ -46,15 +47,15 @@ TARGET_FLAG_KEYS: Final = ("api", "model", "api_key", "headers", "extra_body", "
 
 
 def option_url(options: Options) -> str | None:
-    """``--url``, checked as the config checks a URL (a trailing ``/v1`` is allowed: requests add it
-    only where it is missing); None for the built-in simulator."""
+    """``--url``, by the config's rule for a target's URL (``check_target_url``: a trailing ``/v1`` is
+    left out); None for the built-in simulator."""
     url = options["url"]
     if url is None:
         return None
     try:
-        return check_url(url)
+        return check_target_url(url)
     except ValueError as exc:
-        raise OptionError(f"--url: {exc}") from None
+        raise SettingsError(f"--url: {exc}") from None
 
 
 def target_settings(options: Options, url: str) -> TargetSettings:
@@ -115,5 +116,5 @@ def _given(**values: Any) -> dict[str, Any]:
 def _header(text: str) -> tuple[str, str]:
     name, sep, value = text.partition(":")
     if not sep or not name.strip():
-        raise OptionError(f'--header "{text}": expected NAME:VALUE')
+        raise SettingsError(f'--header "{text}": expected NAME:VALUE')
     return name.strip(), value.strip()

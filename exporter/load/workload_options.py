@@ -1,7 +1,7 @@
 """The workload a one-shot run's options describe: a preset or custom lengths, sessions, tool calls and
 structured output, fitted to the target's context with prompts calibrated to its tokenizer.
 
-The flags are read as a daemon config module's ``workload`` is, by ``exporter.options.workload``:
+The flags are read as a daemon config module's ``workload`` is, by ``exporter.settings.workload``:
 ``workload_tree`` puts their values in that shape and ``WORKLOAD_FLAGS`` names the flag of each config
 path, so a bad value fails with the config's message under the flag's name.
 """
@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from exporter.load.presets import PRESET_SESSIONS, preset
+from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.target_facts import TargetFacts, context_fit_on, fit_to_context
 from exporter.load.target_options import option_api
 from exporter.load.workloads import IndependentLengths, Workload, with_sessions
-from exporter.options.oneshot import OptionError, Options, json_object, read_flags
-from exporter.options.reader import Section
-from exporter.options.workload import (
+from exporter.settings.oneshot import Options, json_object, read_flags
+from exporter.settings.presets import PRESET_SESSIONS
+from exporter.settings.problems import SettingsError
+from exporter.settings.reader import Section
+from exporter.settings.workload import (
     TOOL_CALL_APIS,
     TOOLS_AND_TURNS,
     WorkloadOptions,
@@ -66,7 +68,7 @@ def workload_from_options(options: Options, simulated: bool, facts: TargetFacts 
         try:
             workload = preset(spec.preset, builder=builder, api=api, **limits)
         except ValueError as exc:
-            raise OptionError(f"--workload: {exc}") from exc
+            raise SettingsError(f"--workload: {exc}") from exc
     else:
         assert spec.prompt_tokens is not None and spec.output_tokens is not None  # WorkloadOptions
         lengths = IndependentLengths(spec.prompt_tokens, spec.output_tokens)
@@ -126,17 +128,17 @@ def _check_flags_only(options: Options, api: str) -> None:
     trace`` or ``--trace-format`` without a trace."""
     for key in ("max_prompt_tokens", "max_output_tokens"):
         if options[key] is not None and options[key] < 1:
-            raise OptionError(f"--{key.replace('_', '-')} must be >= 1 token, got {options[key]}")
+            raise SettingsError(f"--{key.replace('_', '-')} must be >= 1 token, got {options[key]}")
     if options.get("trace_format") and not options.get("trace"):  # taken, and nothing replayed, silently
-        raise OptionError("--trace-format: needs --trace (the file whose format it names)")
+        raise SettingsError("--trace-format: needs --trace (the file whose format it names)")
     if options.get("tool_calls"):
         if tool_calls_problem(True, api) is not None:
-            raise OptionError(f"--tool-calls: needs --api {' or '.join(TOOL_CALL_APIS)}")
+            raise SettingsError(f"--tool-calls: needs --api {' or '.join(TOOL_CALL_APIS)}")
         if _trace_turns(options):
-            raise OptionError(TOOLS_AND_TURNS.format("--tool-calls", "--turns"))
+            raise SettingsError(TOOLS_AND_TURNS.format("--tool-calls", "--turns"))
     if _trace_turns(options) and not options.get("trace"):
         # Without a trace there are no conversations to replay: it ran as single requests, without a word.
-        raise OptionError(
+        raise SettingsError(
             "--turns trace: needs --trace (the conversation trace whose turns it replays)"
             if "trace" in options
             else "--turns trace: only bench replays a trace's turns; give N or a distribution"

@@ -34,18 +34,18 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from exporter.load.prompts import PromptBuilder, SimPromptBuilder
-from exporter.options.lengths import IntArray, LengthDistribution
-from exporter.options.think_time import DEFAULT_THINK_TIME, ThinkTime, parse_think_time
-from exporter.options.workload import WorkloadOptions, tool_calls_problem
 from exporter.probe.target import APIS, Api, FollowUp, RequestSpec
+from exporter.settings.lengths import (
+    MAX_OUTPUT_TOKENS,
+    MAX_PROMPT_TOKENS,
+    IntArray,
+    LengthDistribution,
+)
+from exporter.settings.think_time import DEFAULT_THINK_TIME, ThinkTime, parse_think_time
+from exporter.settings.workload import WorkloadOptions, tool_calls_problem
 
 # Below this share of accepted draws the filters leave too little of the distribution to sample.
 _MIN_ACCEPTANCE = 1e-3
-# Ceilings that hold whatever the filters say: a prompt is built in memory (about 5 bytes a token)
-# before it is sent, so a length spec of 10**12 tokens must never reach the prompt builder. No served
-# model has a context of a million tokens or more today; a longer prompt is refused by any server.
-MAX_PROMPT_TOKENS = 1_048_576
-MAX_OUTPUT_TOKENS = 1_048_576
 # Tokens a chat template adds per message (the simulator's adds 5-14): room kept when a conversation's
 # next prompt is checked against max_prompt_tokens.
 _MESSAGE_OVERHEAD = 16
@@ -72,30 +72,6 @@ class IndependentLengths:
 
     def describe(self) -> str:
         return f"prompt {self.prompt.describe()}, output {self.output.describe()}"
-
-
-@dataclass(frozen=True)
-class PairedLengths:
-    """(prompt, output) pairs of a trace, drawn together with replacement."""
-
-    prompts: tuple[int, ...]
-    outputs: tuple[int, ...]
-    source: str = "trace"
-
-    def __post_init__(self) -> None:
-        if not self.prompts or len(self.prompts) != len(self.outputs):
-            raise ValueError(
-                f"{self.source}: paired lengths need as many prompt as output lengths, and at least one "
-                f"(got {len(self.prompts)} and {len(self.outputs)})"
-            )
-
-    def sample(self, n: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
-        rows = rng.integers(0, len(self.prompts), size=n)
-        prompts = np.asarray(self.prompts, dtype=np.int64)
-        return prompts[rows], np.asarray(self.outputs, dtype=np.int64)[rows]
-
-    def describe(self) -> str:
-        return f"{self.source} ({len(self.prompts)} pairs)"
 
 
 @dataclass(frozen=True)

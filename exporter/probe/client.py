@@ -28,9 +28,11 @@ a new connection rather than taking one from the pool: under load several go sta
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import math
+import secrets
 import ssl
 import time
 from collections.abc import Callable
@@ -39,7 +41,6 @@ from types import TracebackType
 
 import msgspec
 
-from exporter.options.target import mask_secrets
 from exporter.probe.bounds import MODELS_BODY_BYTES
 from exporter.probe.http import (
     BodySink,
@@ -58,9 +59,10 @@ from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.saturation import LagMonitor, doubtful_gaps, gaps_near_stalls, is_unreliable
 from exporter.probe.socket_reads import reads_lateness
 from exporter.probe.stream import StreamFailureError, StreamState
-from exporter.probe.target import PROBE_HEADER, RequestSpec, TargetSettings
+from exporter.probe.target import PROBE_HEADER, RequestSpec
 from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
 from exporter.probe.watchdog import Watchdog
+from exporter.settings.target import TargetSettings, mask_secrets
 
 log = logging.getLogger(__name__)
 # A request's JSON body: msgspec writes a small body in a fraction of json.dumps' time, compact (an
@@ -137,6 +139,9 @@ class ProbeClient:
         self._url = _api_root(settings.base_url) + self._path
         self._headers = self._build_headers()
         self._post_head = request_head("POST", self._endpoint, self._path, self._headers.items())
+        # Each request's own value of PROBE_HEADER: an id that an observer behind the same Envoy joins
+        # its view of the request on (unique across clients and processes: a random prefix).
+        self._probe_ids = (f"{secrets.token_hex(6)}-{n}" for n in itertools.count(1))
         self._model = settings.model
         self._model_lock = asyncio.Lock()
         self._text_counter: TextCounter | None = (
@@ -149,14 +154,16 @@ class ProbeClient:
         return f"ProbeClient(url={self._url!r}, api={self.settings.api!r}, model={self._model!r})"
 
     def _build_headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream", PROBE_HEADER: "1"}
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
         if self.settings.api_key is not None:
             headers["Authorization"] = f"Bearer {self.settings.api_key.reveal()}"
-        # An explicit header wins, Authorization included; the framing headers are the client's own.
+        # An explicit header wins, Authorization included; the framing headers and the probe mark are the
+        # client's own.
         for name, value in self.settings.headers:
             for known in [k for k in headers if k.lower() == name.lower()]:
                 del headers[known]
-            if name.lower() not in ("host", "content-length", "transfer-encoding", "accept-encoding"):
+            framing = ("host", "content-length", "transfer-encoding", "accept-encoding", PROBE_HEADER.lower())
+            if name.lower() not in framing:
                 headers[name] = value
         return headers
 
@@ -294,7 +301,9 @@ class ProbeClient:
         except TargetError as exc:
             return self._failed(result, exc.outcome, str(exc), exc.status)
         body = _encode_json(self._format.build_body(self.settings, spec, model))
-        request = with_body(self._post_head, body)
+        probe_id = next(self._probe_ids)
+        result.extra["probe_id"] = probe_id
+        request = with_body(self._post_head + f"{PROBE_HEADER}: {probe_id}\r\n".encode(), body)
         self._enter_flight()
         try:
             mark = self.monitor.mark() if self.monitor is not None else 0

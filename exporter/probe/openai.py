@@ -34,7 +34,8 @@ from typing import Any
 
 import msgspec
 
-from exporter.probe.target import Api, RequestSpec, TargetSettings
+from exporter.probe.target import Api, RequestSpec
+from exporter.settings.target import TargetSettings
 
 
 class Chunk(msgspec.Struct):

@@ -1,7 +1,7 @@
 """What a one-shot run's report evaluates, from its options: deadlines (a constant ``Dp`` or a profiled
 prefill model), decode tiers, the fluidity target and percentile, SLOs and goodput bounds.
 
-The flags are read as the daemon config's ``slos.<name>`` mapping is, by ``exporter.options.slo.read_slo``:
+The flags are read as the daemon config's ``slos.<name>`` mapping is, by ``exporter.settings.slo.read_slo``:
 ``slo_tree`` puts their values in that shape and ``SLO_FLAGS`` names the flag of each config path, so a
 bad value fails with the config's message under the flag's name.
 """
@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
-from exporter.options.goodput import goodput_mapping
-from exporter.options.oneshot import OptionError, Options, read_flags
-from exporter.options.slo import SLO_KEYS, parse_decode_tiers, read_slo
+from exporter.settings.goodput import goodput_mapping
+from exporter.settings.oneshot import Options, read_flags
+from exporter.settings.problems import SettingsError
+from exporter.settings.slo import SLO_KEYS, parse_decode_tiers, read_slo
 
 # The flag that gives each part of an SLO (a config path, as read_slo reports problems under it).
 SLO_FLAGS: Final = {
@@ -72,4 +73,4 @@ def _text_or_mapping(value: Any, flag: str, parse: Callable[[str], Mapping[str, 
     try:
         return parse(str(value))
     except ValueError as exc:
-        raise OptionError(f"{flag}: {exc}") from exc
+        raise SettingsError(f"{flag}: {exc}") from exc

@@ -31,7 +31,7 @@ Request extension fields (all optional, under ``"sim"``):
     Inject a fault into this response; modes and parameters are listed in ``exporter.sim.faults``.
 """
 
-from exporter.sim.config import ConfigError, SimConfig
+from exporter.sim.config import SimConfig
 from exporter.sim.server import SimServer
 
-__all__ = ["ConfigError", "SimConfig", "SimServer"]
+__all__ = ["SimConfig", "SimServer"]

@@ -14,14 +14,11 @@ from typing import Any
 
 import yaml
 
+from exporter.settings.problems import SettingsError
 from exporter.sim.costmodel import CostModel
 from exporter.sim.engine import EngineParams
 from exporter.sim.presets import PRESETS
 from exporter.sim.protocol import FAULT_MODES
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +77,8 @@ _COST_FIELDS = tuple(f.name for f in dataclasses.fields(CostModel))
 FIELDS = tuple(f.name for f in dataclasses.fields(SimConfig))
 
 
-def _fail(name: str, expected: str, value: object) -> ConfigError:
-    return ConfigError(f"{name}: expected {expected}, got {value!r}")
+def _fail(name: str, expected: str, value: object) -> SettingsError:
+    return SettingsError(f"{name}: expected {expected}, got {value!r}")
 
 
 _ENGINE_OVERRIDES: tuple[str, ...] = (
@@ -118,7 +115,7 @@ def _check_mapping(name: str, value: object, valid: tuple[str, ...], upper: floa
     checked: dict[str, float] = {}
     for key, number in value.items():
         if key not in valid:
-            raise ConfigError(f'{name}: unknown key "{key}"; valid: {", ".join(valid)}')
+            raise SettingsError(f'{name}: unknown key "{key}"; valid: {", ".join(valid)}')
         bad = isinstance(number, bool) or not isinstance(number, int | float) or number < 0
         if bad or (upper is not None and number > upper):
             bound = f"a number in 0..{upper}" if upper is not None else "a number >= 0"
@@ -128,15 +125,15 @@ def _check_mapping(name: str, value: object, valid: tuple[str, ...], upper: floa
 
 
 def validate(config: SimConfig) -> SimConfig:
-    """Return ``config`` if every field is valid, else raise ``ConfigError`` naming the field."""
+    """Return ``config`` if every field is valid, else raise ``SettingsError`` naming the field."""
     for name in FIELDS:
         if name not in ("fault_rates", "cost"):
             _check_scalar(name, getattr(config, name))
     if config.preset not in PRESETS:
-        raise ConfigError(f'preset: unknown preset "{config.preset}"; valid: {", ".join(PRESETS)}')
+        raise SettingsError(f'preset: unknown preset "{config.preset}"; valid: {", ".join(PRESETS)}')
     rates = _check_mapping("fault_rates", config.fault_rates, FAULT_MODES, 1.0)
     if sum(rates.values()) > 1.0:
-        raise ConfigError(f"fault_rates: rates must sum to at most 1, got {sum(rates.values()):g}")
+        raise SettingsError(f"fault_rates: rates must sum to at most 1, got {sum(rates.values()):g}")
     _check_mapping("cost", config.cost, _COST_FIELDS, None)
     return config
 
@@ -145,11 +142,11 @@ def from_mapping(data: Mapping[str, Any], base: SimConfig | None = None) -> SimC
     """A validated config from a mapping (a parsed YAML file or flags), on top of ``base``."""
     unknown = sorted(set(data) - set(FIELDS), key=str)  # YAML keys may be numbers too
     if unknown:
-        raise ConfigError(f'unknown key "{unknown[0]}"; valid: {", ".join(FIELDS)}')
+        raise SettingsError(f'unknown key "{unknown[0]}"; valid: {", ".join(FIELDS)}')
     try:
         config = dataclasses.replace(base or SimConfig(), **data)
     except TypeError as exc:  # pragma: no cover - guarded by the unknown-key check
-        raise ConfigError(str(exc)) from exc
+        raise SettingsError(str(exc)) from exc
     return validate(config)
 
 
@@ -158,15 +155,15 @@ def load_yaml(path: Path) -> SimConfig:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+        raise SettingsError(f"{path}: {exc}") from exc
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{path}: expected a mapping at the top level")
+        raise SettingsError(f"{path}: expected a mapping at the top level")
     try:
         return from_mapping(data)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+    except SettingsError as exc:
+        raise SettingsError(f"{path}: {exc}") from exc
 
 
 def resolve(config: SimConfig) -> Resolved:
@@ -189,11 +186,11 @@ def resolve(config: SimConfig) -> Resolved:
             engine, max_num_batched_tokens=max(engine.max_model_len, engine.max_num_batched_tokens)
         )
     if not engine.chunked_prefill and engine.max_num_batched_tokens < engine.max_model_len:
-        raise ConfigError(
+        raise SettingsError(
             "max_num_batched_tokens: must be >= max_model_len when chunked_prefill is off "
             f"({engine.max_num_batched_tokens} < {engine.max_model_len}), or no long prompt could ever run"
         )
     if engine.max_num_batched_tokens < 1 + engine.spec_k:
-        raise ConfigError("max_num_batched_tokens: must be at least spec_k + 1")
+        raise SettingsError("max_num_batched_tokens: must be at least spec_k + 1")
     cost = dataclasses.replace(preset.cost, **dict(config.cost))
     return Resolved(config, config.model or preset.model, cost, engine)

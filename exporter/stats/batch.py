@@ -11,6 +11,7 @@ one the probe store produces without copying. All metric functions that take man
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -141,12 +142,20 @@ def intervals_from_stamps(start: float, stamps: Sequence[float], counts: Sequenc
     """Per-token intervals from the times chunks arrived: each chunk's gap since the previous one (the
     first since ``start``) followed by ``k - 1`` zero gaps for a chunk of ``k`` tokens. A stamp before the
     previous one (clock jitter) gives a zero gap, never a negative one."""
+    if len(stamps) != len(counts):
+        raise ValueError(f"{len(stamps)} stamps for {len(counts)} token counts")
+    # One comprehension, and nothing more for the usual one token a chunk: a loop appending each gap
+    # cost ~1 us a token, most of what evaluating a request costs (the observer evaluates every user
+    # request); this is 4-5 times less, and less than numpy's call overhead below ~50 tokens.
+    previous = itertools.chain((start,), stamps)  # one longer than stamps: zip stops with them
+    gaps = [0.0 if b < a else b - a for a, b in zip(previous, stamps, strict=False)]
+    if counts.count(1) == len(counts):
+        return gaps
     out: list[float] = []
-    previous = start
-    for stamp, count in zip(stamps, counts, strict=True):
-        out.append(max(stamp - previous, 0.0))
-        out.extend([0.0] * (count - 1))
-        previous = stamp
+    for gap, count in zip(gaps, counts, strict=True):
+        out.append(gap)
+        if count > 1:
+            out.extend([0.0] * (count - 1))
     return out
 
 

@@ -199,12 +199,19 @@ def goodput(
     """
     if not (math.isfinite(duration_s) and duration_s > 0.0):
         raise ValueError(f"goodput duration_s must be finite and > 0, got {duration_s!r}")
-    total = _request_count(per_request_values)
-    good_mask = np.ones(total, dtype=np.bool_)
+    good_mask = good_requests(bounds, per_request_values)
+    total, good = len(good_mask), int(np.count_nonzero(good_mask))
+    return Goodput(good, total, good / total if total else math.nan, good / duration_s)
+
+
+def good_requests(
+    bounds: GoodputBounds, per_request_values: Mapping[SloMetric, ArrayLike]
+) -> NDArray[np.bool_]:
+    """Per request, whether it meets every configured bound (``goodput``'s verdict, request by request)."""
+    good_mask = np.ones(_request_count(per_request_values), dtype=np.bool_)
     for metric, bound in bounds.configured():
         good_mask &= _meets(_metric_values(per_request_values, metric), metric, bound)
-    good = int(np.count_nonzero(good_mask))
-    return Goodput(good, total, good / total if total else math.nan, good / duration_s)
+    return good_mask
 
 
 def decode_tier(name: str, tiers: Mapping[str, float] = DECODE_TIERS) -> float:

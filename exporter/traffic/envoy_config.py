@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from exporter.options.addresses import check_listen_address, check_target_url
+from exporter.settings.addresses import check_listen_address, check_target_url
 
 OBSERVER_CLUSTER = "fluidity_observer"
 UPSTREAM_CLUSTER = "engine"

@@ -8,6 +8,10 @@ observability mode Envoy ignores answers and the protocol says to send none; a m
 misconfigured Envoy is slowed, never broken. Streams past ``max_streams`` are closed at once (Envoy goes
 on without the observer) and counted; a bug in decoding is logged with its traceback and counted, and
 ends only that stream's record.
+
+A user's record goes to ``sink``, a probe's (marked by the exporter's own client) to ``probe_sink``. The
+observer's own event loop is watched by the probe client's ``LagMonitor`` while streams are open, and
+each record judged by the client's rule (``ProbeResult.unreliable``): its stamps are the loop's.
 """
 
 from __future__ import annotations
@@ -15,15 +19,24 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
+from exporter.probe.saturation import LagMonitor
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
-from exporter.traffic.record import ERROR, OVER_CAPACITY, Ignored, Observed, ObservedStream, StreamLimits
+from exporter.traffic.record import (
+    ERROR,
+    OVER_CAPACITY,
+    Ignored,
+    Observed,
+    ObservedStream,
+    StreamEnd,
+    StreamLimits,
+)
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +54,29 @@ _ANSWERS: dict[str, Callable[[], pb.ProcessingResponse]] = {
 }
 
 
+_END_OF_REASON = {
+    Ignored.NOT_LLM.value: StreamEnd.NOT_LLM,
+    Ignored.NOT_STREAMING.value: StreamEnd.NOT_STREAMING,
+}
+
+
 @dataclass
 class ObserverCounts:
-    """What the observer saw besides records: streams open now, and streams without a record by reason
-    (``record.SKIP_REASONS``)."""
+    """What the observer saw besides records: streams open now and the Envoy connections they came
+    on, streams without a record by reason (``record.SKIP_REASONS``), every stream by how it ended,
+    and the stamp of Envoy's latest message."""
 
     in_flight: int = 0
     streams: int = 0
     messages: int = 0  # every message Envoy sent on an observed stream
     skipped: Counter[str] = field(default_factory=Counter)
+    ends: Counter[StreamEnd] = field(default_factory=Counter)  # every stream once, by how it ended
+    peers: Counter[str] = field(default_factory=Counter)  # open streams by Envoy's address
+    last_message_at: float | None = None  # the observer's clock
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] += 1
+        self.ends[_END_OF_REASON.get(reason, StreamEnd.DROPPED)] += 1
 
 
 def _headers(message: Any) -> list[tuple[str, bytes]]:
@@ -73,6 +100,14 @@ def feed(stream: ObservedStream, now: float, message: pb.ProcessingRequest) -> N
         stream.on_response_body(now, message.response_body.body, message.response_body.end_of_stream)
 
 
+def _peer(context: Any) -> str:
+    """Envoy's address as gRPC gives it (``ipv4:127.0.0.1:50321``): one per connection."""
+    try:
+        return str(context.peer())
+    except Exception:  # a context without a peer (not grpcio's) counts as one connection
+        return ""
+
+
 class _Servicer(pb_grpc.ExternalProcessorServicer):
     def __init__(self, observer: TrafficObserver) -> None:
         self._observer = observer
@@ -82,24 +117,30 @@ class _Servicer(pb_grpc.ExternalProcessorServicer):
     ) -> AsyncIterator[pb.ProcessingResponse]:
         observer, counts = self._observer, self._observer.counts
         if counts.in_flight >= observer.max_streams:
-            counts.skipped[OVER_CAPACITY] += 1
+            counts.skip(OVER_CAPACITY)
             return
-        counts.in_flight += 1
-        counts.streams += 1
+        peer = _peer(context)
+        observer.opened(peer)
+        mark = observer.monitor.mark()
         stream = ObservedStream(observer.limits, observer.models)
-        broken = False
+        done = False  # its record settled (or a bug of ours ended it): later messages change nothing
         try:
             async for message in request_iterator:
                 now = observer.clock()
                 counts.messages += 1
-                if not broken:
-                    broken = not observer.guarded(feed, stream, now, message)
+                counts.last_message_at = now
+                if not done:
+                    done = not observer.guarded(feed, stream, now, message)
+                    if not done and stream.ended:
+                        # At once, not when Envoy closes the gRPC stream (its deferred close, seconds later).
+                        observer.settle(stream, observer.monitor.since(mark))
+                        done = True
                 if not message.observability_mode:
                     yield _ANSWERS[message.WhichOneof("request")]()
         finally:
-            counts.in_flight -= 1
-            if not broken:
-                observer.settle(stream)
+            observer.closed(peer)
+            if not done:
+                observer.settle(stream, observer.monitor.since(mark))
 
 
 class TrafficObserver:
@@ -110,18 +151,28 @@ class TrafficObserver:
         address: str,
         sink: Sink,
         *,
+        probe_sink: Sink | None = None,
         models: frozenset[str] = frozenset(),
+        learn_models: int = 0,
         limits: StreamLimits | None = None,
         max_streams: int = DEFAULT_MAX_STREAMS,
         clock: Clock = time.perf_counter,
     ) -> None:
         self.address = address
         self.sink = sink
-        self.models = models
+        self.probe_sink = probe_sink
+        # The model label's values: the configured ones, and at most ``learn_models`` more that the
+        # engine's own GET /v1/models answers list as they pass through Envoy.
+        self.models: set[str] = set(models)
+        self.learn_models = learn_models
+        self._most_models = len(self.models) + learn_models
         self.limits = limits or StreamLimits()
         self.max_streams = max_streams
         self.clock = clock
         self.counts = ObserverCounts()
+        self.monitor = (
+            LagMonitor()
+        )  # real time, whatever stamps the streams; runs only while streams are open
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> int:
@@ -148,18 +199,53 @@ class TrafficObserver:
             step(*args)
         except Exception:
             log.exception("observing a stream failed")
-            self.counts.skipped[ERROR] += 1
+            self.counts.skip(ERROR)
             return False
         return True
 
-    def settle(self, stream: ObservedStream) -> None:
-        """The exchange is over: its record to the sink, or its reason counted."""
+    def _learn(self, models: Sequence[str]) -> None:
+        for model in models:
+            if model not in self.models and len(self.models) >= self._most_models:
+                log.warning(
+                    "the engine lists more models than %d: the others are labelled other", self.learn_models
+                )
+                self.learn_models = 0
+                return
+            self.models.add(model)
+
+    def opened(self, peer: str) -> None:
+        """A stream began on Envoy's connection ``peer``."""
+        counts = self.counts
+        counts.in_flight += 1
+        counts.streams += 1
+        counts.peers[peer] += 1
+        if counts.in_flight == 1:
+            self.monitor.start()
+
+    def closed(self, peer: str) -> None:
+        counts = self.counts
+        counts.in_flight -= 1
+        counts.peers[peer] -= 1
+        if counts.peers[peer] <= 0:
+            del counts.peers[peer]
+        if counts.in_flight == 0:
+            self.monitor.stop()
+
+    def settle(self, stream: ObservedStream, lag: tuple[float, float] = (0.0, 0.0)) -> None:
+        """The exchange is over: its record to its sink, or its reason counted."""
         records: list[Observed | None] = []
-        if not self.guarded(lambda: records.append(stream.finish(self.clock()))):
+        if not self.guarded(lambda: records.append(stream.finish(self.clock(), lag))):
             return
-        if records[0] is not None:
-            self.guarded(self.sink, records[0])
-        elif stream.ignored is not None:
-            self.counts.skipped[stream.ignored.value] += 1
+        record = records[0]
+        if stream.models_listed and self.learn_models:
+            self._learn(stream.models_listed)
+        if record is None:
+            self.counts.skip((stream.ignored or Ignored.INCOMPLETE).value)
+        elif record.probe_id is not None:
+            self.counts.ends[StreamEnd.PROBE] += 1
+            if self.probe_sink is not None:
+                self.guarded(self.probe_sink, record)
         else:
-            self.counts.skipped[Ignored.INCOMPLETE.value] += 1
+            unreliable = record.result.unreliable
+            self.counts.ends[StreamEnd.UNRELIABLE if unreliable else StreamEnd.OBSERVED] += 1
+            self.guarded(self.sink, record)

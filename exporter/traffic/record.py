@@ -7,28 +7,36 @@ The observer's gRPC handler only stamps each message and hands it here. Response
 (stamp, bytes) and decoded in batches (``DECODE_BYTES``), each with its own arrival stamp, so the bytes a
 stream holds stay bounded whatever its length. What a record may cost is bounded (``StreamLimits``): a
 request body past its bound is not read (model ``other``), a stream past its bytes or token events is
-given up (``Ignored.TOO_LARGE``). No prompt or answer text is kept once decoded.
+given up (``Ignored.TOO_LARGE``). No prompt or answer text is kept once decoded, nor a failure's
+message (a server's error event may quote the request): the outcome says how it ended.
+
+The exporter's own probes (``probe.target.PROBE_HEADER``, whose value is the probe request's id) are
+recorded the same way, with that id (``Observed.probe_id``), so that the daemon can compare the
+observer's view of each probe with the client's own stamps; they never join the users' figures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 
 import msgspec
 
-from exporter.options.target import Api
 from exporter.probe.openai import FORMATS
 from exporter.probe.result import Outcome, ProbeResult
+from exporter.probe.saturation import is_unreliable
 from exporter.probe.sse import SseDecoder, SseError
 from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.target import PROBE_HEADER
 from exporter.probe.tokens import TokenCounter
+from exporter.settings.target import Api
 
 OTHER_MODEL = "other"
 # The paths of the streaming APIs the probe speaks; anything else passes unobserved (counted).
 API_BY_PATH: Mapping[str, Api] = {fmt.path: api for api, fmt in FORMATS.items()}
+MODELS_PATH = "/v1/models"  # the engine's list of the models it serves: read as it passes (model labels)
 _PROBE_KEY = PROBE_HEADER.lower()  # Envoy sends header names lower-cased
 DECODE_BYTES = 64 * 1024  # kept response bytes decoded at once: a batch, not a call per chunk
 
@@ -37,7 +45,6 @@ class Ignored(StrEnum):
     """Why an exchange gave no record (counted, by reason)."""
 
     NOT_LLM = "not_llm"  # another route: not one of the streaming APIs
-    PROBE = "probe"  # the exporter's own probe (probe.target.PROBE_HEADER): not a user's
     NOT_STREAMING = "not_streaming"  # an API request without "stream": true
     TOO_LARGE = "too_large"  # past the bytes or token events a stream may cost
     INCOMPLETE = "incomplete"  # the observer saw the exchange end before its response began
@@ -49,6 +56,17 @@ SKIP_REASONS = (*(reason.value for reason in Ignored), OVER_CAPACITY, ERROR)
 """Every reason a stream leaves no record, as counted (the label's values, all exported from the start)."""
 
 
+class StreamEnd(StrEnum):
+    """How an ext_proc stream ended, for the observer's health (each stream counted once)."""
+
+    OBSERVED = "observed"  # a user's record, its timings trusted
+    UNRELIABLE = "unreliable"  # a user's record whose stamps the observer's late loop may have made wrong
+    PROBE = "probe"  # the exporter's own probe, compared with the client's stamps
+    NOT_LLM = "not_llm"
+    NOT_STREAMING = "not_streaming"
+    DROPPED = "dropped"  # no record: too large, incomplete, over capacity or our error (skipped says which)
+
+
 @dataclass(frozen=True)
 class StreamLimits:
     """What one stream may cost the observer."""
@@ -57,14 +75,22 @@ class StreamLimits:
     response_bytes: int = 64 * 1024 * 1024
     token_events: int = 100_000
     max_line_bytes: int = 4 * 1024 * 1024  # the probe's SSE line bound
+    models_body_bytes: int = 64 * 1024  # a /v1/models answer longer than this is not read
+
+
+MAX_PROBE_ID = 128  # a probe id longer than this is not the exporter's: the stream is a user's
 
 
 @dataclass(frozen=True)
 class Observed:
-    """A finished record: the probe's result type, and the bounded label of its model."""
+    """A finished record: the probe's result type, the bounded label of its model, the length of its
+    request body (what an unreported prompt length is estimated from) and, for the exporter's own
+    probes, the probe request's id."""
 
     result: ProbeResult
     model: str
+    request_bytes: int = 0
+    probe_id: str | None = None
 
 
 def _header_map(headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
@@ -106,16 +132,34 @@ def request_facts(body: bytes) -> RequestFacts:
     return RequestFacts(model, parsed.stream is True, limit if not isinstance(limit, bool) else None)
 
 
+class _ModelList(msgspec.Struct):
+    data: list[dict[str, object]] = []
+
+
+def listed_models(body: bytes) -> tuple[str, ...]:
+    """The model ids of a ``GET /v1/models`` answer (``{"data": [{"id": ...}]}``); none when it is not one."""
+    try:
+        listing = msgspec.json.decode(body, type=_ModelList)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ()
+    ids = (entry.get("id") for entry in listing.data)
+    return tuple(dict.fromkeys(i for i in ids if isinstance(i, str) and i))
+
+
 class ObservedStream:
     """One ext_proc stream (one HTTP exchange): feed it each message with its stamp, then ``finish``.
     Once the exchange is ignored (``ignored`` says why) its messages change nothing."""
 
-    def __init__(self, limits: StreamLimits, models: frozenset[str]) -> None:
+    def __init__(self, limits: StreamLimits, models: AbstractSet[str]) -> None:
         self._limits = limits
         self._models = models
         self.api: Api | None = None
         self.ignored: Ignored | None = None
         self._request_body = bytearray()
+        self._request_bytes = 0
+        self.probe_id: str | None = None
+        self._listing: bytearray | None = None  # a GET /v1/models answer being read
+        self.models_listed: tuple[str, ...] = ()  # what that answer listed, once it ended
         self._request_ended_at: float | None = None
         self._facts = RequestFacts()
         self._state: StreamState | None = None
@@ -127,23 +171,34 @@ class ObservedStream:
         self._body_ended = False
 
     @property
+    def ended(self) -> bool:
+        """Whether its record (or its reason for none) is settled: the response's body ended, or the
+        exchange is ignored. Envoy keeps the gRPC stream open a while longer (its deferred close)."""
+        return self._body_ended or (self.ignored is not None and self._listing is None)
+
+    @property
     def watching(self) -> bool:
         """Whether its messages still matter (an ignored exchange's are dropped unread)."""
         return self.ignored is None
 
     def on_request_headers(self, now: float, headers: Sequence[tuple[str, bytes]], end: bool) -> None:
         fields = _header_map(headers)
-        self.api = API_BY_PATH.get(fields.get(":path", "").partition("?")[0])
-        if self.api is None or fields.get(":method") != "POST":
+        path = fields.get(":path", "").partition("?")[0]
+        self.api = API_BY_PATH.get(path)
+        probe = fields.get(_PROBE_KEY)
+        if probe is not None and 0 < len(probe) <= MAX_PROBE_ID:
+            self.probe_id = probe
+        if path == MODELS_PATH and fields.get(":method") == "GET":
+            self._listing = bytearray()  # watched until its answer ends, then not_llm
+        elif self.api is None or fields.get(":method") != "POST":
             self.ignored = Ignored.NOT_LLM
-        elif _PROBE_KEY in fields:
-            self.ignored = Ignored.PROBE
         elif end:
             self.ignored = Ignored.NOT_STREAMING  # no body: no "stream": true
 
     def on_request_body(self, now: float, body: bytes, end: bool) -> None:
-        if self.ignored is not None:
+        if self.ignored is not None or self._listing is not None:
             return
+        self._request_bytes += len(body)
         if len(self._request_body) + len(body) <= self._limits.request_body_bytes:
             self._request_body += body
         else:
@@ -157,6 +212,10 @@ class ObservedStream:
 
     def on_response_headers(self, now: float, headers: Sequence[tuple[str, bytes]], end: bool) -> None:
         if self.ignored is not None:
+            return
+        if self._listing is not None:
+            if _header_map(headers).get(":status") != "200":
+                self._end_listing(b"")
             return
         if self._request_ended_at is None or self.api is None:
             self.ignored = Ignored.INCOMPLETE
@@ -178,6 +237,13 @@ class ObservedStream:
     def on_response_body(self, now: float, body: bytes, end: bool) -> None:
         if self.ignored is not None:
             return
+        if self._listing is not None:
+            self._listing += body
+            if len(self._listing) > self._limits.models_body_bytes:
+                self._end_listing(b"")
+            elif end:
+                self._end_listing(bytes(self._listing))
+            return
         if self._state is None:
             self.ignored = Ignored.INCOMPLETE
             return
@@ -192,6 +258,11 @@ class ObservedStream:
                 self._decode()
         if end:
             self._end(now)
+
+    def _end_listing(self, body: bytes) -> None:
+        self.models_listed = listed_models(body)
+        self._listing = None
+        self.ignored = Ignored.NOT_LLM
 
     def _give_up(self) -> None:
         self.ignored = Ignored.TOO_LARGE
@@ -221,9 +292,14 @@ class ObservedStream:
         if self._state is not None and self._state.result.finished_at is None:
             self._state.result.finished_at = now
 
-    def finish(self, now: float) -> Observed | None:
+    def finish(self, now: float, lag: tuple[float, float] = (0.0, 0.0)) -> Observed | None:
         """The record of a watched exchange (``None`` when it was ignored: ``ignored`` says why). A
-        stream that ended before its response did is ``STREAM_ABORTED``."""
+        stream that ended before its response did is ``STREAM_ABORTED``. ``lag``: the largest lateness
+        of the observer's event loop while the stream was open, and the share of late samples
+        (``probe.saturation.LagMonitor.since``): the client's own rule judges whether its stamps, taken
+        by that loop, can be trusted (``ProbeResult.unreliable``)."""
+        if self._listing is not None:  # the answer to GET /v1/models never ended
+            self._end_listing(b"")
         if self.ignored is not None:
             return None
         if self._state is None:
@@ -243,5 +319,10 @@ class ObservedStream:
             )
         else:
             state.finish()
+        result.loop_lag_s, result.loop_lag_share = lag
+        result.unreliable = is_unreliable(*lag, result.multi_event_reads, state.token_reads)
+        if self.probe_id is None:
+            result.error = None  # it may quote what the server said of the request
         model = self._facts.model
-        return Observed(result, model if model in self._models else OTHER_MODEL)
+        label = model if model is not None and model in self._models else OTHER_MODEL
+        return Observed(result, label, self._request_bytes, self.probe_id)

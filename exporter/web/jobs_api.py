@@ -22,9 +22,10 @@ from aiohttp import web
 
 from exporter.jobs.manager import JobConflictError, JobManager, UnknownJobError
 from exporter.jobs.store import JOB_STATES, JobRecord
-from exporter.options.job_params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
-from exporter.options.job_parse import ParamsError, params_to_dict, parse_params
 from exporter.probe.target import Secret
+from exporter.settings.job_params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
+from exporter.settings.job_parse import params_to_dict, parse_params
+from exporter.settings.problems import SettingsError
 from exporter.web.openapi import document_for
 
 PREFIX: Final = "/api/v1"
@@ -168,7 +169,7 @@ async def _start(request: web.Request, kind: JobKind) -> web.Response:
     body = await _json_object(request)
     try:
         params = parse_params(kind, body, service.job_limits())
-    except ParamsError as exc:  # an unknown target or module too, so one answer lists every problem
+    except SettingsError as exc:  # an unknown target or module too, so one answer lists every problem
         problems = exc.problems + _name_problems(body, service.job_targets())
         _fail(web.HTTPBadRequest, "invalid job parameters", problems=problems)
     _check_names(params, service.job_targets())

@@ -20,9 +20,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from exporter.options.job_params import MIN_TRIAL_S, JobLimits
-from exporter.options.job_parse import default_max_trials, default_requests, default_warmup
-from exporter.options.reader import MAX_DURATION_S
+from exporter.settings.job_params import MIN_TRIAL_S, JobLimits
+from exporter.settings.job_parse import default_max_trials, default_requests, default_warmup
+from exporter.settings.reader import MAX_DURATION_S
 from exporter.stats.slo import DECODE_TIERS, SloMetric
 
 

@@ -33,7 +33,6 @@ from typing import Final, Protocol
 from aiohttp import web
 
 from exporter import __version__
-from exporter.config import Config, UnknownNameError
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.exposition import render
 from exporter.exposition.probe_registry import failed_probe_registry, probe_registry
@@ -41,6 +40,7 @@ from exporter.exposition.store import ResultStore
 from exporter.exposition.views import RecentResult, iso
 from exporter.probe.result import ProbeCutError, ProbeRefusedError, ProbeResult, ProbeRun, intervals
 from exporter.probe.saturation import why_unreliable
+from exporter.settings import Config, UnknownNameError
 from exporter.web.jobs_api import JobService, add_job_routes
 from exporter.web.metrics_cache import GZIP_LEVEL, MAX_AGE_S, MetricsCache
 

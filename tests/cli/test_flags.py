@@ -9,7 +9,7 @@ import pytest
 
 from exporter.cli import _commands, build_parser
 from exporter.cli.flags import merged_options
-from exporter.options.oneshot import OptionError
+from exporter.settings.problems import SettingsError
 
 PARSER = build_parser(_commands())
 
@@ -91,5 +91,5 @@ def test_a_config_files_old_keys_still_work(tmp_path: Path, capsys: pytest.Captu
 def test_a_config_file_still_refuses_unknown_keys(tmp_path: Path) -> None:
     config = tmp_path / "bench.yaml"
     config.write_text("slo: ['ttft:p99<=2']\n")  # an old key of bench's: profile has no objectives
-    with pytest.raises(OptionError, match='unknown key "slo"'):
+    with pytest.raises(SettingsError, match='unknown key "slo"'):
         merged_options(PARSER.parse_args(["profile", "--config", str(config)]))

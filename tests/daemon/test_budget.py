@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from exporter.config.model import Budget
 from exporter.daemon.budget import BudgetTracker
 from exporter.probe.result import Outcome, ProbeResult
+from exporter.settings.model import Budget
 
 
 class Clock:

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from exporter.config.model import Target
 from exporter.daemon.job_snapshots import capacity_snapshot, jobs_snapshot
 from exporter.exposition import names
 from exporter.exposition.jobs import CAPACITY_STOPS, JobsCollector, JobsSnapshot
 from exporter.jobs.capacity import STOP_KINDS
 from exporter.jobs.profiles import StoredProfile
 from exporter.jobs.store import JobRecord
+from exporter.settings.model import Target
 from exporter.stats.prefill import PrefillModel
 
 MODEL = PrefillModel(coefficients=(0.02, 1e-4, 0.0), prompt_range=(128.0, 4096.0), sample_count=4, rmse=0.001)

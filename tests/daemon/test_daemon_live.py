@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 
 from exporter.app import Daemon
-from exporter.config import load_config_file
 from exporter.probe.result import ProbeResult, intervals
+from exporter.settings import load_config_file
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate
 from tests.support.daemon import get, samples, serving, value

@@ -19,8 +19,8 @@ import pytest
 from aiohttp import web
 
 from exporter.app import ON_DEMAND_GRACE_S, SHUTDOWN_GRACE_S, Daemon, web_app
-from exporter.config import default_config, load_config_file
 from exporter.exposition import render
+from exporter.settings import default_config, load_config_file
 from exporter.web.routes import build_app
 from tests.support.daemon import samples, serving, value
 from tests.support.net import serving_app
@@ -173,10 +173,10 @@ def test_a_dead_target_logs_its_back_off_only_when_the_delay_changes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A day of a dead target: the delay grows 30, 60, ... 480, 600 s, then stays; one line per delay."""
-    from exporter.config.model import Budget
     from exporter.daemon.budget import BudgetTracker
     from exporter.daemon.health import TargetHealth
     from exporter.probe.result import Outcome, ProbeResult
+    from exporter.settings.model import Budget
 
     caplog.set_level(logging.DEBUG)
     now = [1_800_000_000.0]

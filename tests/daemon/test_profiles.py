@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from exporter.app import Daemon
-from exporter.config import parse_config
 from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profiles import ProfileStore, StoredProfile
 from exporter.probe.result import ProbeRun
+from exporter.settings import parse_config
 from exporter.stats.prefill import PrefillModel, dump_json
 from tests.exposition.builders import smooth
 

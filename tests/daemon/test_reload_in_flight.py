@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 
 from exporter.app import Daemon
-from exporter.config import load_config_file
+from exporter.settings import load_config_file
 from tests.support.daemon import get, samples, serving
 from tests.support.net import serving_app
 from tests.support.wait import wait_for

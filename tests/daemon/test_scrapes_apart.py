@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from exporter.app import Daemon
-from exporter.config.parse import load_config
 from exporter.engine.scrape import ScrapeResult
+from exporter.settings.parse import load_config
 from tests.support.wait import wait_for
 
 CONFIG = """

@@ -16,11 +16,11 @@ import pytest
 from aiohttp import web
 
 from exporter.app import Daemon
-from exporter.config import load_config, load_config_file
 from exporter.daemon import served_context
 from exporter.daemon.served_context import CONTEXT_REASK_S, ServedContext
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeRefusedError, ProbeResult
+from exporter.settings import load_config, load_config_file
 from tests.support.daemon import get, samples, serving, value
 from tests.support.net import serving_app
 from tests.support.sim import StartSim
@@ -170,7 +170,7 @@ async def test_a_target_that_does_not_say_is_probed_as_configured_and_asked_rare
     target, module = config.target("sim"), config.module("long")
     now = [1000.0]
     context = ServedContext("sim", clock=lambda: now[0], calibrate=False)
-    async with ProbeClient(target.settings()) as client:
+    async with ProbeClient(target.client) as client:
         assert await context.learn(client) is None
         assert await context.learn(client) is None  # a second probe asks nothing
         assert context.workload(target, module).max_total_tokens is None
@@ -193,7 +193,7 @@ async def test_a_refused_request_has_the_context_asked_again_when_due() -> None:
         target = load_config(CONFIG.format(url=url)).target("sim")
         now = [1000.0]
         context = ServedContext("sim", clock=lambda: now[0], calibrate=False)
-        async with ProbeClient(target.settings()) as client:
+        async with ProbeClient(target.client) as client:
             assert await context.learn(client) == SERVED
             said[0] = 256
             context.observe([ProbeResult("completions", Outcome.HTTP_STATUS, http_status=400)])
@@ -218,11 +218,11 @@ async def test_an_unanswered_question_is_asked_again_before_the_next_probe(
         down = url.rsplit(":", 1)[0] + ":9"  # the discard port: nothing listens on loopback
         config = load_config(CONFIG.format(url=down))
         context = ServedContext("sim", clock=lambda: 1000.0, calibrate=False)  # only answers count
-        async with ProbeClient(config.target("sim").settings()) as client:
+        async with ProbeClient(config.target("sim").client) as client:
             assert await context.learn(client) is None
             assert await context.learn(client) is None
         target = load_config(CONFIG.format(url=url)).target("sim")
-        async with ProbeClient(target.settings()) as client:
+        async with ProbeClient(target.client) as client:
             assert await context.learn(client) == SERVED  # the engine is up: asked at once
             assert await context.learn(client) == SERVED
         assert len(asked) == 1
@@ -240,7 +240,7 @@ async def test_a_module_that_could_not_fit_has_the_context_asked_again_when_due(
         target, huge = config.target("sim"), config.module("huge")
         now = [1000.0]
         context = ServedContext("sim", clock=lambda: now[0], calibrate=False)
-        async with ProbeClient(target.settings()) as client:
+        async with ProbeClient(target.client) as client:
             assert await context.learn(client) == SERVED
             with pytest.raises(ProbeRefusedError):
                 context.sample(target, huge, np.random.default_rng(0))
@@ -330,7 +330,7 @@ async def test_a_404_on_models_is_an_answer_that_does_not_say() -> None:
     async with counting_server(models_status=404) as (url, counts):
         target = load_config(CONFIG.format(url=url)).target("sim")
         context = ServedContext("sim", clock=lambda: 1000.0, calibrate=False)
-        async with ProbeClient(target.settings()) as client:
+        async with ProbeClient(target.client) as client:
             for _ in range(4):
                 assert await context.learn(client) is None
     assert counts["models"] == 1  # not once per probe: asking again would not change the answer
@@ -403,7 +403,7 @@ async def test_calibration_against_a_short_context_fits_within_it(
     config = load_config(REAL_CONFIG.format(url=sim.url))
     target, module = config.target("real"), config.module("short")
     context = ServedContext("real")
-    async with ProbeClient(target.settings()) as client:
+    async with ProbeClient(target.client) as client:
         assert await context.learn(client) == 512
         assert context.calibration is not None and context.calibration.tokens_per_word is not None
         specs = context.sample(target, module, np.random.default_rng(0))
@@ -422,7 +422,7 @@ async def test_a_calibration_that_failed_is_tried_again_later_and_said_once(
         target = load_config(REAL_CONFIG.format(url=url)).target("real")
         now = [1000.0]
         context = ServedContext("real", clock=lambda: now[0])
-        async with ProbeClient(target.settings()) as client:
+        async with ProbeClient(target.client) as client:
             await context.learn(client)
             first = context.calibration
             assert first is not None and first.tokens_per_word is None

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from exporter.app import Daemon
-from exporter.config import parse_config
 from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobRecord, JobStore, Progress
+from exporter.settings import parse_config
 from exporter.stats.prefill import PrefillModel
 from tests.support.daemon import samples, value
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import load_config
 from exporter.daemon.targets import TargetPool
+from exporter.settings import load_config
 
 CONFIG = """
 targets:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from exporter.config import parse_config
 from exporter.daemon.config_facts import unapplied_changes
+from exporter.settings import parse_config
 
 OBSERVE = "traffic: {{ext_proc_address: '127.0.0.1:9469', models: [{model}]}}\n"
 

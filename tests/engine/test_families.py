@@ -19,6 +19,7 @@ from exporter.engine.families import (
     family_key,
 )
 from exporter.engine.snapshot import index_families
+from exporter.settings.target import ENGINE_KINDS, GATEWAY_KINDS
 from tests.engine import fixtures
 
 
@@ -82,7 +83,7 @@ def test_unknown_gateway_kind_names_the_valid_ones() -> None:
     with pytest.raises(UnknownEngineError) as info:
         GATEWAY_CATALOGUE.families_for("epp")
     assert str(info.value) == 'unknown gateway kind "epp"; valid: auto, llm-d-epp'
-    assert VALID_GATEWAY_KINDS == GATEWAY_CATALOGUE.valid_kinds == ("auto", "llm-d-epp")
+    assert VALID_GATEWAY_KINDS == GATEWAY_CATALOGUE.valid_kinds == ("auto", "llm-d-epp") == GATEWAY_KINDS
 
 
 def test_explicit_kind_and_unknown_kind_message() -> None:
@@ -91,7 +92,7 @@ def test_explicit_kind_and_unknown_kind_message() -> None:
     with pytest.raises(UnknownEngineError) as info:
         families_for("vlm")
     assert str(info.value) == 'unknown engine kind "vlm"; valid: auto, llamacpp, sglang, tgi, vllm'
-    assert VALID_KINDS == ("auto", "llamacpp", "sglang", "tgi", "vllm")
+    assert VALID_KINDS == ("auto", "llamacpp", "sglang", "tgi", "vllm") == ENGINE_KINDS
 
 
 def test_every_table_uses_its_prefixes_and_known_signals() -> None:

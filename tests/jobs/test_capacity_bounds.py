@@ -22,11 +22,12 @@ from exporter.jobs.search_state import Observation, SearchSettings, State, outco
 from exporter.jobs.trial import Tally, TrialPlan, TrialReport, stop_reason
 from exporter.jobs.trial_verdict import TrialSlo, judge
 from exporter.load.workloads import IndependentLengths, PlanStoppedError, Workload
-from exporter.options.job_params import CapacityParams, JobLimits
-from exporter.options.lengths import Fixed
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
+from exporter.settings.job_params import CapacityParams, JobLimits
+from exporter.settings.lengths import Fixed
+from exporter.settings.target import TargetSettings
 from exporter.stats.binomial import Verdict, classify_fraction
 from exporter.stats.headroom import decided_failure
 

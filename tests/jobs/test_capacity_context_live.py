@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from exporter.app import Daemon
-from exporter.config import load_config_file
+from exporter.settings import load_config_file
 from tests.jobs.live import SLOW_SIM, call, finished, write_config
 from tests.support.daemon import serving
 from tests.support.sim import StartSim

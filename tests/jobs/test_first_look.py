@@ -12,10 +12,10 @@ from exporter.jobs.search_state import SearchSettings
 from exporter.jobs.trial import TrialReport
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.workloads import IndependentLengths, Workload
-from exporter.options.job_params import CapacityParams
-from exporter.options.lengths import Fixed
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import TargetSettings
+from exporter.settings.job_params import CapacityParams
+from exporter.settings.lengths import Fixed
+from exporter.settings.target import TargetSettings
 from tests.support.sim import StartSim
 
 SLO = TrialSlo(DeadlinePolicy(prefill_deadline=1.0), decode_deadline=0.05)

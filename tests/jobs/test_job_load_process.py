@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from exporter.app import Daemon
-from exporter.config import load_config_file
+from exporter.settings import load_config_file
 from exporter.sim import SimServer
 from tests.jobs.live import call, finished, write_config
 from tests.support.daemon import serving

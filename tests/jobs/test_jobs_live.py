@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 
 from exporter.app import Daemon
-from exporter.config import load_config_file
 from exporter.jobs.store import JobStore
+from exporter.settings import load_config_file
 from exporter.sim import SimConfig, SimServer
 from exporter.sim.config import resolve
 from exporter.sim.presets import Preset, isolated_ttft

@@ -15,10 +15,10 @@ import aiohttp
 import pytest
 
 from exporter.app import Daemon
-from exporter.config import load_config_file
-from exporter.load.cpus import available_cpus
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import TOKEN_ENV
+from exporter.settings import load_config_file
+from exporter.settings.cpus import available_cpus
 from exporter.sim import SimServer
 from tests.jobs.live import TOKEN, call, finished, write_config
 from tests.support.daemon import serving

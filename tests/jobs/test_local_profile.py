@@ -6,7 +6,7 @@ import pytest
 
 from exporter.jobs.local_profile import lengths
 from exporter.jobs.prefill_profile import fit_ladder
-from exporter.options.oneshot import OptionError
+from exporter.settings.problems import SettingsError
 
 
 def test_the_ladder_keeps_what_fits_and_ends_at_the_longest_prompt_that_does() -> None:
@@ -36,7 +36,7 @@ def test_the_ladder_keeps_what_fits_and_ends_at_the_longest_prompt_that_does() -
     ],
 )
 def test_bad_lengths_name_the_flag(options: dict[str, object], message: str) -> None:
-    with pytest.raises(OptionError) as raised:
+    with pytest.raises(SettingsError) as raised:
         lengths(options)
     assert message in str(raised.value)
 

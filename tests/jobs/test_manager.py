@@ -21,7 +21,7 @@ from exporter.jobs.manager import (
     UnknownJobError,
 )
 from exporter.jobs.store import JobRecord, JobStore
-from exporter.options.job_params import CapacityParams, JobParams, ProfileParams
+from exporter.settings.job_params import CapacityParams, JobParams, ProfileParams
 
 CAPACITY = CapacityParams(target="a", module="chat")
 BODY = {"target": "a", "module": "chat"}

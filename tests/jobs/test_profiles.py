@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from exporter.config import load_config_file
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.profiles import (
     ProfileStore,
@@ -18,9 +17,10 @@ from exporter.jobs.profiles import (
     profile_file_name,
     profile_overridden,
 )
-from exporter.options.problems import Problems
-from exporter.options.reader import Section
-from exporter.options.slo import SLO_KEYS, read_slo
+from exporter.settings import load_config_file
+from exporter.settings.problems import Problems
+from exporter.settings.reader import Section
+from exporter.settings.slo import SLO_KEYS, read_slo
 from exporter.stats.prefill import PrefillModel
 
 MODEL = PrefillModel(
@@ -121,7 +121,7 @@ def test_the_config_gives_an_applied_profile_its_slack(tmp_path: Path) -> None:
         "slos:\n  s:\n    prefill: {scheduling_slack: 250ms}\n"
     )
     config = load_config_file(path)
-    policy = config.slo_for(config.target("a")).deadline_policy()
+    policy = DeadlinePolicy.of(config.slo_for(config.target("a")))
     applied = deadline_policy_with_profile(policy, StoredProfile("a", MODEL, 1.0))
     lengths = np.array([128.0, 4096.0])
     assert applied.prefill_deadlines(lengths) == pytest.approx(MODEL.predict(lengths) + 0.25)

@@ -8,8 +8,8 @@ import pytest
 
 from exporter.jobs.trial import alone_in_flight, at_unit_rate, plan_trial
 from exporter.load.workloads import IndependentLengths, Workload
-from exporter.options.arrival import Poisson
-from exporter.options.lengths import Fixed
+from exporter.settings.arrival import Poisson
+from exporter.settings.lengths import Fixed
 
 WORKLOAD = Workload("plain", IndependentLengths(Fixed(100), Fixed(8)))
 

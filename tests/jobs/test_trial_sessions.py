@@ -7,10 +7,10 @@ from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.trial import plan_trial, run_trial
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.workloads import IndependentLengths, Workload
-from exporter.options.lengths import Fixed
-from exporter.options.think_time import parse_think_time
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import TargetSettings
+from exporter.settings.lengths import Fixed
+from exporter.settings.target import TargetSettings
+from exporter.settings.think_time import parse_think_time
 from tests.support.sim import StartSim
 
 WORKLOAD = Workload(

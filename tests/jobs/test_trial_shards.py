@@ -22,12 +22,13 @@ from exporter.jobs.trial_shards import run_sharded_trial
 from exporter.jobs.trial_verdict import SHARDS_REASON, TrialSlo
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import PoolSettings
 from exporter.load.workloads import IndependentLengths, Workload
-from exporter.options.job_params import CapacityParams
-from exporter.options.lengths import Fixed
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
+from exporter.settings.job_params import CapacityParams
+from exporter.settings.lengths import Fixed
+from exporter.settings.shards import PoolSettings
+from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
 from tests.probe.helpers import script, settings_for
 

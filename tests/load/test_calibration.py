@@ -22,7 +22,8 @@ from exporter.load.calibration import (
 from exporter.load.prompts import ApproxPromptBuilder
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
+from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
 from exporter.sim.process import SimProcess
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.load.cpus import (
+from exporter.settings.cpus import (
     available_cpus,
     cgroup_cpu_quota,
     quota_from_cfs,

@@ -7,10 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from exporter.load.presets import PRESET_NAMES, PRESETS, preset
+from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder
-from exporter.load.workloads import IndependentLengths, PairedLengths, Workload, specs_with_lengths
-from exporter.options.lengths import Fixed, Uniform
+from exporter.load.workloads import IndependentLengths, Workload, specs_with_lengths
+from exporter.settings.lengths import Fixed, PairedLengths, Uniform
+from exporter.settings.presets import PRESET_NAMES, PRESETS
 from exporter.sim import tokenizer
 
 SAMPLES = 5000

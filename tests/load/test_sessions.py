@@ -14,11 +14,12 @@ from exporter.load.plan import LoadPlan
 from exporter.load.runner import RunHooks, run_plan
 from exporter.load.sessions import run_session
 from exporter.load.workloads import IndependentLengths, Workload
-from exporter.options.lengths import Fixed
-from exporter.options.think_time import parse_think_time
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import FollowUp, RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import FollowUp, RequestSpec, Timeouts
+from exporter.settings.lengths import Fixed
+from exporter.settings.target import TargetSettings
+from exporter.settings.think_time import parse_think_time
 from exporter.sim import tokenizer
 from tests.support.sim import StartSim
 from tests.support.wait import wait_for

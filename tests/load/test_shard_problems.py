@@ -9,7 +9,6 @@ import pytest
 
 from exporter.load.plan import LoadPlan
 from exporter.load.shard_protocol import (
-    PoolSettings,
     ProtocolError,
     ShardEntry,
     ShardTask,
@@ -24,7 +23,9 @@ from exporter.load.shard_protocol import (
 )
 from exporter.load.shard_report import ShardState, shard_problems
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
-from exporter.probe.target import FollowUp, RequestSpec, Secret, TargetSettings, Timeouts
+from exporter.probe.target import FollowUp, RequestSpec, Secret, Timeouts
+from exporter.settings.shards import PoolSettings
+from exporter.settings.target import TargetSettings
 
 SETTINGS = PoolSettings(max_start_lateness_s=0.1, max_unreliable_share=0.01)
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from exporter.load.presets import preset
-from exporter.load.traces import (
+from exporter.load.traces import trace_arrivals, trace_specs, trace_workload
+from exporter.settings.trace_files import (
     TraceRequest,
     estimate_tokens,
     load_azure,
@@ -18,9 +19,6 @@ from exporter.load.traces import (
     load_mooncake,
     load_sharegpt,
     load_trace,
-    trace_arrivals,
-    trace_specs,
-    trace_workload,
 )
 from exporter.sim import tokenizer
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from exporter.probe.socket_reads import OFFSET_BRACKET_S, SO_TIMESTAMPNS, SocketReads
 from exporter.probe.stamped import StampedSocket
-from exporter.probe.target import TargetSettings, Timeouts
+from exporter.probe.target import Timeouts
+from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
 
 # Short limits so that a hung test fails in seconds, not minutes.

@@ -15,8 +15,9 @@ from exporter.probe.client import ProbeClient
 from exporter.probe.reader import StreamReader
 from exporter.probe.result import Outcome
 from exporter.probe.stream import StreamState
-from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import RequestSpec, Timeouts
 from exporter.probe.watchdog import Watchdog
+from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
 from exporter.sim.faults import FAULT_MODES
 from tests.probe.helpers import fault, script, settings_for

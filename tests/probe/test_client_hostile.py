@@ -16,7 +16,8 @@ from exporter.probe.bounds import overlong_limit
 from exporter.probe.client import ProbeClient
 from exporter.probe.reader import BATCH_READS
 from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import RequestSpec, Timeouts
+from exporter.settings.target import TargetSettings
 from tests.support.hostile import MODEL, HostileServer
 
 pytestmark = [pytest.mark.usefixtures("both_reads"), pytest.mark.timeout(60)]

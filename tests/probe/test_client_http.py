@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -16,7 +17,8 @@ from multidict import CIMultiDictProxy
 
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, Secret, TargetSettings, Timeouts
+from exporter.probe.target import RequestSpec, Secret, Timeouts
+from exporter.settings.target import TargetSettings
 from tests.support.net import serving_app
 
 pytestmark = pytest.mark.usefixtures("both_reads")  # the stamped sockets read in C and in Python
@@ -81,6 +83,17 @@ async def test_bearer_key_and_extra_headers_arrive(recorder: Recorder) -> None:
     assert headers["Authorization"] == f"Bearer {KEY}"
     assert headers["X-Probe"] == "fluidity"
     assert headers["Content-Type"] == "application/json"
+
+
+async def test_each_request_carries_its_own_probe_id(recorder: Recorder) -> None:
+    settings = dataclasses.replace(_settings(recorder.url), headers=(("X-Fluidity-Probe", "mine"),))
+    async with ProbeClient(settings) as client:
+        results = [await client.send(RequestSpec(prompt="hi", max_tokens=1)) for _ in range(3)]
+    sent = [headers.getall("X-Fluidity-Probe") for headers in recorder.headers]
+    # One value per request, the client's own (a configured one is dropped): the id an observer behind
+    # the same Envoy joins its view of the request on.
+    assert sent == [[r.extra["probe_id"]] for r in results]
+    assert len({r.extra["probe_id"] for r in results}) == 3
 
 
 async def test_the_key_never_appears_in_results_reprs_errors_or_logs(

@@ -14,7 +14,8 @@ from aiohttp import web
 
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import RequestSpec, Timeouts
+from exporter.settings.target import TargetSettings
 
 ONE_TOKEN_SSE = b'data: {"choices":[{"text":" a","finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
 FAST = Timeouts(connect=2.0, ttft=2.0, idle=2.0, total=5.0)

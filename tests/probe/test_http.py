@@ -22,8 +22,9 @@ from exporter.probe.openai import FORMATS
 from exporter.probe.reader import StreamReader
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.stream import StreamState
-from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import RequestSpec, Timeouts
 from exporter.probe.tokens import TokenCounter
+from exporter.settings.target import TargetSettings
 
 FAST = Timeouts(connect=1.0, ttft=2.0, idle=2.0, total=5.0)
 SPEC = RequestSpec(prompt="hi", max_tokens=3)

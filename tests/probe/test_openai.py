@@ -11,8 +11,9 @@ from exporter.probe.openai import FORMATS, Chunk, read_chunk
 from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals
 from exporter.probe.sse import SseEvent
 from exporter.probe.stream import StreamFailureError, StreamState
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
 from exporter.probe.tokens import TokenCounter
+from exporter.settings.target import TargetSettings
 
 SPEC = RequestSpec(prompt="hello", max_tokens=16)
 

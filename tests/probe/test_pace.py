@@ -32,7 +32,8 @@ from exporter.probe.socket_reads import (
     loop_reads,
     next_pace,
 )
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
+from exporter.settings.target import TargetSettings
 from tests.probe.helpers import TEST_TIMEOUTS, stamped_pair
 
 INF = math.inf

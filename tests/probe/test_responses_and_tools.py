@@ -13,8 +13,9 @@ from exporter.probe.openai import FORMATS, TOOL_NAME, Chunk, read_chunk
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.probe.sse import SseEvent
 from exporter.probe.stream import StreamFailureError, StreamState
-from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import RequestSpec, Timeouts
 from exporter.probe.tokens import TokenCounter
+from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
 from tests.probe.helpers import fault, settings_for
 

@@ -36,7 +36,8 @@ from exporter.probe.socket_reads import (
     stop_listening,
 )
 from exporter.probe.stamped import StampedSocket
-from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import RequestSpec, Timeouts
+from exporter.settings.target import TargetSettings
 from tests.probe.helpers import RecordingProtocol, stamped_pair, wall_offset
 from tests.support.wait import wait_for
 

@@ -16,7 +16,8 @@ from aiohttp import web
 from exporter.probe import reader
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, TargetSettings, Timeouts
+from exporter.probe.target import RequestSpec, Timeouts
+from exporter.settings.target import TargetSettings
 from tests.support.net import serving_app
 
 pytestmark = pytest.mark.usefixtures("both_reads")  # the stamped sockets read in C and in Python

@@ -27,10 +27,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Daemon
 from exporter.cli import main
-from exporter.config import load_config_file
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
+from exporter.settings import load_config_file
+from exporter.settings.target import TargetSettings
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from tests.support.daemon import get, serving

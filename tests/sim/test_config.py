@@ -8,7 +8,8 @@ import pytest
 
 from exporter.cli import build_parser
 from exporter.cli.sim import SIM_COMMAND
-from exporter.sim.config import ConfigError, SimConfig, from_mapping, load_yaml, resolve
+from exporter.settings.problems import SettingsError
+from exporter.sim.config import SimConfig, from_mapping, load_yaml, resolve
 
 
 def sim_main(argv: list[str]) -> int:
@@ -45,7 +46,7 @@ def test_bad_yaml_is_rejected_with_a_message_naming_the_field(
 ) -> None:
     path = tmp_path / "sim.yaml"
     path.write_text(text)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(SettingsError) as info:
         load_yaml(path)
     assert str(info.value).startswith(f"{path}: ")
     assert message in str(info.value)
@@ -66,7 +67,7 @@ def test_good_yaml_and_resolution(tmp_path: Path) -> None:
 
 def test_unchunked_budget_smaller_than_context_is_rejected() -> None:
     config = from_mapping({"chunked_prefill": False, "max_num_batched_tokens": 512})
-    with pytest.raises(ConfigError, match="max_num_batched_tokens: must be >= max_model_len"):
+    with pytest.raises(SettingsError, match="max_num_batched_tokens: must be >= max_model_len"):
         resolve(config)
 
 

@@ -39,7 +39,7 @@ import pytest
 import yaml
 
 from exporter.app import Daemon
-from exporter.config import load_config_file
+from exporter.settings import load_config_file
 from exporter.sim import SimConfig
 from tests.support.daemon import serving
 from tests.support.gateway import fake_gateway

@@ -16,6 +16,7 @@ from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from exporter.traffic.observer import TrafficObserver
 from exporter.traffic.record import Observed
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.timeout(30)
 BODY = json.dumps({"model": "m", "stream": True, "max_tokens": 2}).encode()
@@ -119,3 +120,17 @@ async def test_a_port_in_use_is_a_clear_error() -> None:
             await TrafficObserver(f"127.0.0.1:{port}", lambda record: None).start()
     finally:
         await first.stop()
+
+
+async def test_a_record_is_settled_when_the_body_ends_not_when_envoy_closes(observed: Harness) -> None:
+    records, stub, counts = observed.records, observed.stub, observed.observer.counts
+
+    async def held_open() -> AsyncIterator[pb.ProcessingRequest]:
+        for message in exchange():
+            yield message
+        # Envoy's deferred close keeps the gRPC stream open seconds longer: the record is out already.
+        await wait_for(lambda: len(records) == 1, timeout=10)
+        assert counts.in_flight == 1 and counts.ends["observed"] == 1
+
+    assert [reply async for reply in stub.Process(held_open())] == []
+    assert len(records) == 1 and counts.in_flight == 0

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from exporter.probe.result import Outcome, TokenSource, intervals
-from exporter.traffic.record import Ignored, ObservedStream, StreamLimits, request_facts
+from exporter.traffic.record import Ignored, ObservedStream, StreamLimits, listed_models, request_facts
 
 CHAT = [(":method", b"POST"), (":path", b"/v1/chat/completions")]
 SSE = [(":status", b"200"), ("content-type", b"text/event-stream; charset=utf-8")]
@@ -70,7 +70,6 @@ def test_a_model_outside_the_list_is_other() -> None:
     [
         ([(":method", b"GET"), (":path", b"/v1/models")], None, Ignored.NOT_LLM),
         ([(":method", b"POST"), (":path", b"/v1/embeddings")], BODY, Ignored.NOT_LLM),
-        ([*CHAT, ("x-fluidity-probe", b"1")], BODY, Ignored.PROBE),
         (CHAT, json.dumps({"model": "m", "messages": []}).encode(), Ignored.NOT_STREAMING),
         (CHAT, b"not json", Ignored.NOT_STREAMING),
     ],
@@ -96,6 +95,36 @@ def test_an_error_status_is_the_request_s_failure(status: bytes, outcome: Outcom
     record = stream.finish(2.0)
     assert record is not None and record.result.outcome is outcome
     assert record.result.http_status == int(status)
+
+
+def test_a_probe_s_stream_is_recorded_with_its_id() -> None:
+    stream = ObservedStream(StreamLimits(), frozenset({"m"}))
+    stream.on_request_headers(0.0, [*CHAT, ("x-fluidity-probe", b"a1b2-7")], False)
+    stream.on_request_body(1.0, BODY, True)
+    stream.on_response_headers(1.5, SSE, False)
+    stream.on_response_body(2.0, chunk("a") + b"data: [DONE]\n\n", True)
+    record = stream.finish(3.0)
+    assert record is not None and record.probe_id == "a1b2-7"
+    assert record.result.token_times == [2.0] and record.request_bytes == len(BODY)
+
+
+def test_a_user_s_failure_keeps_no_text_of_the_stream() -> None:
+    stream = started()
+    stream.on_response_body(2.0, b'data: {"error": {"message": "your prompt: tell me a secret"}}\n\n', True)
+    record = stream.finish(3.0)
+    assert record is not None and record.result.outcome is Outcome.STREAM_ABORTED
+    assert record.result.error is None and record.probe_id is None
+
+
+def test_the_observer_s_late_loop_flags_the_record() -> None:
+    stream = started()
+    stream.on_response_body(2.0, chunk("a") + b"data: [DONE]\n\n", True)
+    record = stream.finish(3.0, lag=(0.05, 0.5))  # a 50 ms stall while the stream was open
+    assert record is not None and record.result.unreliable
+    calm = started()
+    calm.on_response_body(2.0, chunk("a") + b"data: [DONE]\n\n", True)
+    kept = calm.finish(3.0, lag=(0.001, 0.0))
+    assert kept is not None and not kept.result.unreliable
 
 
 def test_a_stream_cut_before_done_is_aborted() -> None:
@@ -149,3 +178,27 @@ def test_an_oversized_request_body_is_not_read() -> None:
 )
 def test_request_facts_read_the_token_limit_of_each_api(body: dict[str, object], limit: int | None) -> None:
     assert request_facts(json.dumps({"stream": True, **body}).encode()).max_tokens == limit
+
+
+def test_the_engine_s_model_list_is_read_as_it_passes() -> None:
+    stream = ObservedStream(StreamLimits(), frozenset())
+    stream.on_request_headers(0.0, [(":method", b"GET"), (":path", b"/v1/models")], True)
+    stream.on_response_headers(1.0, [(":status", b"200")], False)
+    answer = json.dumps({"object": "list", "data": [{"id": "llama-3"}, {"id": "qwen"}, {"id": 7}]}).encode()
+    stream.on_response_body(1.1, answer[:10], False)
+    stream.on_response_body(1.2, answer[10:], True)
+    assert stream.finish(2.0) is None and stream.ignored is Ignored.NOT_LLM
+    assert stream.models_listed == ("llama-3", "qwen")
+
+
+@pytest.mark.parametrize("body", [b"", b"not json", b'{"data": "x"}', b"[1, 2]"])
+def test_anything_else_lists_no_model(body: bytes) -> None:
+    assert listed_models(body) == ()
+
+
+def test_a_model_list_past_its_bound_is_not_read() -> None:
+    stream = ObservedStream(StreamLimits(models_body_bytes=100), frozenset())
+    stream.on_request_headers(0.0, [(":method", b"GET"), (":path", b"/v1/models")], True)
+    stream.on_response_headers(1.0, [(":status", b"200")], False)
+    stream.on_response_body(1.1, json.dumps({"data": [{"id": "m" * 200}]}).encode(), True)
+    assert stream.finish(2.0) is None and stream.models_listed == ()

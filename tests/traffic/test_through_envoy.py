@@ -13,7 +13,8 @@ import pytest
 from exporter.evaluation import EvaluationSpec, measure
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, TargetSettings
+from exporter.probe.target import RequestSpec
+from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
 from exporter.traffic.observer import TrafficObserver
 from exporter.traffic.record import Observed
@@ -69,6 +70,29 @@ async def test_user_streams_are_observed_and_measured(sim: SimServer, tmp_path: 
     assert all(len(f) == REQUESTS for f in (t.fluidity for t in measured.tiers.values()))
 
 
+async def test_model_labels_are_learnt_from_the_engine_s_model_list(sim: SimServer, tmp_path: Path) -> None:
+    envoy_binary()
+    records: list[Observed] = []
+    observer = TrafficObserver(f"127.0.0.1:{free_port()}", records.append, learn_models=5)
+    port = await observer.start()
+    try:
+        async with running_envoy(sim.url, port, tmp_path) as envoy, aiohttp.ClientSession() as session:
+            model = sim.resolved.model
+            for step in ("before", "listed", "after"):
+                if step == "listed":
+                    async with session.get(f"{envoy}/v1/models") as response:
+                        assert response.status == 200
+                    await wait_for(lambda: bool(observer.models))
+                    continue
+                async with session.post(f"{envoy}/v1/chat/completions", json=chat(model)) as response:
+                    await response.read()
+                await wait_for(lambda s=step: len(records) == (1 if s == "before" else 2))
+    finally:
+        await observer.stop()
+    assert [r.model for r in records] == ["other", model]  # labelled once the engine had listed it
+    assert observer.models == {model}
+
+
 async def test_the_exporter_s_own_probes_are_kept_out(sim: SimServer, tmp_path: Path) -> None:
     envoy_binary()
     records: list[Observed] = []
@@ -80,7 +104,7 @@ async def test_the_exporter_s_own_probes_are_kept_out(sim: SimServer, tmp_path: 
             async with ProbeClient(settings) as client:
                 result = await client.send(RequestSpec(prompt="hi", max_tokens=MAX_TOKENS))
             assert result.outcome is Outcome.OK, result.error
-            await wait_for(lambda: observer.counts.skipped["probe"] == 1 and observer.counts.in_flight == 0)
+            await wait_for(lambda: observer.counts.ends["probe"] == 1 and observer.counts.in_flight == 0)
     finally:
         await observer.stop()
     assert records == []

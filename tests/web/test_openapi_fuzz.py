@@ -19,7 +19,7 @@ from schemathesis.core.parameters import ParameterLocation
 
 from exporter.jobs.manager import JobContext, JobManager
 from exporter.jobs.store import JobStore
-from exporter.options.job_params import JobLimits, JobParams, concurrency_ceiling
+from exporter.settings.job_params import JobLimits, JobParams, concurrency_ceiling
 from exporter.web.jobs_api import add_job_routes
 from tests.web.service import AUTH, Service
 

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from exporter.app import Daemon
-from exporter.config.parse import load_config
+from exporter.settings.parse import load_config
 from exporter.web.routes import MAX_PROBE_TIMEOUT_S, SCRAPE_TIMEOUT_HEADER, probe_timeout
 from tests.support.daemon import samples, serving
 from tests.support.net import serving_app

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from exporter.app import Daemon, web_app
-from exporter.config.parse import load_config
+from exporter.settings.parse import load_config
 
 
 def _closed_port() -> int:

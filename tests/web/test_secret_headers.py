@@ -12,8 +12,8 @@ import pytest
 from aiohttp import web
 
 from exporter.app import Daemon
-from exporter.config import parse_config
-from exporter.options.target import MASK, mask_secrets
+from exporter.settings import parse_config
+from exporter.settings.target import MASK, mask_secrets
 from tests.support.daemon import serving
 from tests.support.net import serving_app
 from tests.support.wait import wait_for

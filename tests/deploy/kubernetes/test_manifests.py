@@ -17,8 +17,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from exporter.config import ConfigError, load_config_file
-from exporter.options.reader import parse_duration
+from exporter.settings import SettingsError, load_config_file
+from exporter.settings.reader import parse_duration
 from tests.deploy.kubernetes.manifests import (
     BASE,
     CAPACITY_SEARCH,
@@ -158,7 +158,7 @@ def test_the_config_reads_exactly_the_secret_files_the_container_mounts(folder: 
     folder_here = tmp_path / "secrets"
     config = tmp_path / "config.yaml"
     config.write_text(reading_local_secrets(text, folder_here))
-    with pytest.raises(ConfigError) as error:  # without the Secret it refuses to start, naming each
+    with pytest.raises(SettingsError) as error:  # without the Secret it refuses to start, naming each
         load_config_file(config, environ={})
     assert len(error.value.problems) == len(files)
     assert all(any(Path(path).name in p for path in files) for p in error.value.problems)

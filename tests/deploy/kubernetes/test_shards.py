@@ -18,9 +18,9 @@ from typing import Any
 
 import yaml
 
-from exporter.config import load_config_file
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
+from exporter.settings import load_config_file
 from tests.deploy.kubernetes.manifests import (
     BASE,
     EXPORTER_CONTAINER,

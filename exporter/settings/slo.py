@@ -1,0 +1,170 @@
+"""The SLO a run is judged by, defined once and read one way from the daemon config, the jobs API and flags.
+
+``SloOptions`` holds an SLO with its defaults (the Etalon paper's: 99 % of requests reach fluidity 0.9):
+``Dp`` as a constant or a profiled prefill model plus slack, the decode tiers (``Dd``), the fluidity
+target and percentile, extra objectives (``ttft:p99<=2``) and goodput bounds. ``read_slo`` reads one from
+a ``Section`` shaped as the daemon config's ``slos.<name>`` mapping; the flags (``--prefill-deadline``,
+``--decode-tiers``, ``--objective``...) are put in that shape and read by the same function
+(``exporter.report.evaluation_options``), so a bad value fails with the same message wherever it is
+given. A capacity job's SLO (``slo`` in its parameters) overrides a target's SLO field by field; it reads
+its fields with the field readers here (``read_objectives``, ``read_target_fluidity``...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from exporter.settings.goodput import GOODPUT_KEYS, read_goodput
+from exporter.settings.json_file import JsonFileError, read_json_file
+from exporter.settings.reader import Section, Substituted, check_name, show, string_value
+from exporter.stats.prefill import PrefillModel
+from exporter.stats.slo import (
+    DECODE_TIERS,
+    DEFAULT_PERCENTILE,
+    DEFAULT_PREFILL_DEADLINE_S,
+    DEFAULT_TARGET_FLUIDITY,
+    GoodputBounds,
+    Slo,
+    parse_slo,
+)
+
+SLO_KEYS: Final = ("prefill", "decode_tiers", "target_fluidity", "percentile", "objectives", "goodput")
+PREFILL_KEYS: Final = ("deadline", "model_file", "scheduling_slack")
+
+
+@dataclass(frozen=True)
+class SloOptions:
+    """Deadlines (``Dp`` constant or from a profiled model, ``Dd`` tiers), objectives and goodput bounds."""
+
+    prefill_deadline_s: float = DEFAULT_PREFILL_DEADLINE_S
+    prefill_model_file: str | None = None
+    prefill_model: PrefillModel | None = None  # read from prefill_model_file when the SLO is read
+    scheduling_slack_s: float = 0.0
+    # ``prefill.deadline`` was written in the config: the SLO's own Dp, which no prefill profile replaces
+    prefill_deadline_given: bool = False
+    decode_tiers: tuple[tuple[str, float], ...] = tuple(DECODE_TIERS.items())
+    target_fluidity: float = DEFAULT_TARGET_FLUIDITY
+    percentile: float = DEFAULT_PERCENTILE
+    objectives: tuple[Slo, ...] = ()
+    goodput: GoodputBounds | None = None
+
+
+def read_slo(sec: Section, resolve_path: Callable[[str], str] = str, *, profiled: bool = False) -> SloOptions:
+    """The SLO of one ``slos.<name>``-shaped mapping; ``resolve_path`` places a relative model file.
+    ``profiled``: a prefill profile may supply the model (the daemon's jobs apply them), so a
+    ``scheduling_slack`` without ``model_file`` is the slack added to that profile's prediction."""
+    prefill = sec.section("prefill", PREFILL_KEYS)
+    model_file, model = (
+        _prefill_model(prefill, resolve_path, profiled) if prefill is not None else (None, None)
+    )
+    goodput = sec.section("goodput", GOODPUT_KEYS)
+    return SloOptions(
+        prefill_deadline_s=(
+            prefill.duration("deadline", DEFAULT_PREFILL_DEADLINE_S)
+            if prefill is not None
+            else DEFAULT_PREFILL_DEADLINE_S
+        ),
+        prefill_model_file=model_file,
+        prefill_model=model,
+        scheduling_slack_s=(
+            prefill.duration("scheduling_slack", 0.0, positive=False) if prefill is not None else 0.0
+        ),
+        prefill_deadline_given=prefill is not None and prefill.has("deadline"),
+        decode_tiers=read_decode_tiers(sec),
+        target_fluidity=sec.number("target_fluidity", DEFAULT_TARGET_FLUIDITY, 0.0, 1.0, low_open=True),
+        percentile=sec.number("percentile", DEFAULT_PERCENTILE, 0.0, 100.0, low_open=True),
+        objectives=read_objectives(sec),
+        goodput=read_goodput(goodput) if goodput is not None else None,
+    )
+
+
+def read_target_fluidity(sec: Section) -> float | None:
+    """A job's ``target_fluidity`` override (None: the target's), in (0, 1] as ``read_slo`` takes it."""
+    return sec.opt_number("target_fluidity", None, 0.0, 1.0, low_open=True)
+
+
+def read_percentile(sec: Section) -> float | None:
+    """A job's ``percentile`` override (None: the target's), in (0, 100] as ``read_slo`` takes it."""
+    return sec.opt_number("percentile", None, 0.0, 100.0, low_open=True)
+
+
+def _prefill_model(
+    sec: Section, resolve_path: Callable[[str], str], profiled: bool
+) -> tuple[str | None, PrefillModel | None]:
+    """``prefill.model_file`` and the model read from it (a constant ``deadline`` excludes both)."""
+    if sec.has("deadline") and sec.has("model_file"):
+        sec.problems.add(sec.path, "give either deadline (a constant Dp) or model_file, not both")
+    if not sec.has("model_file"):
+        if sec.has("scheduling_slack") and not profiled:
+            sec.fail("scheduling_slack", "applies only with model_file (a constant deadline has no slack)")
+        return None, None
+    path = sec.read("model_file", None, lambda v: resolve_path(string_value(v)))
+    if path is None:
+        return None, None
+    return path, sec.read("model_file", None, lambda _: read_prefill_model(path))
+
+
+def read_prefill_model(path: str) -> PrefillModel:
+    """The prefill model a ``profile`` run wrote to ``path``, read bounded as a state file is."""
+    try:
+        data = read_json_file(Path(path))
+    except OSError as exc:
+        raise ValueError(f"cannot read the prefill model file {path}: {exc.strerror}") from None
+    except JsonFileError as exc:
+        raise ValueError(f"cannot read the prefill model file {path}: {exc}") from None
+    return PrefillModel.from_dict(data)
+
+
+def read_decode_tiers(sec: Section) -> tuple[tuple[str, float], ...]:
+    """``decode_tiers: {name: deadline, ...}``, each name label-safe (the default: Etalon's three)."""
+    raw = sec.get("decode_tiers")
+    if raw is None and not sec.has("decode_tiers"):
+        return SloOptions.decode_tiers
+    if not isinstance(raw, Mapping) or not raw:
+        sec.fail("decode_tiers", f"must map tier names to deadlines, e.g. {{medium: 50ms}}, got {show(raw)}")
+        return ()
+    tiers = Section(raw, sec.at("decode_tiers"), sec.problems, [str(k) for k in raw])
+    for name in raw:
+        _check_tier_name(tiers, name)
+    return tuple((str(name), tiers.duration(str(name), 0.05)) for name in raw)
+
+
+def _check_tier_name(tiers: Section, name: Any) -> None:
+    try:
+        check_name(name)
+    except ValueError as exc:
+        tiers.fail(str(name), str(exc))
+
+
+def parse_decode_tiers(text: str) -> dict[str, Substituted]:
+    """``"strict=25ms,medium=0.05"`` as a ``decode_tiers`` mapping, each value read as YAML reads it."""
+    tiers: dict[str, Substituted] = {}
+    for item in text.split(","):
+        name, equals, value = item.partition("=")
+        if not equals:
+            raise ValueError(f'"{item.strip()}" needs a deadline, e.g. medium=0.05 or medium=50ms')
+        tiers[name.strip()] = Substituted(value.strip())
+    return tiers
+
+
+def read_objectives(sec: Section) -> tuple[Slo, ...]:
+    """``objectives: [ttft:p99<=2, ...]``; a bad one is a problem under its index."""
+    parsed = [_objective_at(sec, path, raw) for path, raw in sec.items("objectives")]
+    return tuple(slo for slo in parsed if slo is not None)
+
+
+def _objective_at(sec: Section, path: str, raw: Any) -> Slo | None:
+    try:
+        return _objective(raw)
+    except ValueError as exc:
+        sec.problems.add(path, str(exc))
+        return None
+
+
+def _objective(value: Any) -> Slo:
+    if not isinstance(value, str):
+        raise ValueError(f"must be an SLO like ttft:p99<=2, got {show(value)}")
+    return parse_slo(value)
