@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.load.plan import LoadPlan
 from exporter.load.shard_local import local_shards
 from exporter.probe.result import Outcome
 from exporter.probe.target import RequestSpec, Timeouts
@@ -88,7 +89,7 @@ async def run(url: str, workers: int, rate: float, duration: float) -> Run:
     specs, offsets = plan(rate, duration)
     async with local_shards(workers, None, LENIENT) as pool:
         coordinator_cpu = time.process_time()
-        report = await pool.run_plan(settings, specs, offsets=offsets)
+        report = await pool.run_plan(settings, LoadPlan(specs, offsets))
         coordinator_cpu = time.process_time() - coordinator_cpu
     results = report.in_order()
     sends = sorted(r.sent_at for r in results if r.sent_at is not None)

@@ -34,7 +34,8 @@ import numpy as np
 from exporter.stats.accounting import FluidityOptions
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.distribution import nearest_rank
-from exporter.stats.fluidity import _min_deadlines_by_sweep, evaluate, fluid_token_rate, request_fluidity
+from exporter.stats.fluidity import evaluate, fluid_token_rate, request_fluidity
+from exporter.stats.min_deadline import _min_deadlines_by_sweep
 
 PREFILL_DEADLINE = 0.5
 DECODE_DEADLINE = 0.05  # the paper's medium tier

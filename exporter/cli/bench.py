@@ -34,9 +34,10 @@ from exporter.cli.flags import (
 )
 from exporter.cli.progress import LiveLine
 from exporter.evaluation import EvaluationSpec
-from exporter.load.load_plan import DEFAULT_RATE, DEFAULT_REQUESTS, LoadPlan, load_plan
+from exporter.load.load_plan import DEFAULT_RATE, DEFAULT_REQUESTS, load_plan
+from exporter.load.plan import LoadPlan
 from exporter.load.plan_runner import send_plan
-from exporter.load.runner import LoadRun
+from exporter.load.runner import LoadRun, RunHooks
 from exporter.load.sessions import session_turns
 from exporter.load.target_facts import ContextFit, TargetFacts, discover_target
 from exporter.load.target_options import option_url
@@ -218,7 +219,7 @@ async def _send_until_interrupted(
         with contextlib.suppress(NotImplementedError, RuntimeError):  # no signal handlers here
             loop.add_signal_handler(signal.SIGINT, interrupted)
     try:
-        return await send_plan(settings, plan, workers, live, _warn, stop)
+        return await send_plan(settings, plan, workers, RunHooks(on_result=live, stop=stop), _warn)
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)

@@ -24,7 +24,8 @@ import numpy as np
 from exporter.daemon.budget import BudgetTracker
 from exporter.daemon.health import TargetHealth
 from exporter.daemon.served_context import ServedContext
-from exporter.load.runner import run_load
+from exporter.load.plan import LoadPlan
+from exporter.load.runner import run_plan
 from exporter.load.sessions import planned_tokens, session_turns
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
@@ -124,7 +125,7 @@ class TargetPool:
             started = time.perf_counter()
             charged = _Charges(state.budget)
             try:
-                results = await _send(state.client, module, specs, rng, charged.sent)
+                results = await _send(state.client, probe_plan(module, specs, rng), charged.sent)
             except asyncio.CancelledError:
                 # Cut by its deadline (an on-demand probe past the scrape timeout): what it sent is
                 # charged already, and a run that cannot finish is a failed run; one a shutdown cut is not
@@ -197,26 +198,21 @@ class _Charges:
         self.total = (self.total[0] + requests, self.total[1] + tokens)
 
 
-async def _send(
-    client: ProbeClient,
-    module: Module,
-    specs: Sequence[RequestSpec],
-    rng: np.random.Generator,
-    on_send: Callable[[RequestSpec], None],
-) -> list[ProbeResult]:
-    arrivals = module.arrival.offsets(len(specs), rng) if module.arrival is not None else None
+def probe_plan(module: Module, specs: Sequence[RequestSpec], rng: np.random.Generator) -> LoadPlan:
+    """A probe of ``module`` as a load plan: open loop at its arrival, else closed at its concurrency."""
+    if module.arrival is not None:
+        return LoadPlan(specs, module.arrival.offsets(len(specs), rng))
+    return LoadPlan(specs, concurrency=module.concurrency or 1)
 
+
+async def _send(
+    client: ProbeClient, plan: LoadPlan, on_send: Callable[[RequestSpec], None]
+) -> list[ProbeResult]:
     def send(spec: RequestSpec, at: float | None) -> Awaitable[ProbeResult]:
         on_send(spec)
         return client.send(spec, scheduled_at=at)
 
-    run = await run_load(
-        send,
-        specs,
-        arrivals=arrivals,
-        concurrency=None if arrivals is not None else (module.concurrency or 1),
-    )
-    return run.results
+    return (await run_plan(send, plan)).results
 
 
 async def close_later(state: TargetState, grace_s: float = REPLACED_CLIENT_GRACE_S) -> None:

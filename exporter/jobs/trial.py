@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from exporter.jobs.trial_verdict import TrialSlo, Verdict, judge
-from exporter.load.runner import run_load
+from exporter.load.plan import LoadPlan
+from exporter.load.runner import RunHooks, run_plan
 from exporter.load.sessions import planned_tokens, session_turns
 from exporter.load.workloads import Workload, specs_with_lengths
 from exporter.probe.result import ProbeResult
@@ -78,6 +79,13 @@ class TrialPlan:
         """An upper bound on the tokens the trial can spend: every prompt (a session's turns re-send
         the conversation) and every allowed output."""
         return sum(planned_tokens(s) for s in self.specs)
+
+    def load_plan(self) -> LoadPlan:
+        """The trial as the runner's plan: TTFT from the scheduled time, the offered rate quoted."""
+        rate = None if self.offsets is None else self.load
+        return LoadPlan(
+            list(self.specs), self.offsets, self.concurrency, rate, self.duration_s, from_scheduled=True
+        )
 
 
 @dataclass
@@ -375,16 +383,7 @@ async def run_trial(
     began = time.perf_counter()
     watcher = asyncio.ensure_future(watch(tally)) if plan.early_stop else None
     load = asyncio.ensure_future(
-        run_load(
-            tracked_send,
-            list(plan.specs),
-            arrivals=plan.offsets,
-            concurrency=plan.concurrency,
-            duration=plan.duration_s,
-            target_rate=None if plan.offsets is None else plan.load,
-            from_scheduled=True,
-            on_result=_both(tally.on_result, on_result),
-        )
+        run_plan(tracked_send, plan.load_plan(), RunHooks(on_result=_both(tally.on_result, on_result)))
     )
     try:
         ended_by = await _until_done_or_decided(load, tally.decided, plan.time_limit_s)

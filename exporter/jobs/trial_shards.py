@@ -26,6 +26,7 @@ from exporter.jobs.trial import Tally, TrialPlan, TrialReport, watch
 from exporter.jobs.trial_verdict import SHARDS_REASON, TrialSlo, Verdict, judge
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_report import ShardRunReport
+from exporter.load.shard_run import ShardHooks
 from exporter.probe.result import ProbeResult
 from exporter.settings.target import TargetSettings
 
@@ -54,13 +55,7 @@ async def run_sharded_trial(
     stop = asyncio.Event()
     began = time.perf_counter()
     watcher = asyncio.ensure_future(watch(tally)) if plan.early_stop else None
-    run = asyncio.ensure_future(
-        pool.run_plan(
-            settings, plan.specs, offsets=None if plan.offsets is None else plan.offsets.tolist(),
-            concurrency=plan.concurrency, duration_s=plan.duration_s, on_start=started,
-            on_result=ended, stop=stop,
-        )
-    )  # fmt: skip
+    run = asyncio.ensure_future(pool.run_plan(settings, plan.load_plan(), ShardHooks(started, ended, stop)))
     try:
         stopped_by = await _until_done_or_decided(run, tally, stop, plan.time_limit_s)
         report = run.result()

@@ -26,10 +26,10 @@ from exporter.probe.result import ProbeResult, intervals
 from exporter.stats.accounting import FluidityOptions
 from exporter.stats.batch import FloatArray
 from exporter.stats.binomial import DEFAULT_CONFIDENCE, classify_fraction, clopper_pearson_interval
-from exporter.stats.deadline_loop import loop_request
 from exporter.stats.distribution import nearest_rank
 from exporter.stats.engine_model import decode_bins
 from exporter.stats.fluidity import fluid_token_rate
+from exporter.stats.fluidity_engines import loop_request
 from exporter.stats.headroom import (
     allowed_failures,
     deadline_headroom,

@@ -2,8 +2,9 @@
 
 The flow is one way: a ``Workload`` (``workloads``; named ones in ``presets``, real ones in ``traces``,
 prompts from ``prompts``, multi-turn ``sessions``) yields ``RequestSpec``s; an arrival process
-(``exporter.settings.arrival``) yields absolute send offsets; ``runner.run_load`` sends the specs through
-an injected ``send`` (the probe client's, or a fake) and returns a ``LoadRun`` with every
+(``exporter.settings.arrival``) yields absolute send offsets; together they are a ``plan.LoadPlan``, the
+one form of any load (a scheduled probe, a one-shot run, a capacity trial, a shard's slice), and
+``runner.run_plan`` sends it through an injected ``send`` (the probe client's, or a fake) and returns a ``LoadRun`` with every
 ``ProbeResult`` and the ``health`` checks of the load itself. A one-shot run (``bench``, ``capacity``,
 ``profile``) builds its target settings (``target_options``), its workload (``workload_options``) and
 its plan (``load_plan``) from its options, asks the target about itself (``target_facts``,
@@ -15,9 +16,10 @@ the rest through the probe client. A new workload preset goes in ``presets``.
 """
 
 from exporter.load.health import HealthCheck, HealthThresholds, load_health
+from exporter.load.plan import LoadPlan
 from exporter.load.presets import preset
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
-from exporter.load.runner import LoadRun, build_plan, load_run_from_results, run_load
+from exporter.load.runner import LoadRun, RunHooks, load_run_from_results, run_plan
 from exporter.load.traces import trace_arrivals, trace_specs, trace_workload
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.settings.arrival import (
@@ -43,15 +45,16 @@ __all__ = [
     "HealthThresholds",
     "IndependentLengths",
     "LengthDistribution",
+    "LoadPlan",
     "LoadRun",
     "PairedLengths",
     "Poisson",
     "PromptBuilder",
+    "RunHooks",
     "SimPromptBuilder",
     "TraceReplay",
     "TraceRequest",
     "Workload",
-    "build_plan",
     "load_health",
     "load_run_from_results",
     "load_trace",
@@ -59,7 +62,7 @@ __all__ = [
     "parse_arrival_spec",
     "parse_length_spec",
     "preset",
-    "run_load",
+    "run_plan",
     "trace_arrivals",
     "trace_specs",
     "trace_workload",

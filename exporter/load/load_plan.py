@@ -9,11 +9,11 @@ value fails with the config's message under the flag that gave it (``ARRIVAL_FLA
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any, Final
 
 import numpy as np
 
+from exporter.load.plan import LoadPlan
 from exporter.load.target_facts import ContextFit, TargetFacts
 from exporter.load.traces import trace_arrivals, trace_specs, trace_turns, trace_workload
 from exporter.load.workload_options import served_context, workload_from_options
@@ -34,21 +34,6 @@ ARRIVAL_FLAGS: Final = {
     "arrival.shape": "--burstiness",
     "concurrency": "--concurrency",
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class LoadPlan:
-    """What to send and when: specs with open-loop offsets, or a closed-loop concurrency."""
-
-    specs: list[RequestSpec] | Iterator[RequestSpec]
-    offsets: np.ndarray | None
-    concurrency: int | None
-    rate: float | None
-    duration: float | None
-    prompt_tokens_exact: bool
-    description: str
-    # How the workload met the served context, for the report (None: a trace, replayed as it is).
-    fit: ContextFit | None = None
 
 
 def load_plan(options: Options, simulated: bool, facts: TargetFacts | None = None) -> LoadPlan:
@@ -73,18 +58,38 @@ def _plan(options: Options, workload: Workload, rng: np.random.Generator) -> Loa
     if process is None:
         # A closed loop refills as fast as requests end: with a duration, draw specs lazily.
         specs = _sample(workload, count, rng) if count else workload.stream(rng)
-        return LoadPlan(specs, None, options["concurrency"], None, duration, exact, described)
+        return LoadPlan(
+            specs,
+            concurrency=options["concurrency"],
+            duration=duration,
+            prompt_tokens_exact=exact,
+            description=described,
+        )
     if workload.sessions and count:  # count requests in all; the arrivals start sessions
         specs = _sample(workload, count, rng)
         offsets = process.offsets(len(specs), rng)
         if duration is not None:
             offsets = offsets[offsets < duration]
-        return LoadPlan(specs[: len(offsets)], offsets, None, process.rate, duration, exact, described)
+        return LoadPlan(
+            specs[: len(offsets)],
+            offsets,
+            rate=process.rate,
+            duration=duration,
+            prompt_tokens_exact=exact,
+            description=described,
+        )
     offsets = process.offsets(count, rng) if count else offsets_within(process, duration, rng)
     if count and duration is not None:
         offsets = offsets[offsets < duration]
     specs = _sample_units(workload, len(offsets), rng)
-    return LoadPlan(specs, offsets, None, process.rate, duration, exact, f"{described}; {process.describe()}")
+    return LoadPlan(
+        specs,
+        offsets,
+        rate=process.rate,
+        duration=duration,
+        prompt_tokens_exact=exact,
+        description=f"{described}; {process.describe()}",
+    )
 
 
 def _check_amounts(options: Options) -> None:
@@ -169,9 +174,15 @@ def _trace_plan(
         except ValueError as exc:
             raise SettingsError(f"--arrival trace: {exc}") from None
         return LoadPlan(
-            specs, arrivals.offsets(len(specs), rng), None, arrivals.rate, duration, False, description
+            specs,
+            arrivals.offsets(len(specs), rng),
+            rate=arrivals.rate,
+            duration=duration,
+            description=description,
         )
     process = open_loop(options)
     if process is None:
-        return LoadPlan(specs, None, options["concurrency"], None, duration, False, description)
-    return LoadPlan(specs, process.offsets(len(specs), rng), None, process.rate, duration, False, description)
+        return LoadPlan(specs, concurrency=options["concurrency"], duration=duration, description=description)
+    return LoadPlan(
+        specs, process.offsets(len(specs), rng), rate=process.rate, duration=duration, description=description
+    )

@@ -1,23 +1,22 @@
 """Sending a one-shot run's load plan: in this process, or dealt over local worker processes (shards).
 
 ``worker_pool`` starts the ``--workers`` shard processes (none for one worker: this process sends);
-``send_plan`` sends a ``LoadPlan`` either way and hands every result to ``on_result`` as it comes, so a
-progress display sees the load live.
+``send_plan`` sends a ``LoadPlan`` either way and hands every result to the hooks' ``on_result`` as it comes,
+so a progress display sees the load live.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 
-from exporter.load.load_plan import LoadPlan
-from exporter.load.runner import LoadRun, load_run_from_results, run_load
+from exporter.load.plan import LoadPlan
+from exporter.load.runner import LoadRun, RunHooks, load_run_from_results, run_plan
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
+from exporter.load.shard_protocol import plan_specs
+from exporter.load.shard_run import ShardHooks
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings.problems import SettingsError
 from exporter.settings.shards import PoolSettings
 from exporter.settings.target import TargetSettings
@@ -40,58 +39,30 @@ async def worker_pool(
 
 
 async def send_plan(
-    settings: TargetSettings,
-    plan: LoadPlan,
-    workers: int,
-    on_result: Callable[[ProbeResult], None],
-    warn: Callable[[str], None],
-    stop: asyncio.Event | None = None,
+    settings: TargetSettings, plan: LoadPlan, workers: int, hooks: RunHooks, warn: Callable[[str], None]
 ) -> LoadRun:
     """Send the plan in this process or over worker processes (shards); ``warn`` hears what made a
-    sharded load other than planned. ``stop``, once set, ends the sending in this process (the run is
-    ``interrupted``); worker processes are not told."""
+    sharded load other than planned. ``hooks.stop``, once set, ends the sending in this process (the
+    run is ``interrupted``); worker processes are not told."""
     if workers > 1 and isinstance(plan.specs, list):
-        return await _send_sharded(settings, plan, plan.specs, workers, on_result, warn)
+        return await _send_sharded(settings, plan, workers, hooks, warn)
     async with ProbeClient(settings) as client:
         await client.resolve_model()
-        return await run_load(
-            lambda spec, at: client.send(spec, scheduled_at=at),
-            plan.specs,
-            arrivals=plan.offsets,
-            concurrency=plan.concurrency,
-            duration=plan.duration,
-            target_rate=plan.rate,
-            prompt_tokens_exact=plan.prompt_tokens_exact,
-            from_scheduled=False,
-            on_result=on_result,
-            stop=stop,
-        )
+        return await run_plan(lambda spec, at: client.send(spec, scheduled_at=at), plan, hooks)
 
 
 async def _send_sharded(
-    settings: TargetSettings,
-    plan: LoadPlan,
-    specs: list[RequestSpec],
-    workers: int,
-    on_result: Callable[[ProbeResult], None],
-    warn: Callable[[str], None],
+    settings: TargetSettings, plan: LoadPlan, workers: int, hooks: RunHooks, warn: Callable[[str], None]
 ) -> LoadRun:
     """The plan dealt over ``workers`` shard processes (open loop by due time, or the concurrency
     split), the results merged in plan order."""
-    offsets = None if plan.offsets is None else plan.offsets.tolist()
+    on_result = hooks.on_result
     async with worker_pool(workers, settings) as pool:
         assert pool is not None  # more than one worker
-        report = await pool.run_plan(
-            settings, specs, offsets=offsets, concurrency=plan.concurrency, duration_s=plan.duration,
-            on_result=lambda _index, result: on_result(result),
-        )  # fmt: skip
+        heard = None if on_result is None else ShardHooks(on_result=lambda _index, result: on_result(result))
+        report = await pool.run_plan(settings, plan, heard or ShardHooks())
     for problem in report.problems:
         warn(problem)
+    specs = plan_specs(plan)
     sent = [i for i in sorted(report.results) if i not in report.cancelled]
-    return load_run_from_results(
-        report.in_order(),
-        [specs[i] for i in sent],
-        target_rate=plan.rate,
-        concurrency=plan.concurrency,
-        prompt_tokens_exact=plan.prompt_tokens_exact,
-    )
+    return load_run_from_results(report.in_order(), [specs[i] for i in sent], plan)

@@ -3,7 +3,7 @@
 It knows nothing of HTTP: it takes ``send(spec, scheduled_at) -> ProbeResult`` (the probe client's
 ``send``, or a fake in tests) and only decides *when* each request goes.
 
-* Open loop (``arrivals``): request ``i`` is due at ``start + arrivals[i]``; the runner sleeps until
+* Open loop (the plan's ``offsets``): request ``i`` is due at ``start + offsets[i]``; the runner sleeps until
   that absolute deadline (never "sleep one gap", which accumulates every wake-up's delay) and starts
   the send as its own task, so a slow target never delays later sends. ``max_in_flight`` optionally
   caps the requests in flight; when the cap holds a send back, its lateness shows it.
@@ -15,27 +15,26 @@ open loop's arrival starts a session, a closed loop's slot runs one session at a
 after the other, and each turn is a result of its own. ``max_requests`` counts sessions then.
 
 Either stops after ``max_requests``, after ``duration`` seconds (no new sends after it; requests in
-flight finish under their own timeouts), or when specs (or arrivals) run out. Cancelling the run
+flight finish under their own timeouts), or when specs (or offsets) run out. Cancelling the run
 cancels every send in flight and re-raises; so does a send that raises (a bug: target failures come
 back as results), after which no further request is started. Results keep the order of the specs.
 
-``build_plan`` gives the same open-loop schedule as ``(offset, spec)`` pairs for worker processes, and
-``load_run_from_results`` computes the same ``LoadRun`` and health checks over what they return.
+``run_plan(send, plan, hooks)`` is the one way any load runs: the plan (``plan.LoadPlan``) says what
+to send and when, the hooks how it is driven. ``load_run_from_results`` computes the same ``LoadRun``
+and health checks over what a shard pool returns for a plan.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Literal
 
-import numpy as np
-import numpy.typing as npt
-
-from exporter.load.health import HealthCheck, HealthThresholds, Lateness, lateness, load_health
+from exporter.load.health import HealthCheck, Lateness, lateness, load_health
+from exporter.load.plan import LoadPlan, Offsets
 from exporter.load.sessions import run_session
 from exporter.probe.result import ProbeResult, intervals
 from exporter.probe.target import RequestSpec
@@ -46,7 +45,6 @@ Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
 OnResult = Callable[[ProbeResult], None]
 StopReason = Literal["requests", "duration", "exhausted", "interrupted"]
-Offsets = Sequence[float] | npt.NDArray[np.float64]  # absolute send offsets in seconds from the start
 
 
 @dataclass
@@ -99,29 +97,6 @@ def deadline_waiter(clock: Clock = time.perf_counter, sleep: Sleep = asyncio.sle
     return wait_until
 
 
-def build_plan(
-    specs: Sequence[RequestSpec],
-    offsets: Offsets,
-    *,
-    max_requests: int | None = None,
-    duration: float | None = None,
-) -> list[tuple[float, RequestSpec]]:
-    """``(offset, spec)`` pairs for ``run_plan_in_workers``: as many as there are specs and offsets,
-    at most ``max_requests``, only offsets before ``duration``."""
-    count = _count(len(specs), len(offsets), max_requests)
-    plan = [(float(offsets[i]), specs[i]) for i in range(count)]
-    return [item for item in plan if duration is None or item[0] < duration]
-
-
-def _count(n_specs: int, n_offsets: int, max_requests: int | None) -> int:
-    count = min(n_specs, n_offsets)
-    if max_requests is not None:
-        if max_requests < 0:
-            raise ValueError(f"max_requests must be >= 0, got {max_requests}")
-        count = min(count, max_requests)
-    return count
-
-
 @dataclass
 class _Context:
     send: Send
@@ -130,6 +105,10 @@ class _Context:
     on_result: OnResult | None
     stop: asyncio.Event | None = None  # set: send nothing new; what is in flight ends as it would
     interrupted: bool = False  # the stop left requests unsent
+    start_at: float | None = None  # the schedule's start (default: when the loop begins)
+
+    def start(self) -> float:
+        return self.clock() if self.start_at is None else self.start_at
 
     @property
     def stopped(self) -> bool:
@@ -190,7 +169,7 @@ async def _open_loop(
     slots = asyncio.Semaphore(max_in_flight) if max_in_flight else None
     tasks: list[asyncio.Task[Sent]] = []
     crashed = asyncio.Event()  # a send raised (a bug: target failures are results): stop sending
-    start = ctx.clock()
+    start = ctx.start()
     hit_duration = False
     try:
         # Offsets first: when they run out, no further spec is drawn from a lazy source.
@@ -221,7 +200,7 @@ async def _closed_loop(
     ctx: _Context, specs: Iterator[RequestSpec], concurrency: int, duration: float | None
 ) -> tuple[list[RequestSpec], list[ProbeResult], float, bool]:
     units: list[Sent | None] = []  # per session (or request) started, in order
-    start = ctx.clock()
+    start = ctx.start()
     expired = False
 
     async def worker() -> None:
@@ -253,103 +232,83 @@ async def _closed_loop(
     return [s for s, _ in pairs], [r for _, r in pairs], start, expired
 
 
-def _validate(arrivals: Offsets | None, concurrency: int | None, duration: float | None) -> None:
-    if (arrivals is None) == (concurrency is None):
-        raise ValueError("give exactly one of arrivals (open loop) or concurrency (closed loop)")
-    if concurrency is not None and concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    if duration is not None and duration <= 0:
-        raise ValueError(f"duration must be > 0 seconds, got {duration}")
+def _validate(plan: LoadPlan) -> None:
+    if (plan.offsets is None) == (plan.concurrency is None):
+        raise ValueError("give exactly one of offsets (open loop) or concurrency (closed loop)")
+    if plan.concurrency is not None and plan.concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {plan.concurrency}")
+    if plan.duration is not None and plan.duration <= 0:
+        raise ValueError(f"duration must be > 0 seconds, got {plan.duration}")
+    if plan.max_requests is not None and plan.max_requests < 0:
+        raise ValueError(f"max_requests must be >= 0, got {plan.max_requests}")
 
 
-async def run_load(
-    send: Send,
-    specs: Iterable[RequestSpec],
-    *,
-    arrivals: Offsets | None = None,
-    concurrency: int | None = None,
-    max_requests: int | None = None,
-    duration: float | None = None,
-    target_rate: float | None = None,
-    max_in_flight: int | None = None,
-    prompt_tokens_exact: bool = False,
-    from_scheduled: bool = False,
-    clock: Clock = time.perf_counter,
-    sleep: Sleep = asyncio.sleep,
-    wait_until: WaitUntil | None = None,
-    on_result: OnResult | None = None,
-    limits: HealthThresholds | None = None,
-    stop: asyncio.Event | None = None,
-) -> LoadRun:
-    """Send ``specs`` open-loop at ``arrivals`` (absolute offsets in seconds from the start, e.g. from
-    an ``ArrivalProcess``) or closed-loop at ``concurrency``; stop after ``max_requests``, ``duration``
-    seconds, or when specs (or arrivals) run out. ``specs`` may be a list or a lazy iterator (e.g.
-    ``Workload.stream(rng)`` for a duration-limited closed loop); only the sent ones are drawn. ``target_rate`` (req/s) is quoted in the rate check;
-    ``prompt_tokens_exact`` says whether the prompts were built exactly for the server's tokenizer.
-    ``clock`` must be the clock the probe stamps with (``time.perf_counter``); ``wait_until``
-    overrides the default absolute-deadline waiter built from ``clock`` and ``sleep``. Once ``stop`` is
-    set (an operator's Ctrl-C), nothing new is sent, the requests in flight end as they would, and the
-    run says it was ``interrupted``."""
-    _validate(arrivals, concurrency, duration)
-    if max_requests is not None and max_requests < 0:
-        raise ValueError(f"max_requests must be >= 0, got {max_requests}")
-    source = iter(specs) if max_requests is None else islice(specs, max_requests)
-    ctx = _Context(send, clock, wait_until or deadline_waiter(clock, sleep), on_result, stop)
-    if arrivals is not None:
-        sent, results, start, hit = await _open_loop(ctx, source, arrivals, duration, max_in_flight)
+@dataclass(frozen=True)
+class RunHooks:
+    """How a plan is driven, apart from what it is: ``clock`` must be the clock the probe stamps with
+    (``time.perf_counter``); ``wait_until`` overrides the absolute-deadline waiter built from ``clock``
+    and ``sleep``; ``on_result`` hears each result as it ends; once ``stop`` is set (an operator's
+    Ctrl-C), nothing new is sent and the requests in flight end as they would; ``start_at`` is the
+    schedule's start on ``clock`` (default: when the run begins; a shard's is the common start)."""
+
+    clock: Clock = time.perf_counter
+    sleep: Sleep = asyncio.sleep
+    wait_until: WaitUntil | None = None
+    on_result: OnResult | None = None
+    stop: asyncio.Event | None = None
+    start_at: float | None = None
+
+
+async def run_plan(send: Send, plan: LoadPlan, hooks: RunHooks = RunHooks()) -> LoadRun:
+    """Send ``plan``: open-loop at its offsets (absolute, in seconds from the start, e.g. from an
+    ``ArrivalProcess``) or closed-loop at its concurrency; stop after ``max_requests``, ``duration``
+    seconds, or when specs (or offsets) run out, or once ``hooks.stop`` is set (the run is then
+    ``interrupted``)."""
+    _validate(plan)
+    specs = plan.specs
+    source = iter(specs) if plan.max_requests is None else islice(specs, plan.max_requests)
+    waiter = hooks.wait_until or deadline_waiter(hooks.clock, hooks.sleep)
+    ctx = _Context(send, hooks.clock, waiter, hooks.on_result, hooks.stop, start_at=hooks.start_at)
+    if plan.offsets is not None:
+        sent, results, start, hit = await _open_loop(
+            ctx, source, plan.offsets, plan.duration, plan.max_in_flight
+        )
     else:
-        sent, results, start, hit = await _closed_loop(ctx, source, concurrency or 1, duration)
-    reached = max_requests is not None and len(results) >= max_requests
+        sent, results, start, hit = await _closed_loop(ctx, source, plan.concurrency or 1, plan.duration)
+    reached = plan.max_requests is not None and len(results) >= plan.max_requests
     stopped: StopReason = "duration" if hit else ("requests" if reached else "exhausted")
     if ctx.interrupted:
         stopped = "interrupted"
-    return load_run_from_results(
-        results,
-        sent,
-        target_rate=target_rate,
-        concurrency=concurrency,
-        prompt_tokens_exact=prompt_tokens_exact,
-        from_scheduled=from_scheduled,
-        limits=limits,
-        started_at=start,
-        finished_at=clock(),
-        stopped_by=stopped,
-    )
+    return load_run_from_results(results, sent, plan, stopped, (start, hooks.clock()))
 
 
 def load_run_from_results(
     results: Sequence[ProbeResult],
     specs: Sequence[RequestSpec],
-    *,
-    target_rate: float | None = None,
-    concurrency: int | None = None,
-    prompt_tokens_exact: bool = False,
-    from_scheduled: bool = False,
-    limits: HealthThresholds | None = None,
-    started_at: float | None = None,
-    finished_at: float | None = None,
+    plan: LoadPlan,
     stopped_by: StopReason = "exhausted",
+    span: tuple[float, float] | None = None,
 ) -> LoadRun:
-    """A ``LoadRun`` with health checks over results from anywhere (e.g. ``run_plan_in_workers``);
-    missing start/finish stamps are taken from the results' own stamps."""
+    """A ``LoadRun`` of ``plan`` with health checks over results from anywhere (e.g. a shard pool's);
+    without ``span`` (the schedule's start, the last end) it is taken from the results' own stamps."""
     starts = [r.scheduled_at for r in results if r.scheduled_at is not None]
     ends = [r.finished_at for r in results if r.finished_at is not None]
     checks = load_health(
         results,
-        target_rate=target_rate,
-        concurrency=concurrency,
-        prompt_tokens_exact=prompt_tokens_exact,
-        limits=limits,
+        target_rate=plan.rate,
+        concurrency=plan.concurrency,
+        prompt_tokens_exact=plan.prompt_tokens_exact,
+        limits=plan.limits,
     )
     return LoadRun(
         results=list(results),
         specs=list(specs),
-        mode="open" if concurrency is None else "closed",
-        target_rate=target_rate,
-        concurrency=concurrency,
-        started_at=started_at if started_at is not None else min(starts, default=0.0),
-        finished_at=finished_at if finished_at is not None else max(ends, default=0.0),
+        mode="open" if plan.concurrency is None else "closed",
+        target_rate=plan.rate,
+        concurrency=plan.concurrency,
+        started_at=span[0] if span is not None else min(starts, default=0.0),
+        finished_at=span[1] if span is not None else max(ends, default=0.0),
         stopped_by=stopped_by,
-        from_scheduled=from_scheduled,
+        from_scheduled=plan.from_scheduled,
         checks=checks,
     )

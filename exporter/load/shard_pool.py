@@ -40,15 +40,17 @@ from typing import Any, Final
 import msgspec
 from aiohttp import web
 
+from exporter.load.plan import LoadPlan
 from exporter.load.shard_protocol import (
     ProtocolError,
     ShardEntry,
     ShardTask,
+    plan_specs,
     plan_tasks,
     task_to_json,
 )
 from exporter.load.shard_report import ShardRunReport, ShardState, shard_problems
-from exporter.load.shard_run import Hook, ShardRun
+from exporter.load.shard_run import ShardHooks, ShardRun
 from exporter.probe.target import RequestSpec
 from exporter.settings.shards import PoolSettings
 from exporter.settings.target import Secret, TargetSettings
@@ -56,11 +58,17 @@ from exporter.settings.target import Secret, TargetSettings
 Alive = Callable[[int], str | None]  # why shard k is gone (e.g. "exit code -9"), or None while it runs
 POOL: Final = web.AppKey["ShardPool"]("shard_pool")
 MAX_BODY = 256 * 1024 * 1024  # an events post carries at most a few thousand results
+NO_HOOKS: Final = ShardHooks()
 EVENTS_DECODER = msgspec.json.Decoder(dict[str, Any])  # ~8x the json module on these bodies
 
 
 class ShardPool:
-    """A coordinator of ``shards`` shards over HTTP (see the module docstring)."""
+    """A coordinator of ``shards`` shards over HTTP (see the module docstring).
+
+    Over 150 lines, kept whole: its endpoints (task, ready, events) and the runs it drives share one
+    state, the shards' queues and the runs in flight, which both sides mutate on the event loop; a
+    split would pass that state between two classes that only work together. A run's own state and
+    its event handling are apart already (``shard_run.ShardRun``)."""
 
     def __init__(
         self, shards: int, token: str, settings: PoolSettings | None = None, *, alive: Alive | None = None
@@ -209,25 +217,20 @@ class ShardPool:
         self,
         tasks: Sequence[ShardTask],
         specs: dict[int, RequestSpec],
-        *,
-        on_start: Hook | None = None,
-        on_result: Hook | None = None,
-        stop: asyncio.Event | None = None,
+        hooks: ShardHooks = NO_HOOKS,
         start_delay_s: float | None = None,
     ) -> ShardRunReport:
         """Run ``tasks`` (one per shard taking part; ``specs``: plan index -> spec) and report; the start
         is ``start_delay_s`` (default: the pool's) after the last shard is ready."""
-        run = ShardRun(
-            tasks[0].run, {t.shard: t for t in tasks}, specs, on_start, on_result,
-            {t.shard: ShardState(t.shard, len(t.entries)) for t in tasks},
-        )  # fmt: skip
+        by_shard = {t.shard: ShardState(t.shard, len(t.entries)) for t in tasks}
+        run = ShardRun(tasks[0].run, {t.shard: t for t in tasks}, specs, hooks, by_shard)
         self._runs[run.id] = run
         try:
             for task in tasks:
                 self._queues[task.shard].put_nowait(task)
             if await self._all_ready(run):
                 run.start(self.settings.start_delay_s if start_delay_s is None else start_delay_s)
-                await self._until_done(run, stop or asyncio.Event())
+                await self._until_done(run, hooks.stop or asyncio.Event())
             else:
                 run.aborted = True
                 run.started.set()
@@ -244,34 +247,21 @@ class ShardPool:
         )
 
     async def run_plan(
-        self,
-        settings: TargetSettings,
-        specs: Sequence[RequestSpec],
-        *,
-        offsets: Sequence[float] | None = None,
-        concurrency: int | None = None,
-        duration_s: float | None = None,
-        on_start: Hook | None = None,
-        on_result: Hook | None = None,
-        stop: asyncio.Event | None = None,
+        self, settings: TargetSettings, plan: LoadPlan, hooks: ShardHooks = NO_HOOKS
     ) -> ShardRunReport:
-        """A whole plan (open loop at ``offsets``, or closed loop at ``concurrency``) dealt over the shards."""
-        tasks = plan_tasks(
-            self.new_run_id(), settings, specs, self.shards, offsets=offsets, concurrency=concurrency,
-            duration_s=duration_s,
-        )  # fmt: skip
+        """A whole plan (open loop at its offsets, or closed loop at its concurrency) dealt over the
+        shards; the hooks hear each request by its index in the plan."""
+        tasks = plan_tasks(self.new_run_id(), settings, plan, self.shards)
         if not tasks:
             return ShardRunReport([], {}, set(), [], None)
-        return await self.run(
-            tasks, dict(enumerate(specs)), on_start=on_start, on_result=on_result, stop=stop
-        )
+        return await self.run(tasks, dict(enumerate(plan_specs(plan))), hooks)
 
     async def run_one(
         self, settings: TargetSettings, spec: RequestSpec, shard: int, start_delay_s: float
     ) -> ShardRunReport:
         """One request alone on shard ``shard``, started ``start_delay_s`` after it is ready."""
         task = ShardTask(self.new_run_id(), shard, self.shards, settings, (ShardEntry(0, 0.0, spec),))
-        return await self.run([task], {0: spec}, start_delay_s=start_delay_s)
+        return await self.run([task], {0: spec}, NO_HOOKS, start_delay_s)
 
     def new_run_id(self) -> str:
         return f"r{next(self._ids)}-{secrets.token_hex(4)}"

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.load.plan import LoadPlan
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.probe.target import FollowUp, RequestSpec, Timeouts
 from exporter.settings.target import TargetSettings
@@ -221,26 +222,18 @@ def copy_into(target: ProbeResult, source: ProbeResult) -> None:
         setattr(target, f.name, getattr(source, f.name))
 
 
-def plan_tasks(
-    run: str,
-    settings: TargetSettings,
-    specs: Sequence[RequestSpec],
-    shards: int,
-    *,
-    offsets: Sequence[float] | None = None,
-    concurrency: int | None = None,
-    duration_s: float | None = None,
-) -> list[ShardTask]:
-    """A plan (open loop: ``offsets``; closed loop: ``concurrency``) as one task per shard that gets a
+def plan_tasks(run: str, settings: TargetSettings, plan: LoadPlan, shards: int) -> list[ShardTask]:
+    """A plan (open loop: its offsets; closed loop: its concurrency) as one task per shard that gets a
     share of it (a closed loop with fewer slots than shards leaves some out)."""
-    if (offsets is None) == (concurrency is None):
+    if (plan.offsets is None) == (plan.concurrency is None):
         raise ValueError("give exactly one of offsets (open loop) or concurrency (closed loop)")
+    specs, offsets = plan_specs(plan), plan.offsets
     if offsets is not None:
-        dealt = deal_open(list(offsets)[: len(specs)], shards)
+        dealt = deal_open([float(o) for o in offsets][: len(specs)], shards)
         shares: list[int | None] = [None] * shards
     else:
-        assert concurrency is not None
-        slots = split_concurrency(concurrency, shards)
+        assert plan.concurrency is not None
+        slots = split_concurrency(plan.concurrency, shards)
         dealt, shares = deal_closed(len(specs), slots), list(slots)
     tasks = []
     for shard, indices in enumerate(dealt):
@@ -249,5 +242,12 @@ def plan_tasks(
         entries = tuple(
             ShardEntry(i, None if offsets is None else float(offsets[i]), specs[i]) for i in indices
         )
-        tasks.append(ShardTask(run, shard, shards, settings, entries, shares[shard], duration_s))
+        tasks.append(ShardTask(run, shard, shards, settings, entries, shares[shard], plan.duration))
     return tasks
+
+
+def plan_specs(plan: LoadPlan) -> Sequence[RequestSpec]:
+    """The plan's specs as a sequence: a plan dealt over shards is drawn in full before it starts."""
+    if isinstance(plan.specs, Sequence):
+        return plan.specs
+    raise ValueError("a plan dealt over shards needs its specs drawn up front (a count, not a duration)")

@@ -22,6 +22,16 @@ from exporter.probe.target import RequestSpec
 Hook = Callable[[int, ProbeResult], None]
 
 
+@dataclass(frozen=True)
+class ShardHooks:
+    """What the caller of a sharded run hears, by plan index: each request's start and its result; and
+    its ``stop``, which once set tells the shards to stop (what they cancel comes back cancelled)."""
+
+    on_start: Hook | None = None
+    on_result: Hook | None = None
+    stop: asyncio.Event | None = None
+
+
 @dataclass
 class ShardRun:
     """One run dealt over the pool: its tasks and specs, the caller's hooks, each shard's state, the
@@ -30,8 +40,7 @@ class ShardRun:
     id: str
     tasks: dict[int, ShardTask]
     specs: dict[int, RequestSpec]
-    on_start: Hook | None
-    on_result: Hook | None
+    hooks: ShardHooks
     states: dict[int, ShardState]
     all_ready: asyncio.Event = field(default_factory=asyncio.Event)
     started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -73,8 +82,8 @@ class ShardRun:
             max_tokens=spec.max_tokens, prompt_tokens_intended=spec.prompt_tokens,
         )  # fmt: skip
         self.results[index] = result
-        if self.on_start is not None:
-            self.on_start(index, result)
+        if self.hooks.on_start is not None:
+            self.hooks.on_start(index, result)
         return result
 
     def finish(self, state: ShardState, index: int, cancelled: bool, final: ProbeResult) -> None:
@@ -89,5 +98,5 @@ class ShardRun:
             return
         state.results += 1
         state.unreliable += int(final.unreliable)
-        if self.on_result is not None:
-            self.on_result(index, held)
+        if self.hooks.on_result is not None:
+            self.hooks.on_result(index, held)

@@ -4,7 +4,8 @@
 Indexed Job: it polls the coordinator for a task (``GET .../task``, long-polled), opens a probe client
 and a first connection, reports ready and waits for the common start instant (``POST .../ready``
 answers with it, as wall-clock seconds since the epoch), converts that instant once to its own
-monotonic clock, sends its slice on an absolute schedule, and posts events every ``FLUSH_S`` (requests
+monotonic clock, sends its slice from it as a load plan through the one runner (``runner.run_plan``,
+the same as in one process), and posts events every ``FLUSH_S`` (requests
 started, first tokens, results), at least every ``HEARTBEAT_S`` so the coordinator can tell a live shard
 from a dead one. The answer to each post says whether to stop: then the sends not yet made are dropped
 and the ones in flight cancelled, and their partial results (tokens received so far) are posted too.
@@ -21,7 +22,6 @@ import contextlib
 import gc
 import logging
 import time
-from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,9 +29,10 @@ from typing import Any
 import aiohttp
 import msgspec
 
+from exporter.load.plan import LoadPlan
+from exporter.load.runner import LoadRun, RunHooks, run_plan
 from exporter.load.shard_protocol import (
     ProtocolError,
-    ShardEntry,
     ShardTask,
     result_to_json,
     settings_to_json,
@@ -39,7 +40,7 @@ from exporter.load.shard_protocol import (
 )
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.result import ProbeResult
-from exporter.probe.target import Secret
+from exporter.probe.target import RequestSpec, Secret
 from exporter.settings.target import TargetSettings
 
 log = logging.getLogger(__name__)
@@ -103,71 +104,41 @@ class Outbox:
 
 async def _until(deadline: float, stopper: asyncio.Future[Any]) -> None:
     """Sleep until ``deadline`` on the perf_counter clock, or until stopped (re-sleeps after an early
-    wake-up, as ``load.runner.deadline_waiter`` does)."""
+    wake-up, as ``load.runner.deadline_waiter`` does): the wait for the common start."""
     while not stopper.done() and (remaining := deadline - time.perf_counter()) > 0:
         await asyncio.wait({stopper}, timeout=remaining)
 
 
 class SliceSender:
-    """Sends one task's entries through ``client``, each result to the outbox."""
+    """Sends one task's entries through ``client`` as a load plan, each result to the outbox."""
 
-    def __init__(self, client: ProbeClient, task: ShardTask, origin: float, outbox: Outbox) -> None:
-        self.client, self.task, self.origin, self.outbox = client, task, origin, outbox
-        self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.sent = 0
-        # The duration left entries of the slice unsent: the coordinator's merged trial then ended by its
-        # duration, as one process's run_load says when its duration cuts the sends.
-        self.cut = False
-
-    async def send(self, entry: ShardEntry, due: float) -> None:
-        self.sent += 1
-        result = await self.client.send(
-            entry.spec, due, on_start=lambda r: self.outbox.on_start(entry.index, r)
+    def __init__(self, client: ProbeClient, task: ShardTask, outbox: Outbox) -> None:
+        self.client, self.task, self.outbox = client, task, outbox
+        # In due order (ties by plan index), as the runner sends an open loop's specs in their order.
+        entries = (
+            sorted(task.entries, key=lambda e: (e.offset or 0.0, e.index)) if task.open_loop else task.entries
         )
-        self.outbox.on_finish(entry.index, result)
+        self.specs = [entry.spec for entry in entries]
+        self.indices = {id(entry.spec): entry.index for entry in entries}
+        if len(self.indices) != len(entries):
+            raise ProtocolError(f"task {task.run}: one spec object stands for two entries")
+        self.offsets = [entry.offset or 0.0 for entry in entries] if task.open_loop else None
+        self.sent = 0
 
-    async def open_loop(self, stopper: asyncio.Future[Any]) -> None:
-        duration = self.task.duration_s
-        for entry in sorted(self.task.entries, key=lambda e: (e.offset or 0.0, e.index)):
-            offset = entry.offset or 0.0
-            if duration is not None and offset >= duration:
-                self.cut = True
-                break
-            await _until(self.origin + offset, stopper)
-            if stopper.done():
-                return
-            self.tasks[entry.index] = asyncio.create_task(self.send(entry, self.origin + offset))
-        await self._all_sent(stopper)
+    def plan(self) -> LoadPlan:
+        """The slice as the runner's plan: the task's offsets, or its share of the concurrency."""
+        concurrency = None if self.offsets is not None else (self.task.concurrency or 1)
+        return LoadPlan(self.specs, self.offsets, concurrency, duration=self.task.duration_s)
 
-    async def closed_loop(self, stopper: asyncio.Future[Any]) -> None:
-        queue = deque(self.task.entries)
-        duration = self.task.duration_s
+    async def send(self, spec: RequestSpec, due: float | None) -> ProbeResult:
+        index = self.indices[id(spec)]
+        self.sent += 1
+        result = await self.client.send(spec, due, on_start=lambda r: self.outbox.on_start(index, r))
+        self.outbox.on_finish(index, result)
+        return result
 
-        async def slot() -> None:
-            while queue and not stopper.done():
-                if duration is not None and time.perf_counter() - self.origin >= duration:
-                    self.cut = True
-                    return
-                entry = queue.popleft()
-                # No await between the previous request's end and this send: the slot never idles.
-                sending = asyncio.create_task(self.send(entry, time.perf_counter()))
-                self.tasks[entry.index] = sending
-                await asyncio.wait({sending, stopper}, return_when=asyncio.FIRST_COMPLETED)
-
-        slots = [asyncio.create_task(slot()) for _ in range(self.task.concurrency or 1)]
-        await asyncio.gather(*slots)
-        await self._all_sent(stopper)
-
-    async def _all_sent(self, stopper: asyncio.Future[Any]) -> None:
-        """Until every send made has ended, or the stop."""
-        while not stopper.done() and (running := {t for t in self.tasks.values() if not t.done()}):
-            await asyncio.wait({*running, stopper}, return_when=asyncio.FIRST_COMPLETED)
-
-    async def cancel_rest(self) -> None:
-        """Cancel the sends in flight; their partial results (tokens so far) go out as cancelled."""
-        for task in self.tasks.values():
-            task.cancel()
-        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+    def cancelled_rest(self) -> None:
+        """The sends the stop cut: their partial results (tokens so far) go out as cancelled."""
         for index, result in list(self.outbox.in_flight.items()):
             self.outbox.on_finish(index, result, cancelled=True)
 
@@ -178,35 +149,39 @@ async def run_task(
     """Send ``task``'s slice from ``origin`` (this machine's perf_counter stamp of the start instant)
     until done or ``stop``; returns the shard's figures."""
     stopper = asyncio.ensure_future(stop.wait())
-    sender = SliceSender(client, task, origin, outbox)
+    sender = SliceSender(client, task, outbox)
+    run: asyncio.Future[LoadRun] | None = None
     try:
         await _until(origin, stopper)
         outbox.late_s = time.perf_counter() - origin
         cpu = time.process_time()
-        if task.open_loop:
-            await sender.open_loop(stopper)
-        else:
-            await sender.closed_loop(stopper)
+        if not stopper.done():
+            run = asyncio.ensure_future(run_plan(sender.send, sender.plan(), RunHooks(start_at=origin)))
+            await asyncio.wait({run, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if stopper.done():
-            await sender.cancel_rest()
+            await _call_off(run)
+            sender.cancelled_rest()
+            ended_by = "stop"
+        else:
+            assert run is not None
+            ended_by = "duration" if run.result().stopped_by == "duration" else "requests"
         wall = time.perf_counter() - origin
         return {
-            "requests": sender.sent, "cpu_s": time.process_time() - cpu, "wall_s": wall,
-            "ended_by": _ended_by(sender, stopper),
+            "requests": sender.sent, "cpu_s": time.process_time() - cpu, "wall_s": wall, "ended_by": ended_by,
         }  # fmt: skip
     except BaseException:
-        await sender.cancel_rest()
+        await _call_off(run)
+        sender.cancelled_rest()
         raise
     finally:
         stopper.cancel()
 
 
-def _ended_by(sender: SliceSender, stopper: asyncio.Future[Any]) -> str:
-    """How the slice's sends ended, in ``run_load``'s words: ``stop`` (the coordinator said so),
-    ``duration`` (the task's duration left entries unsent) or ``requests`` (every entry sent)."""
-    if stopper.done():
-        return "stop"
-    return "duration" if sender.cut else "requests"
+async def _call_off(run: asyncio.Future[LoadRun] | None) -> None:
+    """Cancel the run (it cancels every send in flight) and wait for it to unwind."""
+    if run is not None and not run.done():
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
 
 
 # -- talking to the coordinator ---------------------------------------------------------------------

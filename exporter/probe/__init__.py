@@ -10,7 +10,6 @@ recorded ``ProbeResult``. Target failures never raise: every request ends as a r
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.probe.result import Outcome, ProbeResult, TokenSource, e2e, intervals, ttft
 from exporter.probe.target import APIS, Api, RequestSpec, Secret, Timeouts
-from exporter.probe.workers import WorkerStats, run_plan, run_plan_in_workers
 from exporter.settings.target import TargetSettings
 
 __all__ = [
@@ -25,10 +24,7 @@ __all__ = [
     "TargetSettings",
     "Timeouts",
     "TokenSource",
-    "WorkerStats",
     "e2e",
     "intervals",
-    "run_plan",
-    "run_plan_in_workers",
     "ttft",
 ]

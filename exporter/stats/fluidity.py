@@ -17,12 +17,12 @@ miss. Options: skip the first token (decode-only fluidity) and cap the banked sl
 playback buffer; unbounded by default, which is Etalon's behaviour).
 
 Exactness. Every result here equals, bit for bit, what the literal per-token loop over Python floats
-gives (``deadline_loop``; the tests keep their own copy as the reference). Two vectorised engines do
-the work: ``evaluate`` looks one by one only at the tokens that can be late (``deadline_points``) and
-hands a request to the loop when rounding could decide it; the minimum-deadline bisection decides each
-step from the late tokens by Lindley's prefix form, replaying the loop's float additions where rounding
-could decide (``deadline_search``), or, with a slack cap, sweeps token positions across all requests,
-replaying the loop's float operations (``deadline_sweep``).
+gives (``fluidity_engines.loop_request``; the tests keep their own copy as the reference). Two
+vectorised engines do the work (``fluidity_engines``): ``evaluate`` looks one by one only at the tokens
+that can be late and hands a request to the loop when rounding could decide it; the minimum-deadline
+bisection (``min_deadline``) decides each step from the late tokens by Lindley's prefix form, replaying
+the loop's float additions where rounding could decide, or, with a slack cap, sweeps token positions
+across all requests, replaying the loop's float operations.
 
 Counts are float64 internally: exact up to 2**53 missed deadlines per request.
 """
@@ -44,12 +44,10 @@ from exporter.stats.accounting import (
     RequestFluidity,
     Variant,
 )
-from exporter.stats.batch import ColumnLayout, FloatArray, IntervalBatch
-from exporter.stats.deadline_loop import loop_request
-from exporter.stats.deadline_points import evaluate_by_points
-from exporter.stats.deadline_search import min_deadlines_by_search
-from exporter.stats.deadline_sweep import DeadlineSweep
+from exporter.stats.batch import FloatArray, IntervalBatch
 from exporter.stats.distribution import nearest_rank
+from exporter.stats.fluidity_engines import evaluate_by_points, loop_request
+from exporter.stats.min_deadline import min_deadlines
 from exporter.stats.slo import DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
 
 __all__ = [
@@ -68,13 +66,6 @@ __all__ = [
     "min_decode_deadlines",
     "request_fluidity",
 ]
-
-# Below this many requests the deadline bisection runs the per-token loop per request: a sweep costs a
-# few numpy calls per token position however few requests share it (measured crossover ~50 requests).
-LOOP_BISECTION_MAX_REQUESTS = 32
-# The same for the search that needs no slack cap (deadline_search): its cost per step is a few dozen
-# numpy calls, whatever the length (measured crossover ~4 requests of 256 tokens: 18 ms either way).
-LOOP_SEARCH_MAX_REQUESTS = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,79 +195,13 @@ def min_decode_deadlines(
     on the bit patterns of positive floats (ordered like the floats themselves), which ends on two
     adjacent floats: the result passes and the float just below it fails, i.e. machine precision, not a
     grid. All requests are bisected together (at most 63 steps): without a slack cap each step is
-    decided from the late tokens only (``deadline_search``), with one a vectorised sweep per step.
+    decided from the late tokens only (``min_deadline``), with one a vectorised sweep per step.
     A request with fewer than two tokens, or whose decode gaps are all zero, meets any positive
     deadline: its result is 0.0.
     """
     _check_target_fluidity(target_fluidity)
     options = FluidityOptions(ignore_first_token=True, slack_cap=slack_cap, variant=variant)
-    if slack_cap is None and len(batch) > LOOP_SEARCH_MAX_REQUESTS:
-        return min_deadlines_by_search(batch, target_fluidity, variant).minima
-    if len(batch) <= LOOP_BISECTION_MAX_REQUESTS:
-        return np.array(
-            [
-                _min_deadline_by_loop(batch.request(i).tolist(), target_fluidity, options)
-                for i in range(len(batch))
-            ]
-        )
-    return _min_deadlines_by_sweep(batch, target_fluidity, options)
-
-
-def _min_deadlines_by_sweep(
-    batch: IntervalBatch, target_fluidity: float, options: FluidityOptions
-) -> FloatArray:
-    layout = batch.columns
-    sweep = DeadlineSweep(layout, options, with_stall_stats=False)
-    high = _longest_decode_gap_by_rank(layout).view(np.int64)
-    low = np.zeros_like(high)  # bit pattern of 0.0: fails by convention (no deadline is 0)
-    searching = high > 0
-    while True:
-        open_rows = searching & (high - low > 1)
-        if not open_rows.any():
-            break
-        middle = low + (high - low) // 2
-        deadlines = np.where(open_rows, middle.view(np.float64), 1.0)
-        passes = sweep.run(deadlines, deadlines).fluidity >= target_fluidity
-        high = np.where(open_rows & passes, middle, high)
-        low = np.where(open_rows & ~passes, middle, low)
-    # Ending on the smallest positive float means every positive deadline passes: report 0.0.
-    by_rank = np.where(searching & (high > 1), high.view(np.float64), 0.0)
-    result = np.empty_like(by_rank)
-    result[layout.rank_to_request] = by_rank
-    return result
-
-
-def _min_deadline_by_loop(intervals: list[float], target_fluidity: float, options: FluidityOptions) -> float:
-    """The same bisection for one request with the per-token loop: cheaper than a sweep for few requests,
-    whose cost is per token position whatever the number of requests."""
-    high = _float_bits(max(intervals[1:], default=0.0))
-    if high <= 1:  # no positive decode gap: any positive deadline passes
-        return 0.0
-    low = 0
-    while high - low > 1:
-        middle = low + (high - low) // 2
-        if _passes(intervals, _bits_float(middle), target_fluidity, options):
-            high = middle
-        else:
-            low = middle
-    return _bits_float(high) if high > 1 else 0.0
-
-
-def _passes(
-    intervals: list[float], deadline: float, target_fluidity: float, options: FluidityOptions
-) -> bool:
-    try:
-        return loop_request(intervals, deadline, deadline, options).fluidity >= target_fluidity
-    except OverflowError:  # a stall spans infinitely many of these deadlines: fluidity 0, as the sweep says
-        return False
-
-
-def _float_bits(value: float) -> int:
-    return int(np.float64(value).view(np.int64))
-
-
-def _bits_float(bits: int) -> float:
-    return float(np.int64(bits).view(np.float64))
+    return min_deadlines(batch, target_fluidity, options)
 
 
 def min_decode_deadline(
@@ -339,12 +264,3 @@ def _per_request(values: FloatArray, requests: int) -> FloatArray:
     if values.shape != (requests,):
         raise ValueError(f"a per-request deadline needs {requests} values, got {values.size}")
     return values
-
-
-def _longest_decode_gap_by_rank(layout: ColumnLayout) -> FloatArray:
-    longest = np.zeros(len(layout.rank_to_request), dtype=np.float64)
-    for position in range(1, layout.positions):
-        column = layout.column(position)
-        head = longest[: len(column)]
-        np.maximum(head, column, out=head)
-    return longest

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from exporter.load.health import rates
+from exporter.load.plan import LoadPlan
 from exporter.load.presets import preset
-from exporter.load.runner import Send, build_plan, deadline_waiter, load_run_from_results, run_load
+from exporter.load.runner import RunHooks, Send, deadline_waiter, load_run_from_results, run_plan
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.target import RequestSpec
 from exporter.settings.arrival import Constant, Poisson
@@ -58,7 +59,7 @@ def fake_send(
 
 async def test_open_loop_keeps_an_absolute_schedule_without_drift() -> None:
     offsets = Constant(200.0).offsets(200, np.random.default_rng(0))
-    run = await run_load(fake_send(0.02), _specs(200), arrivals=offsets, target_rate=200.0)
+    run = await run_plan(fake_send(0.02), LoadPlan(_specs(200), offsets=offsets, rate=200.0))
     assert len(run.results) == 200 and run.mode == "open" and run.stopped_by == "exhausted"
     start = run.started_at
     planned = np.array([r.scheduled_at - start for r in run.results])  # type: ignore[operator]
@@ -77,7 +78,7 @@ async def test_open_loop_requests_run_concurrently_and_keep_spec_order() -> None
     # Earlier requests take longer, so completions arrive in reverse order.
     send = fake_send(lambda spec: 0.2 - 0.01 * int(spec.prompt[1:]))
     began = time.perf_counter()
-    run = await run_load(send, _specs(10), arrivals=[0.001 * i for i in range(10)])
+    run = await run_plan(send, LoadPlan(_specs(10), offsets=[0.001 * i for i in range(10)]))
     assert time.perf_counter() - began < 0.5  # not 10 x 0.1 s in series
     assert [r.extra["id"] for r in run.results] == [f"r{i}" for i in range(10)]
     assert [s.request_id for s in run.specs] == [f"r{i}" for i in range(10)]
@@ -97,7 +98,7 @@ async def test_closed_loop_keeps_exactly_n_in_flight() -> None:
         finally:
             in_flight -= 1
 
-    run = await run_load(send, _specs(60), concurrency=4)
+    run = await run_plan(send, LoadPlan(_specs(60), concurrency=4))
     assert len(run.results) == 60 and run.mode == "closed"
     assert max(seen) == 4
     # Every request after the first four starts the moment another ends: still 4 in flight.
@@ -110,7 +111,7 @@ async def test_closed_loop_keeps_exactly_n_in_flight() -> None:
 
 async def test_open_loop_stops_at_the_duration() -> None:
     offsets = Poisson(100.0).offsets(1000, np.random.default_rng(1))
-    run = await run_load(fake_send(0.01), _specs(1000), arrivals=offsets, duration=0.3)
+    run = await run_plan(fake_send(0.01), LoadPlan(_specs(1000), offsets=offsets, duration=0.3))
     assert run.stopped_by == "duration"
     expected = int(np.sum(offsets < 0.3))
     assert len(run.results) == expected
@@ -118,24 +119,24 @@ async def test_open_loop_stops_at_the_duration() -> None:
 
 
 async def test_closed_loop_stops_at_the_duration_and_max_requests() -> None:
-    run = await run_load(fake_send(0.02), _specs(1000), concurrency=2, duration=0.2)
+    run = await run_plan(fake_send(0.02), LoadPlan(_specs(1000), concurrency=2, duration=0.2))
     assert run.stopped_by == "duration"
     assert 10 <= len(run.results) <= 24  # ~2 x 0.2 / 0.02, plus the in-flight pair
-    run = await run_load(fake_send(0.001), _specs(100), concurrency=3, max_requests=7)
+    run = await run_plan(fake_send(0.001), LoadPlan(_specs(100), concurrency=3, max_requests=7))
     assert run.stopped_by == "requests" and len(run.results) == 7
 
 
 async def test_a_closed_loop_that_sent_every_request_was_not_cut_by_its_duration() -> None:
     # 4 requests of 0.3 s over 2 slots: the last two start at 0.3 s, before the 0.45 s duration, and
     # end after it. Every request was sent: the run ended by its requests, not by the duration.
-    run = await run_load(fake_send(0.3), _specs(4), concurrency=2, duration=0.45)
+    run = await run_plan(fake_send(0.3), LoadPlan(_specs(4), concurrency=2, duration=0.45))
     assert len(run.results) == 4 and run.stopped_by == "exhausted"
 
 
 async def test_lazy_specs_for_a_duration_limited_closed_loop() -> None:
     workload = preset("lmsys", api="completions")
-    run = await run_load(
-        fake_send(0.01), workload.stream(np.random.default_rng(0)), concurrency=3, duration=0.15
+    run = await run_plan(
+        fake_send(0.01), LoadPlan(workload.stream(np.random.default_rng(0)), concurrency=3, duration=0.15)
     )
     assert run.stopped_by == "duration"
     assert 9 <= len(run.results) <= 60
@@ -152,20 +153,16 @@ async def test_lazy_specs_draw_only_what_is_sent() -> None:
             drawn += 1
             yield spec
 
-    run = await run_load(fake_send(0.001), specs(), arrivals=[0.0, 0.001, 0.002])
+    run = await run_plan(fake_send(0.001), LoadPlan(specs(), offsets=[0.0, 0.001, 0.002]))
     assert len(run.results) == 3 and drawn == 3 and run.stopped_by == "exhausted"
-    run = await run_load(fake_send(0.001), _specs(5), concurrency=2)
+    run = await run_plan(fake_send(0.001), LoadPlan(_specs(5), concurrency=2))
     assert len(run.results) == 5 and run.stopped_by == "exhausted"
 
 
-async def test_max_requests_and_plan_for_workers() -> None:
+async def test_max_requests() -> None:
     offsets = [0.0, 0.01, 0.02, 0.5]
-    run = await run_load(fake_send(0.001), _specs(4), arrivals=offsets, max_requests=2)
+    run = await run_plan(fake_send(0.001), LoadPlan(_specs(4), offsets=offsets, max_requests=2))
     assert len(run.results) == 2 and run.stopped_by == "requests"
-    specs = _specs(4)
-    assert build_plan(specs, offsets, duration=0.4) == [(0.0, specs[0]), (0.01, specs[1]), (0.02, specs[2])]
-    assert build_plan(specs, offsets[:2]) == [(0.0, specs[0]), (0.01, specs[1])]
-    assert build_plan(specs, offsets, max_requests=1) == [(0.0, specs[0])]
 
 
 async def _cancel_while_in_flight(
@@ -197,12 +194,12 @@ async def _cancel_while_in_flight(
 
 async def test_cancelling_an_open_loop_cancels_sends_in_flight() -> None:
     await _cancel_while_in_flight(
-        lambda send: run_load(send, _specs(100), arrivals=[0.0] * 5 + [10.0] * 95), 5
+        lambda send: run_plan(send, LoadPlan(_specs(100), offsets=[0.0] * 5 + [10.0] * 95)), 5
     )
 
 
 async def test_cancelling_a_closed_loop_cancels_sends_in_flight() -> None:
-    await _cancel_while_in_flight(lambda send: run_load(send, _specs(100), concurrency=3), 3)
+    await _cancel_while_in_flight(lambda send: run_plan(send, LoadPlan(_specs(100), concurrency=3)), 3)
 
 
 @pytest.mark.parametrize("loop", ["open", "closed"])
@@ -211,7 +208,11 @@ async def test_a_stop_sends_nothing_new_and_lets_the_sends_in_flight_end(loop: s
     offsets = [0.02 * i for i in range(100)] if loop == "open" else None
     concurrency = 2 if loop == "closed" else None
     running = asyncio.ensure_future(
-        run_load(fake_send(0.05), _specs(100), arrivals=offsets, concurrency=concurrency, stop=stop)
+        run_plan(
+            fake_send(0.05),
+            LoadPlan(_specs(100), offsets=offsets, concurrency=concurrency),
+            RunHooks(stop=stop),
+        )
     )
     await asyncio.sleep(0.2)
     stop.set()  # an operator's Ctrl-C, mid-run: a 2 s open loop, a closed loop of 100 x 50 ms / 2
@@ -223,7 +224,9 @@ async def test_a_stop_sends_nothing_new_and_lets_the_sends_in_flight_end(loop: s
 
 async def test_a_stop_after_the_last_send_leaves_the_run_complete() -> None:
     stop = asyncio.Event()
-    running = asyncio.ensure_future(run_load(fake_send(0.1), _specs(3), arrivals=[0.0, 0.0, 0.0], stop=stop))
+    running = asyncio.ensure_future(
+        run_plan(fake_send(0.1), LoadPlan(_specs(3), offsets=[0.0, 0.0, 0.0]), RunHooks(stop=stop))
+    )
     await asyncio.sleep(0.03)  # all three sent, none ended
     stop.set()
     run = await asyncio.wait_for(running, timeout=5)
@@ -245,7 +248,7 @@ async def test_a_bug_in_send_propagates_and_cancels_the_rest() -> None:
         raise AssertionError("unreachable")
 
     with pytest.raises(RuntimeError, match="bug in the client"):
-        await run_load(send, _specs(4), arrivals=[0.0, 0.0, 0.0, 0.0])
+        await run_plan(send, LoadPlan(_specs(4), offsets=[0.0, 0.0, 0.0, 0.0]))
     assert cancelled == 3
 
 
@@ -259,13 +262,13 @@ async def test_a_bug_in_send_stops_the_open_loop_from_sending_more() -> None:
         return await fake_send(0.001)(spec, scheduled_at)
 
     with pytest.raises(RuntimeError, match="bug in the client"):
-        await run_load(send, _specs(50), arrivals=[0.01 * i for i in range(50)])
+        await run_plan(send, LoadPlan(_specs(50), offsets=[0.01 * i for i in range(50)]))
     assert sent[:2] == ["r0", "r1"] and len(sent) <= 4  # stopped at once, not 0.5 s later
 
 
 async def test_health_flags_a_sender_that_blocks_the_loop() -> None:
     offsets = Constant(200.0).offsets(40, np.random.default_rng(0))
-    run = await run_load(fake_send(0.001, block=0.015), _specs(40), arrivals=offsets, target_rate=200.0)
+    run = await run_plan(fake_send(0.001, block=0.015), LoadPlan(_specs(40), offsets=offsets, rate=200.0))
     checks = {c.name: c for c in run.checks}
     assert checks["send_rate"].passed is False
     assert checks["send_rate"].observed is not None and checks["send_rate"].observed < 100
@@ -279,7 +282,7 @@ async def test_health_flags_a_sender_that_blocks_the_loop() -> None:
 
 async def test_health_flags_a_slow_target_behind_an_in_flight_cap() -> None:
     offsets = Constant(100.0).offsets(30, np.random.default_rng(0))
-    run = await run_load(fake_send(0.05), _specs(30), arrivals=offsets, max_in_flight=2, target_rate=100.0)
+    run = await run_plan(fake_send(0.05), LoadPlan(_specs(30), offsets=offsets, max_in_flight=2, rate=100.0))
     checks = {c.name: c for c in run.checks}
     assert checks["send_rate"].passed is False  # ~40 req/s achieved of 100 planned
     assert checks["send_lateness"].passed is False
@@ -288,21 +291,23 @@ async def test_health_flags_a_slow_target_behind_an_in_flight_cap() -> None:
 
 async def test_health_flags_short_outputs_and_passes_a_healthy_run() -> None:
     offsets = Constant(100.0).offsets(20, np.random.default_rng(0))
-    healthy = await run_load(fake_send(0.002), _specs(20, 8), arrivals=offsets, prompt_tokens_exact=True)
+    healthy = await run_plan(
+        fake_send(0.002), LoadPlan(_specs(20, 8), offsets=offsets, prompt_tokens_exact=True)
+    )
     assert healthy.healthy
     assert [c.name for c in healthy.checks] == [
         "send_rate", "send_lateness", "prompt_tokens", "output_tokens", "unreliable", "doubtful_gaps",
         "success",
     ]  # fmt: skip
-    short = await run_load(fake_send(0.002, tokens=3), _specs(20, 8), arrivals=offsets)
+    short = await run_plan(fake_send(0.002, tokens=3), LoadPlan(_specs(20, 8), offsets=offsets))
     check = {c.name: c for c in short.checks}["output_tokens"]
     assert check.passed is False and check.observed == 0.0
     assert "median got/asked 0.38" in check.message
 
 
 async def test_from_scheduled_charges_lateness_to_ttft() -> None:
-    run = await run_load(
-        fake_send(0.01, block=0.01), _specs(3), arrivals=[0.0, 0.0, 0.0], from_scheduled=True
+    run = await run_plan(
+        fake_send(0.01, block=0.01), LoadPlan(_specs(3), offsets=[0.0, 0.0, 0.0], from_scheduled=True)
     )
     result = run.results[2]
     assert run.intervals()[2][0] == pytest.approx(result.token_times[0] - result.scheduled_at)  # type: ignore[operator]
@@ -311,7 +316,9 @@ async def test_from_scheduled_charges_lateness_to_ttft() -> None:
 
 async def test_on_result_sees_every_result() -> None:
     seen: list[ProbeResult] = []
-    run = await run_load(fake_send(0.001), _specs(5), concurrency=2, on_result=seen.append)
+    run = await run_plan(
+        fake_send(0.001), LoadPlan(_specs(5), concurrency=2), RunHooks(on_result=seen.append)
+    )
     assert sorted(id(r) for r in seen) == sorted(id(r) for r in run.results)
 
 
@@ -345,7 +352,9 @@ async def test_injected_clock_and_waiter_make_schedules_testable_without_sleepin
     async def send(spec: RequestSpec, scheduled_at: float | None) -> ProbeResult:
         return ProbeResult(api="chat", sent_at=now, finished_at=now + 1)
 
-    run = await run_load(send, _specs(3), arrivals=[0.0, 2.0, 5.0], clock=lambda: now, wait_until=wait_until)
+    run = await run_plan(
+        send, LoadPlan(_specs(3), offsets=[0.0, 2.0, 5.0]), RunHooks(clock=lambda: now, wait_until=wait_until)
+    )
     assert waits == [100.0, 102.0, 105.0]
     assert [r.scheduled_at for r in run.results] == [100.0, 102.0, 105.0]
 
@@ -353,10 +362,10 @@ async def test_injected_clock_and_waiter_make_schedules_testable_without_sleepin
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({}, "give exactly one of arrivals (open loop) or concurrency (closed loop)"),
+        ({}, "give exactly one of offsets (open loop) or concurrency (closed loop)"),
         (
-            {"arrivals": [0.0], "concurrency": 2},
-            "give exactly one of arrivals (open loop) or concurrency (closed loop)",
+            {"offsets": [0.0], "concurrency": 2},
+            "give exactly one of offsets (open loop) or concurrency (closed loop)",
         ),
         ({"concurrency": 0}, "concurrency must be >= 1, got 0"),
         ({"concurrency": 1, "duration": 0}, "duration must be > 0 seconds, got 0"),
@@ -365,7 +374,7 @@ async def test_injected_clock_and_waiter_make_schedules_testable_without_sleepin
 )
 async def test_argument_errors(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError) as caught:
-        await run_load(fake_send(), _specs(2), **kwargs)  # type: ignore[arg-type]
+        await run_plan(fake_send(), LoadPlan(_specs(2), **kwargs))  # type: ignore[arg-type]
     assert str(caught.value) == message
 
 
@@ -376,7 +385,7 @@ def test_load_run_from_worker_results() -> None:
                     outcome=Outcome.OK)
         for i in range(10)
     ]  # fmt: skip
-    run = load_run_from_results(results, _specs(10), target_rate=10.0)
+    run = load_run_from_results(results, _specs(10), LoadPlan(_specs(10), offsets=[], rate=10.0))
     assert run.started_at == 10.0 and run.finished_at == 20.0
     assert rates(run.results) == (pytest.approx(10.0), pytest.approx(10.0))
     assert run.lateness.p50 == pytest.approx(0.001)

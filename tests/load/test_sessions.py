@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from exporter.load.runner import run_load
+from exporter.load.plan import LoadPlan
+from exporter.load.runner import RunHooks, run_plan
 from exporter.load.sessions import run_session
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
@@ -182,12 +183,10 @@ async def test_the_runner_schedules_sessions_and_returns_every_turn() -> None:
     target = FakeTarget()
     loop = asyncio.get_running_loop()
     seen: list[int] = []
-    run = await run_load(
+    run = await run_plan(
         target.send,
-        [_session(3), _session(1), _session(2)],
-        arrivals=[0.0, 0.01, 0.02],
-        clock=loop.time,
-        on_result=lambda r: seen.append(r.turn),
+        LoadPlan([_session(3), _session(1), _session(2)], offsets=[0.0, 0.01, 0.02]),
+        RunHooks(clock=loop.time, on_result=lambda r: seen.append(r.turn)),
     )
     assert len(run.results) == len(run.specs) == 6 and sorted(seen) == [1, 1, 1, 2, 2, 3]
     assert [(s.turn, r.turn) for s, r in zip(run.specs, run.results, strict=True)] == [
@@ -199,7 +198,7 @@ async def test_cancelling_the_run_ends_its_sessions() -> None:
     target = FakeTarget()
     loop = asyncio.get_running_loop()
     task = asyncio.create_task(
-        run_load(target.send, [_session(5, think=10.0)], concurrency=1, clock=loop.time)
+        run_plan(target.send, LoadPlan([_session(5, think=10.0)], concurrency=1), RunHooks(clock=loop.time))
     )
     await wait_for(lambda: target.answered == 1)  # the session is now in its 10 s think time
     task.cancel()
@@ -224,7 +223,7 @@ async def test_live_sessions_hit_the_prefix_cache_and_answer_follow_ups_faster(s
     settings = TargetSettings(base_url=server.url, timeouts=Timeouts(ttft=5, idle=5, total=10))
     async with ProbeClient(settings) as client:
         # One session at a time: a follow-up never queues behind another session's cold prefill.
-        run = await run_load(client.send, workload.sample(9, RNG(3)), concurrency=1)
+        run = await run_plan(client.send, LoadPlan(workload.sample(9, RNG(3)), concurrency=1))
         cold = await client.send(workload.with_options(api="chat").sample(1, RNG(4))[0])
     assert all(r.ok for r in run.results) and len(run.results) == 9
     firsts = [r for r in run.results if r.turn == 1]

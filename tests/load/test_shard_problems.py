@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 
+from exporter.load.plan import LoadPlan
 from exporter.load.shard_protocol import (
     ProtocolError,
     ShardEntry,
@@ -84,12 +85,12 @@ def test_closed_loops_deal_requests_in_proportion_to_slots() -> None:
 
 def test_plan_tasks_leave_out_shards_with_nothing_to_do() -> None:
     specs = [RequestSpec(f"p{i}", 4) for i in range(3)]
-    tasks = plan_tasks("r", TargetSettings("http://x"), specs, 4, offsets=[0.0, 0.1, 0.2])
+    tasks = plan_tasks("r", TargetSettings("http://x"), LoadPlan(specs, [0.0, 0.1, 0.2]), 4)
     assert [t.shard for t in tasks] == [0, 1, 2]
-    closed = plan_tasks("r", TargetSettings("http://x"), specs, 3, concurrency=1)
+    closed = plan_tasks("r", TargetSettings("http://x"), LoadPlan(specs, concurrency=1), 3)
     assert [(t.shard, t.concurrency, len(t.entries)) for t in closed] == [(0, 1, 3)]
     with pytest.raises(ValueError, match="exactly one of offsets"):
-        plan_tasks("r", TargetSettings("http://x"), specs, 2)
+        plan_tasks("r", TargetSettings("http://x"), LoadPlan(specs), 2)
 
 
 def test_a_task_round_trips_without_its_api_key() -> None:

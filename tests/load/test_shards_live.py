@@ -18,14 +18,16 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
+from exporter.load.plan import LoadPlan
+from exporter.load.runner import run_plan
 from exporter.load.shard_local import LocalShards, local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import API_KEY_ENV
+from exporter.load.shard_run import ShardHooks
 from exporter.load.shard_runner import LOST_S, serve_shard
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult, intervals
 from exporter.probe.target import RequestSpec, Secret
-from exporter.probe.workers import run_plan
 from exporter.report.summary import summarize
 from exporter.settings.shards import PoolSettings
 from exporter.sim import SimServer
@@ -58,9 +60,9 @@ async def test_the_same_plan_gives_the_same_results_over_one_process_and_two_sha
     settings = settings_for(sim)
     plan_specs, plan_offsets = specs(16), offsets(16, 0.01)
     async with ProbeClient(settings) as client:
-        alone = await run_plan(client, list(zip(plan_offsets, plan_specs, strict=True)))
+        alone = (await run_plan(client.send, LoadPlan(plan_specs, plan_offsets))).results
     async with local_shards(2, None, LIVE) as pool:
-        report = await pool.run_plan(settings, plan_specs, offsets=plan_offsets)
+        report = await pool.run_plan(settings, LoadPlan(plan_specs, plan_offsets))
     merged = report.in_order()
     assert report.problems == []
     assert summary(merged) == summary(alone)
@@ -92,7 +94,7 @@ async def test_the_same_plan_gives_the_same_results_over_one_process_and_two_sha
 
 async def test_a_closed_loop_splits_its_concurrency(sim: SimServer) -> None:
     async with local_shards(2, None, LIVE) as pool:
-        report = await pool.run_plan(settings_for(sim), specs(12), concurrency=3)
+        report = await pool.run_plan(settings_for(sim), LoadPlan(specs(12), concurrency=3))
     assert report.problems == []
     assert [s.requests for s in report.states] == [8, 4]  # slots 2 and 1: requests in proportion
     assert [r.extra["request_id"] for r in report.in_order()] == [f"r{i}" for i in range(12)]
@@ -112,8 +114,8 @@ async def test_stop_cancels_the_rest_and_keeps_the_tokens_received(sim: SimServe
     plan_specs = specs(40, tokens=40, gap=0.01)
     async with local_shards(2, None, LIVE) as pool:
         report = await pool.run_plan(
-            settings_for(sim), plan_specs, offsets=[0.1 * i for i in range(40)],
-            on_start=lambda _i, r: started.append(r), on_result=on_result, stop=stop,
+            settings_for(sim), LoadPlan(plan_specs, [0.1 * i for i in range(40)]),
+            ShardHooks(lambda _i, r: started.append(r), on_result, stop),
         )  # fmt: skip
     assert report.problems == []
     assert 4 <= len(report.in_order()) < 20  # stopped long before the schedule's end
@@ -138,7 +140,9 @@ async def test_a_shard_that_dies_makes_the_run_say_so(sim: SimServer) -> None:
     try:
         await pool.wait_registered(60)
         report = await pool.run_plan(
-            settings_for(sim), specs(30), offsets=[0.05 * i for i in range(30)], on_result=on_result
+            settings_for(sim),
+            LoadPlan(specs(30), [0.05 * i for i in range(30)]),
+            ShardHooks(on_result=on_result),
         )
     finally:
         await pool.close()
@@ -151,7 +155,7 @@ async def test_a_shard_starting_late_makes_the_run_say_so(sim: SimServer) -> Non
     async with local_shards(
         2, None, PoolSettings(start_delay_s=-0.5, max_start_lateness_s=0.1, max_unreliable_share=1.0)
     ) as pool:
-        report = await pool.run_plan(settings_for(sim), specs(4), offsets=[0.0, 0.01, 0.02, 0.03])
+        report = await pool.run_plan(settings_for(sim), LoadPlan(specs(4), [0.0, 0.01, 0.02, 0.03]))
     assert len(report.in_order()) == 4
     late = [p for p in report.problems if "late (bound 0.1 s)" in p]
     assert len(late) == 2 and all(s.late_s is not None and s.late_s > 0.4 for s in report.states)
@@ -194,7 +198,7 @@ async def test_the_shard_processes_get_their_secrets_on_pipes_not_in_their_envir
             for proc in shards.procs
             for part in ("environ", "cmdline")
         ]
-        report = await pool.run_plan(settings_for(target, model="m"), specs(4), offsets=[0.0] * 4)
+        report = await pool.run_plan(settings_for(target, model="m"), LoadPlan(specs(4), [0.0] * 4))
     finally:
         await pool.close()
         await asyncio.to_thread(shards.stop)

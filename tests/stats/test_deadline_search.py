@@ -17,9 +17,15 @@ from hypothesis import strategies as st
 
 from exporter.stats.accounting import FluidityOptions, Variant
 from exporter.stats.batch import IntervalBatch
-from exporter.stats.deadline_arrays import Replays, last_before, previous_minimum
-from exporter.stats.deadline_search import min_deadlines_by_search
-from exporter.stats.fluidity import _min_deadline_by_loop, _min_deadlines_by_sweep, fluid_token_rate
+from exporter.stats.fluidity import fluid_token_rate
+from exporter.stats.min_deadline import (
+    Replays,
+    _min_deadline_by_loop,
+    _min_deadlines_by_sweep,
+    last_before,
+    min_deadlines_by_search,
+    previous_minimum,
+)
 from tests.stats.strategies import traces
 
 TARGETS = [0.5, 0.9, 0.99, 1.0]

@@ -11,11 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.stats.batch import IntervalBatch
-from exporter.stats.deadline_loop import loop_request
-from exporter.stats.deadline_sweep import DeadlineSweep
 from exporter.stats.fluidity import (
-    LOOP_BISECTION_MAX_REQUESTS,
-    LOOP_SEARCH_MAX_REQUESTS,
     FluidityOptions,
     deadline_miss_curve,
     deadline_misses,
@@ -26,6 +22,8 @@ from exporter.stats.fluidity import (
     min_decode_deadlines,
     request_fluidity,
 )
+from exporter.stats.fluidity_engines import DeadlineSweep, loop_request
+from exporter.stats.min_deadline import LOOP_BISECTION_MAX_REQUESTS, LOOP_SEARCH_MAX_REQUESTS
 from tests.stats.strategies import traces
 
 

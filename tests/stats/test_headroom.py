@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from exporter.stats.accounting import FluidityOptions
 from exporter.stats.batch import IntervalBatch
-from exporter.stats.deadline_loop import loop_request
+from exporter.stats.fluidity_engines import loop_request
 from exporter.stats.headroom import (
     MAX_SCALE,
     MIN_SCALE,
