@@ -29,8 +29,7 @@ from exporter.app import Daemon, web_app
 from exporter.cli.command import EXIT_MEASURED, EXIT_USAGE
 from exporter.settings import SettingsError, parse_config
 from exporter.sim import SimConfig, SimServer
-from exporter.traffic.envoy_config import Endpoint, Upstream, bootstrap, render
-from exporter.traffic.envoy_process import EnvoyError, EnvoyProcess, envoy_binary
+from exporter.traffic.envoy_process import EnvoyError, EnvoyProcess, envoy_binary, write_loopback_bootstrap
 
 USERS_PER_SECOND = 2.0  # Poisson arrivals of user streams through Envoy: a little traffic, not a load
 MAX_IN_FLIGHT = 8
@@ -210,16 +209,7 @@ async def with_envoy(args: argparse.Namespace, binary: Path, folder: Path, where
     envoy_port = args.envoy_port or free_port()
     where = Addresses(where.metrics, envoy_port, where.observer_port, where.sim_url, where.model)
     config = folder / "envoy.yaml"
-    config.write_text(
-        render(
-            bootstrap(
-                Upstream.of_url(where.sim_url),
-                Endpoint("127.0.0.1", envoy_port),
-                Endpoint("127.0.0.1", where.observer_port),
-                Endpoint("127.0.0.1", free_port()),
-            )
-        )
-    )
+    write_loopback_bootstrap(config, where.sim_url, envoy_port, where.observer_port, free_port())
     envoy = EnvoyProcess(binary, config, folder / "envoy.log")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

