@@ -21,6 +21,13 @@ gets busier moves both alike (``--keep DIR`` keeps each run's report and timings
 
     python bench/default_reliable.py --runs 6 --turns --against /path/to/other/checkout
 
+and with ``--trace`` (root, and tracefs at ``/sys/kernel/tracing``: ``mount -t tracefs nodev
+/sys/kernel/tracing``) each stall is put down to the task that held the CPU the client was woken on:
+the scheduler's switches are traced on the clock the stalls are stamped with, and the task switched
+out for the client as a stall ended is named (``swapper``: the CPU was idle and woke late)::
+
+    python bench/default_reliable.py --runs 3 --trace
+
 About 40 s a run. Measured when the batches were first spread over turns (``flushes.py``), against the
 commit before, interleaved, on this project's 2-core VM shared with ~7 agents (load 7-13), 7 runs each
 and the stalls then counted from the paced reads alone: every run of both flagged all 100 requests
@@ -40,6 +47,12 @@ callback CPU): one merges the reads of 7-25 streams whose tokens come 6 ms apart
 the simulator on the first CPU instead of the last (4 of 6 against 5 of 6), a ``SCHED_IDLE`` spinner
 on the client's core so its vCPU never halts (stalls 18 -> 5 in 8 runs, failures no fewer: 4 of 8),
 streams under 8 ms read unpaced (5 of 6 against 4 of 6: within the noise of six runs).
+
+``--trace`` then named what held the CPU in four of five stalls of three runs: ``kdamond.0``, DAMON's
+proactive reclaim (2-8 ms on a CPU every 5.12 s), on the one CPU the client was pinned to, with the
+other idle; the fifth was the idle CPU woken late. With the client left free (the simulator still on
+the last CPU: ``split_cpus``), interleaved, 8 runs each: exit 0 in 8 of 8 (none flagged, 3 stalls)
+against 4 of 8 pinned (59 flagged, 19 stalls).
 """
 
 from __future__ import annotations
@@ -48,17 +61,21 @@ import argparse
 import bisect
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 STALL_S = 0.003  # saturation.LAG_LIMIT_S, not imported: the child runs either arm's code
 BUSY_SHARE = 0.5
+TRACEFS = Path("/sys/kernel/tracing")
+SWITCH = re.compile(r" ([\d.]+): sched_switch: prev_comm=(.+?) prev_pid=\d+ .* next_pid=(\d+) ")
 
 
 def child(out: Path, argv: list[str]) -> int:
@@ -167,24 +184,67 @@ def _merged(windows: list[list[float]]) -> list[tuple[float, float]]:
     return merged
 
 
-def one_run(root: Path, turns: bool, keep: Path | None = None) -> dict[str, float]:
-    """The default bench from the checkout at ``root``: exit code, flagged requests and stalls."""
+def one_run(
+    root: Path, turns: bool, keep: Path | None = None, trace: bool = False
+) -> tuple[dict[str, float], Counter[str]]:
+    """The default bench from the checkout at ``root``: exit code, flagged requests and stalls; with
+    ``trace``, what held the client's CPU in each stall."""
     with tempfile.TemporaryDirectory() as out:
         report, timed = Path(out) / "report", Path(out) / "timed.json"
         argv = ["bench", "--quiet", "--no-plots", "--output", str(report), "--force"]
         command = [sys.executable, "-m", "exporter", *argv]
-        if turns:
+        if turns or trace:
             command = [sys.executable, __file__, "--child", str(timed), "--", *argv]
         env = {**os.environ, "PYTHONPATH": str(root)}
-        code = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, check=False).returncode
+        if trace:
+            start_trace()
+        with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL) as child_process:
+            code = child_process.wait()
         summary = json.loads((report / "summary.json").read_text(encoding="utf-8"))
         if keep is not None:  # the run's report and timings, for a closer look
             keep.mkdir(parents=True, exist_ok=True)
             shutil.copytree(out, keep / f"{root.name}-{time.strftime('%H%M%S')}")
         figures: dict[str, float] = {"exit": code, "flagged": summary["requests"]["unreliable"]}
-        if turns:
-            figures |= stalls(json.loads(timed.read_text(encoding="utf-8")))
-    return figures
+        held: Counter[str] = Counter()
+        if turns or trace:
+            timings = json.loads(timed.read_text(encoding="utf-8"))
+            figures |= stalls(timings)
+        if trace:
+            held = holders(stop_trace(), _merged(timings["late"]), child_process.pid)
+    return figures, held
+
+
+def start_trace() -> None:
+    """Trace the scheduler's switches and wake-ups from now, on CLOCK_MONOTONIC (``perf_counter``'s)."""
+    (TRACEFS / "tracing_on").write_text("0")
+    for name, value in (("trace_clock", "mono"), ("buffer_size_kb", "65536"), ("trace", "")):
+        (TRACEFS / name).write_text(value)
+    (TRACEFS / "set_event").write_text("sched:sched_switch sched:sched_waking")
+    (TRACEFS / "tracing_on").write_text("1")
+
+
+def stop_trace() -> str:
+    """What was traced since ``start_trace``; tracing off."""
+    (TRACEFS / "tracing_on").write_text("0")
+    return (TRACEFS / "trace").read_text(encoding="utf-8", errors="replace")
+
+
+def holders(trace: str, windows: list[tuple[float, float]], pid: int) -> Counter[str]:
+    """For each stall, the task the client's thread ``pid`` was switched in for when it ended: what held
+    the CPU it was woken on (``swapper``: none, the CPU was idle and woke late); ``unseen`` where the
+    trace shows no switch to the client within 1 ms of the stall's end."""
+    switches_in = [
+        (float(m.group(1)), m.group(2).split("/")[0])
+        for m in SWITCH.finditer(trace)
+        if int(m.group(3)) == pid
+    ]
+    times = [at for at, _ in switches_in]
+    held: Counter[str] = Counter()
+    for due, came in windows:
+        first = bisect.bisect_left(times, due)
+        ending = [name for at, name in switches_in[first : bisect.bisect_right(times, came + 1e-3)]]
+        held[ending[-1] if ending else "unseen"] += 1
+    return held
 
 
 def main() -> None:
@@ -192,6 +252,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="runs (per arm with --against)")
     parser.add_argument("--against", type=Path, help="another checkout's root: run it too, alternating")
     parser.add_argument("--turns", action="store_true", help="count stalls by cause (a timed loop)")
+    parser.add_argument("--trace", action="store_true", help="name what held the client's CPU (root)")
     parser.add_argument("--keep", type=Path, help="copy each run's report (and timings) under this folder")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
@@ -200,19 +261,27 @@ def main() -> None:
     here = Path(__file__).resolve().parent.parent
     arms = {"this": here} if args.against is None else {"other": args.against.resolve(), "this": here}
     runs: dict[str, list[dict[str, float]]] = {arm: [] for arm in arms}
+    held: dict[str, Counter[str]] = {arm: Counter() for arm in arms}
     for rep in range(args.runs):
         for arm in list(arms) if rep % 2 == 0 else list(arms)[::-1]:
             load = os.getloadavg()[0]
-            figures = one_run(arms[arm], args.turns, args.keep)
+            figures, run_held = one_run(arms[arm], args.turns, args.keep, args.trace)
             runs[arm].append(figures)
+            held[arm] += run_held
             shown = "  ".join(f"{key} {value:g}" for key, value in figures.items())
-            print(f"{arm:<6} run {rep + 1}: {shown}  load {load:.1f}", flush=True)
+            print(f"{arm:<6} run {rep + 1}: {shown}  load {load:.1f}{_held(run_held)}", flush=True)
     for arm, arm_runs in runs.items():
         passed = sum(run["exit"] == 0 for run in arm_runs)
         keys = list(arm_runs[0])
         medians = "  ".join(f"{key} {statistics.median(r[key] for r in arm_runs):g}" for key in keys)
         totals = "  ".join(f"{key} {sum(r[key] for r in arm_runs):g}" for key in keys if key != "exit")
-        print(f"{arm:<6} exit 0 in {passed} of {len(arm_runs)}; median {medians}; total {totals}")
+        print(
+            f"{arm:<6} exit 0 in {passed} of {len(arm_runs)}; median {medians}; total {totals}{_held(held[arm])}"
+        )
+
+
+def _held(held: Counter[str]) -> str:
+    return ("  held by " + ", ".join(f"{name} {n}" for name, n in held.most_common())) if held else ""
 
 
 if __name__ == "__main__":
