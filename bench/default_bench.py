@@ -5,8 +5,8 @@
 chunks it may have read together, ``probe.saturation``) follow its event loop's lag. Here each run is
 the default bench's load (the default workload, rate and request count) against a simulator this
 script starts, so that the simulator's CPU time can be read from ``/proc`` before it stops: ``pinned``
-puts the simulator on the last CPU and the client on the others (as ``url_or_simulator`` does),
-``free`` leaves both to the scheduler. The arms alternate, so a machine that gets busier or quieter
+puts the simulator on the last CPU and the client on the others where they are two or more
+(``split_cpus``, as ``url_or_simulator`` does), ``free`` leaves both to the scheduler. The arms alternate, so a machine that gets busier or quieter
 meanwhile moves both alike. Printed per run: flagged requests, the client's and the simulator's CPU
 seconds (user + sys), and the wall time; then each arm's medians and their ratio.
 
@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from exporter.sim.process import DEFAULT_PRESET, SimProcess
+from exporter.sim.process import DEFAULT_PRESET, SimProcess, split_cpus
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -44,8 +44,7 @@ def process_cpu_s(pid: int) -> float:
 
 def one_run(pinned: bool, requests: int) -> dict[str, float]:
     """One default-load bench run; its flagged requests and CPU seconds."""
-    cpus = sorted(os.sched_getaffinity(0))
-    sim_cpus, client_cpus = ({cpus[-1]}, set(cpus[:-1])) if pinned and len(cpus) > 1 else (None, None)
+    sim_cpus, client_cpus = split_cpus(os.sched_getaffinity(0)) if pinned else (None, None)
     with (
         SimProcess(["--sim-preset", DEFAULT_PRESET], cpus=sim_cpus) as sim,
         tempfile.TemporaryDirectory() as out,

@@ -29,18 +29,24 @@ def test_an_interrupt_while_the_child_starts_stops_the_child(monkeypatch: pytest
 
 @pytest.mark.parametrize(
     ("cpus", "split"),
-    [({0}, (None, None)), ({0, 1}, ({1}, {0})), ({2, 5, 7}, ({7}, {2, 5}))],
+    [
+        ({0}, (None, None)),
+        ({0, 1}, ({1}, None)),
+        ({2, 5, 7}, ({7}, {2, 5})),
+        ({0, 1, 2, 3}, ({3}, {0, 1, 2})),
+    ],
 )
-def test_the_simulator_gets_the_last_cpu_and_the_client_the_others(
+def test_the_simulator_gets_the_last_cpu_and_the_client_the_others_if_two_or_more(
     cpus: set[int], split: tuple[set[int] | None, set[int] | None]
 ) -> None:
     assert split_cpus(cpus) == split
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to keep them apart")
-def test_the_default_target_and_its_client_run_on_cpus_apart() -> None:
-    """The simulator runs on its own core (docs/bench.md says so): sharing both with the client, its work
-    makes the client's event loop late (the default bench would fail its own health check)."""
+def test_the_default_target_runs_on_a_cpu_of_its_own() -> None:
+    """The simulator runs on its own core (docs/bench.md says so): sharing every one with the client, its
+    work makes the client's event loop late. The client keeps its CPUs where one alone would be left to
+    it: held to one, it waits for whatever else runs there (a kernel thread, for milliseconds)."""
     own = os.sched_getaffinity(0)
     sim_cpus, client_cpus = split_cpus(own)
     before = set(_children(os.getpid()))  # another test's simulator may still be running
@@ -48,7 +54,7 @@ def test_the_default_target_and_its_client_run_on_cpus_apart() -> None:
         assert simulated and url.startswith("http://127.0.0.1:")
         children = [pid for pid in _children(os.getpid()) if pid not in before]
         assert [os.sched_getaffinity(pid) for pid in children] == [sim_cpus]
-        assert os.sched_getaffinity(0) == client_cpus
+        assert os.sched_getaffinity(0) == (client_cpus or own)
     assert os.sched_getaffinity(0) == own  # the command's CPUs back for whatever follows
 
 
