@@ -19,12 +19,11 @@ ERROR_STATES = {"Error", "Alerting", "OK", "KeepLast"}
 
 
 def prometheus_burn_alerts() -> dict[tuple[str, str], dict[str, Any]]:
-    """The Prometheus burn-rate alert rules of the probes by (alertname, long window). Those of real
-    traffic (FluidityTraffic*) are Prometheus-only: the file's header lists them."""
+    """The Prometheus burn-rate alert rules, the probes' and real traffic's, by (alertname, long window)."""
     return {
         (alert["alert"], alert["labels"]["long_window"]): alert
         for alert in files.alerts()
-        if "long_window" in alert["labels"] and not alert["alert"].startswith("FluidityTraffic")
+        if "long_window" in alert["labels"]
     }
 
 
@@ -99,6 +98,24 @@ def test_the_rules_are_the_prometheus_burn_rate_alerts() -> None:
         guarded_here = {w for _, promql in _queries(rule) for w in re.findall(r"offset (\w+)", promql)}
         assert guarded_here == windows & guarded(), rule["uid"]
     assert seen == set(expected)
+
+
+def test_the_traffic_rules_need_the_prometheus_alerts_floor_of_completed_requests() -> None:
+    """Real traffic's rules fire, as the Prometheus ones do, only where enough user requests completed
+    over the long window: the same floor, over the same window, in the long window's query."""
+    expected = prometheus_burn_alerts()
+    traffic = [rule for rule in files.grafana_rules() if rule["title"].startswith("FluidityTraffic")]
+    assert len(traffic) == 4
+    for rule in traffic:
+        alert = expected[(rule["title"].split(" ")[0], rule["labels"]["long_window"])]
+        floor = re.findall(
+            r"increase\(fluidity_traffic_requests_total\{outcome=\"ok\"\}\[(\w+)\]\)\) >= (\d+)",
+            alert["expr"],
+        )
+        assert floor == [(rule["labels"]["long_window"], "10")], alert["expr"]
+        queries = dict(_queries(rule))
+        assert re.findall(r"requests_total\{outcome=\"ok\"\}\[(\w+)\]\)\) >= (\d+)", queries["A"]) == floor
+        assert "requests_total" not in queries["B"]
 
 
 def test_the_queries_use_the_objective_and_tier_of_the_recording_rules() -> None:
