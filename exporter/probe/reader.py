@@ -46,8 +46,8 @@ from exporter.probe.flushes import loop_flushes
 from exporter.probe.http import HttpError
 from exporter.probe.result import Outcome
 from exporter.probe.socket_reads import KeepMode
-from exporter.probe.sse import SseDecoder, SseError, SseTooLargeError
-from exporter.probe.stream import StreamFailureError, StreamState
+from exporter.probe.sse import SseDecoder, SseError
+from exporter.probe.stream import StreamFailureError, StreamState, sse_failure
 
 ERROR_BODY_LIMIT = 4096
 DRAIN_LIMIT_S = 1.0  # after [DONE], how long to wait for the end of the HTTP body
@@ -178,8 +178,7 @@ class StreamReader:
             try:
                 events = self._decoder.feed(body)
             except SseError as exc:
-                outcome = Outcome.TOO_LARGE if isinstance(exc, SseTooLargeError) else Outcome.MALFORMED_STREAM
-                raise StreamFailureError(outcome, str(exc)) from None
+                raise sse_failure(exc) from None
             done = bool(events) and state.on_events(now, events)
         state.check_length()
         if done:

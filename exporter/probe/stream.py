@@ -24,7 +24,7 @@ from exporter.probe.chunk_shapes import FAST_READERS, PLAIN_BATCH_READERS
 from exporter.probe.openai import ApiFormat, Chunk, read_chunk
 from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.probe.saturation import LAG_LIMIT_S
-from exporter.probe.sse import DONE, SseEvent
+from exporter.probe.sse import DONE, SseError, SseEvent, SseTooLargeError
 from exporter.probe.tokens import TokenCounter, reconcile
 
 _DONE_BYTES = DONE.encode()
@@ -51,6 +51,13 @@ class StreamFailureError(Exception):
         super().__init__(message)
         self.outcome = outcome
         self.message = message
+
+
+def sse_failure(exc: SseError) -> StreamFailureError:
+    """The failure bytes that do not decode make: ``TOO_LARGE`` past a bound of ``probe.sse`` (a line or
+    an event), else ``MALFORMED_STREAM``."""
+    outcome = Outcome.TOO_LARGE if isinstance(exc, SseTooLargeError) else Outcome.MALFORMED_STREAM
+    return StreamFailureError(outcome, str(exc))
 
 
 class StreamState:

@@ -7,8 +7,11 @@ The observer's gRPC handler only stamps each message and hands it here. Response
 (stamp, bytes) and decoded in batches (``DECODE_BYTES``), each with its own arrival stamp, so the bytes a
 stream holds stay bounded whatever its length. What a record may cost is bounded (``StreamLimits``): a
 request body past its bound is not read (model ``other``), a stream past its bytes or token events is
-given up (``Ignored.TOO_LARGE``). No prompt or answer text is kept once decoded, nor a failure's
-message (a server's error event may quote the request): the outcome says how it ended.
+given up (``Ignored.TOO_LARGE``). The client's bounds end a record as they end a probe, with its
+outcome, at once, however long the user goes on reading: more token events than ``max_tokens`` and its
+margin (``OVERLONG``), an SSE line or event past its bound (``TOO_LARGE``). No prompt or answer text is
+kept once decoded, nor a failure's message (a server's error event may quote the request): the outcome
+says how it ended.
 
 The exporter's own probes (``probe.target.PROBE_HEADER``, whose value is the probe request's id) are
 recorded the same way, with that id (``Observed.probe_id``), so that the daemon can compare the
@@ -28,7 +31,7 @@ from exporter.probe.openai import FORMATS
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.saturation import is_unreliable
 from exporter.probe.sse import SseDecoder, SseError
-from exporter.probe.stream import StreamFailureError, StreamState
+from exporter.probe.stream import StreamFailureError, StreamState, sse_failure
 from exporter.probe.target import PROBE_HEADER
 from exporter.probe.tokens import TokenCounter
 from exporter.settings.target import Api
@@ -172,9 +175,14 @@ class ObservedStream:
 
     @property
     def ended(self) -> bool:
-        """Whether its record (or its reason for none) is settled: the response's body ended, or the
+        """Whether its record (or its reason for none) is settled: the response's body ended, the stream
+        failed (what follows cannot mend it: a server past ``max_tokens`` may never stop), or the
         exchange is ignored. Envoy keeps the gRPC stream open a while longer (its deferred close)."""
-        return self._body_ended or (self.ignored is not None and self._listing is None)
+        return (
+            self._body_ended
+            or self._failure is not None
+            or (self.ignored is not None and self._listing is None)
+        )
 
     @property
     def watching(self) -> bool:
@@ -277,14 +285,25 @@ class ObservedStream:
             return
         try:
             for stamp, body in kept:
-                if state.on_events(stamp, self._decoder.feed(body)):
+                if self._decode_chunk(state, stamp, body):
                     break
         except SseError as exc:
-            self._failure = StreamFailureError(Outcome.MALFORMED_STREAM, str(exc))
+            self._failure = sse_failure(exc)
         except StreamFailureError as exc:
             self._failure = exc
         if state.result.token_events > self._limits.token_events:
             self._give_up()
+
+    def _decode_chunk(self, state: StreamState, stamp: float, body: bytes) -> bool:
+        """Decode one chunk of Envoy's (up to its buffer limit, ~1 MiB) ``DECODE_BYTES`` at a time, the
+        length checked after each: past ``max_tokens`` and its margin the stream is overlong, as the
+        client says, and a megabyte of events past it is neither decoded nor kept. Whether it ended."""
+        for start in range(0, len(body), DECODE_BYTES):
+            done = state.on_events(stamp, self._decoder.feed(body[start : start + DECODE_BYTES]))
+            state.check_length()
+            if done:
+                return True
+        return False
 
     def _end(self, now: float) -> None:
         self._decode()

@@ -42,12 +42,12 @@ MODES: Final = (
 PIECE_BYTES: Final = 64 * 1024  # one write: the client reads at most a socket buffer at a time anyway
 MODEL: Final = "hostile"
 _EVERY_RESPONSE: Final = frozenset({"endless_headers", "endless_header", "huge_body", "endless_trailer"})
-_TOKEN_EVENT: Final = (
+TOKEN_EVENT: Final = (  # one content chunk of a valid chat stream
     b'data: {"id":"h","object":"chat.completion.chunk","model":"hostile",'
     b'"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":null}]}\n\n'
 )
 _MODELS: Final = json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode()
-_EMPTY_EVENT: Final = _TOKEN_EVENT.replace(b'"content":"a"', b'"role":"assistant"')
+_EMPTY_EVENT: Final = TOKEN_EVENT.replace(b'"content":"a"', b'"role":"assistant"')
 
 
 @dataclass
@@ -124,7 +124,7 @@ class HostileServer:
             yield _head(200, "text/event-stream", "Transfer-Encoding: chunked")
             yield from _chunked(_repeated(b"data: x\n"))
         elif self.mode in ("endless_tokens", "endless_empty"):
-            event = _TOKEN_EVENT if self.mode == "endless_tokens" else _EMPTY_EVENT
+            event = TOKEN_EVENT if self.mode == "endless_tokens" else _EMPTY_EVENT
             yield _head(200, "text/event-stream", "Transfer-Encoding: chunked")
             yield from _chunked(_repeated(event))
         elif self.mode == "endless_trailer":
