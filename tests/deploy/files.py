@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,12 @@ RUNBOOK = ROOT / "docs" / "runbook.md"
 SEVERITIES = ("page", "ticket")
 # The scrape's labels every rule keeps (generate.py's default --identity-labels).
 IDENTITY_LABELS = ("namespace", "cluster", "job")
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    """``promtool`` with ``args``: its output captured, bounded in time."""
+    return subprocess.run(["promtool", *args], capture_output=True, text=True, check=False, timeout=120)
+
 
 needs_promtool = pytest.mark.skipif(
     shutil.which("promtool") is None and not os.environ.get("CI"),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import pytest
 import yaml
 
 from tests.deploy import files
-from tests.deploy.files import needs_promtool
+from tests.deploy.files import needs_promtool, promtool
 
 LABELS = 'instance="a:9468",job="fluidity-exporter",target="llm",module="chat",tier="medium"'
 UNITS = {"m": 1, "h": 60, "d": 1440}
@@ -189,13 +188,7 @@ def test_the_alerts_fire_and_resolve_when_the_design_says(name: str, tmp_path: P
     assert events(breach), "a breach that fires nothing checks nothing"
     test_file = tmp_path / "timing.test.yml"
     test_file.write_text(yaml.safe_dump(unit_test(breach, tmp_path), sort_keys=False))
-    run = subprocess.run(
-        ["promtool", "test", "rules", str(test_file)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    run = promtool("test", "rules", str(test_file))
     assert run.returncode == 0, run.stdout + run.stderr
 
 

@@ -5,7 +5,6 @@ recording rules, and its value is checked against the burn rate those give for t
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 import yaml
 
 from tests.deploy import files
-from tests.deploy.files import needs_promtool
+from tests.deploy.files import needs_promtool, promtool
 
 SERIES = '{instance="a:9468",job="fluidity-exporter",model="llama",api="chat",'
 LABELS = '{job="fluidity-exporter", model="llama", tier="medium"}'
@@ -99,11 +98,5 @@ def test_every_traffic_rule_is_checked_here() -> None:
 def test_the_traffic_burn_rates_are_the_recorded_ones_above_the_floor(volume: str, tmp_path: Path) -> None:
     test_file = tmp_path / "grafana-traffic.test.yml"
     test_file.write_text(yaml.safe_dump(unit_test(volume, tmp_path / "grafana-traffic.yml"), sort_keys=False))
-    run = subprocess.run(
-        ["promtool", "test", "rules", str(test_file)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    run = promtool("test", "rules", str(test_file))
     assert run.returncode == 0, run.stdout + run.stderr

@@ -16,16 +16,12 @@ import yaml
 
 from exporter.exposition import names
 from tests.deploy import files
-from tests.deploy.files import needs_promtool
+from tests.deploy.files import needs_promtool, promtool
 
 # A metric name of ours in PromQL: fluidity_... not glued to a recorded name's colons.
 METRIC = re.compile(r"(?<![\w:])(fluidity_[a-z0-9_]+)(?![\w:])")
 # A recorded name: level:metric:operations.
 RECORDED = re.compile(r"(?<![\w:])([a-z_]+:[a-z0-9_]+:[a-z0-9_]+)(?![\w:])")
-
-
-def promtool(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["promtool", *args], capture_output=True, text=True, check=False, timeout=120)
 
 
 def generate(*args: str) -> subprocess.CompletedProcess[str]:
