@@ -79,8 +79,11 @@ class ServedContext:
         if any(result.http_status == 400 for result in results):
             self.recheck = True
 
-    async def learn(self, client: ProbeClient) -> int | None:
-        """The target's context, asked when due; concurrent probes wait for the one question."""
+    async def learn(
+        self, client: ProbeClient, on_send: Callable[[RequestSpec], None] | None = None
+    ) -> int | None:
+        """The target's context, asked when due; concurrent probes wait for the one question.
+        ``on_send`` is told of each calibration request as it is sent (the target's budget counts them)."""
         async with self.lock:
             if self._due():
                 generation, asked_at = self.generation, self.clock()
@@ -95,7 +98,7 @@ class ServedContext:
                     self.tokens = answer.tokens
                 self._note_target(answer)
             if self.answered and self.calibrate and self._calibration_due():
-                await self._calibrate(client)
+                await self._calibrate(client, on_send)
         return self.tokens
 
     def _calibration_due(self) -> bool:
@@ -106,7 +109,7 @@ class ServedContext:
         failed = self.calibration.tokens_per_word is None
         return failed and self.clock() - self.calibrated_at >= CONTEXT_REASK_S
 
-    async def _calibrate(self, client: ProbeClient) -> None:
+    async def _calibrate(self, client: ProbeClient, on_send: Callable[[RequestSpec], None] | None) -> None:
         """Fit our approximate prompts to the target's tokenizer, as a one-shot run does before its
         load (eight one-token requests, shorter against a short context, within ``CALIBRATION_BUDGET_S``
         in all; ``exporter.load.calibration``):
@@ -114,7 +117,13 @@ class ServedContext:
         for approximate prompts was not enough. Once per answer after a start or reload; a failed fit
         keeps the prompts approximate, and says so at WARNING."""
         generation = self.generation
-        calibration = await calibrate_prompts(client.send, client.settings.api, context=self.tokens)
+
+        async def send(spec: RequestSpec) -> ProbeResult:
+            if on_send is not None:
+                on_send(spec)
+            return await client.send(spec)
+
+        calibration = await calibrate_prompts(send, client.settings.api, context=self.tokens)
         if generation != self.generation:
             return  # a reload came in between: its own calibration replaces this one
         said = self.calibration.finding() if self.calibration is not None else None

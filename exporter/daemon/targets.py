@@ -118,7 +118,8 @@ class TargetPool:
         state.busy.add(key)
         try:
             _refuse_over_budget(state, target, 0, 0)  # a target backing off is not even asked
-            await state.context.learn(state.client)
+            # Calibration's requests are load on the target like the probe's: charged as they are sent.
+            await state.context.learn(state.client, _Charges(state.budget).sent)
             specs = self._sample(state, target, module, rng)
             # A session counts every turn, each re-sending the conversation so far.
             _refuse_over_budget(state, target, session_turns(specs), sum(planned_tokens(s) for s in specs))

@@ -16,8 +16,9 @@ import pytest
 from aiohttp import web
 
 from exporter.app import Daemon
-from exporter.daemon import served_context
+from exporter.daemon import probe_jobs, served_context
 from exporter.daemon.served_context import CONTEXT_REASK_S, ServedContext
+from exporter.load.calibration import CALIBRATION_REQUESTS
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeRefusedError, ProbeResult
 from exporter.settings import load_config, load_config_file
@@ -433,3 +434,24 @@ async def test_a_calibration_that_failed_is_tried_again_later_and_said_once(
             assert context.calibration is not first  # tried again
     failed = [r for r in caplog.records if "a fitting request failed" in r.getMessage()]
     assert len(failed) == 1 and failed[0].levelno == logging.WARNING
+
+
+async def test_calibration_requests_are_charged_to_the_target_s_budget(
+    start_sim: StartSim, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Calibration sends eight requests to a target that is not simulated: load like a probe's, which
+    its budget must count. At 12 requests an hour, two runs of two fit after them; uncounted, six did."""
+    caplog.set_level(logging.DEBUG, logger=probe_jobs.__name__)
+    sim = await start_sim(max_model_len=4096)
+    path = tmp_path / "config.yaml"
+    budgeted = "    api: completions\n    budget: {max_requests_per_hour: 12}\n"
+    path.write_text(REAL_CONFIG.format(url=sim.url).replace("    api: completions\n", budgeted))
+    daemon = Daemon(load_config_file(path), config_path=str(path), seed=3)
+    runs = Runs(daemon)
+
+    def over_budget() -> bool:
+        return any("over requests" in r.getMessage() for r in caplog.records if r.name == probe_jobs.__name__)
+
+    async with serving(daemon):
+        await wait_for(over_budget, timeout=30)
+    assert runs.count.get("short") == (12 - CALIBRATION_REQUESTS) // 2
