@@ -86,7 +86,9 @@ class Daemon:
         self.store = ResultStore(limits, histogram_buckets(config))
         windows = {window_label(s): s for s in config.global_.windows_s}
         self.collector = FluidityCollector(self.store, windows, clock=clock)
-        self.pool = TargetPool(wall_clock=clock)
+        self.pool = TargetPool(
+            wall_clock=clock, on_calibrated=lambda t, c: self.metrics.calibrated(t, c.requests, c.seconds)
+        )
         # The observer, when configured; its windows are the probes'.
         self.traffic = TrafficService.of(config, histogram_buckets(config), windows)
         self.scrape_session: aiohttp.ClientSession | None = None

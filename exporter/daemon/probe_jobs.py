@@ -127,6 +127,8 @@ class ProbeJobs:
     def _put_scrapes(self, config: Config) -> set[str]:
         wanted: set[str] = set()
         for target in config.targets:
+            if target.calibrates_prompts:
+                self._metrics.track_calibration(target.name)
             if target.engine_metrics is not None:
                 job_id = f"engine:{target.name}"
                 wanted.add(job_id)

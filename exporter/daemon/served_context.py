@@ -66,6 +66,7 @@ class ServedContext:
     fits: dict[str, str] = field(default_factory=dict)  # module -> the line last logged about it
     unfit: set[str] = field(default_factory=set)  # modules none of whose requests fit, at their last probe
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one question at a time
+    on_calibrated: Callable[[Calibration], None] | None = None  # told of each calibration's cost
 
     def forget(self) -> None:
         """Ask again before the next probe (a reload), and calibrate again: the server may have been
@@ -124,6 +125,8 @@ class ServedContext:
             return await client.send(spec)
 
         calibration = await calibrate_prompts(send, client.settings.api, context=self.tokens)
+        if self.on_calibrated is not None:  # its requests were sent, whether a reload drops the fit
+            self.on_calibrated(calibration)
         if generation != self.generation:
             return  # a reload came in between: its own calibration replaces this one
         said = self.calibration.finding() if self.calibration is not None else None

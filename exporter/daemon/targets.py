@@ -24,6 +24,7 @@ import numpy as np
 from exporter.daemon.budget import BudgetTracker
 from exporter.daemon.health import TargetHealth
 from exporter.daemon.served_context import ServedContext
+from exporter.load.calibration import Calibration
 from exporter.load.plan import LoadPlan
 from exporter.load.runner import run_plan
 from exporter.load.sessions import planned_tokens, session_turns
@@ -53,10 +54,21 @@ class TargetState:
 class TargetPool:
     """Every configured target's state; ``probe`` runs one probe of a module within its budget."""
 
-    def __init__(self, wall_clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        wall_clock: Callable[[], float] = time.time,
+        on_calibrated: Callable[[str, Calibration], None] | None = None,
+    ) -> None:
         self._wall_clock = wall_clock
+        self._on_calibrated = on_calibrated  # (target, what its calibration cost)
         self._states: dict[str, TargetState] = {}
         self.closing = False  # a shutdown began: the probes it cuts are not the targets' failures
+
+    def _calibrated_hook(self, target: str) -> Callable[[Calibration], None] | None:
+        on_calibrated = self._on_calibrated
+        if on_calibrated is None:
+            return None
+        return lambda calibration: on_calibrated(target, calibration)
 
     @property
     def states(self) -> Mapping[str, TargetState]:
@@ -99,7 +111,11 @@ class TargetPool:
                 client,
                 budget,
                 health,
-                ServedContext(target.name, calibrate=target.calibrates_prompts),
+                ServedContext(
+                    target.name,
+                    calibrate=target.calibrates_prompts,
+                    on_calibrated=self._calibrated_hook(target.name),
+                ),
             )
         return removed
 

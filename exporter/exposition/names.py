@@ -764,6 +764,20 @@ ENGINE_SCRAPES = MetricSpec(
     "Scrapes of engines' /metrics attempted.",
     (TARGET,),
 )
+CALIBRATION_REQUESTS = MetricSpec(
+    "fluidity_exporter_calibration_requests_total",
+    "counter",
+    "Prompt-calibration requests sent to a target that is not simulated (once per start or reload, "
+    "and again after a failed fit), charged to its budget like a probe's requests.",
+    (TARGET,),
+)
+CALIBRATION_SECONDS = MetricSpec(
+    "fluidity_exporter_calibration_seconds_total",
+    "counter",
+    "Seconds spent calibrating a target's prompts: the first probe after a start or reload waits on "
+    "it, for a bounded time.",
+    (TARGET,),
+)
 ENGINE_SCRAPE_ERRORS = MetricSpec(
     "fluidity_exporter_engine_scrape_errors_total",
     "counter",
@@ -869,6 +883,8 @@ SELF: Final = (
     EVENT_LOOP_LAG,
     ENGINE_SCRAPES,
     ENGINE_SCRAPE_ERRORS,
+    CALIBRATION_REQUESTS,
+    CALIBRATION_SECONDS,
     CONFIG_RELOAD_SUCCESSFUL,
     CONFIG_RELOAD_TIMESTAMP,
 )

@@ -1,7 +1,7 @@
 """The exporter's own health, by direct instrumentation: the one place that mutates metric objects.
 
 Build info, scheduled job runs/errors/misfires/skips, event-loop lag, engine scrapes and their
-failures, and configuration reload status. Everything else is collected on scrape from a snapshot
+failures, what prompt calibration cost each target, and configuration reload status. Everything else is collected on scrape from a snapshot
 (``FluidityCollector``). Label values known in advance (every ``ScrapeFailure`` reason of a target,
 the four job counters of a job) are created at zero so that ``rate()`` and ``increase()`` see the
 first failure.
@@ -50,6 +50,8 @@ class SelfMetrics:
         self.loop_lag = Histogram(spec.name, spec.help, buckets=loop_lag_buckets, registry=registry)
         self.engine_scrapes = _counter(names.ENGINE_SCRAPES, registry)
         self.engine_scrape_errors = _counter(names.ENGINE_SCRAPE_ERRORS, registry)
+        self.calibration_requests = _counter(names.CALIBRATION_REQUESTS, registry)
+        self.calibration_seconds = _counter(names.CALIBRATION_SECONDS, registry)
         self.reload_successful = _gauge(names.CONFIG_RELOAD_SUCCESSFUL, registry)
         self.reload_timestamp = _gauge(names.CONFIG_RELOAD_TIMESTAMP, registry)
 
@@ -89,8 +91,20 @@ class SelfMetrics:
         for reason in ScrapeFailure:
             self.engine_scrape_errors.labels(target, reason.value)
 
+    def track_calibration(self, target: str) -> None:
+        """Export a calibrating target's calibration counters at zero."""
+        self.calibration_requests.labels(target)
+        self.calibration_seconds.labels(target)
+
+    def calibrated(self, target: str, requests: int, seconds: float) -> None:
+        """One calibration of ``target`` ended, having sent ``requests`` in ``seconds``."""
+        self.calibration_requests.labels(target).inc(requests)
+        self.calibration_seconds.labels(target).inc(seconds)
+
     def forget_target(self, target: str) -> None:
         """Stop exporting a target that a reload removed."""
+        _remove(self.calibration_requests, target)
+        _remove(self.calibration_seconds, target)
         _remove(self.engine_scrapes, target)
         for reason in ScrapeFailure:
             _remove(self.engine_scrape_errors, target, reason.value)

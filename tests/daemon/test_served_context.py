@@ -452,6 +452,12 @@ async def test_calibration_requests_are_charged_to_the_target_s_budget(
     def over_budget() -> bool:
         return any("over requests" in r.getMessage() for r in caplog.records if r.name == probe_jobs.__name__)
 
-    async with serving(daemon):
+    async with serving(daemon) as url:
         await wait_for(over_budget, timeout=30)
+        _, text = await get(url + "/metrics")
     assert runs.count.get("short") == (12 - CALIBRATION_REQUESTS) // 2
+    series = samples(text)  # and what it cost is counted
+    assert (
+        value(series, "fluidity_exporter_calibration_requests_total", target="real") == CALIBRATION_REQUESTS
+    )
+    assert 0 < value(series, "fluidity_exporter_calibration_seconds_total", target="real") < 30
