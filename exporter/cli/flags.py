@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from exporter.load.calibration import CALIBRATION_BUDGET_S, CALIBRATION_REQUESTS
 from exporter.probe.target import APIS
 from exporter.settings.cpus import available_cpus
 from exporter.settings.presets import PRESET_NAMES
@@ -61,7 +62,10 @@ def add_target_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-calibrate",
         action="store_true",
         default=None,
-        help="do not calibrate prompts to the server's token counts (8 requests, 30 s at most)",
+        help=(
+            "do not calibrate prompts to the server's token counts "
+            f"({CALIBRATION_REQUESTS} requests, {CALIBRATION_BUDGET_S:g} s at most)"
+        ),
     )
 
 
