@@ -104,6 +104,9 @@ class ProbeJobs:
         wanted = self._put_probes(old, config) | self._put_scrapes(config) | self._put_schedules(config)
         for job_id in self._scheduler.keep_only(wanted):
             self._metrics.forget_job(job_id)
+        for target in config.targets:
+            if target.calibrates_prompts:
+                self._metrics.track_calibration(target.name)
         self._store.retain(
             [(t.name, m.name) for t, m in config.probes()],
             [t.name for t in config.targets],
@@ -127,8 +130,6 @@ class ProbeJobs:
     def _put_scrapes(self, config: Config) -> set[str]:
         wanted: set[str] = set()
         for target in config.targets:
-            if target.calibrates_prompts:
-                self._metrics.track_calibration(target.name)
             if target.engine_metrics is not None:
                 job_id = f"engine:{target.name}"
                 wanted.add(job_id)
