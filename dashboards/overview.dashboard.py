@@ -373,6 +373,30 @@ jobs_running = timeseries(
     step=True,
 )
 
+calibration_requests = stat(
+    "Prompt-calibration requests over the time range",
+    "Requests the exporter sent to fit each target's prompt lengths to its tokenizer (after a start, a "
+    "reload or a failed fit; simulated targets need none), charged to the target's budget like probes. "
+    "Good: a few per restart; a count that keeps growing means the fit keeps failing, so probe prompts "
+    "are not the lengths the modules ask for.",
+    COUNT,
+    [
+        Query(
+            f"round(sum by (target) (increase({names.CALIBRATION_REQUESTS.name}{ENGINE}[$__range])))",
+            "{{target}}",
+        )
+    ],
+    sparkline=False,
+)
+calibration_seconds = stat(
+    "Prompt-calibration time over the time range",
+    "Seconds spent calibrating each target's prompts; the first probe after a start or reload waits "
+    "on it, for a bounded time. Good: a few seconds per restart.",
+    SECONDS,
+    [Query(f"sum by (target) (increase({names.CALIBRATION_SECONDS.name}{ENGINE}[$__range]))", "{{target}}")],
+    sparkline=False,
+)
+
 TURNS = (*SERIES, "turn")
 turn_ttft = timeseries(
     "TTFT of first turns and follow-ups",
@@ -491,6 +515,8 @@ dashboard = new_dashboard(
                 Cell(loop_lag, 8),
                 Cell(last_success, 8, 6),
                 Cell(jobs_running, 16, 6),
+                Cell(calibration_requests, 12, 5),
+                Cell(calibration_seconds, 12, 5),
             ],
         ),
     ],
