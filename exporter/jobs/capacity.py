@@ -10,6 +10,14 @@ engine model's prediction beside the bracket (``capacity_model.prediction_report
 Bounded: a trial starts only while the wall-clock budget (``time_budget_s``: trial durations and the
 waits for a drained engine, summed, so a virtual clock counts too) has time left, and runs for at most
 what is left; ``stopped_by`` says which bound ended the search.
+
+Measured on timings the client trusts: a trial with more requests flagged unreliable than ``bench``
+allows a run (``distrusted``) is set aside, kept in the result with why, and its load run again on
+a new sample before the search steers on it; at most ``MAX_SET_ASIDE`` times a search, each counted
+among ``max_trials``. A second distrusted trial at a load is kept: the answer then says its timings are
+unreliable. Why: the client's flags come in bursts, one stall of its machine flagging every stream in
+flight (63 of a trial's 200 at 10 req/s, in 1 of 12 trials of three default searches on a quiet 2-core
+VM, the other 11 with none), and a search that ended on that trial failed (exit 1) for want of a rerun.
 """
 
 from __future__ import annotations
@@ -67,6 +75,8 @@ STOP_KINDS = (
 )
 INTERRUPTED = "interrupted"  # ``stopped_by`` of a search stopped from outside (``State.INTERRUPTED``)
 _UNMEASURED_STOPS = ("shards", "no_data")  # the search ended on a trial that said nothing of the target
+MAX_SET_ASIDE = 2  # distrusted trials a search runs again (each one a trial's time and tokens more)
+UNRELIABLE_SHARE = HealthThresholds().max_unreliable_share  # of a trial's requests, as of a bench run's
 
 
 def stop_kind(stopped_by: str) -> str | None:
@@ -118,9 +128,14 @@ class CapacityResult:
         return self.upper_bound is not None
 
     @property
+    def judged(self) -> list[TrialReport]:
+        """The trials the search went by: all but those set aside for distrusted timings."""
+        return [t for t in self.trials if t.set_aside is None]
+
+    @property
     def at_capacity(self) -> TrialReport | None:
         """The (last) trial that passed at the lower bound."""
-        passed = [t for t in self.trials if t.passed and t.load == self.lower_bound]
+        passed = [t for t in self.judged if t.passed and t.load == self.lower_bound]
         return passed[-1] if passed else None
 
     @property
@@ -147,22 +162,17 @@ class CapacityResult:
         ``doubtful_gaps``). ``bench`` fails such a run and so does the
         ``capacity`` command (exit 1); the daemon exports it (``fluidity_capacity_unreliable_timings``)
         and its capacity-regression alert does not count such a search."""
-        bound = HealthThresholds().max_unreliable_share
         ends = {self.lower_bound, self.upper_bound} - {None}
         shaky = [
-            f"trial {t.index} at {t.load:g} {load_unit(self.load_kind)}: {flagged} of {total} requests"
-            for t in self.trials
-            if t.load in ends
-            and isinstance(total := t.figures.get("requests"), int)
-            and isinstance(flagged := t.figures.get("unreliable"), int)
-            and total > 0
-            and flagged > bound * total
+            f"trial {t.index} at {t.load:g} {load_unit(self.load_kind)}: {counts[0]} of {counts[1]} requests"
+            for t in self.judged
+            if t.load in ends and (counts := distrusted(t)) is not None
         ]
         if not shaky:
             return None
         return (
             f"the answer rests on timings the probe's client flagged unreliable ({'; '.join(shaky)}; at "
-            f"most {bound:.0%} may be): it read chunks of a stream together, either late itself (give it "
+            f"most {UNRELIABLE_SHARE:.0%} may be): it read chunks of a stream together, either late itself (give it "
             "more CPU: --workers or jobs.workers, or a quieter machine) or as the server sent them, in "
             "bursts (a buffering gateway: probe the engine directly to tell)"
         )
@@ -195,7 +205,7 @@ class CapacityResult:
     def highest(self) -> TrialReport | None:
         """The (last) judged trial at the highest load tried: one that measured nothing of the target
         (``_unmeasured``) has no figures to price."""
-        judged = [t for t in self.trials if _unmeasured(t, self.load_kind) is None]
+        judged = [t for t in self.judged if _unmeasured(t, self.load_kind) is None]
         top = max((t.load for t in judged), default=None)
         return next((t for t in reversed(judged) if t.load == top), None)
 
@@ -260,6 +270,15 @@ def observation(trial: TrialReport) -> Observation:
         counts[1] if counts else None, trial.objectives_met(), idle_misses=trial.fails_alone(),
         engine=EngineSample.of(trial.figures),
     )  # fmt: skip
+
+
+def distrusted(trial: TrialReport) -> tuple[int, int] | None:
+    """(flagged, requests) when the client flagged more of the trial's requests unreliable than
+    ``bench``'s ``unreliable`` check allows a run's, else None."""
+    total, flagged = trial.figures.get("requests"), trial.figures.get("unreliable")
+    if not isinstance(total, int) or not isinstance(flagged, int) or total <= 0:
+        return None
+    return (flagged, total) if flagged > UNRELIABLE_SHARE * total else None
 
 
 @dataclass
@@ -336,7 +355,8 @@ async def _search(
 ) -> CapacityResult:
     clock = _Budget(time_budget_s)
     stopped_by = ""
-    while (load := next_load(settings, history)) is not None:
+    set_aside = 0
+    while (load := next_load(_trials_left(settings, set_aside), history)) is not None:
         refusal = afford(load) if afford is not None else None
         drained = None
         if refusal is None and drain is not None and trials:
@@ -371,10 +391,36 @@ async def _search(
             if on_trial is not None:
                 on_trial(trial)
             break
+        if set_aside < MAX_SET_ASIDE and len(trials) < settings.max_trials:
+            trial.set_aside = _set_aside_reason(trial, trials[:-1], load_kind)
+        if trial.set_aside is not None:
+            set_aside += 1
+            if on_trial is not None:
+                on_trial(trial)
+            continue
         history.append(observation(trial))
         if on_trial is not None:
             on_trial(trial)
     return _result(settings, history, trials, load_kind, stopped_by, slo or {})
+
+
+def _trials_left(settings: SearchSettings, set_aside: int) -> SearchSettings:
+    """``settings`` with the trials set aside taken off ``max_trials``: they ran, and count."""
+    return (
+        dataclasses.replace(settings, max_trials=settings.max_trials - set_aside) if set_aside else settings
+    )
+
+
+def _set_aside_reason(trial: TrialReport, earlier: list[TrialReport], load_kind: str) -> str | None:
+    """Why ``trial`` is run again before the search steers on it (its timings distrusted, and no
+    earlier trial at its load was set aside: a second is believed), or None."""
+    counts = distrusted(trial)
+    if counts is None or any(t.load == trial.load and t.set_aside is not None for t in earlier):
+        return None
+    return (
+        f"{counts[0]} of {counts[1]} requests timed unreliably by the client (at most "
+        f"{UNRELIABLE_SHARE:.0%} may be): run again at {trial.load:g} {load_unit(load_kind)} on a new sample"
+    )
 
 
 def load_unit(load_kind: str) -> str:

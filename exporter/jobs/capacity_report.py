@@ -24,6 +24,7 @@ def capacity_table(result: CapacityResult) -> str:
             f"{figure(trial.load):>10} {verdict_text(trial):>14} {headroom} {pass_fraction(trial):>29} "
             f"{trial.tokens:>10} {trial.duration_s:>8.1f}"
         )
+    lines += [f"trial {t.index} set aside: {t.set_aside}" for t in result.trials if t.set_aside is not None]
     lines.append(f"answer ({result.state or 'none'}): {result_line(result)}")
     if result.prediction is not None:
         lines.append(prediction_line(result.prediction))
@@ -38,9 +39,10 @@ def capacity_table(result: CapacityResult) -> str:
     if result.state is not None:  # else no trial was judged: its figures are no finding to price
         measured = result.measured_capacity is not None
         lines += [_cost_line(at, point, measured) for at, point in result.costs().items()]
-    trials = len(result.trials)
+    trials, aside = len(result.trials), len(result.trials) - len(result.judged)
+    set_aside = f" ({aside} set aside)" if aside else ""
     lines.append(
-        f"{trials} trial{'' if trials == 1 else 's'}, {result.tokens} tokens, {result.duration_s:.1f} s"
+        f"{trials} trial{'' if trials == 1 else 's'}{set_aside}, {result.tokens} tokens, {result.duration_s:.1f} s"
     )
     return "\n".join(lines)
 

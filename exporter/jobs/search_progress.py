@@ -99,7 +99,7 @@ def expected_duration_s(params: CapacityParams, start: float, tail_s: float = 0.
 
 def trial_line(trial: TrialReport, load_kind: str) -> str:
     """One trial as an operator reads it: load, pass fraction with its interval, verdict, the requests
-    the client timed unreliably (if any), tokens."""
+    the client timed unreliably (if any), tokens, and why the search set it aside (if it did)."""
     verdict = verdict_text(trial)
     ended = {
         "early_stop": ", stopped early", "cannot_settle": ", stopped: cannot settle a pass",
@@ -107,10 +107,11 @@ def trial_line(trial: TrialReport, load_kind: str) -> str:
     }.get(trial.ended_by, "")  # fmt: skip
     flagged = trial.figures.get("unreliable")
     shaky = f", {flagged} timed unreliably" if isinstance(flagged, int) and flagged else ""
+    aside = f"; set aside: {trial.set_aside}" if trial.set_aside is not None else ""
     return (
         f"trial {trial.index}: {figure(trial.load)} {load_unit(load_kind)}, pass fraction {pass_fraction(trial)}, "
         f"{verdict}{shaky}, "
-        f"{trial.tokens} tokens, {trial.duration_s:.1f} s{ended}"
+        f"{trial.tokens} tokens, {trial.duration_s:.1f} s{ended}{aside}"
     )
 
 

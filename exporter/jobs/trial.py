@@ -108,6 +108,8 @@ class TrialReport:
     ended_by: str = "requests"
     drain_wait_s: float = 0.0  # waited for a drained engine before it
     drained_by: str | None = None  # how that wait ended (``exporter.jobs.drain.Drained.how``)
+    # Why the search did not steer on it and ran its load again (its timings distrusted), or None
+    set_aside: str | None = None
 
     @classmethod
     def of(
@@ -168,6 +170,7 @@ class TrialReport:
             "ended_by": self.ended_by,
             "drain_wait_s": self.drain_wait_s,
             "drained_by": self.drained_by,
+            "set_aside": self.set_aside,
             "verdict": self.verdict,
             "figures": _json_ready(self.figures),
         }

@@ -12,7 +12,7 @@ import pytest
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs import capacity_runner
-from exporter.jobs.capacity import CapacityResult, search_capacity, stop_kind
+from exporter.jobs.capacity import MAX_SET_ASIDE, CapacityResult, search_capacity, stop_kind
 from exporter.jobs.capacity_report import capacity_table
 from exporter.jobs.capacity_runner import default_floor, search_settings, trial_time_limit
 from exporter.jobs.capacity_search import could_settle, next_load, settling
@@ -88,6 +88,72 @@ async def test_an_answer_on_timings_the_client_distrusts_says_so(flagged: int) -
     else:
         assert shaky is not None and f"{flagged} of 200 requests" in shaky and "at most 1% may be" in shaky
         assert result.to_dict()["unreliable_timings"] == shaky  # type: ignore[attr-defined]
+
+
+def shaky_at(loads: set[float] | None, times: int) -> object:
+    """A trial at capacity 10: the first ``times`` trials at each load of ``loads`` (None: every load)
+    have 63 of their 200 requests flagged unreliable (one stall of the client's machine, every stream
+    in flight), the rest none."""
+    seen: dict[float, int] = {}
+
+    async def trial(
+        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
+    ) -> TrialReport:
+        report = counted(load, 200 if load <= 10.0 else 150, 200, headroom=10.0 / load)
+        report.index = index
+        seen[load] = seen.get(load, 0) + 1
+        shaky = loads is None or load in loads
+        report.figures["unreliable"] = 63 if shaky and seen[load] <= times else 0
+        return report
+
+    return trial
+
+
+async def test_a_trial_on_distrusted_timings_is_set_aside_and_its_load_run_again() -> None:
+    """The default search on a quiet 2-core VM ended on such a trial in 1 of 3 runs (exit 1): its load
+    runs again on a new sample, and the search steers on, and answers from, the trusted rerun."""
+    settings = SearchSettings(start=4.0, max_load=100.0, max_trials=12, floor=0.25)
+    clean = await run(settings, shaky_at(set(), 0))
+    loads = [t.load for t in clean.trials]  # type: ignore[attr-defined]
+    result = await run(settings, shaky_at({loads[1]}, 1))
+    assert [t.load for t in result.trials] == [loads[0], loads[1], *loads[1:]]  # type: ignore[attr-defined]
+    aside = result.trials[1]  # type: ignore[attr-defined]
+    assert aside.set_aside == (
+        f"63 of 200 requests timed unreliably by the client (at most 1% may be): run again at "
+        f"{loads[1]:g} req/s on a new sample"
+    )
+    assert aside.to_dict()["set_aside"] == aside.set_aside
+    assert result.unreliable_timings() is None and result.state is clean.state  # type: ignore[attr-defined]
+    assert (result.lower_bound, result.upper_bound) == (clean.lower_bound, clean.upper_bound)  # type: ignore[attr-defined]
+    assert result.judged == result.trials[:1] + result.trials[2:]  # type: ignore[attr-defined]
+    table = capacity_table(result)  # type: ignore[arg-type]
+    assert f"trial 2 set aside: {aside.set_aside}" in table
+    assert f"{len(loads) + 1} trials (1 set aside)" in table
+
+
+async def test_a_load_distrusted_twice_is_believed_and_said_unreliable() -> None:
+    settings = SearchSettings(start=4.0, max_load=100.0, max_trials=12, floor=0.25)
+    clean = await run(settings, shaky_at(set(), 0))
+    low = clean.lower_bound  # type: ignore[attr-defined]
+    result = await run(settings, shaky_at({low}, 2))
+    at_low = [t for t in result.trials if t.load == low]  # type: ignore[attr-defined]
+    assert [t.set_aside is not None for t in at_low] == [True, False]
+    assert result.lower_bound == low  # type: ignore[attr-defined]
+    assert f"trial {at_low[1].index} at {low:g} req/s: 63 of 200" in result.unreliable_timings()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("max_trials", [1, 3, 8])
+async def test_setting_trials_aside_is_bounded_and_counts_among_max_trials(max_trials: int) -> None:
+    """A client that distrusts every trial (saturated, or a bursty gateway) gets at most
+    ``MAX_SET_ASIDE`` reruns, never more trials than ``max_trials``."""
+    settings = SearchSettings(start=4.0, max_load=100.0, max_trials=max_trials, floor=0.25)
+    everything = await run(settings, shaky_at(None, 99))
+    aside = [t.set_aside is not None for t in everything.trials]  # type: ignore[attr-defined]
+    assert len(aside) <= max_trials
+    # Each load is set aside once, its rerun believed, twice at most; never the last trial allowed.
+    pattern = [True, False] * MAX_SET_ASIDE + [False] * max_trials
+    assert aside == [*pattern[: len(aside) - 1], False]
+    assert sum(aside) == min(MAX_SET_ASIDE, max_trials // 2)
 
 
 def test_a_found_capacity_on_distrusted_timings_is_not_stated_as_a_measurement() -> None:
