@@ -19,7 +19,6 @@ import aiohttp
 
 from exporter.daemon.job_snapshots import jobs_snapshot
 from exporter.daemon.targets import TargetPool
-from exporter.engine.families import Signal
 from exporter.engine.scrape import scrape
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition.jobs import JobsSnapshot
@@ -138,11 +137,7 @@ class DaemonJobEnvironment:
             session, engine.url, ENGINE_SCRAPE_TIMEOUT_S, kind=engine.kind, model=engine.model,
             headers=engine.headers(),
         )  # fmt: skip
-        if result.snapshot is None:
-            return None
-        counts = [result.snapshot.value(s) for s in (Signal.RUNNING_REQUESTS, Signal.QUEUE_DEPTH)]
-        known = [c for c in counts if c is not None]
-        return sum(known) if known else None
+        return result.snapshot.in_engine() if result.snapshot is not None else None
 
     async def wait_idle(self, target: str) -> None:
         """Until the target's probes in flight have ended (their own timeouts bound the wait)."""

@@ -74,6 +74,12 @@ class EngineSnapshot:
         """The gauge or counter value of ``signal``, or None if this engine did not expose it."""
         return self.values.get(signal)
 
+    def in_engine(self) -> float | None:
+        """Requests running plus waiting in the engine, or None when it names neither."""
+        counts = [self.values.get(s) for s in (Signal.RUNNING_REQUESTS, Signal.QUEUE_DEPTH)]
+        known = [c for c in counts if c is not None]
+        return sum(known) if known else None
+
 
 FamilyIndex = Mapping[str, list[Metric]]
 SampleFilter = Callable[[Metric, Sample], bool]

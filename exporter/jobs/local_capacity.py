@@ -8,9 +8,14 @@ search sends from this process's client, or over local worker processes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aiohttp
+from yarl import URL
+
+from exporter.engine.scrape import scrape
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import CapacityResult, OnInterrupt
 from exporter.jobs.capacity_runner import (
@@ -20,6 +25,7 @@ from exporter.jobs.capacity_runner import (
     search_settings,
     time_budget,
 )
+from exporter.jobs.drain import Busy
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial_verdict import TrialSlo
@@ -45,6 +51,8 @@ CLI_LIMITS = JobLimits(
 NO_COST = Cost()  # no --gpus: a result without cost figures
 # As the daemon's default: a share of the default jobs.limits.max_duration_s (90% of 1 hour, 3240 s).
 DEFAULT_BUDGET_S = BUDGET_SHARE * JobLimits().max_duration_s
+# A scrape of the target's /metrics before a trial (its engine drained?): a quick answer or none.
+DRAIN_SCRAPE_TIMEOUT_S = 5.0
 # Option name -> the jobs API's parameter (top level, then under "slo").
 PARAM_OPTIONS = (
     ("load", "load"), ("arrival", "arrival"), ("start", "start"), ("max_load", "max_load"),
@@ -145,12 +153,39 @@ async def search_capacity(
 
     progress = SearchProgress(params, on_progress)
     budget = time_budget(params, CLI_LIMITS) if params.time_budget_s is not None else DEFAULT_BUDGET_S
-    async with ProbeClient(settings) as client, worker_pool(params.workers, settings) as pool:
+    async with (
+        ProbeClient(settings) as client,
+        worker_pool(params.workers, settings) as pool,
+        engine_counts(settings.base_url) as busy,
+    ):
         result = await run_capacity_search(
             params, search_settings(params, CLI_LIMITS, slo), workload, slo, lambda: client,
             on_trial=progress.trial_done, pool=pool, time_budget_s=budget, progress=progress,
-            context=context, on_interrupt=interrupted,
+            busy=busy, context=context, on_interrupt=interrupted,
         )  # fmt: skip
     result.gpus, result.gpu_hour_price = cost.gpus, cost.gpu_hour_price
     progress.finished(result)
     return result
+
+
+@contextlib.asynccontextmanager
+async def engine_counts(base_url: str) -> AsyncIterator[Busy]:
+    """Requests running + waiting in the target's engine, read from ``/metrics`` at its origin (where
+    vLLM, SGLang, llama.cpp with ``--metrics`` and the simulator serve them), for the drain before a
+    trial; None from the first scrape that names neither on, so a target without them costs one
+    request and gets the settling pause. The daemon reads the configured ``engine_metrics`` instead.
+    Without it, every trial after the first waited the whole pause (2 s; 8 s of the default search)."""
+    url = str(URL(base_url).origin() / "metrics")
+    answers = True
+    async with aiohttp.ClientSession() as session:
+
+        async def busy() -> float | None:
+            nonlocal answers
+            if not answers:
+                return None
+            result = await scrape(session, url, DRAIN_SCRAPE_TIMEOUT_S)
+            count = result.snapshot.in_engine() if result.snapshot is not None else None
+            answers = count is not None
+            return count
+
+        yield busy

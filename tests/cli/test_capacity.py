@@ -27,6 +27,8 @@ def test_capacity_command_writes_its_report(tmp_path: Path, capsys: pytest.Captu
     assert [t["index"] for t in result["trials"]] == [1, 2]
     assert result["trials"][0]["load"] == 40
     assert all(t["figures"]["requests"] == 20 for t in result["trials"])
+    # The second trial began once the simulator's own /metrics showed it idle, not after a blind pause.
+    assert result["trials"][1]["drained_by"] == "engine_idle"
     assert (
         "answer (lower_bound): capacity at least" in captured.out
         and f"{len(result['trials'])} trials" in captured.out
