@@ -11,9 +11,10 @@ Bounded: a trial starts only while the wall-clock budget (``time_budget_s``: tri
 waits for a drained engine, summed, so a virtual clock counts too) has time left, and runs for at most
 what is left; ``stopped_by`` says which bound ended the search.
 
-Measured on timings the client trusts: a trial with more requests flagged unreliable than ``bench``
-allows a run (``distrusted``) is set aside, kept in the result with why, and its load run again on
-a new sample before the search steers on it; at most ``MAX_SET_ASIDE`` times a search, each counted
+Measured on timings the client trusts: a trial near the objective (headroom within ``NEAR_HEADROOM``
+of 1, where the search ends) with more requests flagged unreliable than ``bench`` allows a run
+(``distrusted``) is set aside, kept in the result with why, and its load run again on a new sample
+before the search steers on it; at most ``MAX_SET_ASIDE`` times a search, each counted
 among ``max_trials``. A second distrusted trial at a load is kept: the answer then says its timings are
 unreliable. Why: the client's flags come in bursts, one stall of its machine flagging every stream in
 flight (63 of a trial's 200 at 10 req/s, in 1 of 12 trials of three default searches on a quiet 2-core
@@ -77,6 +78,10 @@ INTERRUPTED = "interrupted"  # ``stopped_by`` of a search stopped from outside (
 _UNMEASURED_STOPS = ("shards", "no_data")  # the search ended on a trial that said nothing of the target
 MAX_SET_ASIDE = 2  # distrusted trials a search runs again (each one a trial's time and tokens more)
 UNRELIABLE_SHARE = HealthThresholds().max_unreliable_share  # of a trial's requests, as of a bench run's
+# Only a trial this near the objective is set aside: where the search ends (a 5% tolerance; on the
+# simulator's engine headroom 1.4 lies at 0.84x the capacity); farther, it steers on its headroom alone,
+# which a few ms of merged reads hardly move, and a rerun costs a whole trial (46 s at 0.5x, seen).
+NEAR_HEADROOM = 1.25
 
 
 def stop_kind(stopped_by: str) -> str | None:
@@ -412,10 +417,12 @@ def _trials_left(settings: SearchSettings, set_aside: int) -> SearchSettings:
 
 
 def _set_aside_reason(trial: TrialReport, earlier: list[TrialReport], load_kind: str) -> str | None:
-    """Why ``trial`` is run again before the search steers on it (its timings distrusted, and no
-    earlier trial at its load was set aside: a second is believed), or None."""
+    """Why ``trial`` is run again before the search steers on it (its timings distrusted, its headroom
+    within ``NEAR_HEADROOM`` of 1, and no earlier trial at its load set aside: a second is believed),
+    or None."""
     counts = distrusted(trial)
-    if counts is None or any(t.load == trial.load and t.set_aside is not None for t in earlier):
+    near = 1.0 / NEAR_HEADROOM <= trial.headroom <= NEAR_HEADROOM  # False for NaN
+    if counts is None or not near or any(t.load == trial.load and t.set_aside is not None for t in earlier):
         return None
     return (
         f"{counts[0]} of {counts[1]} requests timed unreliably by the client (at most "
