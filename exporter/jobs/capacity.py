@@ -173,14 +173,7 @@ class CapacityResult:
             for t in self.judged
             if t.load in ends and (counts := distrusted(t)) is not None
         ]
-        if not shaky:
-            return None
-        return (
-            f"the answer rests on timings the probe's client flagged unreliable ({'; '.join(shaky)}; at "
-            f"most {UNRELIABLE_SHARE:.0%} may be): it read chunks of a stream together, either late itself (give it "
-            "more CPU: --workers or jobs.workers, or a quieter machine) or as the server sent them, in "
-            "bursts (a buffering gateway: probe the engine directly to tell)"
-        )
+        return _distrusted_answer(shaky) if shaky else None
 
     def unmeasured_stop(self) -> str | None:
         """``stopped_by`` when the search ended on a trial that measured nothing of the target (a
@@ -196,15 +189,7 @@ class CapacityResult:
     def figure(self, name: str) -> float | None:
         """A figure of the trial at capacity: ``fluid_token_rate``, ``goodput_ratio``, ``goodput_rate``."""
         trial = self.at_capacity
-        if trial is None:
-            return None
-        good = trial.figures.get("goodput") or {}
-        value = {
-            "fluid_token_rate": trial.figures.get("fluid_token_rate"),
-            "goodput_ratio": good.get("ratio"),
-            "goodput_rate": good.get("rate_per_s"),
-        }[name]
-        return float(value) if value is not None and math.isfinite(value) else None
+        return trial_figure(trial, name) if trial is not None else None
 
     @property
     def highest(self) -> TrialReport | None:
@@ -252,6 +237,27 @@ class CapacityResult:
             "slo": self.slo,
             "trials": [t.to_dict() for t in self.trials],
         }
+
+
+def trial_figure(trial: TrialReport, name: str) -> float | None:
+    """``fluid_token_rate``, ``goodput_ratio`` or ``goodput_rate`` of ``trial`` (None: not finite)."""
+    good = trial.figures.get("goodput") or {}
+    value = {
+        "fluid_token_rate": trial.figures.get("fluid_token_rate"),
+        "goodput_ratio": good.get("ratio"),
+        "goodput_rate": good.get("rate_per_s"),
+    }[name]
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _distrusted_answer(shaky: list[str]) -> str:
+    """``unreliable_timings`` naming the ``shaky`` trials at the answer's ends, and what to do."""
+    return (
+        f"the answer rests on timings the probe's client flagged unreliable ({'; '.join(shaky)}; at "
+        f"most {UNRELIABLE_SHARE:.0%} may be): it read chunks of a stream together, either late itself (give it "
+        "more CPU: --workers or jobs.workers, or a quieter machine) or as the server sent them, in "
+        "bursts (a buffering gateway: probe the engine directly to tell)"
+    )
 
 
 def cost_figures(trial: TrialReport, gpus: float | None, price: float | None) -> dict[str, float | None]:
