@@ -12,6 +12,7 @@ from aiohttp import web
 
 from exporter.jobs.local_capacity import engine_counts
 from exporter.sim import SimServer
+from tests.support.net import serving_app
 
 CHAT = {
     "messages": [{"role": "user", "content": "hello"}],
@@ -49,15 +50,8 @@ async def without_metrics() -> AsyncIterator[tuple[str, list[str]]]:
 
     app = web.Application()
     app.router.add_get("/metrics", not_found)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", asked
-    finally:
-        await runner.cleanup()
+    async with serving_app(app) as url:
+        yield url, asked
 
 
 async def test_a_target_without_engine_metrics_is_asked_once_then_left_to_the_pause() -> None:
