@@ -383,7 +383,7 @@ async def _search(
         # early shows only the requests quick enough to finish, which hides how far past capacity it
         # was (measured: headroom 0.92 when stopped, 0.28 in full, at 1.5x the capacity). Near the
         # capacity, where the later failures land, that bias is small and stopping saves tokens.
-        may_stop = early_stop and any(not t.passed for t in trials)
+        may_stop = early_stop and any(not seen.passed for seen in history)  # set aside: anchors nothing
         if on_start is not None:
             on_start(len(trials) + 1, load)
         settle = settling(settings, history, load)

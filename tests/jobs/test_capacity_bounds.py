@@ -152,6 +152,24 @@ async def test_a_distrusted_trial_far_from_the_objective_steers_as_it_is() -> No
     assert [t.load for t in result.trials] == [t.load for t in clean.trials]  # type: ignore[attr-defined]
 
 
+async def test_the_rerun_of_a_set_aside_first_failure_runs_in_full() -> None:
+    """The first failure runs in full, its headroom the interpolation's anchor: a failure set aside
+    anchors nothing, so its rerun is that first failure and may not stop early either."""
+    settings = SearchSettings(start=10.4, max_load=100.0, max_trials=4, floor=0.25)
+    may_stop: list[bool] = []
+    shaky = shaky_at({10.4}, 1)
+
+    async def trial(
+        index: int, load: float, stop: bool, time_left: float | None, settle: object
+    ) -> TrialReport:
+        may_stop.append(stop)
+        return await shaky(index, load, stop, time_left, settle)  # type: ignore[operator, no-any-return]
+
+    result = await run(settings, trial)
+    assert [t.set_aside is not None for t in result.trials][:2] == [True, False]  # type: ignore[attr-defined]
+    assert not result.trials[1].passed and may_stop[:3] == [False, False, True]  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("max_trials", [1, 3, 8])
 async def test_setting_trials_aside_is_bounded_and_counts_among_max_trials(max_trials: int) -> None:
     """A client that distrusts every trial (saturated, or a bursty gateway) gets at most
