@@ -58,7 +58,7 @@ def one_run(root: Path) -> Run:
         env = {**os.environ, "PYTHONPATH": str(root)}
         began = time.monotonic()
         code = subprocess.run(
-            command, check=False, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            command, check=False, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         ).returncode
         wall = time.monotonic() - began
         path = Path(out) / "capacity.json"

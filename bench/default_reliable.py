@@ -194,11 +194,11 @@ def one_run(
         argv = ["bench", "--quiet", "--no-plots", "--output", str(report), "--force"]
         command = [sys.executable, "-m", "exporter", *argv]
         if turns or trace:
-            command = [sys.executable, __file__, "--child", str(timed), "--", *argv]
+            command = [sys.executable, str(Path(__file__).resolve()), "--child", str(timed), "--", *argv]
         env = {**os.environ, "PYTHONPATH": str(root)}
         if trace:
             start_trace()
-        with subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL) as child_process:
+        with subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL) as child_process:
             code = child_process.wait()
         summary = json.loads((report / "summary.json").read_text(encoding="utf-8"))
         if keep is not None:  # the run's report and timings, for a closer look
