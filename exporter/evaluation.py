@@ -24,17 +24,17 @@ from exporter.stats.accounting import FluidityBatch
 from exporter.stats.batch import FloatArray, IntervalBatch
 from exporter.stats.fluidity import evaluate
 from exporter.stats.latency import LatencyBatch, latency_batch
-from exporter.stats.prefill import PrefillModel
-from exporter.stats.slo import (
+from exporter.stats.objectives import (
     DECODE_TIERS,
     DEFAULT_DECODE_TIER,
     DEFAULT_PERCENTILE,
     DEFAULT_PREFILL_DEADLINE_S,
     DEFAULT_TARGET_FLUIDITY,
     GoodputBounds,
-    Slo,
+    Objective,
     SloMetric,
 )
+from exporter.stats.prefill import PrefillModel
 
 COMPLETED = (Outcome.OK, Outcome.TRUNCATED)
 
@@ -92,7 +92,7 @@ class EvaluationSpec:
     """What a report evaluates besides the standard figures."""
 
     deadlines: DeadlinePolicy = field(default_factory=DeadlinePolicy)
-    slos: tuple[Slo, ...] = ()
+    slos: tuple[Objective, ...] = ()
     goodput: GoodputBounds | None = None
     from_scheduled: bool = False  # charge the client's send lateness to the request (open-loop honesty)
 

@@ -53,7 +53,7 @@ from exporter.settings.target import TargetSettings
 from exporter.settings.think_time import DEFAULT_THINK_TIME
 from exporter.settings.trace_files import TRACE_FORMATS
 from exporter.sim.process import SimStartError, url_or_simulator
-from exporter.stats.slo import DECODE_TIERS
+from exporter.stats.objectives import DECODE_TIERS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -49,7 +49,12 @@ from exporter.settings.job_params import MIN_TRIAL_S, CapacityParams
 from exporter.settings.oneshot import Options, read_flags
 from exporter.settings.problems import SettingsError
 from exporter.sim.process import SimStartError, url_or_simulator
-from exporter.stats.slo import DECODE_TIERS, DEFAULT_DECODE_TIER, DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
+from exporter.stats.objectives import (
+    DECODE_TIERS,
+    DEFAULT_DECODE_TIER,
+    DEFAULT_PERCENTILE,
+    DEFAULT_TARGET_FLUIDITY,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

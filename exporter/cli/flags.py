@@ -28,7 +28,7 @@ from exporter.settings.presets import PRESET_NAMES
 from exporter.settings.problems import SettingsError
 from exporter.settings.target import Timeouts
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
-from exporter.stats.slo import DEFAULT_PREFILL_DEADLINE_S, DEFAULT_TARGET_FLUIDITY
+from exporter.stats.objectives import DEFAULT_PREFILL_DEADLINE_S, DEFAULT_TARGET_FLUIDITY
 
 ArgumentGroup = argparse._ArgumentGroup | argparse.ArgumentParser
 

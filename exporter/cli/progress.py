@@ -17,7 +17,7 @@ import numpy as np
 from exporter.evaluation import EvaluationSpec
 from exporter.probe.result import ProbeResult, intervals
 from exporter.stats.fluidity import fluidity_index
-from exporter.stats.slo import DECODE_TIERS, DEFAULT_DECODE_TIER
+from exporter.stats.objectives import DECODE_TIERS, DEFAULT_DECODE_TIER
 
 BAR_WIDTH = 24
 PROGRESS_EVERY_S = 10.0

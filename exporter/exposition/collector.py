@@ -411,7 +411,7 @@ def add_window(
     if specs.fluid_rate is not None and window.fluid_token_rate is not None:
         out.add(specs.fluid_rate, labels, window.fluid_token_rate)
     for result in window.slos:
-        out.add(specs.slo_met, (*labels, str(result.slo)), 1.0 if result.met else 0.0)
+        out.add(specs.slo_met, (*labels, str(result.objective)), 1.0 if result.met else 0.0)
     if window.goodput_ratio is not None:
         out.add(specs.goodput, labels, window.goodput_ratio)
     if specs.lateness is not None:

@@ -18,7 +18,7 @@ from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES
 from exporter.probe.result import ProbeResult
 from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets
-from exporter.stats.slo import GoodputBounds, Slo
+from exporter.stats.objectives import GoodputBounds, Objective
 
 
 class _ProbeOutcome(Collector):
@@ -54,7 +54,7 @@ def probe_registry(
     target: str,
     module: str,
     goodput: GoodputBounds | None = None,
-    slos: Sequence[Slo] = (),
+    slos: Sequence[Objective] = (),
     from_scheduled: bool = False,
     duration_s: float | None = None,
     buckets: HistogramBuckets = DEFAULT_BUCKETS,

@@ -37,7 +37,7 @@ from exporter.exposition.window import (
 from exporter.probe.result import ProbeResult
 from exporter.stats.batch import FloatArray
 from exporter.stats.fluidity import min_decode_deadlines
-from exporter.stats.slo import GoodputBounds, good_requests
+from exporter.stats.objectives import GoodputBounds, good_requests
 
 
 def good_flags(

@@ -52,7 +52,7 @@ from exporter.probe.result import e2e as result_e2e
 from exporter.probe.result import ttft as result_ttft
 from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.stats.batch import FloatArray
-from exporter.stats.slo import GoodputBounds, Slo
+from exporter.stats.objectives import GoodputBounds, Objective
 
 Clock = Callable[[], float]
 SeriesKey = tuple[str, str]
@@ -68,7 +68,7 @@ class _Series:
     module: str
     policy: DeadlinePolicy
     goodput: GoodputBounds | None
-    slos: tuple[Slo, ...]
+    slos: tuple[Objective, ...]
     buckets: HistogramBuckets
     limits: StoreLimits
     requests: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
@@ -132,7 +132,7 @@ class ResultStore:
         goodput: GoodputBounds | None = None,
         now: float | None = None,
         *,
-        slos: Sequence[Slo] = (),
+        slos: Sequence[Objective] = (),
         from_scheduled: bool = False,
     ) -> tuple[Measured, FloatArray]:
         """Store one probe run's results, judged by ``policy`` (and ``goodput``/``slos`` if given);
@@ -269,7 +269,7 @@ class ResultStore:
         module: str,
         policy: DeadlinePolicy,
         goodput: GoodputBounds | None,
-        slos: tuple[Slo, ...],
+        slos: tuple[Objective, ...],
     ) -> _Series:
         series = self._series.get((target, module))
         if series is None:

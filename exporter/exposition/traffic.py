@@ -38,8 +38,8 @@ from exporter.exposition.views import SeriesView
 from exporter.probe.result import ProbeResult, TokenSource
 from exporter.settings.buckets import HistogramBuckets
 from exporter.stats.batch import FloatArray
+from exporter.stats.objectives import GoodputBounds
 from exporter.stats.prompt_ratio import PromptRatio
-from exporter.stats.slo import GoodputBounds
 from exporter.traffic.record import SKIP_REASONS, Observed, StreamEnd
 
 # Records waiting to be evaluated. A batch holds the event loop while it is evaluated: 256 records of

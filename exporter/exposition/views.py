@@ -17,7 +17,7 @@ from exporter.evaluation import DeadlinePolicy
 from exporter.exposition.window import Records
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.stats.batch import FloatArray, IntArray
-from exporter.stats.slo import GoodputBounds, Slo
+from exporter.stats.objectives import GoodputBounds, Objective
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class SeriesView:
     module: str
     policy: DeadlinePolicy
     goodput: GoodputBounds | None
-    slos: tuple[Slo, ...]
+    slos: tuple[Objective, ...]
     requests: Mapping[Outcome, int]
     retries: int
     unreliable: int  # requests whose timings the client flagged unreliable

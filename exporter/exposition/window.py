@@ -8,7 +8,7 @@ with NaN in every measured column. Keeping a dozen numbers per request instead o
 memory small and fixed per row: a thousand rows are about 150 KB whatever the output lengths.
 
 ``probe_window`` turns the rows of one window into its figures with ``exporter.stats`` functions
-(nearest-rank quantiles, ``FluidityBatch.service_level``, ``evaluate_slos``). Two figures are
+(nearest-rank quantiles, ``FluidityBatch.service_level``, ``evaluate_objectives``). Two figures are
 necessarily per-request reductions of what the report computes from intervals:
 
 * the fluid token rate is ``1 / nearest_rank(minimum decode deadlines, percentile)``, the last step of
@@ -39,7 +39,14 @@ from exporter.probe.result import Outcome
 from exporter.stats.accounting import FluidityBatch
 from exporter.stats.batch import FloatArray
 from exporter.stats.distribution import nearest_rank, without_nan
-from exporter.stats.slo import GoodputBounds, Slo, SloMetric, SloResult, evaluate_slos, with_failed
+from exporter.stats.objectives import (
+    GoodputBounds,
+    Objective,
+    ObjectiveResult,
+    SloMetric,
+    evaluate_objectives,
+    with_failed,
+)
 
 OUTCOMES: Final = tuple(Outcome)
 OUTCOME_CODE: Final = {outcome: code for code, outcome in enumerate(OUTCOMES)}
@@ -163,7 +170,7 @@ class ProbeWindow:
     fluidity: Mapping[str, Mapping[float, float]] = field(default_factory=dict)  # tier -> quantile -> value
     service_level: Mapping[str, float] = field(default_factory=dict)  # tier -> ratio
     fluid_token_rate: float | None = None
-    slos: tuple[SloResult, ...] = ()
+    slos: tuple[ObjectiveResult, ...] = ()
     goodput_ratio: float | None = None
     lateness: Mapping[float, float] = field(default_factory=dict)  # quantile -> seconds
     client_ttfts: FloatArray = field(default_factory=lambda: np.zeros(0))
@@ -172,7 +179,7 @@ class ProbeWindow:
 def probe_window(
     records: Records,
     policy: DeadlinePolicy,
-    slos: Sequence[Slo] = (),
+    slos: Sequence[Objective] = (),
     goodput: GoodputBounds | None = None,
     *,
     fluidity_quantiles: Sequence[float] = DEFAULT_FLUIDITY_QUANTILES,
@@ -232,13 +239,13 @@ def _fluid_token_rate(minima: FloatArray, percentile: float) -> float | None:
 
 
 def _slo_results(
-    slos: Sequence[Slo], done: Records, failed: int, policy: DeadlinePolicy
-) -> tuple[SloResult, ...]:
+    slos: Sequence[Objective], done: Records, failed: int, policy: DeadlinePolicy
+) -> tuple[ObjectiveResult, ...]:
     """Each SLO judged as ``bench --objective`` and a capacity trial judge it: over every request of
     the window, a failed one at the worst value of every metric (``with_failed``), so that a target
     failing half its probes cannot meet ``fluidity:p50>=0.9`` on the half that completed. An SLO with
     no request to judge has no result."""
-    results = evaluate_slos(slos, with_failed(_slo_values(done, policy), failed))
+    results = evaluate_objectives(slos, with_failed(_slo_values(done, policy), failed))
     return tuple(r for r in results if r.sample_count)
 
 

@@ -42,7 +42,7 @@ from exporter.probe.target import RequestSpec
 from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, SloSpec, concurrency_ceiling
 from exporter.settings.model import Module, SloConfig, Target
 from exporter.stats.binomial import fewest_to_confirm
-from exporter.stats.slo import DECODE_TIERS, decode_tier
+from exporter.stats.objectives import DECODE_TIERS, decode_tier
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}
 # The default floor of a rate search: the rate at which one trial's requests take this long to send. A

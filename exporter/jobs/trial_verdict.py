@@ -36,13 +36,13 @@ from exporter.stats.headroom import (
     give_up_wait,
     required_scales,
 )
-from exporter.stats.slo import (
+from exporter.stats.objectives import (
     DEFAULT_PERCENTILE,
     DEFAULT_TARGET_FLUIDITY,
     GoodputBounds,
-    Slo,
+    Objective,
     SloMetric,
-    evaluate_slos,
+    evaluate_objectives,
     goodput,
     with_failed,
 )
@@ -61,7 +61,7 @@ class TrialSlo:
     decode_deadline: float
     target_fluidity: float = DEFAULT_TARGET_FLUIDITY
     percentile: float = DEFAULT_PERCENTILE
-    objectives: tuple[Slo, ...] = ()
+    objectives: tuple[Objective, ...] = ()
     goodput: GoodputBounds | None = None
     min_goodput_ratio: float | None = None
     confidence: float = DEFAULT_CONFIDENCE  # of a trial's pass-fraction interval (Clopper-Pearson)
@@ -257,14 +257,14 @@ def _objectives(values: Mapping[SloMetric, FloatArray], failed: int, slo: TrialS
     if not slo.objectives:
         return []
     rows = []
-    for result in evaluate_slos(slo.objectives, with_failed(values, failed)):
+    for result in evaluate_objectives(slo.objectives, with_failed(values, failed)):
         rows.append(
             {
-                "slo": str(result.slo),
+                "slo": str(result.objective),
                 "observed": result.observed,
                 "met": result.met,
                 "headroom": _ratio_headroom(
-                    result.observed, result.threshold, result.slo.metric.higher_is_better
+                    result.observed, result.threshold, result.objective.metric.higher_is_better
                 ),
             }
         )

@@ -30,7 +30,7 @@ from exporter.probe.result import ProbeResult, intervals, ttft
 from exporter.stats.batch import FloatArray
 from exporter.stats.distribution import describe, percentile
 from exporter.stats.fluidity import fluid_token_rate
-from exporter.stats.slo import Goodput, SloMetric, evaluate_slos, goodput, with_failed
+from exporter.stats.objectives import Goodput, SloMetric, evaluate_objectives, goodput, with_failed
 
 
 def summarize(
@@ -226,15 +226,15 @@ def _slos(results: Sequence[ProbeResult], measured: Measured, spec: EvaluationSp
     failed = len(results) - len(measured.results)
     return [
         {
-            "slo": str(r.slo),
+            "slo": str(r.objective),
             "observed": r.observed,
             "threshold": r.threshold,
             "met": r.met if r.sample_count else None,
             "samples": r.sample_count,
-            "samples_of": "gaps" if r.slo.metric is SloMetric.TBT else "requests",
+            "samples_of": "gaps" if r.objective.metric is SloMetric.TBT else "requests",
             "failed_requests": failed,
         }
-        for r in evaluate_slos(spec.slos, with_failed(values, failed))
+        for r in evaluate_objectives(spec.slos, with_failed(values, failed))
     ]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from exporter.settings.model import Config
 from exporter.settings.parse import ConfigCheck, load_config_file
 from exporter.settings.problems import SettingsError
-from exporter.stats.slo import DEFAULT_DECODE_TIER
+from exporter.stats.objectives import DEFAULT_DECODE_TIER
 
 
 def check_file(path: str, *, checks: Sequence[ConfigCheck] = ()) -> tuple[bool, list[str]]:

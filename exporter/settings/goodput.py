@@ -13,7 +13,7 @@ import re
 from typing import Final
 
 from exporter.settings.reader import Section, Substituted
-from exporter.stats.slo import GoodputBounds, SloMetric
+from exporter.stats.objectives import GoodputBounds, SloMetric
 
 # Flag order (as the docs list them); a Section sorts them in its own messages.
 GOODPUT_KEYS: Final = ("ttft", "tpot", "e2e", "max_tbt", "normalized_latency", "min_fluidity")

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from exporter.stats.slo import DEFAULT_DECODE_TIER, GoodputBounds, Slo
+from exporter.stats.objectives import DEFAULT_DECODE_TIER, GoodputBounds, Objective
 
 JobKind = Literal["capacity", "prefill-profile"]
 JOB_KINDS: tuple[JobKind, ...] = ("capacity", "prefill-profile")
@@ -78,7 +78,7 @@ class SloSpec:
     prefill_deadline_s: float | None = None
     target_fluidity: float | None = None
     percentile: float | None = None
-    objectives: tuple[Slo, ...] = ()
+    objectives: tuple[Objective, ...] = ()
     goodput: GoodputBounds | None = None
     min_goodput_ratio: float | None = None  # with ``goodput``: share of requests that must meet every bound
 

@@ -42,7 +42,7 @@ from exporter.settings.job_params import (
 from exporter.settings.problems import Problems, SettingsError, literal
 from exporter.settings.reader import Section, show
 from exporter.settings.slo import read_objectives, read_percentile, read_target_fluidity
-from exporter.stats.slo import DECODE_TIERS
+from exporter.stats.objectives import DECODE_TIERS
 
 CAPACITY_KEYS = tuple(f.name for f in fields(CapacityParams))
 PROFILE_KEYS = tuple(f.name for f in fields(ProfileParams))

@@ -20,16 +20,16 @@ from typing import Any, Final
 from exporter.settings.goodput import GOODPUT_KEYS, read_goodput
 from exporter.settings.json_file import JsonFileError, read_json_file
 from exporter.settings.reader import Section, Substituted, check_name, show, string_value
-from exporter.stats.prefill import PrefillModel
-from exporter.stats.slo import (
+from exporter.stats.objectives import (
     DECODE_TIERS,
     DEFAULT_PERCENTILE,
     DEFAULT_PREFILL_DEADLINE_S,
     DEFAULT_TARGET_FLUIDITY,
     GoodputBounds,
-    Slo,
-    parse_slo,
+    Objective,
+    parse_objective,
 )
+from exporter.stats.prefill import PrefillModel
 
 SLO_KEYS: Final = ("prefill", "decode_tiers", "target_fluidity", "percentile", "objectives", "goodput")
 PREFILL_KEYS: Final = ("deadline", "model_file", "scheduling_slack")
@@ -48,7 +48,7 @@ class SloOptions:
     decode_tiers: tuple[tuple[str, float], ...] = tuple(DECODE_TIERS.items())
     target_fluidity: float = DEFAULT_TARGET_FLUIDITY
     percentile: float = DEFAULT_PERCENTILE
-    objectives: tuple[Slo, ...] = ()
+    objectives: tuple[Objective, ...] = ()
     goodput: GoodputBounds | None = None
 
 
@@ -150,13 +150,13 @@ def parse_decode_tiers(text: str) -> dict[str, Substituted]:
     return tiers
 
 
-def read_objectives(sec: Section) -> tuple[Slo, ...]:
+def read_objectives(sec: Section) -> tuple[Objective, ...]:
     """``objectives: [ttft:p99<=2, ...]``; a bad one is a problem under its index."""
     parsed = [_objective_at(sec, path, raw) for path, raw in sec.items("objectives")]
     return tuple(slo for slo in parsed if slo is not None)
 
 
-def _objective_at(sec: Section, path: str, raw: Any) -> Slo | None:
+def _objective_at(sec: Section, path: str, raw: Any) -> Objective | None:
     try:
         return _objective(raw)
     except ValueError as exc:
@@ -164,7 +164,7 @@ def _objective_at(sec: Section, path: str, raw: Any) -> Slo | None:
         return None
 
 
-def _objective(value: Any) -> Slo:
+def _objective(value: Any) -> Objective:
     if not isinstance(value, str):
         raise ValueError(f"must be an SLO like ttft:p99<=2, got {show(value)}")
-    return parse_slo(value)
+    return parse_objective(value)

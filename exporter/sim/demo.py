@@ -20,8 +20,8 @@ from exporter.stats.batch import IntervalBatch, intervals_from_stamps
 from exporter.stats.distribution import percentile
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from exporter.stats.latency import decode_rate_from_tbt, decode_rate_from_tpot, latency_batch
+from exporter.stats.objectives import DECODE_TIERS, DEFAULT_TARGET_FLUIDITY
 from exporter.stats.prefill import PrefillModel, fit_prefill_model
-from exporter.stats.slo import DECODE_TIERS, DEFAULT_TARGET_FLUIDITY
 
 PROFILE_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192)
 SCHEDULING_SLACK_S = 0.25  # time a prompt may wait in the queue before its first token is late

@@ -48,7 +48,7 @@ from exporter.stats.batch import FloatArray, IntervalBatch
 from exporter.stats.distribution import nearest_rank
 from exporter.stats.fluidity_engines import evaluate_by_points, loop_request
 from exporter.stats.min_deadline import min_deadlines
-from exporter.stats.slo import DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
+from exporter.stats.objectives import DEFAULT_PERCENTILE, DEFAULT_TARGET_FLUIDITY
 
 __all__ = [
     "VARIANTS",

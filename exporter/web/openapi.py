@@ -23,7 +23,7 @@ from typing import Any
 from exporter.settings.job_params import MIN_TRIAL_S, JobLimits
 from exporter.settings.job_parse import default_max_trials, default_requests, default_warmup
 from exporter.settings.reader import MAX_DURATION_S
-from exporter.stats.slo import DECODE_TIERS, SloMetric
+from exporter.stats.objectives import DECODE_TIERS, SloMetric
 
 
 @functools.cache

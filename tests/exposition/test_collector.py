@@ -25,7 +25,7 @@ from exporter.probe.result import Outcome, intervals
 from exporter.report.summary import summarize
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
-from exporter.stats.slo import GoodputBounds, parse_slo
+from exporter.stats.objectives import GoodputBounds, parse_objective
 from tests.engine import fixtures as engine_fixtures
 from tests.exposition.builders import (
     POLICY,
@@ -41,7 +41,7 @@ from tests.exposition.builders import (
 
 NOW = 1_000.0
 SERIES = {"target": "llm", "module": "chat"}
-SLOS = (parse_slo("ttft:p99<=0.5"), parse_slo("fluidity:p99>=0.99"))
+SLOS = (parse_objective("ttft:p99<=0.5"), parse_objective("fluidity:p99>=0.99"))
 
 
 def registry_of(
@@ -130,7 +130,7 @@ def test_window_gauges_equal_stats_on_the_window_requests() -> None:
 
 
 SLOS_NOT_ON_GAPS = tuple(
-    parse_slo(text)
+    parse_objective(text)
     for text in ("ttft:p99<=0.5", "ttft:p50<=0.5", "ttft:p50<=0.1", "fluidity:p50>=0.5", "e2e:p90<=5")
 )
 

@@ -16,7 +16,7 @@ from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from exporter.stats.latency import latency_batch
-from exporter.stats.slo import GoodputBounds
+from exporter.stats.objectives import GoodputBounds
 from tests.exposition.builders import POLICY, failed, mixed_run, smooth, stalled
 
 

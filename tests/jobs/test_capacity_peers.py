@@ -29,7 +29,7 @@ def bench() -> ModuleType:
 
 
 @dataclass
-class Slo:
+class Objective:
     required: float = 0.99
 
 
@@ -39,7 +39,7 @@ class FakeBed:
 
     capacity: float
     flip: set[tuple[float, int]] = field(default_factory=set)
-    slo: Slo = field(default_factory=Slo)
+    slo: Objective = field(default_factory=Objective)
     calls: list[tuple[float, int]] = field(default_factory=list)
     swept: dict[float, bool] = field(default_factory=dict)  # the sweep's verdicts, for the oracle
 

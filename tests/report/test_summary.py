@@ -19,8 +19,8 @@ from exporter.report.summary import reliability, request_record, summarize
 from exporter.report.table import render_summary
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
+from exporter.stats.objectives import GoodputBounds, parse_objective
 from exporter.stats.prefill import fit_prefill_model
-from exporter.stats.slo import GoodputBounds, parse_slo
 
 
 def streamed(
@@ -59,7 +59,7 @@ RESULTS = [
 ]
 SPEC = EvaluationSpec(
     deadlines=DeadlinePolicy(prefill_deadline=0.5),
-    slos=(parse_slo("ttft:p99<=0.28"), parse_slo("fluidity:p99>=0.9")),
+    slos=(parse_objective("ttft:p99<=0.28"), parse_objective("fluidity:p99>=0.9")),
     goodput=GoodputBounds(ttft=0.28),
 )
 
@@ -112,7 +112,7 @@ def test_outcomes_goodput_and_slos_count_every_request() -> None:
 def test_failed_requests_count_against_an_objective_as_in_a_capacity_trial() -> None:
     # Two fluid requests of five: met at p50 on the completed ones alone, missed over all requests.
     results = [RESULTS[0], RESULTS[0], RESULTS[3], RESULTS[3], RESULTS[4]]
-    spec = dataclasses.replace(SPEC, slos=(parse_slo("fluidity:p50>=0.9"),))
+    spec = dataclasses.replace(SPEC, slos=(parse_objective("fluidity:p50>=0.9"),))
     summary = summarize(results, measure(results, spec), spec, duration_s=10.0)
     assert summary["slos"][0]["met"] is False and summary["slos"][0]["observed"] == 0.0
     assert (

@@ -38,8 +38,8 @@ from exporter.settings.model import JobsConfig
 from exporter.settings.problems import Problems
 from exporter.settings.reader import expand_env
 from exporter.sim.config import from_mapping
+from exporter.stats.objectives import DECODE_TIERS, GoodputBounds, parse_objective
 from exporter.stats.prefill import PrefillModel, dump_json
-from exporter.stats.slo import DECODE_TIERS, GoodputBounds, parse_slo
 
 MINIMAL = "targets:\n  - name: a\n    url: http://127.0.0.1:8000/\n"
 
@@ -131,7 +131,7 @@ def test_slo_helpers_build_the_report_objects() -> None:
         prefill_deadline=0.5, decode_tiers={"medium": 0.05}, target_fluidity=0.95, percentile=95.0
     )
     spec = EvaluationSpec.of(slo)
-    assert spec.slos == (parse_slo("ttft:p99<=2"), parse_slo("fluidity:p99>=0.9"))
+    assert spec.slos == (parse_objective("ttft:p99<=2"), parse_objective("fluidity:p99>=0.9"))
     assert spec.goodput == GoodputBounds(ttft=2.0, tpot=0.1, min_fluidity=0.9)
     default = DeadlinePolicy.of(config.slos["default"])
     assert default.prefill_deadline == 1.0 and dict(default.decode_tiers) == dict(DECODE_TIERS)

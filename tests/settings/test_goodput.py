@@ -10,7 +10,7 @@ from exporter.settings.goodput import GOODPUT_KEYS, GOODPUT_OPERATORS
 from exporter.settings.job_params import JobLimits
 from exporter.settings.job_parse import parse_params
 from exporter.settings.parse import load_config
-from exporter.stats.slo import GoodputBounds
+from exporter.stats.objectives import GoodputBounds
 from tests.settings.helpers import flag_options
 
 

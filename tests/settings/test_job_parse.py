@@ -10,7 +10,7 @@ import pytest
 from exporter.settings.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
 from exporter.settings.job_parse import params_to_dict, parse_params
 from exporter.settings.problems import SettingsError
-from exporter.stats.slo import GoodputBounds, parse_slo
+from exporter.stats.objectives import GoodputBounds, parse_objective
 
 LIMITS = JobLimits()
 CAPACITY_VALID = (
@@ -342,7 +342,7 @@ def test_a_full_capacity_body() -> None:
             prefill_deadline_s=1.5,
             target_fluidity=0.95,
             percentile=90.0,
-            objectives=(parse_slo("ttft:p99<=2"), parse_slo("fluidity:p90>=0.9")),
+            objectives=(parse_objective("ttft:p99<=2"), parse_objective("fluidity:p90>=0.9")),
             goodput=GoodputBounds(ttft=2.0, tpot=0.1, min_fluidity=0.9),
             min_goodput_ratio=0.9,
         ),

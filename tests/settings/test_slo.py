@@ -15,8 +15,8 @@ from exporter.settings import SettingsError, parse_config
 from exporter.settings.job_params import JobLimits
 from exporter.settings.job_parse import parse_params
 from exporter.settings.oneshot import flag_of
+from exporter.stats.objectives import GoodputBounds, parse_objective
 from exporter.stats.prefill import dump_json, fit_prefill_model
-from exporter.stats.slo import GoodputBounds, parse_slo
 from tests.settings.helpers import flag_options
 
 TARGET = "targets: [{name: t, url: 'http://127.0.0.1:1'}]\n"
@@ -128,7 +128,7 @@ def test_flags_and_config_read_the_same_slo(tmp_path: Path) -> None:
     )
     assert evaluation_spec(flags) == EvaluationSpec.of(config.slos["default"])
     assert evaluation_spec(flags).goodput == GoodputBounds(ttft=2.0, min_fluidity=0.9)
-    assert evaluation_spec(flags).slos == (parse_slo("ttft:p99<=2"),)
+    assert evaluation_spec(flags).slos == (parse_objective("ttft:p99<=2"),)
 
 
 def test_no_flags_give_the_configs_default_slo() -> None:

@@ -20,7 +20,7 @@ from exporter.jobs.search_state import State
 from exporter.jobs.store import JOB_STATES, JobStore
 from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
 from exporter.settings.job_parse import params_to_dict, parse_params
-from exporter.stats.slo import GoodputBounds, parse_slo
+from exporter.stats.objectives import GoodputBounds, parse_objective
 from exporter.web.jobs_api import PREFIX, add_job_routes
 from exporter.web.openapi import committed_document, document_for
 from tests.web.service import AUTH, TOKEN, Service
@@ -375,7 +375,9 @@ def test_the_documented_fields_are_the_dataclass_fields(name: str, cls: type[Any
             module="chat",
             trial_duration_s=30.0,
             slo=SloSpec(
-                objectives=(parse_slo("ttft:p99<=2"),), goodput=GoodputBounds(ttft=1.0), min_goodput_ratio=0.9
+                objectives=(parse_objective("ttft:p99<=2"),),
+                goodput=GoodputBounds(ttft=1.0),
+                min_goodput_ratio=0.9,
             ),
         ),
         ProfileParams(target="a"),

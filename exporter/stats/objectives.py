@@ -64,7 +64,7 @@ _PERCENTILE = re.compile(r"p(?P<number>[0-9]+(?:\.[0-9]+)?)")
 
 
 @dataclass(frozen=True)
-class Slo:
+class Objective:
     """At least ``percentile`` % of requests have ``metric`` on the good side of ``threshold``."""
 
     metric: SloMetric
@@ -83,10 +83,10 @@ class Slo:
 
 
 @dataclass(frozen=True)
-class SloResult:
+class ObjectiveResult:
     """How one SLO fared: the observed nearest-rank value against the threshold."""
 
-    slo: Slo
+    objective: Objective
     observed: float
     threshold: float
     met: bool
@@ -136,7 +136,7 @@ class Goodput:
     rate_per_s: float
 
 
-def parse_slo(text: str) -> Slo:
+def parse_objective(text: str) -> Objective:
     """Parse ``metric:pNN<=threshold`` (``>=`` for fluidity): ``ttft:p99<=0.5``, ``fluidity:p99>=0.9``."""
     metric_part, sep, rest = text.strip().partition(":")
     if not sep:
@@ -148,7 +148,7 @@ def parse_slo(text: str) -> Slo:
             f'SLO "{text}": {metric.value} is {"higher" if metric.higher_is_better else "lower"}-is-better, '
             f"so its bound is written with {metric.operator}, not {operator}"
         )
-    return Slo(metric, _parse_percentile(text, percentile_part), _parse_threshold(text, threshold_part))
+    return Objective(metric, _parse_percentile(text, percentile_part), _parse_threshold(text, threshold_part))
 
 
 def parse_metric(name: str) -> SloMetric:
@@ -159,20 +159,22 @@ def parse_metric(name: str) -> SloMetric:
         raise ValueError(f'unknown SLO metric "{name}"; valid: {VALID_METRICS}') from None
 
 
-def evaluate_slo(slo: Slo, values: ArrayLike) -> SloResult:
+def evaluate_objective(slo: Objective, values: ArrayLike) -> ObjectiveResult:
     """Check ``slo`` against one value per request; NaN values (metric not applicable) are ignored."""
     sample = without_nan(values)
     if len(sample) == 0:
-        return SloResult(slo, math.nan, slo.threshold, False, 0)
+        return ObjectiveResult(slo, math.nan, slo.threshold, False, 0)
     higher = slo.metric.higher_is_better
     observed = nearest_rank(sample, slo.percentile / 100.0, largest=higher)
     met = observed >= slo.threshold if higher else observed <= slo.threshold
-    return SloResult(slo, observed, slo.threshold, bool(met), len(sample))
+    return ObjectiveResult(slo, observed, slo.threshold, bool(met), len(sample))
 
 
-def evaluate_slos(slos: Iterable[Slo], metric_values: Mapping[SloMetric, ArrayLike]) -> list[SloResult]:
+def evaluate_objectives(
+    slos: Iterable[Objective], metric_values: Mapping[SloMetric, ArrayLike]
+) -> list[ObjectiveResult]:
     """Check every SLO against the per-request values of its metric."""
-    return [evaluate_slo(slo, _metric_values(metric_values, slo.metric)) for slo in slos]
+    return [evaluate_objective(slo, _metric_values(metric_values, slo.metric)) for slo in slos]
 
 
 def with_failed(

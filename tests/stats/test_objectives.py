@@ -1,4 +1,4 @@
-"""Tests of exporter.stats.slo: SLO parsing and evaluation, goodput and the decode tiers."""
+"""Tests of exporter.stats.objectives: SLO parsing and evaluation, goodput and the decode tiers."""
 
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import ArrayLike
 
-from exporter.stats.slo import (
+from exporter.stats.objectives import (
     DECODE_TIERS,
     Goodput,
     GoodputBounds,
-    Slo,
+    Objective,
+    ObjectiveResult,
     SloMetric,
-    SloResult,
     decode_tier,
-    evaluate_slo,
-    evaluate_slos,
+    evaluate_objective,
+    evaluate_objectives,
     goodput,
-    parse_slo,
+    parse_objective,
 )
 
 NAN = math.nan
@@ -32,27 +32,27 @@ VALID = "valid: e2e, fluidity, normalized_latency, tbt, tpot, ttft"
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("ttft:p99<=0.5", Slo(SloMetric.TTFT, 99.0, 0.5)),
-        ("fluidity:p99>=0.9", Slo(SloMetric.FLUIDITY, 99.0, 0.9)),
-        (" e2e : p50 <= 10 ", Slo(SloMetric.E2E, 50.0, 10.0)),
-        ("tpot:p99.9<=0.05", Slo(SloMetric.TPOT, 99.9, 0.05)),
-        ("normalized_latency:p100<=1e-1", Slo(SloMetric.NORMALIZED_LATENCY, 100.0, 0.1)),
-        ("tbt:p90<=0", Slo(SloMetric.TBT, 90.0, 0.0)),
+        ("ttft:p99<=0.5", Objective(SloMetric.TTFT, 99.0, 0.5)),
+        ("fluidity:p99>=0.9", Objective(SloMetric.FLUIDITY, 99.0, 0.9)),
+        (" e2e : p50 <= 10 ", Objective(SloMetric.E2E, 50.0, 10.0)),
+        ("tpot:p99.9<=0.05", Objective(SloMetric.TPOT, 99.9, 0.05)),
+        ("normalized_latency:p100<=1e-1", Objective(SloMetric.NORMALIZED_LATENCY, 100.0, 0.1)),
+        ("tbt:p90<=0", Objective(SloMetric.TBT, 90.0, 0.0)),
     ],
 )
-def test_parse_slo(text: str, expected: Slo) -> None:
-    assert parse_slo(text) == expected
+def test_parse_slo(text: str, expected: Objective) -> None:
+    assert parse_objective(text) == expected
 
 
 @pytest.mark.parametrize("text", ["ttft:p99<=0.5", "fluidity:p99.9>=0.9", "tbt:p50<=0.025"])
 def test_slo_str_round_trips(text: str) -> None:
-    assert str(parse_slo(text)) == text
+    assert str(parse_objective(text)) == text
 
 
 @given(st.sampled_from(SloMetric), st.floats(0.01, 100.0), st.floats(0.0, 1e6))
 def test_any_slo_round_trips_through_its_text(metric: SloMetric, percentile: float, threshold: float) -> None:
-    slo = Slo(metric, percentile, threshold)
-    assert parse_slo(str(slo)) == slo
+    slo = Objective(metric, percentile, threshold)
+    assert parse_objective(str(slo)) == slo
 
 
 BAD_SLOS = {
@@ -86,7 +86,7 @@ BAD_SLOS = {
 @pytest.mark.parametrize(("text", "message"), BAD_SLOS.values(), ids=BAD_SLOS.keys())
 def test_parse_slo_errors_name_the_bad_part(text: str, message: str) -> None:
     with pytest.raises(ValueError) as raised:
-        parse_slo(text)
+        parse_objective(text)
     assert message in str(raised.value)
 
 
@@ -101,7 +101,7 @@ def test_parse_slo_errors_name_the_bad_part(text: str, message: str) -> None:
 )
 def test_slo_rejects_bad_fields(percentile: float, threshold: float, message: str) -> None:
     with pytest.raises(ValueError) as raised:
-        Slo(SloMetric.TTFT, percentile, threshold)
+        Objective(SloMetric.TTFT, percentile, threshold)
     assert message in str(raised.value)
 
 
@@ -123,31 +123,31 @@ def test_only_fluidity_is_higher_is_better() -> None:
     ],
 )
 def test_evaluate_slo_nearest_rank(slo: str, observed: float, met: bool) -> None:
-    result = evaluate_slo(parse_slo(slo), HUNDREDTHS)
-    assert result == SloResult(parse_slo(slo), observed, parse_slo(slo).threshold, met, 100)
+    result = evaluate_objective(parse_objective(slo), HUNDREDTHS)
+    assert result == ObjectiveResult(parse_objective(slo), observed, parse_objective(slo).threshold, met, 100)
 
 
 def test_evaluate_slo_ignores_nan() -> None:
-    result = evaluate_slo(parse_slo("tpot:p100<=0.1"), [0.1, NAN, 0.05, NAN])
+    result = evaluate_objective(parse_objective("tpot:p100<=0.1"), [0.1, NAN, 0.05, NAN])
     assert (result.observed, result.met, result.sample_count) == (0.1, True, 2)
 
 
 @pytest.mark.parametrize("values", [[], [NAN, NAN]], ids=["empty", "all-nan"])
 def test_evaluate_slo_without_values_is_not_met(values: list[float]) -> None:
-    result = evaluate_slo(parse_slo("ttft:p99<=100"), values)
+    result = evaluate_objective(parse_objective("ttft:p99<=100"), values)
     assert result.met is False
     assert math.isnan(result.observed)
     assert result.sample_count == 0
 
 
 def test_evaluate_slos_uses_each_metric_s_values() -> None:
-    slos = [parse_slo("ttft:p50<=0.2"), parse_slo("fluidity:p50>=0.9")]
+    slos = [parse_objective("ttft:p50<=0.2"), parse_objective("fluidity:p50>=0.9")]
     values: dict[SloMetric, ArrayLike] = {
         SloMetric.TTFT: [0.1, 0.2, 0.3],
         SloMetric.FLUIDITY: np.array([1.0, 0.5, 0.95]),
     }
-    results = evaluate_slos(slos, values)
-    assert [(r.slo.metric, r.observed, r.met) for r in results] == [
+    results = evaluate_objectives(slos, values)
+    assert [(r.objective.metric, r.observed, r.met) for r in results] == [
         (SloMetric.TTFT, 0.2, True),
         (SloMetric.FLUIDITY, 0.95, True),
     ]
@@ -155,7 +155,7 @@ def test_evaluate_slos_uses_each_metric_s_values() -> None:
 
 def test_evaluate_slos_names_the_missing_metric() -> None:
     with pytest.raises(ValueError, match='no values for SLO metric "e2e"; given: tbt, ttft'):
-        evaluate_slos([parse_slo("e2e:p99<=1")], {SloMetric.TTFT: [1.0], SloMetric.TBT: [1.0]})
+        evaluate_objectives([parse_objective("e2e:p99<=1")], {SloMetric.TTFT: [1.0], SloMetric.TBT: [1.0]})
 
 
 @given(
@@ -168,7 +168,7 @@ def test_evaluate_slo_met_iff_enough_requests_meet_the_bound(
     values: list[float], percentile: int, threshold: float, fluidity: bool
 ) -> None:
     metric = SloMetric.FLUIDITY if fluidity else SloMetric.E2E
-    result = evaluate_slo(Slo(metric, float(percentile), threshold), values)
+    result = evaluate_objective(Objective(metric, float(percentile), threshold), values)
     data = [v for v in values if not math.isnan(v)]
     meeting = sum((v >= threshold) if fluidity else (v <= threshold) for v in data)
     assert result.met == (bool(data) and meeting * 100 >= percentile * len(data))
