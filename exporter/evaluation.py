@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from exporter.probe.result import Outcome, ProbeResult, intervals
-from exporter.settings.slo import SloOptions
+from exporter.settings.slo import Slo
 from exporter.stats.accounting import FluidityBatch
 from exporter.stats.batch import FloatArray, IntervalBatch
 from exporter.stats.fluidity import evaluate
@@ -75,7 +75,7 @@ class DeadlinePolicy:
         }
 
     @classmethod
-    def of(cls, slo: SloOptions) -> DeadlinePolicy:
+    def of(cls, slo: Slo) -> DeadlinePolicy:
         """The deadlines an SLO sets, however it was given (config, flags)."""
         return cls(
             prefill_deadline=slo.prefill_deadline_s,
@@ -97,7 +97,7 @@ class EvaluationSpec:
     from_scheduled: bool = False  # charge the client's send lateness to the request (open-loop honesty)
 
     @classmethod
-    def of(cls, slo: SloOptions, *, from_scheduled: bool = False) -> EvaluationSpec:
+    def of(cls, slo: Slo, *, from_scheduled: bool = False) -> EvaluationSpec:
         """Everything ``measure`` needs to evaluate results under ``slo``."""
         return cls(DeadlinePolicy.of(slo), slo.objectives, slo.goodput, from_scheduled)
 

@@ -40,7 +40,8 @@ from exporter.probe.loop import off_the_loop
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
 from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, SloSpec, concurrency_ceiling
-from exporter.settings.model import Module, SloConfig, Target
+from exporter.settings.model import Module, Target
+from exporter.settings.slo import Slo
 from exporter.stats.binomial import fewest_to_confirm
 from exporter.stats.objectives import DECODE_TIERS, decode_tier
 
@@ -55,7 +56,7 @@ BUDGET_SHARE = 0.9  # the default search budget: this share of jobs.limits.max_d
 REPEAT_SEED_STEP = 7919  # seed offset of each repeat at one load (a prime: no overlap with seed + 1)
 
 
-def resolve_trial_slo(spec: SloSpec, configured: SloConfig, policy: DeadlinePolicy) -> TrialSlo:
+def resolve_trial_slo(spec: SloSpec, configured: Slo, policy: DeadlinePolicy) -> TrialSlo:
     """The job's SLO: what the job says, else the target's SLO config (``policy`` carries its ``Dp``,
     from the stored prefill profile when there is one)."""
     deadlines = policy if spec.prefill_deadline_s is None else DeadlinePolicy(spec.prefill_deadline_s)
@@ -70,7 +71,7 @@ def resolve_trial_slo(spec: SloSpec, configured: SloConfig, policy: DeadlinePoli
     )
 
 
-def decode_deadline(spec: SloSpec, configured: SloConfig) -> float:
+def decode_deadline(spec: SloSpec, configured: Slo) -> float:
     """``decode_deadline_s``, or the named tier of the target's SLO (the paper's tiers by default)."""
     if spec.decode_deadline_s is not None:
         return spec.decode_deadline_s

@@ -36,9 +36,9 @@ from exporter.settings.bounds import MAX_JOB_REQUESTS_PER_TRIAL, MAX_JOB_TRIALS
 from exporter.settings.cost import Cost
 from exporter.settings.job_params import CapacityParams, JobLimits
 from exporter.settings.job_parse import parse_params
-from exporter.settings.model import SloConfig
 from exporter.settings.oneshot import Options, flag_problem
 from exporter.settings.problems import SettingsError
+from exporter.settings.slo import Slo
 from exporter.settings.target import TargetSettings
 
 # The command runs on the user's own machine, against their own target: no ceilings of the daemon's,
@@ -126,7 +126,7 @@ def trial_slo(params: CapacityParams, deadlines: DeadlinePolicy) -> TrialSlo:
     """The job's SLO resolved as the daemon resolves it, with the default SLO config in place of a
     target's and ``Dp`` from ``deadlines`` (the options' prefill deadline or model)."""
     try:
-        return resolve_trial_slo(params.slo, SloConfig(), deadlines)
+        return resolve_trial_slo(params.slo, Slo(), deadlines)
     except JobFailedError as exc:
         raise SettingsError(f"--decode-tier: {exc}") from exc
 

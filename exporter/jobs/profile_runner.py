@@ -84,9 +84,9 @@ def profile_runner(env: JobEnvironment) -> Runner:
         fitted = profile.model.sample_count
         note = constant_note(profile.model)
         message = f"fitted over {fitted} length{'s' * (fitted != 1)}: {profile.model.formula()}"
-        overridden = profile_overridden(slo, slo.name) if params.apply else None
+        overridden = profile_overridden(slo, target.slo) if params.apply else None
         applied = params.apply and overridden is None
-        warning = bare_prefill_warning(slo, slo.name) if applied else None
+        warning = bare_prefill_warning(slo, target.slo) if applied else None
         if params.apply:
             env.store_profile(target.name, profile)  # kept: it sets Dp once the SLO leaves Dp to profiles
         said = [message, *(part for part in (note, warning) if part)]

@@ -34,7 +34,7 @@ from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.state_files import WriteHealth, move_aside
 from exporter.settings.json_file import JsonFileError, read_json_file
 from exporter.settings.lengths import MAX_PROMPT_TOKENS
-from exporter.settings.slo import SloOptions
+from exporter.settings.slo import Slo
 from exporter.stats.prefill import PrefillModel
 
 LOG = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ def deadline_policy_with_profile(
     return replace(policy, prefill_model=profile.model)
 
 
-def profile_overridden(slo: SloOptions, name: str) -> str | None:
+def profile_overridden(slo: Slo, name: str) -> str | None:
     """Why a profile stored for a target under this SLO (``slos.<name>``) does not set its ``Dp``
     (None: it does)."""
     if slo.prefill_model is not None:
@@ -203,7 +203,7 @@ def profile_overridden(slo: SloOptions, name: str) -> str | None:
     return None
 
 
-def bare_prefill_warning(slo: SloOptions, name: str) -> str | None:
+def bare_prefill_warning(slo: Slo, name: str) -> str | None:
     """What an operator should know of a profile applied under an SLO without scheduling slack (None:
     the SLO gives some): ``Dp`` becomes the isolated prefill time, so any queueing, even one request
     ahead, misses the first deadline."""

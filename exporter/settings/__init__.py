@@ -106,7 +106,7 @@ jobs API):
 
 ``reader`` reads a parsed YAML or JSON tree with
 every problem recorded under its path (``problems``: each keeps its path, the settings its message
-names and the wrong part of a spec); ``slo`` defines the SLO (``SloOptions``) and reads it (``read_slo``)
+names and the wrong part of a spec); ``slo`` defines the SLO (``Slo``) and reads it (``read_slo``)
 for the daemon config, a job's parameters and the flags alike; ``target`` defines how to reach a target
 (``Api``, ``Secret``, ``Timeouts``) and reads it for ``targets[]`` and the target flags; ``goodput`` reads
 goodput bounds; ``cost`` reads a target's accelerators and their price (``targets[]``, the ``capacity`` flags); ``workload`` defines a workload (``WorkloadOptions``: a preset or length distributions,
@@ -149,7 +149,6 @@ from exporter.settings.model import (
     GlobalConfig,
     Module,
     ProbeSchedule,
-    SloConfig,
     Target,
     Tls,
     UnknownNameError,
@@ -159,6 +158,7 @@ from exporter.settings.model import (
 from exporter.settings.parse import load_config, load_config_file, parse_config
 from exporter.settings.problems import SettingsError
 from exporter.settings.reader import parse_duration
+from exporter.settings.slo import Slo
 
 __all__ = [
     "BUCKET_NAMES",
@@ -172,7 +172,7 @@ __all__ = [
     "Module",
     "ProbeSchedule",
     "SettingsError",
-    "SloConfig",
+    "Slo",
     "Target",
     "Tls",
     "UnknownNameError",

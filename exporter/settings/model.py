@@ -18,7 +18,7 @@ from exporter.settings.arrival import ArrivalProcess
 from exporter.settings.job_params import JobKind, JobLimits, JobParams
 from exporter.settings.lengths import Fixed, LogNormal, PairedLengths
 from exporter.settings.shards import PoolSettings
-from exporter.settings.slo import SloOptions
+from exporter.settings.slo import Slo
 from exporter.settings.target import Api, Secret, TargetSettings, Timeouts
 from exporter.settings.traffic import TrafficConfig
 from exporter.settings.workload import WorkloadOptions, tool_calls_problem
@@ -206,17 +206,6 @@ class Module:
 
 
 @dataclass(frozen=True)
-class SloConfig(SloOptions):
-    """A named SLO of the config (``slos.<name>``): the options, read by ``read_slo``, and their name."""
-
-    name: str = DEFAULT_SLO
-
-    @classmethod
-    def of(cls, name: str, options: SloOptions) -> SloConfig:
-        return cls(name=name, **{f.name: getattr(options, f.name) for f in fields(SloOptions)})
-
-
-@dataclass(frozen=True)
 class JobSchedule:
     """A job the daemon starts on a ``cron`` line; ``name`` becomes a label value and a job id."""
 
@@ -277,7 +266,7 @@ class Config:
     global_: GlobalConfig
     targets: tuple[Target, ...]
     modules: Mapping[str, Module]
-    slos: Mapping[str, SloConfig]
+    slos: Mapping[str, Slo]
     source: str = field(default="<config>", compare=False)
     jobs: JobsConfig = field(default_factory=JobsConfig)
     # The secrets' files it read (``{file: PATH}``): what a config watch re-reads besides the config.
@@ -286,7 +275,7 @@ class Config:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "modules", _frozen(self.modules))
-        object.__setattr__(self, "slos", _frozen({DEFAULT_SLO: SloConfig(), **self.slos}))
+        object.__setattr__(self, "slos", _frozen({DEFAULT_SLO: Slo(), **self.slos}))
 
     def target(self, name: str) -> Target:
         for target in self.targets:
@@ -299,7 +288,7 @@ class Config:
             raise UnknownNameError(_unknown("module", name, list(self.modules)))
         return self.modules[name]
 
-    def slo_for(self, target: Target | str) -> SloConfig:
+    def slo_for(self, target: Target | str) -> Slo:
         """The SLO a target is evaluated under."""
         chosen = self.target(target) if isinstance(target, str) else target
         return self.slos[chosen.slo]

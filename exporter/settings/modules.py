@@ -13,10 +13,10 @@ from __future__ import annotations
 from exporter.settings import bounds
 from exporter.settings.arrival import read_arrival
 from exporter.settings.lengths import PairedLengths
-from exporter.settings.model import Module, ProbeSchedule, SloConfig, WorkloadSpec
+from exporter.settings.model import Module, ProbeSchedule, WorkloadSpec
 from exporter.settings.presets import PRESET_SESSIONS
 from exporter.settings.reader import Context, Section
-from exporter.settings.slo import read_slo
+from exporter.settings.slo import Slo, read_slo
 from exporter.settings.trace_files import TRACE_FORMATS, load_trace
 from exporter.settings.values import check_cron
 from exporter.settings.workload import WorkloadOptions, read_workload
@@ -87,5 +87,6 @@ class ModuleReader:
             sec.fail("jitter", f"must be less than the interval ({interval:g} s), got {jitter:g} s")
         return ProbeSchedule(interval_s=interval, jitter_s=jitter, cron=cron)
 
-    def slo(self, name: str, sec: Section) -> SloConfig:
-        return SloConfig.of(name, read_slo(sec, self.ctx.path, profiled=True))
+    def slo(self, name: str, sec: Section) -> Slo:
+        """``slos.<name>``: the name is the mapping's key, not part of the SLO."""
+        return read_slo(sec, self.ctx.path, profiled=True)

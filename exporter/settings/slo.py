@@ -1,6 +1,6 @@
 """The SLO a run is judged by, defined once and read one way from the daemon config, the jobs API and flags.
 
-``SloOptions`` holds an SLO with its defaults (the Etalon paper's: 99 % of requests reach fluidity 0.9):
+``Slo`` holds an SLO with its defaults (the Etalon paper's: 99 % of requests reach fluidity 0.9):
 ``Dp`` as a constant or a profiled prefill model plus slack, the decode tiers (``Dd``), the fluidity
 target and percentile, extra objectives (``ttft:p99<=2``) and goodput bounds. ``read_slo`` reads one from
 a ``Section`` shaped as the daemon config's ``slos.<name>`` mapping; the flags (``--prefill-deadline``,
@@ -36,7 +36,7 @@ PREFILL_KEYS: Final = ("deadline", "model_file", "scheduling_slack")
 
 
 @dataclass(frozen=True)
-class SloOptions:
+class Slo:
     """Deadlines (``Dp`` constant or from a profiled model, ``Dd`` tiers), objectives and goodput bounds."""
 
     prefill_deadline_s: float = DEFAULT_PREFILL_DEADLINE_S
@@ -52,7 +52,7 @@ class SloOptions:
     goodput: GoodputBounds | None = None
 
 
-def read_slo(sec: Section, resolve_path: Callable[[str], str] = str, *, profiled: bool = False) -> SloOptions:
+def read_slo(sec: Section, resolve_path: Callable[[str], str] = str, *, profiled: bool = False) -> Slo:
     """The SLO of one ``slos.<name>``-shaped mapping; ``resolve_path`` places a relative model file.
     ``profiled``: a prefill profile may supply the model (the daemon's jobs apply them), so a
     ``scheduling_slack`` without ``model_file`` is the slack added to that profile's prediction."""
@@ -61,7 +61,7 @@ def read_slo(sec: Section, resolve_path: Callable[[str], str] = str, *, profiled
         _prefill_model(prefill, resolve_path, profiled) if prefill is not None else (None, None)
     )
     goodput = sec.section("goodput", GOODPUT_KEYS)
-    return SloOptions(
+    return Slo(
         prefill_deadline_s=(
             prefill.duration("deadline", DEFAULT_PREFILL_DEADLINE_S)
             if prefill is not None
@@ -122,7 +122,7 @@ def read_decode_tiers(sec: Section) -> tuple[tuple[str, float], ...]:
     """``decode_tiers: {name: deadline, ...}``, each name label-safe (the default: Etalon's three)."""
     raw = sec.get("decode_tiers")
     if raw is None and not sec.has("decode_tiers"):
-        return SloOptions.decode_tiers
+        return Slo.decode_tiers
     if not isinstance(raw, Mapping) or not raw:
         sec.fail("decode_tiers", f"must map tier names to deadlines, e.g. {{medium: 50ms}}, got {show(raw)}")
         return ()

@@ -21,7 +21,7 @@ from exporter.settings import (
     GlobalConfig,
     ProbeSchedule,
     SettingsError,
-    SloConfig,
+    Slo,
     Target,
     UnknownNameError,
     default_config,
@@ -55,7 +55,7 @@ def test_minimal_config_gets_every_default() -> None:
     assert target.api == "chat" and target.model is None and target.api_key is None
     assert target.timeouts == Timeouts() and target.budget == Budget() and target.slo == "default"
     assert target.modules == () and config.probes() == ()
-    assert list(config.slos) == ["default"] and config.slos["default"] == SloConfig()
+    assert list(config.slos) == ["default"] and config.slos["default"] == Slo()
 
 
 def test_module_defaults_and_all_modules_by_default() -> None:
@@ -221,7 +221,7 @@ def test_config_is_frozen() -> None:
     with pytest.raises(AttributeError):
         config.targets = ()  # type: ignore[misc]
     with pytest.raises(TypeError):
-        config.slos["x"] = SloConfig()  # type: ignore[index]
+        config.slos["x"] = Slo()  # type: ignore[index]
 
 
 # --- ${ENV} expansion --------------------------------------------------------------------------------
@@ -402,7 +402,7 @@ def test_duration_units_scale(number: int, unit: str) -> None:
 
 def test_config_constructed_in_code_fills_the_default_slo() -> None:
     config = Config(GlobalConfig(), (Target("a", "http://h"),), {}, {})
-    assert config.slo_for("a") == SloConfig()
+    assert config.slo_for("a") == Slo()
 
 
 NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True)
