@@ -39,11 +39,10 @@ from exporter.probe.client import ProbeClient
 from exporter.probe.loop import off_the_loop
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
-from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, SloSpec, concurrency_ceiling
+from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, concurrency_ceiling
 from exporter.settings.model import Module, Target
-from exporter.settings.slo import Slo
+from exporter.settings.slo import Slo, SloSpec
 from exporter.stats.binomial import fewest_to_confirm
-from exporter.stats.objectives import DECODE_TIERS, decode_tier
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}
 # The default floor of a rate search: the rate at which one trial's requests take this long to send. A
@@ -57,28 +56,15 @@ REPEAT_SEED_STEP = 7919  # seed offset of each repeat at one load (a prime: no o
 
 
 def resolve_trial_slo(spec: SloSpec, configured: Slo, policy: DeadlinePolicy) -> TrialSlo:
-    """The job's SLO: what the job says, else the target's SLO config (``policy`` carries its ``Dp``,
-    from the stored prefill profile when there is one)."""
-    deadlines = policy if spec.prefill_deadline_s is None else DeadlinePolicy(spec.prefill_deadline_s)
-    return TrialSlo(
-        deadlines=deadlines,
-        decode_deadline=decode_deadline(spec, configured),
-        target_fluidity=spec.target_fluidity or configured.target_fluidity,
-        percentile=spec.percentile or configured.percentile,
-        objectives=spec.objectives,
-        goodput=spec.goodput,
-        min_goodput_ratio=spec.min_goodput_ratio,
-    )
-
-
-def decode_deadline(spec: SloSpec, configured: Slo) -> float:
-    """``decode_deadline_s``, or the named tier of the target's SLO (the paper's tiers by default)."""
-    if spec.decode_deadline_s is not None:
-        return spec.decode_deadline_s
+    """The job's SLO over the target's (``policy`` carries the target's ``Dp``, from the stored prefill
+    profile when there is one; a job's own ``prefill_deadline_s`` replaces it)."""
     try:  # a reload may have removed the target's tier since the job was accepted
-        return decode_tier(spec.decode_tier, {**DECODE_TIERS, **dict(configured.decode_tiers)})
+        slo = spec.applied_to(configured)
     except ValueError as exc:
         raise JobFailedError(str(exc)) from None
+    deadlines = policy if spec.prefill_deadline_s is None else DeadlinePolicy.of(slo)
+    ((_, decode_deadline),) = slo.decode_tiers
+    return TrialSlo(deadlines, decode_deadline, slo, spec.min_goodput_ratio)
 
 
 def search_settings(params: CapacityParams, limits: JobLimits, slo: TrialSlo | None = None) -> SearchSettings:

@@ -16,13 +16,14 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from exporter.evaluation import COMPLETED, DeadlinePolicy, EvaluationSpec, measure, metric_values
 from exporter.probe.result import ProbeResult, intervals
+from exporter.settings.slo import TRIAL_TIER, Slo
 from exporter.stats.accounting import FluidityOptions
 from exporter.stats.batch import FloatArray
 from exporter.stats.binomial import DEFAULT_CONFIDENCE, classify_fraction, clopper_pearson_interval
@@ -37,8 +38,6 @@ from exporter.stats.headroom import (
     required_scales,
 )
 from exporter.stats.objectives import (
-    DEFAULT_PERCENTILE,
-    DEFAULT_TARGET_FLUIDITY,
     GoodputBounds,
     Objective,
     SloMetric,
@@ -47,7 +46,6 @@ from exporter.stats.objectives import (
     with_failed,
 )
 
-TRIAL_TIER = "trial"  # the one decode deadline a trial is judged at
 SHARDS_REASON = "shards"  # a sharded trial whose shards made the load other than planned
 NO_DATA_REASON = "no data"  # a trial that measured no request (it ended before its warm-up did)
 ERRORS_REASON = "errors"  # more requests failed than the SLO allows: the failures alone sank it
@@ -55,16 +53,30 @@ ERRORS_REASON = "errors"  # more requests failed than the SLO allows: the failur
 
 @dataclass(frozen=True)
 class TrialSlo:
-    """The SLO a trial is judged by, with every deadline resolved."""
+    """A capacity trial's judge: the job's SLO (``SloSpec.applied_to`` its target's) with every
+    deadline resolved, ``Dp`` from a prefill profile where the SLO leaves it to one."""
 
     deadlines: DeadlinePolicy  # Dp: the profiled model (plus slack) or a constant
     decode_deadline: float
-    target_fluidity: float = DEFAULT_TARGET_FLUIDITY
-    percentile: float = DEFAULT_PERCENTILE
-    objectives: tuple[Objective, ...] = ()
-    goodput: GoodputBounds | None = None
-    min_goodput_ratio: float | None = None
+    slo: Slo = field(default_factory=Slo)  # the fluidity target and percentile, objectives and goodput bounds
+    min_goodput_ratio: float | None = None  # with the SLO's goodput: the share that must meet every bound
     confidence: float = DEFAULT_CONFIDENCE  # of a trial's pass-fraction interval (Clopper-Pearson)
+
+    @property
+    def target_fluidity(self) -> float:
+        return self.slo.target_fluidity
+
+    @property
+    def percentile(self) -> float:
+        return self.slo.percentile
+
+    @property
+    def objectives(self) -> tuple[Objective, ...]:
+        return self.slo.objectives
+
+    @property
+    def goodput(self) -> GoodputBounds | None:
+        return self.slo.goodput
 
     @property
     def required(self) -> float:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from exporter.stats.objectives import DEFAULT_DECODE_TIER, GoodputBounds, Objective
+from exporter.settings.slo import SloSpec
 
 JobKind = Literal["capacity", "prefill-profile"]
 JOB_KINDS: tuple[JobKind, ...] = ("capacity", "prefill-profile")
@@ -60,27 +60,6 @@ class JobLimits:
     max_prompt_tokens: int = 32768  # longest prompt a prefill profile may send
     # Client processes a job may use (``jobs.workers``; the daemon bounds it by the container's CPUs).
     max_workers: int = 1
-
-
-@dataclass(frozen=True)
-class SloSpec:
-    """The SLO a capacity search holds the target to. ``None``: the target's SLO config decides.
-
-    Default, as in the Etalon paper: ``percentile`` % of requests reach fluidity >= ``target_fluidity``
-    at the ``decode_tier`` decode deadline, with ``Dp`` from the target's stored prefill profile (or its
-    configured model or constant). ``prefill_deadline_s`` forces a constant ``Dp``; ``decode_deadline_s``
-    a decode deadline other than the tiers, instead of ``decode_tier`` (not with it). ``objectives`` (``ttft:p99<=2``...) and a goodput floor can be
-    added: a trial passes only when every one holds.
-    """
-
-    decode_tier: str = DEFAULT_DECODE_TIER
-    decode_deadline_s: float | None = None
-    prefill_deadline_s: float | None = None
-    target_fluidity: float | None = None
-    percentile: float | None = None
-    objectives: tuple[Objective, ...] = ()
-    goodput: GoodputBounds | None = None
-    min_goodput_ratio: float | None = None  # with ``goodput``: share of requests that must meet every bound
 
 
 def concurrency_ceiling(warmup_requests: int, requests_per_trial: int) -> int:

@@ -34,14 +34,13 @@ from exporter.settings.job_params import (
     JobParams,
     LoadKind,
     ProfileParams,
-    SloSpec,
     concurrency_ceiling,
     distinct_lengths,
     geometric_ladder,
 )
 from exporter.settings.problems import Problems, SettingsError, literal
 from exporter.settings.reader import Section, show
-from exporter.settings.slo import read_objectives, read_percentile, read_target_fluidity
+from exporter.settings.slo import SloSpec, read_objectives, read_percentile, read_target_fluidity
 from exporter.stats.objectives import DECODE_TIERS
 
 CAPACITY_KEYS = tuple(f.name for f in fields(CapacityParams))

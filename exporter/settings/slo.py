@@ -1,19 +1,21 @@
-"""The SLO a run is judged by, defined once and read one way from the daemon config, the jobs API and flags.
+"""The SLO a run is judged by, defined once (``Slo``) and read one way from the daemon config, the jobs
+API and flags.
 
 ``Slo`` holds an SLO with its defaults (the Etalon paper's: 99 % of requests reach fluidity 0.9):
 ``Dp`` as a constant or a profiled prefill model plus slack, the decode tiers (``Dd``), the fluidity
-target and percentile, extra objectives (``ttft:p99<=2``) and goodput bounds. ``read_slo`` reads one from
-a ``Section`` shaped as the daemon config's ``slos.<name>`` mapping; the flags (``--prefill-deadline``,
-``--decode-tiers``, ``--objective``...) are put in that shape and read by the same function
-(``exporter.report.evaluation_options``), so a bad value fails with the same message wherever it is
-given. A capacity job's SLO (``slo`` in its parameters) overrides a target's SLO field by field; it reads
-its fields with the field readers here (``read_objectives``, ``read_target_fluidity``...).
+target and percentile, extra objectives (``ttft:p99<=2``) and goodput bounds. The config files one
+under each name of ``slos.<name>``. ``read_slo`` reads one from a ``Section`` of that shape; the flags
+(``--prefill-deadline``, ``--decode-tiers``, ``--objective``...) are put in that shape and read by the
+same function (``exporter.report.evaluation_options``), so a bad value fails with the same message
+wherever it is given. A capacity job's ``slo`` is a ``SloSpec``: the fields it changes, which
+``SloSpec.applied_to`` lays over its target's ``Slo`` to make the one the search holds the target to;
+it reads its fields with the field readers here (``read_objectives``, ``read_target_fluidity``...).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -22,15 +24,19 @@ from exporter.settings.json_file import JsonFileError, read_json_file
 from exporter.settings.reader import Section, Substituted, check_name, show, string_value
 from exporter.stats.objectives import (
     DECODE_TIERS,
+    DEFAULT_DECODE_TIER,
     DEFAULT_PERCENTILE,
     DEFAULT_PREFILL_DEADLINE_S,
     DEFAULT_TARGET_FLUIDITY,
     GoodputBounds,
     Objective,
+    decode_tier,
     parse_objective,
 )
 from exporter.stats.prefill import PrefillModel
 
+# The decode tier a deadline of a job's own (``decode_deadline_s``) is filed under.
+TRIAL_TIER: Final = "trial"
 SLO_KEYS: Final = ("prefill", "decode_tiers", "target_fluidity", "percentile", "objectives", "goodput")
 PREFILL_KEYS: Final = ("deadline", "model_file", "scheduling_slack")
 
@@ -50,6 +56,62 @@ class Slo:
     percentile: float = DEFAULT_PERCENTILE
     objectives: tuple[Objective, ...] = ()
     goodput: GoodputBounds | None = None
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    """A capacity job's changes to its target's SLO (``slo`` in the job's parameters; ``None``: the
+    target's ``Slo`` decides); ``applied_to`` makes the ``Slo`` the search holds the target to.
+
+    Default, as in the Etalon paper: ``percentile`` % of requests reach fluidity >= ``target_fluidity``
+    at the ``decode_tier`` decode deadline, with ``Dp`` from the target's stored prefill profile (or its
+    configured model or constant). ``prefill_deadline_s`` forces a constant ``Dp``; ``decode_deadline_s``
+    a decode deadline other than the tiers, instead of ``decode_tier`` (not with it). ``objectives`` (``ttft:p99<=2``...) and a goodput floor can be
+    added: a trial passes only when every one holds.
+    """
+
+    decode_tier: str = DEFAULT_DECODE_TIER
+    decode_deadline_s: float | None = None
+    prefill_deadline_s: float | None = None
+    target_fluidity: float | None = None
+    percentile: float | None = None
+    objectives: tuple[Objective, ...] = ()
+    goodput: GoodputBounds | None = None
+    min_goodput_ratio: float | None = None  # with ``goodput``: share of requests that must meet every bound
+
+    def applied_to(self, slo: Slo) -> Slo:
+        """The SLO a search holds its target to: ``slo`` with this job's values in place of its own,
+        judged at one decode deadline (the named tier, of the target's or Etalon's, or
+        ``decode_deadline_s``). The objectives and goodput bounds are the job's alone: a target's
+        probing objectives do not bind a search. A ``ValueError`` names a tier the target lacks."""
+        if self.decode_deadline_s is not None:
+            tier = (TRIAL_TIER, self.decode_deadline_s)
+        else:
+            tier = (
+                self.decode_tier,
+                decode_tier(self.decode_tier, {**DECODE_TIERS, **dict(slo.decode_tiers)}),
+            )
+        prefill = {} if self.prefill_deadline_s is None else _constant_prefill(self.prefill_deadline_s)
+        return replace(
+            slo,
+            decode_tiers=(tier,),
+            target_fluidity=self.target_fluidity or slo.target_fluidity,
+            percentile=self.percentile or slo.percentile,
+            objectives=self.objectives,
+            goodput=self.goodput,
+            **prefill,
+        )
+
+
+def _constant_prefill(deadline_s: float) -> dict[str, Any]:
+    """The prefill fields of an SLO whose ``Dp`` is this constant, which no profile replaces."""
+    return {
+        "prefill_deadline_s": deadline_s,
+        "prefill_model_file": None,
+        "prefill_model": None,
+        "scheduling_slack_s": 0.0,
+        "prefill_deadline_given": True,
+    }
 
 
 def read_slo(sec: Section, resolve_path: Callable[[str], str] = str, *, profiled: bool = False) -> Slo:

@@ -33,7 +33,7 @@ from exporter.sim import SimServer
 from tests.probe.helpers import script, settings_for
 
 pytestmark = pytest.mark.slow
-SLO = TrialSlo(DeadlinePolicy(0.1), decode_deadline=0.05, target_fluidity=0.9, percentile=99.0)
+SLO = TrialSlo(DeadlinePolicy(0.1), decode_deadline=0.05)
 COMPARED = ("requests", "completed", "failed", "outcomes", "fluid_share")
 
 

@@ -31,12 +31,13 @@ from exporter.settings import (
 )
 from exporter.settings.addresses import check_target_url
 from exporter.settings.arrival import Gamma, Poisson
-from exporter.settings.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
+from exporter.settings.job_params import CapacityParams, JobLimits, ProfileParams
 from exporter.settings.job_parse import params_to_dict, parse_params
 from exporter.settings.lengths import Fixed, LogNormal
 from exporter.settings.model import JobsConfig
 from exporter.settings.problems import Problems
 from exporter.settings.reader import expand_env
+from exporter.settings.slo import SloSpec
 from exporter.sim.config import from_mapping
 from exporter.stats.objectives import DECODE_TIERS, GoodputBounds, parse_objective
 from exporter.stats.prefill import PrefillModel, dump_json

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from exporter.settings.job_params import CapacityParams, JobLimits, ProfileParams, SloSpec
+from exporter.settings.job_params import CapacityParams, JobLimits, ProfileParams
 from exporter.settings.job_parse import params_to_dict, parse_params
 from exporter.settings.problems import SettingsError
+from exporter.settings.slo import SloSpec
 from exporter.stats.objectives import GoodputBounds, parse_objective
 
 LIMITS = JobLimits()

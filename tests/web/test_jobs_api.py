@@ -18,8 +18,9 @@ from openapi_spec_validator import validate
 from exporter.jobs.manager import JobContext, JobManager
 from exporter.jobs.search_state import State
 from exporter.jobs.store import JOB_STATES, JobStore
-from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, ProfileParams, SloSpec
+from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, ProfileParams
 from exporter.settings.job_parse import params_to_dict, parse_params
+from exporter.settings.slo import SloSpec
 from exporter.stats.objectives import GoodputBounds, parse_objective
 from exporter.web.jobs_api import PREFIX, add_job_routes
 from exporter.web.openapi import committed_document, document_for
