@@ -73,7 +73,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from exporter.probe.maxima import RunningMaxima
-from exporter.probe.socket_reads import listen_to_paced_reads, stop_listening
+from exporter.probe.result import ProbeResult
+from exporter.probe.socket_reads import listen_to_paced_reads, reads_lateness, stop_listening
 
 LAG_LIMIT_S = 0.003
 LAG_SHARE = 0.05
@@ -365,3 +366,45 @@ class LagMonitor:
             return None
         (wall0, cpu0), wall1, cpu1 = self._ticks[first], self._clock(), time.process_time()
         return min((cpu1 - cpu0) / (wall1 - wall0), 1.0) if wall1 > wall0 else None
+
+
+def judge(result: ProbeResult, monitor: LagMonitor | None, mark: int) -> None:
+    """Record a finished request's saturation evidence on ``result`` (what ``monitor`` sampled since
+    ``mark``, and with kernel stamps how late the stamped reads came) and apply the rule to it:
+    ``unreliable`` and ``doubtful_gaps``."""
+    if monitor is not None:
+        result.loop_lag_s, result.loop_lag_share = monitor.since(mark)
+        result.cpu_share = monitor.cpu_share_since(mark)
+        if result.kernel_stamps and result.sent_at is not None:  # the stamped reads' own lateness, too
+            result.loop_lag_s = max(result.loop_lag_s, reads_lateness(result.sent_at))
+    reads = int(result.extra.get("token_reads", 0))
+    result.unreliable = is_unreliable(
+        result.loop_lag_s,
+        result.loop_lag_share,
+        result.multi_event_reads,
+        reads,
+        kernel_stamps=result.kernel_stamps,
+        early_stamps=result.early_stamps,
+    )
+    result.doubtful_gaps = doubtful_gaps(
+        result.unreliable,
+        result.loop_lag_s,
+        result.loop_lag_share,
+        (result.multi_event_reads, result.merged_events),
+        result.token_events,
+        result.kernel_stamps,
+        early_stamps=result.early_stamps,
+        near_stalls=_near_stalls(result, monitor, mark),
+    )
+
+
+def _near_stalls(result: ProbeResult, monitor: LagMonitor | None, mark: int) -> int | None:
+    """The gaps a flagged request's stalls may have made wrong when its stamps were the loop's
+    (``gaps_near_stalls``); None when unknown or not asked (kernel stamps: a late loop does not make
+    a stamp late)."""
+    if not result.unreliable or result.kernel_stamps or monitor is None:
+        return None
+    stalls = monitor.stalls_since(mark)
+    if stalls is None:
+        return None
+    return gaps_near_stalls(sorted(result.token_times + result.reasoning_times), stalls) if stalls else 0
