@@ -61,7 +61,18 @@ Kept = tuple[float, bytes] | tuple[float, str] | tuple[float, bytes, None]
 
 
 class StreamReader:
-    """Receives one response; ``finished`` resolves when the request's fate is known."""
+    """Receives one response; ``finished`` resolves when the request's fate is known.
+
+    Over 150 lines, kept whole: it is one state machine of a response, called from the connection on
+    every read (``on_read``, and keep mode's lists) and from the loop on every batch: decoding as reads
+    come until the first token, then the kept list it shares with the transport, the flush scheduled
+    on it, the end scheduled after the reads of its turn, the drain after ``[DONE]`` and the failure.
+    Each of those steps reads the same few fields (``finished``, ``_kept``, ``_flush_due``, ``_ending``,
+    the transport's ``_unkeep``); a split of the end from the reading would put an attribute hop on
+    every read's check of ``finished`` and hand the kept list and keep mode between two objects. What
+    is not that state machine is beside it: a non-200 body (``ErrorBody``), the header check
+    (``content_type_failure``), the template of a plain chunk (``template_of``) and the loop's queue
+    of batches (``flushes.py``)."""
 
     def __init__(
         self, state: StreamState, max_line_bytes: int, on_first_token: Callable[[], None] | None = None
@@ -79,7 +90,7 @@ class StreamReader:
         self._on_first_token = on_first_token
         self._kept: list[Kept] | None = None  # None: decoding as reads arrive
         self._kept_bytes = 0
-        self._error_body: bytearray | None = None
+        self._error_body: ErrorBody | None = None  # the body of a response that is not a 200
         self._drain: asyncio.TimerHandle | None = None
         self._flush_due = False  # a decoding callback is scheduled
         self._ending = False  # the end of the body (or the connection) came; ``_end`` is scheduled
@@ -93,19 +104,17 @@ class StreamReader:
         result = self.state.result
         result.headers_at, result.http_status = now, status
         if status != 200:
-            self._error_body = bytearray()
-            return
-        content_type = headers.get("content-type", "").partition(";")[0].strip().lower()
-        if content_type != "text/event-stream":
-            message = f"expected Content-Type text/event-stream, got {content_type or '(none)'}"
-            self._fail(StreamFailureError(Outcome.MALFORMED_STREAM, message))
+            self._error_body = ErrorBody(status)
+        elif (failure := content_type_failure(headers)) is not None:
+            self._fail(failure)
 
     def on_read(self, now: float, body: bytes) -> None:
         if self.finished.done():
             return
         self.state.last_read = now
         if self._error_body is not None:
-            self._keep_error_body(body)
+            if (failure := self._error_body.add(body)) is not None:
+                self._fail(failure)
         elif self._kept is not None:
             kept = self._kept
             kept.append((now, body, None))
@@ -244,14 +253,8 @@ class StreamReader:
 
     def _learn_template(self, payload: bytes) -> None:
         """Make the plain chunk ``payload`` (one lone event's data) the template of the chunks kept
-        from now on, if it has one (``chunk_shapes.plain_template``); else the last one stays."""
-        read = self.state.fast_read
-        try:
-            text = read(payload.decode("utf-8")) if read is not None else None
-        except UnicodeDecodeError:
-            return
-        found = plain_template(self.state.fmt.path, payload, text) if isinstance(text, str) else None
-        if found is not None:
+        from now on, if it has one (``template_of``); else the last one stays."""
+        if (found := template_of(self.state, payload)) is not None:
             self._template[:] = found  # in place: the transport holds this list
 
     def _decode_kept(self, now: float, body: bytes) -> None:
@@ -282,7 +285,7 @@ class StreamReader:
             self._complete(error is None)
             return
         if self._error_body is not None:
-            raise _error_status(self.state.result.http_status or 0, bytes(self._error_body))
+            raise self._error_body.failure()
         if error is not None:
             self.failure = error
             self._resolve()
@@ -292,13 +295,6 @@ class StreamReader:
             end = self.state.fmt.end_name
             raise StreamFailureError(Outcome.STREAM_ABORTED, f"the stream ended before {end}")
         self._complete(True)
-
-    def _keep_error_body(self, body: bytes) -> None:
-        assert self._error_body is not None
-        self._error_body += body[: ERROR_BODY_LIMIT - len(self._error_body)]
-        if len(self._error_body) >= ERROR_BODY_LIMIT:
-            status = self.state.result.http_status or 0
-            self._fail(_error_status(status, bytes(self._error_body)))
 
     # -- the end -----------------------------------------------------------------------------------------
 
@@ -339,9 +335,47 @@ class StreamReader:
                 self.finished.set_exception(exc)
 
 
-def _error_status(status: int, raw: bytes) -> StreamFailureError:
-    outcome = Outcome.RATE_LIMITED if status == 429 else Outcome.HTTP_STATUS
-    return StreamFailureError(outcome, f"HTTP {status}: {error_text(raw)}")
+def content_type_failure(headers: dict[str, str]) -> StreamFailureError | None:
+    """The failure of a 200 response whose headers (names lower-cased) do not say it is an event
+    stream; None when they do."""
+    content_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+    if content_type == "text/event-stream":
+        return None
+    message = f"expected Content-Type text/event-stream, got {content_type or '(none)'}"
+    return StreamFailureError(Outcome.MALFORMED_STREAM, message)
+
+
+def template_of(state: StreamState, payload: bytes) -> tuple[bytes, bytes] | None:
+    """The template (``chunk_shapes.plain_template``: [prefix, suffix]) of the plain chunk ``payload``,
+    one lone event's data in ``state``'s format; None when it is not a plain chunk or has none."""
+    read = state.fast_read
+    try:
+        text = read(payload.decode("utf-8")) if read is not None else None
+    except UnicodeDecodeError:
+        return None
+    return plain_template(state.fmt.path, payload, text) if isinstance(text, str) else None
+
+
+class ErrorBody:
+    """The start of the body of a response whose ``status`` is not 200, kept for its message: up to
+    ``ERROR_BODY_LIMIT`` bytes, where the response's failure is known without the rest."""
+
+    __slots__ = ("_body", "_status")
+
+    def __init__(self, status: int) -> None:
+        self._status = status
+        self._body = bytearray()
+
+    def add(self, body: bytes) -> StreamFailureError | None:
+        """Keep what fits of one read's ``body``; the response's failure once the limit is reached."""
+        self._body += body[: ERROR_BODY_LIMIT - len(self._body)]
+        return self.failure() if len(self._body) >= ERROR_BODY_LIMIT else None
+
+    def failure(self) -> StreamFailureError:
+        """The response's failure: ``RATE_LIMITED`` for a 429, else ``HTTP_STATUS``, with the body's
+        message (``error_text``)."""
+        outcome = Outcome.RATE_LIMITED if self._status == 429 else Outcome.HTTP_STATUS
+        return StreamFailureError(outcome, f"HTTP {self._status}: {error_text(bytes(self._body))}")
 
 
 def error_text(raw: bytes) -> str:

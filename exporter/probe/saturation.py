@@ -73,7 +73,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from exporter.probe.maxima import RunningMaxima
-from exporter.probe.socket_reads import listen_to_paced_reads, stop_listening
+from exporter.probe.result import ProbeResult
+from exporter.probe.socket_reads import listen_to_paced_reads, reads_lateness, stop_listening
 
 LAG_LIMIT_S = 0.003
 LAG_SHARE = 0.05
@@ -188,6 +189,42 @@ def gaps_near_stalls(stamps: Sequence[float], stalls: Sequence[tuple[float, floa
     return len(doubtful)
 
 
+class Stalls:
+    """The windows of the lag samples later than ``STALL_LIMIT_S``, by sample position: (position,
+    when the sample was due, when it came). With read-time stamps the reads a stall delayed are the
+    gaps it makes doubtful (``gaps_near_stalls``). At most ``MAX_STALLS`` are kept (past it the older
+    half goes), and a question from before the first kept is told its stalls are not known."""
+
+    __slots__ = ("_from", "_windows")
+
+    def __init__(self) -> None:
+        self._windows: list[tuple[int, float, float]] = []
+        self._from = 0  # the first sample position whose stall, if any, is still kept
+
+    def add(self, position: int, due: float, came: float) -> None:
+        """The sample at ``position``, due at ``due``, came at ``came``: later than the limit."""
+        self._windows.append((position, due, came))
+        if len(self._windows) > MAX_STALLS:
+            half = len(self._windows) // 2
+            self._from = self._windows[half - 1][0] + 1
+            del self._windows[:half]
+
+    def drop_before(self, position: int) -> None:
+        """Forget the stalls of the samples before ``position`` (the monitor dropped those)."""
+        self._windows = [stall for stall in self._windows if stall[0] >= position]
+        self._from = max(self._from, position)
+
+    def since(self, mark: int) -> list[tuple[float, float]] | None:
+        """(due, came) of every stall at position ``mark`` or later, oldest first; None when some of
+        them are no longer kept."""
+        if mark < self._from:
+            return None
+        first = len(self._windows)
+        while first and self._windows[first - 1][0] >= mark:
+            first -= 1
+        return [(due, came) for _, due, came in self._windows[first:]]
+
+
 class LagMonitor:
     """A self-rearming timer callback that records how late each of its wake-ups was.
 
@@ -216,10 +253,7 @@ class LagMonitor:
         self._late: list[int] = []  # how many samples were late up to each one, this one included
         self._late_dropped = 0  # and up to the last sample discarded
         self._peaks = RunningMaxima()  # the lags by sample position
-        # (sample position, when it was due, when it came) of the samples later than STALL_LIMIT_S:
-        # with read-time stamps, the reads a stall delayed are the gaps it makes doubtful
-        self._stalls: list[tuple[int, float, float]] = []
-        self._stalls_from = 0  # the first sample position whose stall, if any, is still kept
+        self._stalls = Stalls()  # the samples later than STALL_LIMIT_S, by sample position
         self._ticks: list[tuple[float, float]] = []  # (wall clock, process CPU time) read at or before each
         self._cpu: tuple[float, float] = (-math.inf, 0.0)  # the last reading (wall clock, CPU time)
         self._dropped = 0  # samples discarded from the front, so marks stay valid
@@ -266,7 +300,7 @@ class LagMonitor:
                 self._lags[-1] = lag
                 self._peaks.add(self._dropped + len(self._lags) - 1, lag)
             if lag > STALL_LIMIT_S:  # rare: no call on the paced reads' every tick
-                self._note_stall(lag, now)
+                self._stalls.add(self._dropped + len(self._lags) - 1, now - lag, now)
             return
         self._record(lag, now)
         self._bin_ends = now + self.interval_s
@@ -288,26 +322,20 @@ class LagMonitor:
         self._ticks.append(self._cpu)
         self._peaks.add(self._dropped + len(self._lags) - 1, lag)
         if lag > STALL_LIMIT_S:
-            self._note_stall(lag, now)
+            self._stalls.add(self._dropped + len(self._lags) - 1, now - lag, now)
         if len(self._lags) > MAX_SAMPLES:
-            half = len(self._lags) // 2
-            self._late_dropped = self._late[half - 1]
-            del self._lags[:half]
-            del self._late[:half]
-            del self._ticks[:half]
-            self._dropped += half
-            self._peaks.drop_before(self._dropped)
-            self._stalls = [stall for stall in self._stalls if stall[0] >= self._dropped]
-            self._stalls_from = max(self._stalls_from, self._dropped)
+            self._drop_older_half()
 
-    def _note_stall(self, lag: float, now: float) -> None:
-        """Keep the window of a sample later than ``STALL_LIMIT_S``; past ``MAX_STALLS`` the older half
-        goes, and requests marked before the first kept are told their stalls are not known."""
-        self._stalls.append((self._dropped + len(self._lags) - 1, now - lag, now))
-        if len(self._stalls) > MAX_STALLS:
-            half = len(self._stalls) // 2
-            self._stalls_from = self._stalls[half - 1][0] + 1
-            del self._stalls[:half]
+    def _drop_older_half(self) -> None:
+        """Forget the older half of the samples (``MAX_SAMPLES``); marks stay valid."""
+        half = len(self._lags) // 2
+        self._late_dropped = self._late[half - 1]
+        del self._lags[:half]
+        del self._late[:half]
+        del self._ticks[:half]
+        self._dropped += half
+        self._peaks.drop_before(self._dropped)
+        self._stalls.drop_before(self._dropped)
 
     def mark(self) -> int:
         """A position in the sample stream: pass it to ``since`` when the request ends."""
@@ -328,12 +356,7 @@ class LagMonitor:
     def stalls_since(self, mark: int) -> list[tuple[float, float]] | None:
         """(when it was due, when it came) of every sample since ``mark`` later than ``STALL_LIMIT_S``,
         oldest first; None when some of them are no longer kept."""
-        if mark < self._stalls_from:
-            return None
-        first = len(self._stalls)
-        while first and self._stalls[first - 1][0] >= mark:
-            first -= 1
-        return [(due, came) for _, due, came in self._stalls[first:]]
+        return self._stalls.since(mark)
 
     def cpu_share_since(self, mark: int) -> float | None:
         """The process's CPU time over wall time from the first sample since ``mark`` to now (None
@@ -343,3 +366,45 @@ class LagMonitor:
             return None
         (wall0, cpu0), wall1, cpu1 = self._ticks[first], self._clock(), time.process_time()
         return min((cpu1 - cpu0) / (wall1 - wall0), 1.0) if wall1 > wall0 else None
+
+
+def judge(result: ProbeResult, monitor: LagMonitor | None, mark: int) -> None:
+    """Record a finished request's saturation evidence on ``result`` (what ``monitor`` sampled since
+    ``mark``, and with kernel stamps how late the stamped reads came) and apply the rule to it:
+    ``unreliable`` and ``doubtful_gaps``."""
+    if monitor is not None:
+        result.loop_lag_s, result.loop_lag_share = monitor.since(mark)
+        result.cpu_share = monitor.cpu_share_since(mark)
+        if result.kernel_stamps and result.sent_at is not None:  # the stamped reads' own lateness, too
+            result.loop_lag_s = max(result.loop_lag_s, reads_lateness(result.sent_at))
+    reads = int(result.extra.get("token_reads", 0))
+    result.unreliable = is_unreliable(
+        result.loop_lag_s,
+        result.loop_lag_share,
+        result.multi_event_reads,
+        reads,
+        kernel_stamps=result.kernel_stamps,
+        early_stamps=result.early_stamps,
+    )
+    result.doubtful_gaps = doubtful_gaps(
+        result.unreliable,
+        result.loop_lag_s,
+        result.loop_lag_share,
+        (result.multi_event_reads, result.merged_events),
+        result.token_events,
+        result.kernel_stamps,
+        early_stamps=result.early_stamps,
+        near_stalls=_near_stalls(result, monitor, mark),
+    )
+
+
+def _near_stalls(result: ProbeResult, monitor: LagMonitor | None, mark: int) -> int | None:
+    """The gaps a flagged request's stalls may have made wrong when its stamps were the loop's
+    (``gaps_near_stalls``); None when unknown or not asked (kernel stamps: a late loop does not make
+    a stamp late)."""
+    if not result.unreliable or result.kernel_stamps or monitor is None:
+        return None
+    stalls = monitor.stalls_since(mark)
+    if stalls is None:
+        return None
+    return gaps_near_stalls(sorted(result.token_times + result.reasoning_times), stalls) if stalls else 0

@@ -374,7 +374,16 @@ class LateReads:
 
 
 class SocketReads:
-    """The epoll set of one event loop's stamped sockets, and the paced reading of them."""
+    """The epoll set of one event loop's stamped sockets, and the paced reading of them.
+
+    Over 150 lines, kept whole: the pacing is one state machine over the set (woken by readability
+    or on the timer, the ``Pace``, when the last read and the last complete poll were), and every
+    step of it reads and writes that state on each wake-up; ``NativeSocketReads`` overrides the
+    reading hooks of this same class, so the C reads and the Python ones share the pacing. The pure
+    parts are functions and small values beside it already (``next_pace``, ``Pace``, ``kernel_time``,
+    ``monotonic_stamp``, ``early_stamp``, ``LateReads``, ``KeepMode``); splitting the Python reading
+    (``read``, ``_read_ready``) from the pacing would need a twin of the C type's interface, and the
+    tests drive both through this class."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, clock: Clock) -> None:
         self._loop = loop

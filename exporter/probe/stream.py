@@ -61,7 +61,15 @@ def sse_failure(exc: SseError) -> StreamFailureError:
 
 
 class StreamState:
-    """One response's events, as they arrive."""
+    """One response's events, as they arrive.
+
+    Over 150 lines, kept whole: its methods are the per-chunk path (``on_texts`` for the batches the
+    template read, ``on_payload`` and ``_on_chunk`` for every other chunk, ``on_events`` for the
+    general one), and all of them write the same result, counter and flags (``has_token``, ``done``,
+    ``token_reads``) that the reader and the watchdog read between chunks (and the C reads' keep mode
+    writes ``last_read``); a split would put an attribute hop or a call on every chunk for state that
+    both halves need. What runs once per
+    stream is in functions beside it (``settle``, ``shortfall``, ``stamp_before``, ``overlong``)."""
 
     __slots__ = (
         "batch_read",
@@ -117,16 +125,11 @@ class StreamState:
         result = self.result
         events = len(result.token_times) + len(result.reasoning_times)
         if events > self.length_limit:
-            message = (
-                f"{events} token events for max_tokens {result.max_tokens} (at most {self.length_limit})"
-            )
-            raise StreamFailureError(Outcome.OVERLONG, message)
+            raise overlong(f"{events} token events", result.max_tokens, self.length_limit)
         if self.bookkeeping > self.bookkeeping_limit:
-            message = (
-                f"{self.bookkeeping} events without a token for max_tokens {result.max_tokens} "
-                f"(at most {self.bookkeeping_limit})"
+            raise overlong(
+                f"{self.bookkeeping} events without a token", result.max_tokens, self.bookkeeping_limit
             )
-            raise StreamFailureError(Outcome.OVERLONG, message)
 
     def on_events(self, now: float, events: Sequence[SseEvent]) -> bool:
         """Account for the events of one read stamped ``now``; returns True once the stream's last
@@ -149,28 +152,10 @@ class StreamState:
         if tokens:
             self.has_token = True
             self.token_reads += 1
-            if tokens > 1 and now - self._stamp_before(now, *known) > COALESCED_SPAN_S:
+            if tokens > 1 and now - stamp_before(result, now, *known) > COALESCED_SPAN_S:
                 result.multi_event_reads += 1
                 result.merged_events += tokens
         return self.done
-
-    def _stamp_before(self, now: float, tokens: int, thoughts: int) -> float:
-        """The stamp of the last token read before the one stamped ``now``, given how many content
-        (``tokens``) and reasoning (``thoughts``) events came before it; without one the headers'
-        stamp (unless they came in this very read), else the send's; ``-inf`` when none is known.
-        Every byte of the read arrived after it (a read takes every byte already there), so its
-        events arrived at most ``now`` minus this apart."""
-        result = self.result
-        stamps = [
-            times[count - 1]
-            for times, count in ((result.token_times, tokens), (result.reasoning_times, thoughts))
-            if count
-        ]
-        if not stamps:
-            stamps = [
-                stamp for stamp in (result.headers_at, result.sent_at) if stamp is not None and stamp < now
-            ]
-        return max(stamps, default=-math.inf)
 
     def on_payloads(self, run: list[tuple[float, bytes]]) -> int:
         """Reads that were each exactly one ``data:`` event, as (stamp, undecoded data): the leading
@@ -265,50 +250,92 @@ class StreamState:
         return 0
 
     def finish(self, *, exact_length: bool | None = None) -> None:
-        """Settle a stream that ended normally: token source, reconciliation, and its outcome
-        (``exact_length`` defaults to what the request asked for)."""
-        result, counter = self.result, self.counter
-        if exact_length is None:
-            exact_length = self.exact_length
-        if self.text is not None:
-            result.output_text = "".join(self.text)
-        result.token_source = counter.source or TokenSource.CHUNKS
-        if counter.fallback_chunks:
-            result.extra["token_fallback_chunks"] = counter.fallback_chunks
-        if counter.reasoning_tokens:
-            result.extra["reasoning_tokens"] = counter.reasoning_tokens
-        reported = result.completion_tokens_reported
-        if reported is not None and counter.needs_reconciling():
-            target = reported - counter.reasoning_tokens
-            result.token_counts, result.token_adjustment = reconcile(result.token_counts, target)
-        held = counter.held_at_end(reported)
-        if held and result.token_counts:
-            result.token_counts[-1] += held
-            result.extra["held_tokens_at_end"] = held
-        if self.tool_events:  # the counts may have moved: recount the tool-call share
-            result.tool_call_tokens = sum(result.token_counts[i] for i in self.tool_events)
-        result.outcome = completed_outcome(result)
-        if self.incomplete is not None:
-            result.outcome = Outcome.TRUNCATED
-            result.error = f"the response ended incomplete ({self.incomplete})"
-        elif exact_length and result.outcome is Outcome.OK and (short := self.shortfall()):
-            result.extra["short_of_max_tokens"] = short
+        """Settle a stream that ended normally (``settle``; ``exact_length`` defaults to what the
+        request asked for)."""
+        settle(
+            self.result,
+            self.counter,
+            text=self.text,
+            tool_events=self.tool_events,
+            incomplete=self.incomplete,
+            exact_length=self.exact_length if exact_length is None else exact_length,
+        )
 
-    def shortfall(self) -> int:
-        """Tokens fewer than ``max_tokens`` that came: judged by the server's ``usage.completion_tokens``
-        when it reported one, else none after ``finish_reason == "length"`` (by chunks a count is a lower
-        bound), else by the counted tokens."""
-        result = self.result
-        if result.max_tokens is None:
-            return 0
-        if result.completion_tokens_reported is None and result.finish_reason == "length":
-            return 0
-        return max(0, result.max_tokens - self.total_tokens())
 
-    def total_tokens(self) -> int:
-        """Output tokens, content and reasoning: the server's figure when it gave one."""
-        reported = self.result.completion_tokens_reported
-        return reported if reported is not None else self.result.output_tokens + self.counter.reasoning_tokens
+def overlong(what: str, max_tokens: int | None, limit: float) -> StreamFailureError:
+    """The ``OVERLONG`` failure of a stream that sent ``what`` (more than ``limit``) for ``max_tokens``."""
+    return StreamFailureError(Outcome.OVERLONG, f"{what} for max_tokens {max_tokens} (at most {limit})")
+
+
+def stamp_before(result: ProbeResult, now: float, tokens: int, thoughts: int) -> float:
+    """The stamp of the last token read before the one stamped ``now``, given how many content
+    (``tokens``) and reasoning (``thoughts``) events came before it; without one the headers'
+    stamp (unless they came in this very read), else the send's; ``-inf`` when none is known.
+    Every byte of the read arrived after it (a read takes every byte already there), so its
+    events arrived at most ``now`` minus this apart."""
+    stamps = [
+        times[count - 1]
+        for times, count in ((result.token_times, tokens), (result.reasoning_times, thoughts))
+        if count
+    ]
+    if not stamps:
+        stamps = [stamp for stamp in (result.headers_at, result.sent_at) if stamp is not None and stamp < now]
+    return max(stamps, default=-math.inf)
+
+
+def settle(
+    result: ProbeResult,
+    counter: TokenCounter,
+    *,
+    text: list[str] | None,
+    tool_events: list[int],
+    incomplete: str | None,
+    exact_length: bool,
+) -> None:
+    """Settle a stream that ended normally: its text (``text``: the chunks' texts, when kept), token
+    source, reconciliation with the server's usage, the tool-call share (``tool_events``: the indexes
+    of the token events that were tool-call arguments) and its outcome (``incomplete``: why the server
+    ended the answer incomplete; ``exact_length``: the request asked for exactly ``max_tokens``)."""
+    if text is not None:
+        result.output_text = "".join(text)
+    result.token_source = counter.source or TokenSource.CHUNKS
+    if counter.fallback_chunks:
+        result.extra["token_fallback_chunks"] = counter.fallback_chunks
+    if counter.reasoning_tokens:
+        result.extra["reasoning_tokens"] = counter.reasoning_tokens
+    reported = result.completion_tokens_reported
+    if reported is not None and counter.needs_reconciling():
+        target = reported - counter.reasoning_tokens
+        result.token_counts, result.token_adjustment = reconcile(result.token_counts, target)
+    held = counter.held_at_end(reported)
+    if held and result.token_counts:
+        result.token_counts[-1] += held
+        result.extra["held_tokens_at_end"] = held
+    if tool_events:  # the counts may have moved: recount the tool-call share
+        result.tool_call_tokens = sum(result.token_counts[i] for i in tool_events)
+    result.outcome = completed_outcome(result)
+    if incomplete is not None:
+        result.outcome = Outcome.TRUNCATED
+        result.error = f"the response ended incomplete ({incomplete})"
+    elif exact_length and result.outcome is Outcome.OK and (short := shortfall(result, counter)):
+        result.extra["short_of_max_tokens"] = short
+
+
+def shortfall(result: ProbeResult, counter: TokenCounter) -> int:
+    """Tokens fewer than ``max_tokens`` that came: judged by the server's ``usage.completion_tokens``
+    when it reported one, else none after ``finish_reason == "length"`` (by chunks a count is a lower
+    bound), else by the counted tokens."""
+    if result.max_tokens is None:
+        return 0
+    if result.completion_tokens_reported is None and result.finish_reason == "length":
+        return 0
+    return max(0, result.max_tokens - total_tokens(result, counter))
+
+
+def total_tokens(result: ProbeResult, counter: TokenCounter) -> int:
+    """Output tokens, content and reasoning: the server's figure when it gave one."""
+    reported = result.completion_tokens_reported
+    return reported if reported is not None else result.output_tokens + counter.reasoning_tokens
 
 
 def completed_outcome(result: ProbeResult) -> Outcome:
