@@ -5,7 +5,8 @@
 ``prompt + output <= max_total_tokens`` (the served context a one-shot run fits its requests to)
 (rejection sampling: the filters *truncate* the distribution as filtering a trace would, rather than
 clipping it; ``MAX_PROMPT_TOKENS`` and ``MAX_OUTPUT_TOKENS`` always apply), then a unique prompt of that length from the ``PromptBuilder`` and ``max_tokens`` set to
-the output length. The same seed gives the same requests.
+the output length. The same seed gives the same requests. The three filters, as one value, are a
+``LengthLimits``, which also says what rejects the draws when too few pass (``draw_lengths``).
 
 Lengths come either from two independent distributions (``IndependentLengths``, the presets) or from
 the (prompt, output) pairs of a real trace, drawn jointly so their correlation survives
@@ -43,6 +44,7 @@ from exporter.settings.lengths import (
 )
 from exporter.settings.think_time import DEFAULT_THINK_TIME, ThinkTime, parse_think_time
 from exporter.settings.workload import WorkloadOptions, tool_calls_problem
+from exporter.stats.latency import BoolArray
 
 # Below this share of accepted draws the filters leave too little of the distribution to sample.
 _MIN_ACCEPTANCE = 1e-3
@@ -75,6 +77,131 @@ class IndependentLengths:
 
 
 @dataclass(frozen=True)
+class LengthLimits:
+    """A workload's length filters (None: not set): prompt, output and prompt + output (the served
+    context) at most so many tokens. ``MAX_PROMPT_TOKENS`` and ``MAX_OUTPUT_TOKENS`` always apply."""
+
+    prompt: int | None = None
+    output: int | None = None
+    total: int | None = None
+
+    def problem(self) -> str | None:
+        """What is wrong with the limits (a limit below one token), by the workload field's name."""
+        for name, value in (
+            ("max_prompt_tokens", self.prompt),
+            ("max_output_tokens", self.output),
+            ("max_total_tokens", self.total),
+        ):
+            if value is not None and value < 1:
+                return f"{name} must be >= 1, got {value}"
+        return None
+
+    def filters(self, prompts: IntArray, outputs: IntArray) -> dict[str, BoolArray]:
+        """The draws each length filter that is set keeps, by the name an error gives it."""
+        return {
+            f"{name}={limit}": drawn <= limit
+            for name, drawn, limit in (
+                ("max_prompt_tokens", prompts, self.prompt),
+                ("max_output_tokens", outputs, self.output),
+            )
+            if limit is not None
+        }
+
+    def fits_context(self, prompts: IntArray, outputs: IntArray) -> BoolArray:
+        """The draws whose prompt + output fit ``total`` (all of them when it is not set)."""
+        if self.total is None:
+            return np.ones(len(prompts), dtype=bool)
+        return prompts + outputs <= self.total
+
+    def keep(self, prompts: IntArray, outputs: IntArray) -> BoolArray:
+        """The draws every filter and both ceilings keep."""
+        keep = (prompts <= MAX_PROMPT_TOKENS) & (outputs <= MAX_OUTPUT_TOKENS)
+        for kept in self.filters(prompts, outputs).values():
+            keep &= kept
+        keep &= self.fits_context(prompts, outputs)
+        return keep
+
+    def rejection(self, prompts: IntArray, outputs: IntArray) -> tuple[str, str]:
+        """What rejects the draws of a fresh sample ``prompts``, ``outputs``, and its fix: the length
+        filters that reject any of it, and the served context when it does (it may be all that limits
+        them: a filter that is set but rejects nothing is no part of the problem)."""
+        limiting = [name for name, keep in self.filters(prompts, outputs).items() if not keep.all()]
+        causes, fixes = [], []
+        if limiting:
+            causes.append(f"pass the filter{'s' * (len(limiting) > 1)} {' and '.join(limiting)}")
+            fixes.append("loosen them" if len(limiting) > 1 else "loosen it")
+        if not self.fits_context(prompts, outputs).all():
+            causes.append(f"fit the served context (prompt + output <= {self.total} tokens)")
+            fixes.append("ask for shorter prompts or outputs")
+        if not causes:
+            causes.append(
+                f"stay within the ceilings (prompt <= {MAX_PROMPT_TOKENS}, output <= {MAX_OUTPUT_TOKENS})"
+            )
+            fixes.append("ask for shorter prompts or outputs")
+        return " and ".join(causes), " and ".join(fixes)
+
+    def fit_followups(self, first: RequestSpec, follow: list[FollowUp]) -> tuple[FollowUp, ...]:
+        """The follow-ups whose prompts (the conversation so far) stay within ``prompt`` and, with
+        their outputs, within ``total``."""
+        prompt_limit = self.prompt or MAX_PROMPT_TOKENS
+        total_limit = self.total or MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS
+        context = (first.prompt_tokens or 0) + first.max_tokens + _MESSAGE_OVERHEAD
+        kept: list[FollowUp] = []
+        for item in follow:
+            context += (item.content_tokens or 0) + _MESSAGE_OVERHEAD
+            if context > prompt_limit or context + item.max_tokens > total_limit:
+                break
+            kept.append(item)
+            context += item.max_tokens + _MESSAGE_OVERHEAD
+        return tuple(kept)
+
+    def describe(self) -> str:
+        """The filters that are set, as a person reads them ("none" without any)."""
+        bounds = (("prompt", self.prompt), ("output", self.output), ("prompt + output", self.total))
+        # Only the filters there are: custom lengths have none unless asked ("prompt <= None" was shown).
+        return ", ".join(f"{name} <= {bound}" for name, bound in bounds if bound is not None) or "none"
+
+
+def draw_lengths(
+    lengths: LengthSource, limits: LengthLimits, n: int, rng: np.random.Generator, name: str
+) -> tuple[IntArray, IntArray]:
+    """``n`` (prompt, output) pairs of ``lengths`` that ``limits`` keep, by rejection sampling (so the
+    filters truncate the distribution rather than clip it); a ``ValueError`` naming what rejects them
+    and its fix when too few draws are kept to go on."""
+    prompts: list[IntArray] = []
+    outputs: list[IntArray] = []
+    kept = drawn = 0
+    while kept < n:
+        batch = max(2 * (n - kept), 64)
+        p, o = lengths.sample(batch, rng)
+        keep = limits.keep(p, o)
+        prompts.append(p[keep])
+        outputs.append(o[keep])
+        kept += int(keep.sum())
+        drawn += batch
+        if kept < _MIN_ACCEPTANCE * drawn and drawn > 10_000:
+            causes, fixes = limits.rejection(*lengths.sample(1024, np.random.default_rng(0)))
+            raise ValueError(f"workload {name}: only {kept} of {drawn} draws {causes}; {fixes}")
+    return np.concatenate(prompts)[:n] if n else np.zeros(0, np.int64), (
+        np.concatenate(outputs)[:n] if n else np.zeros(0, np.int64)
+    )
+
+
+def cut_to_requests(sessions: Sequence[RequestSpec], n: int) -> list[RequestSpec]:
+    """The leading ``sessions`` whose turns add up to ``n``, the last one cut short. Every session
+    sends at least one request, so ``n`` sessions always suffice."""
+    specs: list[RequestSpec] = []
+    total = 0
+    for session in sessions:
+        if total >= n:
+            break
+        cut = replace(session, followups=session.followups[: n - total - 1])
+        specs.append(cut)
+        total += 1 + len(cut.followups)
+    return specs
+
+
+@dataclass(frozen=True)
 class Workload:
     """Requests of a named shape. ``api`` picks chat messages or a plain completions prompt."""
 
@@ -97,15 +224,9 @@ class Workload:
         if self.api not in APIS:
             raise ValueError(f'workload {self.name}: unknown api "{self.api}"; valid: {", ".join(APIS)}')
         problem = tool_calls_problem(self.tool_calls, self.api)
+        problem = problem or self.limits.problem()
         if problem is not None:
             raise ValueError(f"workload {self.name}: {problem}")
-        for name, value in (
-            ("max_prompt_tokens", self.max_prompt_tokens),
-            ("max_output_tokens", self.max_output_tokens),
-            ("max_total_tokens", self.max_total_tokens),
-        ):
-            if value is not None and value < 1:
-                raise ValueError(f"workload {self.name}: {name} must be >= 1, got {value}")
 
     @property
     def prompt_tokens_exact(self) -> bool:
@@ -131,76 +252,22 @@ class Workload:
             max_total_tokens=max_total_tokens or self.max_total_tokens,
         )
 
-    def _length_filters(self, prompts: IntArray, outputs: IntArray) -> dict[str, np.ndarray]:
-        """The draws each length filter that is set keeps, by the name an error gives it."""
-        return {
-            f"{name}={limit}": drawn <= limit
-            for name, drawn, limit in (
-                ("max_prompt_tokens", prompts, self.max_prompt_tokens),
-                ("max_output_tokens", outputs, self.max_output_tokens),
-            )
-            if limit is not None
-        }
-
-    def _fits_context(self, prompts: IntArray, outputs: IntArray) -> np.ndarray:
-        """The draws whose prompt + output fit ``max_total_tokens`` (all of them when it is not set)."""
-        if self.max_total_tokens is None:
-            return np.ones(len(prompts), dtype=bool)
-        return prompts + outputs <= self.max_total_tokens
+    @property
+    def limits(self) -> LengthLimits:
+        """The length filters, as one value."""
+        return LengthLimits(self.max_prompt_tokens, self.max_output_tokens, self.max_total_tokens)
 
     def share_over_context(self, draws: int = 1024) -> float:
         """The share of a fresh sample (seed 0, so the same every time) whose prompt + output is over
         ``max_total_tokens`` and left out: how much fitting to the served context cuts (0 without it)."""
         prompts, outputs = self.lengths.sample(draws, np.random.default_rng(0))
-        return float(1.0 - self._fits_context(prompts, outputs).mean())
-
-    def _keep(self, prompts: IntArray, outputs: IntArray) -> np.ndarray:
-        keep = (prompts <= MAX_PROMPT_TOKENS) & (outputs <= MAX_OUTPUT_TOKENS)
-        for kept in self._length_filters(prompts, outputs).values():
-            keep &= kept
-        keep &= self._fits_context(prompts, outputs)
-        return keep
+        return float(1.0 - self.limits.fits_context(prompts, outputs).mean())
 
     def sample_lengths(self, n: int, rng: np.random.Generator) -> tuple[IntArray, IntArray]:
         """``n`` filtered (prompt, output) length pairs, without building prompts."""
         if n < 0:
             raise ValueError(f"workload {self.name}: cannot sample {n} requests")
-        prompts: list[IntArray] = []
-        outputs: list[IntArray] = []
-        kept = drawn = 0
-        while kept < n:
-            batch = max(2 * (n - kept), 64)
-            p, o = self.lengths.sample(batch, rng)
-            keep = self._keep(p, o)
-            prompts.append(p[keep])
-            outputs.append(o[keep])
-            kept += int(keep.sum())
-            drawn += batch
-            if kept < _MIN_ACCEPTANCE * drawn and drawn > 10_000:
-                raise ValueError(self._filter_error(kept, drawn))
-        return np.concatenate(prompts)[:n] if n else np.zeros(0, np.int64), (
-            np.concatenate(outputs)[:n] if n else np.zeros(0, np.int64)
-        )
-
-    def _filter_error(self, kept: int, drawn: int) -> str:
-        """Names what rejects the draws, with its fix: the length filters that reject any of a fresh
-        sample, and the served context when it does (it may be all that limits them: a filter that is
-        set but rejects nothing is no part of the problem)."""
-        prompts, outputs = self.lengths.sample(1024, np.random.default_rng(0))
-        limiting = [name for name, keep in self._length_filters(prompts, outputs).items() if not keep.all()]
-        causes, fixes = [], []
-        if limiting:
-            causes.append(f"pass the filter{'s' * (len(limiting) > 1)} {' and '.join(limiting)}")
-            fixes.append("loosen them" if len(limiting) > 1 else "loosen it")
-        if not self._fits_context(prompts, outputs).all():
-            causes.append(f"fit the served context (prompt + output <= {self.max_total_tokens} tokens)")
-            fixes.append("ask for shorter prompts or outputs")
-        if not causes:
-            causes.append(
-                f"stay within the ceilings (prompt <= {MAX_PROMPT_TOKENS}, output <= {MAX_OUTPUT_TOKENS})"
-            )
-            fixes.append("ask for shorter prompts or outputs")
-        return f"workload {self.name}: only {kept} of {drawn} draws {' and '.join(causes)}; {' and '.join(fixes)}"
+        return draw_lengths(self.lengths, self.limits, n, rng, self.name)
 
     @property
     def sessions(self) -> bool:
@@ -211,7 +278,7 @@ class Workload:
         """``n`` requests (with ``turns``: sessions that send ``n`` requests in all); prompt texts are
         unique within the call and across calls (``fresh_salt``)."""
         if self.turns is not None:
-            return self._sessions_of_requests(n, rng)
+            return cut_to_requests(self._sessions(rng, n), n)
         prompts, outputs = self.sample_lengths(n, rng)
         salt = fresh_salt(rng)
         return [
@@ -222,19 +289,6 @@ class Workload:
     def sample_sessions(self, k: int, rng: np.random.Generator) -> list[RequestSpec]:
         """``k`` sessions (``k`` single requests without ``turns``)."""
         return self._sessions(rng, k) if self.turns is not None else self.sample(k, rng)
-
-    def _sessions_of_requests(self, n: int, rng: np.random.Generator) -> list[RequestSpec]:
-        """Sessions whose turns (after the context filter) add up to ``n``; the last one is cut short.
-        Every session sends at least one request, so ``n`` sessions always suffice."""
-        specs: list[RequestSpec] = []
-        total = 0
-        for session in self._sessions(rng, n):
-            if total >= n:
-                break
-            cut = replace(session, followups=session.followups[: n - total - 1])
-            specs.append(cut)
-            total += 1 + len(cut.followups)
-        return specs
 
     def _sessions(self, rng: np.random.Generator, sessions: int) -> list[RequestSpec]:
         assert self.turns is not None
@@ -255,27 +309,12 @@ class Workload:
                 self._follow_up(int(messages[row]), int(answers[row]), float(thinks[row]), key)
                 for row, key in zip(rows, keys, strict=True)
             ]
-            specs.append(replace(first, followups=self._fit_context(first, follow)))
+            specs.append(replace(first, followups=self.limits.fit_followups(first, follow)))
         return specs
 
     def _follow_up(self, tokens: int, output: int, think: float, key: int) -> FollowUp:
         text, intended = self.builder.text(tokens, key)
         return FollowUp(text, output, intended, think)
-
-    def _fit_context(self, first: RequestSpec, follow: list[FollowUp]) -> tuple[FollowUp, ...]:
-        """The follow-ups whose prompts (the conversation so far) stay within ``max_prompt_tokens`` and,
-        with their outputs, within ``max_total_tokens``."""
-        prompt_limit = self.max_prompt_tokens or MAX_PROMPT_TOKENS
-        total_limit = self.max_total_tokens or MAX_PROMPT_TOKENS + MAX_OUTPUT_TOKENS
-        context = (first.prompt_tokens or 0) + first.max_tokens + _MESSAGE_OVERHEAD
-        kept: list[FollowUp] = []
-        for item in follow:
-            context += (item.content_tokens or 0) + _MESSAGE_OVERHEAD
-            if context > prompt_limit or context + item.max_tokens > total_limit:
-                break
-            kept.append(item)
-            context += item.max_tokens + _MESSAGE_OVERHEAD
-        return tuple(kept)
 
     def stream(self, rng: np.random.Generator, *, batch: int = 256) -> Iterator[RequestSpec]:
         """An endless, lazy supply of requests (sessions with ``turns``) for loads whose length is a
@@ -303,13 +342,8 @@ class Workload:
         return RequestSpec(text, output_tokens, intended, None, request_id, **extras)
 
     def describe(self) -> str:
-        bounds = (
-            ("prompt", self.max_prompt_tokens),
-            ("output", self.max_output_tokens),
-            ("prompt + output", self.max_total_tokens),
-        )
-        # Only the filters there are: custom lengths have none unless asked ("prompt <= None" was shown).
-        filters = ", ".join(f"{name} <= {bound}" for name, bound in bounds if bound is not None) or "none"
+        """One line a person reads: lengths, filters, prompts, api, sessions and tool calls."""
+        filters = self.limits.describe()
         exactness = "exact" if self.prompt_tokens_exact else "approximate"
         text = (
             f"{self.name}: {self.lengths.describe()}; filters {filters}; {exactness} prompts; api {self.api}"

@@ -94,6 +94,20 @@ class SimRequest:
         """Whether the request still has prompt (or recompute) work before it can decode."""
         return not self.decoding
 
+    def start_running(self, now: float) -> None:
+        """Admitted into the running batch at ``now`` (its first admission is its queueing's end)."""
+        self.phase = Phase.RUNNING
+        if self.first_scheduled is None:
+            self.first_scheduled = now
+
+    def requeue(self) -> None:
+        """Preempted by recompute: its KV is gone, so its prefill (prompt + outputs) starts over."""
+        self.computed = 0
+        self.decoding = False
+        self.looked_up = False
+        self.phase = Phase.WAITING
+        self.preemptions += 1
+
 
 @dataclass(frozen=True)
 class Emission:
@@ -120,21 +134,108 @@ class Batch:
         return self.start + self.duration
 
 
+class KvBlocks:
+    """The paged KV cache's block pool: how many blocks are free, and each request's share of it."""
+
+    def __init__(self, total: int, block_size: int) -> None:
+        self.total = total
+        self.block_size = block_size
+        self.free = total
+
+    def grow(self, request: SimRequest, tokens: int) -> bool:
+        """Give ``request`` the blocks ``tokens`` need; False (and nothing taken) when too few are free."""
+        need = math.ceil(tokens / self.block_size) - request.blocks
+        if need > self.free:
+            return False
+        if need > 0:
+            self.free -= need
+            request.blocks += need
+        return True
+
+    def release(self, request: SimRequest) -> None:
+        """Return every block of ``request`` to the pool."""
+        self.free += request.blocks
+        request.blocks = 0
+
+
+class CachedPrefixes:
+    """The engine's use of its prefix cache (``prefix_cache.py``): where a (re)queued request's prefill
+    starts, what a prompt's and a finished request's tokens leave in the cache, and the prompt tokens
+    looked up and found (``vllm:prefix_cache_queries`` and ``_hits``)."""
+
+    def __init__(self, capacity: int | None, block_size: int) -> None:
+        self.cache = PrefixCache(capacity) if capacity is not None else None  # None: caching off
+        self.block_size = block_size
+        self.queries = 0  # prompt tokens looked up in the prefix cache
+        self.hits = 0  # of those, tokens found
+
+    def look_up(self, request: SimRequest) -> None:
+        """Start a (re)queued request's prefill after its cached prefix."""
+        if self.cache is None or request.looked_up or not request.prompt_ids or request.computed:
+            return
+        request.looked_up = True
+        hits = self.cache.match(block_hashes(request.prompt_ids, self.block_size))
+        cached = min(hits * self.block_size, request.prefill_target - 1)
+        request.computed = cached
+        if request.generated == 0 and request.preemptions == 0:
+            request.cached_tokens = cached
+        self.queries += request.prompt_len
+        self.hits += cached
+
+    def remember(self, request: SimRequest, with_output: bool) -> None:
+        """Cache the prompt's blocks (and the output's, once the request is done)."""
+        if self.cache is None or not request.prompt_ids:
+            return
+        ids = list(request.prompt_ids)
+        if with_output:
+            ids += [tokenizer.generated_token_id(request.seed, i) for i in range(request.generated)]
+        self.cache.insert(block_hashes(ids, self.block_size))
+
+
+def spec_tokens(request: SimRequest, spec_k: int, acceptance: float) -> int:
+    """Tokens one decode emits with speculative decoding: 1 + the drafts accepted (each with
+    probability ``acceptance``, drawn from the request's seeded generator until one is rejected),
+    never past the request's output limit."""
+    accepted = 0
+    while accepted < spec_k and request.rng.random() < acceptance:
+        accepted += 1
+    return min(1 + accepted, request.output_limit - request.generated)
+
+
+def step_shape(
+    decodes: list[tuple[SimRequest, int]], prefills: list[tuple[SimRequest, int]], spec_k: int
+) -> StepShape:
+    """What the cost model charges an iteration of these decodes and prefill chunks for."""
+    return StepShape(
+        decode_seqs=len(decodes),
+        decode_context_tokens=sum(r.prompt_len + r.generated for r, _ in decodes),
+        spec_tokens=spec_k * len(decodes),
+        prefill_chunks=tuple((r.computed, chunk) for r, chunk in prefills),
+    )
+
+
 class Engine:
-    """Waiting queue, running set and KV-block accounting; see the module docstring for the policy."""
+    """Waiting queue, running set and KV-block accounting; see the module docstring for the policy.
+
+    Over 150 lines, kept whole: ``schedule`` and ``complete`` are one state machine over the waiting
+    queue, the running list and the block pool, and each of its steps reads and changes all three (a
+    decode that finds no free block preempts the newest running request to the front of the queue).
+    Split further, every part would take all three, and the per-step path (``bench/sim_bench.py``)
+    would pay a call for each. What has state or math of its own is apart: the block pool
+    (``KvBlocks``), prefix caching (``CachedPrefixes``), a request's own transitions (``SimRequest``)
+    and a step's arithmetic (``spec_tokens``, ``step_shape``).
+    """
 
     def __init__(self, params: EngineParams, cost: CostModel) -> None:
         self.params = params
         self.cost = cost
         self.waiting: deque[SimRequest] = deque()
         self.running: list[SimRequest] = []
-        self.free_blocks = params.num_kv_blocks
+        self.kv = KvBlocks(params.num_kv_blocks, params.block_size)
         self.num_preemptions = 0
         self.prompt_tokens = 0
-        self.cache_queries = 0  # prompt tokens looked up in the prefix cache
-        self.cache_hits = 0  # of those, tokens found
         blocks = params.prefix_cache_blocks or params.num_kv_blocks
-        self.prefix_cache = PrefixCache(blocks) if params.prefix_caching else None
+        self.prefixes = CachedPrefixes(blocks if params.prefix_caching else None, params.block_size)
 
     # -- queue -----------------------------------------------------------------------------------
 
@@ -152,7 +253,7 @@ class Engine:
             self.waiting.remove(request)
         elif request.phase is Phase.RUNNING:
             self.running.remove(request)
-            self._release(request)
+            self.kv.release(request)
         request.phase = Phase.ABORTED
 
     @property
@@ -161,63 +262,51 @@ class Engine:
         return not self.waiting and not self.running
 
     @property
+    def free_blocks(self) -> int:
+        """KV blocks no request holds."""
+        return self.kv.free
+
+    @property
     def kv_usage(self) -> float:
         """Fraction of KV blocks in use, 0-1, like ``vllm:kv_cache_usage_perc``."""
-        return 1.0 - self.free_blocks / self.params.num_kv_blocks
+        return 1.0 - self.kv.free / self.kv.total
 
-    # -- KV blocks -------------------------------------------------------------------------------
+    @property
+    def cache_queries(self) -> int:
+        """Prompt tokens looked up in the prefix cache (none without prefix caching)."""
+        return self.prefixes.queries
 
-    def _blocks_for(self, tokens: int) -> int:
-        return math.ceil(tokens / self.params.block_size)
-
-    def _grow(self, request: SimRequest, tokens: int) -> bool:
-        need = self._blocks_for(tokens) - request.blocks
-        if need > self.free_blocks:
-            return False
-        if need > 0:
-            self.free_blocks -= need
-            request.blocks += need
-        return True
-
-    def _release(self, request: SimRequest) -> None:
-        self.free_blocks += request.blocks
-        request.blocks = 0
+    @property
+    def cache_hits(self) -> int:
+        """Of the prompt tokens looked up, those found in the prefix cache."""
+        return self.prefixes.hits
 
     def _preempt_last(self) -> SimRequest:
         victim = self.running.pop()
-        self._release(victim)
-        victim.computed = 0
-        victim.decoding = False
-        victim.looked_up = False
-        victim.phase = Phase.WAITING
-        victim.preemptions += 1
+        self.kv.release(victim)
+        victim.requeue()
         self.num_preemptions += 1
         self.waiting.appendleft(victim)
         return victim
 
     # -- scheduling ------------------------------------------------------------------------------
 
-    def _spec_tokens(self, request: SimRequest) -> int:
-        accepted = 0
-        while accepted < self.params.spec_k and request.rng.random() < self.params.spec_acceptance:
-            accepted += 1
-        return min(1 + accepted, request.output_limit - request.generated)
-
     def _schedule_decodes(self, budget: int) -> tuple[list[tuple[SimRequest, int]], int]:
         decodes: list[tuple[SimRequest, int]] = []
+        spec_k, acceptance = self.params.spec_k, self.params.spec_acceptance
         index = 0
         while index < len(self.running):
             request = self.running[index]
             if request.in_prefill:
                 index += 1
                 continue
-            need = 1 + self.params.spec_k
+            need = 1 + spec_k
             if need > budget:
                 break
-            while not self._grow(request, request.prompt_len + request.generated + need):
+            while not self.kv.grow(request, request.prompt_len + request.generated + need):
                 if self._preempt_last() is request:
                     return decodes, budget
-            decodes.append((request, self._spec_tokens(request)))
+            decodes.append((request, spec_tokens(request, spec_k, acceptance)))
             budget -= need
             index += 1
         return decodes, budget
@@ -235,43 +324,19 @@ class Engine:
         admitted: list[tuple[SimRequest, int]] = []
         while self.waiting and budget > 0 and len(self.running) < self.params.max_num_seqs:
             request = self.waiting[0]
-            self._lookup(request)
+            self.prefixes.look_up(request)
             remaining = request.prefill_target - request.computed
             if whole_only and remaining > budget:
                 break
-            if not self._grow(request, request.prefill_target + 1):
+            if not self.kv.grow(request, request.prefill_target + 1):
                 break  # head-of-line blocking on KV, as vLLM's FCFS queue does
             self.waiting.popleft()
-            request.phase = Phase.RUNNING
-            if request.first_scheduled is None:
-                request.first_scheduled = now
+            request.start_running(now)
             self.running.append(request)
             chunk = min(remaining, budget)
             admitted.append((request, chunk))
             budget -= chunk
         return admitted
-
-    def _lookup(self, request: SimRequest) -> None:
-        """Start a (re)queued request's prefill after its cached prefix."""
-        if self.prefix_cache is None or request.looked_up or not request.prompt_ids or request.computed:
-            return
-        request.looked_up = True
-        hits = self.prefix_cache.match(block_hashes(request.prompt_ids, self.params.block_size))
-        cached = min(hits * self.params.block_size, request.prefill_target - 1)
-        request.computed = cached
-        if request.generated == 0 and request.preemptions == 0:
-            request.cached_tokens = cached
-        self.cache_queries += request.prompt_len
-        self.cache_hits += cached
-
-    def _remember(self, request: SimRequest, with_output: bool) -> None:
-        """Cache the prompt's blocks (and the output's, once the request is done)."""
-        if self.prefix_cache is None or not request.prompt_ids:
-            return
-        ids = list(request.prompt_ids)
-        if with_output:
-            ids += [tokenizer.generated_token_id(request.seed, i) for i in range(request.generated)]
-        self.prefix_cache.insert(block_hashes(ids, self.params.block_size))
 
     def schedule(self, now: float) -> Batch | None:
         """The next iteration starting at ``now``, or None when there is nothing to run."""
@@ -289,17 +354,8 @@ class Engine:
                 decodes, _ = self._schedule_decodes(budget)
         if not decodes and not prefills:
             return None
-        return Batch(now, step_time(self.cost, self._shape(decodes, prefills)), decodes, prefills)
-
-    def _shape(
-        self, decodes: list[tuple[SimRequest, int]], prefills: list[tuple[SimRequest, int]]
-    ) -> StepShape:
-        return StepShape(
-            decode_seqs=len(decodes),
-            decode_context_tokens=sum(r.prompt_len + r.generated for r, _ in decodes),
-            spec_tokens=self.params.spec_k * len(decodes),
-            prefill_chunks=tuple((r.computed, chunk) for r, chunk in prefills),
-        )
+        shape = step_shape(decodes, prefills, self.params.spec_k)
+        return Batch(now, step_time(self.cost, shape), decodes, prefills)
 
     # -- applying an iteration -------------------------------------------------------------------
 
@@ -318,7 +374,7 @@ class Engine:
                 request.decoding = True
                 if request.generated == 0:
                     self.prompt_tokens += request.prompt_len
-                    self._remember(request, with_output=False)
+                    self.prefixes.remember(request, with_output=False)
                 emissions.append(self._emit(request, 1))
         return emissions
 
@@ -329,8 +385,8 @@ class Engine:
         if finished:
             request.phase = Phase.FINISHED
             self.running.remove(request)
-            self._release(request)
-            self._remember(request, with_output=True)
+            self.kv.release(request)
+            self.prefixes.remember(request, with_output=True)
         return Emission(request, tokens, first, finished)
 
 
