@@ -105,14 +105,10 @@ class Daemon:
         self.jobs = JobScheduler(on_outcome=outcome_recorder(self.metrics))
         self.probes = ProbeJobs(
             self.jobs,
+            self.pool,
+            self.job_env,
             self.store,
             self.metrics,
-            self.pool,
-            config=lambda: self.config,
-            paused=self.job_env.paused,
-            deadline_policy=self.job_env.deadline_policy,
-            job_manager=self.job_env.job_manager,
-            scrape_session=lambda: self.scrape_session,
             rng=np.random.default_rng(seed),
             on_results=self.traffic.probe_results if self.traffic is not None else None,
         )
