@@ -5,16 +5,15 @@ the parts that do the work, each handed what it needs: the targets' clients, bud
 (``daemon.targets.TargetPool``); what the jobs and the jobs API ask for, with the job manager and the
 stored prefill profiles (``daemon.job_environment.DaemonJobEnvironment``); what goes on the scheduler,
 one probe job per (target, module), one scrape job per engine or gateway, one per scheduled job, and
-probes on demand (``daemon.probe_jobs.ProbeJobs`` on ``daemon.scheduler.JobScheduler``); the
-``ResultStore`` and its collector; the exporter's self-metrics and loop-lag watcher
-(``daemon.loop_lag``). ``web_app`` serves it: the daemon starts and stops with its web app
+probes on demand (``daemon.probe_jobs.ProbeJobs`` on ``daemon.scheduler.JobScheduler``; a shutdown
+cuts on-demand probes short, ``daemon.on_demand``); the ``ResultStore`` and its collector; the
+exporter's self-metrics and loop-lag watcher (``daemon.loop_lag``). ``web_app`` serves it: the daemon starts and stops with its web app
 (aiohttp's ``cleanup_ctx``). It also does reloads: a new config replaces the old one only after a full
 successful parse; jobs are added, replaced or removed by id; probes in flight finish on the old settings.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -28,11 +27,13 @@ from exporter.daemon.config_facts import (
     histogram_buckets,
     jobs_folder,
     profiles_folder,
+    store_limits,
     unapplied_changes,
     window_label,
 )
 from exporter.daemon.job_environment import DaemonJobEnvironment
 from exporter.daemon.loop_lag import LoopLagWatcher
+from exporter.daemon.on_demand import OnDemandDeadlines
 from exporter.daemon.probe_jobs import ProbeJobs, outcome_recorder
 from exporter.daemon.scheduler import JobScheduler
 from exporter.daemon.targets import TargetPool, TargetState
@@ -43,11 +44,10 @@ from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.jobs import JobsCollector
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore
-from exporter.exposition.store_limits import StoreLimits
 from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobStore
 from exporter.load.config_workloads import CONFIG_CHECKS
-from exporter.probe.result import ProbeCutError, ProbeRun
+from exporter.probe.result import ProbeRun
 from exporter.settings import Config, SettingsError, load_config_file
 from exporter.settings.cpus import available_cpus
 from exporter.web.metrics_cache import MAX_AGE_S
@@ -56,8 +56,7 @@ from exporter.web.routes import build_app
 LOG = logging.getLogger(__name__)
 SHUTDOWN_GRACE_S = 5.0  # in-flight probes may finish within this, then they are cancelled
 # An on-demand /probe in flight at shutdown may run this long, and then answers as failed (``shutdown``):
-# within the web server's own grace (SHUTDOWN_GRACE_S), which waited for it, cancelled it, waited again
-# and closed its connection with no answer (11.7 s to stop, and the scraper got nothing).
+# within the web server's own grace (SHUTDOWN_GRACE_S), which ends it with no answer (daemon.on_demand).
 ON_DEMAND_GRACE_S = SHUTDOWN_GRACE_S - 0.5
 
 
@@ -75,15 +74,9 @@ class Daemon:
         self.config = config
         self._clock = clock  # the wall clock: reload stamps, profile dates, health times, the collector's now
         self.config_path = config_path
-        self.registry = CollectorRegistry(auto_describe=True)  # the exporter's own health
+        self.registry = own_registry()  # the exporter's own health
         self.metrics = SelfMetrics(self.registry)
-        # The standard process_* and python_* families every Prometheus client exports.
-        for collector in (ProcessCollector, PlatformCollector, GCCollector):
-            collector(registry=self.registry)
-        limits = StoreLimits(
-            max_age_s=max(config.global_.windows_s), max_records=config.global_.max_results_per_window
-        )
-        self.store = ResultStore(limits, histogram_buckets(config))
+        self.store = ResultStore(store_limits(config), histogram_buckets(config))
         windows = {window_label(s): s for s in config.global_.windows_s}
         self.collector = FluidityCollector(self.store, windows, clock=clock)
         self.pool = TargetPool(
@@ -105,14 +98,10 @@ class Daemon:
         self.jobs = JobScheduler(on_outcome=outcome_recorder(self.metrics))
         self.probes = ProbeJobs(
             self.jobs,
+            self.pool,
+            self.job_env,
             self.store,
             self.metrics,
-            self.pool,
-            config=lambda: self.config,
-            paused=self.job_env.paused,
-            deadline_policy=self.job_env.deadline_policy,
-            job_manager=self.job_env.job_manager,
-            scrape_session=lambda: self.scrape_session,
             rng=np.random.default_rng(seed),
             on_results=self.traffic.probe_results if self.traffic is not None else None,
         )
@@ -120,9 +109,7 @@ class Daemon:
         self.listen_flag = False  # whether --web.listen-address chose it, over global.listen_address
         self.lag = LoopLagWatcher(self.metrics.observe_loop_lag)
         self.ready = False
-        self.shutting_down = False  # a shutdown began: on-demand probes have ON_DEMAND_GRACE_S left
-        self._on_demand: set[asyncio.Timeout] = set()  # the deadlines of on-demand probes in flight
-        self._cut: set[asyncio.Timeout] = set()  # those of them a shutdown brought forward
+        self.on_demand = OnDemandDeadlines(ON_DEMAND_GRACE_S)
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
@@ -173,9 +160,7 @@ class Daemon:
         try:
             config = load_config_file(self.config_path, checks=CONFIG_CHECKS)
         except SettingsError as exc:
-            count = len(exc.problems)
-            lines = "\n".join(f"  {problem}" for problem in exc.problems)
-            return self._reload_failed(f"{self.config_path}: {count} problem{'s' * (count != 1)}\n{lines}")
+            return self._reload_failed(problems_message(self.config_path, exc))
         old = self.config
         try:
             await self._apply(config)
@@ -199,57 +184,47 @@ class Daemon:
         old = self.config
         self.config = config
         self.job_env.warn_about_workers()
-        await self._sync_targets(config)
-        self.probes.apply(old, config)
-
-    async def _sync_targets(self, config: Config) -> None:
         for name in await self.pool.sync(config):
-            self.metrics.forget_target(name)  # its engine-scrape counters go with it
+            self.metrics.forget_target(name)  # a removed target's engine-scrape counters go with it
+        self.probes.apply(old, config)
 
     # -- what the routes ask for --------------------------------------------------------------------
 
     async def probe_now(self, target_name: str, module_name: str, timeout_s: float) -> ProbeRun:
         """One on-demand probe (``ProbeJobs.probe_now``), as ``/probe`` asks for it, within ``timeout_s``
-        (a ``TimeoutError`` past it) or, once a shutdown began, ``ON_DEMAND_GRACE_S`` (a
-        ``ProbeCutError`` when that, not its own deadline, ended it: ``cut_on_demand``)."""
-        deadline = asyncio.timeout(timeout_s)
-        try:
-            async with deadline:
-                if self.shutting_down:
-                    self._cut_short(deadline)
-                self._on_demand.add(deadline)
-                return await self.probes.probe_now(target_name, module_name)
-        except TimeoutError:
-            if deadline in self._cut:
-                raise ProbeCutError("the exporter shut down while the probe ran") from None
-            raise
-        finally:
-            self._on_demand.discard(deadline)
-            self._cut.discard(deadline)
+        or, once a shutdown began, ``ON_DEMAND_GRACE_S`` (``OnDemandDeadlines.run``)."""
+        return await self.on_demand.run(lambda: self.probes.probe_now(target_name, module_name), timeout_s)
+
+    @property
+    def shutting_down(self) -> bool:
+        """Whether a shutdown began (``cut_on_demand``)."""
+        return self.on_demand.shutting_down
 
     def cut_on_demand(self) -> None:
         """A shutdown began: every on-demand probe in flight has ``ON_DEMAND_GRACE_S`` left at most, so
         that it answers its scraper before the web server stops waiting for it."""
-        self.shutting_down = True
         self.pool.closing = True
-        for deadline in self._on_demand:
-            self._cut_short(deadline)
-
-    def _cut_short(self, deadline: asyncio.Timeout) -> None:
-        """Bring ``deadline`` forward to ``ON_DEMAND_GRACE_S`` from now, unless it is sooner already or
-        expiring (a deadline that fired a moment ago stays in ``_on_demand`` until its probe's task
-        runs again, and may not be moved: moving it ends the shutdown in a traceback)."""
-        if deadline.expired():
-            return
-        latest = asyncio.get_running_loop().time() + ON_DEMAND_GRACE_S
-        when = deadline.when()
-        if when is None or latest < when:
-            deadline.reschedule(latest)
-            self._cut.add(deadline)
+        self.on_demand.cut()
 
     def deadline_policy(self, target: str) -> DeadlinePolicy:
         """The target's SLO deadlines (``DaemonJobEnvironment.deadline_policy``), as the routes ask."""
         return self.job_env.deadline_policy(target)
+
+
+def own_registry() -> CollectorRegistry:
+    """A registry for the exporter's own health, with the standard process_* and python_* families every
+    Prometheus client exports."""
+    registry = CollectorRegistry(auto_describe=True)
+    for collector in (ProcessCollector, PlatformCollector, GCCollector):
+        collector(registry=registry)
+    return registry
+
+
+def problems_message(path: str, error: SettingsError) -> str:
+    """What a reload answers for a config file that does not parse: every problem, one a line."""
+    count = len(error.problems)
+    lines = "\n".join(f"  {problem}" for problem in error.problems)
+    return f"{path}: {count} problem{'s' * (count != 1)}\n{lines}"
 
 
 def web_app(

@@ -1,11 +1,13 @@
 """What the daemon derives from its config: window labels, where state is kept, the histogram bounds,
-which probes a reload changes, and what a reload cannot change in a running process (pure)."""
+how much the result store keeps, which probes a reload changes, and what a reload cannot change in a
+running process (pure)."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
+from exporter.exposition.store_limits import StoreLimits
 from exporter.settings import Config
 from exporter.settings.buckets import BUCKET_PRESETS, HistogramBuckets
 from exporter.settings.model import BUCKET_NAMES, Module, Target
@@ -36,6 +38,14 @@ def histogram_buckets(config: Config) -> HistogramBuckets:
     chosen = config.global_.buckets
     overrides = {name: getattr(chosen, name) for name in BUCKET_NAMES if getattr(chosen, name) is not None}
     return dataclasses.replace(BUCKET_PRESETS[chosen.preset], **overrides)
+
+
+def store_limits(config: Config) -> StoreLimits:
+    """How much the result store keeps: the results of the longest window, at most
+    ``global.max_results_per_window`` of them."""
+    return StoreLimits(
+        max_age_s=max(config.global_.windows_s), max_records=config.global_.max_results_per_window
+    )
 
 
 def probe_changed(old: Config, new: Config, target: Target, module: Module) -> bool:

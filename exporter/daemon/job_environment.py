@@ -56,7 +56,7 @@ class DaemonJobEnvironment:
         self._config = config
         self._pool = pool
         self._profiles = profiles
-        self._scrape_session = scrape_session
+        self.scrape_session = scrape_session  # the daemon's scrape session (None: not open, or closed)
         self._clock = clock  # the wall clock a stored profile is dated by
         self.cpus = cpus  # the container's CPU quota bounds jobs.workers
         self.prefill_profiles: dict[str, StoredProfile] = profiles.load_all()
@@ -130,7 +130,7 @@ class DaemonJobEnvironment:
         metrics, when the scrape fails or the engine names neither)."""
         configured = next((t for t in self.config.targets if t.name == target), None)
         engine = configured.engine_metrics if configured is not None else None  # None: a reload removed it
-        session = self._scrape_session()
+        session = self.scrape_session()
         if engine is None or session is None:
             return None
         result = await scrape(

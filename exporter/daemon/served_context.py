@@ -14,9 +14,11 @@ server restarted with a shorter context refuses what fitted the old one) or whil
 prompts calibrated to its tokenizer once per start or reload, as a one-shot run's are
 (``exporter.load.calibration``). Each probe's workload is fitted by the one-shot run's own rule
 (``fit_to_context``), and a module whose ``max_prompt_tokens`` is set is left as it is, as
-``--max-prompt-tokens`` is. Each change is logged once: what the target serves, and per module whether its requests are cut to fit, left as they are, or cannot fit at all
-(its probes are then skipped and counted, where a one-shot run refuses such a workload, and the module
-is listed in ``unfit``: /metrics shows it, and an alert reads it, since nothing else measures it).
+``--max-prompt-tokens`` is. Each change is logged once (the lines are pure functions, ``context_line``
+and ``fit_line``): what the target serves, and per module whether its requests are cut to fit, left as
+they are, or cannot fit at all (its probes are then skipped and counted, where a one-shot run refuses
+such a workload, and the module is listed in ``unfit``: /metrics shows it, and an alert reads it, since
+nothing else measures it).
 """
 
 from __future__ import annotations
@@ -149,7 +151,7 @@ class ServedContext:
             self.recheck = True  # a server restarted with a longer context would take them
             raise ProbeRefusedError(line, OVER_CONTEXT) from None
         self.unfit.discard(module.name)
-        self._note_fit(module, workload)
+        self._note_module(module.name, *fit_line(self.target, module.name, self.tokens, workload))
         return specs
 
     def workload(self, target: Target, module: Module) -> Workload:
@@ -163,56 +165,50 @@ class ServedContext:
         return unsure and self.clock() - self.asked_at >= CONTEXT_REASK_S
 
     def _note_target(self, answer: ContextAnswer) -> None:
-        if answer.error is not None:
-            kept = (
-                f"fitted to the {self.tokens} tokens it said before" if self.tokens else "sent as configured"
-            )
-            line = (
-                f"could not ask target {self.target} its context ({answer.error}); its probes are {kept} "
-                "until it answers, and it is asked again before each probe"
-            )
-        elif self.tokens is None:
-            line = (
-                f"target {self.target} does not say its context (no max_model_len from GET /v1/models); "
-                "its probes are sent as configured"
-            )
-        else:
-            line = f"target {self.target} serves {self.tokens} tokens (max_model_len of GET /v1/models)"
         # The state, not the line: an error whose text changes (refused, then timed out) is one state.
         state = (self.answered, self.tokens)
         if state != self.said:
             self.said = state
-            LOG.info("%s", line)
-
-    def _note_fit(self, module: Module, workload: Workload) -> None:
-        """Log how ``module``'s requests meet the context, when that changed."""
-        name = f"{self.target}/{module.name}"
-        if self.tokens is None:
-            self._note_module(module.name, logging.DEBUG, f"probes of {name} are sent as configured")
-        elif workload.max_total_tokens is None:
-            self._note_module(
-                module.name,
-                logging.WARNING,
-                f"probes of {name} are not fitted to the {self.tokens} tokens {self.target} serves: the "
-                "module sets max_prompt_tokens, which wins (a request over the context is sent, and refused)",
-            )
-        else:
-            self._note_cut(module.name, name, workload)
-
-    def _note_cut(self, module: str, name: str, workload: Workload) -> None:
-        limit, cut = workload.max_total_tokens, workload.share_over_context()
-        if cut == 0:
-            line = f"probes of {name}: every request fits the {self.tokens} tokens {self.target} serves"
-            self._note_module(module, logging.INFO, line)
-            return
-        self._note_module(
-            module,
-            logging.WARNING,
-            f"probes of {name} are cut to fit the {self.tokens} tokens {self.target} serves: prompt + "
-            f"output <= {limit}, which leaves out about {cut:.0%} of the module's length distribution",
-        )
+            LOG.info("%s", context_line(self.target, answer, self.tokens))
 
     def _note_module(self, module: str, level: int, line: str) -> None:
         if self.fits.get(module) != line:
             self.fits[module] = line
             LOG.log(level, "%s", line)
+
+
+def context_line(target: str, answer: ContextAnswer, tokens: int | None) -> str:
+    """What ``target``'s ``answer`` means for its probes, ``tokens`` being the context it said last."""
+    if answer.error is not None:
+        kept = f"fitted to the {tokens} tokens it said before" if tokens else "sent as configured"
+        return (
+            f"could not ask target {target} its context ({answer.error}); its probes are {kept} "
+            "until it answers, and it is asked again before each probe"
+        )
+    if tokens is None:
+        return (
+            f"target {target} does not say its context (no max_model_len from GET /v1/models); "
+            "its probes are sent as configured"
+        )
+    return f"target {target} serves {tokens} tokens (max_model_len of GET /v1/models)"
+
+
+def fit_line(target: str, module: str, tokens: int | None, workload: Workload) -> tuple[int, str]:
+    """How ``module``'s requests (``workload``, as fitted) meet the ``tokens`` ``target`` serves: the log
+    level and the line."""
+    name = f"{target}/{module}"
+    if tokens is None:
+        return logging.DEBUG, f"probes of {name} are sent as configured"
+    limit = workload.max_total_tokens
+    if limit is None:
+        return logging.WARNING, (
+            f"probes of {name} are not fitted to the {tokens} tokens {target} serves: the module sets "
+            "max_prompt_tokens, which wins (a request over the context is sent, and refused)"
+        )
+    cut = workload.share_over_context()
+    if cut == 0:
+        return logging.INFO, f"probes of {name}: every request fits the {tokens} tokens {target} serves"
+    return logging.WARNING, (
+        f"probes of {name} are cut to fit the {tokens} tokens {target} serves: prompt + output <= "
+        f"{limit}, which leaves out about {cut:.0%} of the module's length distribution"
+    )

@@ -12,7 +12,6 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from exporter.jobs.store import JobRecord, JobState, JobStore, Progress, Trigger, ended_progress, new_job_id
@@ -83,12 +82,70 @@ def _json_copy(value: Mapping[str, Any]) -> dict[str, Any]:
     return copy
 
 
-@dataclass
-class _Run:
-    record: JobRecord
-    task: asyncio.Task[None] | None = None
-    started: bool = False  # on_start was called, so on_finish must be
-    settled: bool = False
+class _JobRun:
+    """One job's run: its record and task, and how each way its runner can end is written into the
+    record (and saved)."""
+
+    def __init__(self, record: JobRecord, store: JobStore, stopping: Callable[[], bool]) -> None:
+        self.record = record
+        self._store = store
+        self._stopping = stopping  # whether the manager shuts down: a cancelled run is "interrupted"
+        self.task: asyncio.Task[None] | None = None
+        self.started = False  # on_start was called, so on_finish must be
+        self.settled = False
+
+    async def execute(self, runner: Runner, params: JobParams, limit_s: float, on_start: Hook | None) -> None:
+        """Call ``on_start``, then ``runner`` within ``limit_s``, and end the record as the runner ended
+        (a ``CancelledError`` propagates once the record says so)."""
+        record = self.record
+        timeout = asyncio.timeout(limit_s)
+        try:
+            self.started = True
+            if on_start is not None:
+                on_start(record)
+            async with timeout:
+                result = _json_copy(await runner(params, JobContext(record, self._store)))
+        except asyncio.CancelledError:
+            self.end(*self.cancelled_state(), record.result)  # ``keep_result``'s, if any
+            raise
+        except JobFailedError as exc:
+            self.end("failed", str(exc))
+        except TimeoutError as exc:
+            if not timeout.expired():
+                self._end_with_bug(exc)
+            else:
+                message = f"the job ran longer than jobs.limits.max_duration ({limit_s:g} s)"
+                self.end("failed", message, record.result)
+        except Exception as exc:
+            self._end_with_bug(exc)
+        else:
+            self.end("succeeded", None, result)
+
+    def cancelled_state(self) -> tuple[JobState, str]:
+        """How a cancelled run ends: ``interrupted`` by a shutdown, as after a restart, else ``cancelled``."""
+        return ("interrupted", STOPPED_BY_SHUTDOWN) if self._stopping() else ("cancelled", CANCELLED)
+
+    def _end_with_bug(self, exc: Exception) -> None:
+        record = self.record
+        LOG.exception("job %s (%s) on %s failed with a bug", record.id, record.kind, record.target)
+        self.end("failed", f"internal error: {type(exc).__name__}: {exc}")
+
+    def end(self, state: JobState, error: str | None, result: dict[str, Any] | None = None) -> None:
+        """Write the run's end into its record and save it."""
+        record = self.record
+        record.state, record.error, record.result = state, error, result
+        record.finished_at = time.time()
+        if state != "succeeded":
+            record.progress = ended_progress(record.progress, state, error)
+        self._store.save(record)
+        LOG.info(
+            "job %s (%s) on %s: %s%s",
+            record.id,
+            record.kind,
+            record.target,
+            state,
+            f" ({error})" if error else "",
+        )
 
 
 class JobManager:
@@ -109,7 +166,7 @@ class JobManager:
         self._on_start = on_start
         self._on_finish = on_finish
         self._max_duration_s = max_duration_s
-        self._runs: dict[str, _Run] = {}  # running jobs by id
+        self._runs: dict[str, _JobRun] = {}  # running jobs by id
         self._stopping = False
 
     # -- queries ------------------------------------------------------------------------------------
@@ -142,7 +199,7 @@ class JobManager:
         module = params.module if isinstance(params, CapacityParams) else None
         record = JobRecord(new_job_id(), kind, params.target, module, trigger, dict(params_dict), time.time())
         self.store.add(record)
-        run = self._runs[record.id] = _Run(record)
+        run = self._runs[record.id] = _JobRun(record, self.store, lambda: self._stopping)
         run.task = asyncio.get_running_loop().create_task(
             self._run(run, self.runners[kind], params), name=f"job-{kind}-{record.id}"
         )
@@ -179,7 +236,7 @@ class JobManager:
         self._stopping = True
         await asyncio.gather(*(self._stop(run) for run in list(self._runs.values())))
 
-    async def _stop(self, run: _Run) -> None:
+    async def _stop(self, run: _JobRun) -> None:
         assert run.task is not None
         run.task.cancel()
         # asyncio.wait, not ``await task``: the task's CancelledError must not look like our own.
@@ -192,65 +249,20 @@ class JobManager:
         limit = self._max_duration_s
         return limit() if callable(limit) else limit
 
-    async def _run(self, run: _Run, runner: Runner, params: JobParams) -> None:
-        record = run.record
+    async def _run(self, run: _JobRun, runner: Runner, params: JobParams) -> None:
         limit_s = self._duration_limit()
-        timeout = asyncio.timeout(limit_s)
         try:
-            run.started = True
-            if self._on_start is not None:
-                self._on_start(record)
-            async with timeout:
-                result = _json_copy(await runner(params, JobContext(record, self.store)))
-        except asyncio.CancelledError:
-            self._end(record, *self._cancelled_state(), record.result)  # ``keep_result``'s, if any
-            raise
-        except JobFailedError as exc:
-            self._end(record, "failed", str(exc))
-        except TimeoutError as exc:
-            if not timeout.expired():
-                self._end_with_bug(record, exc)
-            else:
-                message = f"the job ran longer than jobs.limits.max_duration ({limit_s:g} s)"
-                self._end(record, "failed", message, record.result)
-        except Exception as exc:
-            self._end_with_bug(record, exc)
-        else:
-            self._end(record, "succeeded", None, result)
+            await run.execute(runner, params, limit_s, self._on_start)
         finally:
             self._settle(run)
 
-    def _cancelled_state(self) -> tuple[JobState, str]:
-        return ("interrupted", STOPPED_BY_SHUTDOWN) if self._stopping else ("cancelled", CANCELLED)
-
-    def _end_with_bug(self, record: JobRecord, exc: Exception) -> None:
-        LOG.exception("job %s (%s) on %s failed with a bug", record.id, record.kind, record.target)
-        self._end(record, "failed", f"internal error: {type(exc).__name__}: {exc}")
-
-    def _end(
-        self, record: JobRecord, state: JobState, error: str | None, result: dict[str, Any] | None = None
-    ) -> None:
-        record.state, record.error, record.result = state, error, result
-        record.finished_at = time.time()
-        if state != "succeeded":
-            record.progress = ended_progress(record.progress, state, error)
-        self.store.save(record)
-        LOG.info(
-            "job %s (%s) on %s: %s%s",
-            record.id,
-            record.kind,
-            record.target,
-            state,
-            f" ({error})" if error else "",
-        )
-
-    def _settle(self, run: _Run) -> None:
+    def _settle(self, run: _JobRun) -> None:
         """Once per run, whichever way it ended: forget it as running and call ``on_finish``."""
         if run.settled:
             return
         run.settled = True
         if not run.record.finished:  # cancelled before it started
-            self._end(run.record, *self._cancelled_state())
+            run.end(*run.cancelled_state())
         self._runs.pop(run.record.id, None)
         if run.started and self._on_finish is not None:
             try:

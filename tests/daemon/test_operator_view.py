@@ -273,8 +273,8 @@ async def test_a_shutdown_as_a_probes_own_deadline_fires_leaves_that_deadline_al
         loop.set_exception_handler(lambda _loop, context: errors.append(context))
         async with serving(daemon):
             probe = asyncio.ensure_future(daemon.probe_now("t", "m", 2.0))
-            await wait_for(lambda: bool(daemon._on_demand), timeout=10.0)
-            (deadline,) = daemon._on_demand
+            await wait_for(lambda: bool(daemon.on_demand.in_flight), timeout=10.0)
+            (deadline,) = daemon.on_demand.in_flight
             when = deadline.when()
             assert when is not None
             loop.call_at(when + 0.01, daemon.cut_on_demand)
