@@ -58,6 +58,7 @@ from exporter.probe.saturation import LagMonitor, judge
 from exporter.probe.stream import StreamState
 from exporter.probe.target import PROBE_HEADER, RequestSpec
 from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
+from exporter.settings.addresses import server_root
 from exporter.settings.target import TargetSettings, mask_secrets
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,9 @@ _encode_json = msgspec.json.Encoder().encode
 
 
 def _api_root(base_url: str) -> str:
-    root = base_url.rstrip("/")
-    return root if root.endswith("/v1") else root + "/v1"
+    """Where the OpenAI routes are: ``/v1`` below the server's root, by the one rule for a target's URL
+    (a host named ``v1`` was taken for the path, and its requests sent without ``/v1``)."""
+    return server_root(base_url) + "/v1"
 
 
 def request_headers(settings: TargetSettings) -> dict[str, str]:

@@ -38,7 +38,14 @@ def check_target_url(value: Any) -> str:
     ``--upstream``: the server's root, where requests add ``/v1/...``. A trailing ``/v1`` is what an
     OpenAI client's base URL has, so it is taken and left out (``http://h:8000/v1`` is
     ``http://h:8000``): one spelling per server, whichever the user copied."""
-    url = check_url(value)
+    return server_root(check_url(value))
+
+
+def server_root(url: str) -> str:
+    """The server's root of a target URL: a trailing ``/v1`` of its path left out (the rule of
+    ``check_target_url``, which the probe client applies to a URL it is given too). A host named
+    ``v1`` is no path: ``http://v1`` stays."""
+    url = url.rstrip("/")
     return url.removesuffix("/v1") if urlsplit(url).path.endswith("/v1") else url
 
 
