@@ -28,26 +28,25 @@ from exporter.cli.flags import (
     add_prefill_arguments,
     add_target_arguments,
     add_workload_arguments,
-    checked_workers,
     error,
     merged_options,
 )
 from exporter.cli.progress import LiveLine
 from exporter.evaluation import EvaluationSpec
-from exporter.load.load_plan import DEFAULT_RATE, DEFAULT_REQUESTS, load_plan
+from exporter.load.load_plan import load_plan
 from exporter.load.plan import LoadPlan
 from exporter.load.plan_runner import send_plan
 from exporter.load.runner import LoadRun, RunHooks
 from exporter.load.sessions import session_turns
 from exporter.load.target_facts import ContextFit, TargetFacts, discover_target
-from exporter.load.target_options import option_url
-from exporter.load.workload_options import checked_workload_options, context_fit_note
+from exporter.load.workload_options import build_workload, context_fit_note, served_context
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputError, bench_report, check_output_path, release, timestamped
 from exporter.report.evaluation_options import evaluation_spec
 from exporter.report.table import render_summary
 from exporter.settings.arrival import ARRIVAL_KINDS
-from exporter.settings.oneshot import Options
+from exporter.settings.bench_options import BenchOptions, read_bench_options
+from exporter.settings.load_flags import DEFAULT_RATE, DEFAULT_REQUESTS
 from exporter.settings.problems import SettingsError
 from exporter.settings.target import TargetSettings
 from exporter.settings.think_time import DEFAULT_THINK_TIME
@@ -157,15 +156,13 @@ def run(args: argparse.Namespace) -> int:
     input (usage or config)."""
     fresh: Path | None = None
     try:
-        options = merged_options(args)
-        spec = evaluation_spec(options)
-        checked_workload_options(options)
-        workers = checked_workers(options["workers"])
-        directory = Path(options["output"]) if options["output"] else timestamped("bench-results")
-        fresh = None if options["output"] else directory  # ours to remove if nothing is written
-        check_output_path(directory / "summary.json", bool(options["force"]))
-        with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
-            facts, load, fit = _measure(options, spec, workers, url, simulated)
+        options = read_bench_options(merged_options(args))
+        spec = evaluation_spec(options.evaluation)
+        directory = Path(options.output) if options.output else timestamped("bench-results")
+        fresh = None if options.output else directory  # ours to remove if nothing is written
+        check_output_path(directory / "summary.json", options.force)
+        with url_or_simulator(options.target.url, options.target.sim_preset) as (url, simulated):
+            facts, load, fit = _measure(options, spec, url, simulated)
     except (SettingsError, OutputError, SimStartError) as exc:
         release(fresh)
         error("bench", exc)
@@ -177,22 +174,30 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _measure(
-    options: Options, spec: EvaluationSpec, workers: int, url: str, simulated: bool
+    options: BenchOptions, spec: EvaluationSpec, url: str, simulated: bool
 ) -> tuple[TargetFacts, LoadRun, ContextFit | None]:
     """Ask the target about itself, plan the load, send it with live progress."""
-    settings, facts = event_loop.run(discover_target(options, url, simulated))
-    plan = load_plan(options, simulated, facts)
+    settings, facts = event_loop.run(discover_target(options.target, url, simulated))
+    plan = _plan(options, settings, simulated, facts)
+    workers = options.workers
     if workers > 1 and isinstance(plan.specs, list) and any(spec.followups for spec in plan.specs):
         # A worker process sends single requests: a session's turns need the answers in one place.
         raise SettingsError("--workers: multi-turn sessions (--turns) run in one process; drop --workers")
-    quiet = bool(options["quiet"] or options["json"])
+    quiet = options.quiet or options.json
     if not quiet:
         target = f"target {url}{' (built-in simulator)' if simulated else ''}; {plan.description}"
-        print(target, *facts.describe(context_fit_note(options)), sep="\n", file=sys.stderr)
+        print(target, *facts.describe(context_fit_note(options.workload)), sep="\n", file=sys.stderr)
     live = LiveLine(_total(plan), spec, not quiet)
     load = event_loop.run(_send_until_interrupted(settings, plan, workers, live))
     live.close()
     return facts, load, plan.fit
+
+
+def _plan(options: BenchOptions, settings: TargetSettings, simulated: bool, facts: TargetFacts) -> LoadPlan:
+    """The load plan of the flags, its workload fitted to the context the target serves."""
+    sim_preset = options.target.sim_preset
+    workload = build_workload(options.workload, settings.api, simulated, facts, sim_preset)
+    return load_plan(options.load, workload, served_context(simulated, facts, sim_preset))
 
 
 def _target(facts: TargetFacts, fit: ContextFit | None) -> dict[str, Any]:
@@ -235,13 +240,13 @@ def _warn(problem: str) -> None:
 
 
 def _report(
-    load: LoadRun, spec: EvaluationSpec, options: Options, target: dict[str, Any], directory: Path
+    load: LoadRun, spec: EvaluationSpec, options: BenchOptions, target: dict[str, Any], directory: Path
 ) -> int:
     """Compute the summary, write the files to ``directory``, print the tables (or the JSON)."""
-    report = bench_report(load, spec, directory, target, bool(options["plots"]))
+    report = bench_report(load, spec, directory, target, bool(options.plots))
     if report.no_plots is not None:
         _warn(report.no_plots)
-    if options["json"]:
+    if options.json:
         print(json.dumps(report.summary, indent=2))
         print(f"wrote {len(report.written)} files to {directory}", file=sys.stderr)
     else:

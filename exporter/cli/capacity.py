@@ -26,7 +26,6 @@ from exporter.cli.flags import (
     add_prefill_arguments,
     add_target_arguments,
     add_workload_arguments,
-    checked_workers,
     error,
     merged_options,
 )
@@ -34,19 +33,16 @@ from exporter.cli.progress import ProgressPrinter
 from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.capacity_report import capacity_table, write_capacity_json
 from exporter.jobs.capacity_runner import trial_size_warning
-from exporter.jobs.local_capacity import DEFAULT_BUDGET_S, capacity_params, search_capacity, trial_slo
+from exporter.jobs.local_capacity import DEFAULT_BUDGET_S, search_capacity, trial_slo
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
-from exporter.load.target_options import option_url
-from exporter.load.workload_options import checked_workload_options, context_fit_note, workload_from_options
+from exporter.load.workload_options import build_workload, context_fit_note
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputError, check_output_path, release, timestamped
 from exporter.report.capacity_plot import HeadroomPoint, PlotAnswer, write_headroom_plot
-from exporter.report.evaluation_options import prefill_deadlines
-from exporter.settings.cost import COST_KEYS, Cost, read_cost
+from exporter.settings.capacity_options import CapacityOptions, read_capacity_options
 from exporter.settings.job_params import MIN_TRIAL_S, CapacityParams
-from exporter.settings.oneshot import Options, read_flags
 from exporter.settings.problems import SettingsError
 from exporter.sim.process import SimStartError, url_or_simulator
 from exporter.stats.objectives import (
@@ -166,20 +162,16 @@ def run(args: argparse.Namespace) -> int:
     fresh: Path | None = None
     stopped: list[CapacityResult] = []  # what a search stopped by Ctrl-C or SIGTERM measured
     try:
-        options = merged_options(args)
-        params = capacity_params(options)
-        checked_workers(params.workers)
-        slo = trial_slo(params, prefill_deadlines(options))  # bad deadlines fail before any load is sent
-        small = trial_size_warning(params, slo)
+        options = read_capacity_options(merged_options(args))
+        slo = trial_slo(options.params, options.deadlines)  # bad deadlines fail before any load is sent
+        small = trial_size_warning(options.params, slo)
         if small is not None:  # said before the run: it is no answer to wait minutes for
             print(f"fluidity-exporter capacity: warning: --requests-per-trial: {small}", file=sys.stderr)
-        checked_workload_options(options)
-        cost = _cost(options)
-        directory = Path(options["output"]) if options["output"] else timestamped("capacity-results")
-        fresh = None if options["output"] else directory  # ours to remove if nothing is written
-        check_output_path(directory / "capacity.json", bool(options["force"]))
-        with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
-            result = event_loop.run(_search(options, params, slo, cost, url, simulated, stopped.append))
+        directory = Path(options.output) if options.output else timestamped("capacity-results")
+        fresh = None if options.output else directory  # ours to remove if nothing is written
+        check_output_path(directory / "capacity.json", options.force)
+        with url_or_simulator(options.target.url, options.target.sim_preset) as (url, simulated):
+            result = event_loop.run(_search(options, slo, url, simulated, stopped.append))
     except (SettingsError, OutputError, SimStartError, JobFailedError) as exc:
         release(fresh)
         error("capacity", exc)
@@ -195,12 +187,12 @@ def run(args: argparse.Namespace) -> int:
     return _report(result, directory, options)
 
 
-def _report(result: CapacityResult, directory: Path, options: Options) -> int:
+def _report(result: CapacityResult, directory: Path, options: CapacityOptions) -> int:
     """Write and print the result; the exit code it calls for."""
     written = write_capacity_json(directory, result)
-    print(json.dumps(result.to_dict(), indent=2) if options["json"] else capacity_table(result))
+    print(json.dumps(result.to_dict(), indent=2) if options.json else capacity_table(result))
     print(f"wrote {written}", file=sys.stderr)
-    if options["plots"] is not False:
+    if options.plots is not False:
         try:
             points = [HeadroomPoint(t.index, t.load, t.headroom, t.verdict) for t in result.trials]
             state = str(result.state) if result.state is not None else None
@@ -221,7 +213,9 @@ def _report(result: CapacityResult, directory: Path, options: Options) -> int:
     return EXIT_FAILED if target_failed or unreliable or unmeasured else EXIT_MEASURED
 
 
-def _interrupted(result: CapacityResult, directory: Path, options: Options, signum: int | None) -> int:
+def _interrupted(
+    result: CapacityResult, directory: Path, options: CapacityOptions, signum: int | None
+) -> int:
     """A search stopped by Ctrl-C (``signum`` None) or a signal: its finished trials written and
     printed as any result (state ``interrupted``), and the exit code of the interruption."""
     _report(result, directory, options)
@@ -235,28 +229,21 @@ def _interrupted(result: CapacityResult, directory: Path, options: Options, sign
     return 128 + signum if signum is not None else EXIT_INTERRUPTED
 
 
-def _cost(options: Options) -> Cost:
-    """``--gpus`` and ``--gpu-hour-price``, read as ``targets[].gpus`` and ``gpu_hour_price`` are (each
-    flag is its key with dashes, so no flag needs naming)."""
-    given = {key: options[key] for key in COST_KEYS if options[key] is not None}
-    return read_flags(given, COST_KEYS, read_cost, {})
-
-
 async def _search(
-    options: Options,
-    params: CapacityParams,
+    options: CapacityOptions,
     slo: TrialSlo,
-    cost: Cost,
     url: str,
     simulated: bool,
     on_interrupt: Callable[[CapacityResult], None],
 ) -> CapacityResult:
-    settings, facts = await discover_target(options, url, simulated)  # calibrated prompts, context
-    for line in facts.describe(context_fit_note(options)):
+    settings, facts = await discover_target(options.target, url, simulated)  # calibrated prompts, context
+    for line in facts.describe(context_fit_note(options.workload)):
         print(line, file=sys.stderr)
-    workload = workload_from_options(options, simulated, facts)
-    printer = ProgressPrinter() if not options["json"] else (lambda fraction, message: None)
-    return await search_capacity(params, slo, settings, workload, printer, cost, facts.context, on_interrupt)
+    workload = build_workload(options.workload, settings.api, simulated, facts, options.target.sim_preset)
+    printer = ProgressPrinter() if not options.json else (lambda fraction, message: None)
+    return await search_capacity(
+        options.params, slo, settings, workload, printer, options.cost, facts.context, on_interrupt
+    )
 
 
 CAPACITY_COMMAND = Command("search the highest load that meets a fluidity SLO", add_arguments, run)

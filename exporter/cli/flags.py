@@ -4,7 +4,8 @@
 ``add_workload_arguments`` (a preset or custom lengths: ``bench``, ``capacity``) and
 ``add_prefill_arguments`` (``Dp``: ``bench``, ``capacity``) keep one spelling and one help line per
 flag. ``merged_options`` lays the flags over a ``--config`` YAML file whose keys are the flags' names;
-the result is the options mapping the layers below read (``exporter.settings.oneshot``).
+the result is the raw flag mapping each command reads once into its typed options
+(``exporter.settings.oneshot``: ``read_bench_options``...).
 
 One concept has one spelling in every command. An old spelling still works for one release, as a
 ``DeprecatedAlias`` (hidden from ``--help``) that says on stderr which flag to use instead; a ``--config``
@@ -23,7 +24,6 @@ import yaml
 
 from exporter.load.calibration import CALIBRATION_BUDGET_S, CALIBRATION_REQUESTS
 from exporter.probe.target import APIS
-from exporter.settings.cpus import available_cpus
 from exporter.settings.presets import PRESET_NAMES
 from exporter.settings.problems import SettingsError
 from exporter.settings.target import Timeouts
@@ -173,21 +173,6 @@ def _renamed(from_file: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]
         else:
             renamed[key] = value
     return renamed
-
-
-def checked_workers(workers: int | None) -> int:
-    """``--workers``: 1 when not given, else from 1 to the CPUs this process may use. Each worker is a
-    busy client process; past the CPUs they share them and stamp their timings late, and an unbounded
-    count forked hundreds of processes (``--workers 999``: a load average of 140)."""
-    if workers is None:
-        return 1
-    cpus = available_cpus()
-    if not 1 <= workers <= cpus:
-        raise SettingsError(
-            f"--workers {workers}: must be from 1 to {cpus}, the CPUs this process may use "
-            "(its affinity and cgroup quota; one busy client process each)"
-        )
-    return workers
 
 
 def error(command: str, message: object) -> None:

@@ -16,14 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from exporter.cli.command import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MEASURED, EXIT_USAGE, Command
-from exporter.cli.flags import (
-    add_config_argument,
-    add_target_arguments,
-    checked_workers,
-    error,
-    merged_options,
-)
-from exporter.jobs.local_profile import lengths, profile_table, profile_target
+from exporter.cli.flags import add_config_argument, add_target_arguments, error, merged_options
+from exporter.jobs.local_profile import profile_table, profile_target
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import (
     LengthSample,
@@ -34,12 +28,11 @@ from exporter.jobs.prefill_profile import (
     left_out_note,
 )
 from exporter.load.target_facts import discover_target
-from exporter.load.target_options import option_url
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputError, check_output_path
 from exporter.settings.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
-from exporter.settings.oneshot import Options
 from exporter.settings.problems import SettingsError
+from exporter.settings.profile_options import DEFAULT_OUTPUT, ProfileOptions, read_profile_options
 from exporter.sim.process import SimStartError, url_or_simulator
 from exporter.stats.prefill import dump_json
 
@@ -67,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="client processes taking turns, at most the CPUs (requests stay one at a time; default 1)",
     )
-    parser.add_argument("--output", default="prefill-model.json", help="where to write the model")
+    parser.add_argument("--output", default=DEFAULT_OUTPUT, help="where to write the model")
     parser.add_argument("--force", action="store_true", default=None, help="replace an existing --output")
     parser.add_argument("--json", action="store_true", default=None, help="print model and samples as JSON")
     add_config_argument(parser)
@@ -78,30 +71,31 @@ def run(args: argparse.Namespace) -> int:
     an existing ``--output`` without ``--force`` (exit codes: ``exporter.cli``)."""
     stopped: list[PrefillProfile] = []  # what a profile stopped by Ctrl-C or SIGTERM measured
     try:
-        options = merged_options(args)
-        _check(options)
-        with url_or_simulator(option_url(options), options["sim_preset"]) as (url, simulated):
+        options = read_profile_options(merged_options(args))
+        # Bad input fails before the simulator starts or any request is sent.
+        check_output_path(Path(options.output), options.force, new_folders=False)
+        with url_or_simulator(options.target.url, options.target.sim_preset) as (url, simulated):
             profile = event_loop.run(_profile(options, url, simulated, stopped.append))
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM and SIGHUP (``exporter.cli.Terminated``)
         if not stopped or not stopped[0].samples:
             raise
-        return _interrupted(stopped[0], Path(options["output"]), getattr(exc, "signum", None))
+        return _interrupted(stopped[0], Path(options.output), getattr(exc, "signum", None))
     except (SettingsError, OutputError, SimStartError) as exc:
         error("profile", exc)
         return EXIT_USAGE
     except JobFailedError as exc:  # a worker process died or started late: no profile to trust
         error("profile", exc)
         return EXIT_FAILED
-    print(json.dumps(profile.to_dict(), indent=2) if options["json"] else profile_table(profile))
+    print(json.dumps(profile.to_dict(), indent=2) if options.json else profile_table(profile))
     if profile.model is None:
         print("fluidity-exporter profile: no prompt length got an answer; no model written", file=sys.stderr)
         return EXIT_FAILED
     note = constant_note(profile.model)
     if note is not None:
         print(f"fluidity-exporter profile: {note}", file=sys.stderr)
-    output = Path(options["output"])
+    output = Path(options.output)
     output.write_text(dump_json(profile.model) + "\n", encoding="utf-8")
-    print(f"wrote {options['output']}", file=sys.stderr if options["json"] else sys.stdout)
+    print(f"wrote {options.output}", file=sys.stderr if options.json else sys.stdout)
     return EXIT_MEASURED
 
 
@@ -127,29 +121,22 @@ def _interrupted(profile: PrefillProfile, output: Path, signum: int | None) -> i
     return 128 + signum if signum is not None else EXIT_INTERRUPTED
 
 
-def _check(options: Options) -> None:
-    """Bad input fails before the simulator starts or any request is sent."""
-    if options["repeats"] < 1:
-        raise SettingsError("--repeats must be >= 1")
-    checked_workers(options["workers"])
-    lengths(options)
-    check_output_path(Path(options["output"]), bool(options["force"]), new_folders=False)
-
-
 async def _profile(
-    options: Options, url: str, simulated: bool, on_interrupt: Callable[[PrefillProfile], None]
+    options: ProfileOptions, url: str, simulated: bool, on_interrupt: Callable[[PrefillProfile], None]
 ) -> PrefillProfile:
-    settings, facts = await discover_target(options, url, simulated)
-    ladder, left_out = fit_ladder(lengths(options), facts.context, exact=simulated)
+    settings, facts = await discover_target(options.target, url, simulated)
+    ladder, left_out = fit_ladder(options.lengths, facts.context, exact=simulated)
     for line in facts.describe(f"prompt lengths {', '.join(map(str, ladder))} fit in it"):
         print(line, file=sys.stderr)
     if left_out:
         print(left_out_note(left_out, facts.context), file=sys.stderr)
-    return await profile_target(settings, ladder, options, facts, simulated, _progress(options), on_interrupt)
+    return await profile_target(
+        settings, ladder, options.repeats, options.workers, facts, simulated, _progress(options), on_interrupt
+    )
 
 
-def _progress(options: Options) -> OnSample | None:
-    if options["json"]:
+def _progress(options: ProfileOptions) -> OnSample | None:
+    if options.json:
         return None
 
     def show(sample: LengthSample) -> None:

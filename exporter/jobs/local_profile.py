@@ -1,8 +1,8 @@
 """A prefill profile run from this process (the ``profile`` command), without the daemon.
 
-The prompt lengths come from the options (``--lengths``, or a doubling ladder up to ``--max-length``),
-fitted to the target's context; the requests go one at a time from this process, or from local worker
-processes taking turns.
+The prompt lengths come from the flags (``--lengths``, or a doubling ladder up to ``--max-length``:
+``exporter.settings.profile_options``), fitted to the target's context; the requests go one at a time
+from this process, or from local worker processes taking turns.
 """
 
 from __future__ import annotations
@@ -15,63 +15,30 @@ from exporter.load.plan_runner import worker_pool
 from exporter.load.target_facts import TargetFacts
 from exporter.load.workload_options import prompt_builder
 from exporter.probe.client import ProbeClient
-from exporter.settings.job_params import DEFAULT_HIGH, distinct_lengths, geometric_ladder
-from exporter.settings.oneshot import Options
-from exporter.settings.problems import SettingsError
 from exporter.settings.target import TargetSettings
-
-
-def lengths(options: Options) -> tuple[int, ...]:
-    """``--lengths``, or the doubling ladder up to ``--max-length``."""
-    if options["lengths"]:
-        if options["max_length"] is not None:
-            raise SettingsError(
-                "give either --lengths or --max-length (the top of the default ladder), not both"
-            )
-        return _given_lengths(str(options["lengths"]))
-    try:
-        # ``is None``, not ``or``: 0 is a bad value to refuse, not "not given" (it ran the default ladder)
-        high = DEFAULT_HIGH if options["max_length"] is None else options["max_length"]
-        return geometric_ladder(high=high)
-    except ValueError as exc:
-        raise SettingsError(f"--max-length: {exc}") from exc
-
-
-def _given_lengths(text: str) -> tuple[int, ...]:
-    """``--lengths``: distinct prompt lengths of at least one token (a length twice would be profiled twice)."""
-    try:
-        values = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise SettingsError(f'--lengths "{text}": expected integers, e.g. 128,512,2048') from None
-    if not values or min(values) < 1:
-        raise SettingsError("--lengths: every length must be >= 1 token")
-    try:
-        return distinct_lengths(values)  # the jobs API's rule, and its message
-    except ValueError as exc:
-        raise SettingsError(f"--lengths: {exc}") from None
 
 
 async def profile_target(
     settings: TargetSettings,
     ladder: tuple[int, ...],
-    options: Options,
+    repeats: int,
+    workers: int,
     facts: TargetFacts,
     simulated: bool,
     on_sample: OnSample | None = None,
     on_interrupt: Callable[[PrefillProfile], None] | None = None,
 ) -> PrefillProfile:
-    """``--repeats`` isolated one-token requests per length of ``ladder``, and the fitted model
-    (``on_interrupt``: what a profile stopped by Ctrl-C or SIGTERM measured)."""
+    """``repeats`` isolated one-token requests per length of ``ladder``, sent from this process or from
+    ``workers`` processes taking turns, and the fitted model (``on_interrupt``: what a profile stopped
+    by Ctrl-C or SIGTERM measured)."""
     builder = prompt_builder(facts, simulated)
     async with (
         ProbeClient(settings) as client,
-        worker_pool(options["workers"], settings, PROFILE_POOL) as pool,
+        worker_pool(workers, settings, PROFILE_POOL) as pool,
     ):
         await client.resolve_model()
         send = client.send if pool is None else one_at_a_time(pool, settings)
-        return await profile_prefill(
-            send, builder, settings.api, ladder, options["repeats"], on_sample, on_interrupt
-        )
+        return await profile_prefill(send, builder, settings.api, ladder, repeats, on_sample, on_interrupt)
 
 
 def profile_table(profile: PrefillProfile) -> str:

@@ -6,9 +6,9 @@ prompts from ``prompts``, multi-turn ``sessions``) yields ``RequestSpec``s; an a
 one form of any load (a scheduled probe, a one-shot run, a capacity trial, a shard's slice), and
 ``runner.run_plan`` sends it through an injected ``send`` (the probe client's, or a fake) and returns a ``LoadRun`` with every
 ``ProbeResult`` and the ``health`` checks of the load itself. A one-shot run (``bench``, ``capacity``,
-``profile``) builds its target settings (``target_options``), its workload (``workload_options``) and
-its plan (``load_plan``) from its options, asks the target about itself (``target_facts``,
-``calibration``) and sends the plan (``plan_runner``). Load too heavy for one process is split into
+``profile``) reads its flags into typed options (``exporter.settings.bench_options``...), asks the
+target about itself (``target_facts``, ``calibration``), builds its workload (``workload_options``) and
+its plan (``load_plan``) from them and sends the plan (``plan_runner``). Load too heavy for one process is split into
 shards (``shard_protocol`` the format, ``shard_pool`` the coordinator and ``shard_run`` a run's state
 there, ``shard_runner`` a shard, ``shard_local`` local shard processes, ``shard_report`` what a sharded
 run reports; ``cpus`` the CPUs there are for them); only the shards speak HTTP with aiohttp themselves,

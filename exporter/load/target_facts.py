@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.load.calibration import Calibration, calibrate_prompts, max_model_len
-from exporter.load.target_options import target_settings
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.http import HttpError
-from exporter.settings.oneshot import Options
 from exporter.settings.target import TargetSettings
+from exporter.settings.target_flags import TargetFlags
 
 # Calibrated prompts come out within a few percent of the asked length: keep that much of the context free.
 CONTEXT_MARGIN = 0.03
@@ -130,12 +129,14 @@ class TargetFacts:
         }
 
 
-async def discover_target(options: Options, url: str, simulated: bool) -> tuple[TargetSettings, TargetFacts]:
+async def discover_target(
+    target: TargetFlags, url: str, simulated: bool
+) -> tuple[TargetSettings, TargetFacts]:
     """How to reach the target at ``url``, and what it says about itself. The simulator's prompts are
     exact already; ``--no-calibrate`` keeps the server's counters to the measured load alone (the
     real-engine tests compare them with the report)."""
-    settings = target_settings(options, url)
-    return settings, await discover(settings, simulated or bool(options["no_calibrate"]))
+    settings = target.at(url)
+    return settings, await discover(settings, simulated or not target.calibrate)
 
 
 async def discover(settings: TargetSettings, exact_prompts: bool) -> TargetFacts:

@@ -113,10 +113,13 @@ goodput bounds; ``cost`` reads a target's accelerators and their price (``target
 sessions) and reads it (``read_workload``) for ``modules.<name>`` and the workload flags, with the
 length distributions (``lengths``) and think times (``think_time``) it is made of; ``arrival`` defines the
 arrival processes and reads them (``read_arrival``) for ``modules.<name>``, a capacity job and the
-arrival flags; ``oneshot`` is the flat options mapping of a one-shot run (``bench``, ``capacity``,
-``profile``), the error a bad option raises, and ``read_flags``, which puts flag values through the
-config's readers and names the flag in each message, and in the settings a message mentions
-(``or give --decode-deadline``); ``job_params`` defines a job's parameters and the limits the daemon
+arrival flags; ``oneshot`` reads a one-shot run's (``bench``, ``capacity``,
+``profile``) raw flags: ``read_flags`` puts flag values through the config's readers and names the flag in
+each message, and in the settings a message mentions (``or give --decode-deadline``), and
+``FlagReading`` reports every bad flag of a command at once; the typed options they are read into are
+grouped as the flags are (``target_flags``, ``workload_flags``, ``load_flags``, ``evaluation_flags``),
+one dataclass per command holding its groups and its own flags (``bench_options``,
+``capacity_options``, ``profile_options``); ``job_params`` defines a job's parameters and the limits the daemon
 puts on them (``CapacityParams``, ``ProfileParams``, ``JobLimits``) and ``job_parse`` reads them from a
 jobs API request body (the config's ``jobs.limits`` through ``config.jobs``); ``addresses`` checks a
 target's URL and a listen address for the config and the flags alike. A new option's meaning goes

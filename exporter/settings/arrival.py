@@ -16,7 +16,7 @@ Closed-loop fixed concurrency has no arrival process: the runner keeps N request
 
 Defined once for the daemon config (``modules.<name>.arrival``, read by ``read_arrival``), the jobs API
 (a capacity search's ``arrival`` without its rate, ``arrival_without_rate``) and the flags (``--arrival``,
-``--rate``, ``--burstiness``, put in the config's shape by ``exporter.load.load_plan``): a bad value
+``--rate``, ``--burstiness``, put in the config's shape by ``exporter.settings.load_flags``): a bad value
 fails with the same message under its path or its flag. A ``SpecError`` names the part of a spec that
 is wrong, so the flag that gave that part is named.
 """

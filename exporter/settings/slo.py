@@ -6,7 +6,7 @@ API and flags.
 target and percentile, extra objectives (``ttft:p99<=2``) and goodput bounds. The config files one
 under each name of ``slos.<name>``. ``read_slo`` reads one from a ``Section`` of that shape; the flags
 (``--prefill-deadline``, ``--decode-tiers``, ``--objective``...) are put in that shape and read by the
-same function (``exporter.report.evaluation_options``), so a bad value fails with the same message
+same function (``exporter.settings.evaluation_flags``), so a bad value fails with the same message
 wherever it is given. A capacity job's ``slo`` is a ``SloSpec``: the fields it changes, which
 ``SloSpec.applied_to`` lays over its target's ``Slo`` to make the one the search holds the target to;
 it reads its fields with the field readers here (``read_objectives``, ``read_target_fluidity``...).

@@ -3,7 +3,7 @@
 ``Api``, ``Secret`` and ``Timeouts`` are defined here (``exporter.probe.target`` builds a target's
 settings from them); the readers take a ``Section`` shaped as a ``targets[]`` entry of the daemon
 config. The flags (``--api``, ``--api-key-env``/``--api-key-file``, ``--header``, ``--extra-body``,
-``--ttft-timeout``...) are put in that shape by ``exporter.load.target_options`` and read by the same
+``--ttft-timeout``...) are put in that shape by ``exporter.settings.target_flags`` and read by the same
 functions, so a bad value fails with the same message under its path or its flag.
 
 A secret (an API key, a bearer token) is read from ``{env: NAME}`` or ``{file: PATH}``; a literal is

@@ -5,7 +5,7 @@ output length distributions (``exporter.settings.lengths``), and its sessions: t
 (``exporter.settings.think_time``), tool calls and structured output. ``read_workload`` reads one from a
 ``Section`` shaped as a daemon config module (``modules.<name>``, whose ``workload`` is a preset's name
 or a mapping); the flags (``--workload``, ``--prompt-tokens``, ``--turns``...) are put in that shape by
-``exporter.load.workload_options`` and read by the same function, so a bad value fails with the same
+``exporter.settings.workload_flags`` and read by the same function, so a bad value fails with the same
 message under its path or its flag. The jobs API names a module instead of a workload.
 
 The presets and the trace formats are ``exporter.load``'s: the caller passes the presets' names (each

@@ -5,7 +5,6 @@ of whose requests fit is refused with the context named, not filters the user ne
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 import numpy as np
 import pytest
@@ -13,22 +12,24 @@ import pytest
 from exporter.cli.bench import add_arguments
 from exporter.cli.flags import merged_options
 from exporter.load.target_facts import CONTEXT_MARGIN, TargetFacts
-from exporter.load.workload_options import context_fit_note, workload_from_options
+from exporter.load.workload_options import build_workload, context_fit_note
+from exporter.settings.bench_options import BenchOptions, read_bench_options
 
 SERVED = 8192  # the simulator's context (sim presets), as /v1/models reports it
 CALIBRATED_ROOM = int(SERVED * (1 - CONTEXT_MARGIN))
 
 
-def bench_options(*flags: str) -> dict[str, Any]:
+def bench_options(*flags: str) -> BenchOptions:
     """``bench``'s options as its command line gives them."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return merged_options(parser.parse_args(list(flags)))
+    return read_bench_options(merged_options(parser.parse_args(list(flags))))
 
 
 def lengths(*flags: str, simulated: bool) -> tuple[np.ndarray, np.ndarray]:
     facts = TargetFacts(context=None if simulated else SERVED)
-    workload = workload_from_options(bench_options(*flags), simulated=simulated, facts=facts)
+    options = bench_options(*flags)
+    workload = build_workload(options.workload, options.target.settings.api, simulated, facts)
     return workload.sample_lengths(200, np.random.default_rng(0))
 
 
@@ -82,6 +83,6 @@ def test_the_users_filter_turns_the_fit_off() -> None:
 )
 def test_the_context_line_says_whether_requests_were_fitted(flags: list[str], note: str) -> None:
     facts = TargetFacts(context=SERVED)
-    assert facts.describe(context_fit_note(bench_options(*flags))) == [
+    assert facts.describe(context_fit_note(bench_options(*flags).workload)) == [
         f"context: the server serves {SERVED} tokens (max_model_len); {note}"
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Every option evaluation_spec reads; a one-shot run's options hold None for those not given.
+# Every flag read_evaluation_flags reads; a one-shot run's options hold None for those not given.
 FLAG_KEYS = (
     "prefill_deadline", "prefill_model", "scheduling_slack", "decode_tiers", "target_fluidity",
     "percentile", "objective", "goodput", "from_scheduled",

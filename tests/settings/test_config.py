@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
 from exporter.load.config_workloads import config_workload
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
-from exporter.load.target_options import option_url
 from exporter.probe.target import Timeouts
 from exporter.settings import (
     Budget,
@@ -38,6 +37,7 @@ from exporter.settings.model import JobsConfig
 from exporter.settings.problems import Problems
 from exporter.settings.reader import expand_env
 from exporter.settings.slo import SloSpec
+from exporter.settings.target_flags import read_url
 from exporter.sim.config import from_mapping
 from exporter.stats.objectives import DECODE_TIERS, GoodputBounds, parse_objective
 from exporter.stats.prefill import PrefillModel, dump_json
@@ -562,7 +562,7 @@ def test_a_target_url_has_one_rule_in_the_config_the_shards_and_the_flags(writte
     )
     assert config.targets[0].url == "http://h:8000"
     assert config.jobs.shards is not None and config.jobs.shards.url_for("a") == "http://h:8000"
-    assert option_url({"url": written}) == "http://h:8000"
+    assert read_url(written) == "http://h:8000"
     assert check_target_url("http://v1") == "http://v1"  # a host named v1 is no path
     assert check_target_url("https://api.example/openai/v1") == "https://api.example/openai"
 
@@ -574,7 +574,7 @@ def test_every_reader_of_settings_raises_the_one_error_with_each_field_path() ->
     with pytest.raises(SettingsError) as from_json:
         parse_params("capacity", {"target": "a", "max_trials": 0}, JobLimits())
     with pytest.raises(SettingsError) as from_flag:
-        option_url({"url": "ftp://h"})
+        read_url("ftp://h")
     with pytest.raises(SettingsError) as from_sim:
         from_mapping({"port": "eighty"})
     assert [problem.path for problem in from_yaml.value.problems] == ["targets[0].url"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.report.evaluation_options import evaluation_spec
+from exporter.settings.evaluation_flags import read_evaluation_flags
 from exporter.settings.goodput import GOODPUT_KEYS, GOODPUT_OPERATORS
 from exporter.settings.job_params import JobLimits
 from exporter.settings.job_parse import parse_params
@@ -16,7 +16,7 @@ from tests.settings.helpers import flag_options
 
 def parse_goodput(text: str) -> GoodputBounds | None:
     """``--goodput TEXT`` as a one-shot run reads it."""
-    return evaluation_spec(flag_options(goodput=text)).goodput
+    return read_evaluation_flags(flag_options(goodput=text)).slo.goodput
 
 
 def test_each_bound_is_read_with_its_own_comparison() -> None:

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from exporter.cli.bench import add_arguments as add_bench_arguments
 from exporter.cli.capacity import add_arguments
 from exporter.cli.flags import merged_options
-from exporter.jobs.local_capacity import capacity_params
+from exporter.settings.bench_options import read_bench_options
+from exporter.settings.capacity_options import capacity_params, read_capacity_options
 from exporter.settings.job_params import JobLimits
 from exporter.settings.job_parse import parse_params
 from exporter.settings.oneshot import flag_problem
@@ -81,4 +83,35 @@ def capacity_options(*flags: str) -> dict[str, Any]:
     """``capacity``'s options as its command line gives them."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
+    return merged_options(parser.parse_args(list(flags)))
+
+
+def test_every_bad_flag_of_capacity_is_reported_at_once() -> None:
+    with pytest.raises(SettingsError) as caught:
+        read_capacity_options(
+            capacity_options("--max-trials", "0", "--prefill-deadline", "0", "--gpus", "-1")
+        )
+    problems = str(caught.value).split("; ")
+    assert [problem.partition(":")[0] for problem in problems] == [
+        "--max-trials",
+        "--prefill-deadline",
+        "--gpus",
+    ]
+
+
+def test_every_bad_flag_of_bench_is_reported_at_once() -> None:
+    flags = ["--percentile", "150", "--url", "ftp://h", "--max-prompt-tokens", "0", "--requests", "0"]
+    with pytest.raises(SettingsError) as caught:
+        read_bench_options(bench_options(*flags))
+    assert str(caught.value) == (
+        "--percentile: must be a number in (0, 100], got 150.0; "
+        '--url: must be an http(s) URL like http://host:8000, got "ftp://h"; '
+        "--max-prompt-tokens must be >= 1 token, got 0; --requests must be >= 1, got 0"
+    )
+
+
+def bench_options(*flags: str) -> dict[str, Any]:
+    """``bench``'s raw flags as its command line gives them."""
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
     return merged_options(parser.parse_args(list(flags)))

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
-from exporter.report.evaluation_options import SLO_FLAGS, evaluation_spec, prefill_deadlines
+from exporter.report.evaluation_options import evaluation_spec
 from exporter.settings import SettingsError, parse_config
+from exporter.settings.evaluation_flags import SLO_FLAGS, read_evaluation_flags, read_prefill_flags
 from exporter.settings.job_params import JobLimits
 from exporter.settings.job_parse import parse_params
 from exporter.settings.oneshot import flag_of
@@ -36,7 +37,7 @@ def job_problems(slo: dict[str, Any]) -> list[str]:
 
 def flag_problem(**given: Any) -> str:
     with pytest.raises(SettingsError) as caught:
-        evaluation_spec(flag_options(**given))
+        read_evaluation_flags(flag_options(**given))
     return str(caught.value)
 
 
@@ -126,17 +127,18 @@ def test_flags_and_config_read_the_same_slo(tmp_path: Path) -> None:
         objective=["ttft:p99<=2"],
         goodput="ttft<=2s,min_fluidity>=0.9",
     )
-    assert evaluation_spec(flags) == EvaluationSpec.of(config.slos["default"])
-    assert evaluation_spec(flags).goodput == GoodputBounds(ttft=2.0, min_fluidity=0.9)
-    assert evaluation_spec(flags).slos == (parse_objective("ttft:p99<=2"),)
+    spec = evaluation_spec(read_evaluation_flags(flags))
+    assert spec == EvaluationSpec.of(config.slos["default"])
+    assert spec.goodput == GoodputBounds(ttft=2.0, min_fluidity=0.9)
+    assert spec.slos == (parse_objective("ttft:p99<=2"),)
 
 
 def test_no_flags_give_the_configs_default_slo() -> None:
-    assert evaluation_spec(flag_options()) == EvaluationSpec.of(
-        parse_config(TARGET, environ={}).slos["default"]
-    )
-    assert evaluation_spec(flag_options()) == EvaluationSpec()
-    assert prefill_deadlines(flag_options(prefill_deadline=2.0)) == DeadlinePolicy(prefill_deadline=2.0)
+    spec = evaluation_spec(read_evaluation_flags(flag_options()))
+    assert spec == EvaluationSpec.of(parse_config(TARGET, environ={}).slos["default"])
+    assert spec == EvaluationSpec()
+    deadlines = read_prefill_flags(flag_options(prefill_deadline=2.0))
+    assert DeadlinePolicy.of(deadlines) == DeadlinePolicy(prefill_deadline=2.0)
 
 
 def test_a_flag_path_keeps_a_mappings_key_and_drops_a_lists_index() -> None:

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from exporter.load.target_options import TARGET_FLAGS, target_settings
 from exporter.settings import SettingsError, parse_config
 from exporter.settings.oneshot import flag_of
 from exporter.settings.target import Secret, Timeouts
+from exporter.settings.target_flags import TARGET_FLAGS, read_target_settings
 
-# Every option target_settings reads; a one-shot run's options hold None for those not given.
+# Every flag read_target_settings reads; a one-shot run's options hold None for those not given.
 FLAG_KEYS = (
     "api", "model", "api_key_env", "api_key_file", "header", "extra_body", "ttft_timeout", "idle_timeout",
     "total_timeout", "insecure", "ca_file",
@@ -35,7 +35,7 @@ def config_problems(target: dict[str, Any], environ: dict[str, str] | None = Non
 
 def flag_problem(**given: Any) -> str:
     with pytest.raises(SettingsError) as caught:
-        target_settings(flag_options(**given), URL)
+        read_target_settings(flag_options(**given), URL)
     return str(caught.value)
 
 
@@ -96,7 +96,7 @@ def test_flags_and_config_reach_the_target_alike(tmp_path: Path) -> None:
         + "\n",
         environ={},
     )
-    settings = target_settings(
+    settings = read_target_settings(
         flag_options(
             api="completions",
             model="m",
@@ -117,7 +117,7 @@ def test_flags_and_config_reach_the_target_alike(tmp_path: Path) -> None:
 
 
 def test_no_flags_give_the_configs_defaults() -> None:
-    settings = target_settings(flag_options(), URL)
+    settings = read_target_settings(flag_options(), URL)
     assert (settings.api, settings.api_key, settings.timeouts) == ("chat", None, Timeouts())
 
 
@@ -126,5 +126,5 @@ def test_a_total_alone_caps_the_limits_it_would_end_first() -> None:
     (target,) = parse_config(
         "targets: " + json.dumps([{"name": "t", "url": URL, "timeouts": {"total": 10}}]) + "\n", environ={}
     ).targets
-    settings = target_settings(flag_options(total_timeout=10.0), URL)
+    settings = read_target_settings(flag_options(total_timeout=10.0), URL)
     assert settings.timeouts == target.timeouts == Timeouts(connect=10.0, ttft=10.0, idle=10.0, total=10.0)

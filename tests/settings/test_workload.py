@@ -12,9 +12,10 @@ import pytest
 from exporter.cli.bench import add_arguments
 from exporter.cli.flags import merged_options
 from exporter.load.config_workloads import workload_for
-from exporter.load.load_plan import open_loop
-from exporter.load.workload_options import workload_from_options
+from exporter.load.workload_options import build_workload
+from exporter.load.workloads import Workload
 from exporter.settings import SettingsError, parse_config
+from exporter.settings.bench_options import BenchOptions, read_bench_options
 from exporter.settings.lengths import Fixed, LogNormal
 
 TARGET = "targets: [{name: t, url: 'http://127.0.0.1:1', modules: [m]}]\n"
@@ -28,18 +29,20 @@ def config_problems(module: dict[str, Any]) -> list[str]:
     return caught.value.problems
 
 
-def bench_options(*flags: str) -> dict[str, Any]:
+def bench_options(*flags: str) -> BenchOptions:
     """``bench``'s options as its command line gives them."""
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return merged_options(parser.parse_args(list(flags)))
+    return read_bench_options(merged_options(parser.parse_args(list(flags))))
+
+
+def workload_of(options: BenchOptions, simulated: bool = False) -> Workload:
+    return build_workload(options.workload, options.target.settings.api, simulated)
 
 
 def flag_problem(*flags: str) -> str:
-    options = bench_options(*flags)
     with pytest.raises(SettingsError) as caught:
-        workload_from_options(options, simulated=True)
-        open_loop(options)
+        workload_of(bench_options(*flags), simulated=True)
     return str(caught.value)
 
 
@@ -188,20 +191,20 @@ def test_flags_and_config_read_the_same_workload() -> None:
         *["--prompt-tokens", "fixed:200", "--output-tokens", "8", "--turns", "3", "--think-time", "fixed:2"],
         *["--arrival", "gamma", "--rate", "3", "--burstiness", "0.5"],
     )
-    from_flags = workload_from_options(options, simulated=False)
+    from_flags = workload_of(options)
     assert (from_flags.lengths, from_flags.turns, from_flags.think_time) == (
         from_config.lengths,
         from_config.turns,
         from_config.think_time,
     )
-    assert open_loop(options) == module.arrival
+    assert options.load.arrival == module.arrival
 
 
 def test_the_defaults_are_each_readers_own() -> None:
     """A probe's default lengths vary, a run's custom length given alone leaves the other fixed."""
     module = parse_config(TARGET + "modules: {m: {}}\n", environ={}).modules["m"]
     assert (module.workload.prompt_tokens, module.workload.output_tokens) == (LogNormal(512, 0.5), Fixed(128))
-    workload = workload_from_options(bench_options("--output-tokens", "8"), simulated=False)
+    workload = workload_of(bench_options("--output-tokens", "8"))
     assert workload.lengths.prompt == Fixed(512)  # type: ignore[attr-defined]
-    assert workload_from_options(bench_options(), simulated=False).name == "sharegpt"
-    assert open_loop(bench_options("--concurrency", "2")) is None
+    assert workload_of(bench_options()).name == "sharegpt"
+    assert bench_options("--concurrency", "2").load.arrival is None

@@ -1,23 +1,25 @@
-"""How to reach a one-shot run's target, from its options: URL, API, key, headers, body, TLS, timeouts.
+"""How a one-shot run reaches its target, from its flags: URL, API, key, headers, body, TLS, timeouts.
 
 The flags are read as a ``targets[]`` entry of the daemon config is, by the readers of
 ``exporter.settings.target``: ``target_tree`` puts their values in that shape and ``TARGET_FLAGS`` names
 the flag of each config path, so a bad value fails with the config's message under the flag's name.
+``--url`` is checked by the config's one rule for a target's URL (``check_target_url``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from exporter.settings.addresses import check_target_url
-from exporter.settings.oneshot import Options, json_object, read_flags
+from exporter.settings.oneshot import FlagReading, RawFlags, given, json_object, read_flags
 from exporter.settings.problems import SettingsError
 from exporter.settings.reader import Context, Section
 from exporter.settings.target import (
     TIMEOUT_KEYS,
-    Api,
     TargetSettings,
     Timeouts,
     read_api,
@@ -46,10 +48,35 @@ TARGET_FLAGS: Final = {
 TARGET_FLAG_KEYS: Final = ("api", "model", "api_key", "headers", "extra_body", "timeouts", "tls")
 
 
-def option_url(options: Options) -> str | None:
+@dataclass(frozen=True)
+class TargetFlags:
+    """The target flags read: ``url`` (None: start the built-in simulator, ``sim_preset`` its preset),
+    how to reach it (``settings``, whose ``base_url`` is set by ``at`` once the URL is known) and whether
+    to calibrate prompts to its tokenizer (``--no-calibrate`` not given)."""
+
+    url: str | None
+    settings: TargetSettings
+    sim_preset: str | None = None
+    calibrate: bool = True
+
+    def at(self, url: str) -> TargetSettings:
+        """How to reach the target at ``url`` (``--url``, or the simulator's once started)."""
+        return dataclasses.replace(self.settings, base_url=url)
+
+
+def read_target_flags(raw: RawFlags) -> TargetFlags:
+    """The target flags, every bad one reported together."""
+    reading = FlagReading()
+    url = reading(lambda: read_url(raw.get("url")))
+    settings = reading(lambda: read_target_settings(raw))
+    reading.done()
+    assert settings is not None
+    return TargetFlags(url, settings, raw.get("sim_preset"), not raw.get("no_calibrate"))
+
+
+def read_url(url: str | None) -> str | None:
     """``--url``, by the config's rule for a target's URL (``check_target_url``: a trailing ``/v1`` is
     left out); None for the built-in simulator."""
-    url = options["url"]
     if url is None:
         return None
     try:
@@ -58,34 +85,30 @@ def option_url(options: Options) -> str | None:
         raise SettingsError(f"--url: {exc}") from None
 
 
-def target_settings(options: Options, url: str) -> TargetSettings:
-    """How to reach the target at ``url``."""
-    return read_flags(target_tree(options), TARGET_FLAG_KEYS, _reader(options, url), TARGET_FLAGS)
+def read_target_settings(raw: RawFlags, url: str = "") -> TargetSettings:
+    """How to reach the target at ``url`` (by default none yet: ``TargetFlags.at`` sets it)."""
+    return read_flags(target_tree(raw), TARGET_FLAG_KEYS, _reader(raw, url), TARGET_FLAGS)
 
 
-def option_api(options: Options) -> Api:
-    """``--api``, chat by default."""
-    return read_flags(_given(api=options["api"]), TARGET_FLAG_KEYS, read_api, TARGET_FLAGS)
-
-
-def target_tree(options: Options) -> dict[str, Any]:
-    """The target options given, as a ``targets[]`` entry of the daemon config."""
-    key_ref = _given(env=options["api_key_env"], file=options["api_key_file"])
-    timeouts = _given(
-        ttft=options["ttft_timeout"], idle=options["idle_timeout"], total=options["total_timeout"]
+def target_tree(raw: RawFlags) -> dict[str, Any]:
+    """The target flags given, as a ``targets[]`` entry of the daemon config."""
+    key_ref = given(env=raw.get("api_key_env"), file=raw.get("api_key_file"))
+    timeouts = given(
+        ttft=raw.get("ttft_timeout"), idle=raw.get("idle_timeout"), total=raw.get("total_timeout")
     )
-    return _given(
-        api=options["api"],
-        model=options["model"],
+    headers, extra_body, ca_file = raw.get("header"), raw.get("extra_body"), raw.get("ca_file")
+    return given(
+        api=raw.get("api"),
+        model=raw.get("model"),
         api_key=key_ref or None,
-        headers=dict(_header(h) for h in options["header"]) if options["header"] else None,
-        extra_body=json_object(options["extra_body"], "--extra-body") if options["extra_body"] else None,
+        headers=dict(_header(h) for h in headers) if headers else None,
+        extra_body=json_object(extra_body, "--extra-body") if extra_body else None,
         timeouts=timeouts or None,
-        tls={"ca_file": options["ca_file"]} if options["ca_file"] is not None else None,
+        tls={"ca_file": ca_file} if ca_file is not None else None,
     )
 
 
-def _reader(options: Options, url: str) -> Callable[[Section], TargetSettings]:
+def _reader(raw: RawFlags, url: str) -> Callable[[Section], TargetSettings]:
     """The settings read from a ``targets[]``-shaped section (TLS from its own flags)."""
 
     def read(sec: Section) -> TargetSettings:
@@ -101,16 +124,11 @@ def _reader(options: Options, url: str) -> Callable[[Section], TargetSettings]:
             secret_headers=secret_headers,
             extra_body=read_extra_body(sec),
             timeouts=read_timeouts(timeouts) if timeouts is not None else Timeouts(),
-            verify_tls=not options["insecure"],
+            verify_tls=not raw.get("insecure"),
             ca_file=read_ca_file(ctx, tls) if tls is not None else None,
         )
 
     return read
-
-
-def _given(**values: Any) -> dict[str, Any]:
-    """The values given (an option not given is None and left out, so the reader's default holds)."""
-    return {key: value for key, value in values.items() if value is not None}
 
 
 def _header(text: str) -> tuple[str, str]:
