@@ -190,6 +190,9 @@ class _Response:
     """A streamed response, its headers seen: its chunks kept as (stamp, bytes) and decoded in batches
     into the probe's ``StreamState``, the failure that ends it, and the record it sums up to."""
 
+    # Slots: ``add`` runs on every body chunk of every observed stream.
+    __slots__ = ("_decoder", "_kept", "_kept_bytes", "_limits", "_response_bytes", "failure", "state")
+
     def __init__(self, state: StreamState, limits: StreamLimits, failure: StreamFailureError | None) -> None:
         self.state = state
         self.failure = failure
@@ -289,6 +292,20 @@ class ObservedStream:
     """One ext_proc stream (one HTTP exchange): feed it each message with its stamp, then ``finish``.
     Once the exchange is ignored (``ignored`` says why) its messages change nothing. Its parts: the
     request body (``_RequestBody``), a models listing (``_ModelListing``) or the response (``_Response``)."""
+
+    # Slots: ``watching``, ``ended`` and ``on_response_body`` run on every body chunk.
+    __slots__ = (
+        "_body_ended",
+        "_limits",
+        "_listing",
+        "_models",
+        "_request",
+        "_response",
+        "api",
+        "ignored",
+        "models_listed",
+        "probe_id",
+    )
 
     def __init__(self, limits: StreamLimits, models: AbstractSet[str]) -> None:
         self._limits = limits
