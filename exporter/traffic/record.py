@@ -270,7 +270,7 @@ class _Response:
         return result
 
 
-def _response(
+def _response_from_headers(
     api: Api, request: _RequestBody, now: float, headers: Sequence[tuple[str, bytes]], limits: StreamLimits
 ) -> _Response:
     """The response whose headers came at ``now``: a failure already unless they say 200 and SSE."""
@@ -366,7 +366,7 @@ class ObservedStream:
         if self._request.ended_at is None or self.api is None:
             self.ignored = Ignored.INCOMPLETE
             return
-        self._response = _response(self.api, self._request, now, headers, self._limits)
+        self._response = _response_from_headers(self.api, self._request, now, headers, self._limits)
         if end:
             self._end(now)
 
