@@ -123,6 +123,38 @@ class _TextParts:
         return "".join(self.headers[name] + "".join(self.lines[name]) for name in ordered)
 
 
+class _EngineWindows:
+    """The window figures of every scraped component by (plane, target), computed once per snapshot:
+    its (newest snapshot time, snapshot count) -> figures per window label."""
+
+    def __init__(self, windows: Mapping[str, float]) -> None:
+        self.windows = windows
+        self._cache: dict[PlaneKey, tuple[tuple[float, int], dict[str, WindowFigures]]] = {}
+
+    def state(
+        self, store: ResultStore
+    ) -> tuple[dict[PlaneKey, EngineView], dict[PlaneKey, dict[str, WindowFigures]]]:
+        """Every scraped component by (plane, target), engines first, with its window figures."""
+        engines = {(ENGINE_PLANE.name, view.target): view for view in store.engines()}
+        engines.update({(GATEWAY_PLANE.name, view.target): view for view in store.gateways()})
+        figures = {key: self._figures(key, view) for key, view in engines.items()}
+        self._cache = {k: c for k, c in self._cache.items() if k in engines}
+        return engines, figures
+
+    def _figures(self, key: PlaneKey, view: EngineView) -> dict[str, WindowFigures]:
+        latest = view.window.latest
+        if view.last is None or not view.last.ok or latest is None:
+            return {}
+        version = (latest.at, len(view.window))
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        figures = {label: view.window.figures(seconds) for label, seconds in self.windows.items()}
+        kept = {label: f for label, f in figures.items() if f is not None}
+        self._cache[key] = (version, kept)
+        return kept
+
+
 class FluidityCollector(Collector):
     """Probe histograms and counters, window gauges and engine signals of every series in ``store``.
 
@@ -141,12 +173,7 @@ class FluidityCollector(Collector):
         engine_quantiles: Sequence[float] = DEFAULT_QUANTILES,
         client_ttft_quantile: float = 0.5,
     ) -> None:
-        for label, seconds in windows.items():
-            if not 0 < seconds <= store.limits.max_age_s:
-                raise ValueError(
-                    f'window "{label}": {seconds} s must be > 0 and at most the store\'s max_age_s '
-                    f"({store.limits.max_age_s} s)"
-                )
+        _check_windows(windows, store.limits.max_age_s)
         _check_quantiles("fluidity_quantiles", fluidity_quantiles, allow_zero=True)
         _check_quantiles("lateness_quantiles", lateness_quantiles, allow_zero=False)
         _check_quantiles("engine_quantiles", engine_quantiles, allow_zero=True)
@@ -157,9 +184,7 @@ class FluidityCollector(Collector):
         self.lateness_quantiles = tuple(lateness_quantiles)
         self.engine_quantiles = tuple(engine_quantiles)
         self.client_ttft_quantile = client_ttft_quantile
-        # Engine and gateway window figures by (plane, target): (newest snapshot time, snapshot count)
-        # -> figures per window.
-        self._engine_cache: dict[PlaneKey, tuple[tuple[float, int], dict[str, WindowFigures]]] = {}
+        self._engine_windows = _EngineWindows(self.windows)
         # Rendered cumulative samples by series: (version, {family name: (header, sample lines)}).
         self._text_cache: dict[tuple[str, str], tuple[object, dict[str, tuple[str, str]]]] = {}
         self._engine_text_cache: dict[PlaneKey, tuple[object, object, dict[str, tuple[str, str]]]] = {}
@@ -180,14 +205,14 @@ class FluidityCollector(Collector):
         counters, which change only when a run is stored) and each window's samples (which change only
         when its rows do) are formatted once and reused until they change."""
         now = self.clock()
-        engines, engine_figures = self._engine_state()
+        engines, engine_figures = self._engine_windows.state(self.store)
         parts = _TextParts()
         cumulative_keys, window_keys = set(), set()
         for key, version in self.store.versions():
             cumulative_keys.add(key)
             parts.add_text(self._cumulative_text(key, version, now))
             for label, seconds in self.windows.items():
-                window = self._window_key(key, seconds, now)
+                window = self._window(key, seconds, now)
                 if window is None:
                     continue
                 labels = (*key, label)
@@ -221,7 +246,7 @@ class FluidityCollector(Collector):
             return cached[2]
         out = Families()
         add_window(out, labels, window)
-        self._add_client_minus_server(out, labels, window, figures)
+        _add_client_minus_server(out, labels, window, figures, self.client_ttft_quantile)
         text = _family_texts(out)
         self._window_text_cache[labels] = (window, figures, text)
         return text
@@ -234,15 +259,12 @@ class FluidityCollector(Collector):
         if cached is not None and cached[0] is view.last and cached[1] is figures:
             return cached[2]
         out = Families()
-        self._add_engine(out, _plane(key), view, figures)
+        _add_engine(out, _plane(key), view, figures, self.engine_quantiles)
         text = _family_texts(out)
         self._engine_text_cache[key] = (view.last, figures, text)
         return text
 
-    def _window(self, series: SeriesView, seconds: float, now: float) -> ProbeWindow | None:
-        return self._window_key((series.target, series.module), seconds, now)
-
-    def _window_key(self, key: tuple[str, str], seconds: float, now: float) -> ProbeWindow | None:
+    def _window(self, key: tuple[str, str], seconds: float, now: float) -> ProbeWindow | None:
         return self.store.window(
             *key,
             seconds,
@@ -251,78 +273,65 @@ class FluidityCollector(Collector):
             lateness_quantiles=self.lateness_quantiles,
         )
 
-    def _engine_state(self) -> tuple[dict[PlaneKey, EngineView], dict[PlaneKey, dict[str, WindowFigures]]]:
-        """Every scraped component by (plane, target), engines first, with its window figures."""
-        engines = {(ENGINE_PLANE.name, view.target): view for view in self.store.engines()}
-        engines.update({(GATEWAY_PLANE.name, view.target): view for view in self.store.gateways()})
-        figures = {key: self._engine_windows(key, view) for key, view in engines.items()}
-        self._engine_cache = {k: c for k, c in self._engine_cache.items() if k in engines}
-        return engines, figures
-
     def _build(self, now: float) -> Families:
         out = Families()
-        engines, engine_figures = self._engine_state()
+        engines, engine_figures = self._engine_windows.state(self.store)
         for series in self.store.series(now):
             _add_cumulative(out, series)
             for label, seconds in self.windows.items():
-                window = self._window(series, seconds, now)
+                window = self._window((series.target, series.module), seconds, now)
                 if window is not None:
                     labels = (series.target, series.module, label)
                     add_window(out, labels, window)
                     figures = engine_figures.get((ENGINE_PLANE.name, series.target), {}).get(label)
-                    self._add_client_minus_server(out, labels, window, figures)
+                    _add_client_minus_server(out, labels, window, figures, self.client_ttft_quantile)
         for key, view in engines.items():
-            self._add_engine(out, _plane(key), view, engine_figures[key])
+            _add_engine(out, _plane(key), view, engine_figures[key], self.engine_quantiles)
         return out
 
-    def _engine_windows(self, key: PlaneKey, view: EngineView) -> dict[str, WindowFigures]:
-        latest = view.window.latest
-        if view.last is None or not view.last.ok or latest is None:
-            return {}
-        version = (latest.at, len(view.window))
-        cached = self._engine_cache.get(key)
-        if cached is not None and cached[0] == version:
-            return cached[1]
-        figures = {label: view.window.figures(seconds) for label, seconds in self.windows.items()}
-        kept = {label: f for label, f in figures.items() if f is not None}
-        self._engine_cache[key] = (version, kept)
-        return kept
 
-    def _add_engine(
-        self, out: Families, plane: _Plane, view: EngineView, figures: Mapping[str, WindowFigures]
-    ) -> None:
-        last = view.last
-        if last is None:
-            return
-        out.add(plane.success, (view.target,), 1.0 if last.ok else 0.0)
-        out.add(plane.duration, (view.target,), last.duration_s)
-        if last.snapshot is None:
-            return
-        out.add(plane.info, (view.target, last.snapshot.kind), 1.0)
-        for signal, spec in plane.values.items():
-            value = last.snapshot.value(signal)
-            if value is not None:
-                out.add(spec, (view.target,), value)
-        for label, window in figures.items():
-            for signal, specs in plane.window_quantiles.items():
-                for q in self.engine_quantiles:
-                    _add_window_quantile(
-                        out, specs, (view.target, label, quantile_label(q)), window.quantile(signal, q)
-                    )
+def _add_engine(
+    out: Families,
+    plane: _Plane,
+    view: EngineView,
+    figures: Mapping[str, WindowFigures],
+    quantiles: Sequence[float],
+) -> None:
+    """A scraped component's status, its signals and its window percentiles (at ``quantiles``)."""
+    last = view.last
+    if last is None:
+        return
+    out.add(plane.success, (view.target,), 1.0 if last.ok else 0.0)
+    out.add(plane.duration, (view.target,), last.duration_s)
+    if last.snapshot is None:
+        return
+    out.add(plane.info, (view.target, last.snapshot.kind), 1.0)
+    for signal, spec in plane.values.items():
+        value = last.snapshot.value(signal)
+        if value is not None:
+            out.add(spec, (view.target,), value)
+    for label, window in figures.items():
+        for signal, specs in plane.window_quantiles.items():
+            for q in quantiles:
+                _add_window_quantile(
+                    out, specs, (view.target, label, quantile_label(q)), window.quantile(signal, q)
+                )
 
-    def _add_client_minus_server(
-        self, out: Families, labels: tuple[str, str, str], window: ProbeWindow, figures: WindowFigures | None
-    ) -> None:
-        server = figures.histograms.get(Signal.SERVER_TTFT_SECONDS) if figures is not None else None
-        if server is None or not len(window.client_ttfts):
-            return
-        q = self.client_ttft_quantile
-        gap = client_minus_server_ttft(window.client_ttfts.tolist(), server, q)
-        if gap is not None:
-            out.add(names.WINDOW_CLIENT_MINUS_SERVER_TTFT, (*labels, quantile_label(q)), gap)
-        mean_gap = client_minus_server_mean_ttft(window.client_ttfts.tolist(), server)
-        if mean_gap is not None:
-            out.add(names.WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT, labels, mean_gap)
+
+def _add_client_minus_server(
+    out: Families, labels: tuple[str, str, str], window: ProbeWindow, figures: WindowFigures | None, q: float
+) -> None:
+    """How much later the probes' first tokens came than the engine's own TTFT says (at quantile ``q``
+    and on average), where the engine's window has a TTFT histogram."""
+    server = figures.histograms.get(Signal.SERVER_TTFT_SECONDS) if figures is not None else None
+    if server is None or not len(window.client_ttfts):
+        return
+    gap = client_minus_server_ttft(window.client_ttfts.tolist(), server, q)
+    if gap is not None:
+        out.add(names.WINDOW_CLIENT_MINUS_SERVER_TTFT, (*labels, quantile_label(q)), gap)
+    mean_gap = client_minus_server_mean_ttft(window.client_ttfts.tolist(), server)
+    if mean_gap is not None:
+        out.add(names.WINDOW_CLIENT_MINUS_SERVER_MEAN_TTFT, labels, mean_gap)
 
 
 def _add_window_quantile(
@@ -422,6 +431,14 @@ def add_window(
 def quantile_label(q: float) -> str:
     """The ``percentile`` label of quantile ``q``: 0.01 -> "1", 0.5 -> "50", 0.999 -> "99.9"."""
     return f"{round(q * 100.0, 6):g}"
+
+
+def _check_windows(windows: Mapping[str, float], max_age_s: float) -> None:
+    for label, seconds in windows.items():
+        if not 0 < seconds <= max_age_s:
+            raise ValueError(
+                f'window "{label}": {seconds} s must be > 0 and at most the store\'s max_age_s ({max_age_s} s)'
+            )
 
 
 def _check_quantiles(name: str, quantiles: Sequence[float], *, allow_zero: bool) -> None:

@@ -10,9 +10,10 @@ Per (target, module) the store keeps
 * the last ``recent_results`` results, and separately the last ``recent_failures`` failures, so that a
   ``?debug=true`` view still shows failures after many successes (blackbox_exporter's history).
 
-Per target it keeps the engine's ``SnapshotWindow`` (bounded by its own ``max_items``) and the latest
-scrape result. Nothing grows with the daemon's uptime: the number of series is the number of
-configured (target, module) pairs, and ``retain`` drops the ones a reload removed.
+Per target it keeps (``ScrapeViews``) the engine's ``SnapshotWindow`` (bounded by its own ``max_items``)
+and the latest scrape result, and the same apart for the gateway in front of it. Nothing grows with
+the daemon's uptime: the number of series is the number of configured (target, module) pairs, and
+``retain`` drops the ones a reload removed.
 
 All the math is ``exporter.stats`` (through ``exporter.evaluation.measure``, the same path the
 one-shot report takes); the store only accumulates. A run's rows are built in ``run_rows``; the bounds
@@ -29,6 +30,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,6 +66,9 @@ LATENCY_KINDS = ("ttft", "tbt", "tpot", "e2e", "normalized_latency")
 
 @dataclass
 class _Series:
+    """One (target, module): its cumulative counts, its rows and its recent results, and the window
+    figures computed from those rows, cached until the rows change."""
+
     target: str
     module: str
     policy: DeadlinePolicy
@@ -101,6 +106,100 @@ class _Series:
         self.version += 1
         self.window_cache.clear()
 
+    def judge_by(
+        self, policy: DeadlinePolicy, goodput: GoodputBounds | None, slos: tuple[Objective, ...]
+    ) -> None:
+        """Judge the next runs by these; other deadlines or bounds restart the rows (never the counts)."""
+        if (self.policy, self.goodput) != (policy, goodput):
+            self.policy, self.goodput = policy, goodput
+            self.set_rows(Records.empty(tuple(policy.decode_tiers)))
+        self.slos = slos
+
+    def current_rows(self, now: float) -> Records:
+        """The rows of the longest window at ``now``, older ones dropped for good."""
+        rows = self.records.since(now - self.limits.max_age_s)
+        if rows is not self.records:
+            self.set_rows(rows)
+        return rows
+
+    def window(
+        self,
+        duration_s: float,
+        now: float,
+        fluidity_quantiles: Sequence[float],
+        lateness_quantiles: Sequence[float],
+    ) -> ProbeWindow:
+        """Figures over the rows of the last ``duration_s`` seconds, cached until those rows change."""
+        records = self.current_rows(now)
+        start = now - duration_s
+        first = int(np.searchsorted(records.at, start, side="left"))
+        key = (self.version, first, tuple(fluidity_quantiles), tuple(lateness_quantiles))
+        cached = self.window_cache.get(duration_s)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        figures = probe_window(
+            records.since(start),
+            self.policy,
+            self.slos,
+            self.goodput,
+            fluidity_quantiles=fluidity_quantiles,
+            lateness_quantiles=lateness_quantiles,
+        )
+        if len(self.window_cache) > 16:  # a caller asking for ever new durations must not grow it
+            self.window_cache.clear()
+        self.window_cache[duration_s] = (key, figures)
+        return figures
+
+    def recent_results(self) -> list[RecentResult]:
+        """The last few results and the older failures kept longer, newest first."""
+        merged = {id(r): r for r in (*self.recent_failures, *self.recent)}
+        return sorted(merged.values(), key=lambda r: r.at, reverse=True)
+
+    def view(self, now: float) -> SeriesView:
+        """This series at ``now``: copies of its counts, references to its immutable rows."""
+        return SeriesView(
+            target=self.target,
+            module=self.module,
+            policy=self.policy,
+            goodput=self.goodput,
+            slos=self.slos,
+            requests=dict(self.requests),
+            retries=self.retries,
+            unreliable=self.unreliable,
+            output_tokens=self.output_tokens,
+            deadlines=dict(self.deadlines),
+            deadlines_missed=dict(self.deadlines_missed),
+            good_requests=self.good_requests,
+            last_success=self.last_success,
+            last_run_ok=self.last_run_ok,
+            histograms={kind: h.snapshot() for kind, h in self.histograms.items()},
+            fluidity={tier: h.snapshot() for tier, h in self.fluidity.items()},
+            records=self.current_rows(now),
+            turns={kind: turn.snapshot() for kind, turn in self.turns.items()},
+        )
+
+
+@dataclass
+class ScrapeViews:
+    """The latest scrape of each target's engine (or of the gateway in front of it), and the window of
+    its snapshots, bounded by ``max_age_s`` and ``max_items``."""
+
+    max_age_s: float
+    max_items: int
+    views: dict[str, EngineView] = field(default_factory=dict)
+
+    def add(self, target: str, result: ScrapeResult) -> None:
+        """The scrape's snapshot joins the target's window; its status is the latest."""
+        view = self.views.get(target)
+        window = view.window if view is not None else SnapshotWindow(self.max_age_s, self.max_items)
+        if result.snapshot is not None:
+            window.add(result.snapshot)
+        self.views[target] = EngineView(target, result, window)
+
+    def retain(self, targets: AbstractSet[str]) -> None:
+        """Drop every target not in ``targets``."""
+        self.views = {t: v for t, v in self.views.items() if t in targets}
+
 
 class ResultStore:
     """Cumulative probe metrics and bounded rolling windows per (target, module); engine state per target."""
@@ -120,8 +219,9 @@ class ResultStore:
         # is computed from (``run_rows``): the costliest figure of a request to evaluate.
         self.fluid_rate = fluid_rate
         self._series: dict[SeriesKey, _Series] = {}
-        self._engines: dict[str, EngineView] = {}
-        self._gateways: dict[str, EngineView] = {}  # the gateway in front of a target, scraped apart
+        self._engines = ScrapeViews(self.limits.max_age_s, self.limits.engine_max_items)
+        # The gateway in front of a target, scraped apart from its engine.
+        self._gateways = ScrapeViews(self.limits.max_age_s, self.limits.engine_max_items)
 
     def add(
         self,
@@ -164,20 +264,11 @@ class ResultStore:
 
     def add_engine_scrape(self, target: str, result: ScrapeResult) -> None:
         """Record an engine scrape: its snapshot joins the target's window; its status is the latest."""
-        self._add_scrape(self._engines, target, result)
+        self._engines.add(target, result)
 
     def add_gateway_scrape(self, target: str, result: ScrapeResult) -> None:
         """Record a scrape of the gateway in front of a target, kept apart from the engine's."""
-        self._add_scrape(self._gateways, target, result)
-
-    def _add_scrape(self, views: dict[str, EngineView], target: str, result: ScrapeResult) -> None:
-        view = views.get(target)
-        if view is None:
-            window = SnapshotWindow(self.limits.max_age_s, self.limits.engine_max_items)
-            view = EngineView(target, None, window)
-        if result.snapshot is not None:
-            view.window.add(result.snapshot)
-        views[target] = EngineView(target, result, view.window)
+        self._gateways.add(target, result)
 
     def retain(
         self,
@@ -190,14 +281,13 @@ class ResultStore:
         keep = set(keys)
         self._series = {key: s for key, s in self._series.items() if key in keep}
         engines = set(targets) if targets is not None else {target for target, _ in keep}
-        fronted = set(gateways) if gateways is not None else engines
-        self._engines = {t: e for t, e in self._engines.items() if t in engines}
-        self._gateways = {t: g for t, g in self._gateways.items() if t in fronted}
+        self._engines.retain(engines)
+        self._gateways.retain(set(gateways) if gateways is not None else engines)
 
     def series(self, now: float | None = None) -> list[SeriesView]:
         """Every (target, module) at ``now`` (default: the clock), rows older than the longest window gone."""
         now = self.clock() if now is None else now
-        return [self._view(s, now) for s in self._series.values()]
+        return [s.view(now) for s in self._series.values()]
 
     def versions(self) -> list[tuple[SeriesKey, int]]:
         """Every (target, module) with a number that changes whenever a run is stored for it."""
@@ -205,15 +295,15 @@ class ResultStore:
 
     def view(self, key: SeriesKey, now: float | None = None) -> SeriesView:
         """One (target, module) at ``now``, as ``series`` gives it."""
-        return self._view(self._series[key], self.clock() if now is None else now)
+        return self._series[key].view(self.clock() if now is None else now)
 
     def engines(self) -> list[EngineView]:
         """Every target's engine state."""
-        return list(self._engines.values())
+        return list(self._engines.views.values())
 
     def gateways(self) -> list[EngineView]:
         """The state of every target's gateway (only targets with ``gateway_metrics``)."""
-        return list(self._gateways.values())
+        return list(self._gateways.views.values())
 
     def window(
         self,
@@ -235,33 +325,12 @@ class ResultStore:
         if series is None:
             return None
         now = self.clock() if now is None else now
-        records = self._current_rows(series, now)
-        start = now - duration_s
-        first = int(np.searchsorted(records.at, start, side="left"))
-        key = (series.version, first, tuple(fluidity_quantiles), tuple(lateness_quantiles))
-        cached = series.window_cache.get(duration_s)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        figures = probe_window(
-            records.since(start),
-            series.policy,
-            series.slos,
-            series.goodput,
-            fluidity_quantiles=fluidity_quantiles,
-            lateness_quantiles=lateness_quantiles,
-        )
-        if len(series.window_cache) > 16:  # a caller asking for ever new durations must not grow it
-            series.window_cache.clear()
-        series.window_cache[duration_s] = (key, figures)
-        return figures
+        return series.window(duration_s, now, fluidity_quantiles, lateness_quantiles)
 
     def recent(self, target: str, module: str) -> list[RecentResult]:
         """The recent results of a series, newest first: the last few, plus older failures kept longer."""
         series = self._series.get((target, module))
-        if series is None:
-            return []
-        merged = {id(r): r for r in (*series.recent_failures, *series.recent)}
-        return sorted(merged.values(), key=lambda r: r.at, reverse=True)
+        return [] if series is None else series.recent_results()
 
     def _series_for(
         self,
@@ -275,39 +344,8 @@ class ResultStore:
         if series is None:
             series = _Series(target, module, policy, goodput, slos, self.buckets, self.limits)
             self._series[(target, module)] = series
-        elif (series.policy, series.goodput) != (policy, goodput):
-            series.policy, series.goodput = policy, goodput
-            series.set_rows(Records.empty(tuple(policy.decode_tiers)))
-        series.slos = slos
+        series.judge_by(policy, goodput, slos)
         return series
-
-    def _current_rows(self, series: _Series, now: float) -> Records:
-        rows = series.records.since(now - self.limits.max_age_s)
-        if rows is not series.records:
-            series.set_rows(rows)
-        return rows
-
-    def _view(self, series: _Series, now: float) -> SeriesView:
-        return SeriesView(
-            target=series.target,
-            module=series.module,
-            policy=series.policy,
-            goodput=series.goodput,
-            slos=series.slos,
-            requests=dict(series.requests),
-            retries=series.retries,
-            unreliable=series.unreliable,
-            output_tokens=series.output_tokens,
-            deadlines=dict(series.deadlines),
-            deadlines_missed=dict(series.deadlines_missed),
-            good_requests=series.good_requests,
-            last_success=series.last_success,
-            last_run_ok=series.last_run_ok,
-            histograms={kind: h.snapshot() for kind, h in series.histograms.items()},
-            fluidity={tier: h.snapshot() for tier, h in series.fluidity.items()},
-            records=self._current_rows(series, now),
-            turns={kind: turn.snapshot() for kind, turn in series.turns.items()},
-        )
 
 
 def _accumulate(series: _Series, measured: Measured, good: FloatArray, now: float) -> None:

@@ -149,28 +149,174 @@ def listed_models(body: bytes) -> tuple[str, ...]:
     return tuple(dict.fromkeys(i for i in ids if isinstance(i, str) and i))
 
 
+class _RequestBody:
+    """A request body as it arrives: at most ``limit`` bytes of it kept, read once it ends."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._kept = bytearray()
+        self.length = 0  # every byte of it, kept or not
+        self.ended_at: float | None = None
+        self.facts = RequestFacts()
+
+    def add(self, now: float, body: bytes, end: bool) -> None:
+        self.length += len(body)
+        if len(self._kept) + len(body) <= self._limit:
+            self._kept += body
+        else:
+            self._kept = bytearray(b"{}")  # not read: the model is "other", no token limit
+        if end:
+            self.ended_at = now
+            self.facts = request_facts(bytes(self._kept))
+            self._kept = bytearray()
+
+
+class _ModelListing:
+    """A ``GET /v1/models`` answer being read, at most ``limit`` bytes of it."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._body = bytearray()
+
+    def add(self, body: bytes, end: bool) -> tuple[str, ...] | None:
+        """The models listed once the answer ended (none past the bound); ``None`` while it goes on."""
+        self._body += body
+        if len(self._body) > self._limit:
+            return ()
+        return listed_models(bytes(self._body)) if end else None
+
+
+class _Response:
+    """A streamed response, its headers seen: its chunks kept as (stamp, bytes) and decoded in batches
+    into the probe's ``StreamState``, the failure that ends it, and the record it sums up to."""
+
+    # Slots: ``add`` runs on every body chunk of every observed stream.
+    __slots__ = ("_decoder", "_kept", "_kept_bytes", "_limits", "_response_bytes", "failure", "state")
+
+    def __init__(self, state: StreamState, limits: StreamLimits, failure: StreamFailureError | None) -> None:
+        self.state = state
+        self.failure = failure
+        self._limits = limits
+        self._decoder = SseDecoder(limits.max_line_bytes)
+        self._kept: list[tuple[float, bytes]] = []
+        self._kept_bytes = 0
+        self._response_bytes = 0
+
+    def add(self, now: float, body: bytes) -> bool:
+        """Keep a chunk, decoding the kept ones once they reach ``DECODE_BYTES``; whether the stream is
+        still within its bounds (bytes and token events)."""
+        self._response_bytes += len(body)
+        if self._response_bytes > self._limits.response_bytes:
+            return False
+        if self.failure is None and body:
+            self._kept.append((now, body))
+            self._kept_bytes += len(body)
+            if self._kept_bytes >= DECODE_BYTES:
+                return self.decode()
+        return True
+
+    def end(self, now: float) -> bool:
+        """Decode what is kept and stamp the end (unless the stream ended earlier); whether the stream
+        is still within its bounds."""
+        if not self.decode():
+            return False
+        if self.state.result.finished_at is None:
+            self.state.result.finished_at = now
+        return True
+
+    def decode(self) -> bool:
+        """Decode the kept chunks, each at its own stamp; a bad stream is a failure of the request.
+        Whether the stream is still within its bound on token events."""
+        kept, self._kept, self._kept_bytes = self._kept, [], 0
+        if self.failure is not None:
+            return True
+        try:
+            for stamp, body in kept:
+                if self._decode_chunk(stamp, body):
+                    break
+        except SseError as exc:
+            self.failure = sse_failure(exc)
+        except StreamFailureError as exc:
+            self.failure = exc
+        return self.state.result.token_events <= self._limits.token_events
+
+    def _decode_chunk(self, stamp: float, body: bytes) -> bool:
+        """Decode one chunk of Envoy's (up to its buffer limit, ~1 MiB) ``DECODE_BYTES`` at a time, the
+        length checked after each: past ``max_tokens`` and its margin the stream is overlong, as the
+        client says, and a megabyte of events past it is neither decoded nor kept. Whether it ended."""
+        state = self.state
+        for start in range(0, len(body), DECODE_BYTES):
+            done = state.on_events(stamp, self._decoder.feed(body[start : start + DECODE_BYTES]))
+            state.check_length()
+            if done:
+                return True
+        return False
+
+    def result(self, lag: tuple[float, float]) -> ProbeResult:
+        """The finished record: its outcome (a failure, an abort before the format's end, or the
+        state's own) and whether the observer's loop ``lag`` makes its stamps unreliable."""
+        state, result = self.state, self.state.result
+        if self.failure is not None:
+            result.outcome, result.error = self.failure.outcome, self.failure.message
+        elif not state.done:
+            result.outcome, result.error = (
+                Outcome.STREAM_ABORTED,
+                f"the stream ended without {state.fmt.end_name}",
+            )
+        else:
+            state.finish()
+        result.loop_lag_s, result.loop_lag_share = lag
+        result.unreliable = is_unreliable(*lag, result.multi_event_reads, state.token_reads)
+        return result
+
+
+def _response_from_headers(
+    api: Api, request: _RequestBody, now: float, headers: Sequence[tuple[str, bytes]], limits: StreamLimits
+) -> _Response:
+    """The response whose headers came at ``now``: a failure already unless they say 200 and SSE."""
+    result = ProbeResult(api, sent_at=request.ended_at, headers_at=now)
+    result.max_tokens = request.facts.max_tokens
+    fields = _header_map(headers)
+    status = fields.get(":status", "")
+    result.http_status = int(status) if status.isdigit() else None
+    failure = None
+    if result.http_status != 200:
+        outcome = Outcome.RATE_LIMITED if result.http_status == 429 else Outcome.HTTP_STATUS
+        failure = StreamFailureError(outcome, f"HTTP {status or '?'}")
+    elif fields.get("content-type", "").partition(";")[0].strip().lower() != "text/event-stream":
+        failure = StreamFailureError(Outcome.MALFORMED_STREAM, "not text/event-stream")
+    return _Response(StreamState(result, FORMATS[api], TokenCounter(), exact_length=False), limits, failure)
+
+
 class ObservedStream:
     """One ext_proc stream (one HTTP exchange): feed it each message with its stamp, then ``finish``.
-    Once the exchange is ignored (``ignored`` says why) its messages change nothing."""
+    Once the exchange is ignored (``ignored`` says why) its messages change nothing. Its parts: the
+    request body (``_RequestBody``), a models listing (``_ModelListing``) or the response (``_Response``)."""
+
+    # Slots: ``watching``, ``ended`` and ``on_response_body`` run on every body chunk.
+    __slots__ = (
+        "_body_ended",
+        "_limits",
+        "_listing",
+        "_models",
+        "_request",
+        "_response",
+        "api",
+        "ignored",
+        "models_listed",
+        "probe_id",
+    )
 
     def __init__(self, limits: StreamLimits, models: AbstractSet[str]) -> None:
         self._limits = limits
         self._models = models
         self.api: Api | None = None
         self.ignored: Ignored | None = None
-        self._request_body = bytearray()
-        self._request_bytes = 0
         self.probe_id: str | None = None
-        self._listing: bytearray | None = None  # a GET /v1/models answer being read
+        self._request = _RequestBody(limits.request_body_bytes)
+        self._listing: _ModelListing | None = None  # a GET /v1/models answer being read
         self.models_listed: tuple[str, ...] = ()  # what that answer listed, once it ended
-        self._request_ended_at: float | None = None
-        self._facts = RequestFacts()
-        self._state: StreamState | None = None
-        self._decoder = SseDecoder(limits.max_line_bytes)
-        self._kept: list[tuple[float, bytes]] = []
-        self._kept_bytes = 0
-        self._response_bytes = 0
-        self._failure: StreamFailureError | None = None
+        self._response: _Response | None = None
         self._body_ended = False
 
     @property
@@ -180,7 +326,7 @@ class ObservedStream:
         exchange is ignored. Envoy keeps the gRPC stream open a while longer (its deferred close)."""
         return (
             self._body_ended
-            or self._failure is not None
+            or (self._response is not None and self._response.failure is not None)
             or (self.ignored is not None and self._listing is None)
         )
 
@@ -197,7 +343,7 @@ class ObservedStream:
         if probe is not None and 0 < len(probe) <= MAX_PROBE_ID:
             self.probe_id = probe
         if path == MODELS_PATH and fields.get(":method") == "GET":
-            self._listing = bytearray()  # watched until its answer ends, then not_llm
+            self._listing = _ModelListing(self._limits.models_body_bytes)  # watched until its answer ends
         elif self.api is None or fields.get(":method") != "POST":
             self.ignored = Ignored.NOT_LLM
         elif end:
@@ -206,39 +352,21 @@ class ObservedStream:
     def on_request_body(self, now: float, body: bytes, end: bool) -> None:
         if self.ignored is not None or self._listing is not None:
             return
-        self._request_bytes += len(body)
-        if len(self._request_body) + len(body) <= self._limits.request_body_bytes:
-            self._request_body += body
-        else:
-            self._request_body = bytearray(b"{}")  # not read: the model is "other", no token limit
-        if end:
-            self._request_ended_at = now
-            self._facts = request_facts(bytes(self._request_body))
-            self._request_body = bytearray()
-            if not self._facts.stream:
-                self.ignored = Ignored.NOT_STREAMING
+        self._request.add(now, body, end)
+        if end and not self._request.facts.stream:
+            self.ignored = Ignored.NOT_STREAMING
 
     def on_response_headers(self, now: float, headers: Sequence[tuple[str, bytes]], end: bool) -> None:
         if self.ignored is not None:
             return
         if self._listing is not None:
             if _header_map(headers).get(":status") != "200":
-                self._end_listing(b"")
+                self._end_listing(())
             return
-        if self._request_ended_at is None or self.api is None:
+        if self._request.ended_at is None or self.api is None:
             self.ignored = Ignored.INCOMPLETE
             return
-        result = ProbeResult(self.api, sent_at=self._request_ended_at, headers_at=now)
-        result.max_tokens = self._facts.max_tokens
-        fields = _header_map(headers)
-        status = fields.get(":status", "")
-        result.http_status = int(status) if status.isdigit() else None
-        self._state = StreamState(result, FORMATS[self.api], TokenCounter(), exact_length=False)
-        if result.http_status != 200:
-            outcome = Outcome.RATE_LIMITED if result.http_status == 429 else Outcome.HTTP_STATUS
-            self._failure = StreamFailureError(outcome, f"HTTP {status or '?'}")
-        elif fields.get("content-type", "").partition(";")[0].strip().lower() != "text/event-stream":
-            self._failure = StreamFailureError(Outcome.MALFORMED_STREAM, "not text/event-stream")
+        self._response = _response_from_headers(self.api, self._request, now, headers, self._limits)
         if end:
             self._end(now)
 
@@ -246,70 +374,31 @@ class ObservedStream:
         if self.ignored is not None:
             return
         if self._listing is not None:
-            self._listing += body
-            if len(self._listing) > self._limits.models_body_bytes:
-                self._end_listing(b"")
-            elif end:
-                self._end_listing(bytes(self._listing))
+            listed = self._listing.add(body, end)
+            if listed is not None:
+                self._end_listing(listed)
             return
-        if self._state is None:
+        response = self._response
+        if response is None:
             self.ignored = Ignored.INCOMPLETE
-            return
-        self._response_bytes += len(body)
-        if self._response_bytes > self._limits.response_bytes:
+        elif not response.add(now, body):
             self._give_up()
-            return
-        if self._failure is None and body:
-            self._kept.append((now, body))
-            self._kept_bytes += len(body)
-            if self._kept_bytes >= DECODE_BYTES:
-                self._decode()
-        if end:
+        elif end:
             self._end(now)
 
-    def _end_listing(self, body: bytes) -> None:
-        self.models_listed = listed_models(body)
+    def _end_listing(self, listed: tuple[str, ...]) -> None:
+        self.models_listed = listed
         self._listing = None
         self.ignored = Ignored.NOT_LLM
 
     def _give_up(self) -> None:
         self.ignored = Ignored.TOO_LARGE
-        self._state = None
-        self._kept = []
-
-    def _decode(self) -> None:
-        """Decode the kept chunks, each at its own stamp; a bad stream is a failure of the request."""
-        kept, self._kept, self._kept_bytes = self._kept, [], 0
-        state = self._state
-        if state is None or self._failure is not None:
-            return
-        try:
-            for stamp, body in kept:
-                if self._decode_chunk(state, stamp, body):
-                    break
-        except SseError as exc:
-            self._failure = sse_failure(exc)
-        except StreamFailureError as exc:
-            self._failure = exc
-        if state.result.token_events > self._limits.token_events:
-            self._give_up()
-
-    def _decode_chunk(self, state: StreamState, stamp: float, body: bytes) -> bool:
-        """Decode one chunk of Envoy's (up to its buffer limit, ~1 MiB) ``DECODE_BYTES`` at a time, the
-        length checked after each: past ``max_tokens`` and its margin the stream is overlong, as the
-        client says, and a megabyte of events past it is neither decoded nor kept. Whether it ended."""
-        for start in range(0, len(body), DECODE_BYTES):
-            done = state.on_events(stamp, self._decoder.feed(body[start : start + DECODE_BYTES]))
-            state.check_length()
-            if done:
-                return True
-        return False
+        self._response = None
 
     def _end(self, now: float) -> None:
-        self._decode()
         self._body_ended = True
-        if self._state is not None and self._state.result.finished_at is None:
-            self._state.result.finished_at = now
+        if self._response is not None and not self._response.end(now):
+            self._give_up()
 
     def finish(self, now: float, lag: tuple[float, float] = (0.0, 0.0)) -> Observed | None:
         """The record of a watched exchange (``None`` when it was ignored: ``ignored`` says why). A
@@ -318,30 +407,19 @@ class ObservedStream:
         (``probe.saturation.LagMonitor.since``): the client's own rule judges whether its stamps, taken
         by that loop, can be trusted (``ProbeResult.unreliable``)."""
         if self._listing is not None:  # the answer to GET /v1/models never ended
-            self._end_listing(b"")
+            self._end_listing(())
         if self.ignored is not None:
             return None
-        if self._state is None:
+        if self._response is None:
             self.ignored = Ignored.INCOMPLETE
             return None
         if not self._body_ended:
             self._end(now)
-        if self.ignored is not None:  # the last batch was past the bound
+        if self._response is None:  # the last batch was past the bound
             return None
-        state, result = self._state, self._state.result
-        if self._failure is not None:
-            result.outcome, result.error = self._failure.outcome, self._failure.message
-        elif not state.done:
-            result.outcome, result.error = (
-                Outcome.STREAM_ABORTED,
-                f"the stream ended without {state.fmt.end_name}",
-            )
-        else:
-            state.finish()
-        result.loop_lag_s, result.loop_lag_share = lag
-        result.unreliable = is_unreliable(*lag, result.multi_event_reads, state.token_reads)
+        result = self._response.result(lag)
         if self.probe_id is None:
             result.error = None  # it may quote what the server said of the request
-        model = self._facts.model
+        model = self._request.facts.model
         label = model if model is not None and model in self._models else OTHER_MODEL
-        return Observed(result, label, self._request_bytes, self.probe_id)
+        return Observed(result, label, self._request.length, self.probe_id)
