@@ -74,9 +74,9 @@ from multiprocessing import Pool
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
-from exporter.jobs.search_state import SearchSettings
-from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial
-from exporter.jobs.trial_verdict import TrialSlo
+from exporter.jobs.capacity_search import SearchSettings
+from exporter.jobs.trial import TrialPlan, TrialShape, plan_trial
+from exporter.jobs.trial_verdict import TrialReport, TrialSlo
 from exporter.load.presets import preset as workload_preset
 from exporter.sim.presets import PRESETS, isolated_ttft
 from exporter.stats.binomial import Verdict, classify_fraction
@@ -163,10 +163,11 @@ class Bed:
         the runner's repeats do (the same ones would replay the same sample)."""
         if part not in self.units:
             # Prompt texts (the salt) never reach the virtual engine; lengths and gaps come from the seed.
-            self.units[part] = plan_trial(
-                self.workload, 1.0, concurrency=False, arrival="poisson", warmup=WARMUP, requests=REQUESTS,
+            shape = TrialShape(
+                concurrency=False, arrival="poisson", warmup=WARMUP, requests=REQUESTS,
                 seed=SEED + REPEAT_SEED_STEP * part, salt=0,
             )  # fmt: skip
+            self.units[part] = plan_trial(self.workload, 1.0, shape)
         return self.units[part]
 
     def plan(
@@ -272,7 +273,7 @@ def ours(bed: Bed, start: float, predict: bool = False) -> Run:
         return bed.trial(load, may_stop, part, settle)
 
     settings = SearchSettings(start=start, max_load=MAX_LOAD, required=bed.slo.required, predict=predict)
-    result = asyncio.run(search_capacity(settings, run_trial, early_stop=True))
+    result = asyncio.run(search_capacity(settings, run_trial))
     predicted = result.prediction["load"] if result.prediction else None
     return Run(result.lower_bound, result.trials, str(result.state), predicted)
 

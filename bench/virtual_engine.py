@@ -19,8 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from exporter.jobs.trial import ABOVE_ONE, STOPPED_EARLY, TrialPlan, TrialReport, give_up_bound, stop_reason
-from exporter.jobs.trial_verdict import TrialSlo, judge
+from exporter.jobs.trial import ABOVE_ONE, TrialPlan, give_up_bound, stop_reason
+from exporter.jobs.trial_verdict import TrialCost, TrialReport, TrialSlo, judge
 from exporter.probe.result import Outcome, ProbeResult
 from exporter.sim.engine import Emission, Engine, SimRequest, run_virtual
 from exporter.sim.presets import Preset
@@ -91,8 +91,8 @@ def virtual_trial(index: int, plan: TrialPlan, slo: TrialSlo, engine: Engine) ->
     verdict = judge(measured, slo, given_up, closed_loop=plan.concurrency is not None, sent=sent_measured)
     sent = [r for r in results if (r.scheduled_at or 0.0) <= end]
     tokens = sum(_tokens_by(r, end) for r in sent)
-    report = TrialReport.of(index, plan.load, verdict, len(sent), end, tokens, ended_by in STOPPED_EARLY)
-    report.planned, report.ended_by = plan.measured, ended_by
+    report = TrialReport.of(index, plan.load, verdict, TrialCost(len(sent), end, tokens), ended_by)
+    report.planned = plan.measured
     return report
 
 

@@ -30,8 +30,8 @@ from exporter.cli.flags import (
     merged_options,
 )
 from exporter.cli.progress import ProgressPrinter
-from exporter.jobs.capacity import CapacityResult
 from exporter.jobs.capacity_report import capacity_table, write_capacity_json
+from exporter.jobs.capacity_result import CapacityResult
 from exporter.jobs.capacity_runner import trial_size_warning
 from exporter.jobs.local_capacity import DEFAULT_BUDGET_S, search_capacity, trial_slo
 from exporter.jobs.manager import JobFailedError

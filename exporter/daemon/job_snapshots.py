@@ -16,7 +16,7 @@ from exporter.exposition.jobs import (
     ProfileSnapshot,
     TrialPoint,
 )
-from exporter.jobs.capacity import stop_kind
+from exporter.jobs.capacity_result import stop_kind
 from exporter.jobs.profiles import StoredProfile
 from exporter.jobs.store import JOB_STATES, JobRecord
 from exporter.settings.job_params import JOB_KINDS

@@ -23,10 +23,10 @@ from exporter.stats.prefill import PrefillModel
 # the lengths dashboards compare (short chat, typical RAG, long context).
 REFERENCE_PROMPT_TOKENS = (128, 512, 1024, 2048, 4096, 8192, 16384)
 # The states of fluidity_capacity_state, every one exported (0 or 1) so a dashboard can read any of them
-# (exporter.jobs.search_state.State: exposition does not import jobs).
+# (exporter.jobs.capacity_search.State: exposition does not import jobs).
 CAPACITY_STATES = ("found", "lower_bound", "not_met", "inconclusive")
 # The reasons of fluidity_capacity_stopped_by: what can end a search whose job succeeded
-# (exporter.jobs.capacity.STOP_KINDS less the shard and no-data stops, which fail the job).
+# (exporter.jobs.capacity_result.STOP_KINDS less the shard and no-data stops, which fail the job).
 CAPACITY_STOPS = ("converged", "floor", "max_load", "max_trials", "time_budget", "max_tokens")
 
 

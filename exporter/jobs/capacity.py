@@ -2,23 +2,44 @@
 
 ``search_capacity`` knows nothing of HTTP: it asks ``run_trial(index, load)`` for each trial (a live
 trial over the probe client, or one on the simulator's virtual clock in tests and the benchmark) and
-``capacity_search.next_load`` where to go next. The result carries what was found (``state``: found,
-lower bound, not met or inconclusive), the bracket ``[lower_bound, upper_bound)`` with the pass
+``capacity_search.next_load`` where to go next; what it asks and tells its caller besides is one value
+(``SearchHooks``). The result (``capacity_result.CapacityResult``) carries what was found (``state``:
+found, lower bound, not met or inconclusive), the bracket ``[lower_bound, upper_bound)`` with the pass
 fraction's interval at each end, the fluid token rate and goodput measured at the lower bound, the
 engine model's prediction beside the bracket (``capacity_model.prediction_report``), and every trial.
 
-Bounded: a trial starts only while the wall-clock budget (``time_budget_s``: trial durations and the
-waits for a drained engine, summed, so a virtual clock counts too) has time left, and runs for at most
-what is left; ``stopped_by`` says which bound ended the search.
+Bounded: a trial starts only while the wall-clock budget (``SearchSettings.time_budget_s``: trial
+durations and the waits for a drained engine, summed, so a virtual clock counts too) has time left, and
+runs for at most what is left; ``stopped_by`` says which bound ended the search.
 
-Measured on timings the client trusts: a trial near the objective (headroom within ``NEAR_HEADROOM``
-of 1, where the search ends) with more requests flagged unreliable than ``bench`` allows a run
+Measured on timings the client trusts: a trial near the objective (headroom within ``NEAR_HEADROOM`` of
+1, where the search ends) with more requests flagged unreliable than ``bench`` allows a run
 (``distrusted``) is set aside, kept in the result with why, and its load run again on a new sample
-before the search steers on it; at most ``MAX_SET_ASIDE`` times a search, each counted
-among ``max_trials``. A second distrusted trial at a load is kept: the answer then says its timings are
+before the search steers on it; at most ``MAX_SET_ASIDE`` times a search, each counted among
+``max_trials``. A second distrusted trial at a load is kept: the answer then says its timings are
 unreliable. Why: the client's flags come in bursts, one stall of its machine flagging every stream in
 flight (63 of a trial's 200 at 10 req/s, in 1 of 12 trials of three default searches on a quiet 2-core
 VM, the other 11 with none), and a search that ended on that trial failed (exit 1) for want of a rerun.
+
+Drained: before a trial after the first, the search waits, bounded, until the engine has finished what
+the previous trial left (``wait_drained``). A request abandoned at a timeout or by an early stop can
+keep running in an engine until it notices the closed connection, and a trial that starts on such an
+engine measures the previous trial's leftovers (seen in CI: every trial after an overloaded one failed
+in its first two requests). So a trial starts on a drained engine: when the engine's own metrics can be
+read, until they show nothing running or waiting (``busy()`` returns running + waiting, None when it
+cannot tell); else, our own requests having ended already (a trial cancels and awaits every send before
+it returns), after a settling pause. Either way the wait is bounded by ``max_wait_s`` and reported.
+
+Started where a first look says: when a rate search is given no ``start`` (``first_look``). The first
+trial of a search at 1 req/s (the old default) sends its 220 requests over 224 s, and on the simulator's
+8B model, whose capacity is about 10 req/s, the whole search then took 7 to 9 minutes. A short closed
+loop first (``LOOK_CONCURRENCY`` requests in flight, ``LOOK_REQUESTS`` in all, the search's own lengths)
+measures the rate the target serves them at (requests completed over the span from the first send to the
+last end) and, judged as a trial, its headroom there. The search's first trial then goes where the
+search would put the trial after one at that rate (``next_load``): past a pass by its headroom (2x to
+4x), below a failure by it (to a half or a quarter). Measured on the simulator's 8B model with ShareGPT:
+served 2.4-2.5 req/s, headroom about 3 (the capacity is ~10.5). The look's tokens count against the
+job's budget and its seconds against the search's.
 """
 
 from __future__ import annotations
@@ -26,354 +47,125 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.jobs.capacity_model import EngineSample, prediction_report
-from exporter.jobs.capacity_search import next_load, settling
-from exporter.jobs.drain import Drained
-from exporter.jobs.first_look import FirstLook
-from exporter.jobs.search_state import (
+from exporter.jobs.capacity_result import (
+    INTERRUPTED,
+    LOOK_CONCURRENCY,
+    LOOK_REQUESTS,
+    UNRELIABLE_SHARE,
+    CapacityResult,
+    FirstLook,
+    distrusted,
+    load_unit,
+    unmeasured,
+)
+from exporter.jobs.capacity_search import (
     Observation,
     SearchSettings,
     State,
     bracket,
     converged,
     hopeless,
+    next_load,
     outcome,
     pass_interval,
     pool,
+    settling,
     verdict,
 )
-from exporter.jobs.trial import TrialReport
-from exporter.jobs.trial_verdict import ERRORS_REASON, NO_DATA_REASON, SHARDS_REASON
-from exporter.load.health import HealthThresholds
-from exporter.load.target_facts import ContextFit
+from exporter.jobs.trial import StartedSend, TrialShape, plan_trial, run_trial
+from exporter.jobs.trial_verdict import TrialReport, TrialSlo
+from exporter.load.workloads import Workload
 from exporter.settings.job_params import MIN_TRIAL_S
 
 # (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's,
 # the (successes, requests) seen at the load when the trial runs to settle its pass: ``TrialPlan.settle``)
 RunTrial = Callable[[int, float, bool, float | None, tuple[int, int] | None], Awaitable[TrialReport]]
 OnTrial = Callable[[TrialReport], None]
-OnStart = Callable[[int, float], None]  # a trial (index, load) is about to start
 Afford = Callable[[float], str | None]  # a reason not to run a trial at this load, or None
-Drain = Callable[[], Awaitable[Drained]]  # wait until the engine is idle
-OnInterrupt = Callable[["CapacityResult"], None]  # what a stopped search measured (``interrupted``)
-# What can end a search (``stopped_by`` without its details, ``stop_kind``): converged within the
-# tolerance, failing at the floor, passing at the load ceiling, out of trials, out of time, out of
-# tokens (jobs.limits.max_tokens), a shard's problem, or a trial that measured no request.
-STOP_KINDS = (
-    "converged",
-    "floor",
-    "max_load",
-    "max_trials",
-    "time_budget",
-    "max_tokens",
-    "shards",
-    "no_data",
-    "interrupted",
-)
-INTERRUPTED = "interrupted"  # ``stopped_by`` of a search stopped from outside (``State.INTERRUPTED``)
-_UNMEASURED_STOPS = ("shards", "no_data")  # the search ended on a trial that said nothing of the target
+Drain = Callable[[], Awaitable["Drained"]]  # wait until the engine is idle
+OnInterrupt = Callable[[CapacityResult], None]  # what a stopped search measured (``interrupted``)
+Busy = Callable[[], Awaitable[float | None]]  # requests running + waiting in the engine (None: unknown)
 MAX_SET_ASIDE = 2  # distrusted trials a search runs again (each one a trial's time and tokens more)
-UNRELIABLE_SHARE = HealthThresholds().max_unreliable_share  # of a trial's requests, as of a bench run's
 # Only a trial this near the objective is set aside: where the search ends (a 5% tolerance; on the
 # simulator's engine headroom 1.4 lies at 0.84x the capacity); farther, it steers on its headroom alone,
 # which a few ms of merged reads hardly move, and a rerun costs a whole trial (46 s at 0.5x, seen).
 NEAR_HEADROOM = 1.25
+# The drain before a trial (``wait_drained``)
+SETTLE_S = 2.0  # without engine metrics: a pause for the engine to notice closed connections
+MAX_WAIT_S = 120.0  # a drain wait never takes longer (an engine busy with others' load never drains)
+POLL_S = 1.0
+# The first look (``first_look``; its size, ``capacity_result.LOOK_REQUESTS``, is said with what it saw)
+LOOK_LIMIT_S = 60.0  # a slow target's look ends here, judged on what finished
+LOOK_SALT = 999_000_000  # prompt texts apart from every trial's (``salt + index * 1_000_000``)
 
 
-def stop_kind(stopped_by: str) -> str | None:
-    """Which of ``STOP_KINDS`` ended a search, from its ``stopped_by`` (whose details, after a colon,
-    name trials, shards or budgets); None for a text of none of them (a result stored by an older
-    version may hold one)."""
-    kind = stopped_by.split(":", 1)[0].strip().removeprefix("jobs.limits.")
-    return kind if kind in STOP_KINDS else None
+@dataclass(frozen=True)
+class SearchHooks:
+    """What a search asks and tells its caller besides its trials (each None: not asked, not told)."""
+
+    on_trial: OnTrial | None = None  # each trial, as it ends
+    afford: Afford | None = None  # before each trial: a reason not to run it at this load
+    drain: Drain | None = None  # before each trial after the first: wait for an idle engine
+    on_interrupt: OnInterrupt | None = None  # stopped from outside: what its trials showed
 
 
 @dataclass
-class CapacityResult:
-    """The outcome of a search. ``lower_bound``: the highest passing load below the lowest failing one
-    (``upper_bound``), None when no load passed. ``capacity`` is the lower bound when the state is
-    ``found`` (a measurement), else None; ``bracketed`` is False when no load failed. ``state`` is None
-    when no trial could be judged (``stopped_by`` says why): there is no finding to state."""
+class _Record:
+    """What a search has run so far: every trial, the observations it steers by (those not set aside),
+    how many it set aside, and the seconds of its time budget spent (trials and drain waits)."""
 
-    load_kind: str
-    state: State | None
-    lower_bound: float | None
-    upper_bound: float | None
-    converged: bool
-    # "converged", "max_load", "floor", "max_trials", "time_budget", a budget reason, "shards: ...",
-    # "no_data: ..."
-    stopped_by: str
     trials: list[TrialReport] = field(default_factory=list)
-    slo: dict[str, Any] = field(default_factory=dict)
-    intervals: dict[str, Any] = field(default_factory=dict)  # pass-fraction interval of each end
-    gpus: float | None = None  # accelerators behind the target (targets[].gpus), for the cost figures
-    gpu_hour_price: float | None = None
-    context: ContextFit | None = None  # how the workload met the served context (None: not asked)
-    first_look: FirstLook | None = None  # where the search started, when no start was given
-    # The engine model's prediction beside the measured bracket (``capacity_model.prediction_report``):
-    # information that placed the trials, never the answer
-    prediction: dict[str, Any] | None = None
+    history: list[Observation] = field(default_factory=list)
+    set_aside: int = 0
+    spent_s: float = 0.0
 
-    @property
-    def capacity(self) -> float | None:
-        return self.lower_bound if self.state is State.FOUND else None
-
-    @property
-    def measured_capacity(self) -> float | None:
-        """The capacity when it is a measurement: found, on timings the client trusted (what the daemon
-        exports as ``fluidity_capacity_requests_per_second``); else None."""
-        return self.capacity if self.unreliable_timings() is None else None
-
-    @property
-    def bracketed(self) -> bool:
-        return self.upper_bound is not None
-
-    @property
-    def judged(self) -> list[TrialReport]:
-        """The trials the search went by: all but those set aside for distrusted timings."""
-        return [t for t in self.trials if t.set_aside is None]
-
-    @property
-    def at_capacity(self) -> TrialReport | None:
-        """The (last) trial that passed at the lower bound."""
-        passed = [t for t in self.judged if t.passed and t.load == self.lower_bound]
-        return passed[-1] if passed else None
-
-    @property
-    def tokens(self) -> int:
-        return sum(t.tokens for t in self.trials)
-
-    def target_failure(self) -> str | None:
-        """Why the target itself failed (every trial sunk by failed requests alone: it is down or
-        erroring, not slow), or None. Such a search measured no capacity, not a capacity of 0."""
-        if not self.trials or any(t.reason != ERRORS_REASON for t in self.trials):
-            return None
-        outcomes = self.trials[-1].figures.get("outcomes") or {}
-        seen = ", ".join(f"{name} {count}" for name, count in sorted(outcomes.items()))
-        return (
-            f"the target failed: in every trial ({len(self.trials)}) more requests failed than the SLO "
-            f"allows (the last one's outcomes: {seen or 'none recorded'})"
-        )
-
-    def unreliable_timings(self) -> str | None:
-        """Why the answer rests on timings the probe's client flagged unreliable (a trial at either end
-        of the answer with more of them than ``bench``'s ``unreliable`` check allows a run's requests:
-        it read chunks of a stream together while its loop was late, or was saturated), or None. The
-        trials count requests only (``bench`` also bounds the gaps between tokens the flags concern:
-        ``doubtful_gaps``). ``bench`` fails such a run and so does the
-        ``capacity`` command (exit 1); the daemon exports it (``fluidity_capacity_unreliable_timings``)
-        and its capacity-regression alert does not count such a search."""
-        ends = {self.lower_bound, self.upper_bound} - {None}
-        shaky = [
-            f"trial {t.index} at {t.load:g} {load_unit(self.load_kind)}: {counts[0]} of {counts[1]} requests"
-            for t in self.judged
-            if t.load in ends and (counts := distrusted(t)) is not None
-        ]
-        return _distrusted_answer(shaky) if shaky else None
-
-    def unmeasured_stop(self) -> str | None:
-        """``stopped_by`` when the search ended on a trial that measured nothing of the target (a
-        shard started late, died or was saturated; a trial's duration ended in its warm-up), else None.
-        What earlier trials showed stands, but the answer is cut short for a reason of ours, not the
-        target's: the ``capacity`` command exits 1 and the daemon's job fails, with this message."""
-        return self.stopped_by if stop_kind(self.stopped_by) in _UNMEASURED_STOPS else None
-
-    @property
-    def duration_s(self) -> float:
-        return sum(t.duration_s for t in self.trials)
-
-    def figure(self, name: str) -> float | None:
-        """A figure of the trial at capacity: ``fluid_token_rate``, ``goodput_ratio``, ``goodput_rate``."""
-        trial = self.at_capacity
-        return trial_figure(trial, name) if trial is not None else None
-
-    @property
-    def highest(self) -> TrialReport | None:
-        """The (last) judged trial at the highest load tried: one that measured nothing of the target
-        (``_unmeasured``) has no figures to price."""
-        judged = [t for t in self.judged if _unmeasured(t, self.load_kind) is None]
-        top = max((t.load for t in judged), default=None)
-        return next((t for t in reversed(judged) if t.load == top), None)
-
-    def costs(self) -> dict[str, dict[str, float | None]]:
-        """At the lower bound ("capacity") and at the highest load tried: the fluid goodput (output
-        tokens/s of requests that met the SLO), per GPU-second with ``gpus``, and with a price the cost
-        of a million tokens served within the SLO: ``price / 3600 / tokens per GPU-second * 1e6``."""
-        points = {"capacity": self.at_capacity, "highest_load": self.highest}
-        return {
-            at: cost_figures(trial, self.gpus, self.gpu_hour_price) for at, trial in points.items() if trial
-        }
-
-    def to_dict(self) -> dict[str, Any]:
-        unit = "requests_per_second" if self.load_kind == "rate" else "concurrency"
-        return {
-            "load_kind": self.load_kind,
-            "unit": unit,
-            "state": str(self.state) if self.state is not None else None,
-            "capacity": self.capacity,
-            "lower_bound": self.lower_bound,
-            "upper_bound": self.upper_bound,
-            "pass_intervals": self.intervals,
-            "bracketed": self.bracketed,
-            "converged": self.converged,
-            "stopped_by": self.stopped_by,
-            "unreliable_timings": self.unreliable_timings(),
-            "fluid_token_rate_at_capacity": self.figure("fluid_token_rate"),
-            "goodput_ratio_at_capacity": self.figure("goodput_ratio"),
-            "goodput_rate_at_capacity": self.figure("goodput_rate"),
-            "costs": self.costs(),
-            "gpus": self.gpus,
-            "gpu_hour_price": self.gpu_hour_price,
-            "context": self.context.to_dict() if self.context is not None else None,
-            "first_look": dataclasses.asdict(self.first_look) if self.first_look is not None else None,
-            "prediction": self.prediction,
-            "trial_count": len(self.trials),
-            "tokens": self.tokens,
-            "duration_s": self.duration_s,
-            "slo": self.slo,
-            "trials": [t.to_dict() for t in self.trials],
-        }
-
-
-def trial_figure(trial: TrialReport, name: str) -> float | None:
-    """``fluid_token_rate``, ``goodput_ratio`` or ``goodput_rate`` of ``trial`` (None: not finite)."""
-    good = trial.figures.get("goodput") or {}
-    value = {
-        "fluid_token_rate": trial.figures.get("fluid_token_rate"),
-        "goodput_ratio": good.get("ratio"),
-        "goodput_rate": good.get("rate_per_s"),
-    }[name]
-    return float(value) if value is not None and math.isfinite(value) else None
-
-
-def _distrusted_answer(shaky: list[str]) -> str:
-    """``unreliable_timings`` naming the ``shaky`` trials at the answer's ends, and what to do."""
-    return (
-        f"the answer rests on timings the probe's client flagged unreliable ({'; '.join(shaky)}; at "
-        f"most {UNRELIABLE_SHARE:.0%} may be): it read chunks of a stream together, either late itself (give it "
-        "more CPU: --workers or jobs.workers, or a quieter machine) or as the server sent them, in "
-        "bursts (a buffering gateway: probe the engine directly to tell)"
-    )
-
-
-def cost_figures(trial: TrialReport, gpus: float | None, price: float | None) -> dict[str, float | None]:
-    """Fluid goodput of ``trial``, per GPU-second, and the cost of a million fluid tokens."""
-    raw = trial.figures.get("fluid_goodput_tokens_per_s")
-    goodput = float(raw) if isinstance(raw, int | float) and math.isfinite(raw) else None
-    per_gpu = goodput / gpus if goodput is not None and gpus else None
-    cost = price / 3600.0 / per_gpu * 1e6 if price is not None and per_gpu else None
-    return {
-        "load": trial.load,
-        "fluid_goodput_tokens_per_s": goodput,
-        "fluid_tokens_per_gpu_second": per_gpu,
-        "cost_per_million_fluid_tokens": cost,
-    }
-
-
-def observation(trial: TrialReport) -> Observation:
-    counts = trial.counts()
-    return Observation(
-        trial.load, trial.passed, trial.headroom, counts[0] if counts else None,
-        counts[1] if counts else None, trial.objectives_met(), idle_misses=trial.fails_alone(),
-        engine=EngineSample.of(trial.figures),
-    )  # fmt: skip
-
-
-def distrusted(trial: TrialReport) -> tuple[int, int] | None:
-    """(flagged, requests) when the client flagged more of the trial's requests unreliable than
-    ``bench``'s ``unreliable`` check allows a run's, else None."""
-    total, flagged = trial.figures.get("requests"), trial.figures.get("unreliable")
-    if not isinstance(total, int) or not isinstance(flagged, int) or total <= 0:
-        return None
-    return (flagged, total) if flagged > UNRELIABLE_SHARE * total else None
-
-
-@dataclass
-class _Budget:
-    """Seconds of the search's wall-clock budget spent (trials and drain waits)."""
-
-    limit: float | None
-    spent: float = 0.0
-
-    def left(self) -> float | None:
-        return None if self.limit is None else self.limit - self.spent
+    def time_left(self, settings: SearchSettings) -> float | None:
+        budget = settings.time_budget_s
+        return None if budget is None else budget - self.spent_s
 
 
 async def search_capacity(
-    settings: SearchSettings,
-    run_trial: RunTrial,
-    *,
-    load_kind: str = "rate",
-    slo: dict[str, Any] | None = None,
-    on_trial: OnTrial | None = None,
-    afford: Afford | None = None,
-    early_stop: bool = True,
-    time_budget_s: float | None = None,
-    drain: Drain | None = None,
-    on_start: OnStart | None = None,
-    on_interrupt: OnInterrupt | None = None,
+    settings: SearchSettings, run_trial: RunTrial, hooks: SearchHooks = SearchHooks()
 ) -> CapacityResult:
-    """Run trials until ``next_load`` says the search is over, ``afford`` refuses the next one or the
-    time budget runs out. Stopped from outside (cancelled, or Ctrl-C and SIGTERM in a command), it
-    tells ``on_interrupt`` what its finished trials showed (``interrupted``) and stops as told: six
+    """Run trials until ``next_load`` says the search is over, ``hooks.afford`` refuses the next one or
+    the time budget runs out. Stopped from outside (cancelled, or Ctrl-C and SIGTERM in a command), it
+    tells ``hooks.on_interrupt`` what its finished trials showed (``interrupted``) and stops as told: six
     minutes of trials were once lost to a Ctrl-C."""
-    trials: list[TrialReport] = []
-    history: list[Observation] = []
+    record = _Record()
     try:
-        return await _search(
-            settings, run_trial, trials, history, load_kind=load_kind, slo=slo, on_trial=on_trial,
-            afford=afford, early_stop=early_stop, time_budget_s=time_budget_s, drain=drain,
-            on_start=on_start,
-        )  # fmt: skip
+        return await _search(settings, run_trial, hooks, record)
     except (asyncio.CancelledError, KeyboardInterrupt):
-        if on_interrupt is not None:
-            on_interrupt(interrupted(settings, history, trials, load_kind, slo or {}))
+        if hooks.on_interrupt is not None:
+            hooks.on_interrupt(interrupted(settings, record))
         raise
 
 
-def interrupted(
-    settings: SearchSettings,
-    history: list[Observation],
-    trials: list[TrialReport],
-    load_kind: str,
-    slo: dict[str, Any],
-) -> CapacityResult:
+def interrupted(settings: SearchSettings, record: _Record) -> CapacityResult:
     """What a search stopped from outside measured: its trials, the bracket so far, state
     ``interrupted`` (no answer: a capacity is stated only by a search that ended)."""
-    result = _result(settings, history, trials, load_kind, INTERRUPTED, slo)
+    result = _result(settings, record, INTERRUPTED)
     result.state, result.converged = State.INTERRUPTED, False
     return result
 
 
 async def _search(
-    settings: SearchSettings,
-    run_trial: RunTrial,
-    trials: list[TrialReport],
-    history: list[Observation],
-    *,
-    load_kind: str,
-    slo: dict[str, Any] | None,
-    on_trial: OnTrial | None,
-    afford: Afford | None,
-    early_stop: bool,
-    time_budget_s: float | None,
-    drain: Drain | None,
-    on_start: OnStart | None,
+    settings: SearchSettings, run_trial: RunTrial, hooks: SearchHooks, record: _Record
 ) -> CapacityResult:
-    clock = _Budget(time_budget_s)
+    trials, history = record.trials, record.history
     stopped_by = ""
-    set_aside = 0
-    while (load := next_load(_trials_left(settings, set_aside), history)) is not None:
-        refusal = afford(load) if afford is not None else None
+    while (load := next_load(_trials_left(settings, record.set_aside), history)) is not None:
+        refusal = hooks.afford(load) if hooks.afford is not None else None
         drained = None
-        if refusal is None and drain is not None and trials:
-            drained = await drain()
-            clock.spent += drained.waited_s
-        left = clock.left()
+        if refusal is None and hooks.drain is not None and trials:
+            drained = await hooks.drain()
+            record.spent_s += drained.waited_s
+        left = record.time_left(settings)
         if refusal is None and left is not None and left < MIN_TRIAL_S:
             refusal = "time_budget"
         if refusal is not None:
@@ -383,36 +175,47 @@ async def _search(
         # early shows only the requests quick enough to finish, which hides how far past capacity it
         # was (measured: headroom 0.92 when stopped, 0.28 in full, at 1.5x the capacity). Near the
         # capacity, where the later failures land, that bias is small and stopping saves tokens.
-        may_stop = early_stop and any(not seen.passed for seen in history)  # set aside: anchors nothing
-        if on_start is not None:
-            on_start(len(trials) + 1, load)
+        may_stop = settings.early_stop and any(
+            not seen.passed for seen in history
+        )  # set aside: anchors nothing
         settle = settling(settings, history, load)
-        trial = await run_trial(len(trials) + 1, load, may_stop, clock.left(), settle)
+        trial = await run_trial(len(trials) + 1, load, may_stop, record.time_left(settings), settle)
         if drained is not None:
             trial.drain_wait_s, trial.drained_by = drained.waited_s, drained.how
-        clock.spent += trial.duration_s
+        record.spent_s += trial.duration_s
         trials.append(trial)
-        unmeasured = _unmeasured(trial, load_kind)
-        if unmeasured is not None:
+        nothing = unmeasured(trial, settings.load_kind)
+        if nothing is not None:
             # Nothing to learn about the target from it, and the next trial would fare no better:
             # the load was not the planned one (a shard late, dead or saturated), or it measured
             # nothing (its duration ended in the warm-up). Counted as a failure it would steer the
             # search down to the floor and report "not met" for a target never measured.
-            stopped_by = unmeasured
-            if on_trial is not None:
-                on_trial(trial)
+            stopped_by = nothing
+            _tell(hooks, trial)
             break
-        if set_aside < MAX_SET_ASIDE and len(trials) < settings.max_trials:
-            trial.set_aside = _set_aside_reason(trial, trials[:-1], load_kind)
+        if record.set_aside < MAX_SET_ASIDE and len(trials) < settings.max_trials:
+            trial.set_aside = _set_aside_reason(trial, trials[:-1], settings.load_kind)
         if trial.set_aside is not None:
-            set_aside += 1
-            if on_trial is not None:
-                on_trial(trial)
+            record.set_aside += 1
+            _tell(hooks, trial)
             continue
         history.append(observation(trial))
-        if on_trial is not None:
-            on_trial(trial)
-    return _result(settings, history, trials, load_kind, stopped_by, slo or {})
+        _tell(hooks, trial)
+    return _result(settings, record, stopped_by)
+
+
+def _tell(hooks: SearchHooks, trial: TrialReport) -> None:
+    if hooks.on_trial is not None:
+        hooks.on_trial(trial)
+
+
+def observation(trial: TrialReport) -> Observation:
+    counts = trial.counts()
+    return Observation(
+        trial.load, trial.passed, trial.headroom, counts[0] if counts else None,
+        counts[1] if counts else None, trial.objectives_met(), idle_misses=trial.fails_alone(),
+        engine=EngineSample.of(trial.figures),
+    )  # fmt: skip
 
 
 def _trials_left(settings: SearchSettings, set_aside: int) -> SearchSettings:
@@ -436,32 +239,8 @@ def _set_aside_reason(trial: TrialReport, earlier: list[TrialReport], load_kind:
     )
 
 
-def load_unit(load_kind: str) -> str:
-    """How a load of this kind is read: a rate in requests per second, or requests in flight."""
-    return "req/s" if load_kind == "rate" else "concurrent"
-
-
-def _unmeasured(trial: TrialReport, load_kind: str) -> str | None:
-    """Why ``trial`` says nothing about the target (``stopped_by``), or None when it does."""
-    if trial.reason == SHARDS_REASON:
-        return "shards: " + "; ".join(trial.figures["shards"]["problems"])
-    if trial.reason == NO_DATA_REASON:
-        return (
-            f"no_data: trial {trial.index} at {trial.load:g} {load_unit(load_kind)} measured no request "
-            f"({trial.requests_sent} sent, ended by {trial.ended_by.replace('_', ' ')}, after "
-            f"{trial.duration_s:.1f} s): raise the trial duration or lower the warm-up"
-        )
-    return None
-
-
-def _result(
-    settings: SearchSettings,
-    history: list[Observation],
-    trials: list[TrialReport],
-    load_kind: str,
-    stopped_by: str,
-    slo: dict[str, Any],
-) -> CapacityResult:
+def _result(settings: SearchSettings, record: _Record, stopped_by: str) -> CapacityResult:
+    history = record.history
     found = bracket(pool(settings, history))
     ends = {"lower_bound": found.low, "upper_bound": found.high}
     intervals: dict[str, Any] = {}
@@ -473,14 +252,13 @@ def _result(
                 "high": bounds.high, "verdict": str(verdict(settings, end)), "trials": end.parts,
             }  # fmt: skip
     return CapacityResult(
-        load_kind=load_kind,
+        load_kind=settings.load_kind,
         state=outcome(settings, history) if history else None,
         lower_bound=found.low.load if found.low is not None else None,
         upper_bound=found.high.load if found.high is not None else None,
         converged=converged(settings, found),
         stopped_by=stopped_by or _why_stopped(settings, history),
-        trials=trials,
-        slo=slo,
+        trials=record.trials,
         intervals=intervals,
         prediction=prediction_report(settings, history, found.low.load if found.low is not None else None),
     )
@@ -488,7 +266,7 @@ def _result(
 
 def _idle_stop(settings: SearchSettings, failed: Observation) -> str:
     missed, requests = failed.idle_misses or (0, 0)
-    unit = load_unit("concurrency" if settings.integer else "rate")
+    unit = load_unit(settings.load_kind)
     return (
         f"floor: fails with the engine idle: at {failed.load:g} {unit}, {missed} of {requests} requests "
         "that had it to themselves (nothing else of ours in flight) missed the SLO, so no lower load can help"
@@ -506,3 +284,92 @@ def _why_stopped(settings: SearchSettings, history: list[Observation]) -> str:
     if found.high is None and found.low is not None and found.low.load >= settings.max_load:
         return "max_load"
     return "max_trials"
+
+
+# -- waiting for a drained engine -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drained:
+    """How long the wait took and how it ended: "engine_idle", "settled" (no engine metrics: the pause)
+    or "max_wait" (the engine still showed requests when the bound was reached)."""
+
+    waited_s: float
+    how: str
+
+
+async def wait_drained(
+    busy: Busy | None,
+    *,
+    max_wait_s: float = MAX_WAIT_S,
+    settle_s: float = SETTLE_S,
+    poll_s: float = POLL_S,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Drained:
+    """Wait until ``busy()`` reads 0 (polling every ``poll_s``), or for ``settle_s`` when it cannot
+    tell (None), at most ``max_wait_s`` in all."""
+    began = clock()
+    while True:
+        load = await busy() if busy is not None else None
+        waited = clock() - began
+        if load is None:
+            pause = max(min(settle_s, max_wait_s - waited), 0.0)
+            await sleep(pause)
+            return Drained(clock() - began, "settled")
+        if load <= 0:
+            return Drained(waited, "engine_idle")
+        if waited + poll_s > max_wait_s:
+            return Drained(waited, "max_wait")
+        await sleep(poll_s)
+
+
+# -- the first look --------------------------------------------------------------------------------
+
+
+def look_rate(report: TrialReport) -> float | None:
+    """The rate a look's closed loop was served at, or None with fewer than half its requests done
+    (a rate over a few quick ones would overstate it)."""
+    completed = report.figures.get("completed")
+    rate = report.figures.get("offered_rate_per_s")
+    if not isinstance(completed, int) or completed < LOOK_REQUESTS // 2:
+        return None
+    return float(rate) if isinstance(rate, float) and math.isfinite(rate) and rate > 0 else None
+
+
+async def first_look(
+    workload: Workload, slo: TrialSlo, send: StartedSend, *, seed: int, salt: int
+) -> FirstLook:
+    """Send the look (``send`` as a trial's) and say what rate it was served at."""
+    shape = TrialShape(
+        concurrency=True,
+        arrival="poisson",
+        warmup=0,
+        requests=LOOK_REQUESTS,
+        seed=seed,
+        salt=salt + LOOK_SALT,
+    )
+    drawn = plan_trial(workload, float(LOOK_CONCURRENCY), shape)
+    plan = dataclasses.replace(drawn, early_stop=False, time_limit_s=LOOK_LIMIT_S)
+    report = await run_trial(0, plan, slo, send)
+    completed = report.figures.get("completed")
+    done = completed if isinstance(completed, int) else 0
+    return FirstLook(
+        look_rate(report), report.passed, report.headroom, report.duration_s, report.tokens, done
+    )
+
+
+def look_start(look: FirstLook, settings: SearchSettings) -> float:
+    """The search's start: where it would go after a trial at the look's rate (within ``[floor,
+    max_load]``) that fared as the look did, to three significant digits; ``settings.start`` when the
+    look could not say."""
+    if look.rate is None:
+        return settings.start
+    seen = min(max(look.rate, settings.min_load), settings.max_load)
+    # The look is no trial of the search's: it takes none of ``max_trials`` (one trial would end it).
+    unbounded = dataclasses.replace(settings, max_trials=max(settings.max_trials, 2))
+    placed = next_load(unbounded, [Observation(seen, look.passed, look.headroom)])
+    if placed is None:  # at the ceiling after a pass, at the floor after a failure
+        placed = seen
+    rounded = float(f"{placed:.3g}")
+    return min(max(rounded, settings.min_load), settings.max_load)

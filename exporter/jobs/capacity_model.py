@@ -11,9 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from exporter.jobs.search_state import Observation, SearchSettings
 from exporter.stats.engine_model import (
     DecodeBins,
     Prediction,
@@ -42,7 +41,31 @@ class EngineSample:
         return EngineSample(bins, float(tokens))
 
 
-def predict(settings: SearchSettings, history: Sequence[Observation]) -> Prediction | None:
+class Searched(Protocol):
+    """What the model needs of a search's settings (``capacity_search.SearchSettings``): whether its
+    loads are concurrencies. A protocol, so the model imports nothing of the search that asks it."""
+
+    @property
+    def integer(self) -> bool: ...
+
+
+class Seen(Protocol):
+    """What the model needs of a trial as the search saw it (``capacity_search.Observation``)."""
+
+    @property
+    def load(self) -> float: ...
+
+    @property
+    def passed(self) -> bool: ...
+
+    @property
+    def headroom(self) -> float: ...
+
+    @property
+    def engine(self) -> EngineSample | None: ...
+
+
+def predict(settings: Searched, history: Sequence[Seen]) -> Prediction | None:
     """The capacity the trials' engine model predicts (None: a concurrency search, or too little to
     fit). Every trial's gaps are pooled; each trial is one point of the knee's calibration."""
     if settings.integer:
@@ -76,7 +99,7 @@ class Contradiction:
         }  # fmt: skip
 
 
-def contradictions(settings: SearchSettings, history: Sequence[Observation]) -> list[Contradiction]:
+def contradictions(settings: Searched, history: Sequence[Seen]) -> list[Contradiction]:
     """Each trial against the prediction the trials before it made: a pass above its interval or a
     failure below it contradicts it."""
     found = []
@@ -90,7 +113,7 @@ def contradictions(settings: SearchSettings, history: Sequence[Observation]) -> 
 
 
 def prediction_report(
-    settings: SearchSettings, history: Sequence[Observation], lower_bound: float | None
+    settings: Searched, history: Sequence[Seen], lower_bound: float | None
 ) -> dict[str, Any] | None:
     """The last prediction beside the measured bracket: its load and interval, widened to every load
     whose trial contradicted a prediction (the model was wrong there, and says so), how far the

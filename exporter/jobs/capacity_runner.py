@@ -1,5 +1,11 @@
 """The capacity search as a job: its parameters turned into the search's bounds and SLO, its trials run.
 
+Where a reader starts: ``run_capacity_search`` wires one search to its target (``SearchTarget``), its
+token and time budgets, the drain and the progress, and runs the loop of ``capacity``; the loop's
+steps are ``capacity_search``'s, a trial is ``trial``'s and its verdict ``trial_verdict``'s, and what
+it found is ``capacity_result``'s, said by ``capacity_report``. Nothing of those calls back up here
+but through the values handed down (``capacity.SearchHooks``, a trial's ``run``).
+
 A trial is planned (fresh prompt texts per search, new samples at a repeated load), sent in process or
 over the shards, and counted against the job's token budget. The daemon's runner (``capacity_runner``)
 and the CLI's command (``local_capacity``) share ``run_capacity_search``. Both send a workload fitted to
@@ -20,16 +26,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import CapacityResult, OnInterrupt, search_capacity
-from exporter.jobs.drain import Busy, Drained, wait_drained
-from exporter.jobs.first_look import FirstLook, first_look, look_start
+from exporter.jobs.capacity import (
+    Busy,
+    Drained,
+    OnInterrupt,
+    OnTrial,
+    SearchHooks,
+    first_look,
+    look_start,
+    search_capacity,
+    wait_drained,
+)
+from exporter.jobs.capacity_report import SearchProgress, result_line
+from exporter.jobs.capacity_result import CapacityResult, FirstLook
+from exporter.jobs.capacity_search import MAX_PARTS, SearchSettings
 from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
-from exporter.jobs.search_progress import SearchProgress, result_line
-from exporter.jobs.search_state import MAX_PARTS, SearchSettings
-from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial, run_trial
-from exporter.jobs.trial_shards import run_sharded_trial
-from exporter.jobs.trial_verdict import TrialSlo
+from exporter.jobs.trial import (
+    StartedSend,
+    TrialPlan,
+    TrialShape,
+    client_send,
+    plan_trial,
+    run_sharded_trial,
+    run_trial,
+)
+from exporter.jobs.trial_verdict import TrialReport, TrialSlo
 from exporter.load import config_workloads
 from exporter.load.calibration import Calibration, calibrate_prompts
 from exporter.load.shard_pool import ShardPool
@@ -37,8 +59,6 @@ from exporter.load.target_facts import ContextFit, cannot_fit, served_context
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.loop import off_the_loop
-from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, concurrency_ceiling
 from exporter.settings.model import Module, Target
 from exporter.settings.slo import Slo, SloSpec
@@ -68,8 +88,9 @@ def resolve_trial_slo(spec: SloSpec, configured: Slo, policy: DeadlinePolicy) ->
 
 
 def search_settings(params: CapacityParams, limits: JobLimits, slo: TrialSlo | None = None) -> SearchSettings:
-    """The search's bounds: ``start`` within ``[floor, max_load]``; with ``slo``, its verdicts are
-    judged by the pass fraction's interval at the SLO's percentile and the job's confidence."""
+    """The search's bounds: ``start`` within ``[floor, max_load]``, the time budget (``time_budget``);
+    with ``slo``, its verdicts are judged by the pass fraction's interval at the SLO's percentile and
+    the job's confidence."""
     concurrency = params.load == "concurrency"
     ceiling = float(limits.max_concurrency if concurrency else limits.max_rate)
     if concurrency:
@@ -79,7 +100,7 @@ def search_settings(params: CapacityParams, limits: JobLimits, slo: TrialSlo | N
     return SearchSettings(
         start, max_load, params.tolerance, params.max_trials, integer=concurrency,
         floor=min(default_floor(params), start), required=None if slo is None else slo.required,
-        confidence=params.confidence,
+        confidence=params.confidence, early_stop=params.early_stop, time_budget_s=time_budget(params, limits),
     )  # fmt: skip
 
 
@@ -169,8 +190,7 @@ def capacity_runner(env: JobEnvironment) -> Runner:
                     lambda: client, budget=TokenBudget(limits.max_tokens),
                     on_trial=_reporter(ctx, progress), pool=pool,
                     shard_url=remote.url_for(target.name) if remote is not None else None,
-                    time_budget_s=time_budget(params, limits), progress=progress,
-                    busy=lambda: env.engine_busy(target.name), context=context,
+                    progress=progress, busy=lambda: env.engine_busy(target.name), context=context,
                     on_interrupt=interrupted,
                 )  # fmt: skip
         if result.state is None:  # no trial could be judged (or none ran): no finding to publish
@@ -216,6 +236,22 @@ def fitted_workload(
     return workload
 
 
+@dataclass(frozen=True)
+class SearchTarget:
+    """Where a search's trials go: ``client()``, asked for the target's client at every send (a daemon's
+    job leases one for its whole life: ``JobEnvironment.lease``); with a ``pool``, every trial sharded
+    over its shards (worker processes or pods), which reach the target at ``shard_url`` when given
+    (pods of their own cannot use a sidecar's loopback); ``busy``, the engine's running + waiting
+    requests read for the drain before a trial; ``context``, the tokens the target serves (None: not
+    said)."""
+
+    client: Callable[[], ProbeClient]
+    pool: ShardPool | None = None
+    shard_url: str | None = None
+    busy: Busy | None = None
+    context: int | None = None
+
+
 async def run_capacity_search(
     params: CapacityParams,
     settings: SearchSettings,
@@ -224,7 +260,7 @@ async def run_capacity_search(
     client: Callable[[], ProbeClient],
     *,
     budget: TokenBudget | None = None,
-    on_trial: Callable[[TrialReport], None] | None = None,
+    on_trial: OnTrial | None = None,
     pool: ShardPool | None = None,
     shard_url: str | None = None,
     time_budget_s: float | None = None,
@@ -233,64 +269,79 @@ async def run_capacity_search(
     context: int | None = None,
     on_interrupt: OnInterrupt | None = None,
 ) -> CapacityResult:
-    """A whole search (the daemon's job and the CLI share it). ``client()`` is asked for the target's
-    client at every send (a daemon's job leases one for its whole life: ``JobEnvironment.lease``). With a
-    ``pool`` every trial is sharded over its shards (worker processes or pods), which reach the target
-    at ``shard_url`` when given (pods of their own cannot use a sidecar's loopback). Every trial after
-    the first waits for a drained engine (``busy``: its running + waiting requests) and ends at its time
-    limit; the search ends at ``time_budget_s``. ``workload`` comes fitted to ``context``, the tokens the
-    target serves (None: not said), and the result says how (``CapacityResult.context``). Stopped from
-    outside, the search tells ``on_interrupt`` what it measured."""
-    if pool is not None and workload.sessions:
+    """A whole search, the one entry point the daemon's job and the ``capacity`` command share: the
+    first plan, the first look when no start is given, then ``search_capacity`` over the trials sent
+    to the target (``SearchTarget``: ``client``, ``pool``, ``shard_url``, ``busy``, ``context``). Every
+    trial after the first waits for a drained engine and ends at its time limit; the search ends at
+    ``settings.time_budget_s`` (``time_budget_s`` replaces it when given). ``workload`` comes fitted
+    to ``context`` and the result says how (``CapacityResult.context``). Trials are counted against
+    ``budget``, told to ``on_trial`` and ``progress``; stopped from outside, the search tells
+    ``on_interrupt`` what it measured. Its keywords become values (``SearchTarget``, the trials and
+    ``capacity.SearchHooks``) at once."""
+    target = SearchTarget(client, pool, shard_url, busy, context)
+    if time_budget_s is not None:
+        settings = dataclasses.replace(settings, time_budget_s=time_budget_s)
+    return await _search_target(
+        _SearchTrials(params, workload, slo, target, budget, progress), settings, on_trial, on_interrupt
+    )
+
+
+async def _search_target(
+    trials: _SearchTrials,
+    settings: SearchSettings,
+    on_trial: OnTrial | None,
+    on_interrupt: OnInterrupt | None,
+) -> CapacityResult:
+    params, workload, target = trials.params, trials.workload, trials.target
+    if target.pool is not None and workload.sessions:
         # A shard sends single requests: a session's later turns need its earlier answers in one place.
         raise JobFailedError(
             "multi-turn sessions run in one process: drop workers (or jobs.shards) for this workload"
         )
-    trials = _SearchTrials(params, workload, slo, client, budget, pool, shard_url, progress)
     # Every trial sends the same lengths (common random numbers) whatever its load, so one plan gives
     # the worst case of them all, and refuses a workload that cannot fit before a token is sent.
-    worst_case = (await _first_plan(trials, settings.start, workload, context)).planned_tokens
-    await client().resolve_model()
+    worst_case = (await _first_plan(trials, settings.start, workload, target.context)).planned_tokens
+    await target.client().resolve_model()
     look = None
     if params.start is None and params.load == "rate":  # no start given: where the target's speed says
-        look = await first_look(workload, slo, trials.send, seed=params.seed, salt=trials.salt)
-        settings, time_budget_s = _looked(trials, look, settings, time_budget_s)
-    if progress is not None:
+        look = await first_look(workload, trials.slo, trials.send, seed=params.seed, salt=trials.salt)
+        settings = _looked(trials, look, settings)
+    if trials.progress is not None:
         # The look's slots each sent two requests: half its span is about one request's life, the
         # time a trial's last requests take after its last send.
-        progress.begin(settings.start, time_budget_s, look.duration_s / 2 if look is not None else 0.0)
+        tail_s = look.duration_s / 2 if look is not None else 0.0
+        trials.progress.begin(settings.start, settings.time_budget_s, tail_s)
 
     def afford(load: float) -> str | None:
-        return budget.refusal(worst_case) if budget is not None else None
+        return trials.budget.refusal(worst_case) if trials.budget is not None else None
 
     async def drain() -> Drained:
-        return await wait_drained(busy)
+        return await wait_drained(target.busy)
+
+    def described(result: CapacityResult) -> CapacityResult:
+        result.context, result.first_look = ContextFit.of(workload, target.context), look
+        result.slo = trials.slo.describe()
+        return result
 
     def stopped(result: CapacityResult) -> None:
-        result.context, result.first_look = ContextFit.of(workload, context), look
         if on_interrupt is not None:
-            on_interrupt(result)
+            on_interrupt(described(result))
 
-    result = await search_capacity(
-        settings, trials.run, load_kind=params.load, slo=slo.describe(), on_trial=on_trial, afford=afford,
-        early_stop=params.early_stop, time_budget_s=time_budget_s, drain=drain, on_interrupt=stopped,
-    )  # fmt: skip
-    result.context, result.first_look = ContextFit.of(workload, context), look
-    return result
+    hooks = SearchHooks(on_trial=on_trial, afford=afford, drain=drain, on_interrupt=stopped)
+    return described(await search_capacity(settings, trials.run, hooks))
 
 
-def _looked(
-    trials: _SearchTrials, look: FirstLook, settings: SearchSettings, time_budget_s: float | None
-) -> tuple[SearchSettings, float | None]:
-    """The settings started where the first look says, and the time budget less the look's seconds
+def _looked(trials: _SearchTrials, look: FirstLook, settings: SearchSettings) -> SearchSettings:
+    """The settings started where the first look says, with the time budget less the look's seconds
     (its tokens count against the token budget)."""
     start = look_start(look, settings)
     if trials.budget is not None:
         trials.budget.spent += look.tokens
     if trials.progress is not None:
         trials.progress.report(0.0, look.describe(start, "req/s"))
-    left = time_budget_s - look.duration_s if time_budget_s is not None else None
-    return dataclasses.replace(settings, start=start), left
+    budget = settings.time_budget_s
+    left = budget - look.duration_s if budget is not None else None
+    return dataclasses.replace(settings, start=start, time_budget_s=left)
 
 
 async def _first_plan(
@@ -314,10 +365,8 @@ class _SearchTrials:
     params: CapacityParams
     workload: Workload
     slo: TrialSlo
-    client: Callable[[], ProbeClient]
+    target: SearchTarget
     budget: TokenBudget | None
-    pool: ShardPool | None
-    shard_url: str | None
     progress: SearchProgress | None
     salt: int = field(default_factory=lambda: secrets.randbits(40))  # no prefix cache from another search
     repeats: Counter[float] = field(default_factory=Counter)  # trials so far at each load
@@ -354,17 +403,16 @@ class _SearchTrials:
     def _plan(self, index: int, load: float, stop: threading.Event) -> TrialPlan:
         # A repeat at a load draws new lengths and gaps: the same ones would only replay the same sample.
         params = self.params
-        seed = params.seed + REPEAT_SEED_STEP * self.repeats[load]
-        return plan_trial(
-            self.workload, load, concurrency=params.load == "concurrency", arrival=params.arrival,
-            warmup=params.warmup_requests, requests=params.requests_per_trial, seed=seed,
-            salt=self.salt + index * 1_000_000, duration_s=params.trial_duration_s, stop=stop,
+        shape = TrialShape(
+            concurrency=params.load == "concurrency", arrival=params.arrival, warmup=params.warmup_requests,
+            requests=params.requests_per_trial, seed=params.seed + REPEAT_SEED_STEP * self.repeats[load],
+            salt=self.salt + index * 1_000_000, duration_s=params.trial_duration_s,
         )  # fmt: skip
+        return plan_trial(self.workload, load, shape, stop)
 
-    async def send(
-        self, spec: RequestSpec, at: float | None, started: Callable[[ProbeResult], None]
-    ) -> ProbeResult:
-        return await self.client().send(spec, at, on_start=started)
+    @property
+    def send(self) -> StartedSend:
+        return client_send(self.target.client)
 
     async def run(
         self, index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
@@ -375,11 +423,12 @@ class _SearchTrials:
         if progress is not None:
             progress.started(index, load, planned)
         done = progress.request_done if progress is not None else None
-        if self.pool is not None:
-            settings = self.client().settings
-            if self.shard_url is not None:
-                settings = dataclasses.replace(settings, base_url=self.shard_url)
-            report = await run_sharded_trial(index, planned, self.slo, self.pool, settings, done)
+        pool = self.target.pool
+        if pool is not None:
+            settings = self.target.client().settings
+            if self.target.shard_url is not None:
+                settings = dataclasses.replace(settings, base_url=self.target.shard_url)
+            report = await run_sharded_trial(index, planned, self.slo, pool, settings, done)
         else:
             report = await run_trial(index, planned, self.slo, self.send, done)
         if self.budget is not None:

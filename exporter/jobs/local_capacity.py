@@ -16,7 +16,9 @@ from yarl import URL
 
 from exporter.engine.scrape import scrape
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import CapacityResult, OnInterrupt
+from exporter.jobs.capacity import Busy, OnInterrupt
+from exporter.jobs.capacity_report import SearchProgress
+from exporter.jobs.capacity_result import CapacityResult
 from exporter.jobs.capacity_runner import (
     BUDGET_SHARE,
     resolve_trial_slo,
@@ -24,9 +26,7 @@ from exporter.jobs.capacity_runner import (
     search_settings,
     time_budget,
 )
-from exporter.jobs.drain import Busy
 from exporter.jobs.manager import JobFailedError
-from exporter.jobs.search_progress import SearchProgress
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.plan_runner import worker_pool
 from exporter.load.workloads import Workload

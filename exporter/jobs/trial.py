@@ -18,6 +18,19 @@ the same confidence a full trial needs, so two slow requests never decide a verd
 sends are cancelled. A trial also ends at its time limit (``TrialPlan.time_limit_s``); either way the
 unfinished requests that already waited too long for a first token count as failed and the others
 are left out.
+
+Sharded over K client processes or pods (``run_sharded_trial``), a trial is judged exactly as one
+process would judge it. Its plan (the same specs and arrival offsets) is dealt over the shards of a
+``ShardPool`` (``exporter.load.shard_pool``), which stream every request's start, first token and
+result back as they happen, so the same ``Tally`` sees them: requests certain to fail, waits past
+their give-up point, the early-stop decision; and the job's progress counts each result as it comes.
+When the verdict is decided the pool tells the shards to stop; the requests they cancel come back with
+the tokens received so far, which the trial's token count includes. The verdict is ``judge`` over the
+merged results in plan order: a sharded trial and an in-process one of the same plan differ only in
+the timings the target gave them. A shard late to start, dead, or saturated makes the merged load
+something other than the plan, so such a trial does not pass: its reason is ``"shards"`` and its
+figures say which shard and why (the search stops there rather than read a broken load as the
+target's failure).
 """
 
 from __future__ import annotations
@@ -32,23 +45,24 @@ from typing import Any
 
 import numpy as np
 
-from exporter.jobs.trial_verdict import TrialSlo, Verdict, judge
+from exporter.jobs.trial_verdict import SHARDS_REASON, TrialCost, TrialReport, TrialSlo, Verdict, judge
 from exporter.load.plan import LoadPlan
 from exporter.load.runner import RunHooks, run_plan
 from exporter.load.sessions import planned_tokens, session_turns
+from exporter.load.shard_pool import ShardPool
+from exporter.load.shard_report import ShardRunReport
+from exporter.load.shard_run import ShardHooks
 from exporter.load.workloads import Workload, specs_with_lengths
+from exporter.probe.client import ProbeClient
 from exporter.probe.result import ProbeResult
 from exporter.probe.target import RequestSpec
 from exporter.settings.arrival import at_rate
+from exporter.settings.target import TargetSettings
 from exporter.stats.batch import FloatArray
 from exporter.stats.binomial import Verdict as BinomialVerdict
 from exporter.stats.binomial import classify_fraction
 from exporter.stats.headroom import decided_failure
 
-STOPPED_EARLY = ("early_stop", "cannot_settle")  # ``ended_by`` of a trial its own tally stopped
-# Requests alone in flight that must miss, confidently, before a search believes the SLO fails with the
-# engine idle: one is no pattern (the first request after a drain may pay a cold start no other pays).
-MIN_ALONE = 2
 WATCH_INTERVAL_S = 0.05  # how often waiting requests are checked against their give-up wait
 StartedSend = Callable[[RequestSpec, float | None, Callable[[ProbeResult], None]], Awaitable[ProbeResult]]
 
@@ -86,94 +100,6 @@ class TrialPlan:
         return LoadPlan(
             list(self.specs), self.offsets, self.concurrency, rate, self.duration_s, from_scheduled=True
         )
-
-
-@dataclass
-class TrialReport:
-    """What a trial did and what it showed."""
-
-    index: int
-    load: float
-    passed: bool
-    reason: str
-    headroom: float
-    figures: dict[str, Any]
-    requests_sent: int
-    duration_s: float
-    tokens: int
-    stopped_early: bool = False
-    planned: int = 0  # measured requests planned
-    # "requests" (all sent and done), "duration" (the trial duration ended the sends, the rest done),
-    # "early_stop", "cannot_settle", "time_limit"
-    ended_by: str = "requests"
-    drain_wait_s: float = 0.0  # waited for a drained engine before it
-    drained_by: str | None = None  # how that wait ended (``exporter.jobs.drain.Drained.how``)
-    # Why the search did not steer on it and ran its load again (its timings distrusted), or None
-    set_aside: str | None = None
-
-    @classmethod
-    def of(
-        cls, index: int, load: float, verdict: Verdict, sent: int, duration_s: float, tokens: int, early: bool
-    ) -> TrialReport:
-        """A report from a trial's verdict and what it cost."""
-        return cls(
-            index, load, verdict.passed, verdict.reason, verdict.headroom, verdict.figures, sent, duration_s,
-            tokens, early, ended_by="early_stop" if early else "requests",
-        )  # fmt: skip
-
-    def counts(self) -> tuple[int, int] | None:
-        """(requests that met the target, requests) for the pass-fraction interval. A trial stopped
-        early counts as if every request it did not wait for had met the target: the stop rule made
-        it a confident failure even then. One stopped because it could no longer settle a pass counts
-        only what it saw: counting the rest as met would lean towards the pass it could not show."""
-        total, fluid = self.figures.get("requests"), self.figures.get("fluid_requests")
-        if not isinstance(total, int) or not isinstance(fluid, int) or total == 0:
-            return None
-        if self.ended_by == "early_stop" and self.planned > total:
-            return self.planned - (total - fluid), self.planned
-        return fluid, total
-
-    def fails_alone(self) -> tuple[int, int] | None:
-        """(missed, requests) of the measured requests that had the engine to themselves (nothing else
-        of ours in flight, ``Tally.alone``) when at least ``MIN_ALONE`` of them were and they confidently
-        missed the SLO; else None. A lower load can only leave more requests alone, no faster: the SLO
-        is then met at no load (``capacity_search``'s floor)."""
-        alone = self.figures.get("alone") or {}
-        requests, missed = alone.get("requests"), alone.get("missed")
-        if not isinstance(requests, int) or not isinstance(missed, int) or requests < MIN_ALONE:
-            return None
-        return (missed, requests) if alone.get("verdict") == str(BinomialVerdict.FAIL) else None
-
-    def objectives_met(self) -> bool:
-        """Every objective besides the fluidity percentile held (goodput floor included)."""
-        rows = self.figures.get("objectives") or []
-        good = (self.figures.get("goodput") or {}).get("met")
-        return all(row.get("met") for row in rows) and good is not False
-
-    @property
-    def verdict(self) -> str:
-        """ "pass", "fail" or "inconclusive" (the pass fraction's interval against the objective)."""
-        return str(self.figures.get("verdict") or ("pass" if self.passed else "fail"))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "load": self.load,
-            "passed": self.passed,
-            "reason": self.reason,
-            "headroom": _json_number(self.headroom),
-            "requests_sent": self.requests_sent,
-            "duration_s": self.duration_s,
-            "tokens": self.tokens,
-            "stopped_early": self.stopped_early,
-            "planned": self.planned,
-            "ended_by": self.ended_by,
-            "drain_wait_s": self.drain_wait_s,
-            "drained_by": self.drained_by,
-            "set_aside": self.set_aside,
-            "verdict": self.verdict,
-            "figures": _json_ready(self.figures),
-        }
 
 
 @dataclass
@@ -309,39 +235,44 @@ def give_up_bound(result: ProbeResult, now: float, slo: TrialSlo) -> float:
     return (min(first, now) - (result.scheduled_at or now)) / slo.give_up_after(result)
 
 
+@dataclass(frozen=True)
+class TrialShape:
+    """How a trial is drawn, whatever its load: closed loop (a concurrency) or open at a rate with
+    ``arrival``'s gaps, ``warmup`` requests and then ``requests`` measured ones, the lengths and gaps
+    drawn from ``seed`` (the same for every trial of a search) and the prompt texts from ``salt`` (new
+    for each), the sends ended after ``duration_s`` when given."""
+
+    concurrency: bool
+    arrival: str
+    warmup: int
+    requests: int
+    seed: int
+    salt: int
+    duration_s: float | None = None
+
+
 def plan_trial(
-    workload: Workload,
-    load: float,
-    *,
-    concurrency: bool,
-    arrival: str,
-    warmup: int,
-    requests: int,
-    seed: int,
-    salt: int,
-    duration_s: float | None = None,
-    early_stop: bool = True,
-    time_limit_s: float | None = None,
-    stop: threading.Event | None = None,
+    workload: Workload, load: float, shape: TrialShape, stop: threading.Event | None = None
 ) -> TrialPlan:
     """The specs and schedule of a trial at ``load``: the same lengths and unit-rate gaps for every
-    trial of a search (``seed``), unique prompt texts per trial (``salt``). ``stop``: planning ends
-    with a ``PlanStoppedError`` once it is set (an abandoned plan, ``off_the_loop``)."""
-    rng = np.random.default_rng(seed)
+    trial of a search (``shape.seed``), unique prompt texts per trial (``shape.salt``). ``stop``:
+    planning ends with a ``PlanStoppedError`` once it is set (an abandoned plan, ``off_the_loop``)."""
+    rng = np.random.default_rng(shape.seed)
+    warmup = shape.warmup
     if workload.sessions:  # sessions of warmup, then of measured requests; the same lengths every trial
         warm = workload.sample(warmup, rng)
-        specs = warm + workload.sample(requests, rng)
+        specs = warm + workload.sample(shape.requests, rng)
         warmup = len(warm)
     else:
-        prompts, outputs = workload.sample_lengths(warmup + requests, rng)
+        prompts, outputs = workload.sample_lengths(warmup + shape.requests, rng)
         specs = specs_with_lengths(
-            workload, list(zip(prompts.tolist(), outputs.tolist(), strict=True)), salt=salt, stop=stop
+            workload, list(zip(prompts.tolist(), outputs.tolist(), strict=True)), salt=shape.salt, stop=stop
         )
-    if concurrency:
-        return TrialPlan(load, tuple(specs), warmup, None, int(load), duration_s, early_stop, time_limit_s)
-    unit = at_rate(arrival, 1.0).offsets(len(specs), np.random.default_rng(seed + 1))
+    if shape.concurrency:
+        return TrialPlan(load, tuple(specs), warmup, None, int(load), shape.duration_s)
+    unit = at_rate(shape.arrival, 1.0).offsets(len(specs), np.random.default_rng(shape.seed + 1))
     offsets = at_unit_rate(unit, warmup) / load
-    return TrialPlan(load, tuple(specs), warmup, offsets, None, duration_s, early_stop, time_limit_s)
+    return TrialPlan(load, tuple(specs), warmup, offsets, None, shape.duration_s)
 
 
 def at_unit_rate(offsets: FloatArray, warmup: int) -> FloatArray:
@@ -361,6 +292,18 @@ def at_unit_rate(offsets: FloatArray, warmup: int) -> FloatArray:
         warm = offsets[0] + (offsets[: warmup + 1] - offsets[0]) * (warmup / warm_span)
         scaled = np.concatenate([warm, warm[-1] + (scaled[warmup + 1 :] - scaled[warmup])])
     return scaled
+
+
+def client_send(client: Callable[[], ProbeClient]) -> StartedSend:
+    """A trial's ``send`` through the client ``client()`` gives at each send (a daemon's job leases
+    one for its whole life: ``JobEnvironment.lease``)."""
+
+    async def send(
+        spec: RequestSpec, at: float | None, started: Callable[[ProbeResult], None]
+    ) -> ProbeResult:
+        return await client().send(spec, at, on_start=started)
+
+    return send
 
 
 async def run_trial(
@@ -404,11 +347,14 @@ async def run_trial(
         verdict = judge(_measured_in_order(done.results), slo, closed_loop=closed)
         if done.stopped_by == "duration":
             ended_by = "duration"  # its trial duration ended the sends: fewer requests than planned
-    early = ended_by in STOPPED_EARLY
     tally.note_alone(verdict.figures, now)
-    report = TrialReport.of(index, plan.load, verdict, len(tally.started), now - began, tally.tokens(), early)
-    report.planned, report.ended_by = plan.measured, ended_by
+    report = TrialReport.of(index, plan.load, verdict, _cost(tally, now - began), ended_by)
+    report.planned = plan.measured
     return report
+
+
+def _cost(tally: Tally, duration_s: float) -> TrialCost:
+    return TrialCost(len(tally.started), duration_s, tally.tokens())
 
 
 def _both(
@@ -460,17 +406,94 @@ def _measured_in_order(results: Sequence[ProbeResult]) -> list[ProbeResult]:
     return [r for r in results if r.extra.get("measured")]
 
 
-def _json_number(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+# -- a trial sharded over client processes or pods ------------------------------------------------
 
 
-def _json_ready(value: Any) -> Any:
-    if isinstance(value, float):
-        return _json_number(value)
-    if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_ready(v) for v in value]
-    if isinstance(value, np.generic):
-        return _json_ready(value.item())
-    return value
+async def run_sharded_trial(
+    index: int,
+    plan: TrialPlan,
+    slo: TrialSlo,
+    pool: ShardPool,
+    settings: TargetSettings,
+    on_result: Callable[[ProbeResult], None] | None = None,
+) -> TrialReport:
+    """Send ``plan`` over ``pool``'s shards and judge the merged results (``on_result``: each result
+    as a shard's post brings it, for progress, as ``run_trial`` gives it)."""
+    tally = Tally(plan, slo)
+
+    def started(position: int, result: ProbeResult) -> None:
+        result.extra["measured"] = position >= plan.warmup
+        tally.started.append(result)
+
+    def ended(_position: int, result: ProbeResult) -> None:
+        tally.on_result(result)
+        if on_result is not None:
+            on_result(result)
+
+    stop = asyncio.Event()
+    began = time.perf_counter()
+    watcher = asyncio.ensure_future(watch(tally)) if plan.early_stop else None
+    run = asyncio.ensure_future(pool.run_plan(settings, plan.load_plan(), ShardHooks(started, ended, stop)))
+    try:
+        stopped_by = await _until_shards_done_or_decided(run, tally, stop, plan.time_limit_s)
+        report = run.result()
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+    now = time.perf_counter()
+    closed = plan.concurrency is not None
+    if stopped_by is not None:  # judged on what came back, the requests cut short as given up
+        verdict = judge(list(tally.measured), slo, tally.given_up(now), closed_loop=closed, sent=tally.sent())
+    else:
+        verdict = judge([r for r in report.in_order() if r.extra.get("measured")], slo, closed_loop=closed)
+    # The shards' stamps come back on this process's clock (``shard_protocol``'s origin), so which
+    # requests had nothing else in flight is read across shards as in process.
+    tally.note_alone(verdict.figures, now)
+    ended_by = _ended_by(stopped_by, tally, report)
+    trial = TrialReport.of(
+        index, plan.load, with_shards(verdict, report), _cost(tally, now - began), ended_by
+    )
+    trial.planned = plan.measured
+    return trial
+
+
+def _ended_by(stopped_by: str | None, tally: Tally, report: ShardRunReport) -> str:
+    """How the merged trial's sends ended, as ``run_trial`` says it of one process: the tally's stop
+    (a confident failure, or a pass it could no longer settle) or the time limit, else ``duration``
+    when it cut any shard's sends (the merged run then sent fewer requests than planned), else
+    ``requests``."""
+    if stopped_by == "early_stop":
+        return tally.reason or stopped_by
+    if stopped_by is not None:
+        return stopped_by
+    return "duration" if report.cut_by_duration else "requests"
+
+
+async def _until_shards_done_or_decided(
+    run: asyncio.Future[ShardRunReport], tally: Tally, stop: asyncio.Event, limit_s: float | None
+) -> str | None:
+    """Wait for the run; once the verdict is decided or the trial's time limit is reached, stop the
+    shards and wait for their last results (their requests in flight come back cancelled). Says which
+    ended it early ("early_stop", "time_limit"), or None when the run ended by itself."""
+    decided: asyncio.Future[Any] = asyncio.ensure_future(tally.decided.wait())
+    try:
+        await asyncio.wait({run, decided}, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+        if run.done():
+            return None
+        stop.set()
+        await asyncio.wait({run})
+        return "early_stop" if decided.done() else "time_limit"
+    except asyncio.CancelledError:
+        run.cancel()  # the job was cancelled: the pool calls the run off, the shards hear "stop"
+        await asyncio.gather(run, return_exceptions=True)
+        raise
+    finally:
+        decided.cancel()
+
+
+def with_shards(verdict: Verdict, report: ShardRunReport) -> Verdict:
+    """The verdict with the shards' figures; not a pass when a shard made the load other than planned."""
+    figures = {**verdict.figures, "shards": report.to_dict()}
+    if report.problems:
+        return Verdict(False, SHARDS_REASON, verdict.headroom, figures)
+    return Verdict(verdict.passed, verdict.reason, verdict.headroom, figures)

@@ -1,5 +1,5 @@
 """The verdict of one capacity trial: a pure function of its results (``judge``) and the SLO it is
-judged at (``TrialSlo``).
+judged at (``TrialSlo``); and the trial's report (``TrialReport``): its verdict with what it cost.
 
 A request counts against the SLO when it failed (error, timeout, no tokens) or its fluidity-index at
 ``Dp``/``Dd`` is below the target; the trial passes when at least ``percentile`` % of its measured
@@ -27,6 +27,7 @@ from exporter.settings.slo import TRIAL_TIER, Slo
 from exporter.stats.accounting import FluidityOptions
 from exporter.stats.batch import FloatArray
 from exporter.stats.binomial import DEFAULT_CONFIDENCE, classify_fraction, clopper_pearson_interval
+from exporter.stats.binomial import Verdict as BinomialVerdict
 from exporter.stats.distribution import nearest_rank
 from exporter.stats.engine_model import decode_bins
 from exporter.stats.fluidity import fluid_token_rate
@@ -49,6 +50,10 @@ from exporter.stats.objectives import (
 SHARDS_REASON = "shards"  # a sharded trial whose shards made the load other than planned
 NO_DATA_REASON = "no data"  # a trial that measured no request (it ended before its warm-up did)
 ERRORS_REASON = "errors"  # more requests failed than the SLO allows: the failures alone sank it
+# Requests alone in flight that must miss, confidently, before a search believes the SLO fails with the
+# engine idle: one is no pattern (the first request after a drain may pay a cold start no other pays).
+MIN_ALONE = 2
+STOPPED_EARLY = ("early_stop", "cannot_settle")  # ``ended_by`` of a trial its own tally stopped
 
 
 @dataclass(frozen=True)
@@ -331,4 +336,114 @@ def _reason(passed: bool, failed: int, total: int, slo: TrialSlo) -> str:
     return ERRORS_REASON if failed > allowed_failures(total, slo.percentile) else "slo"
 
 
-# -- running a trial ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrialCost:
+    """What a trial spent: the requests it started, its seconds, the tokens the target spent on it."""
+
+    sent: int
+    duration_s: float
+    tokens: int
+
+
+@dataclass
+class TrialReport:
+    """What a trial did and what it showed."""
+
+    index: int
+    load: float
+    passed: bool
+    reason: str
+    headroom: float
+    figures: dict[str, Any]
+    requests_sent: int
+    duration_s: float
+    tokens: int
+    stopped_early: bool = False
+    planned: int = 0  # measured requests planned
+    # "requests" (all sent and done), "duration" (the trial duration ended the sends, the rest done),
+    # "early_stop", "cannot_settle", "time_limit"
+    ended_by: str = "requests"
+    drain_wait_s: float = 0.0  # waited for a drained engine before it
+    drained_by: str | None = None  # how that wait ended (``exporter.jobs.capacity.Drained.how``)
+    # Why the search did not steer on it and ran its load again (its timings distrusted), or None
+    set_aside: str | None = None
+
+    @classmethod
+    def of(
+        cls, index: int, load: float, verdict: Verdict, cost: TrialCost, ended_by: str = "requests"
+    ) -> TrialReport:
+        """A report from a trial's verdict, what it cost and how its sends ended."""
+        return cls(
+            index, load, verdict.passed, verdict.reason, verdict.headroom, verdict.figures, cost.sent,
+            cost.duration_s, cost.tokens, ended_by in STOPPED_EARLY, ended_by=ended_by,
+        )  # fmt: skip
+
+    def counts(self) -> tuple[int, int] | None:
+        """(requests that met the target, requests) for the pass-fraction interval. A trial stopped
+        early counts as if every request it did not wait for had met the target: the stop rule made
+        it a confident failure even then. One stopped because it could no longer settle a pass counts
+        only what it saw: counting the rest as met would lean towards the pass it could not show."""
+        total, fluid = self.figures.get("requests"), self.figures.get("fluid_requests")
+        if not isinstance(total, int) or not isinstance(fluid, int) or total == 0:
+            return None
+        if self.ended_by == "early_stop" and self.planned > total:
+            return self.planned - (total - fluid), self.planned
+        return fluid, total
+
+    def fails_alone(self) -> tuple[int, int] | None:
+        """(missed, requests) of the measured requests that had the engine to themselves (nothing else
+        of ours in flight, ``Tally.alone``) when at least ``MIN_ALONE`` of them were and they confidently
+        missed the SLO; else None. A lower load can only leave more requests alone, no faster: the SLO
+        is then met at no load (``capacity_search``'s floor)."""
+        alone = self.figures.get("alone") or {}
+        requests, missed = alone.get("requests"), alone.get("missed")
+        if not isinstance(requests, int) or not isinstance(missed, int) or requests < MIN_ALONE:
+            return None
+        return (missed, requests) if alone.get("verdict") == str(BinomialVerdict.FAIL) else None
+
+    def objectives_met(self) -> bool:
+        """Every objective besides the fluidity percentile held (goodput floor included)."""
+        rows = self.figures.get("objectives") or []
+        good = (self.figures.get("goodput") or {}).get("met")
+        return all(row.get("met") for row in rows) and good is not False
+
+    @property
+    def verdict(self) -> str:
+        """ "pass", "fail" or "inconclusive" (the pass fraction's interval against the objective)."""
+        return str(self.figures.get("verdict") or ("pass" if self.passed else "fail"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "load": self.load,
+            "passed": self.passed,
+            "reason": self.reason,
+            "headroom": _json_number(self.headroom),
+            "requests_sent": self.requests_sent,
+            "duration_s": self.duration_s,
+            "tokens": self.tokens,
+            "stopped_early": self.stopped_early,
+            "planned": self.planned,
+            "ended_by": self.ended_by,
+            "drain_wait_s": self.drain_wait_s,
+            "drained_by": self.drained_by,
+            "set_aside": self.set_aside,
+            "verdict": self.verdict,
+            "figures": _json_ready(self.figures),
+        }
+
+
+def _json_number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, float):
+        return _json_number(value)
+    if isinstance(value, dict):
+        return {k: _json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, np.generic):
+        return _json_ready(value.item())
+    return value

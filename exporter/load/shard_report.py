@@ -15,7 +15,7 @@ from exporter.settings.shards import PoolSettings
 # small run's shard it is 10-20%, over the share (seen in a CI run on this 2-core VM with other tests
 # beside it: `bench --workers 2` of 20 requests warned that its shard was saturated for one flagged
 # result, and a daemon's sharded trial of 10 failed its job, likely so). Saturation flags many. The
-# run still counts every flagged result where it judges its timings (load.health, jobs.capacity).
+# run still counts every flagged result where it judges its timings (load.health, jobs.capacity_result).
 SATURATION_FREE = 1
 
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from exporter.stats.batch import FloatArray
 
-# Headroom within the range the headroom search reports (exporter.jobs.search_state.HEADROOM_RANGE).
+# Headroom within the range the headroom search reports (exporter.jobs.capacity_search.HEADROOM_RANGE).
 _HEADROOM_RANGE = (1.0 / 64.0, 64.0)
 # The calibration's slope is held in this range: from two noisy trials a slope near 0 would put the
 # knee at saturation, one far above 1 would put it at the trial.

@@ -12,15 +12,23 @@ import pytest
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs import capacity_runner
-from exporter.jobs.capacity import MAX_SET_ASIDE, CapacityResult, search_capacity, stop_kind
-from exporter.jobs.capacity_report import capacity_table
-from exporter.jobs.capacity_runner import default_floor, search_settings, trial_time_limit
-from exporter.jobs.capacity_search import could_settle, next_load, settling
-from exporter.jobs.drain import wait_drained
-from exporter.jobs.search_progress import SearchProgress, figure, result_line
-from exporter.jobs.search_state import Observation, SearchSettings, State, outcome, pool, verdict
-from exporter.jobs.trial import Tally, TrialPlan, TrialReport, stop_reason
-from exporter.jobs.trial_verdict import TrialSlo, judge
+from exporter.jobs.capacity import MAX_SET_ASIDE, SearchHooks, search_capacity, wait_drained
+from exporter.jobs.capacity_report import SearchProgress, capacity_table, figure, result_line
+from exporter.jobs.capacity_result import CapacityResult, stop_kind
+from exporter.jobs.capacity_runner import SearchTarget, default_floor, search_settings, trial_time_limit
+from exporter.jobs.capacity_search import (
+    Observation,
+    SearchSettings,
+    State,
+    could_settle,
+    next_load,
+    outcome,
+    pool,
+    settling,
+    verdict,
+)
+from exporter.jobs.trial import Tally, TrialPlan, TrialShape, stop_reason
+from exporter.jobs.trial_verdict import TrialCost, TrialReport, TrialSlo, judge
 from exporter.load.workloads import IndependentLengths, PlanStoppedError, Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.result import Outcome, ProbeResult
@@ -42,8 +50,11 @@ def counted(load: float, fluid: int, total: int, headroom: float = 1.0) -> Trial
     return TrialReport(0, load, passed, "pass" if passed else "slo", headroom, figures, total, 100.0, 1000)
 
 
-async def run(settings: SearchSettings, trial: object, **kwargs: object) -> object:
-    return await search_capacity(settings, trial, **kwargs)  # type: ignore[arg-type]
+async def run(
+    settings: SearchSettings, trial: object, *, time_budget_s: float | None = None, drain: object = None
+) -> object:
+    timed = dataclasses.replace(settings, time_budget_s=time_budget_s)
+    return await search_capacity(timed, trial, SearchHooks(drain=drain))  # type: ignore[arg-type]
 
 
 # -- bounded ------------------------------------------------------------------------------------------
@@ -278,7 +289,7 @@ async def test_a_trial_that_measured_nothing_ends_the_search_with_no_state() -> 
         loads.append(load)
         if index == 1:
             return counted(load, 200, 200, headroom=3.0)
-        report = TrialReport.of(index, load, judge([], SLO), 12, 15.0, 800, False)
+        report = TrialReport.of(index, load, judge([], SLO), TrialCost(12, 15.0, 800))
         report.ended_by = "duration"
         return report
 
@@ -294,7 +305,7 @@ async def test_a_trial_that_measured_nothing_ends_the_search_with_no_state() -> 
     async def nothing(
         index: int, load: float, may_stop: bool, time_left: float | None, settle: object
     ) -> TrialReport:
-        return TrialReport.of(index, load, judge([], SLO), 0, 15.0, 0, False)
+        return TrialReport.of(index, load, judge([], SLO), TrialCost(0, 15.0, 0))
 
     empty = await run(SearchSettings(start=2.0, max_load=100.0), nothing)
     assert empty.state is None and empty.to_dict()["state"] is None  # type: ignore[attr-defined]
@@ -539,7 +550,7 @@ async def test_the_drain_wait_is_bounded_and_falls_back_to_a_pause() -> None:
 
 
 async def test_the_search_reports_each_drain_wait_and_counts_it_against_the_budget() -> None:
-    from exporter.jobs.drain import Drained
+    from exporter.jobs.capacity import Drained
 
     async def drain() -> Drained:
         return Drained(30.0, "engine_idle")
@@ -595,14 +606,14 @@ async def test_the_first_trial_is_planned_once_and_a_plan_given_up_stops(
     plan_trial = capacity_runner.plan_trial
 
     def counting(*args: object, **kwargs: object) -> TrialPlan:
-        planned.append((args[1], kwargs["stop"] is not None))  # type: ignore[arg-type]
+        planned.append((args[1], args[3] is not None))  # type: ignore[arg-type]
         return plan_trial(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(capacity_runner, "plan_trial", counting)
     workload = Workload("w", IndependentLengths(Fixed(16), Fixed(4)))
     params = CapacityParams(target="t", requests_per_trial=50, warmup_requests=5)
     client = ProbeClient(TargetSettings("http://127.0.0.1:9"))
-    trials = capacity_runner._SearchTrials(params, workload, SLO, lambda: client, None, None, None, None)
+    trials = capacity_runner._SearchTrials(params, workload, SLO, SearchTarget(lambda: client), None, None)
     first = await capacity_runner._first_plan(trials, 2.0, workload, None)
     again = await trials.planned(0, 2.0, True, 30.0)
     assert planned == [(2.0, True)]  # once, stoppable
@@ -615,13 +626,8 @@ async def test_the_first_trial_is_planned_once_and_a_plan_given_up_stops(
         plan_trial(
             workload,
             2.0,
-            concurrency=False,
-            arrival="poisson",
-            warmup=5,
-            requests=50,
-            seed=1,
-            salt=0,
-            stop=stop,
+            TrialShape(concurrency=False, arrival="poisson", warmup=5, requests=50, seed=1, salt=0),
+            stop,
         )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.jobs.capacity_model import EngineSample, contradictions, predict, prediction_report
-from exporter.jobs.search_state import Observation, SearchSettings
+from exporter.jobs.capacity_search import Observation, SearchSettings
 from exporter.stats.engine_model import DecodeBins, rate_at_gap, settled_gap
 from tests.jobs.test_capacity_virtual import Bed
 

@@ -13,7 +13,7 @@ from types import ModuleType
 
 import pytest
 
-from exporter.jobs.trial import TrialReport
+from exporter.jobs.trial_verdict import TrialReport
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "capacity_bench.py"
 

@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.jobs.capacity import search_capacity
-from exporter.jobs.capacity_search import next_load
-from exporter.jobs.search_state import (
+from exporter.jobs.capacity_search import (
     MIN_RATE,
     Bracket,
     Observation,
@@ -21,8 +20,9 @@ from exporter.jobs.search_state import (
     bracket,
     capacity,
     converged,
+    next_load,
 )
-from exporter.jobs.trial import TrialReport
+from exporter.jobs.trial_verdict import TrialReport
 
 TRUTH = 10.0
 Curve = Callable[[float], float]  # load -> headroom; the SLO holds where it is >= 1

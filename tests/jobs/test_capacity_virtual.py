@@ -11,9 +11,9 @@ import pytest
 from bench.virtual_engine import engine_for, virtual_trial
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
-from exporter.jobs.search_state import SearchSettings
-from exporter.jobs.trial import TrialPlan, TrialReport, plan_trial
-from exporter.jobs.trial_verdict import TrialSlo
+from exporter.jobs.capacity_search import SearchSettings
+from exporter.jobs.trial import TrialPlan, TrialShape, plan_trial
+from exporter.jobs.trial_verdict import TrialReport, TrialSlo
 from exporter.load.presets import preset as workload_preset
 from exporter.sim.presets import PRESETS, isolated_ttft
 from exporter.stats.prefill import fit_prefill_model
@@ -41,16 +41,10 @@ class Bed:
     @functools.cached_property
     def unit(self) -> TrialPlan:
         workload = workload_preset(self.workload, max_prompt_tokens=7168, max_output_tokens=1024)
-        return plan_trial(
-            workload,
-            1.0,
-            concurrency=False,
-            arrival="poisson",
-            warmup=10,
-            requests=self.requests,
-            seed=0,
-            salt=0,
+        shape = TrialShape(
+            concurrency=False, arrival="poisson", warmup=10, requests=self.requests, seed=0, salt=0
         )
+        return plan_trial(workload, 1.0, shape)
 
     def trial(self, load: float, early_stop: bool) -> TrialReport:
         if (load, early_stop) not in self.cache:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.first_look import LOOK_REQUESTS, FirstLook, first_look, look_rate, look_start
-from exporter.jobs.search_progress import SearchProgress, expected_duration_s
-from exporter.jobs.search_state import SearchSettings
-from exporter.jobs.trial import TrialReport
-from exporter.jobs.trial_verdict import TrialSlo
+from exporter.jobs.capacity import first_look, look_rate, look_start
+from exporter.jobs.capacity_report import SearchProgress, expected_duration_s
+from exporter.jobs.capacity_result import LOOK_REQUESTS, FirstLook
+from exporter.jobs.capacity_search import SearchSettings
+from exporter.jobs.trial_verdict import TrialReport, TrialSlo
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
 from exporter.settings.job_params import CapacityParams

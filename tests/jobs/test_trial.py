@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exporter.jobs.trial import alone_in_flight, at_unit_rate, plan_trial
+from exporter.jobs.trial import TrialShape, alone_in_flight, at_unit_rate, plan_trial
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.settings.arrival import Poisson
 from exporter.settings.lengths import Fixed
@@ -17,7 +17,9 @@ WORKLOAD = Workload("plain", IndependentLengths(Fixed(100), Fixed(8)))
 @pytest.mark.parametrize("seed", range(5))
 def test_a_rate_trial_offers_its_nominal_rate_over_the_measured_requests(seed: int) -> None:
     plan = plan_trial(
-        WORKLOAD, 35.0, concurrency=False, arrival="poisson", warmup=5, requests=40, seed=seed, salt=1
+        WORKLOAD,
+        35.0,
+        TrialShape(concurrency=False, arrival="poisson", warmup=5, requests=40, seed=seed, salt=1),
     )
     assert plan.offsets is not None
     measured = plan.offsets[plan.warmup :]
@@ -42,7 +44,9 @@ def test_the_warm_up_comes_at_the_trials_rate_too(seed: int) -> None:
     """Scaled by the measured requests' factor, 20 warm-up requests before 10 measured came at about
     twice the rate (21 sent in 10 s at 1 req/s)."""
     plan = plan_trial(
-        WORKLOAD, 1.0, concurrency=False, arrival="poisson", warmup=20, requests=10, seed=seed, salt=1
+        WORKLOAD,
+        1.0,
+        TrialShape(concurrency=False, arrival="poisson", warmup=20, requests=10, seed=seed, salt=1),
     )
     assert plan.offsets is not None
     assert 20 / (plan.offsets[20] - plan.offsets[0]) == pytest.approx(1.0, rel=1e-12)

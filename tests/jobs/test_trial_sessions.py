@@ -4,7 +4,7 @@ warm-up sessions', and the token bound counting the conversation each turn re-se
 from __future__ import annotations
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.trial import plan_trial, run_trial
+from exporter.jobs.trial import TrialShape, plan_trial, run_trial
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
@@ -24,8 +24,16 @@ WORKLOAD = Workload(
 
 def test_a_session_trial_plans_sessions_with_common_lengths() -> None:
     one, two = (
-        plan_trial(WORKLOAD, 2.0, concurrency=False, arrival="poisson", warmup=3, requests=9, seed=5, salt=1),
-        plan_trial(WORKLOAD, 4.0, concurrency=False, arrival="poisson", warmup=3, requests=9, seed=5, salt=2),
+        plan_trial(
+            WORKLOAD,
+            2.0,
+            TrialShape(concurrency=False, arrival="poisson", warmup=3, requests=9, seed=5, salt=1),
+        ),
+        plan_trial(
+            WORKLOAD,
+            4.0,
+            TrialShape(concurrency=False, arrival="poisson", warmup=3, requests=9, seed=5, salt=2),
+        ),
     )
     assert one.warmup == 1 and len(one.specs) == 4 and one.measured == 9  # 1 warm-up session, then 3
     assert [len(s.followups) for s in one.specs] == [len(s.followups) for s in two.specs] == [2] * 4
@@ -39,7 +47,7 @@ def test_a_session_trial_plans_sessions_with_common_lengths() -> None:
 async def test_a_session_trial_measures_every_turn_but_the_warm_up_sessions(start_sim: StartSim) -> None:
     server = await start_sim()
     plan = plan_trial(
-        WORKLOAD, 5.0, concurrency=False, arrival="poisson", warmup=3, requests=9, seed=5, salt=3
+        WORKLOAD, 5.0, TrialShape(concurrency=False, arrival="poisson", warmup=3, requests=9, seed=5, salt=3)
     )
     slo = TrialSlo(DeadlinePolicy(prefill_deadline=2.0), decode_deadline=0.5)
     async with ProbeClient(TargetSettings(base_url=server.url)) as client:

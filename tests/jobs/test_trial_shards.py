@@ -15,11 +15,10 @@ import pytest
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
 from exporter.jobs.capacity_runner import run_capacity_search
+from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.manager import JobFailedError
-from exporter.jobs.search_state import SearchSettings
-from exporter.jobs.trial import TrialPlan, TrialReport, run_trial
-from exporter.jobs.trial_shards import run_sharded_trial
-from exporter.jobs.trial_verdict import SHARDS_REASON, TrialSlo
+from exporter.jobs.trial import TrialPlan, run_sharded_trial, run_trial
+from exporter.jobs.trial_verdict import SHARDS_REASON, TrialReport, TrialSlo
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.workloads import IndependentLengths, Workload
