@@ -12,7 +12,7 @@ whatever runs the caller: ``exporter.probe.loop`` starts uvloop's where the CLI 
 The client builds each request and owns its result; the rest is in the modules beside it: the
 connections to the target and the wait for one (``connector.py``), one try of a request on one of them
 (``exchange.py``), the model the requests name (``models.py``) and the saturation verdict on a finished
-request (``saturation.judge``).
+request (``judge.py``).
 
 Target failures never raise: every one ends as an ``Outcome`` on the result, with whatever timings it
 got. Cancellation always propagates (the tokens received so far are decoded into the result first). A
@@ -50,11 +50,13 @@ from exporter.probe.http import (
     request_head,
     with_body,
 )
+from exporter.probe.judge import judge
 from exporter.probe.models import TargetError, TargetModel
 from exporter.probe.openai import FORMATS, ApiFormat, exact_length
 from exporter.probe.reader import error_text
 from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.saturation import LagMonitor, judge
+from exporter.probe.saturation import LagMonitor
+from exporter.probe.socket_reads import PACED_READS
 from exporter.probe.stream import StreamState
 from exporter.probe.target import PROBE_HEADER, RequestSpec
 from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
@@ -129,7 +131,7 @@ class ProbeClient:
         self._text_counter: TextCounter | None = (
             load_tokenizer(settings.tokenizer_file) if settings.tokenizer_file else None
         )
-        self.monitor: LagMonitor | None = LagMonitor(clock=clock) if monitor_lag else None
+        self.monitor: LagMonitor | None = LagMonitor(clock=clock, pace=PACED_READS) if monitor_lag else None
         self._in_flight = 0
 
     def __repr__(self) -> str:
