@@ -37,12 +37,12 @@ from exporter.load.target_facts import ContextFit, cannot_fit, served_context
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient
 from exporter.probe.loop import off_the_loop
-from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, concurrency_ceiling
 from exporter.settings.model import Module, Target
 from exporter.settings.slo import Slo, SloSpec
 from exporter.stats.binomial import fewest_to_confirm
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import ProbeResult
 
 DEFAULT_START = {"rate": 1.0, "concurrency": 1.0}
 # The default floor of a rate search: the rate at which one trial's requests take this long to send. A

@@ -37,13 +37,13 @@ from exporter.load.plan import LoadPlan
 from exporter.load.runner import RunHooks, run_plan
 from exporter.load.sessions import planned_tokens, session_turns
 from exporter.load.workloads import Workload, specs_with_lengths
-from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings.arrival import at_rate
 from exporter.stats.batch import FloatArray
 from exporter.stats.binomial import Verdict as BinomialVerdict
 from exporter.stats.binomial import classify_fraction
 from exporter.stats.headroom import decided_failure
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import ProbeResult
 
 STOPPED_EARLY = ("early_stop", "cannot_settle")  # ``ended_by`` of a trial its own tally stopped
 # Requests alone in flight that must miss, confidently, before a search believes the SLO fails with the

@@ -27,8 +27,8 @@ from exporter.jobs.trial_verdict import SHARDS_REASON, TrialSlo, Verdict, judge
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_report import ShardRunReport
 from exporter.load.shard_run import ShardHooks
-from exporter.probe.result import ProbeResult
 from exporter.settings.target import TargetSettings
+from exporter.streams.result import ProbeResult
 
 
 async def run_sharded_trial(

@@ -18,11 +18,11 @@ from exporter.load.target_facts import ContextFit, TargetFacts
 from exporter.load.traces import trace_arrivals, trace_specs, trace_turns, trace_workload
 from exporter.load.workload_options import served_context, workload_from_options
 from exporter.load.workloads import Workload
-from exporter.probe.target import RequestSpec
 from exporter.settings.arrival import ArrivalProcess, offsets_within, read_arrival
 from exporter.settings.oneshot import Options, read_flags
 from exporter.settings.problems import SettingsError
 from exporter.settings.trace_files import TRACE_FORMATS, load_trace
+from exporter.streams.request import RequestSpec
 
 DEFAULT_RATE = 4.0  # requests per second when neither --rate nor --concurrency is given
 DEFAULT_REQUESTS = 100  # when neither --requests nor --duration is given

@@ -41,7 +41,6 @@ from types import TracebackType
 
 import msgspec
 
-from exporter.probe.bounds import MODELS_BODY_BYTES
 from exporter.probe.connector import Connector
 from exporter.probe.exchange import Exchange, StaleConnectionError
 from exporter.probe.http import (
@@ -52,15 +51,16 @@ from exporter.probe.http import (
 )
 from exporter.probe.judge import judge
 from exporter.probe.models import TargetError, TargetModel
-from exporter.probe.openai import FORMATS, ApiFormat, exact_length
 from exporter.probe.reader import error_text
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.saturation import LagMonitor
 from exporter.probe.socket_reads import PACED_READS
-from exporter.probe.stream import StreamState
-from exporter.probe.target import PROBE_HEADER, RequestSpec
-from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
 from exporter.settings.target import TargetSettings, mask_secrets
+from exporter.streams.bounds import MODELS_BODY_BYTES
+from exporter.streams.decoder import StreamState
+from exporter.streams.openai import FORMATS, ApiFormat, exact_length
+from exporter.streams.request import PROBE_HEADER, RequestSpec
+from exporter.streams.result import Outcome, ProbeResult
+from exporter.streams.saturation import LagMonitor
+from exporter.streams.tokens import TextCounter, TokenCounter, load_tokenizer
 
 log = logging.getLogger(__name__)
 # A request's JSON body: msgspec writes a small body in a fraction of json.dumps' time, compact (an

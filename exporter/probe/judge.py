@@ -7,9 +7,9 @@ Apart from the rule because it asks the probe's own socket reads how late they c
 
 from __future__ import annotations
 
-from exporter.probe.result import ProbeResult
-from exporter.probe.saturation import LagMonitor, doubtful_gaps, gaps_near_stalls, is_unreliable
 from exporter.probe.socket_reads import reads_lateness
+from exporter.streams.result import ProbeResult
+from exporter.streams.saturation import LagMonitor, doubtful_gaps, gaps_near_stalls, is_unreliable
 
 
 def judge(result: ProbeResult, monitor: LagMonitor | None, mark: int) -> None:

@@ -96,7 +96,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from weakref import WeakKeyDictionary
 
-from exporter.probe.maxima import RunningMaxima
+from exporter.streams.maxima import RunningMaxima
 
 if TYPE_CHECKING:
     from exporter.probe.stamped import StampedSocket

@@ -73,7 +73,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from exporter.probe.maxima import RunningMaxima
+from exporter.streams.maxima import RunningMaxima
 
 LAG_LIMIT_S = 0.003
 LAG_SHARE = 0.05
