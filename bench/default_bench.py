@@ -2,7 +2,7 @@
 
 ``fluidity-exporter bench`` with no ``--url`` runs the built-in simulator in a child process; on a
 2-core machine the two share the cores with whatever else runs, and the client's flags (requests whose
-chunks it may have read together, ``probe.saturation``) follow its event loop's lag. Here each run is
+chunks it may have read together, ``streams.saturation``) follow its event loop's lag. Here each run is
 the default bench's load (the default workload, rate and request count) against a simulator this
 script starts, so that the simulator's CPU time can be read from ``/proc`` before it stops: ``pinned``
 puts the simulator on the last CPU and the client on the others where they are two or more

@@ -83,7 +83,12 @@ def child(out: Path, argv: list[str]) -> int:
     import uvloop
 
     from exporter.probe import loop as event_loop
-    from exporter.probe import reader, saturation, socket_reads
+    from exporter.probe import reader, socket_reads
+
+    try:
+        from exporter.streams import saturation
+    except ImportError:  # an arm from before the decoder left exporter.probe
+        from exporter.probe import saturation  # type: ignore[attr-defined, no-redef]
 
     clock, cpu = time.perf_counter, time.thread_time
     callbacks: list[tuple[float, float, float]] = []  # (start, wall, cpu)

@@ -35,9 +35,9 @@ from typing import Any
 from aiohttp import web
 
 from exporter.app import Daemon, web_app
-from exporter.probe.result import ProbeResult
 from exporter.settings.parse import load_config
 from exporter.sim.process import SimProcess
+from exporter.streams.result import ProbeResult
 from exporter.web.routes import METRICS
 
 FLOOD_PER_S = 570

@@ -32,12 +32,12 @@ from typing import Any
 import uvloop
 
 from exporter.probe.http import HttpConnection
-from exporter.probe.openai import FORMATS
 from exporter.probe.reader import StreamReader
-from exporter.probe.result import ProbeResult
 from exporter.probe.socket_reads import KeepMode
-from exporter.probe.stream import StreamState
-from exporter.probe.tokens import TokenCounter
+from exporter.streams.decoder import StreamState
+from exporter.streams.openai import FORMATS
+from exporter.streams.result import ProbeResult
+from exporter.streams.tokens import TokenCounter
 
 # Run as ``python bench/parse_bench.py``, this folder is on the path and its parent is not.
 try:

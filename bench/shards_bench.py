@@ -28,12 +28,12 @@ from pathlib import Path
 
 from exporter.load.plan import LoadPlan
 from exporter.load.shard_local import local_shards
-from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, Timeouts
 from exporter.settings.cpus import available_cpus
 from exporter.settings.shards import PoolSettings
 from exporter.settings.target import TargetSettings
 from exporter.sim.process import SimProcess
+from exporter.streams.request import RequestSpec, Timeouts
+from exporter.streams.result import Outcome
 
 TOKENS = 32
 GAP_S = 0.020

@@ -21,9 +21,9 @@ import math
 
 from exporter.jobs.trial import ABOVE_ONE, TrialPlan, give_up_bound, stop_reason
 from exporter.jobs.trial_verdict import TrialCost, TrialReport, TrialSlo, judge
-from exporter.probe.result import Outcome, ProbeResult
 from exporter.sim.engine import Emission, Engine, SimRequest, run_virtual
 from exporter.sim.presets import Preset
+from exporter.streams.result import Outcome, ProbeResult
 
 
 def engine_for(preset: Preset, *, chunked_prefill: bool | None = None) -> Engine:

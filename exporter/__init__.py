@@ -12,24 +12,28 @@ otherwise. ``lint-imports`` checks this in CI against the contract in ``pyprojec
    times, presets' figures, trace files), the arrival processes, a job's parameters, a one-shot run's
    options, the histogram buckets, a target's client settings. It builds no run-time object. Imports only
    ``stats``.
-3. ``probe``, ``sim``, ``engine``: network I/O of one request (the streaming client and its kernel
-   receive stamps, SSE decoding, API formats, token counting, what a request and a probe run record); the built-in simulated engine;
-   scraping an engine's own ``/metrics``. A new engine's metric names go in ``engine/families.py``.
-4. ``load``: workloads (a config module's in ``load/config_workloads.py``), presets, traces, the load
+3. ``streams``: an OpenAI-compatible stream, whoever reads it: what a request asks, the API formats,
+   SSE decoding, what a stream's events mean (``StreamState``), token counting, the record of one
+   request (``ProbeResult``) and the saturation rule that judges its stamps. Stamps nothing itself.
+4. ``probe``, ``traffic``, ``sim``, ``engine``: the network: the streaming client and its kernel
+   receive stamps; the observer of real traffic behind Envoy (ext_proc); the built-in simulated
+   engine; scraping an engine's own ``/metrics`` (a new engine's metric names go in
+   ``engine/families.py``). The client and the observer decode with ``streams``.
+5. ``load``: workloads (a config module's in ``load/config_workloads.py``), presets, traces, the load
    runner, workers and shards, and a one-shot run's load plan. A workload preset's figures go in
    ``settings/presets.py``.
-5. ``evaluation``: recorded results to figures (``measure`` under an ``EvaluationSpec`` and its
+6. ``evaluation``: recorded results to figures (``measure`` under an ``EvaluationSpec`` and its
    ``DeadlinePolicy``), the one path report, exposition and jobs all evaluate through.
-6. ``report``, ``exposition``, ``jobs``: the one-shot report (tables, files, plots); every metric name
+7. ``report``, ``exposition``, ``jobs``: the one-shot report (tables, files, plots); every metric name
    (a new metric goes in ``exposition/names.py``), the ``ResultStore`` that probe runs write and
    scrapes read, and the collectors; capacity search and prefill profiling.
-7. ``daemon``, ``web``: the targets (clients, budgets, health, probes: ``daemon/targets.py``), the
+8. ``daemon``, ``web``: the targets (clients, budgets, health, probes: ``daemon/targets.py``), the
    jobs put on the scheduler (``daemon/probe_jobs.py``), the daemon as its jobs see it
    (``daemon/job_environment.py``), the scheduler, the loop-lag watcher and what the daemon derives
    from its config; aiohttp routes and the jobs API, written against Protocols
    (``web.routes.DaemonService``, ``web.jobs_api.JobService``), never against the daemon's classes.
-8. ``app``: the composition root, the only module that wires the daemon together.
-9. ``cli``: one module per command and the flag groups they share. ``argparse`` and printing live
+9. ``app``: the composition root, the only module that wires the daemon together.
+10. ``cli``: one module per command and the flag groups they share. ``argparse`` and printing live
    here; a new flag goes in its command's module (or ``cli/flags.py`` when commands share it), its
    meaning in ``settings``. A command parses, calls below and prints. Nothing below imports it.
 

@@ -47,9 +47,9 @@ from exporter.exposition.store import ResultStore
 from exporter.jobs.profiles import ProfileStore
 from exporter.jobs.store import JobStore
 from exporter.load.config_workloads import CONFIG_CHECKS
-from exporter.probe.result import ProbeRun
 from exporter.settings import Config, SettingsError, load_config_file
 from exporter.settings.cpus import available_cpus
+from exporter.streams.result import ProbeRun
 from exporter.web.metrics_cache import MAX_AGE_S
 from exporter.web.routes import build_app
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from exporter.probe.result import Outcome, ProbeResult, intervals
 from exporter.settings.slo import Slo
 from exporter.stats.accounting import FluidityBatch
 from exporter.stats.batch import FloatArray, IntervalBatch
@@ -35,6 +34,7 @@ from exporter.stats.objectives import (
     SloMetric,
 )
 from exporter.stats.prefill import PrefillModel
+from exporter.streams.result import Outcome, ProbeResult, intervals
 
 COMPLETED = (Outcome.OK, Outcome.TRUNCATED)
 

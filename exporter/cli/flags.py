@@ -23,12 +23,12 @@ from typing import Any
 import yaml
 
 from exporter.load.calibration import CALIBRATION_BUDGET_S, CALIBRATION_REQUESTS
-from exporter.probe.target import APIS
 from exporter.settings.presets import PRESET_NAMES
 from exporter.settings.problems import SettingsError
 from exporter.settings.target import Timeouts
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.stats.objectives import DEFAULT_PREFILL_DEADLINE_S, DEFAULT_TARGET_FLUIDITY
+from exporter.streams.request import APIS
 
 ArgumentGroup = argparse._ArgumentGroup | argparse.ArgumentParser
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 import numpy as np
 
 from exporter.evaluation import EvaluationSpec
-from exporter.probe.result import ProbeResult, intervals
 from exporter.stats.fluidity import fluidity_index
 from exporter.stats.objectives import DECODE_TIERS, DEFAULT_DECODE_TIER
+from exporter.streams.result import ProbeResult, intervals
 
 BAR_WIDTH = 24
 PROGRESS_EVERY_S = 10.0

@@ -21,9 +21,9 @@ from exporter.cli.command import Command
 from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
 from exporter.load.shard_runner import serve_shard
 from exporter.probe import loop as event_loop
-from exporter.probe.target import Secret
 from exporter.settings.addresses import check_url
 from exporter.settings.reader import show
+from exporter.streams.request import Secret
 
 INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by Kubernetes in every pod of an Indexed Job
 COORDINATOR_ENV = "FLUIDITY_SHARD_COORDINATOR"

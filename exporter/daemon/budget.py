@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from exporter.probe.result import Outcome, ProbeResult
 from exporter.settings.model import Budget
+from exporter.streams.result import Outcome, ProbeResult
 
 HOUR_S = 3600.0
 FIRST_BACKOFF_S = 30.0

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporter.exposition.views import iso
-from exporter.probe.result import ProbeResult
+from exporter.streams.result import ProbeResult
 
 LOG = logging.getLogger(__name__)
 PARTIAL_LOG_INTERVAL_S = 300.0  # at most one line per target this often for failures in good runs

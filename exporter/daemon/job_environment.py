@@ -29,9 +29,9 @@ from exporter.jobs.profile_runner import profile_runner
 from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_with_profile
 from exporter.jobs.store import JobRecord, JobStore
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import Secret
 from exporter.settings import Config
 from exporter.settings.job_params import JobLimits
+from exporter.streams.request import Secret
 
 LOG = logging.getLogger(__name__)
 ENGINE_SCRAPE_TIMEOUT_S = 10.0  # an engine /metrics scrape, for a job or on the engine's schedule

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from exporter.probe.result import ProbeCutError, ProbeRun
+from exporter.streams.result import ProbeCutError, ProbeRun
 
 
 class OnDemandDeadlines:

@@ -33,9 +33,9 @@ from exporter.engine.scrape import ScrapeResult, scrape
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore
 from exporter.jobs.manager import JobConflictError
-from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
 from exporter.settings import Config
 from exporter.settings.model import EngineMetrics
+from exporter.streams.result import ProbeRefusedError, ProbeResult, ProbeRun
 
 LOG = logging.getLogger(__name__)
 SCRAPE_WAIT_S = 5.0  # a scrape waits at most this (and half its interval) for the probes to end

@@ -36,9 +36,9 @@ from exporter.load.config_workloads import fitted_workload
 from exporter.load.target_facts import ContextAnswer, ask_context
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import ProbeRefusedError, ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings.model import Module, Target
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import ProbeRefusedError, ProbeResult
 
 LOG = logging.getLogger(__name__)
 # While a target does not say its context, refused a request since, or has a module that cannot fit, ask

@@ -29,10 +29,10 @@ from exporter.load.plan import LoadPlan
 from exporter.load.runner import run_plan
 from exporter.load.sessions import planned_tokens, session_turns
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import ProbeRefusedError, ProbeResult, ProbeRun
-from exporter.probe.target import RequestSpec
 from exporter.settings import Config
 from exporter.settings.model import Module, Target
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import ProbeRefusedError, ProbeResult, ProbeRun
 
 IDLE_POLL_S = 0.05  # how often a starting job checks whether the target's probes have ended
 REPLACED_CLIENT_GRACE_S = 600.0  # a replaced client closes when its probes end, or after this

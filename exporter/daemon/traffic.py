@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from exporter.evaluation import EvaluationSpec
 from exporter.exposition.traffic import ObserverHealth, TrafficStats
 from exporter.exposition.traffic_agreement import ProbeAgreement
-from exporter.probe.result import ProbeResult
 from exporter.settings import Config
 from exporter.settings.buckets import HistogramBuckets
 from exporter.settings.traffic import MAX_MODELS, TrafficConfig
+from exporter.streams.result import ProbeResult
 from exporter.traffic.record import Observed
 
 if TYPE_CHECKING:

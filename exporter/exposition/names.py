@@ -55,7 +55,7 @@ STORE: Final = "store"  # what a state_dir folder keeps: jobs (the job history),
 BOUND: Final = "bound"  # the side a percentile's buckets bound it from: upper (bucket from 0), lower (+Inf)
 MODEL: Final = "model"  # of real traffic: a model of traffic.models, else "other" (bounded)
 API: Final = "api"  # of real traffic: chat, completions or responses
-TOKEN_SOURCE: Final = "token_source"  # of real traffic's output tokens: probe.result.TokenSource's values
+TOKEN_SOURCE: Final = "token_source"  # of real traffic's output tokens: streams.result.TokenSource's values
 SOURCE: Final = "source"  # of real traffic's prompt tokens: usage (reported) or estimated
 SIDE: Final = "side"  # of a probe request only one of the client and the observer saw
 

@@ -16,9 +16,9 @@ from exporter.exposition.families import Families
 from exporter.exposition.store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES
-from exporter.probe.result import ProbeResult
 from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.stats.objectives import GoodputBounds, Objective
+from exporter.streams.result import ProbeResult
 
 
 class _ProbeOutcome(Collector):

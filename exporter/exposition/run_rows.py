@@ -34,10 +34,10 @@ from exporter.exposition.window import (
     build_records,
     tier_column,
 )
-from exporter.probe.result import ProbeResult
 from exporter.stats.batch import FloatArray
 from exporter.stats.fluidity import min_decode_deadlines
 from exporter.stats.objectives import GoodputBounds, good_requests
+from exporter.streams.result import ProbeResult
 
 
 def good_flags(

@@ -49,12 +49,12 @@ from exporter.exposition.window import (
     Records,
     probe_window,
 )
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.result import e2e as result_e2e
-from exporter.probe.result import ttft as result_ttft
 from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.stats.batch import FloatArray
 from exporter.stats.objectives import GoodputBounds, Objective
+from exporter.streams.result import Outcome, ProbeResult
+from exporter.streams.result import e2e as result_e2e
+from exporter.streams.result import ttft as result_ttft
 
 Clock = Callable[[], float]
 SeriesKey = tuple[str, str]

@@ -35,11 +35,11 @@ from exporter.exposition.store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.traffic_agreement import AgreementCounts
 from exporter.exposition.views import SeriesView
-from exporter.probe.result import ProbeResult, TokenSource
 from exporter.settings.buckets import HistogramBuckets
 from exporter.stats.batch import FloatArray
 from exporter.stats.objectives import GoodputBounds
 from exporter.stats.prompt_ratio import PromptRatio
+from exporter.streams.result import ProbeResult, TokenSource
 from exporter.traffic.record import SKIP_REASONS, Observed, StreamEnd
 
 # Records waiting to be evaluated. A batch holds the event loop while it is evaluated: 256 records of

@@ -20,8 +20,8 @@ import numpy as np
 
 from exporter.evaluation import EvaluationSpec, measure, slo_tier
 from exporter.exposition.views import Histogram, HistogramCounts
-from exporter.probe.result import ProbeResult
 from exporter.stats.batch import FloatArray
+from exporter.streams.result import ProbeResult
 
 # |observer gap - client gap|: Envoy adds tens of microseconds on loopback, a late loop milliseconds; the
 # bounds are dense below 1 ms (the accuracy goal: p50 <= 0.1 ms, p99 <= 1 ms) and coarse above.

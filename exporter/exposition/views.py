@@ -15,9 +15,9 @@ from exporter.engine.scrape import ScrapeResult
 from exporter.engine.window import SnapshotWindow
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition.window import Records
-from exporter.probe.result import Outcome, ProbeResult
 from exporter.stats.batch import FloatArray, IntArray
 from exporter.stats.objectives import GoodputBounds, Objective
+from exporter.streams.result import Outcome, ProbeResult
 
 
 @dataclass(frozen=True)

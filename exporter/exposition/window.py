@@ -35,7 +35,6 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from exporter.evaluation import DeadlinePolicy, slo_tier
-from exporter.probe.result import Outcome
 from exporter.stats.accounting import FluidityBatch
 from exporter.stats.batch import FloatArray
 from exporter.stats.distribution import nearest_rank, without_nan
@@ -47,6 +46,7 @@ from exporter.stats.objectives import (
     evaluate_objectives,
     with_failed,
 )
+from exporter.streams.result import Outcome
 
 OUTCOMES: Final = tuple(Outcome)
 OUTCOME_CODE: Final = {outcome: code for code, outcome in enumerate(OUTCOMES)}

@@ -14,8 +14,8 @@ from typing import Any
 from exporter.jobs.capacity_result import CapacityResult, load_unit, stop_kind
 from exporter.jobs.trial import TrialPlan
 from exporter.jobs.trial_verdict import NO_DATA_REASON, TrialReport
-from exporter.probe.result import ProbeResult
 from exporter.settings.job_params import CapacityParams
+from exporter.streams.result import ProbeResult
 
 EXPECTED_TRIALS = 6  # for progress: a search's typical trials (the bench's mean is 5.4)
 # For the expected duration: the trials after the first run at about this multiple of its load (they

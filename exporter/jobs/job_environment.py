@@ -20,11 +20,11 @@ from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool, remote_shards
 from exporter.probe.client import ProbeClient, TargetError
-from exporter.probe.target import Secret
 from exporter.settings.addresses import bind_reason
 from exporter.settings.job_params import JobLimits
 from exporter.settings.model import Config, ShardsConfig
 from exporter.settings.shards import PoolSettings
+from exporter.streams.request import Secret
 
 
 class JobEnvironment(Protocol):

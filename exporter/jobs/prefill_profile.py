@@ -18,9 +18,9 @@ from typing import Any
 
 from exporter.load.prompts import PromptBuilder, first_token_spec
 from exporter.load.target_facts import usable_context
-from exporter.probe.result import Outcome, ProbeResult, ttft
-from exporter.probe.target import Api, RequestSpec
 from exporter.stats.prefill import PrefillModel, fit_prefill_model
+from exporter.streams.request import Api, RequestSpec
+from exporter.streams.result import Outcome, ProbeResult, ttft
 
 Send = Callable[[RequestSpec], Awaitable[ProbeResult]]
 OnSample = Callable[["LengthSample"], None]

@@ -23,12 +23,12 @@ from exporter.jobs.profiles import bare_prefill_warning, profile_overridden
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
 from exporter.load.shard_pool import ShardPool
 from exporter.load.target_facts import served_context
-from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings.job_params import JobParams, ProfileParams
 from exporter.settings.model import Target
 from exporter.settings.shards import PoolSettings
 from exporter.settings.target import TargetSettings
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import ProbeResult
 
 PROFILE_START_DELAY_S = 0.05  # a profile's request waits this long for its shard to start it
 # A profile keeps the minimum TTFT of its repeats, which a late stamp cannot lower, and its in-process

@@ -54,14 +54,14 @@ from exporter.load.shard_report import ShardRunReport
 from exporter.load.shard_run import ShardHooks
 from exporter.load.workloads import Workload, specs_with_lengths
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings.arrival import at_rate
 from exporter.settings.target import TargetSettings
 from exporter.stats.batch import FloatArray
 from exporter.stats.binomial import Verdict as BinomialVerdict
 from exporter.stats.binomial import classify_fraction
 from exporter.stats.headroom import decided_failure
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import ProbeResult
 
 WATCH_INTERVAL_S = 0.05  # how often waiting requests are checked against their give-up wait
 StartedSend = Callable[[RequestSpec, float | None, Callable[[ProbeResult], None]], Awaitable[ProbeResult]]

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from exporter.evaluation import COMPLETED, DeadlinePolicy, EvaluationSpec, measure, metric_values
-from exporter.probe.result import ProbeResult, intervals
 from exporter.settings.slo import TRIAL_TIER, Slo
 from exporter.stats.accounting import FluidityOptions
 from exporter.stats.batch import FloatArray
@@ -46,6 +45,7 @@ from exporter.stats.objectives import (
     goodput,
     with_failed,
 )
+from exporter.streams.result import ProbeResult, intervals
 
 SHARDS_REASON = "shards"  # a sharded trial whose shards made the load other than planned
 NO_DATA_REASON = "no data"  # a trial that measured no request (it ended before its warm-up did)

@@ -35,8 +35,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from exporter.load.prompts import ApproxPromptBuilder, first_token_spec
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import Api, RequestSpec
+from exporter.streams.request import Api, RequestSpec
+from exporter.streams.result import Outcome, ProbeResult
 
 PROBE_TOKENS = (8, 1024)  # the two lengths of the fit (intended, in words)
 SHORT_REPEATS = 6  # prompts of the short length, whose mean the fit goes through

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from exporter.probe.result import ProbeResult
+from exporter.streams.result import ProbeResult
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ from exporter.load.plan import LoadPlan
 from exporter.load.target_facts import ContextFit
 from exporter.load.traces import trace_arrivals, trace_specs, trace_turns, trace_workload
 from exporter.load.workloads import Workload
-from exporter.probe.target import RequestSpec
 from exporter.settings.arrival import ArrivalProcess, FloatArray, offsets_within
 from exporter.settings.load_flags import LoadFlags, TraceFlags
 from exporter.settings.problems import SettingsError
 from exporter.settings.trace_files import load_trace
+from exporter.streams.request import RequestSpec
 
 
 def load_plan(flags: LoadFlags, workload: Workload, context: int | None) -> LoadPlan:

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from exporter.load.health import HealthThresholds
-from exporter.probe.target import RequestSpec
+from exporter.streams.request import RequestSpec
 
 if TYPE_CHECKING:  # the report's figure, built above the runner (``target_facts``)
     from exporter.load.target_facts import ContextFit

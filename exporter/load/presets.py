@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from exporter.load.prompts import PromptBuilder, SimPromptBuilder
 from exporter.load.workloads import IndependentLengths, Workload
-from exporter.probe.target import Api
 from exporter.settings.lengths import LogNormal
 from exporter.settings.presets import FOLLOWUP_PROMPT, PRESET_NAMES, PRESETS, SESSION_TURNS
+from exporter.streams.request import Api
 
 
 def preset(

@@ -28,8 +28,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from exporter.probe.target import Api, RequestSpec
 from exporter.sim import tokenizer
+from exporter.streams.request import Api, RequestSpec
 
 Messages = tuple[tuple[str, str], ...]
 

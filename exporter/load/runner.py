@@ -36,8 +36,8 @@ from typing import Any, Literal
 from exporter.load.health import HealthCheck, Lateness, lateness, load_health
 from exporter.load.plan import LoadPlan, Offsets
 from exporter.load.sessions import run_session
-from exporter.probe.result import ProbeResult, intervals
-from exporter.probe.target import RequestSpec
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import ProbeResult, intervals
 
 Send = Callable[[RequestSpec, float | None], Awaitable[ProbeResult]]
 WaitUntil = Callable[[float], Awaitable[None]]

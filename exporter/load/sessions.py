@@ -1,6 +1,6 @@
 """Multi-turn sessions: conversations whose context grows turn by turn, as chat users send them.
 
-A session is its first request's ``RequestSpec`` with ``followups`` (``exporter.probe.target.FollowUp``).
+A session is its first request's ``RequestSpec`` with ``followups`` (``exporter.streams.request.FollowUp``).
 ``run_session`` sends the turns one after the other: turn ``k`` waits for turn ``k-1``'s answer, then
 the user's think time, then sends the whole conversation so far: every earlier user message, every
 answer *exactly as it was streamed back* (``ProbeResult.output_text``: a regenerated or re-tokenised
@@ -19,8 +19,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
-from exporter.probe.result import ProbeResult
-from exporter.probe.target import FollowUp, RequestSpec
+from exporter.streams.request import FollowUp, RequestSpec
+from exporter.streams.result import ProbeResult
 
 Send = Callable[[RequestSpec, float | None], Awaitable[ProbeResult]]
 WaitUntil = Callable[[float], Awaitable[None]]

@@ -22,8 +22,8 @@ from collections.abc import AsyncIterator
 
 from exporter.load.shard_pool import ShardPool
 from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
-from exporter.probe.target import Secret
 from exporter.settings.shards import PoolSettings
+from exporter.streams.request import Secret
 
 REGISTER_TIMEOUT_S = 60.0  # interpreter start-up and imports, on a loaded machine
 EXIT_WAIT_S = 5.0

@@ -51,9 +51,9 @@ from exporter.load.shard_protocol import (
 )
 from exporter.load.shard_report import ShardRunReport, ShardState, shard_problems
 from exporter.load.shard_run import ShardHooks, ShardRun
-from exporter.probe.target import RequestSpec
 from exporter.settings.shards import PoolSettings
 from exporter.settings.target import Secret, TargetSettings
+from exporter.streams.request import RequestSpec
 
 Alive = Callable[[int], str | None]  # why shard k is gone (e.g. "exit code -9"), or None while it runs
 POOL: Final = web.AppKey["ShardPool"]("shard_pool")

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from exporter.load.plan import LoadPlan
-from exporter.probe.result import Outcome, ProbeResult, TokenSource
-from exporter.probe.target import FollowUp, RequestSpec, Timeouts
 from exporter.settings.target import TargetSettings
+from exporter.streams.request import FollowUp, RequestSpec, Timeouts
+from exporter.streams.result import Outcome, ProbeResult, TokenSource
 
 # 2: a shard's final figures say how its sends ended (``ended_by``). A version-1 shard leaves that out,
 # and a trial its duration cut would read as one that sent every request: refused instead.

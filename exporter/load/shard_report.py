@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.probe.result import ProbeResult
 from exporter.settings.shards import PoolSettings
+from exporter.streams.result import ProbeResult
 
 # One flagged result shows a stall of the machine, not a shard short of CPU: at the 5-10 results of a
 # small run's shard it is 10-20%, over the share (seen in a CI run on this 2-core VM with other tests

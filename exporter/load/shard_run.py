@@ -16,8 +16,8 @@ from typing import Any
 
 from exporter.load.shard_protocol import ShardTask, copy_into, result_from_json
 from exporter.load.shard_report import ShardState
-from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import ProbeResult
 
 Hook = Callable[[int, ProbeResult], None]
 

@@ -39,9 +39,9 @@ from exporter.load.shard_protocol import (
     task_from_json,
 )
 from exporter.probe.client import ProbeClient, TargetError
-from exporter.probe.result import ProbeResult
-from exporter.probe.target import RequestSpec, Secret
 from exporter.settings.target import TargetSettings
+from exporter.streams.request import RequestSpec, Secret
+from exporter.streams.result import ProbeResult
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from exporter.load.workloads import Workload
-from exporter.probe.target import FollowUp, RequestSpec
 from exporter.settings.arrival import TraceReplay
 from exporter.settings.lengths import PairedLengths
 from exporter.settings.trace_files import TIME_FIELDS, TraceRequest
+from exporter.streams.request import FollowUp, RequestSpec
 
 
 def trace_workload(records: Sequence[TraceRequest], base: Workload) -> Workload:

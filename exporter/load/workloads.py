@@ -35,7 +35,6 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from exporter.load.prompts import PromptBuilder, SimPromptBuilder
-from exporter.probe.target import APIS, Api, FollowUp, RequestSpec
 from exporter.settings.lengths import (
     MAX_OUTPUT_TOKENS,
     MAX_PROMPT_TOKENS,
@@ -45,6 +44,7 @@ from exporter.settings.lengths import (
 from exporter.settings.think_time import DEFAULT_THINK_TIME, ThinkTime, parse_think_time
 from exporter.settings.workload import WorkloadOptions, tool_calls_problem
 from exporter.stats.latency import BoolArray
+from exporter.streams.request import APIS, Api, FollowUp, RequestSpec
 
 # Below this share of accepted draws the filters leave too little of the distribution to sample.
 _MIN_ACCEPTANCE = 1e-3

@@ -8,9 +8,9 @@ recorded ``ProbeResult``. Target failures never raise: every request ends as a r
 """
 
 from exporter.probe.client import ProbeClient, TargetError
-from exporter.probe.result import Outcome, ProbeResult, TokenSource, e2e, intervals, ttft
-from exporter.probe.target import APIS, Api, RequestSpec, Secret, Timeouts
 from exporter.settings.target import TargetSettings
+from exporter.streams.request import APIS, Api, RequestSpec, Secret, Timeouts
+from exporter.streams.result import Outcome, ProbeResult, TokenSource, e2e, intervals, ttft
 
 __all__ = [
     "APIS",

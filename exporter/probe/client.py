@@ -12,7 +12,7 @@ whatever runs the caller: ``exporter.probe.loop`` starts uvloop's where the CLI 
 The client builds each request and owns its result; the rest is in the modules beside it: the
 connections to the target and the wait for one (``connector.py``), one try of a request on one of them
 (``exchange.py``), the model the requests name (``models.py``) and the saturation verdict on a finished
-request (``saturation.judge``).
+request (``judge.py``).
 
 Target failures never raise: every one ends as an ``Outcome`` on the result, with whatever timings it
 got. Cancellation always propagates (the tokens received so far are decoded into the result first). A
@@ -41,7 +41,6 @@ from types import TracebackType
 
 import msgspec
 
-from exporter.probe.bounds import MODELS_BODY_BYTES
 from exporter.probe.connector import Connector
 from exporter.probe.exchange import Exchange, StaleConnectionError
 from exporter.probe.http import (
@@ -50,16 +49,19 @@ from exporter.probe.http import (
     request_head,
     with_body,
 )
+from exporter.probe.judge import judge
 from exporter.probe.models import TargetError, TargetModel
-from exporter.probe.openai import FORMATS, ApiFormat, exact_length
 from exporter.probe.reader import error_text
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.saturation import LagMonitor, judge
-from exporter.probe.stream import StreamState
-from exporter.probe.target import PROBE_HEADER, RequestSpec
-from exporter.probe.tokens import TextCounter, TokenCounter, load_tokenizer
+from exporter.probe.socket_reads import PACED_READS
 from exporter.settings.addresses import server_root
 from exporter.settings.target import TargetSettings, mask_secrets
+from exporter.streams.bounds import MODELS_BODY_BYTES
+from exporter.streams.decoder import StreamState
+from exporter.streams.openai import FORMATS, ApiFormat, exact_length
+from exporter.streams.request import PROBE_HEADER, RequestSpec
+from exporter.streams.result import Outcome, ProbeResult
+from exporter.streams.saturation import LagMonitor
+from exporter.streams.tokens import TextCounter, TokenCounter, load_tokenizer
 
 log = logging.getLogger(__name__)
 # A request's JSON body: msgspec writes a small body in a fraction of json.dumps' time, compact (an
@@ -131,7 +133,7 @@ class ProbeClient:
         self._text_counter: TextCounter | None = (
             load_tokenizer(settings.tokenizer_file) if settings.tokenizer_file else None
         )
-        self.monitor: LagMonitor | None = LagMonitor(clock=clock) if monitor_lag else None
+        self.monitor: LagMonitor | None = LagMonitor(clock=clock, pace=PACED_READS) if monitor_lag else None
         self._in_flight = 0
 
     def __repr__(self) -> str:

@@ -14,11 +14,11 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 
-from exporter.probe.bounds import MODELS_BODY_BYTES
 from exporter.probe.http import BodySink, ConnectionPool, Endpoint, HttpConnection, HttpError, request_bytes
-from exporter.probe.result import Outcome
 from exporter.probe.watchdog import Watchdog
 from exporter.settings.target import TargetSettings
+from exporter.streams.bounds import MODELS_BODY_BYTES
+from exporter.streams.result import Outcome
 
 
 def ssl_context(settings: TargetSettings) -> ssl.SSLContext:

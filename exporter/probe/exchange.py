@@ -17,10 +17,10 @@ from collections.abc import Callable
 from exporter.probe.connector import Connector
 from exporter.probe.http import HttpConnection, HttpError, ResponseTooLargeError
 from exporter.probe.reader import StreamReader
-from exporter.probe.result import Outcome
-from exporter.probe.stream import StreamFailureError, StreamState
 from exporter.probe.watchdog import Watchdog
 from exporter.settings.target import TargetSettings
+from exporter.streams.decoder import StreamFailureError, StreamState
+from exporter.streams.result import Outcome
 
 Failure = tuple[Outcome, str]  # a failure of the connection or of HTTP, and its message
 

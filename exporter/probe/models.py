@@ -13,8 +13,8 @@ from http import HTTPStatus
 
 from exporter.probe.connector import Connector
 from exporter.probe.http import HttpError, ResponseTooLargeError
-from exporter.probe.result import Outcome
 from exporter.settings.target import TargetSettings, mask_secrets
+from exporter.streams.result import Outcome
 
 
 class TargetError(Exception):

@@ -41,13 +41,13 @@ import json
 from collections.abc import Callable
 from typing import cast
 
-from exporter.probe.chunk_shapes import plain_template
 from exporter.probe.flushes import loop_flushes
 from exporter.probe.http import HttpError
-from exporter.probe.result import Outcome
 from exporter.probe.socket_reads import KeepMode
-from exporter.probe.sse import SseDecoder, SseError
-from exporter.probe.stream import StreamFailureError, StreamState, sse_failure
+from exporter.streams.chunk_shapes import plain_template
+from exporter.streams.decoder import StreamFailureError, StreamState, sse_failure
+from exporter.streams.result import Outcome
+from exporter.streams.sse import SseDecoder, SseError
 
 ERROR_BODY_LIMIT = 4096
 DRAIN_LIMIT_S = 1.0  # after [DONE], how long to wait for the end of the HTTP body

@@ -93,10 +93,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 from weakref import WeakKeyDictionary
 
-from exporter.probe.maxima import RunningMaxima
+from exporter.streams.maxima import RunningMaxima
 
 if TYPE_CHECKING:
     from exporter.probe.stamped import StampedSocket
@@ -683,3 +683,17 @@ def loop_reads(clock: Clock) -> SocketReads:
         kind = NativeSocketReads if NATIVE_READS else SocketReads
         reads = _READS[loop] = kind(loop, clock)
     return reads
+
+
+class _PacedReads:
+    """``listen_to_paced_reads`` and ``stop_listening`` as the ``saturation.PacedReads`` a lag monitor
+    takes its samples from."""
+
+    def listen(self, monitor: PacedReadsListener) -> bool:
+        return listen_to_paced_reads(monitor)
+
+    def stop(self, monitor: PacedReadsListener, loop: asyncio.AbstractEventLoop) -> None:
+        stop_listening(monitor, loop)
+
+
+PACED_READS: Final = _PacedReads()

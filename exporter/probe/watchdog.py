@@ -21,9 +21,9 @@ import asyncio
 import math
 from collections.abc import Callable
 
-from exporter.probe.result import Outcome
-from exporter.probe.stream import StreamFailureError, StreamState
-from exporter.probe.target import Timeouts
+from exporter.streams.decoder import StreamFailureError, StreamState
+from exporter.streams.request import Timeouts
+from exporter.streams.result import Outcome
 
 Clock = Callable[[], float]
 Expire = Callable[[StreamFailureError], None]

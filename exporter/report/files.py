@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from exporter.evaluation import EvaluationSpec, Measured
-from exporter.probe.result import ProbeResult
 from exporter.report.summary import request_record
 from exporter.stats.fluidity import deadline_miss_curve
+from exporter.streams.result import ProbeResult
 
 # From 5 ms to 500 ms: the range where inter-token deadlines of interactive serving live.
 MISS_CURVE_DEADLINES_S = tuple(float(d) for d in np.geomspace(0.005, 0.5, 41))

@@ -26,11 +26,11 @@ from exporter.evaluation import (
     metric_values,
     slo_tier,
 )
-from exporter.probe.result import ProbeResult, intervals, ttft
 from exporter.stats.batch import FloatArray
 from exporter.stats.distribution import describe, percentile
 from exporter.stats.fluidity import fluid_token_rate
 from exporter.stats.objectives import Goodput, SloMetric, evaluate_objectives, goodput, with_failed
+from exporter.streams.result import ProbeResult, intervals, ttft
 
 
 def summarize(

@@ -63,7 +63,7 @@ FLUIDITY_BUCKETS: Final = (
 )  # fmt: skip
 
 # The exporter's event-loop lag, sampled periodically: probe timings become unreliable above 3 ms
-# (probe.saturation.LAG_LIMIT_S), so the bounds are fine around it and coarse into seconds.
+# (streams.saturation.LAG_LIMIT_S), so the bounds are fine around it and coarse into seconds.
 LOOP_LAG_BUCKETS: Final = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 

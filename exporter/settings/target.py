@@ -1,6 +1,6 @@
 """How to reach a target, defined once and read one way from the daemon config and the flags.
 
-``Api``, ``Secret`` and ``Timeouts`` are defined here (``exporter.probe.target`` builds a target's
+``Api``, ``Secret`` and ``Timeouts`` are defined here (``exporter.streams.request`` builds a target's
 settings from them); the readers take a ``Section`` shaped as a ``targets[]`` entry of the daemon
 config. The flags (``--api``, ``--api-key-env``/``--api-key-file``, ``--header``, ``--extra-body``,
 ``--ttft-timeout``...) are put in that shape by ``exporter.settings.target_flags`` and read by the same

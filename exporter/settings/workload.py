@@ -29,7 +29,7 @@ LENGTH_KEYS: Final = ("preset", "prompt_tokens", "output_tokens")
 TRACE_KEYS: Final = ("trace", "format")
 SESSION_KEYS: Final = ("turns", "think_time", "tool_calls", "response_format")
 TOOLS_AND_TURNS: Final = "{} and {} above 1 exclude each other (a conversation would need tool results)"
-# The APIs whose request body can name a tool (``exporter.probe.openai``): completions has no ``tools``.
+# The APIs whose request body can name a tool (``exporter.streams.openai``): completions has no ``tools``.
 TOOL_CALL_APIS: Final[tuple[Api, ...]] = ("chat", "responses")
 
 

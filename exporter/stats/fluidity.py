@@ -103,7 +103,7 @@ def request_fluidity(
     (measured, CPU for 1,000 tokens: 0.12 ms from an array, 0.30 from a list, against 3.7-3.9 ms;
     ``bench/stats_bench.py``; over the default bench's own 100 streams, 0.09 against 0.70 ms a
     request). ``bench``'s live line evaluates every finished request on the probe's event loop, whose
-    lateness beyond 3 ms makes the client distrust the streams in flight (``probe.saturation``).
+    lateness beyond 3 ms makes the client distrust the streams in flight (``streams.saturation``).
     Invalid input goes to the engine, whose error names it."""
     options = FluidityOptions(ignore_first_token, slack_cap, variant)
     values = np.asarray(intervals, dtype=np.float64)

@@ -7,7 +7,7 @@ request what the probes compute for their own (TTFT, gaps, fluidity-index per de
 - ``observer``: the gRPC server, one ``Process`` stream per HTTP request; it only stamps chunks.
 - ``record``: a stream's stamped chunks decoded into the probe's result type, with the probe's decoder.
 
-Layer: beside ``load``, above ``probe``, because it imports the probe's stream decoder (``probe.sse``,
-``probe.chunk_shapes``, ``probe.openai``). The decoder moves below both later (issue 38), and then this
-package sits beside ``probe``.
+Layer: beside ``probe``, ``sim`` and ``engine`` (a network-layer source of records), above ``streams``,
+whose decoder (``streams.sse``, ``streams.decoder``, ``streams.openai``) the probe client uses too: a
+user's stream and a probe's are decoded by the same code.
 """

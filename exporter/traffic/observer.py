@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from exporter.probe.saturation import LagMonitor
+from exporter.streams.saturation import LagMonitor
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from exporter.traffic.record import (

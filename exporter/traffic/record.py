@@ -1,6 +1,6 @@
 """One observed HTTP exchange, from the stamped messages Envoy sent about it to a ``ProbeResult``: the
-same record a probe writes, decoded by the probe's own decoder (``probe.sse``'s ``SseDecoder`` and
-``probe.stream``'s ``StreamState``, with its chunk shapes and token counting), so a user's stream and a
+same record a probe writes, decoded by the probe's own decoder (``streams.sse``'s ``SseDecoder`` and
+``streams.decoder``'s ``StreamState``, with its chunk shapes and token counting), so a user's stream and a
 probe's are measured by one definition.
 
 The observer's gRPC handler only stamps each message and hands it here. Response chunks are kept as
@@ -13,7 +13,7 @@ margin (``OVERLONG``), an SSE line or event past its bound (``TOO_LARGE``). No p
 kept once decoded, nor a failure's message (a server's error event may quote the request): the outcome
 says how it ended.
 
-The exporter's own probes (``probe.target.PROBE_HEADER``, whose value is the probe request's id) are
+The exporter's own probes (``streams.request.PROBE_HEADER``, whose value is the probe request's id) are
 recorded the same way, with that id (``Observed.probe_id``), so that the daemon can compare the
 observer's view of each probe with the client's own stamps; they never join the users' figures.
 """
@@ -27,14 +27,14 @@ from enum import StrEnum
 
 import msgspec
 
-from exporter.probe.openai import FORMATS
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.saturation import is_unreliable
-from exporter.probe.sse import SseDecoder, SseError
-from exporter.probe.stream import StreamFailureError, StreamState, sse_failure
-from exporter.probe.target import PROBE_HEADER
-from exporter.probe.tokens import TokenCounter
 from exporter.settings.target import Api
+from exporter.streams.decoder import StreamFailureError, StreamState, sse_failure
+from exporter.streams.openai import FORMATS
+from exporter.streams.request import PROBE_HEADER
+from exporter.streams.result import Outcome, ProbeResult
+from exporter.streams.saturation import is_unreliable
+from exporter.streams.sse import SseDecoder, SseError
+from exporter.streams.tokens import TokenCounter
 
 OTHER_MODEL = "other"
 # The paths of the streaming APIs the probe speaks; anything else passes unobserved (counted).
@@ -404,7 +404,7 @@ class ObservedStream:
         """The record of a watched exchange (``None`` when it was ignored: ``ignored`` says why). A
         stream that ended before its response did is ``STREAM_ABORTED``. ``lag``: the largest lateness
         of the observer's event loop while the stream was open, and the share of late samples
-        (``probe.saturation.LagMonitor.since``): the client's own rule judges whether its stamps, taken
+        (``streams.saturation.LagMonitor.since``): the client's own rule judges whether its stamps, taken
         by that loop, can be trusted (``ProbeResult.unreliable``)."""
         if self._listing is not None:  # the answer to GET /v1/models never ended
             self._end_listing(())

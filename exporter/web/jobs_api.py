@@ -22,10 +22,10 @@ from aiohttp import web
 
 from exporter.jobs.manager import JobConflictError, JobManager, UnknownJobError
 from exporter.jobs.store import JOB_STATES, JobRecord
-from exporter.probe.target import Secret
 from exporter.settings.job_params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
 from exporter.settings.job_parse import params_to_dict, parse_params
 from exporter.settings.problems import SettingsError
+from exporter.streams.request import Secret
 from exporter.web.openapi import document_for
 
 PREFIX: Final = "/api/v1"

@@ -38,9 +38,9 @@ from exporter.exposition import render
 from exporter.exposition.probe_registry import failed_probe_registry, probe_registry
 from exporter.exposition.store import ResultStore
 from exporter.exposition.views import RecentResult, iso
-from exporter.probe.result import ProbeCutError, ProbeRefusedError, ProbeResult, ProbeRun, intervals
-from exporter.probe.saturation import why_unreliable
 from exporter.settings import Config, UnknownNameError
+from exporter.streams.result import ProbeCutError, ProbeRefusedError, ProbeResult, ProbeRun, intervals
+from exporter.streams.saturation import why_unreliable
 from exporter.web.jobs_api import JobService, add_job_routes
 from exporter.web.metrics_cache import GZIP_LEVEL, MAX_AGE_S, MetricsCache
 

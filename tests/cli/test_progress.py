@@ -8,7 +8,7 @@ import pytest
 from exporter.cli import progress
 from exporter.cli.progress import LiveLine
 from exporter.evaluation import EvaluationSpec
-from exporter.probe.result import Outcome, ProbeResult
+from exporter.streams.result import Outcome, ProbeResult
 
 
 def completed() -> ProbeResult:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from exporter.daemon.budget import BudgetTracker
-from exporter.probe.result import Outcome, ProbeResult
 from exporter.settings.model import Budget
+from exporter.streams.result import Outcome, ProbeResult
 
 
 class Clock:

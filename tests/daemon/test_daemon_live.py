@@ -19,10 +19,10 @@ import aiohttp
 import pytest
 
 from exporter.app import Daemon
-from exporter.probe.result import ProbeResult, intervals
 from exporter.settings import load_config_file
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate
+from exporter.streams.result import ProbeResult, intervals
 from tests.support.daemon import get, samples, serving, value
 from tests.support.gateway import fake_gateway
 from tests.support.net import free_port

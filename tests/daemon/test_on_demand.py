@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from exporter.daemon.on_demand import OnDemandDeadlines
-from exporter.probe.result import ProbeCutError, ProbeRun
+from exporter.streams.result import ProbeCutError, ProbeRun
 
 
 async def hanging() -> ProbeRun:

@@ -109,7 +109,7 @@ async def test_a_recovery_is_logged_with_the_last_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from exporter.daemon.health import TargetHealth
-    from exporter.probe.result import Outcome, ProbeResult
+    from exporter.streams.result import Outcome, ProbeResult
 
     caplog.set_level(logging.WARNING)
     now = [1_800_000_000.0]
@@ -133,7 +133,7 @@ def test_a_module_failing_beside_a_good_one_is_one_failure_not_a_flap(
     """A module refused on every run (a prompt over the context) beside a module that succeeds: the
     target was logged failing and recovered at every interval; now once failing, once recovered."""
     from exporter.daemon.health import TargetHealth
-    from exporter.probe.result import Outcome, ProbeResult
+    from exporter.streams.result import Outcome, ProbeResult
 
     caplog.set_level(logging.WARNING)
     now = [1_800_000_000.0]
@@ -156,7 +156,7 @@ def test_a_back_off_ended_by_another_module_s_success_is_over_and_the_next_is_lo
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from exporter.daemon.health import TargetHealth
-    from exporter.probe.result import Outcome, ProbeResult
+    from exporter.streams.result import Outcome, ProbeResult
 
     caplog.set_level(logging.WARNING)
     health = TargetHealth("t", lambda: 1_800_000_000.0)
@@ -175,8 +175,8 @@ def test_a_dead_target_logs_its_back_off_only_when_the_delay_changes(
     """A day of a dead target: the delay grows 30, 60, ... 480, 600 s, then stays; one line per delay."""
     from exporter.daemon.budget import BudgetTracker
     from exporter.daemon.health import TargetHealth
-    from exporter.probe.result import Outcome, ProbeResult
     from exporter.settings.model import Budget
+    from exporter.streams.result import Outcome, ProbeResult
 
     caplog.set_level(logging.DEBUG)
     now = [1_800_000_000.0]

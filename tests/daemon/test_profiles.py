@@ -11,9 +11,9 @@ import pytest
 from exporter.app import Daemon
 from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profiles import ProfileStore, StoredProfile
-from exporter.probe.result import ProbeRun
 from exporter.settings import parse_config
 from exporter.stats.prefill import PrefillModel, dump_json
+from exporter.streams.result import ProbeRun
 from tests.exposition.builders import smooth
 
 CONFIG = """

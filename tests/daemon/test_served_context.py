@@ -20,8 +20,8 @@ from exporter.daemon import probe_jobs, served_context
 from exporter.daemon.served_context import CONTEXT_REASK_S, ServedContext
 from exporter.load.calibration import CALIBRATION_REQUESTS
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeRefusedError, ProbeResult
 from exporter.settings import load_config, load_config_file
+from exporter.streams.result import Outcome, ProbeRefusedError, ProbeResult
 from tests.support.daemon import get, samples, serving, value
 from tests.support.net import serving_app
 from tests.support.sim import StartSim

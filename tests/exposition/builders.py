@@ -9,7 +9,7 @@ from exporter.engine.families import Signal
 from exporter.engine.scrape import ScrapeFailure, ScrapeResult
 from exporter.engine.snapshot import EngineSnapshot, HistogramData
 from exporter.evaluation import DeadlinePolicy
-from exporter.probe.result import Outcome, ProbeResult
+from exporter.streams.result import Outcome, ProbeResult
 
 POLICY = DeadlinePolicy(prefill_deadline=0.5)
 

@@ -21,11 +21,11 @@ from exporter.exposition.probe_registry import probe_registry
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
-from exporter.probe.result import Outcome, intervals
 from exporter.report.summary import summarize
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from exporter.stats.objectives import GoodputBounds, parse_objective
+from exporter.streams.result import Outcome, intervals
 from tests.engine import fixtures as engine_fixtures
 from tests.exposition.builders import (
     POLICY,

@@ -11,12 +11,12 @@ from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.exposition.store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.window import MIN_DECODE_DEADLINE
-from exporter.probe.result import Outcome, intervals
 from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from exporter.stats.latency import latency_batch
 from exporter.stats.objectives import GoodputBounds
+from exporter.streams.result import Outcome, intervals
 from tests.exposition.builders import POLICY, failed, mixed_run, smooth, stalled
 
 

@@ -7,9 +7,9 @@ import pytest
 from exporter.evaluation import EvaluationSpec
 from exporter.exposition import traffic
 from exporter.exposition.traffic import ObserverHealth, TrafficStats
-from exporter.probe.result import Outcome, ProbeResult, TokenSource
 from exporter.settings.buckets import DEFAULT_BUCKETS
 from exporter.stats.objectives import GoodputBounds
+from exporter.streams.result import Outcome, ProbeResult, TokenSource
 from exporter.traffic.record import SKIP_REASONS, Observed
 from tests.support.daemon import samples, value
 

@@ -8,7 +8,7 @@ import pytest
 from exporter.evaluation import EvaluationSpec
 from exporter.exposition import traffic_agreement
 from exporter.exposition.traffic_agreement import ProbeAgreement, compare, fluid
-from exporter.probe.result import Outcome, ProbeResult
+from exporter.streams.result import Outcome, ProbeResult
 
 
 def result(times: list[float], probe_id: str | None = None, outcome: Outcome = Outcome.OK) -> ProbeResult:

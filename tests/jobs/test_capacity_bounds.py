@@ -31,13 +31,13 @@ from exporter.jobs.trial import Tally, TrialPlan, TrialShape, stop_reason
 from exporter.jobs.trial_verdict import TrialCost, TrialReport, TrialSlo, judge
 from exporter.load.workloads import IndependentLengths, PlanStoppedError, Workload
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings.job_params import CapacityParams, JobLimits
 from exporter.settings.lengths import Fixed
 from exporter.settings.target import TargetSettings
 from exporter.stats.binomial import Verdict, classify_fraction
 from exporter.stats.headroom import decided_failure
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import Outcome, ProbeResult
 
 P99 = 0.99
 SLO = TrialSlo(DeadlinePolicy(prefill_deadline=1.0), decode_deadline=0.05)

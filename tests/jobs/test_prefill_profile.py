@@ -13,12 +13,12 @@ from exporter.cli import main
 from exporter.jobs.prefill_profile import profile_prefill
 from exporter.load.prompts import SimPromptBuilder
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings.job_params import geometric_ladder
 from exporter.settings.target import TargetSettings
 from exporter.sim.presets import PRESETS, isolated_ttft
 from exporter.stats.prefill import parse_json
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import Outcome, ProbeResult
 from tests.support.measured import assert_measured
 from tests.support.net import serving_app
 from tests.support.sim import StartSim

@@ -23,12 +23,12 @@ from exporter.load.shard_local import local_shards
 from exporter.load.shard_pool import ShardPool
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
-from exporter.probe.target import RequestSpec
 from exporter.settings.job_params import CapacityParams
 from exporter.settings.lengths import Fixed
 from exporter.settings.shards import PoolSettings
 from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
+from exporter.streams.request import RequestSpec
 from tests.probe.helpers import script, settings_for
 
 pytestmark = pytest.mark.slow

@@ -21,11 +21,11 @@ from exporter.load.calibration import (
 )
 from exporter.load.prompts import ApproxPromptBuilder
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
 from exporter.sim.process import SimProcess
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import Outcome, ProbeResult
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from exporter.load.health import (
     load_health,
     mean_in_flight,
 )
-from exporter.probe.result import Outcome, ProbeResult
+from exporter.streams.result import Outcome, ProbeResult
 
 LIMITS = HealthThresholds()
 

@@ -18,9 +18,9 @@ from exporter.load.health import rates
 from exporter.load.plan import LoadPlan
 from exporter.load.presets import preset
 from exporter.load.runner import RunHooks, Send, deadline_waiter, load_run_from_results, run_plan
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings.arrival import Constant, Poisson
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import Outcome, ProbeResult
 
 
 def _specs(n: int, max_tokens: int = 4) -> list[RequestSpec]:

@@ -8,10 +8,10 @@ import pytest
 
 from exporter.load import LoadPlan, Poisson, preset, run_plan
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ttft
-from exporter.probe.target import Api, RequestSpec
 from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
+from exporter.streams.request import Api, RequestSpec
+from exporter.streams.result import Outcome, ttft
 from tests.probe.helpers import script, settings_for
 from tests.support.sim import StartSim
 

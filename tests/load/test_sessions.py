@@ -15,12 +15,12 @@ from exporter.load.runner import RunHooks, run_plan
 from exporter.load.sessions import run_session
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import FollowUp, RequestSpec, Timeouts
 from exporter.settings.lengths import Fixed
 from exporter.settings.target import TargetSettings
 from exporter.settings.think_time import parse_think_time
 from exporter.sim import tokenizer
+from exporter.streams.request import FollowUp, RequestSpec, Timeouts
+from exporter.streams.result import Outcome, ProbeResult
 from tests.support.sim import StartSim
 from tests.support.wait import wait_for
 

@@ -22,10 +22,10 @@ from exporter.load.shard_protocol import (
     task_to_json,
 )
 from exporter.load.shard_report import ShardState, shard_problems
-from exporter.probe.result import Outcome, ProbeResult, TokenSource
-from exporter.probe.target import FollowUp, RequestSpec, Secret, Timeouts
 from exporter.settings.shards import PoolSettings
 from exporter.settings.target import TargetSettings
+from exporter.streams.request import FollowUp, RequestSpec, Secret, Timeouts
+from exporter.streams.result import Outcome, ProbeResult, TokenSource
 
 SETTINGS = PoolSettings(max_start_lateness_s=0.1, max_unreliable_share=0.01)
 

@@ -26,11 +26,11 @@ from exporter.load.shard_protocol import API_KEY_ENV
 from exporter.load.shard_run import ShardHooks
 from exporter.load.shard_runner import LOST_S, serve_shard
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeResult, intervals
-from exporter.probe.target import RequestSpec, Secret
 from exporter.report.summary import summarize
 from exporter.settings.shards import PoolSettings
 from exporter.sim import SimServer
+from exporter.streams.request import RequestSpec, Secret
+from exporter.streams.result import Outcome, ProbeResult, intervals
 from tests.probe.helpers import script, settings_for
 from tests.support.net import free_port, raw_status
 

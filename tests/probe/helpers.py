@@ -12,9 +12,9 @@ from typing import Any
 
 from exporter.probe.socket_reads import OFFSET_BRACKET_S, SO_TIMESTAMPNS, SocketReads
 from exporter.probe.stamped import StampedSocket
-from exporter.probe.target import Timeouts
 from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
+from exporter.streams.request import Timeouts
 
 # Short limits so that a hung test fails in seconds, not minutes.
 TEST_TIMEOUTS = Timeouts(connect=2.0, ttft=5.0, idle=5.0, total=15.0)

@@ -13,13 +13,13 @@ import pytest
 from exporter.probe import http
 from exporter.probe.client import ProbeClient
 from exporter.probe.reader import StreamReader
-from exporter.probe.result import Outcome
-from exporter.probe.stream import StreamState
-from exporter.probe.target import RequestSpec, Timeouts
 from exporter.probe.watchdog import Watchdog
 from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
 from exporter.sim.faults import FAULT_MODES
+from exporter.streams.decoder import StreamState
+from exporter.streams.request import RequestSpec, Timeouts
+from exporter.streams.result import Outcome
 from tests.probe.helpers import fault, script, settings_for
 
 pytestmark = pytest.mark.usefixtures("both_reads")  # the stamped sockets read in C and in Python
@@ -41,7 +41,7 @@ CASES: dict[str, tuple[Any, Outcome, int | None, int]] = {
     "wrong_content_type": ("wrong_content_type", Outcome.MALFORMED_STREAM, 200, 0),
     "oversized_line": (
         {"mode": "oversized_line", "at": 1, "size": 100_000},
-        Outcome.TOO_LARGE,  # a line over max_line_bytes (65536 here): probe.bounds
+        Outcome.TOO_LARGE,  # a line over max_line_bytes (65536 here): streams.bounds
         200,
         1,
     ),

@@ -1,4 +1,4 @@
-"""A hostile target's endless bytes end the request at a bound (``probe.bounds``), with its own outcome.
+"""A hostile target's endless bytes end the request at a bound (``streams.bounds``), with its own outcome.
 
 Beside the simulator's fault matrix (``test_client_faults.py``): those faults break a stream; these try
 to fill the client's memory. Each ends ``too_large`` or ``overlong`` rather than at the total timeout
@@ -12,12 +12,12 @@ import tracemalloc
 
 import pytest
 
-from exporter.probe.bounds import overlong_limit
 from exporter.probe.client import ProbeClient
 from exporter.probe.reader import BATCH_READS
-from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, Timeouts
 from exporter.settings.target import TargetSettings
+from exporter.streams.bounds import overlong_limit
+from exporter.streams.request import RequestSpec, Timeouts
+from exporter.streams.result import Outcome
 from tests.support.hostile import MODEL, HostileServer
 
 pytestmark = [pytest.mark.usefixtures("both_reads"), pytest.mark.timeout(60)]

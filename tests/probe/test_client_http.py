@@ -16,9 +16,9 @@ from aiohttp import web
 from multidict import CIMultiDictProxy
 
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, Secret, Timeouts
 from exporter.settings.target import TargetSettings
+from exporter.streams.request import RequestSpec, Secret, Timeouts
+from exporter.streams.result import Outcome
 from tests.support.net import serving_app
 
 pytestmark = pytest.mark.usefixtures("both_reads")  # the stamped sockets read in C and in Python

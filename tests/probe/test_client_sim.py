@@ -13,10 +13,10 @@ import statistics
 import pytest
 
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals, ttft
-from exporter.probe.target import RequestSpec
 from exporter.sim import SimServer
 from exporter.stats.fluidity import fluidity_index
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import Outcome, ProbeResult, TokenSource, intervals, ttft
 from tests.probe.helpers import script, settings_for
 from tests.support.sim import StartSim
 

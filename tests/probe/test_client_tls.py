@@ -13,9 +13,9 @@ import pytest
 from aiohttp import web
 
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, Timeouts
 from exporter.settings.target import TargetSettings
+from exporter.streams.request import RequestSpec, Timeouts
+from exporter.streams.result import Outcome
 
 ONE_TOKEN_SSE = b'data: {"choices":[{"text":" a","finish_reason":"length"}]}\n\ndata: [DONE]\n\n'
 FAST = Timeouts(connect=2.0, ttft=2.0, idle=2.0, total=5.0)

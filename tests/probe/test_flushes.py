@@ -12,11 +12,11 @@ import pytest
 
 from exporter.probe import flushes, reader
 from exporter.probe.flushes import Flushes, loop_flushes
-from exporter.probe.openai import FORMATS
 from exporter.probe.reader import FLUSH_READS, StreamReader
-from exporter.probe.result import ProbeResult
-from exporter.probe.stream import StreamState
-from exporter.probe.tokens import TokenCounter
+from exporter.streams.decoder import StreamState
+from exporter.streams.openai import FORMATS
+from exporter.streams.result import ProbeResult
+from exporter.streams.tokens import TokenCounter
 
 STREAMS = 12
 

@@ -18,13 +18,13 @@ from hypothesis import strategies as st
 
 from exporter.probe.client import ProbeClient
 from exporter.probe.http import Endpoint, request_bytes
-from exporter.probe.openai import FORMATS
 from exporter.probe.reader import StreamReader
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.stream import StreamState
-from exporter.probe.target import RequestSpec, Timeouts
-from exporter.probe.tokens import TokenCounter
 from exporter.settings.target import TargetSettings
+from exporter.streams.decoder import StreamState
+from exporter.streams.openai import FORMATS
+from exporter.streams.request import RequestSpec, Timeouts
+from exporter.streams.result import Outcome, ProbeResult
+from exporter.streams.tokens import TokenCounter
 
 FAST = Timeouts(connect=1.0, ttft=2.0, idle=2.0, total=5.0)
 SPEC = RequestSpec(prompt="hi", max_tokens=3)

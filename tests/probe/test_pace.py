@@ -16,8 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.saturation import SAMPLE_INTERVAL_S
 from exporter.probe.socket_reads import (
     LATE_READ_S,
     MAX_PACE_S,
@@ -32,8 +30,10 @@ from exporter.probe.socket_reads import (
     loop_reads,
     next_pace,
 )
-from exporter.probe.target import RequestSpec
 from exporter.settings.target import TargetSettings
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import Outcome, ProbeResult
+from exporter.streams.saturation import SAMPLE_INTERVAL_S
 from tests.probe.helpers import TEST_TIMEOUTS, stamped_pair
 
 INF = math.inf

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from exporter.probe.client import ProbeClient
-from exporter.probe.openai import FORMATS, TOOL_NAME, Chunk, read_chunk
-from exporter.probe.result import Outcome, ProbeResult, TokenSource
-from exporter.probe.sse import SseEvent
-from exporter.probe.stream import StreamFailureError, StreamState
-from exporter.probe.target import RequestSpec, Timeouts
-from exporter.probe.tokens import TokenCounter
 from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
+from exporter.streams.decoder import StreamFailureError, StreamState
+from exporter.streams.openai import FORMATS, TOOL_NAME, Chunk, read_chunk
+from exporter.streams.request import RequestSpec, Timeouts
+from exporter.streams.result import Outcome, ProbeResult, TokenSource
+from exporter.streams.sse import SseEvent
+from exporter.streams.tokens import TokenCounter
 from tests.probe.helpers import fault, settings_for
 
 RESPONSES = FORMATS["responses"]

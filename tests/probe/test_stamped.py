@@ -19,7 +19,6 @@ import pytest
 
 from exporter.probe import socket_reads
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeResult
 from exporter.probe.socket_reads import (
     EARLY_STAMP_S,
     OFFSET_BRACKET_S,
@@ -36,8 +35,9 @@ from exporter.probe.socket_reads import (
     stop_listening,
 )
 from exporter.probe.stamped import StampedSocket
-from exporter.probe.target import RequestSpec, Timeouts
 from exporter.settings.target import TargetSettings
+from exporter.streams.request import RequestSpec, Timeouts
+from exporter.streams.result import Outcome, ProbeResult
 from tests.probe.helpers import RecordingProtocol, stamped_pair, wall_offset
 from tests.support.wait import wait_for
 

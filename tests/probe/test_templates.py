@@ -15,9 +15,9 @@ from aiohttp import web
 
 from exporter.probe import reader
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec, Timeouts
 from exporter.settings.target import TargetSettings
+from exporter.streams.request import RequestSpec, Timeouts
+from exporter.streams.result import Outcome
 from tests.support.net import serving_app
 
 pytestmark = pytest.mark.usefixtures("both_reads")  # the stamped sockets read in C and in Python
@@ -91,7 +91,7 @@ def test_the_served_chunks_fit_and_miss_the_template_where_this_test_says(
 ) -> None:
     """The stream above is what it claims: its plain chunks' templates differ where "created" changes,
     and the escaped texts have none."""
-    from exporter.probe.chunk_shapes import plain_template
+    from exporter.streams.chunk_shapes import plain_template
 
     def template(index: int) -> Any:
         text = TEXTS[index % len(TEXTS)]

@@ -28,12 +28,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import Daemon
 from exporter.cli import main
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome, ProbeResult
-from exporter.probe.target import RequestSpec
 from exporter.settings import load_config_file
 from exporter.settings.target import TargetSettings
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import Outcome, ProbeResult
 from tests.support.daemon import get, serving
 from tests.support.daemon import samples as samples_of
 from tests.support.measured import assert_capacity_measured, assert_measured

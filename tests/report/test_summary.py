@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
-from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals
 from exporter.report.files import write_outputs
 from exporter.report.plots import PLOT_FILES, figures, pyplot, write_plots
 from exporter.report.summary import reliability, request_record, summarize
@@ -21,6 +20,7 @@ from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
 from exporter.stats.objectives import GoodputBounds, parse_objective
 from exporter.stats.prefill import fit_prefill_model
+from exporter.streams.result import Outcome, ProbeResult, TokenSource, intervals
 
 
 def streamed(

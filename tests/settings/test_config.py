@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec
 from exporter.load.config_workloads import config_workload
 from exporter.load.prompts import ApproxPromptBuilder, SimPromptBuilder
-from exporter.probe.target import Timeouts
 from exporter.settings import (
     Budget,
     Config,
@@ -41,6 +40,7 @@ from exporter.settings.target_flags import read_url
 from exporter.sim.config import from_mapping
 from exporter.stats.objectives import DECODE_TIERS, GoodputBounds, parse_objective
 from exporter.stats.prefill import PrefillModel, dump_json
+from exporter.streams.request import Timeouts
 
 MINIMAL = "targets:\n  - name: a\n    url: http://127.0.0.1:8000/\n"
 

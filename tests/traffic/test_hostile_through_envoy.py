@@ -1,6 +1,6 @@
 """The hostile targets of the client's tests (``tests/support/hostile.py``) behind a real Envoy, watched by
 the observer: each user stream's record ends at the client's own bound with the client's outcome
-(``probe.bounds``: past ``max_tokens`` and its margin, overlong; an SSE event past its bound, too large),
+(``streams.bounds``: past ``max_tokens`` and its margin, overlong; an SSE event past its bound, too large),
 at once, while the user still reads; what passes after it is not kept."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from exporter.probe.bounds import overlong_limit
-from exporter.probe.result import Outcome
+from exporter.streams.bounds import overlong_limit
+from exporter.streams.result import Outcome
 from exporter.traffic.observer import TrafficObserver
 from exporter.traffic.record import DECODE_BYTES, Observed, StreamEnd
 from tests.support.envoy import envoy_binary

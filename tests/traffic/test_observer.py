@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
-from exporter.probe.result import Outcome
+from exporter.streams.result import Outcome
 from exporter.traffic._proto.envoy.config.core.v3 import base_pb2
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc

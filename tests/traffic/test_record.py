@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from exporter.probe.result import Outcome, TokenSource, intervals
+from exporter.streams.result import Outcome, TokenSource, intervals
 from exporter.traffic.record import Ignored, ObservedStream, StreamLimits, listed_models, request_facts
 
 CHAT = [(":method", b"POST"), (":path", b"/v1/chat/completions")]

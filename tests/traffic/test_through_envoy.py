@@ -12,10 +12,10 @@ import pytest
 
 from exporter.evaluation import EvaluationSpec, measure
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome
-from exporter.probe.target import RequestSpec
 from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import Outcome
 from exporter.traffic.observer import TrafficObserver
 from exporter.traffic.record import Observed
 from tests.support.envoy import envoy_binary

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from exporter.jobs.manager import JobManager
-from exporter.probe.target import Secret
 from exporter.settings.job_params import JobLimits
+from exporter.streams.request import Secret
 
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

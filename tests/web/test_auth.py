@@ -15,8 +15,8 @@ import pytest
 from aiohttp import web
 
 from exporter.app import Daemon, web_app
-from exporter.probe.target import Secret
 from exporter.settings.parse import load_config
+from exporter.streams.request import Secret
 from tests.support.net import raw_status
 
 TOKEN = "t0ken-\u00e9"  # a non-ASCII token: the compare works on bytes of any text

@@ -32,7 +32,7 @@ class Outcome(StrEnum):
     TRUNCATED = "truncated"  # the server declared the answer incomplete (Responses: not max_output_tokens)
     # Last, so the codes of the others (``exposition.window.OUTCOME_CODE``) stay what they were.
     OVERLONG = "overlong"  # more tokens than max_tokens allows (``stream.overlong_limit``): cut there
-    TOO_LARGE = "too_large"  # headers, an SSE event or a body over its bound (``probe.bounds``): cut there
+    TOO_LARGE = "too_large"  # headers, an SSE event or a body over its bound (``streams.bounds``): cut there
 
 
 class TokenSource(StrEnum):
@@ -60,7 +60,7 @@ class ProbeResult:
     reasoning_times: list[float] = field(default_factory=list)  # events carrying reasoning content only
     finished_at: float | None = None  # stream ended ([DONE], finish, or failure)
     token_source: TokenSource = TokenSource.CHUNKS
-    token_adjustment: int = 0  # tokens added (+) / removed (-) to match the final usage (see probe.tokens)
+    token_adjustment: int = 0  # tokens added (+) / removed (-) to match the final usage (see streams.tokens)
     prompt_tokens_intended: int | None = None
     prompt_tokens_reported: int | None = None  # the server's usage.prompt_tokens
     completion_tokens_reported: int | None = None  # the server's usage.completion_tokens
@@ -77,7 +77,7 @@ class ProbeResult:
     merged_events: int = 0  # the token events those reads carried: one stamp for them all
     early_stamps: int = 0  # reads whose kernel stamp was impossibly early (a retransmission): moved later
     loop_lag_s: float = 0.0  # the largest event-loop lag seen while this request was in flight
-    loop_lag_share: float = 0.0  # share of lag samples meanwhile over probe.saturation.LAG_LIMIT_S
+    loop_lag_share: float = 0.0  # share of lag samples meanwhile over streams.saturation.LAG_LIMIT_S
     cpu_share: float | None = None  # process CPU time / wall time while in flight (1.0: core never idle)
     unreliable: bool = False  # the client itself was saturated: timings may be wrong
     doubtful_gaps: int = 0  # of a flagged request's gaps between token events, those it may have wrong

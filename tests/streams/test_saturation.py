@@ -8,10 +8,12 @@ import time
 
 import pytest
 
-from exporter.probe import saturation
 from exporter.probe.client import ProbeClient
-from exporter.probe.result import Outcome
-from exporter.probe.saturation import (
+from exporter.sim import SimServer
+from exporter.streams import saturation
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import Outcome
+from exporter.streams.saturation import (
     LAG_LIMIT_S,
     STALL_LIMIT_S,
     LagMonitor,
@@ -20,8 +22,6 @@ from exporter.probe.saturation import (
     is_unreliable,
     why_unreliable,
 )
-from exporter.probe.target import RequestSpec
-from exporter.sim import SimServer
 from tests.probe.helpers import script, settings_for
 
 

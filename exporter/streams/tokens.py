@@ -52,8 +52,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 
-from exporter.probe.openai import Chunk
-from exporter.probe.result import TokenSource
+from exporter.streams.openai import Chunk
+from exporter.streams.result import TokenSource
 
 TextCounter = Callable[[str], int]
 

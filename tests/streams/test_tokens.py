@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.probe.openai import Chunk
-from exporter.probe.result import TokenSource
-from exporter.probe.tokens import TokenCounter, load_tokenizer, reconcile, spread
+from exporter.streams.openai import Chunk
+from exporter.streams.result import TokenSource
+from exporter.streams.tokens import TokenCounter, load_tokenizer, reconcile, spread
 
 
 @pytest.mark.parametrize(

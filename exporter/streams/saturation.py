@@ -71,10 +71,9 @@ import bisect
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
-from exporter.probe.maxima import RunningMaxima
-from exporter.probe.result import ProbeResult
-from exporter.probe.socket_reads import listen_to_paced_reads, reads_lateness, stop_listening
+from exporter.streams.maxima import RunningMaxima
 
 LAG_LIMIT_S = 0.003
 LAG_SHARE = 0.05
@@ -225,14 +224,26 @@ class Stalls:
         return [(due, came) for _, due, came in self._windows[first:]]
 
 
+class PacedReads(Protocol):
+    """A source of lateness samples that wakes the loop anyway (the probe's paced socket reads,
+    ``probe.socket_reads.PACED_READS``): while it runs, the monitor takes its samples from it
+    (``paced_read``) instead of from a timer of its own."""
+
+    def listen(self, monitor: LagMonitor) -> bool:
+        """Tell ``monitor`` of the running loop's paced reads until ``stop``; whether they run now."""
+
+    def stop(self, monitor: LagMonitor, loop: asyncio.AbstractEventLoop) -> None:
+        """The end of ``listen`` on ``loop``."""
+
+
 class LagMonitor:
     """A self-rearming timer callback that records how late each of its wake-ups was.
 
     A plain ``call_later`` callback, not a task sleeping in a loop: no future, no task step. Still, on an
     otherwise idle loop every sample is one more wake-up of the process (measured ~100-175 us of CPU
     each on this project's VM), so the client runs the monitor only while requests are in flight, every
-    20 ms; and while the loop's kernel-stamped reads are paced (``socket_reads.py``), it has no timer
-    of its own but takes its samples from theirs, due every 2-8 ms, which wakes the process anyway
+    20 ms; and, given their ``pace``, while the loop's kernel-stamped reads are paced
+    (``probe.socket_reads``), it has no timer of its own but takes its samples from theirs, due every 2-8 ms, which wakes the process anyway
     (measured at 100 streams of 20 ms gaps, with the pace's rule of the same change: 1,880 -> 1,410
     wake-ups in a run of 38,400 chunks).
 
@@ -245,10 +256,14 @@ class LagMonitor:
     a request asks for its share: the share runs from its first sample to the question, exactly."""
 
     def __init__(
-        self, interval_s: float = SAMPLE_INTERVAL_S, clock: Callable[[], float] = time.perf_counter
+        self,
+        interval_s: float = SAMPLE_INTERVAL_S,
+        clock: Callable[[], float] = time.perf_counter,
+        pace: PacedReads | None = None,
     ) -> None:
         self.interval_s = interval_s
         self._clock = clock
+        self._pace = pace  # None: the monitor's own timer takes every sample
         self._lags: list[float] = []
         self._late: list[int] = []  # how many samples were late up to each one, this one included
         self._late_dropped = 0  # and up to the last sample discarded
@@ -266,13 +281,14 @@ class LagMonitor:
         """Start sampling on the running loop."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-            if not listen_to_paced_reads(self):
+            if self._pace is None or not self._pace.listen(self):
                 self._arm(self._loop)
 
     def stop(self) -> None:
         """Stop sampling (``start`` resumes; marks stay valid)."""
         if self._loop is not None:
-            stop_listening(self, self._loop)
+            if self._pace is not None:
+                self._pace.stop(self, self._loop)
             self._loop = None
         self._disarm()
 
@@ -366,45 +382,3 @@ class LagMonitor:
             return None
         (wall0, cpu0), wall1, cpu1 = self._ticks[first], self._clock(), time.process_time()
         return min((cpu1 - cpu0) / (wall1 - wall0), 1.0) if wall1 > wall0 else None
-
-
-def judge(result: ProbeResult, monitor: LagMonitor | None, mark: int) -> None:
-    """Record a finished request's saturation evidence on ``result`` (what ``monitor`` sampled since
-    ``mark``, and with kernel stamps how late the stamped reads came) and apply the rule to it:
-    ``unreliable`` and ``doubtful_gaps``."""
-    if monitor is not None:
-        result.loop_lag_s, result.loop_lag_share = monitor.since(mark)
-        result.cpu_share = monitor.cpu_share_since(mark)
-        if result.kernel_stamps and result.sent_at is not None:  # the stamped reads' own lateness, too
-            result.loop_lag_s = max(result.loop_lag_s, reads_lateness(result.sent_at))
-    reads = int(result.extra.get("token_reads", 0))
-    result.unreliable = is_unreliable(
-        result.loop_lag_s,
-        result.loop_lag_share,
-        result.multi_event_reads,
-        reads,
-        kernel_stamps=result.kernel_stamps,
-        early_stamps=result.early_stamps,
-    )
-    result.doubtful_gaps = doubtful_gaps(
-        result.unreliable,
-        result.loop_lag_s,
-        result.loop_lag_share,
-        (result.multi_event_reads, result.merged_events),
-        result.token_events,
-        result.kernel_stamps,
-        early_stamps=result.early_stamps,
-        near_stalls=_near_stalls(result, monitor, mark),
-    )
-
-
-def _near_stalls(result: ProbeResult, monitor: LagMonitor | None, mark: int) -> int | None:
-    """The gaps a flagged request's stalls may have made wrong when its stamps were the loop's
-    (``gaps_near_stalls``); None when unknown or not asked (kernel stamps: a late loop does not make
-    a stamp late)."""
-    if not result.unreliable or result.kernel_stamps or monitor is None:
-        return None
-    stalls = monitor.stalls_since(mark)
-    if stalls is None:
-        return None
-    return gaps_near_stalls(sorted(result.token_times + result.reasoning_times), stalls) if stalls else 0

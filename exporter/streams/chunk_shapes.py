@@ -10,7 +10,7 @@ It must say exactly what ``openai.read_chunk`` says, so it declines (returns Non
 takes the general path) whenever the general reading has a decision to make: a field of an unexpected
 type (msgspec refuses it: no coercion), an ``error`` object, llama.cpp's ``timings``, tool calls, or
 anything that is not an object. The equality of both paths is tested chunk by chunk
-(``tests/probe/test_chunk_shapes.py``).
+(``tests/streams/test_chunk_shapes.py``).
 
 A *plain* chunk, content text and nothing else that ``read_chunk`` looks at (no usage, token ids,
 finish reason, reasoning or tool call), comes back as that text alone, a ``str``: it is what nearly
@@ -35,7 +35,7 @@ from typing import TypeVar
 
 import msgspec
 
-from exporter.probe.openai import Chunk
+from exporter.streams.openai import Chunk
 
 _UNSET = msgspec.UNSET
 

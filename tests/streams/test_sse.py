@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.probe.bounds import LINE_COST_BYTES
-from exporter.probe.sse import (
+from exporter.streams.bounds import LINE_COST_BYTES
+from exporter.streams.sse import (
     DONE,
     SseDecoder,
     SseEvent,

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.probe.chunk_shapes import FAST_READERS, chat_chunk, completion_chunk, plain_template
-from exporter.probe.openai import FORMATS, Chunk, read_chunk
-from exporter.probe.result import ProbeResult
-from exporter.probe.sse import SseEvent
-from exporter.probe.stream import StreamFailureError, StreamState, loads
-from exporter.probe.tokens import TokenCounter
+from exporter.streams.chunk_shapes import FAST_READERS, chat_chunk, completion_chunk, plain_template
+from exporter.streams.decoder import StreamFailureError, StreamState, loads
+from exporter.streams.openai import FORMATS, Chunk, read_chunk
+from exporter.streams.result import ProbeResult
+from exporter.streams.sse import SseEvent
+from exporter.streams.tokens import TokenCounter
 
 FAST = {"completions": completion_chunk, "chat": chat_chunk}
 

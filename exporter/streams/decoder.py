@@ -19,13 +19,13 @@ from typing import Any
 
 import msgspec
 
-from exporter.probe.bounds import bookkeeping_limit, overlong_limit
-from exporter.probe.chunk_shapes import FAST_READERS, PLAIN_BATCH_READERS
-from exporter.probe.openai import ApiFormat, Chunk, read_chunk
-from exporter.probe.result import Outcome, ProbeResult, TokenSource
-from exporter.probe.saturation import LAG_LIMIT_S
-from exporter.probe.sse import DONE, SseError, SseEvent, SseTooLargeError
-from exporter.probe.tokens import TokenCounter, reconcile
+from exporter.streams.bounds import bookkeeping_limit, overlong_limit
+from exporter.streams.chunk_shapes import FAST_READERS, PLAIN_BATCH_READERS
+from exporter.streams.openai import ApiFormat, Chunk, read_chunk
+from exporter.streams.result import Outcome, ProbeResult, TokenSource
+from exporter.streams.saturation import LAG_LIMIT_S
+from exporter.streams.sse import DONE, SseError, SseEvent, SseTooLargeError
+from exporter.streams.tokens import TokenCounter, reconcile
 
 _DONE_BYTES = DONE.encode()
 # A read of several token events counts against the request (``multi_event_reads``, the saturation
@@ -54,7 +54,7 @@ class StreamFailureError(Exception):
 
 
 def sse_failure(exc: SseError) -> StreamFailureError:
-    """The failure bytes that do not decode make: ``TOO_LARGE`` past a bound of ``probe.sse`` (a line or
+    """The failure bytes that do not decode make: ``TOO_LARGE`` past a bound of ``streams.sse`` (a line or
     an event), else ``MALFORMED_STREAM``."""
     outcome = Outcome.TOO_LARGE if isinstance(exc, SseTooLargeError) else Outcome.MALFORMED_STREAM
     return StreamFailureError(outcome, str(exc))
@@ -121,7 +121,7 @@ class StreamState:
         """Raise the ``OVERLONG`` failure once more token events came than ``length_limit`` (content and
         reasoning: ``max_tokens`` counts both), or more events without a token than ``bookkeeping_limit``;
         the reader calls it after each read or batch it decodes. Each token event holds some memory, and
-        a server that ignores ``max_tokens`` may never stop (``probe.bounds``)."""
+        a server that ignores ``max_tokens`` may never stop (``streams.bounds``)."""
         result = self.result
         events = len(result.token_times) + len(result.reasoning_times)
         if events > self.length_limit:

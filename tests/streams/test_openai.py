@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from exporter.probe.openai import FORMATS, Chunk, read_chunk
-from exporter.probe.result import Outcome, ProbeResult, TokenSource, intervals
-from exporter.probe.sse import SseEvent
-from exporter.probe.stream import StreamFailureError, StreamState
-from exporter.probe.target import RequestSpec
-from exporter.probe.tokens import TokenCounter
 from exporter.settings.target import TargetSettings
+from exporter.streams.decoder import StreamFailureError, StreamState
+from exporter.streams.openai import FORMATS, Chunk, read_chunk
+from exporter.streams.request import RequestSpec
+from exporter.streams.result import Outcome, ProbeResult, TokenSource, intervals
+from exporter.streams.sse import SseEvent
+from exporter.streams.tokens import TokenCounter
 
 SPEC = RequestSpec(prompt="hello", max_tokens=16)
 

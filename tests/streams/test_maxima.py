@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from exporter.probe.maxima import RunningMaxima
+from exporter.streams.maxima import RunningMaxima
 
 
 def test_the_largest_since_any_key_is_a_scans_answer() -> None:

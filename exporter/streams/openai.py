@@ -34,8 +34,8 @@ from typing import Any
 
 import msgspec
 
-from exporter.probe.target import Api, RequestSpec
 from exporter.settings.target import TargetSettings
+from exporter.streams.request import Api, RequestSpec
 
 
 class Chunk(msgspec.Struct):
