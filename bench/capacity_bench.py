@@ -78,7 +78,7 @@ from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialShape, plan_trial
 from exporter.jobs.trial_verdict import TrialReport, TrialSlo
 from exporter.load.presets import preset as workload_preset
-from exporter.sim.presets import PRESETS, isolated_ttft
+from exporter.sim.engine_presets import PRESETS, isolated_ttft
 from exporter.stats.binomial import Verdict, classify_fraction
 from exporter.stats.prefill import fit_prefill_model
 

@@ -9,7 +9,7 @@ had waited), or a sample of the lag monitor's own timer (``saturation.LagMonitor
 callbacks used at least half of the stall in CPU (the client's own work held the loop); *elsewhere*:
 they did not (the process was off the CPU, or the bytes were stamped on arrival but became readable
 late: a loaded machine defers loopback's softirq). Printed with them: the most CPU the callbacks used
-in one stall, and the most batches of kept reads (``reader.py``) decoded in one. To count them the
+in one stall, and the most batches of kept reads (``stream_reader.py``) decoded in one. To count them the
 command runs on a ``uvloop.Loop`` subclass that times every callback (~1 us each).
 
 Usage, on a quiet machine (the goal of issue 36: exit 0 in 5 of 5)::
@@ -83,12 +83,16 @@ def child(out: Path, argv: list[str]) -> int:
     import uvloop
 
     from exporter.probe import loop as event_loop
-    from exporter.probe import reader, socket_reads
+    from exporter.probe import socket_reads
 
     try:
+        from exporter.probe import stream_reader as reader
         from exporter.streams import saturation
     except ImportError:  # an arm from before the decoder left exporter.probe
-        from exporter.probe import saturation  # type: ignore[attr-defined, no-redef]
+        from exporter.probe import (
+            reader,  # type: ignore[attr-defined, no-redef]
+            saturation,  # type: ignore[attr-defined, no-redef]
+        )
 
     clock, cpu = time.perf_counter, time.thread_time
     callbacks: list[tuple[float, float, float]] = []  # (start, wall, cpu)

@@ -32,8 +32,8 @@ from typing import Any
 import uvloop
 
 from exporter.probe.http import HttpConnection
-from exporter.probe.reader import StreamReader
 from exporter.probe.socket_reads import KeepMode
+from exporter.probe.stream_reader import StreamReader
 from exporter.streams.decoder import StreamState
 from exporter.streams.openai import FORMATS
 from exporter.streams.result import ProbeResult

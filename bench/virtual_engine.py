@@ -22,7 +22,7 @@ import math
 from exporter.jobs.trial import ABOVE_ONE, TrialPlan, give_up_bound, stop_reason
 from exporter.jobs.trial_verdict import TrialCost, TrialReport, TrialSlo, judge
 from exporter.sim.engine import Emission, Engine, SimRequest, run_virtual
-from exporter.sim.presets import Preset
+from exporter.sim.engine_presets import Preset
 from exporter.streams.result import Outcome, ProbeResult
 
 

@@ -36,7 +36,7 @@ from dashboards.common import (
     variables,
 )
 from exporter.exposition import names
-from exporter.exposition.jobs import CAPACITY_STOPS
+from exporter.exposition.job_gauges import CAPACITY_STOPS
 from exporter.exposition.names import MetricSpec
 
 SERIES_LEGEND = "{{target}}/{{module}}"
@@ -123,7 +123,7 @@ STATE_QUERY = " or ".join(
     f'({names.CAPACITY_STATE.name}{{target=~"$target",module=~"$module",state="{state}"}} == 1) * {code}'
     for state, code in STATE_CODES.items()
 )
-# fluidity_capacity_stopped_by as one number, beside them (exporter.exposition.jobs.CAPACITY_STOPS).
+# fluidity_capacity_stopped_by as one number, beside them (exporter.exposition.job_gauges.CAPACITY_STOPS).
 STOP_CODES = {reason: 10 + index for index, reason in enumerate(CAPACITY_STOPS)}
 STOP_QUERY = " or ".join(
     f'({names.CAPACITY_STOPPED_BY.name}{{target=~"$target",module=~"$module",reason="{reason}"}} == 1) * {code}'

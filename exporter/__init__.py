@@ -18,7 +18,7 @@ otherwise. ``lint-imports`` checks this in CI against the contract in ``pyprojec
 4. ``probe``, ``traffic``, ``sim``, ``engine``: the network: the streaming client and its kernel
    receive stamps; the observer of real traffic behind Envoy (ext_proc); the built-in simulated
    engine; scraping an engine's own ``/metrics`` (a new engine's metric names go in
-   ``engine/families.py``). The client and the observer decode with ``streams``.
+   ``engine/catalogue.py``). The client and the observer decode with ``streams``.
 5. ``load``: workloads (a config module's in ``load/config_workloads.py``), presets, traces, the load
    runner, workers and shards, and a one-shot run's load plan. A workload preset's figures go in
    ``settings/presets.py``.

@@ -41,11 +41,11 @@ from exporter.daemon.traffic import TrafficService
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import render
 from exporter.exposition.collector import FluidityCollector
-from exporter.exposition.jobs import JobsCollector
+from exporter.exposition.job_gauges import JobsCollector
+from exporter.exposition.result_store import ResultStore
 from exporter.exposition.self_metrics import SelfMetrics
-from exporter.exposition.store import ResultStore
+from exporter.jobs.job_records import JobStore
 from exporter.jobs.profiles import ProfileStore
-from exporter.jobs.store import JobStore
 from exporter.load.config_workloads import CONFIG_CHECKS
 from exporter.settings import Config, SettingsError, load_config_file
 from exporter.settings.cpus import available_cpus

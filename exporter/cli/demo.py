@@ -15,7 +15,7 @@ import argparse
 from exporter.cli.command import EXIT_USAGE, Command
 from exporter.cli.flags import DeprecatedAlias, error
 from exporter.sim.demo import SCHEDULING_SLACK_S, Comparison, Workload, compare_prefill_modes
-from exporter.sim.presets import PRESETS
+from exporter.sim.engine_presets import PRESETS
 from exporter.sim.process import DEFAULT_PRESET
 
 DEFAULT_LISTEN = "127.0.0.1:9468"

@@ -34,7 +34,7 @@ from exporter.probe import loop as event_loop
 from exporter.settings import DEFAULT_LISTEN_ADDRESS, Config, SettingsError, default_config, load_config_file
 from exporter.settings.addresses import ListenError, check_listen_address, host_port
 from exporter.settings.reader import parse_duration
-from exporter.sim.presets import PRESETS as SIM_PRESETS
+from exporter.sim.engine_presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 from exporter.sim.process import SimProcess
 from exporter.web import listener

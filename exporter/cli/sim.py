@@ -19,7 +19,7 @@ from exporter.cli.flags import DeprecatedAlias
 from exporter.settings.addresses import ListenError, host_port
 from exporter.settings.problems import SettingsError
 from exporter.sim.config import SimConfig, from_mapping, load_yaml, resolve
-from exporter.sim.presets import PRESETS
+from exporter.sim.engine_presets import PRESETS
 from exporter.sim.protocol import FAULT_MODES
 from exporter.sim.server import SimServer
 

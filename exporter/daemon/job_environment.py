@@ -21,13 +21,13 @@ from exporter.daemon.job_snapshots import jobs_snapshot
 from exporter.daemon.targets import TargetPool
 from exporter.engine.scrape import scrape
 from exporter.evaluation import DeadlinePolicy
-from exporter.exposition.jobs import JobsSnapshot
+from exporter.exposition.job_gauges import JobsSnapshot
 from exporter.jobs.capacity_runner import capacity_runner
+from exporter.jobs.job_records import JobRecord, JobStore
 from exporter.jobs.manager import JobManager
 from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profile_runner import profile_runner
 from exporter.jobs.profiles import ProfileStore, StoredProfile, deadline_policy_with_profile
-from exporter.jobs.store import JobRecord, JobStore
 from exporter.probe.client import ProbeClient
 from exporter.settings import Config
 from exporter.settings.job_params import JobLimits

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from exporter.exposition.jobs import (
+from exporter.exposition.job_gauges import (
     CapacitySnapshot,
     CostPoint,
     JobCounts,
@@ -17,8 +17,8 @@ from exporter.exposition.jobs import (
     TrialPoint,
 )
 from exporter.jobs.capacity_result import stop_kind
+from exporter.jobs.job_records import JOB_STATES, JobRecord
 from exporter.jobs.profiles import StoredProfile
-from exporter.jobs.store import JOB_STATES, JobRecord
 from exporter.settings.job_params import JOB_KINDS
 from exporter.settings.model import Target
 

@@ -28,10 +28,10 @@ from exporter.daemon.planned_jobs import ProbeWork, ScheduledWork, ScrapeWork, W
 from exporter.daemon.running_jobs import RunningJobs
 from exporter.daemon.scheduler import JobFunction, JobScheduler
 from exporter.daemon.targets import TargetPool
-from exporter.engine.families import ENGINE_CATALOGUE, GATEWAY_CATALOGUE
+from exporter.engine.catalogue import ENGINE_CATALOGUE, GATEWAY_CATALOGUE
 from exporter.engine.scrape import ScrapeResult, scrape
+from exporter.exposition.result_store import ResultStore
 from exporter.exposition.self_metrics import SelfMetrics
-from exporter.exposition.store import ResultStore
 from exporter.jobs.manager import JobConflictError
 from exporter.settings import Config
 from exporter.settings.model import EngineMetrics
@@ -211,7 +211,7 @@ class ProbeJobs:
             try:
                 probe = await self.probe_now(target, module, on_demand=False)
             except ProbeRefusedError as exc:
-                # A back-off was logged at WARNING with its cause when it began (daemon.health); one line
+                # A back-off was logged at WARNING with its cause when it began (daemon.target_health); one line
                 # per skipped run would bury it.
                 LOG.debug("probe %s/%s skipped: %s", target, module, exc)
                 self._metrics.job_was_skipped(job_id)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from exporter.daemon.budget import BudgetTracker
-from exporter.daemon.health import TargetHealth
 from exporter.daemon.served_context import ServedContext
+from exporter.daemon.target_health import TargetHealth
 from exporter.load.calibration import Calibration
 from exporter.load.plan import LoadPlan
 from exporter.load.runner import run_plan

@@ -1,5 +1,5 @@
 """The daemon's traffic observer (``traffic:`` in the config): the ext_proc server of
-``exporter.traffic.observer`` feeding ``exposition.traffic.TrafficStats`` with users' records and
+``exporter.traffic.observer`` feeding ``exposition.traffic_stats.TrafficStats`` with users' records and
 ``exposition.traffic_agreement.ProbeAgreement`` with the probes' (which the probe jobs feed with their
 client's view of the same requests), started and stopped with the daemon. gRPC is the optional
 ``traffic`` extra, imported only here and only when the section is set, so the core install runs every
@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from exporter.evaluation import EvaluationSpec
-from exporter.exposition.traffic import ObserverHealth, TrafficStats
 from exporter.exposition.traffic_agreement import ProbeAgreement
+from exporter.exposition.traffic_stats import ObserverHealth, TrafficStats
 from exporter.settings import Config
 from exporter.settings.buckets import HistogramBuckets
 from exporter.settings.traffic import MAX_MODELS, TrafficConfig

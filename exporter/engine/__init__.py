@@ -17,18 +17,7 @@ Typical use by the daemon::
     # p99.measured is None where the buckets give only a bound (p99.resolution, p99.bound)
 """
 
-from exporter.engine.derive import (
-    DEFAULT_QUANTILES,
-    BucketQuantile,
-    Resolution,
-    WindowFigures,
-    bucket_quantile,
-    client_minus_server_mean_ttft,
-    client_minus_server_ttft,
-    derive,
-    histogram_quantile,
-)
-from exporter.engine.families import (
+from exporter.engine.catalogue import (
     AUTO,
     ENGINE_CATALOGUE,
     ENGINES,
@@ -44,9 +33,20 @@ from exporter.engine.families import (
     detect_kind,
     families_for,
 )
+from exporter.engine.derive import (
+    DEFAULT_QUANTILES,
+    BucketQuantile,
+    Resolution,
+    WindowFigures,
+    bucket_quantile,
+    client_minus_server_mean_ttft,
+    client_minus_server_ttft,
+    derive,
+    histogram_quantile,
+)
 from exporter.engine.scrape import ScrapeFailure, ScrapeResult, scrape
 from exporter.engine.snapshot import EngineSnapshot, ExpositionError, HistogramData, parse_exposition
-from exporter.engine.window import SnapshotWindow
+from exporter.engine.snapshot_window import SnapshotWindow
 
 __all__ = [
     "AUTO",

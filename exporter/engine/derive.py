@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.engine.families import SIGNAL_TYPES, Signal, SignalType
+from exporter.engine.catalogue import SIGNAL_TYPES, Signal, SignalType
 from exporter.engine.snapshot import EngineSnapshot, HistogramData
 from exporter.stats.distribution import percentile
 

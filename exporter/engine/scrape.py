@@ -22,7 +22,7 @@ from enum import StrEnum
 import aiohttp
 from yarl import URL
 
-from exporter.engine.families import AUTO, ENGINE_CATALOGUE, Catalogue, EngineFamilies
+from exporter.engine.catalogue import AUTO, ENGINE_CATALOGUE, Catalogue, EngineFamilies
 from exporter.engine.snapshot import EngineSnapshot, ExpositionError, parse_exposition
 
 # Ask for the classic text format: a prometheus_client server would otherwise answer OpenMetrics to a

@@ -1,7 +1,7 @@
 """An engine's ``/metrics`` text read into canonical signals at one instant: a pure function.
 
 ``parse_exposition(text, at)`` parses Prometheus text format with ``prometheus_client``'s own parser,
-chooses the engine's name table (``families.py``), and sums every signal over the label sets that
+chooses the engine's name table (``catalogue.py``), and sums every signal over the label sets that
 belong to the chosen model (and carry a source's required labels, e.g. a gateway's
 ``streaming="true"``). Label sets are summed because engines split one fact across labels that
 we do not need apart (vLLM's ``engine`` index under data parallelism, ``finished_reason`` on the
@@ -26,7 +26,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from exporter.engine.families import (
+from exporter.engine.catalogue import (
     AUTO,
     AVERAGED_SIGNALS,
     ENGINE_CATALOGUE,

@@ -11,10 +11,10 @@ format.
 """
 
 from exporter.exposition.collector import FluidityCollector
-from exporter.exposition.jobs import JobsCollector, JobsSnapshot
+from exporter.exposition.job_gauges import JobsCollector, JobsSnapshot
 from exporter.exposition.probe_registry import probe_registry
+from exporter.exposition.result_store import ResultStore
 from exporter.exposition.self_metrics import SelfMetrics
-from exporter.exposition.store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.views import RecentResult
 from exporter.exposition.window import ProbeWindow

@@ -17,6 +17,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.registry import Collector
 
+from exporter.engine.catalogue import Signal
 from exporter.engine.derive import (
     DEFAULT_QUANTILES,
     BucketQuantile,
@@ -24,11 +25,10 @@ from exporter.engine.derive import (
     client_minus_server_mean_ttft,
     client_minus_server_ttft,
 )
-from exporter.engine.families import Signal
 from exporter.exposition import names, render
 from exporter.exposition.families import Families, new_family
 from exporter.exposition.names import MetricSpec
-from exporter.exposition.store import Clock, ResultStore
+from exporter.exposition.result_store import Clock, ResultStore
 from exporter.exposition.views import EngineView, SeriesView
 from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES, ProbeWindow
 

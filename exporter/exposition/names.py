@@ -1041,7 +1041,7 @@ TRAFFIC_UNRELIABLE = MetricSpec(
 )
 _TRAFFIC_WINDOW = (
     "Computed at scrape time over the observed requests of the rolling window (at most "
-    "exposition.traffic.WINDOW_ROWS of the newest per series); do not sum across sidecars."
+    "exposition.traffic_stats.WINDOW_ROWS of the newest per series); do not sum across sidecars."
 )
 TRAFFIC_WINDOW_REQUESTS = MetricSpec(
     "fluidity_traffic_window_requests",
@@ -1157,6 +1157,6 @@ TRAFFIC: Final = (
     TRAFFIC_PROBE_VERDICT_DIFFERENCES,
     TRAFFIC_PROBE_UNMATCHED,
 )
-"""The families of the traffic observer (``exposition.traffic``), when ``traffic:`` is configured."""
+"""The families of the traffic observer (``exposition.traffic_stats``), when ``traffic:`` is configured."""
 
 ALL: Final = (*COLLECTED, *JOB_RESULTS, *SELF, *PROBE_ONLY, *TRAFFIC)

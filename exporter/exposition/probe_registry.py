@@ -13,7 +13,7 @@ from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import names
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.families import Families
-from exporter.exposition.store import ResultStore
+from exporter.exposition.result_store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES
 from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets

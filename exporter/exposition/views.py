@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from exporter.engine.scrape import ScrapeResult
-from exporter.engine.window import SnapshotWindow
+from exporter.engine.snapshot_window import SnapshotWindow
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition.window import Records
 from exporter.stats.batch import FloatArray, IntArray

@@ -14,7 +14,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from exporter.jobs.store import JobRecord, JobState, JobStore, Progress, Trigger, ended_progress, new_job_id
+from exporter.jobs.job_records import (
+    JobRecord,
+    JobState,
+    JobStore,
+    Progress,
+    Trigger,
+    ended_progress,
+    new_job_id,
+)
 from exporter.settings.job_params import CapacityParams, JobKind, JobLimits, JobParams
 
 LOG = logging.getLogger(__name__)

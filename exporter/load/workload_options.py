@@ -11,7 +11,7 @@ from exporter.load.workloads import IndependentLengths, Workload, with_sessions
 from exporter.settings.problems import SettingsError
 from exporter.settings.target import Api
 from exporter.settings.workload_flags import WorkloadFlags
-from exporter.sim.presets import PRESETS as SIM_PRESETS
+from exporter.sim.engine_presets import PRESETS as SIM_PRESETS
 from exporter.sim.process import DEFAULT_PRESET as DEFAULT_SIM_PRESET
 
 

@@ -1,6 +1,6 @@
 """``ProbeClient``: sends streaming requests to one target and stamps every token.
 
-Network code only stamps times; ``reader.py``, ``stream.py`` and ``result.py`` give them meaning. The
+Network code only stamps times; ``stream_reader.py``, ``stream.py`` and ``result.py`` give them meaning. The
 transport is ``http.py``: raw ``asyncio.Protocol`` connections whose ``data_received`` stamps each socket
 read first (every event decoded from that read shares the stamp) and hands the bytes to the request's
 ``StreamReader``, which decodes them on arrival only until the first token and in one go at the end of
@@ -51,12 +51,12 @@ from exporter.probe.http import (
 )
 from exporter.probe.judge import judge
 from exporter.probe.models import TargetError, TargetModel
-from exporter.probe.reader import error_text
 from exporter.probe.socket_reads import PACED_READS
+from exporter.probe.stream_reader import error_text
 from exporter.settings.addresses import server_root
 from exporter.settings.target import TargetSettings, mask_secrets
-from exporter.streams.bounds import MODELS_BODY_BYTES
 from exporter.streams.decoder import StreamState
+from exporter.streams.limits import MODELS_BODY_BYTES
 from exporter.streams.openai import FORMATS, ApiFormat, exact_length
 from exporter.streams.request import PROBE_HEADER, RequestSpec
 from exporter.streams.result import Outcome, ProbeResult

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from exporter.probe.http import BodySink, ConnectionPool, Endpoint, HttpConnection, HttpError, request_bytes
 from exporter.probe.watchdog import Watchdog
 from exporter.settings.target import TargetSettings
-from exporter.streams.bounds import MODELS_BODY_BYTES
+from exporter.streams.limits import MODELS_BODY_BYTES
 from exporter.streams.result import Outcome
 
 

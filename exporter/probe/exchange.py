@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from exporter.probe.connector import Connector
 from exporter.probe.http import HttpConnection, HttpError, ResponseTooLargeError
-from exporter.probe.reader import StreamReader
+from exporter.probe.stream_reader import StreamReader
 from exporter.probe.watchdog import Watchdog
 from exporter.settings.target import TargetSettings
 from exporter.streams.decoder import StreamFailureError, StreamState

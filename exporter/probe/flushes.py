@@ -1,6 +1,6 @@
 """``Flushes``: the decoding of every stream's kept reads on one event loop, a bounded share per turn.
 
-Each ``StreamReader`` keeps its reads after the first token and decodes them in batches (``reader.py``),
+Each ``StreamReader`` keeps its reads after the first token and decodes them in batches (``stream_reader.py``),
 scheduled when a batch comes due. Every stream of a batched engine gets its token in the same step, so
 once their batches come due together they stay in step: each batch's decoding resets its count in the
 same turn, and the next batches come due together again. One stall is enough to line them up: every

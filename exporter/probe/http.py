@@ -33,7 +33,7 @@ import httptools
 from exporter.probe import socket_reads
 from exporter.probe.socket_reads import KeepMode, kernel_stamps_available, kernel_stamps_on
 from exporter.probe.stamped import StampedSocket, open_stamped
-from exporter.streams.bounds import FRAMING_PER_BODY_BYTE, HEAD_BYTES, HEADER_COUNT
+from exporter.streams.limits import FRAMING_PER_BODY_BYTE, HEAD_BYTES, HEADER_COUNT
 
 Clock = Callable[[], float]
 
@@ -51,7 +51,7 @@ class InvalidResponseError(HttpError):
 
 
 class ResponseTooLargeError(HttpError):
-    """The response passed one of the bounds of ``streams.bounds`` (its head, or its body)."""
+    """The response passed one of the bounds of ``streams.limits`` (its head, or its body)."""
 
 
 class ResponseSink(Protocol):

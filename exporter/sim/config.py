@@ -17,7 +17,7 @@ import yaml
 from exporter.settings.problems import SettingsError
 from exporter.sim.costmodel import CostModel
 from exporter.sim.engine import EngineParams
-from exporter.sim.presets import PRESETS
+from exporter.sim.engine_presets import PRESETS
 from exporter.sim.protocol import FAULT_MODES
 
 

@@ -15,7 +15,7 @@ from collections import defaultdict
 import numpy as np
 
 from exporter.sim.engine import Engine, SimRequest, run_virtual
-from exporter.sim.presets import Preset, isolated_ttft
+from exporter.sim.engine_presets import Preset, isolated_ttft
 from exporter.stats.batch import IntervalBatch, intervals_from_stamps
 from exporter.stats.distribution import percentile
 from exporter.stats.fluidity import evaluate, fluid_token_rate

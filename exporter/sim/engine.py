@@ -2,7 +2,7 @@
 
 The engine never reads a clock and never sleeps. ``schedule(now)`` picks the next iteration's batch and
 returns it with its duration from the cost model; ``complete(batch)`` applies the iteration and returns
-the tokens it produced. The real-time runner (``runner.py``) calls the two on the event loop;
+the tokens it produced. The real-time runner (``realtime.py``) calls the two on the event loop;
 ``run_virtual`` calls them on a virtual timeline, which is how the tests check the model without waiting.
 
 Scheduling follows vLLM:

@@ -4,7 +4,7 @@
 ``SimServer`` (``server.py``). A request is parsed and checked against the served model and its context
 (``served_request``), given its output length and finish reason (``output_plan``), then takes one of three
 paths: a fault (``faults.py``; the normal response built whole and then broken, ``answer_fault``), a
-script (``scripted.py``), or the engine (``runner.py``). The last two stream through a ``TokenStream``
+script (``scripted.py``), or the engine (``realtime.py``). The last two stream through a ``TokenStream``
 whose chunks the central emitter (``emitter.py``) writes straight to the transport; ``Generation`` keeps
 each stream until it ends, so that a shutdown can end the ones still in flight.
 """
@@ -31,9 +31,9 @@ from exporter.sim.engine import Engine, SimRequest
 from exporter.sim.faults import FAULT_MODES, normal_pieces, run_fault
 from exporter.sim.metrics import SimStats
 from exporter.sim.protocol import FaultSpec, ParsedRequest, RequestError, Script, parse_request
+from exporter.sim.realtime import EngineRunner
 from exporter.sim.replies import ChunkBuilder, full_response
 from exporter.sim.responses import ResponsesBuilder, full_responses_body
-from exporter.sim.runner import EngineRunner
 from exporter.sim.scripted import ScriptPlayer, plan_script
 from exporter.sim.streams import TokenStream
 

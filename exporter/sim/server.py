@@ -8,7 +8,7 @@ inside a running loop returns the bound ``(host, port)`` (port 0 picks a free on
 server.stop()`` shuts it down.
 
 Each generation request takes one of three paths: a fault (``faults.py``), a script (``scripted.py``),
-or the engine (``runner.py``); ``generation.py`` answers them. Streaming responses are HTTP/1.1 chunked;
+or the engine (``realtime.py``); ``generation.py`` answers them. Streaming responses are HTTP/1.1 chunked;
 their chunks are prebuilt and written straight to the transport by the central emitter (``emitter.py``),
 not by the handler coroutine.
 """

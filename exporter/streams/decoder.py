@@ -19,8 +19,8 @@ from typing import Any
 
 import msgspec
 
-from exporter.streams.bounds import bookkeeping_limit, overlong_limit
 from exporter.streams.chunk_shapes import FAST_READERS, PLAIN_BATCH_READERS
+from exporter.streams.limits import bookkeeping_limit, overlong_limit
 from exporter.streams.openai import ApiFormat, Chunk, read_chunk
 from exporter.streams.result import Outcome, ProbeResult, TokenSource
 from exporter.streams.saturation import LAG_LIMIT_S
@@ -121,7 +121,7 @@ class StreamState:
         """Raise the ``OVERLONG`` failure once more token events came than ``length_limit`` (content and
         reasoning: ``max_tokens`` counts both), or more events without a token than ``bookkeeping_limit``;
         the reader calls it after each read or batch it decodes. Each token event holds some memory, and
-        a server that ignores ``max_tokens`` may never stop (``streams.bounds``)."""
+        a server that ignores ``max_tokens`` may never stop (``streams.limits``)."""
         result = self.result
         events = len(result.token_times) + len(result.reasoning_times)
         if events > self.length_limit:

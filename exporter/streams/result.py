@@ -32,7 +32,7 @@ class Outcome(StrEnum):
     TRUNCATED = "truncated"  # the server declared the answer incomplete (Responses: not max_output_tokens)
     # Last, so the codes of the others (``exposition.window.OUTCOME_CODE``) stay what they were.
     OVERLONG = "overlong"  # more tokens than max_tokens allows (``stream.overlong_limit``): cut there
-    TOO_LARGE = "too_large"  # headers, an SSE event or a body over its bound (``streams.bounds``): cut there
+    TOO_LARGE = "too_large"  # headers, an SSE event or a body over its bound (``streams.limits``): cut there
 
 
 class TokenSource(StrEnum):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from exporter.streams.bounds import LINE_COST_BYTES
+from exporter.streams.limits import LINE_COST_BYTES
 
 DONE = "[DONE]"
 DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024  # vLLM's first chunk may carry every prompt token id

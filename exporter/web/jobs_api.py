@@ -20,8 +20,8 @@ from typing import Any, Final, NoReturn, Protocol
 
 from aiohttp import web
 
+from exporter.jobs.job_records import JOB_STATES, JobRecord
 from exporter.jobs.manager import JobConflictError, JobManager, UnknownJobError
-from exporter.jobs.store import JOB_STATES, JobRecord
 from exporter.settings.job_params import JOB_KINDS, CapacityParams, JobKind, JobLimits, JobParams
 from exporter.settings.job_parse import params_to_dict, parse_params
 from exporter.settings.problems import SettingsError

@@ -36,7 +36,7 @@ from exporter import __version__
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.exposition import render
 from exporter.exposition.probe_registry import failed_probe_registry, probe_registry
-from exporter.exposition.store import ResultStore
+from exporter.exposition.result_store import ResultStore
 from exporter.exposition.views import RecentResult, iso
 from exporter.settings import Config, UnknownNameError
 from exporter.streams.result import ProbeCutError, ProbeRefusedError, ProbeResult, ProbeRun, intervals

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.cli import main
-from exporter.sim.presets import PRESETS
+from exporter.sim.engine_presets import PRESETS
 
 
 def _row(output: str, label: str) -> tuple[str, str]:

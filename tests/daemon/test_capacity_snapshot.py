@@ -10,10 +10,10 @@ from prometheus_client import CollectorRegistry
 
 from exporter.daemon.job_snapshots import capacity_snapshot, jobs_snapshot
 from exporter.exposition import names
-from exporter.exposition.jobs import CAPACITY_STOPS, JobsCollector, JobsSnapshot
+from exporter.exposition.job_gauges import CAPACITY_STOPS, JobsCollector, JobsSnapshot
 from exporter.jobs.capacity_result import STOP_KINDS
+from exporter.jobs.job_records import JobRecord
 from exporter.jobs.profiles import StoredProfile
-from exporter.jobs.store import JobRecord
 from exporter.settings.model import Target
 from exporter.stats.prefill import PrefillModel
 

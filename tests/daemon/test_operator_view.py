@@ -108,7 +108,7 @@ async def test_a_failing_target_is_named_once_per_state_change(
 async def test_a_recovery_is_logged_with_the_last_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from exporter.daemon.health import TargetHealth
+    from exporter.daemon.target_health import TargetHealth
     from exporter.streams.result import Outcome, ProbeResult
 
     caplog.set_level(logging.WARNING)
@@ -132,7 +132,7 @@ def test_a_module_failing_beside_a_good_one_is_one_failure_not_a_flap(
 ) -> None:
     """A module refused on every run (a prompt over the context) beside a module that succeeds: the
     target was logged failing and recovered at every interval; now once failing, once recovered."""
-    from exporter.daemon.health import TargetHealth
+    from exporter.daemon.target_health import TargetHealth
     from exporter.streams.result import Outcome, ProbeResult
 
     caplog.set_level(logging.WARNING)
@@ -155,7 +155,7 @@ def test_a_module_failing_beside_a_good_one_is_one_failure_not_a_flap(
 def test_a_back_off_ended_by_another_module_s_success_is_over_and_the_next_is_logged(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from exporter.daemon.health import TargetHealth
+    from exporter.daemon.target_health import TargetHealth
     from exporter.streams.result import Outcome, ProbeResult
 
     caplog.set_level(logging.WARNING)
@@ -174,7 +174,7 @@ def test_a_dead_target_logs_its_back_off_only_when_the_delay_changes(
 ) -> None:
     """A day of a dead target: the delay grows 30, 60, ... 480, 600 s, then stays; one line per delay."""
     from exporter.daemon.budget import BudgetTracker
-    from exporter.daemon.health import TargetHealth
+    from exporter.daemon.target_health import TargetHealth
     from exporter.settings.model import Budget
     from exporter.streams.result import Outcome, ProbeResult
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from exporter.app import Daemon
+from exporter.jobs.job_records import JobRecord, JobStore, Progress
 from exporter.jobs.prefill_profile import PrefillProfile
 from exporter.jobs.profiles import ProfileStore
-from exporter.jobs.store import JobRecord, JobStore, Progress
 from exporter.settings import parse_config
 from exporter.stats.prefill import PrefillModel
 from tests.support.daemon import samples, value

@@ -1,4 +1,4 @@
-"""Small exposition texts in each engine's real names, shapes and label sets (see families.py sources).
+"""Small exposition texts in each engine's real names, shapes and label sets (see catalogue.py sources).
 
 Values are chosen so that every expected figure in the tests can be computed by hand.
 """

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.engine.catalogue import Signal
 from exporter.engine.derive import (
     BucketQuantile,
     Resolution,
@@ -21,7 +22,6 @@ from exporter.engine.derive import (
     histogram_increase,
     histogram_quantile,
 )
-from exporter.engine.families import Signal
 from exporter.engine.snapshot import EngineSnapshot, HistogramData
 
 INF = math.inf

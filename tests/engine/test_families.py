@@ -1,10 +1,10 @@
-"""Tests of exporter.engine.families: the name tables, detection of the engine kind, explicit kinds."""
+"""Tests of exporter.engine.catalogue: the name tables, detection of the engine kind, explicit kinds."""
 
 from __future__ import annotations
 
 import pytest
 
-from exporter.engine.families import (
+from exporter.engine.catalogue import (
     ENGINES,
     GATEWAY_CATALOGUE,
     GATEWAYS,

@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from exporter.engine.catalogue import GATEWAY_CATALOGUE, Signal, UnknownEngineError
 from exporter.engine.derive import derive
-from exporter.engine.families import GATEWAY_CATALOGUE, Signal, UnknownEngineError
 from exporter.engine.scrape import MAX_BODY_BYTES, MAX_REDIRECTS, ScrapeFailure, ScrapeResult, scrape
 from exporter.sim import SimServer, tokenizer
 from tests.engine import fixtures

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.engine.families import (
+from exporter.engine.catalogue import (
     GATEWAY_CATALOGUE,
     EngineFamilies,
     Signal,

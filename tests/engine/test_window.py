@@ -1,12 +1,12 @@
-"""Tests of exporter.engine.window: bounded memory by age and count, and the spans figures cover."""
+"""Tests of exporter.engine.snapshot_window: bounded memory by age and count, and the spans figures cover."""
 
 from __future__ import annotations
 
 import pytest
 
-from exporter.engine.families import Signal
+from exporter.engine.catalogue import Signal
 from exporter.engine.snapshot import EngineSnapshot
-from exporter.engine.window import SnapshotWindow
+from exporter.engine.snapshot_window import SnapshotWindow
 
 
 def snap(at: float, prompt: float = 0.0, kind: str = "vllm") -> EngineSnapshot:

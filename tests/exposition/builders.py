@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from exporter.engine.families import Signal
+from exporter.engine.catalogue import Signal
 from exporter.engine.scrape import ScrapeFailure, ScrapeResult
 from exporter.engine.snapshot import EngineSnapshot, HistogramData
 from exporter.evaluation import DeadlinePolicy

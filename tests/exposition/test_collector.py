@@ -11,15 +11,15 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.engine.catalogue import GATEWAY_CATALOGUE, Signal
 from exporter.engine.derive import client_minus_server_mean_ttft, client_minus_server_ttft, histogram_quantile
-from exporter.engine.families import GATEWAY_CATALOGUE, Signal
 from exporter.engine.snapshot import EngineSnapshot, HistogramData, parse_exposition
 from exporter.evaluation import EvaluationSpec, measure
 from exporter.exposition import names
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.probe_registry import probe_registry
+from exporter.exposition.result_store import ResultStore
 from exporter.exposition.self_metrics import SelfMetrics
-from exporter.exposition.store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.report.summary import summarize
 from exporter.stats.batch import IntervalBatch

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.exposition import names
-from exporter.exposition.jobs import (
+from exporter.exposition.job_gauges import (
     REFERENCE_PROMPT_TOKENS,
     CapacitySnapshot,
     CostPoint,

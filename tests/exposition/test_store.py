@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
-from exporter.exposition.store import ResultStore
+from exporter.exposition.result_store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.window import MIN_DECODE_DEADLINE
 from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets

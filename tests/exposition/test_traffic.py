@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from exporter.evaluation import EvaluationSpec
-from exporter.exposition import traffic
-from exporter.exposition.traffic import ObserverHealth, TrafficStats
+from exporter.exposition import traffic_stats
+from exporter.exposition.traffic_stats import ObserverHealth, TrafficStats
 from exporter.settings.buckets import DEFAULT_BUCKETS
 from exporter.stats.objectives import GoodputBounds
 from exporter.streams.result import Outcome, ProbeResult, TokenSource
@@ -144,7 +144,7 @@ def test_an_unreliable_record_is_counted() -> None:
 
 
 def test_waiting_records_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(traffic, "PENDING", 3)
+    monkeypatch.setattr(traffic_stats, "PENDING", 3)
     figures = stats()
     for _ in range(7):
         figures.add(observed(0.01))

@@ -15,11 +15,11 @@ import aiohttp
 import pytest
 
 from exporter.app import Daemon
-from exporter.jobs.store import JobStore
+from exporter.jobs.job_records import JobStore
 from exporter.settings import load_config_file
 from exporter.sim import SimConfig, SimServer
 from exporter.sim.config import resolve
-from exporter.sim.presets import Preset, isolated_ttft
+from exporter.sim.engine_presets import Preset, isolated_ttft
 from tests.jobs.live import BUDGET, SEQS, SLOW_COST, call, finished, write_config
 from tests.support.daemon import samples, serving
 from tests.support.net import free_port

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from exporter.jobs.job_records import JobRecord, JobStore
 from exporter.jobs.manager import (
     JobConflictError,
     JobContext,
@@ -20,7 +21,6 @@ from exporter.jobs.manager import (
     Runner,
     UnknownJobError,
 )
-from exporter.jobs.store import JobRecord, JobStore
 from exporter.settings.job_params import CapacityParams, JobParams, ProfileParams
 
 CAPACITY = CapacityParams(target="a", module="chat")

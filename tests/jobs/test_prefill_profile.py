@@ -15,7 +15,7 @@ from exporter.load.prompts import SimPromptBuilder
 from exporter.probe.client import ProbeClient
 from exporter.settings.job_params import geometric_ladder
 from exporter.settings.target import TargetSettings
-from exporter.sim.presets import PRESETS, isolated_ttft
+from exporter.sim.engine_presets import PRESETS, isolated_ttft
 from exporter.stats.prefill import parse_json
 from exporter.streams.request import RequestSpec
 from exporter.streams.result import Outcome, ProbeResult

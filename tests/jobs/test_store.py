@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.jobs.store import INTERRUPTED_BY_RESTART, JobRecord, JobStore, Progress
+from exporter.jobs.job_records import INTERRUPTED_BY_RESTART, JobRecord, JobStore, Progress
 
 
 def record(job_id: str, created_at: float, state: str = "succeeded", target: str = "a") -> JobRecord:

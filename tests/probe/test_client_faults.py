@@ -12,7 +12,7 @@ import pytest
 
 from exporter.probe import http
 from exporter.probe.client import ProbeClient
-from exporter.probe.reader import StreamReader
+from exporter.probe.stream_reader import StreamReader
 from exporter.probe.watchdog import Watchdog
 from exporter.settings.target import TargetSettings
 from exporter.sim import SimServer
@@ -41,7 +41,7 @@ CASES: dict[str, tuple[Any, Outcome, int | None, int]] = {
     "wrong_content_type": ("wrong_content_type", Outcome.MALFORMED_STREAM, 200, 0),
     "oversized_line": (
         {"mode": "oversized_line", "at": 1, "size": 100_000},
-        Outcome.TOO_LARGE,  # a line over max_line_bytes (65536 here): streams.bounds
+        Outcome.TOO_LARGE,  # a line over max_line_bytes (65536 here): streams.limits
         200,
         1,
     ),

@@ -1,4 +1,4 @@
-"""A hostile target's endless bytes end the request at a bound (``streams.bounds``), with its own outcome.
+"""A hostile target's endless bytes end the request at a bound (``streams.limits``), with its own outcome.
 
 Beside the simulator's fault matrix (``test_client_faults.py``): those faults break a stream; these try
 to fill the client's memory. Each ends ``too_large`` or ``overlong`` rather than at the total timeout
@@ -13,9 +13,9 @@ import tracemalloc
 import pytest
 
 from exporter.probe.client import ProbeClient
-from exporter.probe.reader import BATCH_READS
+from exporter.probe.stream_reader import BATCH_READS
 from exporter.settings.target import TargetSettings
-from exporter.streams.bounds import overlong_limit
+from exporter.streams.limits import overlong_limit
 from exporter.streams.request import RequestSpec, Timeouts
 from exporter.streams.result import Outcome
 from tests.support.hostile import MODEL, HostileServer

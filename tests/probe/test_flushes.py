@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import pytest
 
-from exporter.probe import flushes, reader
+from exporter.probe import flushes, stream_reader
 from exporter.probe.flushes import Flushes, loop_flushes
-from exporter.probe.reader import FLUSH_READS, StreamReader
+from exporter.probe.stream_reader import FLUSH_READS, StreamReader
 from exporter.streams.decoder import StreamState
 from exporter.streams.openai import FORMATS
 from exporter.streams.result import ProbeResult
@@ -120,13 +120,13 @@ async def test_streams_due_in_one_turn_are_decoded_over_several(monkeypatch: pyt
     batches, 6 ms). With no budget to spare, each turn decodes one."""
     monkeypatch.setattr(flushes, "FLUSH_BUDGET_S", 0.0)
     decoded_in: list[int] = []
-    flush = reader.StreamReader._flush
+    flush = stream_reader.StreamReader._flush
 
     def noted(self: StreamReader) -> None:
         decoded_in.append(turns.turn)
         flush(self)
 
-    monkeypatch.setattr(reader.StreamReader, "_flush", noted)
+    monkeypatch.setattr(stream_reader.StreamReader, "_flush", noted)
     streams = [reader_past_its_first_token() for _ in range(STREAMS)]
     turns = Turns()
     for step in range(FLUSH_READS):  # one engine step: a token for every stream, read in one turn

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from exporter.probe.client import ProbeClient
 from exporter.probe.http import Endpoint, request_bytes
-from exporter.probe.reader import StreamReader
+from exporter.probe.stream_reader import StreamReader
 from exporter.settings.target import TargetSettings
 from exporter.streams.decoder import StreamState
 from exporter.streams.openai import FORMATS

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from exporter.probe import reader
+from exporter.probe import stream_reader
 from exporter.probe.client import ProbeClient
 from exporter.settings.target import TargetSettings
 from exporter.streams.request import RequestSpec, Timeouts
@@ -59,14 +59,16 @@ async def test_a_stream_read_by_its_template_ends_as_one_decoded_chunk_by_chunk(
     both_reads: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     read_as_texts: list[int] = []  # how many chunks each decoded batch held as the template's texts
-    flush = reader.StreamReader._flush
+    flush = stream_reader.StreamReader._flush
 
-    def counted(self: reader.StreamReader) -> None:
+    def counted(self: stream_reader.StreamReader) -> None:
         read_as_texts.append(sum(len(item) == 2 and isinstance(item[1], str) for item in self._kept or ()))
         flush(self)
 
-    monkeypatch.setattr(reader.StreamReader, "_flush", counted)
-    monkeypatch.setattr(reader, "BATCH_READS", 4)  # decoded often: a changed shape is learned mid-stream
+    monkeypatch.setattr(stream_reader.StreamReader, "_flush", counted)
+    monkeypatch.setattr(
+        stream_reader, "BATCH_READS", 4
+    )  # decoded often: a changed shape is learned mid-stream
     app = web.Application()
     app.router.add_post("/v1/completions", serve)
     async with serving_app(app, access_log=None) as url:

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from exporter.daemon.config_facts import histogram_buckets
 from exporter.exposition.collector import FluidityCollector
-from exporter.exposition.store import ResultStore
+from exporter.exposition.result_store import ResultStore
 from exporter.settings import parse_config
 from exporter.settings.buckets import (
     BUCKET_PRESET_NAMES,

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from exporter.sim.costmodel import CostModel, StepShape, attention_pairs, step_time
-from exporter.sim.presets import PRESETS
+from exporter.sim.engine_presets import PRESETS
 
 COST = PRESETS["llama-3.1-8b-h100"].cost
 

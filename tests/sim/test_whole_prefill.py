@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from exporter.sim.engine import Emission, Engine, SimRequest, run_virtual
-from exporter.sim.presets import PRESETS
+from exporter.sim.engine_presets import PRESETS
 
 
 def test_prompt_longer_than_the_step_budget_is_served_whole() -> None:

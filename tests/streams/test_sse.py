@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.streams.bounds import LINE_COST_BYTES
+from exporter.streams.limits import LINE_COST_BYTES
 from exporter.streams.sse import (
     DONE,
     SseDecoder,

@@ -1,7 +1,7 @@
 """A hostile target: a raw asyncio server on 127.0.0.1 that answers every request with bytes without end.
 
 Each mode is a way a broken or hostile server can try to fill the client's memory; the client must end
-each with its own outcome, soon, and give the memory back (``streams.bounds``). The bytes are written as
+each with its own outcome, soon, and give the memory back (``streams.limits``). The bytes are written as
 fast as the client takes them, up to ``limit_bytes`` a connection, so a client that never stops ends
 the test at its time limit rather than filling the disk of a log or the machine's memory.
 

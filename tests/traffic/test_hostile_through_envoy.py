@@ -1,6 +1,6 @@
 """The hostile targets of the client's tests (``tests/support/hostile.py``) behind a real Envoy, watched by
 the observer: each user stream's record ends at the client's own bound with the client's outcome
-(``streams.bounds``: past ``max_tokens`` and its margin, overlong; an SSE event past its bound, too large),
+(``streams.limits``: past ``max_tokens`` and its margin, overlong; an SSE event past its bound, too large),
 at once, while the user still reads; what passes after it is not kept."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from exporter.streams.bounds import overlong_limit
+from exporter.streams.limits import overlong_limit
 from exporter.streams.result import Outcome
 from exporter.traffic.observer import TrafficObserver
 from exporter.traffic.record import DECODE_BYTES, Observed, StreamEnd

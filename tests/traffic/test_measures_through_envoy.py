@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from exporter.evaluation import EvaluationSpec
-from exporter.exposition.traffic import ObserverHealth, TrafficStats
+from exporter.exposition.traffic_stats import ObserverHealth, TrafficStats
 from exporter.settings.buckets import DEFAULT_BUCKETS
 from exporter.sim import SimServer
 from exporter.stats.prompt_ratio import DEFAULT_TOKENS_PER_BYTE

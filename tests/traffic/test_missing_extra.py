@@ -36,7 +36,7 @@ def test_run_names_the_extra_when_grpc_is_missing(tmp_path: Path) -> None:
 
 
 def test_the_daemon_and_the_exposition_import_without_grpc() -> None:
-    code = "import sys; sys.modules['grpc'] = None; import exporter.app, exporter.exposition.traffic"
+    code = "import sys; sys.modules['grpc'] = None; import exporter.app, exporter.exposition.traffic_stats"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )

@@ -16,8 +16,8 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 
 from exporter.jobs.capacity_search import State
+from exporter.jobs.job_records import JOB_STATES, JobStore
 from exporter.jobs.manager import JobContext, JobManager
-from exporter.jobs.store import JOB_STATES, JobStore
 from exporter.settings.job_params import CapacityParams, JobLimits, JobParams, ProfileParams
 from exporter.settings.job_parse import params_to_dict, parse_params
 from exporter.settings.slo import SloSpec

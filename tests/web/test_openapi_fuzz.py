@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.core.parameters import ParameterLocation
 
+from exporter.jobs.job_records import JobStore
 from exporter.jobs.manager import JobContext, JobManager
-from exporter.jobs.store import JobStore
 from exporter.settings.job_params import JobLimits, JobParams, concurrency_ceiling
 from exporter.web.jobs_api import add_job_routes
 from tests.web.service import AUTH, Service

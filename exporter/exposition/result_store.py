@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from exporter.engine.scrape import ScrapeResult
-from exporter.engine.window import SnapshotWindow
+from exporter.engine.snapshot_window import SnapshotWindow
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, Measured, measure
 from exporter.exposition.names import TURN_KINDS
 from exporter.exposition.run_rows import good_flags, run_rows

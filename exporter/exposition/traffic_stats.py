@@ -31,7 +31,7 @@ from exporter.evaluation import EvaluationSpec, Measured
 from exporter.exposition import names, render
 from exporter.exposition.collector import WindowFamilies, add_window
 from exporter.exposition.families import Families
-from exporter.exposition.store import ResultStore
+from exporter.exposition.result_store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.traffic_agreement import AgreementCounts
 from exporter.exposition.views import SeriesView
