@@ -5,7 +5,8 @@ call order every function of ours handed the URL (a string holding it, or an obj
 ``base_url`` is it) and the function that called it, up to ``Endpoint.parse`` (host and port from there
 on). Prints the packages the URL passes through, the moves between them and the climbs back up (a move
 to a higher layer of the contract in ``pyproject.toml``). On main before the settings package (config
-above load, options below probe) it printed 7 moves and 3 climbs.
+above load, options below probe) it printed 7 moves and 3 climbs; since, 2 moves and 1 climb (settings
+-> daemon -> probe: the one climb is the daemon taking the settings it opens a client with).
 
 Usage: ``python bench/settings_walk.py [--calls]`` from the repository root (``--calls``: every call).
 """

@@ -53,7 +53,6 @@ from exporter.probe.judge import judge
 from exporter.probe.models import TargetError, TargetModel
 from exporter.probe.socket_reads import PACED_READS
 from exporter.probe.stream_reader import error_text
-from exporter.settings.addresses import server_root
 from exporter.settings.target import TargetSettings, mask_secrets
 from exporter.streams.decoder import StreamState
 from exporter.streams.limits import MODELS_BODY_BYTES
@@ -69,10 +68,10 @@ log = logging.getLogger(__name__)
 _encode_json = msgspec.json.Encoder().encode
 
 
-def _api_root(base_url: str) -> str:
-    """Where the OpenAI routes are: ``/v1`` below the server's root, by the one rule for a target's URL
-    (a host named ``v1`` was taken for the path, and its requests sent without ``/v1``)."""
-    return server_root(base_url) + "/v1"
+def _api_root(settings: TargetSettings) -> str:
+    """Where the OpenAI routes are: ``/v1`` below the server's root (``TargetSettings.base_url`` is the
+    root by the one rule for a target's URL)."""
+    return settings.base_url + "/v1"
 
 
 def request_headers(settings: TargetSettings) -> dict[str, str]:
@@ -120,16 +119,16 @@ class ProbeClient:
         self.settings = settings
         self._clock = clock
         self._format: ApiFormat = FORMATS[settings.api]
-        endpoint = Endpoint.parse(_api_root(settings.base_url))  # its path ends in /v1
+        endpoint = Endpoint.parse(_api_root(settings))  # its path ends in /v1
         path = self._format.path.removeprefix("/v1")
-        self._url = _api_root(settings.base_url) + path
+        self._url = _api_root(settings) + path
         headers = request_headers(settings)
         self._post_head = request_head("POST", endpoint, path, headers.items())
         self._connector = Connector(settings, endpoint, headers, clock=clock, kernel_stamps=kernel_stamps)
         # Each request's own value of PROBE_HEADER: an id that an observer behind the same Envoy joins
         # its view of the request on (unique across clients and processes: a random prefix).
         self._probe_ids = (f"{secrets.token_hex(6)}-{n}" for n in itertools.count(1))
-        self._model = TargetModel(settings, self._connector, _api_root(settings.base_url) + "/models")
+        self._model = TargetModel(settings, self._connector, _api_root(settings) + "/models")
         self._text_counter: TextCounter | None = (
             load_tokenizer(settings.tokenizer_file) if settings.tokenizer_file else None
         )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
+from exporter.settings.addresses import server_root
 from exporter.settings.reader import Context, Section, Substituted, Unresolved, child_path, show, string_value
 
 Api = Literal["chat", "completions", "responses"]
@@ -305,6 +306,11 @@ class TargetSettings:
     request_continuous_usage: bool = True  # stream_options.continuous_usage_stats
     tokenizer_file: str | None = None  # a tokenizer.json for counting chunk tokens locally
     max_line_bytes: int = 4 * 1024 * 1024  # longest SSE line accepted (vLLM's first chunk lists prompt ids)
+
+    def __post_init__(self) -> None:
+        # The one rule for a target's URL (``addresses.server_root``: a trailing ``/v1`` left out), for a
+        # URL given here directly too, so every client adds ``/v1`` to the server's root alike.
+        object.__setattr__(self, "base_url", server_root(self.base_url))
 
     def secret_texts(self) -> tuple[str, ...]:
         """Every text to mask in what is shown of this target's answers, longest first: the API key

@@ -7,6 +7,7 @@ import pytest
 
 from exporter.probe.client import _api_root
 from exporter.settings.addresses import check_target_url
+from exporter.settings.target import TargetSettings
 
 
 @pytest.mark.parametrize(
@@ -21,5 +22,5 @@ from exporter.settings.addresses import check_target_url
     ],
 )
 def test_the_client_and_the_config_read_a_trailing_v1_alike(given: str, root: str) -> None:
-    assert _api_root(given) == root
-    assert _api_root(check_target_url(given)) == root
+    assert _api_root(TargetSettings(given)) == root
+    assert _api_root(TargetSettings(check_target_url(given))) == root
