@@ -83,11 +83,26 @@ class Connector:
 
     def release(self, conn: HttpConnection) -> None:
         """``conn``'s response ended: kept for another request when it can serve one, else closed."""
-        self.pool.release(self.endpoint, conn)
+        if self._pool is None:
+            self._closed_meanwhile(conn)
+        else:
+            self._pool.release(self.endpoint, conn)
 
     def discard(self, conn: HttpConnection) -> None:
         """Close ``conn`` for good (its request failed or was given up)."""
-        self.pool.discard(conn)
+        if self._pool is None:
+            self._closed_meanwhile(conn)
+        else:
+            self._pool.discard(conn)
+
+    @staticmethod
+    def _closed_meanwhile(conn: HttpConnection) -> None:
+        # The client closed while this request was in flight: a command stopped by a signal, whose
+        # event loop cancels the requests still running only after the client's ``async with`` has
+        # closed the pool (and aborted this connection with it). Giving the request up is all that
+        # is left; raising here printed a traceback after the command had said how it stopped.
+        conn.detach()
+        conn.close()
 
     async def get(self, path: str, limit_bytes: int = MODELS_BODY_BYTES) -> tuple[int, bytes]:
         """``GET {endpoint}{path}``: its status and body (see ``ProbeClient.get``)."""

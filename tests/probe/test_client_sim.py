@@ -8,6 +8,7 @@ from every decision, so no error inside the tolerance can flip one.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 
 import pytest
@@ -161,3 +162,18 @@ async def test_a_stream_the_server_stops_before_max_tokens_completed(start_sim: 
     assert result.outcome is Outcome.OK and result.ok and result.error is None
     assert result.finish_reason == "stop" and 0 < result.output_tokens < 40
     assert result.extra["short_of_max_tokens"] == 40 - result.output_tokens
+
+
+async def test_a_request_given_up_after_its_client_closed_ends_quietly(sim: SimServer) -> None:
+    """A command stopped by a signal closes its client (``async with``) before the event loop cancels
+    the requests still in flight; each one's giving up once raised "ProbeClient is not open", printed
+    as a traceback after the command had said how it stopped."""
+    spec = RequestSpec(prompt="hi", max_tokens=200, extra_body=script(ttft=0.01, gaps=0.05))
+    client = ProbeClient(settings_for(sim))
+    await client.__aenter__()
+    request = asyncio.create_task(client.send(spec))
+    await asyncio.sleep(0.3)  # its tokens flowing
+    await client.__aexit__(None, None, None)
+    request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await request
