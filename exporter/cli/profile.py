@@ -52,7 +52,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--repeats",
         type=int,
-        default=ProfileParams.repeats,
         help=f"requests per length; the minimum counts ({ProfileParams.repeats})",
     )
     parser.add_argument(
@@ -60,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="client processes taking turns, at most the CPUs (requests stay one at a time; default 1)",
     )
-    parser.add_argument("--output", default=DEFAULT_OUTPUT, help="where to write the model")
+    parser.add_argument("--output", help=f"where to write the model (default {DEFAULT_OUTPUT})")
     parser.add_argument("--force", action="store_true", default=None, help="replace an existing --output")
     parser.add_argument("--json", action="store_true", default=None, help="print model and samples as JSON")
     add_config_argument(parser)

@@ -1,9 +1,10 @@
 """The capacity search as a job: its parameters turned into the search's bounds and SLO, its trials run.
 
-Where a reader starts: ``run_capacity_search`` wires one search to its target (``SearchTarget``), its
-token and time budgets, the drain and the progress, and runs the loop of ``capacity``; the loop's
-steps are ``capacity_search``'s, a trial is ``trial``'s and its verdict ``trial_verdict``'s, and what
-it found is ``capacity_result``'s, said by ``capacity_report``. Nothing of those calls back up here
+Where a reader starts: ``run_capacity_search`` wires one search (``CapacitySearch``: what it looks
+for, under which token and time budgets) to its target (``SearchTarget``) and to who hears of it
+(``SearchWatch``), and runs the loop of ``capacity``, with its drain; the loop's steps are
+``capacity_search``'s, a trial is ``trial``'s and its verdict ``trial_verdict``'s, and what it found
+is ``capacity_result``'s, said by ``capacity_report``. Nothing of those calls back up here
 but through the values handed down (``capacity.SearchHooks``, a trial's ``run``).
 
 A trial is planned (fresh prompt texts per search, new samples at a repeated load), sent in process or
@@ -185,14 +186,21 @@ def capacity_runner(env: JobEnvironment) -> Runner:
             async with job_shards(
                 remote, config.jobs.api_token, params.workers, env, client, in_process=workload.sessions
             ) as pool:
+                search = CapacitySearch(
+                    params,
+                    search_settings(params, limits, slo),
+                    workload,
+                    slo,
+                    TokenBudget(limits.max_tokens),
+                )
+                shard_url = remote.url_for(target.name) if remote is not None else None
                 result = await run_capacity_search(
-                    params, search_settings(params, limits, slo), workload, slo,
-                    lambda: client, budget=TokenBudget(limits.max_tokens),
-                    on_trial=_reporter(ctx, progress), pool=pool,
-                    shard_url=remote.url_for(target.name) if remote is not None else None,
-                    progress=progress, busy=lambda: env.engine_busy(target.name), context=context,
-                    on_interrupt=interrupted,
-                )  # fmt: skip
+                    search,
+                    SearchTarget(
+                        lambda: client, pool, shard_url, lambda: env.engine_busy(target.name), context
+                    ),
+                    SearchWatch(_reporter(ctx, progress), progress, interrupted),
+                )
         if result.state is None:  # no trial could be judged (or none ran): no finding to publish
             raise JobFailedError(result.stopped_by)
         if (failure := result.target_failure()) is not None:  # down or erroring: no capacity of 0
@@ -252,38 +260,39 @@ class SearchTarget:
     context: int | None = None
 
 
+@dataclass(frozen=True)
+class CapacitySearch:
+    """What a search looks for: the job's ``params``, the search's ``settings`` (its bracket,
+    tolerance and time budget), the ``workload`` its trials send (fitted to the target's context), the
+    ``slo`` a trial is judged by, and the token ``budget`` trials are counted against (None: none)."""
+
+    params: CapacityParams
+    settings: SearchSettings
+    workload: Workload
+    slo: TrialSlo
+    budget: TokenBudget | None = None
+
+
+@dataclass(frozen=True)
+class SearchWatch:
+    """Who hears of a search as it goes: ``on_trial`` and ``progress`` after every trial, and
+    ``on_interrupt``, stopped from outside, with what it measured."""
+
+    on_trial: OnTrial | None = None
+    progress: SearchProgress | None = None
+    on_interrupt: OnInterrupt | None = None
+
+
 async def run_capacity_search(
-    params: CapacityParams,
-    settings: SearchSettings,
-    workload: Workload,
-    slo: TrialSlo,
-    client: Callable[[], ProbeClient],
-    *,
-    budget: TokenBudget | None = None,
-    on_trial: OnTrial | None = None,
-    pool: ShardPool | None = None,
-    shard_url: str | None = None,
-    time_budget_s: float | None = None,
-    progress: SearchProgress | None = None,
-    busy: Busy | None = None,
-    context: int | None = None,
-    on_interrupt: OnInterrupt | None = None,
+    search: CapacitySearch, target: SearchTarget, watch: SearchWatch = SearchWatch()
 ) -> CapacityResult:
     """A whole search, the one entry point the daemon's job and the ``capacity`` command share: the
     first plan, the first look when no start is given, then ``search_capacity`` over the trials sent
-    to the target (``SearchTarget``: ``client``, ``pool``, ``shard_url``, ``busy``, ``context``). Every
-    trial after the first waits for a drained engine and ends at its time limit; the search ends at
-    ``settings.time_budget_s`` (``time_budget_s`` replaces it when given). ``workload`` comes fitted
-    to ``context`` and the result says how (``CapacityResult.context``). Trials are counted against
-    ``budget``, told to ``on_trial`` and ``progress``; stopped from outside, the search tells
-    ``on_interrupt`` what it measured. Its keywords become values (``SearchTarget``, the trials and
-    ``capacity.SearchHooks``) at once."""
-    target = SearchTarget(client, pool, shard_url, busy, context)
-    if time_budget_s is not None:
-        settings = dataclasses.replace(settings, time_budget_s=time_budget_s)
-    return await _search_target(
-        _SearchTrials(params, workload, slo, target, budget, progress), settings, on_trial, on_interrupt
-    )
+    to ``target``. Every trial after the first waits for a drained engine and ends at its time limit;
+    the search ends at ``search.settings.time_budget_s``. The result says how the workload was fitted
+    to the target's context (``CapacityResult.context``)."""
+    trials = _SearchTrials(search.params, search.workload, search.slo, target, search.budget, watch.progress)
+    return await _search_target(trials, search.settings, watch.on_trial, watch.on_interrupt)
 
 
 async def _search_target(

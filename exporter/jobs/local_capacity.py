@@ -9,6 +9,7 @@ process's client, or over local worker processes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
@@ -21,6 +22,9 @@ from exporter.jobs.capacity_report import SearchProgress
 from exporter.jobs.capacity_result import CapacityResult
 from exporter.jobs.capacity_runner import (
     BUDGET_SHARE,
+    CapacitySearch,
+    SearchTarget,
+    SearchWatch,
     resolve_trial_slo,
     run_capacity_search,
     search_settings,
@@ -81,11 +85,12 @@ async def search_capacity(
         worker_pool(params.workers, settings) as pool,
         engine_counts(settings.base_url) as busy,
     ):
+        search_with = dataclasses.replace(search_settings(params, CLI_LIMITS, slo), time_budget_s=budget)
         result = await run_capacity_search(
-            params, search_settings(params, CLI_LIMITS, slo), workload, slo, lambda: client,
-            on_trial=progress.trial_done, pool=pool, time_budget_s=budget, progress=progress,
-            busy=busy, context=context, on_interrupt=interrupted,
-        )  # fmt: skip
+            CapacitySearch(params, search_with, workload, slo),
+            SearchTarget(lambda: client, pool, busy=busy, context=context),
+            SearchWatch(progress.trial_done, progress, interrupted),
+        )
     result.gpus, result.gpu_hour_price = cost.gpus, cost.gpu_hour_price
     progress.finished(result)
     return result

@@ -94,7 +94,20 @@ def _read_trace(raw: RawFlags) -> TraceFlags | None:
     if not raw.get("trace_format"):
         raise SettingsError(f"--trace needs --trace-format: {', '.join(TRACE_FORMATS)}")
     arrivals = (raw.get("arrival") or "") == "trace"
+    if arrivals:
+        _refuse_pacing(raw)
     return TraceFlags(str(path), str(raw["trace_format"]), arrivals, replays_trace_turns(raw))
+
+
+def _refuse_pacing(raw: RawFlags) -> None:
+    """``--arrival trace`` sends at the trace's own times, so a rate or a concurrency would be ignored."""
+    given = [flag for flag in ("concurrency", "rate", "burstiness") if raw.get(flag) is not None]
+    if given:
+        flags = " and ".join(f"--{flag}" for flag in given)
+        raise SettingsError(
+            f"--arrival trace sends each request at the trace's own time: drop {flags}, or drop "
+            "--arrival trace to send the trace's requests at that pace"
+        )
 
 
 def open_loop(raw: RawFlags) -> ArrivalProcess | None:

@@ -93,3 +93,21 @@ def test_a_config_file_still_refuses_unknown_keys(tmp_path: Path) -> None:
     config.write_text("slo: ['ttft:p99<=2']\n")  # an old key of bench's: profile has no objectives
     with pytest.raises(SettingsError, match='unknown key "slo"'):
         merged_options(PARSER.parse_args(["profile", "--config", str(config)]))
+
+
+@pytest.mark.parametrize("command", ["bench", "capacity", "profile"])
+def test_no_flag_hides_a_config_files_key_behind_a_default(command: str) -> None:
+    """A ``--config`` file's key fills a flag that was not given (None); a flag with a default of its own
+    would always win over the file (``profile --repeats`` and ``--output`` did). Defaults belong to the
+    settings' readers."""
+    given = {key: value for key, value in parse(command).items() if key not in ("command", "config")}
+    assert {key: value for key, value in given.items() if value is not None} == {}
+
+
+def test_a_config_files_repeats_and_output_reach_a_profile(tmp_path: Path) -> None:
+    config = tmp_path / "profile.yaml"
+    config.write_text("repeats: 5\noutput: there.json\n")
+    options = merged_options(PARSER.parse_args(["profile", "--config", str(config)]))
+    assert (options["repeats"], options["output"]) == (5, "there.json")
+    flags = merged_options(PARSER.parse_args(["profile", "--config", str(config), "--repeats", "2"]))
+    assert flags["repeats"] == 2  # flags win

@@ -14,7 +14,7 @@ import pytest
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import search_capacity
-from exporter.jobs.capacity_runner import run_capacity_search
+from exporter.jobs.capacity_runner import CapacitySearch, SearchTarget, run_capacity_search
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial import TrialPlan, run_sharded_trial, run_trial
@@ -175,9 +175,9 @@ async def test_sessions_are_refused_over_shards(pool: ShardPool) -> None:
     params = CapacityParams(target="t", workers=2)
     with pytest.raises(JobFailedError, match="multi-turn sessions run in one process"):
         await run_capacity_search(
-            params, SearchSettings(1.0, 2.0, 0.05, 1), workload, SLO, lambda: ProbeClient(TargetSettings("http://x")),
-            pool=pool,
-        )  # fmt: skip
+            CapacitySearch(params, SearchSettings(1.0, 2.0, 0.05, 1), workload, SLO),
+            SearchTarget(lambda: ProbeClient(TargetSettings("http://x")), pool),
+        )
 
 
 @pytest.mark.parametrize("closed_loop", [False, True], ids=["open", "closed"])

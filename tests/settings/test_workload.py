@@ -171,6 +171,11 @@ def test_a_problem_of_several_settings_names_them_as_keys_or_flags(name: str) ->
         ),
         (["--burstiness", "0.5"], "--burstiness: only --arrival gamma has a shape, not poisson"),
         (["--trace-format", "sharegpt"], "--trace-format: needs --trace (the file whose format it names)"),
+        # Sent at the trace's own times, the rate and the concurrency were ignored without a word.
+        (
+            ["--trace", "t.jsonl", "--trace-format", "sharegpt", "--arrival", "trace", "--concurrency", "4"],
+            "--arrival trace sends each request at the trace's own time: drop --concurrency, or drop",
+        ),
         # 0 was read as "not given": the preset's own filter ran, and the header said so.
         (["--max-output-tokens", "0"], "--max-output-tokens must be >= 1 token, got 0"),
     ],
