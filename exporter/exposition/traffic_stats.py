@@ -19,6 +19,7 @@ what a prefill deadline that depends on the prompt's length is set from. Without
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -42,11 +43,15 @@ from exporter.stats.prompt_ratio import PromptRatio
 from exporter.streams.result import ProbeResult, TokenSource
 from exporter.traffic.record import SKIP_REASONS, Observed, StreamEnd
 
-# Records waiting to be evaluated. A batch holds the event loop while it is evaluated: 256 records of
-# 200 tokens took ~30 ms on a loaded 2-core VM (~0.1 ms a record, ~5 ms of it fixed per batch), so
-# batches stay small enough that a stall is bounded (the streams it delays are flagged unreliable by
-# the lag rule) and large enough that the fixed part stays small.
-PENDING: Final = 256
+# Records are evaluated SLICE at a time, the event loop let run between slices: a batch holds the loop
+# while it is evaluated (~1.5 ms fixed plus ~0.075 ms a record of 200 tokens, measured on a loaded
+# 2-core VM), and the observer stamps every user chunk on that loop. 256 at once held it ~20-30 ms,
+# past the lag rule's 20 ms stall limit (``streams.saturation``): every user stream in flight was
+# flagged unreliable. 32 hold it ~3-4 ms, for about twice the fixed cost per record (~0.13 ms).
+SLICE: Final = 32
+# Records waiting at most: past it (the loop cannot evaluate as fast as users finish), the backlog is
+# evaluated at once, so memory stays bounded whatever the load.
+PENDING: Final = 4096
 # Window rows kept per (model, api): ~160 bytes each (a dozen numbers and three per tier), so ~5 MiB a
 # series. A window that held more requests is computed over its newest ones (its requests gauge says
 # how many); rate() of the cumulative counters has them all.
@@ -116,16 +121,37 @@ class TrafficStats:
         self.store = ResultStore(limits, buckets, clock, fluid_rate=False)
         self._pending: list[Observed] = []
         self._extra: dict[Key, _Extra] = {}
+        self._draining: asyncio.Task[None] | None = None
 
     def add(self, observed: Observed) -> None:
-        """One finished user request (the observer's sink)."""
+        """One finished user request (the observer's sink). Evaluated in slices on the running loop,
+        the loop let run between them; without a loop, or past ``PENDING``, at once."""
         self._pending.append(observed)
         if len(self._pending) >= PENDING:
             self.flush()
+        elif len(self._pending) >= SLICE and self._draining is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.flush()
+                return
+            self._draining = loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            while len(self._pending) >= SLICE:
+                self._evaluate(self._pending[:SLICE])
+                del self._pending[:SLICE]
+                await asyncio.sleep(0)  # the loop's turn: its reads and timers
+        finally:
+            self._draining = None
 
     def flush(self) -> None:
-        """Evaluate the waiting records into the figures."""
+        """Evaluate every waiting record into the figures."""
         pending, self._pending = self._pending, []
+        self._evaluate(pending)
+
+    def _evaluate(self, pending: Sequence[Observed]) -> None:
         by_series: dict[Key, list[Observed]] = {}
         for observed in pending:
             by_series.setdefault((observed.model, observed.result.api), []).append(observed)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from exporter.evaluation import EvaluationSpec
@@ -149,3 +151,21 @@ def test_waiting_records_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     for _ in range(7):
         figures.add(observed(0.01))
     assert len(figures._pending) == 1  # two batches of 3 evaluated as they filled
+
+
+async def test_records_are_evaluated_in_slices_with_the_loop_let_run_between() -> None:
+    figures = stats()
+    for _ in range(3 * traffic_stats.SLICE + 5):
+        figures.add(observed(0.01))
+    waiting: list[int] = []  # what the loop's other tasks saw waiting, each turn they had
+    for _ in range(6):
+        await asyncio.sleep(0)
+        waiting.append(len(figures._pending))
+    assert waiting[0] < 3 * traffic_stats.SLICE + 5  # a slice ran, then the loop got its turn
+    assert len(set(waiting)) >= 3  # one slice a turn, not the whole backlog at once
+    assert waiting[-1] == 5  # fewer than a slice waits for the next add or the scrape
+    series = samples(figures.render_text(ObserverHealth()))
+    assert (
+        value(series, "fluidity_traffic_requests_total", outcome="ok", **LABELS)
+        == 3 * traffic_stats.SLICE + 5
+    )
