@@ -179,8 +179,9 @@ predicted = stat(
     "Predicted capacity (engine model)",
     "The load the engine model fitted to the search's own trials predicts (decode gap W + H n by running "
     "requests, Little's law, the headroom calibrated per trial), with its interval, beside the measured "
-    "bracket, and how far it lay from the measured lower bound. The prediction placed the trials; only "
-    "measured trials give the answer. Good: its error small (the trials were placed where they count).",
+    "bracket, and how far it lay from the measured lower bound. The prediction is information beside "
+    "the answer (it places no trial); only measured trials give the answer. Good: its error small (the "
+    "model of the engine holds near its knee).",
     COUNT,
     [
         Query(latest(names.CAPACITY_PREDICTED_LOAD), f"{SERIES_LEGEND} predicted {{{{end}}}}"),
