@@ -83,6 +83,7 @@ from exporter.jobs.trial_verdict import TrialReport, TrialSlo
 from exporter.load.workloads import Workload
 from exporter.settings.job_params import MIN_TRIAL_S
 
+FIRST_TRIAL = 1  # the index of a search's first trial (a trial's index counts from it, in the order run)
 # (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's,
 # the (successes, requests) seen at the load when the trial runs to settle its pass: ``TrialPlan.settle``)
 RunTrial = Callable[[int, float, bool, float | None, tuple[int, int] | None], Awaitable[TrialReport]]
@@ -179,7 +180,7 @@ async def _search(
             not seen.passed for seen in history
         )  # set aside: anchors nothing
         settle = settling(settings, history, load)
-        trial = await run_trial(len(trials) + 1, load, may_stop, record.time_left(settings), settle)
+        trial = await run_trial(FIRST_TRIAL + len(trials), load, may_stop, record.time_left(settings), settle)
         if drained is not None:
             trial.drain_wait_s, trial.drained_by = drained.waited_s, drained.how
         record.spent_s += trial.duration_s

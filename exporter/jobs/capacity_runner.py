@@ -28,6 +28,7 @@ from typing import Any
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity import (
+    FIRST_TRIAL,
     Busy,
     Drained,
     OnInterrupt,
@@ -359,7 +360,7 @@ async def _first_plan(
     """The first trial's plan; a ``JobFailedError`` naming the context and the workload's lengths when
     none of its requests fit the context (a ``ValueError`` of an unfitted workload is a bug of ours)."""
     try:
-        return await trials.planned(0, start, False, keep=True)
+        return await trials.planned(FIRST_TRIAL, start, False, keep=True)
     except ValueError as exc:
         if workload.max_total_tokens is None:
             raise

@@ -12,7 +12,7 @@ import pytest
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs import capacity_runner
-from exporter.jobs.capacity import MAX_SET_ASIDE, SearchHooks, search_capacity, wait_drained
+from exporter.jobs.capacity import FIRST_TRIAL, MAX_SET_ASIDE, SearchHooks, search_capacity, wait_drained
 from exporter.jobs.capacity_report import SearchProgress, capacity_table, figure, result_line
 from exporter.jobs.capacity_result import CapacityResult, stop_kind
 from exporter.jobs.capacity_runner import SearchTarget, default_floor, search_settings, trial_time_limit
@@ -615,10 +615,10 @@ async def test_the_first_trial_is_planned_once_and_a_plan_given_up_stops(
     client = ProbeClient(TargetSettings("http://127.0.0.1:9"))
     trials = capacity_runner._SearchTrials(params, workload, SLO, SearchTarget(lambda: client), None, None)
     first = await capacity_runner._first_plan(trials, 2.0, workload, None)
-    again = await trials.planned(0, 2.0, True, 30.0)
+    again = await trials.planned(FIRST_TRIAL, 2.0, True, 30.0)  # the index the search gives it
     assert planned == [(2.0, True)]  # once, stoppable
     assert again.specs == first.specs and again.early_stop and again.time_limit_s == 30.0
-    await trials.planned(0, 2.0, True)  # taken: a later call plans afresh
+    await trials.planned(FIRST_TRIAL, 2.0, True)  # taken: a later call plans afresh
     assert planned == [(2.0, True), (2.0, True)]
     stop = threading.Event()
     stop.set()
