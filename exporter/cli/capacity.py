@@ -33,7 +33,7 @@ from exporter.cli.progress import ProgressPrinter
 from exporter.jobs.capacity_report import capacity_table, write_capacity_json
 from exporter.jobs.capacity_result import CapacityResult
 from exporter.jobs.capacity_runner import trial_size_warning
-from exporter.jobs.local_capacity import DEFAULT_BUDGET_S, search_capacity, trial_slo
+from exporter.jobs.local_capacity import DEFAULT_BUDGET_S, LocalSearch, search_capacity, trial_slo
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial_verdict import TrialSlo
 from exporter.load.target_facts import discover_target
@@ -241,9 +241,8 @@ async def _search(
         print(line, file=sys.stderr)
     workload = build_workload(options.workload, settings.api, simulated, facts, options.target.sim_preset)
     printer = ProgressPrinter() if not options.json else (lambda fraction, message: None)
-    return await search_capacity(
-        options.params, slo, settings, workload, printer, options.cost, facts.context, on_interrupt
-    )
+    search = LocalSearch(options.params, slo, settings, workload, facts.context, options.cost)
+    return await search_capacity(search, printer, on_interrupt)
 
 
 CAPACITY_COMMAND = Command("search the highest load that meets a fluidity SLO", add_arguments, run)

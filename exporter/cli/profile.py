@@ -17,7 +17,7 @@ from pathlib import Path
 
 from exporter.cli.command import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.cli.flags import add_config_argument, add_target_arguments, error, merged_options
-from exporter.jobs.local_profile import profile_table, profile_target
+from exporter.jobs.local_profile import LocalProfile, profile_table, profile_target
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import (
     LengthSample,
@@ -28,6 +28,7 @@ from exporter.jobs.prefill_profile import (
     left_out_note,
 )
 from exporter.load.target_facts import discover_target
+from exporter.load.workload_options import prompt_builder
 from exporter.probe import loop as event_loop
 from exporter.report.bench_report import OutputError, check_output_path
 from exporter.settings.job_params import DEFAULT_HIGH, DEFAULT_LOW, ProfileParams
@@ -129,9 +130,8 @@ async def _profile(
         print(line, file=sys.stderr)
     if left_out:
         print(left_out_note(left_out, facts.context), file=sys.stderr)
-    return await profile_target(
-        settings, ladder, options.repeats, options.workers, facts, simulated, _progress(options), on_interrupt
-    )
+    profile = LocalProfile(ladder, options.repeats, options.workers, prompt_builder(facts, simulated))
+    return await profile_target(settings, profile, _progress(options), on_interrupt)
 
 
 def _progress(options: ProfileOptions) -> OnSample | None:

@@ -30,6 +30,7 @@ from exporter.daemon.scheduler import JobFunction, JobScheduler
 from exporter.daemon.targets import TargetPool
 from exporter.engine.catalogue import ENGINE_CATALOGUE, GATEWAY_CATALOGUE
 from exporter.engine.scrape import ScrapeResult, scrape
+from exporter.evaluation import EvaluationSpec
 from exporter.exposition.result_store import ResultStore
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.jobs.manager import JobConflictError
@@ -230,7 +231,8 @@ class ProbeJobs:
             return
         slo = config.slo_for(target)
         policy = self._env.deadline_policy(target)
-        self._store.add(target, module, probe.results, policy, slo.goodput, slos=slo.objectives)
+        spec = EvaluationSpec(policy, slo.objectives, slo.goodput)
+        self._store.add(target, module, probe.results, spec)
 
     def _scrape_job(self, target_name: str, *, gateway: bool = False) -> JobFunction:
         """Scrape the target's engine (or, with ``gateway``, its gateway) ``/metrics`` into the store."""

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from exporter.evaluation import DeadlinePolicy
+from exporter.evaluation import EvaluationSpec
 from exporter.exposition import names
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.families import Families
@@ -17,7 +17,6 @@ from exporter.exposition.result_store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES
 from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets
-from exporter.stats.objectives import GoodputBounds, Objective
 from exporter.streams.result import ProbeResult
 
 
@@ -49,13 +48,10 @@ def failed_probe_registry(
 
 def probe_registry(
     results: Sequence[ProbeResult],
-    policy: DeadlinePolicy,
+    spec: EvaluationSpec,
     *,
     target: str,
     module: str,
-    goodput: GoodputBounds | None = None,
-    slos: Sequence[Objective] = (),
-    from_scheduled: bool = False,
     duration_s: float | None = None,
     buckets: HistogramBuckets = DEFAULT_BUCKETS,
     fluidity_quantiles: Sequence[float] = DEFAULT_FLUIDITY_QUANTILES,
@@ -72,7 +68,7 @@ def probe_registry(
     at = time.time() if now is None else now  # one instant: every row is in the one window
     limits = StoreLimits(max_age_s=1.0, max_records=max(len(results), 1))
     store = ResultStore(limits, buckets, clock=lambda: at)
-    store.add(target, module, results, policy, goodput, at, slos=slos, from_scheduled=from_scheduled)
+    store.add(target, module, results, spec, at)
     collector = FluidityCollector(
         store,
         {names.PROBE_WINDOW: limits.max_age_s},

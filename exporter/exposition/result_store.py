@@ -228,24 +228,21 @@ class ResultStore:
         target: str,
         module: str,
         results: Sequence[ProbeResult],
-        policy: DeadlinePolicy,
-        goodput: GoodputBounds | None = None,
+        spec: EvaluationSpec,
         now: float | None = None,
-        *,
-        slos: Sequence[Objective] = (),
-        from_scheduled: bool = False,
     ) -> tuple[Measured, FloatArray]:
-        """Store one probe run's results, judged by ``policy`` (and ``goodput``/``slos`` if given);
-        returns how they were judged (``measure``'s figures and ``good_flags``), for a caller that
-        counts more of them (the traffic observer's families).
+        """Store one probe run's results, judged by ``spec`` (its deadlines, and its goodput bounds and
+        objectives where it has them); returns how they were judged (``measure``'s figures and
+        ``good_flags``), for a caller that counts more of them (the traffic observer's families).
 
         A run whose policy or goodput bounds differ from the series' previous ones restarts the series'
         rows (window figures never mix requests judged by different deadlines); counters and
         histograms carry on.
         """
         now = self.clock() if now is None else now
-        series = self._series_for(target, module, policy, goodput, tuple(slos))
-        measured = measure(results, EvaluationSpec(policy, tuple(slos), goodput, from_scheduled))
+        policy, goodput = spec.deadlines, spec.goodput
+        series = self._series_for(target, module, policy, goodput, spec.slos)
+        measured = measure(results, spec)
         completed = {id(r) for r in measured.results}
         failed = [r for r in results if id(r) not in completed]
         good = good_flags(goodput, measured, policy, len(failed))

@@ -114,6 +114,8 @@ class TrafficStats:
     ) -> None:
         self.spec = spec
         self.goodput = traffic_goodput(spec)
+        # What a user request is judged by: the SLO's deadlines and objectives, good within ``goodput``
+        self._judged_by = EvaluationSpec(spec.deadlines, spec.slos, self.goodput)
         self.windows = dict(windows)
         longest = max(self.windows.values(), default=3600.0)
         limits = StoreLimits(max_age_s=longest, max_records=WINDOW_ROWS)
@@ -158,9 +160,7 @@ class TrafficStats:
         for key, records in by_series.items():
             extra = self._extra.setdefault(key, _Extra())
             results = _with_prompt_tokens(extra, records)
-            measured, good = self.store.add(
-                *key, results, self.spec.deadlines, self.goodput, slos=self.spec.slos
-            )
+            measured, good = self.store.add(*key, results, self._judged_by)
             _count_tokens(extra, measured, good)
 
     def families(self, health: ObserverHealth, agreement: AgreementCounts | None = None) -> Families:

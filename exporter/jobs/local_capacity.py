@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import aiohttp
 from yarl import URL
@@ -58,20 +59,28 @@ def trial_slo(params: CapacityParams, deadlines: Slo) -> TrialSlo:
         raise SettingsError(f"--decode-tier: {exc}") from exc
 
 
+@dataclass(frozen=True)
+class LocalSearch:
+    """What the command searches: the job's parameters and SLO, the target, the workload fitted to
+    ``context`` (the tokens the target serves; None: not said), and ``cost`` (``--gpus`` and
+    ``--gpu-hour-price``, for the result's cost figures)."""
+
+    params: CapacityParams
+    slo: TrialSlo
+    target: TargetSettings
+    workload: Workload
+    context: int | None = None
+    cost: Cost = NO_COST
+
+
 async def search_capacity(
-    params: CapacityParams,
-    slo: TrialSlo,
-    settings: TargetSettings,
-    workload: Workload,
+    search: LocalSearch,
     on_progress: Callable[[float, str], None],
-    cost: Cost = NO_COST,
-    context: int | None = None,
     on_interrupt: OnInterrupt | None = None,
 ) -> CapacityResult:
-    """The search against ``settings``' target, progress told to ``on_progress(fraction, message)``;
-    ``cost`` is ``--gpus`` and ``--gpu-hour-price``, for the result's cost figures; ``workload`` comes
-    fitted to ``context``, the tokens the target serves (None: not said). Stopped by Ctrl-C or SIGTERM,
+    """The search, progress told to ``on_progress(fraction, message)``. Stopped by Ctrl-C or SIGTERM,
     it tells ``on_interrupt`` what it measured."""
+    params, slo, settings, cost = search.params, search.slo, search.target, search.cost
 
     def interrupted(result: CapacityResult) -> None:
         result.gpus, result.gpu_hour_price = cost.gpus, cost.gpu_hour_price
@@ -87,8 +96,8 @@ async def search_capacity(
     ):
         search_with = dataclasses.replace(search_settings(params, CLI_LIMITS, slo), time_budget_s=budget)
         result = await run_capacity_search(
-            CapacitySearch(params, search_with, workload, slo),
-            SearchTarget(lambda: client, pool, busy=busy, context=context),
+            CapacitySearch(params, search_with, search.workload, slo),
+            SearchTarget(lambda: client, pool, busy=busy, context=search.context),
             SearchWatch(progress.trial_done, progress, interrupted),
         )
     result.gpus, result.gpu_hour_price = cost.gpus, cost.gpu_hour_price

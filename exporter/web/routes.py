@@ -333,13 +333,12 @@ async def probe(request: web.Request) -> web.Response:
     if debug:
         return web.Response(text=_debug(daemon, target, module, run))
     slo = daemon.config.slo_for(target)
+    spec = EvaluationSpec(daemon.deadline_policy(target), slo.objectives, slo.goodput)
     registry = probe_registry(
         run.results,
-        daemon.deadline_policy(target),
+        spec,
         target=target,
         module=module,
-        goodput=slo.goodput,
-        slos=slo.objectives,
         duration_s=run.duration_s,
         buckets=daemon.store.buckets,
     )

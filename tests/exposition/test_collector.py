@@ -54,7 +54,7 @@ def registry_of(
 
 def filled_store() -> ResultStore:
     store = ResultStore(clock=lambda: NOW)
-    store.add("llm", "chat", mixed_run(), POLICY, GoodputBounds(ttft=0.3), NOW - 10, slos=SLOS)
+    store.add("llm", "chat", mixed_run(), EvaluationSpec(POLICY, SLOS, GoodputBounds(ttft=0.3)), NOW - 10)
     return store
 
 
@@ -142,7 +142,7 @@ def test_window_slo_verdicts_are_the_bench_report_verdicts(failures: int) -> Non
     here, pooled gaps there), so they are left out."""
     results = [smooth(), smooth(60, 0.045, 0.35), stalled(), *(failed() for _ in range(failures))]
     store = ResultStore(clock=lambda: NOW)
-    store.add("llm", "chat", results, POLICY, None, NOW - 10, slos=SLOS_NOT_ON_GAPS)
+    store.add("llm", "chat", results, EvaluationSpec(POLICY, SLOS_NOT_ON_GAPS), NOW - 10)
     get = registry_of(store).get_sample_value
     spec = EvaluationSpec(POLICY, SLOS_NOT_ON_GAPS)
     report = summarize(results, measure(results, spec), spec, duration_s=10.0)["slos"]
@@ -155,7 +155,7 @@ def test_window_slo_verdicts_are_the_bench_report_verdicts(failures: int) -> Non
 
 def test_a_window_of_failures_alone_misses_every_slo() -> None:
     store = ResultStore(clock=lambda: NOW)
-    store.add("llm", "chat", [failed(), failed(Outcome.TTFT_TIMEOUT)], POLICY, None, NOW - 10, slos=SLOS)
+    store.add("llm", "chat", [failed(), failed(Outcome.TTFT_TIMEOUT)], EvaluationSpec(POLICY, SLOS), NOW - 10)
     get = registry_of(store).get_sample_value
     window = {**SERIES, "window": "5m"}
     assert [get("fluidity_window_slo_met", {**window, "slo": str(slo)}) for slo in SLOS] == [0.0, 0.0]
@@ -180,9 +180,9 @@ def test_window_gauges_follow_the_clock() -> None:
 
 def test_several_windows_and_series() -> None:
     store = ResultStore(clock=lambda: NOW)
-    store.add("llm", "chat", [smooth()], POLICY, now=NOW - 1_000)
-    store.add("llm", "chat", [stalled()], POLICY, now=NOW - 10)
-    store.add("llm", "code", [failed()], POLICY, now=NOW - 10)
+    store.add("llm", "chat", [smooth()], EvaluationSpec(POLICY), now=NOW - 1_000)
+    store.add("llm", "chat", [stalled()], EvaluationSpec(POLICY), now=NOW - 10)
+    store.add("llm", "code", [failed()], EvaluationSpec(POLICY), now=NOW - 10)
     registry = registry_of(store, {"5m": 300.0, "1h": 3_600.0})
     get = registry.get_sample_value
     assert get("fluidity_window_requests", {**SERIES, "window": "5m", "outcome": "ok"}) == 1
@@ -307,9 +307,11 @@ def test_failed_engine_scrape_hides_stale_engine_values() -> None:
 
 def test_probe_registry_holds_only_that_probe() -> None:
     store = filled_store()  # a daemon's store with other data must not leak into /probe
-    store.add("other", "chat", [smooth()], POLICY, now=NOW)
+    store.add("other", "chat", [smooth()], EvaluationSpec(POLICY), now=NOW)
     results = [smooth(), stalled(), failed()]
-    registry = probe_registry(results, POLICY, target="llm", module="code", duration_s=2.5, slos=SLOS)
+    registry = probe_registry(
+        results, EvaluationSpec(POLICY, SLOS), target="llm", module="code", duration_s=2.5
+    )
     families = list(text_string_to_metric_families(generate_latest(registry).decode()))
     labels = {(s.labels.get("target"), s.labels.get("module")) for f in families for s in f.samples}
     assert labels == {("llm", "code")}
@@ -323,14 +325,14 @@ def test_probe_registry_holds_only_that_probe() -> None:
     batch = IntervalBatch.from_sequences(intervals(r) for r in results[:2])
     rate = get("fluidity_window_fluid_tokens_per_second", {**code, "window": names.PROBE_WINDOW})
     assert rate == fluid_token_rate(batch)
-    ok = probe_registry([smooth()], POLICY, target="llm", module="code")
+    ok = probe_registry([smooth()], EvaluationSpec(POLICY), target="llm", module="code")
     assert ok.get_sample_value("fluidity_probe_success", code) == 1.0
     assert ok.get_sample_value("fluidity_probe_duration_seconds", code) is None
 
 
 def full_exposition() -> bytes:
     store = filled_store()
-    store.add("llm", "code", [failed(Outcome.RATE_LIMITED)], POLICY, now=NOW)
+    store.add("llm", "code", [failed(Outcome.RATE_LIMITED)], EvaluationSpec(POLICY), now=NOW)
     store.add_engine_scrape("llm", scraped(engine_snapshot(100.0, 1.0)))
     store.add_engine_scrape("llm", scraped(engine_snapshot(160.0, 2.0)))
     registry = registry_of(store, {"5m": 300.0, "1h": 3_600.0})
@@ -424,7 +426,7 @@ def _parsed(text: str) -> dict[str, list[tuple[str, tuple[tuple[str, str], ...],
 
 def test_fast_text_equals_prometheus_clients_exposition() -> None:
     store = filled_store()
-    store.add("llm", "code", [smooth(), stalled()], POLICY, None, NOW - 5)
+    store.add("llm", "code", [smooth(), stalled()], EvaluationSpec(POLICY), NOW - 5)
     store.add_engine_scrape("llm", scraped(engine_snapshot(NOW - 20, scale=1)))
     store.add_engine_scrape("llm", scraped(engine_snapshot(NOW - 5, scale=2)))
     collector = FluidityCollector(store, {"5m": 300.0, "1h": 3600.0}, clock=lambda: NOW)
@@ -434,7 +436,7 @@ def test_fast_text_equals_prometheus_clients_exposition() -> None:
     first = collector.render_text()
     assert _parsed(first) == expected
     assert collector.render_text() == first  # served from the per-series cache, unchanged
-    store.add("llm", "chat", [smooth()], POLICY, GoodputBounds(ttft=0.3), NOW - 1, slos=SLOS)
+    store.add("llm", "chat", [smooth()], EvaluationSpec(POLICY, SLOS, GoodputBounds(ttft=0.3)), NOW - 1)
     refreshed = _parsed(collector.render_text())  # a new run invalidates that series' cached text
     assert refreshed == _parsed(generate_latest(registry).decode()) and refreshed != expected
 
@@ -562,7 +564,7 @@ def test_first_turns_and_follow_ups_are_apart_under_a_bounded_turn_label() -> No
     follow.turn, follow.prompt_tokens_reported, follow.prompt_tokens_cached = 2, 620, 496
     later.turn, later.prompt_tokens_reported, later.prompt_tokens_cached = 7, 700, 608
     store = ResultStore(clock=lambda: NOW)
-    store.add("llm", "chat", [first, follow, later, cold], POLICY, now=NOW - 10)
+    store.add("llm", "chat", [first, follow, later, cold], EvaluationSpec(POLICY), now=NOW - 10)
     registry = registry_of(store)
 
     def value(name: str, turn: str) -> float | None:
@@ -595,9 +597,9 @@ def test_the_latest_run_ok_ratio_is_held_until_the_next_run() -> None:
     store = ResultStore(clock=lambda: NOW)
     get = registry_of(store).get_sample_value
     assert get("fluidity_probe_last_run_ok_ratio", SERIES) is None  # no run yet: no state to hold
-    store.add("llm", "chat", mixed_run(), POLICY, None, NOW - 30)
+    store.add("llm", "chat", mixed_run(), EvaluationSpec(POLICY), NOW - 30)
     assert get("fluidity_probe_last_run_ok_ratio", SERIES) == pytest.approx(5 / 7)
-    store.add("llm", "chat", [failed(), failed(Outcome.TTFT_TIMEOUT)], POLICY, None, NOW - 20)
+    store.add("llm", "chat", [failed(), failed(Outcome.TTFT_TIMEOUT)], EvaluationSpec(POLICY), NOW - 20)
     assert get("fluidity_probe_last_run_ok_ratio", SERIES) == 0.0
     # Long after the run, with its rows gone from every window, the state is still the run's.
     assert (

@@ -36,7 +36,7 @@ def expected_cumulative(values: np.ndarray, bounds: tuple[float, ...]) -> list[i
 def test_histograms_equal_stats_on_the_same_intervals() -> None:
     results = mixed_run()
     store = ResultStore(clock=FakeClock())
-    store.add("t", "m", results, POLICY, now=1_000.0)
+    store.add("t", "m", results, EvaluationSpec(POLICY), now=1_000.0)
     [view] = store.series()
     done = [r for r in results if r.ok and r.token_times]
     batch = IntervalBatch.from_sequences(intervals(r) for r in done)
@@ -64,8 +64,8 @@ def test_histograms_equal_stats_on_the_same_intervals() -> None:
 def test_counters_by_outcome_tokens_and_deadlines() -> None:
     results = mixed_run()
     store = ResultStore(clock=FakeClock())
-    store.add("t", "m", results, POLICY, now=1_000.0)
-    store.add("t", "m", results, POLICY, now=1_010.0)
+    store.add("t", "m", results, EvaluationSpec(POLICY), now=1_000.0)
+    store.add("t", "m", results, EvaluationSpec(POLICY), now=1_010.0)
     [view] = store.series()
     assert view.requests[Outcome.OK] == 10
     assert view.requests[Outcome.HTTP_STATUS] == 2
@@ -84,22 +84,24 @@ def test_counters_by_outcome_tokens_and_deadlines() -> None:
 def test_good_requests_counts_requests_meeting_every_bound() -> None:
     results = [smooth(ttft=0.2), smooth(ttft=0.6), stalled(), failed()]
     store = ResultStore(clock=FakeClock())
-    store.add("t", "m", results, POLICY, GoodputBounds(ttft=0.5, max_tbt=0.5), now=1_000.0)
+    store.add(
+        "t", "m", results, EvaluationSpec(POLICY, goodput=GoodputBounds(ttft=0.5, max_tbt=0.5)), now=1_000.0
+    )
     [view] = store.series()
     assert view.good_requests == 1  # slow TTFT, a 1 s stall and a failure are not good
 
 
 def test_last_success_only_when_a_request_completed() -> None:
     store = ResultStore(clock=FakeClock())
-    store.add("t", "m", [failed()], POLICY, now=1_000.0)
+    store.add("t", "m", [failed()], EvaluationSpec(POLICY), now=1_000.0)
     assert store.series()[0].last_success is None
 
 
 def test_windows_evict_by_time() -> None:
     clock = FakeClock(1_000.0)
     store = ResultStore(StoreLimits(max_age_s=600.0), clock=clock)
-    store.add("t", "m", [smooth()], POLICY, now=1_000.0)
-    store.add("t", "m", [smooth(), failed()], POLICY, now=1_300.0)
+    store.add("t", "m", [smooth()], EvaluationSpec(POLICY), now=1_000.0)
+    store.add("t", "m", [smooth(), failed()], EvaluationSpec(POLICY), now=1_300.0)
     clock.now = 1_350.0
     five_minutes = store.window("t", "m", 300.0)
     assert five_minutes is not None
@@ -118,7 +120,7 @@ def test_windows_evict_by_time() -> None:
 def test_windows_evict_by_count_newest_kept() -> None:
     store = ResultStore(StoreLimits(max_records=5), clock=FakeClock())
     for second in range(4):
-        store.add("t", "m", [smooth(), failed()], POLICY, now=1_000.0 + second)
+        store.add("t", "m", [smooth(), failed()], EvaluationSpec(POLICY), now=1_000.0 + second)
     records = store.series(1_004.0)[0].records
     assert len(records) == 5
     assert records.at.tolist() == [1_001.0, 1_002.0, 1_002.0, 1_003.0, 1_003.0]
@@ -131,7 +133,7 @@ def test_memory_stays_bounded_over_100k_results() -> None:
     run = [smooth(8), smooth(8, 0.03), failed(), stalled(8)] * 250  # 1000 results
     for index in range(100):
         clock.now = 1_000.0 + index  # everything stays within max_age_s: only the count bound acts
-        store.add("t", "m", run, POLICY)
+        store.add("t", "m", run, EvaluationSpec(POLICY))
         assert len(store.series()[0].records) == min(1_000 * (index + 1), limits.max_records)
     [view] = store.series()
     assert sum(view.requests.values()) == 100_000  # the counters still count everything
@@ -144,8 +146,14 @@ def test_memory_stays_bounded_over_100k_results() -> None:
 
 def test_recent_results_keep_failures_longer() -> None:
     store = ResultStore(StoreLimits(recent_results=3, recent_failures=5), clock=FakeClock())
-    store.add("t", "m", [failed(Outcome.CONNECT_ERROR), failed(Outcome.TTFT_TIMEOUT)], POLICY, now=1_000.0)
-    store.add("t", "m", [smooth() for _ in range(10)], POLICY, now=1_001.0)
+    store.add(
+        "t",
+        "m",
+        [failed(Outcome.CONNECT_ERROR), failed(Outcome.TTFT_TIMEOUT)],
+        EvaluationSpec(POLICY),
+        now=1_000.0,
+    )
+    store.add("t", "m", [smooth() for _ in range(10)], EvaluationSpec(POLICY), now=1_001.0)
     recent = store.recent("t", "m")
     assert [r.outcome for r in recent[:3]] == [Outcome.OK] * 3
     assert {r.outcome for r in recent[3:]} == {Outcome.CONNECT_ERROR, Outcome.TTFT_TIMEOUT}
@@ -157,8 +165,8 @@ def test_window_figures_equal_stats_on_the_window_requests() -> None:
     clock = FakeClock()
     store = ResultStore(clock=clock)
     old, new = mixed_run(), [smooth(50, 0.025), stalled(50, 0.4), smooth(30, 0.01), failed()]
-    store.add("t", "m", old, POLICY, now=1_000.0)
-    store.add("t", "m", new, POLICY, now=1_200.0)
+    store.add("t", "m", old, EvaluationSpec(POLICY), now=1_000.0)
+    store.add("t", "m", new, EvaluationSpec(POLICY), now=1_200.0)
     clock.now = 1_250.0
     window = store.window("t", "m", 100.0)  # only the second run
     assert window is not None
@@ -180,7 +188,7 @@ def test_window_figures_equal_stats_on_the_window_requests() -> None:
 def test_fluid_token_rate_leaves_out_one_token_requests() -> None:
     store = ResultStore(clock=FakeClock())
     results = mixed_run()
-    store.add("t", "m", results, POLICY, now=1_000.0)
+    store.add("t", "m", results, EvaluationSpec(POLICY), now=1_000.0)
     minima = store.series()[0].records.column(MIN_DECODE_DEADLINE)
     assert int(np.count_nonzero(~np.isnan(minima))) == 4  # the one-token request and the failures have none
     window = store.window("t", "m", 60.0, 1_000.0)
@@ -192,10 +200,10 @@ def test_fluid_token_rate_leaves_out_one_token_requests() -> None:
 def test_window_cache_refreshes_when_rows_change() -> None:
     clock = FakeClock()
     store = ResultStore(clock=clock)
-    store.add("t", "m", [smooth()], POLICY, now=1_000.0)
+    store.add("t", "m", [smooth()], EvaluationSpec(POLICY), now=1_000.0)
     first = store.window("t", "m", 300.0)
     assert store.window("t", "m", 300.0) is first
-    store.add("t", "m", [failed()], POLICY, now=1_001.0)
+    store.add("t", "m", [failed()], EvaluationSpec(POLICY), now=1_001.0)
     second = store.window("t", "m", 300.0)
     assert second is not first and second is not None and second.requests[Outcome.HTTP_STATUS] == 1
     clock.now = 1_300.5  # the first row ages out of the 5 minute window
@@ -205,9 +213,9 @@ def test_window_cache_refreshes_when_rows_change() -> None:
 
 def test_changed_policy_restarts_rows_but_not_counters() -> None:
     store = ResultStore(clock=FakeClock())
-    store.add("t", "m", [smooth()], POLICY, now=1_000.0)
+    store.add("t", "m", [smooth()], EvaluationSpec(POLICY), now=1_000.0)
     other = DeadlinePolicy(prefill_deadline=0.5, decode_tiers={"tight": 0.01})
-    store.add("t", "m", [smooth()], other, now=1_001.0)
+    store.add("t", "m", [smooth()], EvaluationSpec(other), now=1_001.0)
     [view] = store.series()
     assert len(view.records) == 1 and view.records.tiers == ("tight",)
     assert view.requests[Outcome.OK] == 2
@@ -216,15 +224,15 @@ def test_changed_policy_restarts_rows_but_not_counters() -> None:
 
 def test_clock_stepping_back_keeps_rows_in_order() -> None:
     store = ResultStore(clock=FakeClock())
-    store.add("t", "m", [smooth()], POLICY, now=1_000.0)
-    store.add("t", "m", [smooth()], POLICY, now=999.0)
+    store.add("t", "m", [smooth()], EvaluationSpec(POLICY), now=1_000.0)
+    store.add("t", "m", [smooth()], EvaluationSpec(POLICY), now=999.0)
     assert store.series(1_000.0)[0].records.at.tolist() == [1_000.0, 1_000.0]
 
 
 def test_retain_drops_removed_series_and_engines() -> None:
     store = ResultStore(clock=FakeClock())
-    store.add("a", "m", [smooth()], POLICY, now=1_000.0)
-    store.add("b", "m", [smooth()], POLICY, now=1_000.0)
+    store.add("a", "m", [smooth()], EvaluationSpec(POLICY), now=1_000.0)
+    store.add("b", "m", [smooth()], EvaluationSpec(POLICY), now=1_000.0)
     store.retain([("a", "m")])
     assert [(v.target, v.module) for v in store.series()] == [("a", "m")]
 
@@ -250,7 +258,7 @@ def test_bucket_overrides_are_validated(bounds: tuple[float, ...], message: str)
 
 def test_bucket_override_is_used() -> None:
     store = ResultStore(buckets=HistogramBuckets(ttft=(0.3,)), clock=FakeClock())
-    store.add("t", "m", [smooth(ttft=0.2), smooth(ttft=0.4)], POLICY, now=1_000.0)
+    store.add("t", "m", [smooth(ttft=0.2), smooth(ttft=0.4)], EvaluationSpec(POLICY), now=1_000.0)
     assert store.series()[0].histograms["ttft"].buckets == ((0.3, 1), (math.inf, 2))
 
 

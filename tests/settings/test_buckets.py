@@ -8,6 +8,7 @@ import math
 from prometheus_client import CollectorRegistry
 
 from exporter.daemon.config_facts import histogram_buckets
+from exporter.evaluation import EvaluationSpec
 from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.result_store import ResultStore
 from exporter.settings import parse_config
@@ -51,7 +52,7 @@ def test_a_config_picks_the_preset_and_overrides_one_histogram() -> None:
 
 def test_the_exposed_ttft_histogram_has_the_opentelemetry_bounds() -> None:
     store = ResultStore(buckets=OPENTELEMETRY_BUCKETS, clock=lambda: 100.0)
-    store.add("a", "m", mixed_run(), POLICY, None, 90.0)
+    store.add("a", "m", mixed_run(), EvaluationSpec(POLICY), 90.0)
     registry = CollectorRegistry()
     registry.register(FluidityCollector(store, {"5m": 300.0}, clock=lambda: 100.0))
     family = next(f for f in registry.collect() if f.name == "fluidity_probe_ttft_seconds")
