@@ -15,6 +15,7 @@ from exporter.jobs.capacity_result import CapacityResult, load_unit, stop_kind
 from exporter.jobs.trial import TrialPlan
 from exporter.jobs.trial_verdict import NO_DATA_REASON, TrialReport
 from exporter.settings.job_params import CapacityParams
+from exporter.stats.binomial import fewest_to_confirm
 from exporter.streams.result import ProbeResult
 
 EXPECTED_TRIALS = 6  # for progress: a search's typical trials (the bench's mean is 5.4)
@@ -166,10 +167,34 @@ def _answer(result: CapacityResult, distrusted: bool) -> str:
         fails = f", failed at {figure(high)} {unit}" if high is not None else ""
         return f"no answer: interrupted before the search ended ({passes}{fails})"
     if result.state == "inconclusive":
-        return f"capacity inconclusive: between {figure(low)} and {figure(high)} {unit}, an end straddles the objective"
+        return (
+            f"capacity inconclusive: between {figure(low)} and {figure(high)} {unit}, an end straddles the "
+            f"objective{_inconclusive_why(result)}"
+        )
     if stop_kind(result.stopped_by) == "floor":  # the only not_met that says the SLO is met at no load
         return f"capacity none: the SLO is not met at any load we can offer (stopped by {result.stopped_by})"
     return f"capacity none: the SLO is not met at any load tried (stopped by {result.stopped_by})"
+
+
+def _inconclusive_why(result: CapacityResult) -> str:
+    """What each end of an inconclusive bracket saw, and what a user can do about it: plan below the
+    lower end, or ask for an answer the trials can vouch for (more requests a trial, a lower
+    percentile). A newcomer's default search at p99 ends here nearly always."""
+    loads = {"lower_bound": result.lower_bound, "upper_bound": result.upper_bound}
+    ends = [
+        f"{end['successes']} of {end['requests']} fluid at {figure(load)} ({end['verdict']})"
+        for name, load in loads.items()
+        if (end := result.intervals.get(name)) is not None and load is not None
+    ]
+    percentile, confidence = result.slo.get("percentile"), result.slo.get("confidence")
+    if not isinstance(percentile, int | float) or not isinstance(confidence, int | float) or not ends:
+        return ""
+    needed = fewest_to_confirm(percentile / 100.0, confidence)
+    return (
+        f": {', '.join(ends)}. A pass at p{percentile:g} takes {needed} fluid requests in a row at "
+        f"{confidence:g} confidence. Plan below {figure(result.lower_bound)}, or for an answer the "
+        f"trials can vouch for send more requests per trial or judge a lower percentile"
+    )
 
 
 def _unsure(result: CapacityResult) -> str:

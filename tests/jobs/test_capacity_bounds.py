@@ -34,7 +34,7 @@ from exporter.probe.client import ProbeClient
 from exporter.settings.job_params import CapacityParams, JobLimits
 from exporter.settings.lengths import Fixed
 from exporter.settings.target import TargetSettings
-from exporter.stats.binomial import Verdict, classify_fraction
+from exporter.stats.binomial import Verdict, classify_fraction, fewest_to_confirm
 from exporter.stats.headroom import decided_failure
 from exporter.streams.request import RequestSpec
 from exporter.streams.result import Outcome, ProbeResult
@@ -238,6 +238,29 @@ def test_the_answer_line_names_the_failure_above_a_lower_bound_and_the_floor_of_
     assert (
         result_line(budget) == "capacity none: the SLO is not met at any load tried (stopped by time_budget)"
     )
+
+
+def test_an_inconclusive_answer_says_what_each_end_saw_and_what_to_do() -> None:
+    """The default search at p99 ends inconclusive nearly always: a newcomer is told why (what each
+    end saw, how many fluid requests a pass takes) and what to do, not only that an end straddles."""
+    low, high = counted(10.27, 200, 200, headroom=1.05), counted(10.78, 195, 200, headroom=0.99)
+    low.index, high.index = 1, 2
+    intervals = {
+        "lower_bound": {"successes": 200, "requests": 200, "verdict": "inconclusive"},
+        "upper_bound": {"successes": 195, "requests": 200, "verdict": "inconclusive"},
+    }
+    result = CapacityResult(
+        "rate", State.INCONCLUSIVE, 10.27, 10.78, True, "converged", [low, high], intervals=intervals,
+        slo={"percentile": 99.0, "confidence": 0.95},
+    )  # fmt: skip
+    needed = fewest_to_confirm(0.99, 0.95)
+    assert result_line(result) == (
+        "capacity inconclusive: between 10.27 and 10.78 req/s, an end straddles the objective: 200 of 200 "
+        "fluid at 10.27 (inconclusive), 195 of 200 fluid at 10.78 (inconclusive). A pass at p99 takes "
+        f"{needed} fluid requests in a row at 0.95 confidence. Plan below 10.27, or for an answer the "
+        "trials can vouch for send more requests per trial or judge a lower percentile"
+    )
+    assert needed == 368
 
 
 def test_large_loads_and_rates_are_printed_without_an_exponent() -> None:
