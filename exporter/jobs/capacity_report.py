@@ -231,6 +231,9 @@ def capacity_table(result: CapacityResult) -> str:
         lines.append(prediction_line(result.prediction))
     if result.context is not None:
         lines.append(result.context.describe())
+    burst = burst_line(result)
+    if burst is not None:
+        lines.append(burst)
     if result.lower_bound is not None:
         rate, good = result.figure("fluid_token_rate"), result.figure("goodput_rate")
         lines.append(
@@ -246,6 +249,21 @@ def capacity_table(result: CapacityResult) -> str:
         f"{trials} trial{'' if trials == 1 else 's'}{set_aside}, {result.tokens} tokens, {result.duration_s:.1f} s"
     )
     return "\n".join(lines)
+
+
+def burst_line(result: CapacityResult) -> str | None:
+    """What the lower bound holds for: bursts as long as its trial. An engine near its knee fills its
+    queue slowly, so a load that passed a trial of 20 s may queue when kept up for hours (measured on
+    the simulator: 10.3 req/s passed trials of 200 requests and failed trials of 400; docs/capacity.md).
+    None without a lower bound."""
+    trial = result.at_capacity
+    if trial is None or result.state is None:
+        return None
+    return (
+        f"holds for bursts like its trials: {trial.planned} requests in {trial.duration_s:.0f} s at "
+        f"{figure(trial.load)}; a load kept up for hours can queue below it (leave headroom, or search "
+        "with longer trials)"
+    )
 
 
 def prediction_line(prediction: dict[str, Any]) -> str:

@@ -263,6 +263,20 @@ def test_an_inconclusive_answer_says_what_each_end_saw_and_what_to_do() -> None:
     assert needed == 368
 
 
+def test_an_answer_says_it_holds_for_bursts_as_long_as_its_trial() -> None:
+    """On the simulator a rate that passed trials of 200 requests failed trials of 400: the queue of
+    an engine near its knee builds slowly, so the answer says how long the trial it rests on was."""
+    low, high = counted(10.27, 200, 200, headroom=1.05), counted(10.78, 195, 200, headroom=0.99)
+    low.index, high.index, low.planned, high.planned = 1, 2, 200, 200
+    result = CapacityResult("rate", State.INCONCLUSIVE, 10.27, 10.78, True, "converged", [low, high])
+    assert (
+        "holds for bursts like its trials: 200 requests in 100 s at 10.27; a load kept up for hours can "
+        "queue below it (leave headroom, or search with longer trials)"
+    ) in capacity_table(result).splitlines()
+    none_passed = CapacityResult("rate", State.NOT_MET, None, 10.78, False, "floor", [high])
+    assert "holds for bursts" not in capacity_table(none_passed)
+
+
 def test_large_loads_and_rates_are_printed_without_an_exponent() -> None:
     """A concurrency of 10240 was printed as 1.024e+04, and 12,346 tokens/s as 1.235e+04."""
     low, high = counted(10240.0, 200, 200, headroom=1.02), counted(10700.0, 180, 200, headroom=0.9)
