@@ -501,6 +501,8 @@ GATEWAY_WINDOW_E2E, GATEWAY_WINDOW_E2E_BOUND = _window_quantile(
 # --- Job results: the latest capacity search per (target, module), the stored prefill profiles ------
 
 _CAPACITY = "From the latest finished capacity search of this (target, module)."
+# What a load that passed holds for: an engine near its knee fills its queue slowly (docs/capacity.md)
+_BURSTS = "It holds for bursts as long as the search's trials: a load kept up for hours can queue below it."
 # Where the figures of a search are measured: its lower end, a capacity only when it is found (trusted).
 _AT_LOWER = (
     "at the load of fluidity_capacity_load_lower_bound (the capacity when fluidity_capacity_found is 1, "
@@ -515,14 +517,15 @@ _MEASURED = (
 CAPACITY_RATE = MetricSpec(
     "fluidity_capacity_requests_per_second",
     "gauge",
-    f"Highest arrival rate at which the SLO held (rate searches), a measurement: {_MEASURED}. {_CAPACITY}",
+    f"Highest arrival rate at which the SLO held (rate searches), a measurement: {_MEASURED}. {_BURSTS} "
+    f"{_CAPACITY}",
     SERIES,
 )
 CAPACITY_CONCURRENCY = MetricSpec(
     "fluidity_capacity_concurrency",
     "gauge",
     "Highest number of requests in flight at which the SLO held (concurrency searches), a measurement: "
-    f"{_MEASURED}. {_CAPACITY}",
+    f"{_MEASURED}. {_BURSTS} {_CAPACITY}",
     SERIES,
 )
 CAPACITY_FOUND = MetricSpec(
@@ -567,7 +570,7 @@ CAPACITY_LOWER_BOUND = MetricSpec(
     "gauge",
     "Highest load that passed below the lowest that failed (requests/s or requests in flight): the "
     "capacity when fluidity_capacity_found is 1, else what it is at least (timings distrusted included); "
-    f"absent when no load passed. {_CAPACITY}",
+    f"absent when no load passed. {_BURSTS} {_CAPACITY}",
     SERIES,
 )
 CAPACITY_UPPER_BOUND = MetricSpec(
