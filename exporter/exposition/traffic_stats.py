@@ -45,9 +45,10 @@ from exporter.traffic.record import SKIP_REASONS, Observed, StreamEnd
 
 # Records are evaluated SLICE at a time, the event loop let run between slices: a batch holds the loop
 # while it is evaluated (~1.5 ms fixed plus ~0.075 ms a record of 200 tokens, measured on a loaded
-# 2-core VM), and the observer stamps every user chunk on that loop. 256 at once held it ~20-30 ms,
+# 2-core VM), and the observer stamps every user chunk on that loop. 256 at once held it 25-35 ms,
 # past the lag rule's 20 ms stall limit (``streams.saturation``): every user stream in flight was
-# flagged unreliable. 32 hold it ~3-4 ms, for about twice the fixed cost per record (~0.13 ms).
+# flagged unreliable. Slices of 32 held it 6-9 ms at the longest, for 1.1-1.4x the CPU a record
+# (``bench/traffic_slices.py``).
 SLICE: Final = 32
 # Records waiting at most: past it (the loop cannot evaluate as fast as users finish), the backlog is
 # evaluated at once, so memory stays bounded whatever the load.
