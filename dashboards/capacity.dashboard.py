@@ -72,8 +72,9 @@ capacity_rate = stat(
     "Highest arrival rate (requests/s) at which the SLO held in the latest rate search (Etalon's "
     "capacity: by default 99% of requests reach fluidity 0.9 at the medium tier), measured: absent after a "
     "search that found only a lower bound, was inconclusive, passed nowhere or rests on timings the "
-    "client distrusted (see Search result). Good: "
-    "at or above the peak load one replica must take, stable across deployments.",
+    "client distrusted (see Search result). It holds for bursts as long as the search's trials: a load "
+    "kept up for hours can queue below it. Good: at or above the peak load one replica must take, with "
+    "headroom, stable across deployments.",
     REQUESTS_PER_SECOND,
     [Query(latest(names.CAPACITY_RATE), SERIES_LEGEND)],
     decimals=2,
