@@ -97,9 +97,13 @@ class EvaluationSpec:
     from_scheduled: bool = False  # charge the client's send lateness to the request (open-loop honesty)
 
     @classmethod
-    def of(cls, slo: Slo, *, from_scheduled: bool = False) -> EvaluationSpec:
-        """Everything ``measure`` needs to evaluate results under ``slo``."""
-        return cls(DeadlinePolicy.of(slo), slo.objectives, slo.goodput, from_scheduled)
+    def of(
+        cls, slo: Slo, *, deadlines: DeadlinePolicy | None = None, from_scheduled: bool = False
+    ) -> EvaluationSpec:
+        """Everything ``measure`` needs to evaluate results under ``slo``; ``deadlines`` in place of the
+        SLO's own where they were resolved apart (the daemon's, with a target's prefill profile)."""
+        policy = DeadlinePolicy.of(slo) if deadlines is None else deadlines
+        return cls(policy, slo.objectives, slo.goodput, from_scheduled)
 
 
 @dataclass(frozen=True, eq=False)

@@ -229,9 +229,7 @@ class ProbeJobs:
             # storing the results would bring them back.
             LOG.info("probe %s/%s ended after a reload removed it; its results are dropped", target, module)
             return
-        slo = config.slo_for(target)
-        policy = self._env.deadline_policy(target)
-        spec = EvaluationSpec(policy, slo.objectives, slo.goodput)
+        spec = EvaluationSpec.of(config.slo_for(target), deadlines=self._env.deadline_policy(target))
         self._store.add(target, module, probe.results, spec)
 
     def _scrape_job(self, target_name: str, *, gateway: bool = False) -> JobFunction:

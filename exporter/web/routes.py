@@ -332,8 +332,7 @@ async def probe(request: web.Request) -> web.Response:
         )
     if debug:
         return web.Response(text=_debug(daemon, target, module, run))
-    slo = daemon.config.slo_for(target)
-    spec = EvaluationSpec(daemon.deadline_policy(target), slo.objectives, slo.goodput)
+    spec = EvaluationSpec.of(daemon.config.slo_for(target), deadlines=daemon.deadline_policy(target))
     registry = probe_registry(
         run.results,
         spec,
