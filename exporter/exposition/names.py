@@ -586,8 +586,9 @@ CAPACITY_PREDICTED_LOAD = MetricSpec(
     "gauge",
     "The load the engine model fitted to the search's trials predicts the SLO stops being met at "
     "(requests/s; end=estimate), with its interval (end=low, end=high; widened to any load whose "
-    "trial contradicted a prediction): information beside the answer (it places no trial), never the answer, which only "
-    "measured trials give (fluidity_capacity_load_lower_bound); absent for concurrency searches and "
+    "trial contradicted a prediction): information beside the answer; the search places no trial by it, "
+    "and only measured trials give the answer (fluidity_capacity_load_lower_bound); absent for "
+    "concurrency searches and "
     f"where the trials' gaps could not be fitted. {_CAPACITY}",
     (*SERIES, ESTIMATE),
 )

@@ -272,7 +272,7 @@ def prediction_line(prediction: dict[str, Any]) -> str:
     off = f", {error:+.1%} from the lower bound" if isinstance(error, float) else ""
     line = prediction["decode_line"]
     text = (
-        f"predicted (engine model, beside the answer, not the answer): {figure(prediction['load'])} "
+        f"predicted (engine model, information only, not the answer): {figure(prediction['load'])} "
         f"[{figure(prediction['low'])}, {figure(prediction['high'])}]{off}; decode gap "
         f"{line['fixed_s'] * 1e3:.2f} ms + {line['per_running_s'] * 1e3:.3f} ms x running requests"
     )

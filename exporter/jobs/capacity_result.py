@@ -68,7 +68,7 @@ class CapacityResult:
     context: ContextFit | None = None  # how the workload met the served context (None: not asked)
     first_look: FirstLook | None = None  # where the search started, when no start was given
     # The engine model's prediction beside the measured bracket (``capacity_model.prediction_report``):
-    # information beside the answer (the search places no trial by it by default), never the answer
+    # information beside the answer: by default no trial is placed by it, and it is never the answer
     prediction: dict[str, Any] | None = None
 
     @property
