@@ -2,7 +2,7 @@
 
 The simulator runs in a child process and serves scripted streams (``TOKENS`` tokens, one every
 ``GAP_S``), so the server's work is known and small; the clients are ``ShardPool`` runs of 1 and of K
-local shard processes (``exporter.load.shard_local``), open loop at a rising rate for ``DURATION_S``
+local shard processes (``exporter.load.shards.local``), open loop at a rising rate for ``DURATION_S``
 seconds each. Per run: the achieved send rate, output tokens received per second, the p99 of the send
 lateness (scheduled to sent), the share of requests the probe flagged unreliable (a saturated client),
 the client CPU per token (the shards' ``process_time``), the coordinator's CPU per request (merging
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from exporter.load.plan import LoadPlan
-from exporter.load.shard_local import local_shards
+from exporter.load.shards.local import local_shards
 from exporter.settings.cpus import available_cpus
 from exporter.settings.shards import PoolSettings
 from exporter.settings.target import TargetSettings

@@ -2,7 +2,7 @@
 
 What a local worker process and a pod of the Kubernetes Indexed Job both run: it polls the coordinator
 (the daemon during a sharded capacity search, or a CLI command with ``--workers``) for its slice of each
-trial, sends it and streams the results back (``exporter.load.shard_runner``), until the coordinator
+trial, sends it and streams the results back (``exporter.load.shards.worker``), until the coordinator
 says it is done or nothing came for ``--idle-exit`` seconds. In an Indexed Job the shard number is the
 pod's ``JOB_COMPLETION_INDEX``. The coordinator's token and the target's API key are read from files
 (``--token-file``, ``--api-key-file``: a pod's mounted Secret, a local worker's inherited pipe), else from
@@ -18,8 +18,8 @@ import os
 import sys
 
 from exporter.cli.command import Command
-from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
-from exporter.load.shard_runner import serve_shard
+from exporter.load.shards.tasks import API_KEY_ENV, TOKEN_ENV
+from exporter.load.shards.worker import serve_shard
 from exporter.probe import loop as event_loop
 from exporter.settings.addresses import check_url
 from exporter.settings.reader import show

@@ -56,7 +56,7 @@ from exporter.jobs.trial import (
 from exporter.jobs.trial_verdict import TrialReport, TrialSlo
 from exporter.load import config_workloads
 from exporter.load.calibration import Calibration, calibrate_prompts
-from exporter.load.shard_pool import ShardPool
+from exporter.load.shards.pool import ShardPool
 from exporter.load.target_facts import ContextFit, cannot_fit, served_context
 from exporter.load.workloads import Workload
 from exporter.probe.client import ProbeClient

@@ -17,8 +17,8 @@ from typing import Protocol
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import PrefillProfile
-from exporter.load.shard_local import local_shards
-from exporter.load.shard_pool import ShardPool, remote_shards
+from exporter.load.shards.local import local_shards
+from exporter.load.shards.pool import ShardPool, remote_shards
 from exporter.probe.client import ProbeClient, TargetError
 from exporter.settings.addresses import bind_reason
 from exporter.settings.job_params import JobLimits

@@ -21,7 +21,7 @@ from exporter.jobs.prefill_profile import (
 )
 from exporter.jobs.profiles import bare_prefill_warning, profile_overridden
 from exporter.load.prompts import ApproxPromptBuilder, PromptBuilder, SimPromptBuilder
-from exporter.load.shard_pool import ShardPool
+from exporter.load.shards.pool import ShardPool
 from exporter.load.target_facts import served_context
 from exporter.settings.job_params import JobParams, ProfileParams
 from exporter.settings.model import Target

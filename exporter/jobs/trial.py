@@ -21,7 +21,7 @@ are left out.
 
 Sharded over K client processes or pods (``run_sharded_trial``), a trial is judged exactly as one
 process would judge it. Its plan (the same specs and arrival offsets) is dealt over the shards of a
-``ShardPool`` (``exporter.load.shard_pool``), which stream every request's start, first token and
+``ShardPool`` (``exporter.load.shards.pool``), which stream every request's start, first token and
 result back as they happen, so the same ``Tally`` sees them: requests certain to fail, waits past
 their give-up point, the early-stop decision; and the job's progress counts each result as it comes.
 When the verdict is decided the pool tells the shards to stop; the requests they cancel come back with
@@ -49,9 +49,9 @@ from exporter.jobs.trial_verdict import SHARDS_REASON, TrialCost, TrialReport, T
 from exporter.load.plan import LoadPlan
 from exporter.load.runner import RunHooks, run_plan
 from exporter.load.sessions import planned_tokens, session_turns
-from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_report import ShardRunReport
-from exporter.load.shard_run import ShardHooks
+from exporter.load.shards.pool import ShardPool
+from exporter.load.shards.reports import ShardRunReport
+from exporter.load.shards.runs import ShardHooks
 from exporter.load.workloads import Workload, specs_with_lengths
 from exporter.probe.client import ProbeClient
 from exporter.settings.arrival import at_rate
@@ -446,7 +446,7 @@ async def run_sharded_trial(
         verdict = judge(list(tally.measured), slo, tally.given_up(now), closed_loop=closed, sent=tally.sent())
     else:
         verdict = judge([r for r in report.in_order() if r.extra.get("measured")], slo, closed_loop=closed)
-    # The shards' stamps come back on this process's clock (``shard_protocol``'s origin), so which
+    # The shards' stamps come back on this process's clock (``load.shards.tasks``' origin), so which
     # requests had nothing else in flight is read across shards as in process.
     tally.note_alone(verdict.figures, now)
     ended_by = _ended_by(stopped_by, tally, report)

@@ -8,11 +8,10 @@ one form of any load (a scheduled probe, a one-shot run, a capacity trial, a sha
 ``ProbeResult`` and the ``health`` checks of the load itself. A one-shot run (``bench``, ``capacity``,
 ``profile``) reads its flags into typed options (``exporter.settings.bench_options``...), asks the
 target about itself (``target_facts``, ``calibration``), builds its workload (``workload_options``) and
-its plan (``load_plan``) from them and sends the plan (``plan_runner``). Load too heavy for one process is split into
-shards (``shard_protocol`` the format, ``shard_pool`` the coordinator and ``shard_run`` a run's state
-there, ``shard_runner`` a shard, ``shard_local`` local shard processes, ``shard_report`` what a sharded
-run reports; ``cpus`` the CPUs there are for them); only the shards speak HTTP with aiohttp themselves,
-the rest through the probe client. A new workload preset goes in ``presets``.
+its plan (``load_plan``) from them and sends the plan (``plan_runner``). Load too heavy for one
+process is split into shards (the ``shards`` package: the coordinator, the shard's side and the
+protocol between them); only the shards speak HTTP with aiohttp themselves, the rest through the
+probe client. A new workload preset goes in ``presets``.
 """
 
 from exporter.load.health import HealthCheck, HealthThresholds, load_health

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Callable
 
 from exporter.load.plan import LoadPlan
 from exporter.load.runner import LoadRun, RunHooks, load_run_from_results, run_plan
-from exporter.load.shard_local import local_shards
-from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import plan_specs
-from exporter.load.shard_run import ShardHooks
+from exporter.load.shards.local import local_shards
+from exporter.load.shards.pool import ShardPool
+from exporter.load.shards.runs import ShardHooks
+from exporter.load.shards.tasks import plan_specs
 from exporter.probe.client import ProbeClient
 from exporter.settings.problems import SettingsError
 from exporter.settings.shards import PoolSettings

@@ -26,3 +26,15 @@ def test_every_layer_is_described() -> None:
     assert modules - described - {"__main__"} == set(), (
         "describe each layer's modules in docs/architecture.md"
     )
+
+
+def test_every_module_a_layer_row_names_exists() -> None:
+    """A row's bare module names (``plan.py``, ``shards/pool.py``) are in one of the row's packages,
+    or under ``exporter/`` when the row points into another layer (``load/config_workloads.py``)."""
+    missing = []
+    for packages, description in re.findall(r"^\| [^|]+ \| ([^|]+) \| (.+) \|$", PAGE, re.MULTILINE):
+        roots = [REPO / root for root in re.findall(r"`(exporter/\w+)`", packages)] + [REPO / "exporter", REPO]
+        for name in re.findall(r"`([\w/]+\.py)`", description):
+            if not any((root / name).exists() for root in roots):
+                missing.append(name)
+    assert not missing, f"docs/architecture.md's layer table names modules that are not there: {missing}"

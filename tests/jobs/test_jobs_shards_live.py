@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 
 from exporter.app import Daemon
-from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import TOKEN_ENV
+from exporter.load.shards.pool import ShardPool
+from exporter.load.shards.tasks import TOKEN_ENV
 from exporter.settings import load_config_file
 from exporter.settings.cpus import available_cpus
 from exporter.sim import SimServer

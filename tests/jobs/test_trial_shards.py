@@ -19,8 +19,8 @@ from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.trial import TrialPlan, run_sharded_trial, run_trial
 from exporter.jobs.trial_verdict import SHARDS_REASON, TrialReport, TrialSlo
-from exporter.load.shard_local import local_shards
-from exporter.load.shard_pool import ShardPool
+from exporter.load.shards.local import local_shards
+from exporter.load.shards.pool import ShardPool
 from exporter.load.workloads import IndependentLengths, Workload
 from exporter.probe.client import ProbeClient
 from exporter.settings.job_params import CapacityParams

@@ -8,7 +8,8 @@ import pickle
 import pytest
 
 from exporter.load.plan import LoadPlan
-from exporter.load.shard_protocol import (
+from exporter.load.shards.reports import ShardState, shard_problems
+from exporter.load.shards.tasks import (
     ProtocolError,
     ShardEntry,
     ShardTask,
@@ -21,7 +22,6 @@ from exporter.load.shard_protocol import (
     task_from_json,
     task_to_json,
 )
-from exporter.load.shard_report import ShardState, shard_problems
 from exporter.settings.shards import PoolSettings
 from exporter.settings.target import TargetSettings
 from exporter.streams.request import FollowUp, RequestSpec, Secret, Timeouts

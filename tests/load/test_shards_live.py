@@ -20,11 +20,11 @@ from aiohttp.typedefs import Handler
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.load.plan import LoadPlan
 from exporter.load.runner import run_plan
-from exporter.load.shard_local import LocalShards, local_shards
-from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import API_KEY_ENV
-from exporter.load.shard_run import ShardHooks
-from exporter.load.shard_runner import LOST_S, serve_shard
+from exporter.load.shards.local import LocalShards, local_shards
+from exporter.load.shards.pool import ShardPool
+from exporter.load.shards.runs import ShardHooks
+from exporter.load.shards.tasks import API_KEY_ENV
+from exporter.load.shards.worker import LOST_S, serve_shard
 from exporter.probe.client import ProbeClient
 from exporter.report.summary import summarize
 from exporter.settings.shards import PoolSettings

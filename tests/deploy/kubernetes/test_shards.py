@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
+from exporter.load.shards.pool import ShardPool
+from exporter.load.shards.tasks import API_KEY_ENV, TOKEN_ENV
 from exporter.settings import load_config_file
 from tests.deploy.kubernetes.manifests import (
     BASE,

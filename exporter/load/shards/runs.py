@@ -1,6 +1,6 @@
 """One sharded run as the coordinator tracks it (``ShardRun``), and how the shards' event posts update it.
 
-Apart from the pool (``shard_pool``), which serves the endpoints and drives runs: this is the state of
+Apart from the pool (``pool``), which serves the endpoints and drives runs: this is the state of
 one run (its tasks, each shard's ``ShardState``, the start instant, the stop and abort flags) and the
 stand-in ``ProbeResult`` per request started, replaced in place by the final one as events arrive, with
 the caller's hooks fed on the way.
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.load.shard_protocol import ShardTask, copy_into, result_from_json
-from exporter.load.shard_report import ShardState
+from exporter.load.shards.reports import ShardState
+from exporter.load.shards.tasks import ShardTask, copy_into, result_from_json
 from exporter.streams.request import RequestSpec
 from exporter.streams.result import ProbeResult
 

@@ -31,7 +31,7 @@ import msgspec
 
 from exporter.load.plan import LoadPlan
 from exporter.load.runner import LoadRun, RunHooks, run_plan
-from exporter.load.shard_protocol import (
+from exporter.load.shards.tasks import (
     ProtocolError,
     ShardTask,
     result_to_json,

@@ -16,11 +16,11 @@ Endpoints (``Authorization: Bearer <token>`` on each):
   or the coordinator is done with it (410: exit).
 * ``POST /shards/v1/runs/{run}/{shard}/ready``: answered once every shard of the run is ready, with
   the common start instant ``{"start_at": <epoch s>}`` (409 when the run was called off).
-* ``POST /shards/v1/runs/{run}/{shard}/events``: events (``shard_runner.Outbox``); answers
+* ``POST /shards/v1/runs/{run}/{shard}/events``: events (``worker.Outbox``); answers
   ``{"stop": bool}``.
 
 ``ShardPool.run`` drives one run: it deals the tasks, waits for every shard's ready (``ready_timeout``),
-sets the start ``start_delay`` s ahead, feeds the caller's hooks as events arrive (``shard_run``: a
+sets the start ``start_delay`` s ahead, feeds the caller's hooks as events arrive (``runs``: a
 stand-in ``ProbeResult`` per request started, replaced in place by the final one), stops the shards
 when the caller's ``stop`` is set, and returns a ``ShardRunReport``: each shard's start lateness,
 figures and fate, and the problems that make the run unfit to judge (``shard_problems``).
@@ -41,7 +41,9 @@ import msgspec
 from aiohttp import web
 
 from exporter.load.plan import LoadPlan
-from exporter.load.shard_protocol import (
+from exporter.load.shards.reports import ShardRunReport, ShardState, shard_problems
+from exporter.load.shards.runs import ShardHooks, ShardRun
+from exporter.load.shards.tasks import (
     ProtocolError,
     ShardEntry,
     ShardTask,
@@ -49,8 +51,6 @@ from exporter.load.shard_protocol import (
     plan_tasks,
     task_to_json,
 )
-from exporter.load.shard_report import ShardRunReport, ShardState, shard_problems
-from exporter.load.shard_run import ShardHooks, ShardRun
 from exporter.settings.shards import PoolSettings
 from exporter.settings.target import Secret, TargetSettings
 from exporter.streams.request import RequestSpec
@@ -68,7 +68,7 @@ class ShardPool:
     Over 150 lines, kept whole: its endpoints (task, ready, events) and the runs it drives share one
     state, the shards' queues and the runs in flight, which both sides mutate on the event loop; a
     split would pass that state between two classes that only work together. A run's own state and
-    its event handling are apart already (``shard_run.ShardRun``)."""
+    its event handling are apart already (``runs.ShardRun``)."""
 
     def __init__(
         self, shards: int, token: str, settings: PoolSettings | None = None, *, alive: Alive | None = None

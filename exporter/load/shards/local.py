@@ -20,8 +20,8 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 
-from exporter.load.shard_pool import ShardPool
-from exporter.load.shard_protocol import API_KEY_ENV, TOKEN_ENV
+from exporter.load.shards.pool import ShardPool
+from exporter.load.shards.tasks import API_KEY_ENV, TOKEN_ENV
 from exporter.settings.shards import PoolSettings
 from exporter.streams.request import Secret
 
