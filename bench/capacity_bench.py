@@ -10,7 +10,7 @@ procedures alone.
 * Ground truth: a sweep without early stopping, doubling from 0.125 req/s to the first failure, then 10%
   steps across that doubling, then 1% steps from 5% below the highest coarse pass to the lowest coarse
   failure. The capacity is the highest passing load below the lowest failing one.
-* Ours: ``exporter.jobs.capacity.search_capacity`` as the daemon runs it: tolerance 5%, each trial's
+* Ours: ``exporter.jobs.capacity_loop.search_capacity`` as the daemon runs it: tolerance 5%, each trial's
   pass fraction judged by its 95% Clopper-Pearson interval (an inconclusive end of the final bracket is
   run again with new lengths and gaps where that alone could make it ``found``, at most 3 trials per
   load; a repeat at the lower end stops at the miss that makes its pass impossible), early stops only
@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from multiprocessing import Pool
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import search_capacity
+from exporter.jobs.capacity_loop import search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialShape, plan_trial
 from exporter.jobs.trial_verdict import TrialReport, TrialSlo

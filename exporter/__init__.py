@@ -29,7 +29,7 @@ otherwise. ``lint-imports`` checks this in CI against the contract in ``pyprojec
    scrapes read, and the collectors; capacity search and prefill profiling.
 8. ``daemon``, ``web``: the targets (clients, budgets, health, probes: ``daemon/targets.py``), the
    jobs put on the scheduler (``daemon/probe_jobs.py``), the daemon as its jobs see it
-   (``daemon/job_environment.py``), the scheduler, the loop-lag watcher and what the daemon derives
+   (``daemon/job_host.py``), the scheduler, the loop-lag watcher and what the daemon derives
    from its config; aiohttp routes and the jobs API, written against Protocols
    (``web.routes.DaemonService``, ``web.jobs_api.JobService``), never against the daemon's classes.
 9. ``app``: the composition root, the only module that wires the daemon together.

@@ -3,7 +3,7 @@
 ``Daemon`` owns the current ``Config``, the wall clock (injected) and the scrape session, and builds
 the parts that do the work, each handed what it needs: the targets' clients, budgets and health
 (``daemon.targets.TargetPool``); what the jobs and the jobs API ask for, with the job manager and the
-stored prefill profiles (``daemon.job_environment.DaemonJobEnvironment``); what goes on the scheduler,
+stored prefill profiles (``daemon.job_host.DaemonJobEnvironment``); what goes on the scheduler,
 one probe job per (target, module), one scrape job per engine or gateway, one per scheduled job, and
 probes on demand (``daemon.probe_jobs.ProbeJobs`` on ``daemon.scheduler.JobScheduler``; a shutdown
 cuts on-demand probes short, ``daemon.on_demand``); the ``ResultStore`` and its collector; the
@@ -31,7 +31,7 @@ from exporter.daemon.config_facts import (
     unapplied_changes,
     window_label,
 )
-from exporter.daemon.job_environment import DaemonJobEnvironment
+from exporter.daemon.job_host import DaemonJobEnvironment
 from exporter.daemon.loop_lag import LoopLagWatcher
 from exporter.daemon.on_demand import OnDemandDeadlines
 from exporter.daemon.probe_jobs import ProbeJobs, outcome_recorder

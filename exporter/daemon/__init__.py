@@ -2,6 +2,6 @@
 ``targets``, with ``budget`` and ``health``), what goes on the scheduler and probes on demand
 (``probe_jobs``; which jobs a config plans, ``planned_jobs``; their tasks in flight, ``running_jobs``;
 on-demand probes' deadlines, which a shutdown cuts short, ``on_demand``), the daemon as its jobs and the
-jobs API see it (``job_environment``), the scheduler (``scheduler``), the loop-lag watcher
+jobs API see it (``job_host``), the scheduler (``scheduler``), the loop-lag watcher
 (``loop_lag``), what the daemon derives from its config (``config_facts``) and the finished jobs as the
 collector shows them (``job_snapshots``); ``exporter.app`` wires them around one aiohttp app."""

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 import aiohttp
 import numpy as np
 
-from exporter.daemon.job_environment import ENGINE_SCRAPE_TIMEOUT_S, DaemonJobEnvironment
+from exporter.daemon.job_host import ENGINE_SCRAPE_TIMEOUT_S, DaemonJobEnvironment
 from exporter.daemon.planned_jobs import ProbeWork, ScheduledWork, ScrapeWork, Work, planned_jobs
 from exporter.daemon.running_jobs import RunningJobs
 from exporter.daemon.scheduler import JobFunction, JobScheduler

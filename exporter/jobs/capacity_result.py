@@ -1,7 +1,7 @@
 """What a capacity search found, as values: the result (``CapacityResult``) with the bracket, the state,
 every trial, the figures and costs at capacity and what ended the search (``STOP_KINDS``), and the
 first look that placed its start (``FirstLook``). Read by the ``capacity`` command, the daemon's job,
-its metrics and the jobs API; made by the search (``capacity.search_capacity``)."""
+its metrics and the jobs API; made by the search (``capacity_loop.search_capacity``)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ STOP_KINDS = (
 INTERRUPTED = "interrupted"  # ``stopped_by`` of a search stopped from outside (``State.INTERRUPTED``)
 _UNMEASURED_STOPS = ("shards", "no_data")  # the search ended on a trial that said nothing of the target
 UNRELIABLE_SHARE = HealthThresholds().max_unreliable_share  # of a trial's requests, as of a bench run's
-# The first look's size (sent by ``capacity.first_look``, said by ``FirstLook.describe``)
+# The first look's size (sent by ``capacity_loop.first_look``, said by ``FirstLook.describe``)
 LOOK_CONCURRENCY = 16
 LOOK_REQUESTS = 32  # each slot sends two, so the loop is closed, not one burst
 

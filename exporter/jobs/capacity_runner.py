@@ -2,10 +2,10 @@
 
 Where a reader starts: ``run_capacity_search`` wires one search (``CapacitySearch``: what it looks
 for, under which token and time budgets) to its target (``SearchTarget``) and to who hears of it
-(``SearchWatch``), and runs the loop of ``capacity``, with its drain; the loop's steps are
+(``SearchWatch``), and runs the loop of ``capacity_loop``, with its drain; the loop's steps are
 ``capacity_search``'s, a trial is ``trial``'s and its verdict ``trial_verdict``'s, and what it found
 is ``capacity_result``'s, said by ``capacity_report``. Nothing of those calls back up here
-but through the values handed down (``capacity.SearchHooks``, a trial's ``run``).
+but through the values handed down (``capacity_loop.SearchHooks``, a trial's ``run``).
 
 A trial is planned (fresh prompt texts per search, new samples at a repeated load), sent in process or
 over the shards, and counted against the job's token budget. The daemon's runner (``capacity_runner``)
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import (
+from exporter.jobs.capacity_loop import (
     FIRST_TRIAL,
     Busy,
     Drained,

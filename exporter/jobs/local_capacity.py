@@ -18,7 +18,7 @@ from yarl import URL
 
 from exporter.engine.scrape import scrape
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import Busy, OnInterrupt
+from exporter.jobs.capacity_loop import Busy, OnInterrupt
 from exporter.jobs.capacity_report import SearchProgress
 from exporter.jobs.capacity_result import CapacityResult
 from exporter.jobs.capacity_runner import (

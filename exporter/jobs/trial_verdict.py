@@ -364,7 +364,7 @@ class TrialReport:
     # "early_stop", "cannot_settle", "time_limit"
     ended_by: str = "requests"
     drain_wait_s: float = 0.0  # waited for a drained engine before it
-    drained_by: str | None = None  # how that wait ended (``exporter.jobs.capacity.Drained.how``)
+    drained_by: str | None = None  # how that wait ended (``exporter.jobs.capacity_loop.Drained.how``)
     # Why the search did not steer on it and ran its load again (its timings distrusted), or None
     set_aside: str | None = None
 

@@ -37,7 +37,7 @@ DISABLED: Final = (
 
 
 class JobService(Protocol):
-    """What the handlers need from the daemon (its ``daemon.job_environment.DaemonJobEnvironment``), asked
+    """What the handlers need from the daemon (its ``daemon.job_host.DaemonJobEnvironment``), asked
     at request time because a reload can change it."""
 
     def jobs_token(self) -> Secret | None: ...

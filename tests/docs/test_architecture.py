@@ -33,7 +33,10 @@ def test_every_module_a_layer_row_names_exists() -> None:
     or under ``exporter/`` when the row points into another layer (``load/config_workloads.py``)."""
     missing = []
     for packages, description in re.findall(r"^\| [^|]+ \| ([^|]+) \| (.+) \|$", PAGE, re.MULTILINE):
-        roots = [REPO / root for root in re.findall(r"`(exporter/\w+)`", packages)] + [REPO / "exporter", REPO]
+        roots = [REPO / root for root in re.findall(r"`(exporter/\w+)`", packages)] + [
+            REPO / "exporter",
+            REPO,
+        ]
         for name in re.findall(r"`([\w/]+\.py)`", description):
             if not any((root / name).exists() for root in roots):
                 missing.append(name)

@@ -12,7 +12,7 @@ import pytest
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs import capacity_runner
-from exporter.jobs.capacity import FIRST_TRIAL, MAX_SET_ASIDE, SearchHooks, search_capacity, wait_drained
+from exporter.jobs.capacity_loop import FIRST_TRIAL, MAX_SET_ASIDE, SearchHooks, search_capacity, wait_drained
 from exporter.jobs.capacity_report import SearchProgress, capacity_table, figure, result_line
 from exporter.jobs.capacity_result import CapacityResult, stop_kind
 from exporter.jobs.capacity_runner import SearchTarget, default_floor, search_settings, trial_time_limit
@@ -587,7 +587,7 @@ async def test_the_drain_wait_is_bounded_and_falls_back_to_a_pause() -> None:
 
 
 async def test_the_search_reports_each_drain_wait_and_counts_it_against_the_budget() -> None:
-    from exporter.jobs.capacity import Drained
+    from exporter.jobs.capacity_loop import Drained
 
     async def drain() -> Drained:
         return Drained(30.0, "engine_idle")

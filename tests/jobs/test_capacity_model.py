@@ -85,7 +85,7 @@ async def test_on_the_simulator_the_prediction_lands_near_the_measured_answer() 
     async def run_trial(index: int, load: float, may_stop: bool, time_left: float | None, settle: object):  # type: ignore[no-untyped-def]
         return bed.trial(load, may_stop)
 
-    from exporter.jobs.capacity import search_capacity
+    from exporter.jobs.capacity_loop import search_capacity
 
     result = await search_capacity(SearchSettings(start=2.0, max_load=1000.0), run_trial)
     assert result.converged and result.lower_bound is not None

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.jobs.capacity import search_capacity
+from exporter.jobs.capacity_loop import search_capacity
 from exporter.jobs.capacity_search import (
     MIN_RATE,
     Bracket,

@@ -10,7 +10,7 @@ import pytest
 
 from bench.virtual_engine import engine_for, virtual_trial
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import search_capacity
+from exporter.jobs.capacity_loop import search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialShape, plan_trial
 from exporter.jobs.trial_verdict import TrialReport, TrialSlo

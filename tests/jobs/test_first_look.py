@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import first_look, look_rate, look_start
+from exporter.jobs.capacity_loop import first_look, look_rate, look_start
 from exporter.jobs.capacity_report import SearchProgress, expected_duration_s
 from exporter.jobs.capacity_result import LOOK_REQUESTS, FirstLook
 from exporter.jobs.capacity_search import SearchSettings

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity import search_capacity
+from exporter.jobs.capacity_loop import search_capacity
 from exporter.jobs.capacity_runner import CapacitySearch, SearchTarget, run_capacity_search
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.manager import JobFailedError
