@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from exporter.probe.socket_reads import reads_lateness
 from exporter.streams.result import ProbeResult
-from exporter.streams.saturation import LagMonitor, doubtful_gaps, gaps_near_stalls, is_unreliable
+from exporter.streams.saturation import (
+    LagMonitor,
+    ReadEvidence,
+    doubtful_gaps,
+    gaps_near_stalls,
+    is_unreliable,
+)
 
 
 def judge(result: ProbeResult, monitor: LagMonitor | None, mark: int) -> None:
@@ -21,25 +27,10 @@ def judge(result: ProbeResult, monitor: LagMonitor | None, mark: int) -> None:
         result.cpu_share = monitor.cpu_share_since(mark)
         if result.kernel_stamps and result.sent_at is not None:  # the stamped reads' own lateness, too
             result.loop_lag_s = max(result.loop_lag_s, reads_lateness(result.sent_at))
-    reads = int(result.extra.get("token_reads", 0))
-    result.unreliable = is_unreliable(
-        result.loop_lag_s,
-        result.loop_lag_share,
-        result.multi_event_reads,
-        reads,
-        kernel_stamps=result.kernel_stamps,
-        early_stamps=result.early_stamps,
-    )
-    result.doubtful_gaps = doubtful_gaps(
-        result.unreliable,
-        result.loop_lag_s,
-        result.loop_lag_share,
-        (result.multi_event_reads, result.merged_events),
-        result.token_events,
-        result.kernel_stamps,
-        early_stamps=result.early_stamps,
-        near_stalls=_near_stalls(result, monitor, mark),
-    )
+    evidence = ReadEvidence.of(result, int(result.extra.get("token_reads", 0)))
+    result.unreliable = is_unreliable(evidence)
+    near_stalls = _near_stalls(result, monitor, mark)
+    result.doubtful_gaps = doubtful_gaps(evidence, result.token_events, near_stalls)
 
 
 def _near_stalls(result: ProbeResult, monitor: LagMonitor | None, mark: int) -> int | None:

@@ -27,7 +27,7 @@ The evidence recorded on every ``ProbeResult``:
   was never idle), from the CPU clock the lag monitor reads at each tick (reading it per request cost
   two system calls of ~1-5 us each, per request, on this VM).
 
-**The rule** (``is_unreliable``): a request is unreliable when
+**The rule** (``is_unreliable`` of a request's ``ReadEvidence``): a request is unreliable when
 
 * more than ``LAG_SHARE`` (5%) of the lag samples during it were later than ``LAG_LIMIT_S`` (3 ms: the
   1 ms timer grain plus 2 ms of real delay), i.e. the client was behind for a sustained part of it; or
@@ -71,9 +71,11 @@ import bisect
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from exporter.streams.maxima import RunningMaxima
+from exporter.streams.result import ProbeResult
 
 LAG_LIMIT_S = 0.003
 LAG_SHARE = 0.05
@@ -91,82 +93,84 @@ MAX_SAMPLES = 120_000
 MAX_STALLS = 4096  # stall windows kept (the older half dropped): a request's stalls, unless saturated
 
 
-def is_unreliable(
-    loop_lag_s: float,
-    loop_lag_share: float,
-    multi_event_reads: int,
-    token_reads: int,
-    *,
-    kernel_stamps: bool = False,
-    early_stamps: int = 0,
-) -> bool:
+@dataclass(frozen=True, slots=True)
+class ReadEvidence:
+    """What a request's loop and reads say of its stamps: the whole of the rule's input (the
+    module docstring names each part)."""
+
+    loop_lag_s: float
+    loop_lag_share: float
+    multi_event_reads: int
+    token_reads: int
+    kernel_stamps: bool = False
+    early_stamps: int = 0
+    merged_events: int = 0  # the token events the multi-event reads carried
+
+    @classmethod
+    def of(cls, result: ProbeResult, token_reads: int) -> ReadEvidence:
+        """The evidence a finished request recorded (its token reads are its decoder's count)."""
+        return cls(
+            result.loop_lag_s,
+            result.loop_lag_share,
+            result.multi_event_reads,
+            token_reads,
+            result.kernel_stamps,
+            result.early_stamps,
+            result.merged_events,
+        )
+
+
+def is_unreliable(evidence: ReadEvidence) -> bool:
     """The saturation rule described in the module docstring."""
-    why = why_unreliable(
-        loop_lag_s, loop_lag_share, multi_event_reads, token_reads, kernel_stamps, early_stamps
-    )
-    return why is not None
+    return why_unreliable(evidence) is not None
 
 
-def why_unreliable(
-    loop_lag_s: float,
-    loop_lag_share: float,
-    multi_event_reads: int,
-    token_reads: int,
-    kernel_stamps: bool,
-    early_stamps: int = 0,
-) -> str | None:
+def why_unreliable(evidence: ReadEvidence) -> str | None:
     """Which part of the rule flags a request, in words (None: not flagged)."""
-    if late_loop := _late_loop(loop_lag_s, loop_lag_share, kernel_stamps):
+    if late_loop := _late_loop(evidence):
         return late_loop
-    if early_stamps:  # a retransmission (socket_reads.early_stamp): the stamp moved is a span wrong at most
+    if evidence.early_stamps:  # a retransmission (socket_reads.early_stamp): a span wrong at most
         return (
-            f"{early_stamps} kernel stamps earlier than their bytes could be read "
+            f"{evidence.early_stamps} kernel stamps earlier than their bytes could be read "
             "(a lost packet's retransmission, or a step of the wall clock)"
         )
-    if multi_event_reads and loop_lag_s > LAG_LIMIT_S:  # read together, perhaps by a late client
+    multi, reads = evidence.multi_event_reads, evidence.token_reads
+    if multi and evidence.loop_lag_s > LAG_LIMIT_S:  # read together, perhaps by a late client
         return f"merged reads while the loop was over {LAG_LIMIT_S * 1e3:.0f} ms late"
-    allowed = max(MULTI_READ_SHARE * token_reads, MULTI_READS_FREE)
-    if multi_event_reads > allowed:  # the client late unseen, or the server sending bursts: alike to it
-        return f"more merged reads than {MULTI_READ_SHARE:.0%} of {token_reads} reads and one"
+    allowed = max(MULTI_READ_SHARE * reads, MULTI_READS_FREE)
+    if multi > allowed:  # the client late unseen, or the server sending bursts: alike to it
+        return f"more merged reads than {MULTI_READ_SHARE:.0%} of {reads} reads and one"
     return None
 
 
-def _late_loop(loop_lag_s: float, loop_lag_share: float, kernel_stamps: bool) -> str | None:
+def _late_loop(evidence: ReadEvidence) -> str | None:
     """The parts of the rule that distrust every stamp of a request: its reads were stamped when the
     loop got round to them, and the loop was late for long (None: neither)."""
-    if not kernel_stamps and loop_lag_s > STALL_LIMIT_S:
+    if evidence.kernel_stamps:
+        return None
+    if evidence.loop_lag_s > STALL_LIMIT_S:
         return f"the loop stalled over {STALL_LIMIT_S * 1e3:.0f} ms with read-time stamps"
-    if not kernel_stamps and loop_lag_share > LAG_SHARE:
+    if evidence.loop_lag_share > LAG_SHARE:
         return f"over {LAG_SHARE:.0%} of lag samples late with read-time stamps"
     return None
 
 
-def doubtful_gaps(
-    unreliable: bool,
-    loop_lag_s: float,
-    loop_lag_share: float,
-    merged: tuple[int, int],
-    events: int,
-    kernel_stamps: bool,
-    early_stamps: int = 0,
-    near_stalls: int | None = None,
-) -> int:
-    """How many of a request's ``events`` gaps between token events (the first: from the send) its
-    flag (``unreliable``, the rule's verdict on the same evidence) concerns: every one when its stamps
-    were all the loop's and the loop was late for long; when the loop's stamps were flagged for a
-    stall alone, the gaps ``near_stalls`` counted (``gaps_near_stalls``: a stall moved only the stamps
-    of the reads it delayed; every gap when the stalls were not recorded); else those around its
-    merged reads (``merged``: how many reads, and the token events they carried). A read of k events
+def doubtful_gaps(evidence: ReadEvidence, events: int, near_stalls: int | None = None) -> int:
+    """How many of a request's ``events`` gaps between token events (the first: from the send) the
+    rule's flag on ``evidence`` concerns: every one when its stamps were all the loop's and the loop
+    was late for long; when the loop's stamps were flagged for a stall alone, the gaps ``near_stalls``
+    counted (``gaps_near_stalls``: a stall moved only the stamps of the reads it delayed; every gap
+    when the stalls were not recorded); else those around its merged reads. A read of k events
     gives them one stamp, so the gap into the first is too long and the k - 1 after it read 0; with
     the loop's own stamps that stamp may be late too, and so the gap after the read short; and the two
-    gaps around each read whose impossibly early kernel stamp was not used (``early_stamps``: the read's
-    own time stands for it, late by up to a span of the reads). None unflagged."""
-    if not unreliable:
+    gaps around each read whose impossibly early kernel stamp was not used (the read's own time stands
+    for it, late by up to a span of the reads). None unflagged."""
+    if not is_unreliable(evidence):
         return 0
-    reads, merged_events = merged
-    around_merged = merged_events + (0 if kernel_stamps else reads) + 2 * early_stamps
-    if _late_loop(loop_lag_s, loop_lag_share, kernel_stamps):
-        if near_stalls is None or loop_lag_share > LAG_SHARE:
+    reads = 0 if evidence.kernel_stamps else evidence.multi_event_reads
+    around_merged = evidence.merged_events + reads + 2 * evidence.early_stamps
+    if _late_loop(evidence):
+        if near_stalls is None or evidence.loop_lag_share > LAG_SHARE:
             return events
         return min(near_stalls + around_merged, events)
     return min(around_merged, events)

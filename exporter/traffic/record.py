@@ -32,7 +32,7 @@ from exporter.streams.decoder import StreamFailureError, StreamState, sse_failur
 from exporter.streams.openai import FORMATS
 from exporter.streams.request import PROBE_HEADER
 from exporter.streams.result import Outcome, ProbeResult
-from exporter.streams.saturation import is_unreliable
+from exporter.streams.saturation import ReadEvidence, is_unreliable
 from exporter.streams.sse import SseDecoder, SseError
 from exporter.streams.tokens import TokenCounter
 
@@ -266,7 +266,7 @@ class _Response:
         else:
             state.finish()
         result.loop_lag_s, result.loop_lag_share = lag
-        result.unreliable = is_unreliable(*lag, result.multi_event_reads, state.token_reads)
+        result.unreliable = is_unreliable(ReadEvidence.of(result, state.token_reads))
         return result
 
 

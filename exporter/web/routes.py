@@ -40,7 +40,7 @@ from exporter.exposition.result_store import ResultStore
 from exporter.exposition.views import RecentResult, iso
 from exporter.settings import Config, UnknownNameError
 from exporter.streams.result import ProbeCutError, ProbeRefusedError, ProbeResult, ProbeRun, intervals
-from exporter.streams.saturation import why_unreliable
+from exporter.streams.saturation import ReadEvidence, why_unreliable
 from exporter.web.jobs_api import JobService, add_job_routes
 from exporter.web.metrics_cache import GZIP_LEVEL, MAX_AGE_S, MetricsCache
 
@@ -383,14 +383,7 @@ def _describe(index: int, result: ProbeResult, fluidity: str = "") -> str:
     # The saturation rule's evidence (probe/saturation.py), and what flagged it, so a flag can be told
     # from a slow target.
     reads = int(result.extra.get("token_reads", 0))
-    why = why_unreliable(
-        result.loop_lag_s,
-        result.loop_lag_share,
-        result.multi_event_reads,
-        reads,
-        result.kernel_stamps,
-        result.early_stamps,
-    )
+    why = why_unreliable(ReadEvidence.of(result, reads))
     evidence = (
         f"loop lag {result.loop_lag_s * 1e3:.1f} ms, {result.loop_lag_share:.0%} of samples late, "
         f"{result.multi_event_reads} multi-event reads of {reads}, {result.stamps} stamps"

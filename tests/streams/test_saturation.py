@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 
@@ -17,6 +18,7 @@ from exporter.streams.saturation import (
     LAG_LIMIT_S,
     STALL_LIMIT_S,
     LagMonitor,
+    ReadEvidence,
     doubtful_gaps,
     gaps_near_stalls,
     is_unreliable,
@@ -42,7 +44,7 @@ from tests.probe.helpers import script, settings_for
     ],
 )
 def test_rule(lag: float, share: float, multi: int, reads: int, unreliable: bool) -> None:
-    assert is_unreliable(lag, share, multi, reads) is unreliable
+    assert is_unreliable(ReadEvidence(lag, share, multi, reads)) is unreliable
 
 
 @pytest.mark.parametrize(
@@ -55,7 +57,7 @@ def test_rule(lag: float, share: float, multi: int, reads: int, unreliable: bool
     ],
 )
 def test_rule_for_kernel_stamps(lag: float, share: float, multi: int, unreliable: bool) -> None:
-    assert is_unreliable(lag, share, multi, 100, kernel_stamps=True) is unreliable
+    assert is_unreliable(ReadEvidence(lag, share, multi, 100, kernel_stamps=True)) is unreliable
 
 
 @pytest.mark.parametrize(
@@ -71,36 +73,40 @@ def test_rule_for_kernel_stamps(lag: float, share: float, multi: int, unreliable
 def test_the_rule_says_which_part_flagged_a_request(
     evidence: tuple[float, float, int, int, bool], why: str | None
 ) -> None:
-    assert why_unreliable(*evidence) == why
-    assert is_unreliable(*evidence[:4], kernel_stamps=evidence[4]) is (why is not None)
+    assert why_unreliable(ReadEvidence(*evidence)) == why
+    assert is_unreliable(ReadEvidence(*evidence)) is (why is not None)
 
 
 @pytest.mark.parametrize(
-    ("unreliable", "lag", "share", "merged", "kernel_stamps", "doubtful"),
+    ("lag", "share", "merged", "kernel_stamps", "doubtful"),
     [
-        (False, STALL_LIMIT_S * 2, 0.5, 4, False, 0),  # not flagged: nothing to doubt
-        (True, STALL_LIMIT_S * 2, 0.0, 0, False, 300),  # read-time stamps, a long stall: every gap
-        (True, 0.004, 0.06, 2, False, 300),  # read-time stamps, behind for long: every gap
-        (True, STALL_LIMIT_S * 2, 0.5, 3, True, 3),  # kernel stamps: only the merged reads' gaps
-        (True, 0.004, 0.0, 2, False, 3),  # read-time stamps, a short lag: and the gap after the read
-        (True, 0.0, 0.0, 400, True, 300),  # never more than the request's gaps
+        (0.002, 0.0, 2, False, 0),  # one read of two on a loop on time: not flagged, nothing to doubt
+        (STALL_LIMIT_S * 2, 0.0, 0, False, 300),  # read-time stamps, a long stall: every gap
+        (0.004, 0.06, 2, False, 300),  # read-time stamps, behind for long: every gap
+        (STALL_LIMIT_S * 2, 0.5, 3, True, 3),  # kernel stamps: only the merged reads' gaps
+        (0.004, 0.0, 2, False, 3),  # read-time stamps, a short lag: and the gap after the read
+        (0.0, 0.0, 400, True, 300),  # never more than the request's gaps
     ],
 )
 def test_the_gaps_a_flag_concerns(
-    unreliable: bool, lag: float, share: float, merged: int, kernel_stamps: bool, doubtful: int
+    lag: float, share: float, merged: int, kernel_stamps: bool, doubtful: int
 ) -> None:
-    # ``merged`` token events in one merged read (several, in the last case)
-    assert doubtful_gaps(unreliable, lag, share, (1, merged), 300, kernel_stamps) == doubtful
+    # ``merged`` token events in one merged read (several, in the last case; 100 reads in all)
+    reads = 0 if not merged else 1 if merged < 100 else 10
+    evidence = ReadEvidence(lag, share, reads, 100, kernel_stamps, merged_events=merged)
+    assert doubtful_gaps(evidence, 300) == doubtful
 
 
 def test_a_stall_alone_doubts_the_gaps_near_it_not_every_one() -> None:
     """With the loop's own stamps a stall moved the stamps of the reads it delayed; the rest were
     taken on time (a loop late for long still doubts every gap)."""
-    stall = STALL_LIMIT_S * 2
-    assert doubtful_gaps(True, stall, 0.0, (1, 2), 300, False, near_stalls=4) == 4 + 2 + 1
-    assert doubtful_gaps(True, stall, 0.0, (0, 0), 300, False, near_stalls=None) == 300  # not recorded
-    assert doubtful_gaps(True, stall, 0.06, (0, 0), 300, False, near_stalls=4) == 300  # late for long
-    assert doubtful_gaps(True, stall, 0.0, (0, 0), 3, False, near_stalls=4) == 3  # no more than it has
+    stalled = ReadEvidence(STALL_LIMIT_S * 2, 0.0, 0, 100)
+    merged = dataclasses.replace(stalled, multi_event_reads=1, merged_events=2)
+    assert doubtful_gaps(merged, 300, near_stalls=4) == 4 + 2 + 1
+    assert doubtful_gaps(stalled, 300, near_stalls=None) == 300  # not recorded
+    late_for_long = dataclasses.replace(stalled, loop_lag_share=0.06)
+    assert doubtful_gaps(late_for_long, 300, near_stalls=4) == 300
+    assert doubtful_gaps(stalled, 3, near_stalls=4) == 3  # no more than it has
 
 
 @pytest.mark.parametrize(
@@ -122,12 +128,13 @@ def test_gaps_near_stalls(stalls: list[tuple[float, float]], doubtful: int) -> N
 
 
 def test_an_impossibly_early_kernel_stamp_flags_a_request_and_doubts_the_gaps_around_it() -> None:
-    why = why_unreliable(0.0, 0.0, 0, 100, True, 2)
+    why = why_unreliable(ReadEvidence(0.0, 0.0, 0, 100, kernel_stamps=True, early_stamps=2))
     assert why is not None and "2 kernel stamps earlier" in why
-    assert is_unreliable(0.0, 0.0, 0, 100, kernel_stamps=True, early_stamps=1)
-    assert not is_unreliable(0.0, 0.0, 0, 100, kernel_stamps=True, early_stamps=0)
-    assert doubtful_gaps(True, 0.0, 0.0, (1, 2), 300, True, early_stamps=3) == 2 + 6
-    assert doubtful_gaps(True, 0.0, 0.0, (0, 0), 4, True, early_stamps=3) == 4  # no more than it has
+    assert is_unreliable(ReadEvidence(0.0, 0.0, 0, 100, kernel_stamps=True, early_stamps=1))
+    assert not is_unreliable(ReadEvidence(0.0, 0.0, 0, 100, kernel_stamps=True, early_stamps=0))
+    early = ReadEvidence(0.0, 0.0, 1, 100, True, early_stamps=3, merged_events=2)
+    assert doubtful_gaps(early, 300) == 2 + 6
+    assert doubtful_gaps(dataclasses.replace(early, multi_event_reads=0, merged_events=0), 4) == 4
 
 
 async def test_monitor_sees_a_blocked_loop() -> None:
