@@ -93,10 +93,7 @@ def request_fluidity(
     intervals: ArrayLike,
     prefill_deadline: float,
     decode_deadline: float,
-    *,
-    ignore_first_token: bool = False,
-    slack_cap: float | None = None,
-    variant: Variant = "deadlines",
+    options: FluidityOptions | None = None,
 ) -> RequestFluidity:
     """Deadline accounting and stall statistics of one request, by the per-token loop: the definition
     itself, which for one request costs a tenth of the vectorised engine's set-up and sweep or less
@@ -105,7 +102,7 @@ def request_fluidity(
     request). ``bench``'s live line evaluates every finished request on the probe's event loop, whose
     lateness beyond 3 ms makes the client distrust the streams in flight (``streams.saturation``).
     Invalid input goes to the engine, whose error names it."""
-    options = FluidityOptions(ignore_first_token, slack_cap, variant)
+    options = options or FluidityOptions()
     values = np.asarray(intervals, dtype=np.float64)
     if _loopable(values, prefill_deadline, decode_deadline):
         return loop_request(values.tolist(), float(prefill_deadline), float(decode_deadline), options)
@@ -125,20 +122,10 @@ def deadline_misses(
     intervals: ArrayLike,
     prefill_deadline: float,
     decode_deadline: float,
-    *,
-    ignore_first_token: bool = False,
-    slack_cap: float | None = None,
-    variant: Variant = "deadlines",
+    options: FluidityOptions | None = None,
 ) -> tuple[int, int]:
     """``(missed, total)`` deadlines of one request."""
-    result = request_fluidity(
-        intervals,
-        prefill_deadline,
-        decode_deadline,
-        ignore_first_token=ignore_first_token,
-        slack_cap=slack_cap,
-        variant=variant,
-    )
+    result = request_fluidity(intervals, prefill_deadline, decode_deadline, options)
     return result.missed, result.total
 
 
@@ -146,20 +133,10 @@ def fluidity_index(
     intervals: ArrayLike,
     prefill_deadline: float,
     decode_deadline: float,
-    *,
-    ignore_first_token: bool = False,
-    slack_cap: float | None = None,
-    variant: Variant = "deadlines",
+    options: FluidityOptions | None = None,
 ) -> float:
     """The fluidity-index of one request: ``1 - missed / total`` (1.0 with no deadlines)."""
-    return request_fluidity(
-        intervals,
-        prefill_deadline,
-        decode_deadline,
-        ignore_first_token=ignore_first_token,
-        slack_cap=slack_cap,
-        variant=variant,
-    ).fluidity
+    return request_fluidity(intervals, prefill_deadline, decode_deadline, options).fluidity
 
 
 def deadline_miss_curve(

@@ -15,7 +15,7 @@ import pytest
 
 from exporter.probe.client import ProbeClient
 from exporter.sim import SimServer
-from exporter.stats.fluidity import fluidity_index
+from exporter.stats.fluidity import FluidityOptions, fluidity_index
 from exporter.streams.request import RequestSpec
 from exporter.streams.result import Outcome, ProbeResult, TokenSource, intervals, ttft
 from tests.probe.helpers import script, settings_for
@@ -45,7 +45,7 @@ def fluidity(values: list[float]) -> float:
     # Dd = 40 ms against 20 ms gaps, a 20 ms playback buffer: the 240 ms gap of the stall misses
     # floor((0.24 - 0.02 - 0.04) / 0.04) + 1 = 5 deadlines (4.5 before the floor: 20 ms from either
     # boundary), counted in place of its one: 29 + 5 in all.
-    return fluidity_index(values, prefill_deadline=0.2, decode_deadline=0.04, slack_cap=0.02)
+    return fluidity_index(values, 0.2, 0.04, FluidityOptions(slack_cap=0.02))
 
 
 def timing_errors(result: ProbeResult) -> list[str]:

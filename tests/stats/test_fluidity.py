@@ -97,19 +97,19 @@ def test_paper_example_early_stall_hurts_late_stall_is_absorbed() -> None:
 def test_ignore_first_token_makes_decode_only_fluidity() -> None:
     slow_prefill = [3.0, 0.02, 0.02]
     assert fluidity_index(slow_prefill, 0.5, 0.05) < 1.0
-    assert fluidity_index(slow_prefill, 0.5, 0.05, ignore_first_token=True) == 1.0
-    assert deadline_misses(slow_prefill, 0.5, 0.05, ignore_first_token=True) == (0, 2)
+    assert fluidity_index(slow_prefill, 0.5, 0.05, FluidityOptions(ignore_first_token=True)) == 1.0
+    assert deadline_misses(slow_prefill, 0.5, 0.05, FluidityOptions(ignore_first_token=True)) == (0, 2)
 
 
 def test_slack_cap_limits_what_early_tokens_bank() -> None:
     intervals = [0.0, 0.0, 0.0, 0.0, 0.3]  # four instant tokens bank 0.4 s, then a 0.3 s gap
     assert deadline_misses(intervals, 0.1, 0.1) == (0, 5)
-    assert deadline_misses(intervals, 0.1, 0.1, slack_cap=0.1) == (1, 5)
+    assert deadline_misses(intervals, 0.1, 0.1, FluidityOptions(slack_cap=0.1)) == (1, 5)
 
 
 def test_tokens_variant_counts_each_late_token_once() -> None:
     intervals = [0.125, 1.0, 0.0625]
-    assert deadline_misses(intervals, 0.5, 0.0625, variant="tokens") == (1, 3)
+    assert deadline_misses(intervals, 0.5, 0.0625, FluidityOptions(variant="tokens")) == (1, 3)
     assert deadline_misses(intervals, 0.5, 0.0625) == (10, 12)
 
 
@@ -161,8 +161,14 @@ def test_per_request_deadlines() -> None:
         (lambda: fluidity_index([0.1], -0.5, 0.1), "prefill deadline must be a finite number >= 0 seconds"),
         (lambda: fluidity_index([0.1, -0.2], 0.5, 0.1), "interval 1 of request 0 is -0.2"),
         (lambda: fluidity_index([math.nan], 0.5, 0.1), "interval 0 of request 0 is nan"),
-        (lambda: fluidity_index([0.1], 0.5, 0.1, variant="paper"), 'unknown fluidity variant "paper"; valid'),  # type: ignore[arg-type]
-        (lambda: fluidity_index([0.1], 0.5, 0.1, slack_cap=-1.0), "slack_cap must be None or a finite"),
+        (
+            lambda: fluidity_index([0.1], 0.5, 0.1, FluidityOptions(variant="paper")),
+            'unknown fluidity variant "paper"; valid',
+        ),  # type: ignore[arg-type]
+        (
+            lambda: fluidity_index([0.1], 0.5, 0.1, FluidityOptions(slack_cap=-1.0)),
+            "slack_cap must be None or a finite",
+        ),
         (lambda: min_decode_deadline([0.1, 0.1], 1.5), "target fluidity must be in (0, 1], got 1.5"),
         (lambda: fluid_token_rate([[0.1]]), "at least one request with two or more tokens"),
         (lambda: fluid_token_rate([[0.1, 0.1]], percentile=0), "percentile must be in (0, 100], got 0"),
@@ -246,7 +252,10 @@ def test_min_decode_deadline_is_exact_to_the_last_float(
 def test_fluidity_never_falls_as_the_decode_deadline_grows(
     intervals: list[float], deadlines: list[float]
 ) -> None:
-    values = [fluidity_index(intervals, 0.5, dd, ignore_first_token=True) for dd in sorted(deadlines)]
+    values = [
+        fluidity_index(intervals, 0.5, dd, FluidityOptions(ignore_first_token=True))
+        for dd in sorted(deadlines)
+    ]
     assert values == sorted(values)
 
 
@@ -367,8 +376,7 @@ def test_one_requests_accounting_is_the_engines(
     ``bench``'s event loop): every field must be the engine's on a batch of one."""
     options = FluidityOptions(skip_first, cap, variant)  # type: ignore[arg-type]
     engine = evaluate(IntervalBatch.single(gaps), dp, dd, options).request(0)
-    kwargs = {"ignore_first_token": skip_first, "slack_cap": cap, "variant": variant}
-    assert request_fluidity(gaps, dp, dd, **kwargs) == engine  # type: ignore[arg-type]
+    assert request_fluidity(gaps, dp, dd, options) == engine
 
 
 def test_one_requests_invalid_input_is_named_as_the_engine_names_it() -> None:
