@@ -7,7 +7,6 @@ The families it fills are ``families.py``'s; ``/probe``'s registry is ``probe_re
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,6 @@ from prometheus_client.registry import Collector
 
 from exporter.engine.catalogue import Signal
 from exporter.engine.derive import (
-    DEFAULT_QUANTILES,
     BucketQuantile,
     WindowFigures,
     client_minus_server_mean_ttft,
@@ -30,7 +28,7 @@ from exporter.exposition.families import Families, new_family
 from exporter.exposition.names import MetricSpec
 from exporter.exposition.result_store import Clock, ResultStore
 from exporter.exposition.views import EngineView, SeriesView
-from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES, ProbeWindow
+from exporter.exposition.window import DEFAULT_QUANTILES_PUBLISHED, ProbeWindow, Quantiles
 
 _HISTOGRAM_SPECS: Mapping[str, MetricSpec] = {
     "ttft": names.PROBE_TTFT,
@@ -167,23 +165,13 @@ class FluidityCollector(Collector):
         store: ResultStore,
         windows: Mapping[str, float],
         clock: Clock = time.time,
-        *,
-        fluidity_quantiles: Sequence[float] = DEFAULT_FLUIDITY_QUANTILES,
-        lateness_quantiles: Sequence[float] = DEFAULT_LATENESS_QUANTILES,
-        engine_quantiles: Sequence[float] = DEFAULT_QUANTILES,
-        client_ttft_quantile: float = 0.5,
+        quantiles: Quantiles = DEFAULT_QUANTILES_PUBLISHED,
     ) -> None:
         _check_windows(windows, store.limits.max_age_s)
-        _check_quantiles("fluidity_quantiles", fluidity_quantiles, allow_zero=True)
-        _check_quantiles("lateness_quantiles", lateness_quantiles, allow_zero=False)
-        _check_quantiles("engine_quantiles", engine_quantiles, allow_zero=True)
         self.store = store
         self.windows = dict(windows)
         self.clock = clock
-        self.fluidity_quantiles = tuple(fluidity_quantiles)
-        self.lateness_quantiles = tuple(lateness_quantiles)
-        self.engine_quantiles = tuple(engine_quantiles)
-        self.client_ttft_quantile = client_ttft_quantile
+        self.quantiles = quantiles
         self._engine_windows = _EngineWindows(self.windows)
         # Rendered cumulative samples by series: (version, {family name: (header, sample lines)}).
         self._text_cache: dict[tuple[str, str], tuple[object, dict[str, tuple[str, str]]]] = {}
@@ -246,7 +234,7 @@ class FluidityCollector(Collector):
             return cached[2]
         out = Families()
         add_window(out, labels, window)
-        _add_client_minus_server(out, labels, window, figures, self.client_ttft_quantile)
+        _add_client_minus_server(out, labels, window, figures, self.quantiles.client_ttft)
         text = _family_texts(out)
         self._window_text_cache[labels] = (window, figures, text)
         return text
@@ -259,19 +247,13 @@ class FluidityCollector(Collector):
         if cached is not None and cached[0] is view.last and cached[1] is figures:
             return cached[2]
         out = Families()
-        _add_engine(out, _plane(key), view, figures, self.engine_quantiles)
+        _add_engine(out, _plane(key), view, figures, self.quantiles.engine)
         text = _family_texts(out)
         self._engine_text_cache[key] = (view.last, figures, text)
         return text
 
     def _window(self, key: tuple[str, str], seconds: float, now: float) -> ProbeWindow | None:
-        return self.store.window(
-            *key,
-            seconds,
-            now,
-            fluidity_quantiles=self.fluidity_quantiles,
-            lateness_quantiles=self.lateness_quantiles,
-        )
+        return self.store.window(*key, seconds, now, self.quantiles)
 
     def _build(self, now: float) -> Families:
         out = Families()
@@ -284,9 +266,9 @@ class FluidityCollector(Collector):
                     labels = (series.target, series.module, label)
                     add_window(out, labels, window)
                     figures = engine_figures.get((ENGINE_PLANE.name, series.target), {}).get(label)
-                    _add_client_minus_server(out, labels, window, figures, self.client_ttft_quantile)
+                    _add_client_minus_server(out, labels, window, figures, self.quantiles.client_ttft)
         for key, view in engines.items():
-            _add_engine(out, _plane(key), view, engine_figures[key], self.engine_quantiles)
+            _add_engine(out, _plane(key), view, engine_figures[key], self.quantiles.engine)
         return out
 
 
@@ -439,10 +421,3 @@ def _check_windows(windows: Mapping[str, float], max_age_s: float) -> None:
             raise ValueError(
                 f'window "{label}": {seconds} s must be > 0 and at most the store\'s max_age_s ({max_age_s} s)'
             )
-
-
-def _check_quantiles(name: str, quantiles: Sequence[float], *, allow_zero: bool) -> None:
-    low = "[0" if allow_zero else "(0"
-    for q in quantiles:
-        if not (math.isfinite(q) and (q >= 0 if allow_zero else q > 0) and q <= 1):
-            raise ValueError(f"{name}: {q!r} is not a quantile in {low}, 1]")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -15,7 +16,6 @@ from exporter.exposition.collector import FluidityCollector
 from exporter.exposition.families import Families
 from exporter.exposition.result_store import ResultStore
 from exporter.exposition.store_limits import StoreLimits
-from exporter.exposition.window import DEFAULT_FLUIDITY_QUANTILES, DEFAULT_LATENESS_QUANTILES
 from exporter.settings.buckets import DEFAULT_BUCKETS, HistogramBuckets
 from exporter.streams.result import ProbeResult
 
@@ -46,16 +46,20 @@ def failed_probe_registry(
     return registry
 
 
+@dataclass(frozen=True)
+class FinishedProbe:
+    """One ``/probe`` run that finished: its series, its results and how long it took."""
+
+    target: str
+    module: str
+    results: Sequence[ProbeResult]
+    duration_s: float | None = None
+
+
 def probe_registry(
-    results: Sequence[ProbeResult],
+    probe: FinishedProbe,
     spec: EvaluationSpec,
-    *,
-    target: str,
-    module: str,
-    duration_s: float | None = None,
     buckets: HistogramBuckets = DEFAULT_BUCKETS,
-    fluidity_quantiles: Sequence[float] = DEFAULT_FLUIDITY_QUANTILES,
-    lateness_quantiles: Sequence[float] = DEFAULT_LATENESS_QUANTILES,
     now: float | None = None,
 ) -> CollectorRegistry:
     """A fresh registry with only this probe's metrics (blackbox_exporter's ``/probe``).
@@ -63,22 +67,17 @@ def probe_registry(
     The same families as ``/metrics`` for this (target, module), counted over this probe alone; the
     window gauges carry ``window="probe"`` and cover exactly its requests. Added around them, as
     blackbox_exporter does: ``fluidity_probe_success`` (1 when every request completed) and,
-    when ``duration_s`` is given, ``fluidity_probe_duration_seconds``.
+    when the probe's ``duration_s`` is given, ``fluidity_probe_duration_seconds``.
     """
     at = time.time() if now is None else now  # one instant: every row is in the one window
+    results, series = probe.results, (probe.target, probe.module)
     limits = StoreLimits(max_age_s=1.0, max_records=max(len(results), 1))
     store = ResultStore(limits, buckets, clock=lambda: at)
-    store.add(target, module, results, spec, at)
-    collector = FluidityCollector(
-        store,
-        {names.PROBE_WINDOW: limits.max_age_s},
-        clock=lambda: at,
-        fluidity_quantiles=fluidity_quantiles,
-        lateness_quantiles=lateness_quantiles,
-    )
+    store.add(*series, results, spec, at)
+    collector = FluidityCollector(store, {names.PROBE_WINDOW: limits.max_age_s}, clock=lambda: at)
     registry = CollectorRegistry()
     registry.register(collector)
     failed = next((result.outcome.value for result in results if not result.ok), None)
     failure = failed if results else "no_requests"
-    registry.register(_ProbeOutcome((target, module), failure, duration_s))
+    registry.register(_ProbeOutcome(series, failure, probe.duration_s))
     return registry

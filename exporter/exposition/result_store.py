@@ -43,9 +43,9 @@ from exporter.exposition.run_rows import good_flags, run_rows
 from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.views import EngineView, Histogram, RecentResult, SeriesView, Turn, turn_kind
 from exporter.exposition.window import (
-    DEFAULT_FLUIDITY_QUANTILES,
-    DEFAULT_LATENESS_QUANTILES,
+    DEFAULT_QUANTILES_PUBLISHED,
     ProbeWindow,
+    Quantiles,
     Records,
     probe_window,
 )
@@ -126,14 +126,13 @@ class _Series:
         self,
         duration_s: float,
         now: float,
-        fluidity_quantiles: Sequence[float],
-        lateness_quantiles: Sequence[float],
+        quantiles: Quantiles,
     ) -> ProbeWindow:
         """Figures over the rows of the last ``duration_s`` seconds, cached until those rows change."""
         records = self.current_rows(now)
         start = now - duration_s
         first = int(np.searchsorted(records.at, start, side="left"))
-        key = (self.version, first, tuple(fluidity_quantiles), tuple(lateness_quantiles))
+        key = (self.version, first, quantiles)
         cached = self.window_cache.get(duration_s)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -142,8 +141,7 @@ class _Series:
             self.policy,
             self.slos,
             self.goodput,
-            fluidity_quantiles=fluidity_quantiles,
-            lateness_quantiles=lateness_quantiles,
+            quantiles,
         )
         if len(self.window_cache) > 16:  # a caller asking for ever new durations must not grow it
             self.window_cache.clear()
@@ -308,9 +306,7 @@ class ResultStore:
         module: str,
         duration_s: float,
         now: float | None = None,
-        *,
-        fluidity_quantiles: Sequence[float] = DEFAULT_FLUIDITY_QUANTILES,
-        lateness_quantiles: Sequence[float] = DEFAULT_LATENESS_QUANTILES,
+        quantiles: Quantiles = DEFAULT_QUANTILES_PUBLISHED,
     ) -> ProbeWindow | None:
         """Figures over the rows of the last ``duration_s`` seconds (None for an unknown series).
 
@@ -322,7 +318,7 @@ class ResultStore:
         if series is None:
             return None
         now = self.clock() if now is None else now
-        return series.window(duration_s, now, fluidity_quantiles, lateness_quantiles)
+        return series.window(duration_s, now, quantiles)
 
     def recent(self, target: str, module: str) -> list[RecentResult]:
         """The recent results of a series, newest first: the last few, plus older failures kept longer."""

@@ -34,6 +34,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from exporter.engine.derive import DEFAULT_QUANTILES
 from exporter.evaluation import DeadlinePolicy, slo_tier
 from exporter.stats.accounting import FluidityBatch
 from exporter.stats.batch import FloatArray
@@ -72,6 +73,35 @@ SCALAR_COLUMNS: Final = (
 
 DEFAULT_FLUIDITY_QUANTILES: Final = (0.01, 0.05, 0.1, 0.5)
 DEFAULT_LATENESS_QUANTILES: Final = (0.5, 0.9, 0.99)
+
+
+@dataclass(frozen=True)
+class Quantiles:
+    """Which quantiles the window gauges publish: of the requests' fluidity (higher is better, so
+    0.01 is the level 99% reach), of the client's send lateness, of the engine's own histograms, and
+    the client's TTFT quantile set beside the engine's."""
+
+    fluidity: tuple[float, ...] = DEFAULT_FLUIDITY_QUANTILES
+    lateness: tuple[float, ...] = DEFAULT_LATENESS_QUANTILES
+    engine: tuple[float, ...] = DEFAULT_QUANTILES
+    client_ttft: float = 0.5
+
+    def __post_init__(self) -> None:
+        check_quantiles("fluidity", self.fluidity, allow_zero=True)
+        check_quantiles("lateness", self.lateness, allow_zero=False)
+        check_quantiles("engine", self.engine, allow_zero=True)
+        check_quantiles("client TTFT", (self.client_ttft,), allow_zero=True)
+
+
+def check_quantiles(name: str, quantiles: Sequence[float], *, allow_zero: bool) -> None:
+    """Every one of ``quantiles`` in [0, 1] (or (0, 1]); the error names which ``name`` it is."""
+    low = "[0" if allow_zero else "(0"
+    for q in quantiles:
+        if not (math.isfinite(q) and (q >= 0 if allow_zero else q > 0) and q <= 1):
+            raise ValueError(f"{name} quantiles: {q!r} is not a quantile in {low}, 1]")
+
+
+DEFAULT_QUANTILES_PUBLISHED: Final = Quantiles()
 
 
 def tier_column(kind: str, tier: str) -> str:
@@ -181,9 +211,7 @@ def probe_window(
     policy: DeadlinePolicy,
     slos: Sequence[Objective] = (),
     goodput: GoodputBounds | None = None,
-    *,
-    fluidity_quantiles: Sequence[float] = DEFAULT_FLUIDITY_QUANTILES,
-    lateness_quantiles: Sequence[float] = DEFAULT_LATENESS_QUANTILES,
+    quantiles: Quantiles = DEFAULT_QUANTILES_PUBLISHED,
 ) -> ProbeWindow:
     """The figures of a window whose rows are ``records`` (already cut to the window)."""
     counts = np.bincount(records.outcome_codes.astype(np.int64), minlength=len(OUTCOMES))
@@ -192,12 +220,12 @@ def probe_window(
     lateness = without_nan(records.column(LATENESS))
     return ProbeWindow(
         requests={outcome: int(counts[code]) for outcome, code in OUTCOME_CODE.items()},
-        fluidity={t: _fluidity_quantiles(done, t, fluidity_quantiles) for t in done.tiers if len(done)},
+        fluidity={t: _fluidity_quantiles(done, t, quantiles.fluidity) for t in done.tiers if len(done)},
         service_level=_service_levels(done),
         fluid_token_rate=_fluid_token_rate(done.column(MIN_DECODE_DEADLINE), policy.percentile),
         slos=_slo_results(slos, done, len(records) - len(done), policy),
         goodput_ratio=_goodput_ratio(records) if goodput is not None and len(records) else None,
-        lateness={q: nearest_rank(lateness, q) for q in lateness_quantiles} if len(lateness) else {},
+        lateness={q: nearest_rank(lateness, q) for q in quantiles.lateness} if len(lateness) else {},
         client_ttfts=ttfts,
     )
 

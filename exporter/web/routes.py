@@ -35,7 +35,7 @@ from aiohttp import web
 from exporter import __version__
 from exporter.evaluation import DeadlinePolicy, EvaluationSpec, measure
 from exporter.exposition import render
-from exporter.exposition.probe_registry import failed_probe_registry, probe_registry
+from exporter.exposition.probe_registry import FinishedProbe, failed_probe_registry, probe_registry
 from exporter.exposition.result_store import ResultStore
 from exporter.exposition.views import RecentResult, iso
 from exporter.settings import Config, UnknownNameError
@@ -333,14 +333,8 @@ async def probe(request: web.Request) -> web.Response:
     if debug:
         return web.Response(text=_debug(daemon, target, module, run))
     spec = EvaluationSpec.of(daemon.config.slo_for(target), deadlines=daemon.deadline_policy(target))
-    registry = probe_registry(
-        run.results,
-        spec,
-        target=target,
-        module=module,
-        duration_s=run.duration_s,
-        buckets=daemon.store.buckets,
-    )
+    probe = FinishedProbe(target, module, run.results, run.duration_s)
+    registry = probe_registry(probe, spec, daemon.store.buckets)
     return exposition(request, render.render(registry.collect()).encode())
 
 

@@ -17,10 +17,11 @@ from exporter.engine.snapshot import EngineSnapshot, HistogramData, parse_exposi
 from exporter.evaluation import EvaluationSpec, measure
 from exporter.exposition import names
 from exporter.exposition.collector import FluidityCollector
-from exporter.exposition.probe_registry import probe_registry
+from exporter.exposition.probe_registry import FinishedProbe, probe_registry
 from exporter.exposition.result_store import ResultStore
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store_limits import StoreLimits
+from exporter.exposition.window import Quantiles
 from exporter.report.summary import summarize
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
@@ -309,9 +310,7 @@ def test_probe_registry_holds_only_that_probe() -> None:
     store = filled_store()  # a daemon's store with other data must not leak into /probe
     store.add("other", "chat", [smooth()], EvaluationSpec(POLICY), now=NOW)
     results = [smooth(), stalled(), failed()]
-    registry = probe_registry(
-        results, EvaluationSpec(POLICY, SLOS), target="llm", module="code", duration_s=2.5
-    )
+    registry = probe_registry(FinishedProbe("llm", "code", results, 2.5), EvaluationSpec(POLICY, SLOS))
     families = list(text_string_to_metric_families(generate_latest(registry).decode()))
     labels = {(s.labels.get("target"), s.labels.get("module")) for f in families for s in f.samples}
     assert labels == {("llm", "code")}
@@ -325,7 +324,7 @@ def test_probe_registry_holds_only_that_probe() -> None:
     batch = IntervalBatch.from_sequences(intervals(r) for r in results[:2])
     rate = get("fluidity_window_fluid_tokens_per_second", {**code, "window": names.PROBE_WINDOW})
     assert rate == fluid_token_rate(batch)
-    ok = probe_registry([smooth()], EvaluationSpec(POLICY), target="llm", module="code")
+    ok = probe_registry(FinishedProbe("llm", "code", [smooth()]), EvaluationSpec(POLICY))
     assert ok.get_sample_value("fluidity_probe_success", code) == 1.0
     assert ok.get_sample_value("fluidity_probe_duration_seconds", code) is None
 
@@ -400,17 +399,14 @@ def test_describe_does_not_collect() -> None:
     ("windows", "kwargs", "message"),
     [
         ({"2h": 7_200.0}, {}, 'window "2h": 7200.0 s must be > 0 and at most'),
-        ({"5m": 300.0}, {"fluidity_quantiles": (1.5,)}, "fluidity_quantiles: 1.5 is not a quantile"),
-        (
-            {"5m": 300.0},
-            {"lateness_quantiles": (0.0,)},
-            r"lateness_quantiles: 0.0 is not a quantile in \(0, 1\]",
-        ),
+        ({"5m": 300.0}, {"fluidity": (1.5,)}, "fluidity quantiles: 1.5 is not a quantile"),
+        ({"5m": 300.0}, {"lateness": (0.0,)}, r"lateness quantiles: 0.0 is not a quantile in \(0, 1\]"),
+        ({"5m": 300.0}, {"client_ttft": 2.0}, r"client TTFT quantiles: 2.0 is not a quantile in \[0, 1\]"),
     ],
 )
 def test_collector_arguments_are_validated(windows: dict[str, float], kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ValueError, match=message):
-        FluidityCollector(ResultStore(StoreLimits(max_age_s=3_600.0)), windows, **kwargs)
+        FluidityCollector(ResultStore(StoreLimits(max_age_s=3_600.0)), windows, quantiles=Quantiles(**kwargs))
 
 
 def _parsed(text: str) -> dict[str, list[tuple[str, tuple[tuple[str, str], ...], float]]]:
