@@ -19,7 +19,7 @@ import aiohttp
 
 from exporter.daemon.job_snapshots import jobs_snapshot
 from exporter.daemon.targets import TargetPool
-from exporter.engine.scrape import scrape
+from exporter.engine.scrape import Page, scrape
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition.job_gauges import JobsSnapshot
 from exporter.jobs.capacity_runner import capacity_runner
@@ -133,10 +133,8 @@ class DaemonJobEnvironment:
         session = self.scrape_session()
         if engine is None or session is None:
             return None
-        result = await scrape(
-            session, engine.url, ENGINE_SCRAPE_TIMEOUT_S, kind=engine.kind, model=engine.model,
-            headers=engine.headers(),
-        )  # fmt: skip
+        page = Page(engine.url, engine.kind, engine.model, headers=engine.headers())
+        result = await scrape(session, page, ENGINE_SCRAPE_TIMEOUT_S)
         return result.snapshot.in_engine() if result.snapshot is not None else None
 
     async def wait_idle(self, target: str) -> None:

@@ -29,7 +29,7 @@ from exporter.daemon.running_jobs import RunningJobs
 from exporter.daemon.scheduler import JobFunction, JobScheduler
 from exporter.daemon.targets import TargetPool
 from exporter.engine.catalogue import ENGINE_CATALOGUE, GATEWAY_CATALOGUE
-from exporter.engine.scrape import ScrapeResult, scrape
+from exporter.engine.scrape import Page, ScrapeResult, scrape
 from exporter.evaluation import EvaluationSpec
 from exporter.exposition.result_store import ResultStore
 from exporter.exposition.self_metrics import SelfMetrics
@@ -93,15 +93,9 @@ async def scrape_source(
     session: aiohttp.ClientSession, source: EngineMetrics, *, gateway: bool
 ) -> ScrapeResult:
     """One scrape of an engine's ``/metrics`` (or, with ``gateway``, a gateway's), within its interval."""
-    return await scrape(
-        session,
-        source.url,
-        min(source.interval_s, ENGINE_SCRAPE_TIMEOUT_S),
-        kind=source.kind,
-        model=source.model,
-        catalogue=GATEWAY_CATALOGUE if gateway else ENGINE_CATALOGUE,
-        headers=source.headers(),
-    )
+    catalogue = GATEWAY_CATALOGUE if gateway else ENGINE_CATALOGUE
+    page = Page(source.url, source.kind, source.model, catalogue, source.headers())
+    return await scrape(session, page, min(source.interval_s, ENGINE_SCRAPE_TIMEOUT_S))
 
 
 def scheduled_job(env: DaemonJobEnvironment, metrics: SelfMetrics, work: ScheduledWork) -> JobFunction:

@@ -9,7 +9,7 @@ memory; ``derive`` turns a window into rates, histogram deltas and quantiles (pu
 Typical use by the daemon::
 
     window = SnapshotWindow(max_age_s=3600, max_items=241)
-    result = await scrape(session, "http://engine:8000/metrics", timeout=5.0)
+    result = await scrape(session, Page("http://engine:8000/metrics"), timeout=5.0)
     if result.snapshot is not None:
         window.add(result.snapshot)
     figures = window.figures(300)
@@ -44,7 +44,7 @@ from exporter.engine.derive import (
     derive,
     histogram_quantile,
 )
-from exporter.engine.scrape import ScrapeFailure, ScrapeResult, scrape
+from exporter.engine.scrape import Page, ScrapeFailure, ScrapeResult, scrape
 from exporter.engine.snapshot import EngineSnapshot, ExpositionError, HistogramData, parse_exposition
 from exporter.engine.snapshot_window import SnapshotWindow
 
@@ -63,6 +63,7 @@ __all__ = [
     "EngineSnapshot",
     "ExpositionError",
     "HistogramData",
+    "Page",
     "Resolution",
     "ScrapeFailure",
     "ScrapeResult",

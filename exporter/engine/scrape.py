@@ -1,6 +1,6 @@
 """Fetching an engine's ``/metrics`` over HTTP: network I/O only, every target failure a result.
 
-``scrape(session, url, timeout)`` GETs the page with the caller's ``aiohttp.ClientSession``, stamps the
+``scrape(session, Page(url), timeout)`` GETs the page with the caller's ``aiohttp.ClientSession``, stamps the
 monotonic time the body arrived, and hands the text to the pure ``parse_exposition``. Like the probers,
 it never raises for a failure of the target: a refused connection, a non-200 status, a deadline or a
 body that is not exposition text each come back as a ``ScrapeResult`` with a ``ScrapeFailure`` reason
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 import aiohttp
@@ -62,30 +62,37 @@ class ScrapeResult:
         return self.snapshot is not None
 
 
-async def scrape(
-    session: aiohttp.ClientSession,
-    url: str,
-    timeout: float,
-    *,
-    kind: str | EngineFamilies = AUTO,
-    model: str | None = None,
-    clock: Clock = time.monotonic,
-    max_body_bytes: int = MAX_BODY_BYTES,
-    catalogue: Catalogue = ENGINE_CATALOGUE,
-    headers: Mapping[str, str] | None = None,
-) -> ScrapeResult:
-    """GET ``url`` within ``timeout`` seconds and parse it; never raises for a target failure.
+@dataclass(frozen=True)
+class Page:
+    """A metrics page to scrape: where, which engine's (or gateway's) families it holds, and how to ask.
 
     ``catalogue`` is where ``kind`` is looked up: the engines, or the gateways (a second scrape).
     ``headers`` go with the request (an ``Authorization`` header: llm-d's endpoint picker checks a
-    Kubernetes bearer token on /metrics by default).
+    Kubernetes bearer token on /metrics by default). ``model``: only that model's series are read.
     """
+
+    url: str
+    kind: str | EngineFamilies = AUTO
+    model: str | None = None
+    catalogue: Catalogue = ENGINE_CATALOGUE
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+async def scrape(
+    session: aiohttp.ClientSession,
+    page: Page,
+    timeout: float,
+    clock: Clock = time.monotonic,
+    max_body_bytes: int = MAX_BODY_BYTES,
+) -> ScrapeResult:
+    """GET ``page`` within ``timeout`` seconds and parse it; never raises for a target failure."""
+    kind, catalogue = page.kind, page.catalogue
     if isinstance(kind, str) and kind != AUTO:
         catalogue.families_for(kind)  # a misspelt kind is our configuration error: raise before any I/O
     started = clock()
     try:
         async with asyncio.timeout(timeout):
-            status, body = await _fetch(session, url, max_body_bytes, headers or {})
+            status, body = await _fetch(session, page.url, max_body_bytes, page.headers)
     except TimeoutError:
         return _failed(ScrapeFailure.TIMEOUT, f"no complete answer within {timeout:g} s", started, clock)
     except BodyTooLargeError as exc:
@@ -102,7 +109,7 @@ async def scrape(
     at = clock()
     if status != 200:
         return _failed(ScrapeFailure.HTTP_STATUS, f"HTTP {status}", started, clock)
-    return _parse(body, at, kind, model, started, catalogue)
+    return _parse(body, page, started, at)
 
 
 async def _fetch(
@@ -158,18 +165,11 @@ class BodyTooLargeError(Exception):
     """The page is over ``MAX_BODY_BYTES``; reported as ``TOO_LARGE``."""
 
 
-def _parse(
-    body: bytes,
-    at: float,
-    kind: str | EngineFamilies,
-    model: str | None,
-    started: float,
-    catalogue: Catalogue,
-) -> ScrapeResult:
+def _parse(body: bytes, page: Page, started: float, at: float) -> ScrapeResult:
     duration = at - started
     try:
         text = body.decode("utf-8")
-        snapshot = parse_exposition(text, at, kind=kind, model=model, catalogue=catalogue)
+        snapshot = parse_exposition(text, at, kind=page.kind, model=page.model, catalogue=page.catalogue)
     except UnicodeDecodeError as exc:
         return ScrapeResult(None, ScrapeFailure.PARSE_ERROR, f"body is not UTF-8: {exc.reason}", duration)
     except ExpositionError as exc:

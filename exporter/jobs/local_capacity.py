@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import aiohttp
 from yarl import URL
 
-from exporter.engine.scrape import scrape
+from exporter.engine.scrape import Page, scrape
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs.capacity_loop import Busy, OnInterrupt
 from exporter.jobs.capacity_report import SearchProgress
@@ -120,7 +120,7 @@ async def engine_counts(base_url: str) -> AsyncIterator[Busy]:
             nonlocal answers
             if not answers:
                 return None
-            result = await scrape(session, url, DRAIN_SCRAPE_TIMEOUT_S)
+            result = await scrape(session, Page(url), DRAIN_SCRAPE_TIMEOUT_S)
             count = result.snapshot.in_engine() if result.snapshot is not None else None
             answers = count is not None
             return count

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestServer
 
 from exporter.engine.catalogue import GATEWAY_CATALOGUE, Signal, UnknownEngineError
 from exporter.engine.derive import derive
-from exporter.engine.scrape import MAX_BODY_BYTES, MAX_REDIRECTS, ScrapeFailure, ScrapeResult, scrape
+from exporter.engine.scrape import MAX_BODY_BYTES, MAX_REDIRECTS, Page, ScrapeFailure, ScrapeResult, scrape
 from exporter.sim import SimServer, tokenizer
 from tests.engine import fixtures
 from tests.support.hostile import HostileServer
@@ -47,14 +47,14 @@ async def test_simulator_page_matches_the_traffic_sent(
     sim: SimServer, session: aiohttp.ClientSession
 ) -> None:
     url = sim.url + "/metrics"
-    before = await scrape(session, url, timeout=5.0)
+    before = await scrape(session, Page(url), timeout=5.0)
     assert before.ok and before.snapshot is not None
     assert before.snapshot.kind == "vllm"
     assert before.snapshot.value(Signal.PROMPT_TOKENS_TOTAL) == 0.0
 
     traffic = [(10, 5), (20, 6), (30, 7)]  # (prompt tokens, output tokens)
     await asyncio.gather(*(send(session, sim, p, n) for p, n in traffic))
-    after = await scrape(session, url, timeout=5.0, model="sim-tiny")
+    after = await scrape(session, Page(url, model="sim-tiny"), timeout=5.0)
     assert after.failure is None and after.snapshot is not None
     snap = after.snapshot
     assert snap.value(Signal.PROMPT_TOKENS_TOTAL) == 60.0
@@ -78,7 +78,7 @@ async def test_simulator_page_matches_the_traffic_sent(
     assert figures.increases[Signal.GENERATION_TOKENS_TOTAL] == 18.0
     ttft_p50 = figures.quantile(Signal.SERVER_TTFT_SECONDS, 0.5)
     assert ttft_p50 is not None and 0.0 < ttft_p50.value < 10.0
-    other_model = await scrape(session, url, timeout=5.0, model="another-model")
+    other_model = await scrape(session, Page(url, model="another-model"), timeout=5.0)
     assert other_model.snapshot is not None and other_model.snapshot.values == {}
 
 
@@ -89,7 +89,7 @@ async def test_snapshot_is_stamped_with_the_injected_clock(
         return web.Response(text=fixtures.LLAMACPP)
 
     ticks: Iterator[float] = iter([100.0, 100.25])
-    result = await scrape(session, await serve(aiohttp_server, page), 5.0, clock=lambda: next(ticks))
+    result = await scrape(session, Page(await serve(aiohttp_server, page)), 5.0, clock=lambda: next(ticks))
     assert result.snapshot is not None
     assert (result.snapshot.at, result.duration_s) == (100.25, 0.25)
     assert result.snapshot.kind == "llamacpp"
@@ -103,7 +103,7 @@ def closed_port() -> int:
 
 
 async def test_connection_refused_is_connect_error(session: aiohttp.ClientSession) -> None:
-    result = await scrape(session, f"http://127.0.0.1:{closed_port()}/metrics", timeout=5.0)
+    result = await scrape(session, Page(f"http://127.0.0.1:{closed_port()}/metrics"), timeout=5.0)
     assert (result.ok, result.failure) == (False, ScrapeFailure.CONNECT_ERROR)
     assert "ClientConnectorError" in result.detail
 
@@ -112,7 +112,7 @@ async def test_http_500_is_http_status(aiohttp_server: ServerFactory, session: a
     async def broken(_: web.Request) -> web.Response:
         return web.Response(status=500, text="boom")
 
-    result = await scrape(session, await serve(aiohttp_server, broken), timeout=5.0)
+    result = await scrape(session, Page(await serve(aiohttp_server, broken)), timeout=5.0)
     assert (result.failure, result.detail) == (ScrapeFailure.HTTP_STATUS, "HTTP 500")
 
 
@@ -130,7 +130,7 @@ async def test_unusable_body_is_parse_error(
     async def page(_: web.Request) -> web.Response:
         return web.Response(body=body, content_type="text/plain")
 
-    result = await scrape(session, await serve(aiohttp_server, page), 5.0, max_body_bytes=65536)
+    result = await scrape(session, Page(await serve(aiohttp_server, page)), 5.0, max_body_bytes=65536)
     assert result.failure is ScrapeFailure.PARSE_ERROR
     assert detail in result.detail
 
@@ -141,7 +141,7 @@ async def test_a_body_over_the_bound_is_too_large(
     async def page(_: web.Request) -> web.Response:
         return web.Response(body=fixtures.VLLM_V1.encode() * 2000, content_type="text/plain")
 
-    result = await scrape(session, await serve(aiohttp_server, page), 5.0, max_body_bytes=65536)
+    result = await scrape(session, Page(await serve(aiohttp_server, page)), 5.0, max_body_bytes=65536)
     assert (result.failure, result.detail) == (ScrapeFailure.TOO_LARGE, "body larger than 65536 bytes")
 
 
@@ -158,7 +158,7 @@ async def test_an_endless_page_or_head_is_too_large_not_a_timeout(
 ) -> None:
     """Ended by a bound (the body's, or aiohttp's on the head), long before the scrape's deadline."""
     async with HostileServer(mode) as server:
-        result = await scrape(session, server.url + "/metrics", timeout=60.0)
+        result = await scrape(session, Page(server.url + "/metrics"), timeout=60.0)
     assert result.failure is ScrapeFailure.TOO_LARGE
     assert detail in result.detail and len(result.detail) < 200  # not the header's bytes
 
@@ -181,13 +181,13 @@ async def test_a_redirect_is_followed_on_the_same_host_only(
     app.router.add_get("/metrics/", page)
     same = str((await aiohttp_server(app)).make_url("/metrics"))
     headers = {"Authorization": "Bearer engine-token"}
-    assert (await scrape(session, same, 5.0, headers=headers)).ok
+    assert (await scrape(session, Page(same, headers=headers), 5.0)).ok
 
     async with HostileServer("redirect") as other:  # counts what it is asked
         # localhost is another host than 127.0.0.1 for a URL's origin, though the same machine.
         away = HostileServer("redirect", location=other.url.replace("127.0.0.1", "localhost") + "/metrics")
         async with away:
-            result = await scrape(session, away.url + "/metrics", 5.0, headers=headers)
+            result = await scrape(session, Page(away.url + "/metrics", headers=headers), 5.0)
     assert result.failure is ScrapeFailure.HTTP_STATUS
     assert (
         result.detail
@@ -199,7 +199,7 @@ async def test_a_redirect_is_followed_on_the_same_host_only(
 async def test_a_redirect_loop_ends_after_a_few(session: aiohttp.ClientSession) -> None:
     async with HostileServer("redirect") as server:
         server.location = server.url + "/metrics"
-        result = await scrape(session, server.url + "/metrics", 5.0)
+        result = await scrape(session, Page(server.url + "/metrics"), 5.0)
     assert (result.failure, result.detail) == (
         ScrapeFailure.HTTP_STATUS,
         f"more than {MAX_REDIRECTS} redirects",
@@ -219,13 +219,13 @@ async def test_stalled_server_is_timeout_and_cancellation_propagates(
 
     url = await serve(aiohttp_server, stalled)
     try:
-        result = await scrape(session, url, timeout=0.2)
+        result = await scrape(session, Page(url), timeout=0.2)
         assert result.failure is ScrapeFailure.TIMEOUT
         assert result.detail == "no complete answer within 0.2 s"
         assert 0.15 < result.duration_s < 5.0
 
         asked.clear()
-        task = asyncio.create_task(scrape(session, url, timeout=30.0))
+        task = asyncio.create_task(scrape(session, Page(url), timeout=30.0))
         await asyncio.wait_for(asked.wait(), 5)  # the scrape is waiting for its answer
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -243,19 +243,19 @@ async def test_headers_are_sent_and_a_gateway_page_is_read_with_its_catalogue(
         return web.Response(text=fixtures.LLM_D_EPP)
 
     url = await serve(aiohttp_server, guarded)
-    refused = await scrape(session, url, timeout=5.0, catalogue=GATEWAY_CATALOGUE)
+    refused = await scrape(session, Page(url, catalogue=GATEWAY_CATALOGUE), timeout=5.0)
     assert (refused.failure, refused.detail) == (ScrapeFailure.HTTP_STATUS, "HTTP 401")
     headers = {"Authorization": "Bearer k8s-token"}
-    result = await scrape(session, url, timeout=5.0, catalogue=GATEWAY_CATALOGUE, headers=headers)
+    result = await scrape(session, Page(url, catalogue=GATEWAY_CATALOGUE, headers=headers), timeout=5.0)
     assert result.snapshot is not None and result.snapshot.kind == "llm-d-epp"
     assert result.snapshot.value(Signal.REQUESTS_TOTAL) == 100.0
     with pytest.raises(UnknownEngineError, match='unknown gateway kind "vllm"'):
-        await scrape(session, url, timeout=5.0, kind="vllm", catalogue=GATEWAY_CATALOGUE)
+        await scrape(session, Page(url, kind="vllm", catalogue=GATEWAY_CATALOGUE), timeout=5.0)
 
 
 async def test_misspelt_kind_raises_before_any_io(session: aiohttp.ClientSession) -> None:
     with pytest.raises(UnknownEngineError, match='unknown engine kind "vlm"; valid: auto, llamacpp'):
-        await scrape(session, f"http://127.0.0.1:{closed_port()}/metrics", 1.0, kind="vlm")
+        await scrape(session, Page(f"http://127.0.0.1:{closed_port()}/metrics", kind="vlm"), 1.0)
 
 
 def test_scrape_result_ok_property() -> None:
