@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 from exporter.evaluation import EvaluationSpec  # noqa: E402
 from exporter.exposition.traffic_agreement import compare  # noqa: E402
 from exporter.probe.client import ProbeClient  # noqa: E402
+from exporter.settings.traffic import TrafficConfig  # noqa: E402
 from exporter.sim.process import url_or_simulator  # noqa: E402
 from exporter.streams.request import RequestSpec, TargetSettings  # noqa: E402
 from exporter.streams.result import ProbeResult  # noqa: E402
@@ -67,7 +68,7 @@ async def main(url: str, levels: list[int], tokens: int, gap: float) -> None:
         if record.probe_id is not None:
             seen[record.probe_id] = record.result
 
-    observer = TrafficObserver(f"127.0.0.1:{free_port()}", lambda _: None, probe_sink=probe_sink)
+    observer = TrafficObserver(TrafficConfig(f"127.0.0.1:{free_port()}"), lambda _: None, probe_sink)
     port = await observer.start()
     try:
         with tempfile.TemporaryDirectory() as folder:

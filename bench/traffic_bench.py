@@ -46,6 +46,7 @@ def cpu_s() -> float:
 async def observer_child(port: int) -> None:
     """The observer alone: one JSON line per record (its max_tokens, stamps, and CPU so far)."""
     from exporter.probe import loop  # noqa: F401 (uvloop where the daemon uses it: same costs)
+    from exporter.settings.traffic import TrafficConfig
     from exporter.traffic.observer import TrafficObserver
     from exporter.traffic.record import Observed
 
@@ -56,7 +57,7 @@ async def observer_child(port: int) -> None:
         sys.stdout.write(json.dumps(line) + "\n")
         sys.stdout.flush()
 
-    observer = TrafficObserver(f"127.0.0.1:{port}", sink, max_streams=4096)
+    observer = TrafficObserver(TrafficConfig(f"127.0.0.1:{port}", max_streams=4096), sink)
     await observer.start()
     print(json.dumps({"ready": True, "cpu_s": cpu_s(), "messages": 0}), flush=True)
     stop = asyncio.Event()

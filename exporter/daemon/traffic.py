@@ -16,7 +16,7 @@ from exporter.exposition.traffic_agreement import ProbeAgreement
 from exporter.exposition.traffic_stats import ObserverHealth, TrafficStats
 from exporter.settings import Config
 from exporter.settings.buckets import HistogramBuckets
-from exporter.settings.traffic import MAX_MODELS, TrafficConfig
+from exporter.settings.traffic import TrafficConfig
 from exporter.streams.result import ProbeResult
 from exporter.traffic.record import Observed
 
@@ -69,15 +69,7 @@ class TrafficService:
             if (exc.name or "").split(".")[0] in _EXTRA_MODULES:
                 raise RuntimeError(MISSING_EXTRA) from None
             raise
-        self.observer = TrafficObserver(
-            self.config.ext_proc_address,
-            self.stats.add,
-            probe_sink=self._observed_probe,
-            models=frozenset(self.config.models),
-            learn_models=0 if self.config.models else MAX_MODELS,
-            max_streams=self.config.max_streams,
-            clock=self._clock,
-        )
+        self.observer = TrafficObserver(self.config, self.stats.add, self._observed_probe, clock=self._clock)
         self.port = await self.observer.start()
 
     async def stop(self) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from exporter.settings.traffic import MAX_MODELS, TrafficConfig
 from exporter.streams.saturation import LagMonitor
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 Sink = Callable[[Observed], None]
-DEFAULT_MAX_STREAMS = 1024
 # The empty answer to each kind of message, for a filter that waits for one (not observability mode).
 _ANSWERS: dict[str, Callable[[], pb.ProcessingResponse]] = {
     "request_headers": lambda: pb.ProcessingResponse(request_headers=pb.HeadersResponse()),
@@ -144,30 +144,27 @@ class _Servicer(pb_grpc.ExternalProcessorServicer):
 
 
 class TrafficObserver:
-    """The ext_proc server on ``address`` (HOST:PORT); each finished exchange's record goes to ``sink``."""
+    """The ext_proc server ``config`` describes; each finished exchange's record goes to ``sink`` (the
+    exporter's own probes' to ``probe_sink``)."""
 
     def __init__(
         self,
-        address: str,
+        config: TrafficConfig,
         sink: Sink,
-        *,
         probe_sink: Sink | None = None,
-        models: frozenset[str] = frozenset(),
-        learn_models: int = 0,
         limits: StreamLimits | None = None,
-        max_streams: int = DEFAULT_MAX_STREAMS,
         clock: Clock = time.perf_counter,
     ) -> None:
-        self.address = address
+        self.address = config.ext_proc_address
         self.sink = sink
         self.probe_sink = probe_sink
-        # The model label's values: the configured ones, and at most ``learn_models`` more that the
-        # engine's own GET /v1/models answers list as they pass through Envoy.
-        self.models: set[str] = set(models)
-        self.learn_models = learn_models
-        self._most_models = len(self.models) + learn_models
+        # The model label's values: the configured ones, or, with none configured, at most
+        # ``MAX_MODELS`` that the engine's own GET /v1/models answers list as they pass through Envoy.
+        self.models: set[str] = set(config.models)
+        self.learn_models = 0 if config.models else MAX_MODELS
+        self._most_models = len(self.models) + self.learn_models
         self.limits = limits or StreamLimits()
-        self.max_streams = max_streams
+        self.max_streams = config.max_streams
         self.clock = clock
         self.counts = ObserverCounts()
         self.monitor = (

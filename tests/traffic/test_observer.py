@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import grpc
 import pytest
 
+from exporter.settings.traffic import TrafficConfig
 from exporter.streams.result import Outcome
 from exporter.traffic._proto.envoy.config.core.v3 import base_pb2
 from exporter.traffic._proto.envoy.service.ext_proc.v3 import external_processor_pb2 as pb
@@ -57,7 +58,7 @@ async def observed() -> AsyncIterator[Harness]:
     records: list[Observed] = []
     ticks = iter(range(1000))
     observer = TrafficObserver(
-        "127.0.0.1:0", records.append, models=frozenset({"m"}), clock=lambda: float(next(ticks))
+        TrafficConfig("127.0.0.1:0", models=("m",)), records.append, clock=lambda: float(next(ticks))
     )
     port = await observer.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -113,11 +114,11 @@ async def test_a_bug_in_the_sink_is_logged_and_counted(
 
 
 async def test_a_port_in_use_is_a_clear_error() -> None:
-    first = TrafficObserver("127.0.0.1:0", lambda record: None)
+    first = TrafficObserver(TrafficConfig("127.0.0.1:0"), lambda record: None)
     port = await first.start()
     try:
         with pytest.raises(OSError, match=f"cannot listen on 127.0.0.1:{port}"):
-            await TrafficObserver(f"127.0.0.1:{port}", lambda record: None).start()
+            await TrafficObserver(TrafficConfig(f"127.0.0.1:{port}"), lambda record: None).start()
     finally:
         await first.stop()
 

