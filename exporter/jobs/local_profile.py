@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from exporter.jobs.prefill_profile import OnSample, PrefillProfile, profile_prefill
+from exporter.jobs.prefill_profile import OnSample, PrefillProfile, ProfileRequests, profile_prefill
 from exporter.jobs.profile_runner import PROFILE_POOL, one_at_a_time
 from exporter.load.plan_runner import worker_pool
 from exporter.load.prompts import PromptBuilder
@@ -44,9 +44,8 @@ async def profile_target(
     ):
         await client.resolve_model()
         send = client.send if pool is None else one_at_a_time(pool, settings)
-        return await profile_prefill(
-            send, profile.builder, settings.api, profile.ladder, profile.repeats, on_sample, on_interrupt
-        )
+        requests = ProfileRequests(profile.builder, settings.api, profile.ladder, profile.repeats)
+        return await profile_prefill(send, requests, on_sample, on_interrupt)
 
 
 def profile_table(profile: PrefillProfile) -> str:

@@ -76,28 +76,38 @@ class PrefillProfile:
         }
 
 
+@dataclass(frozen=True)
+class ProfileRequests:
+    """What a profile sends: ``repeats`` isolated one-token requests of each of ``lengths`` prompt
+    tokens, in order, their prompts from ``builder`` in ``api``'s shape."""
+
+    builder: PromptBuilder
+    api: Api
+    lengths: Sequence[int]
+    repeats: int = 3
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+
+
 async def profile_prefill(
     send: Send,
-    builder: PromptBuilder,
-    api: Api,
-    lengths: Sequence[int],
-    repeats: int = 3,
+    requests: ProfileRequests,
     on_sample: OnSample | None = None,
     on_interrupt: Callable[[PrefillProfile], None] | None = None,
 ) -> PrefillProfile:
-    """Send ``repeats`` isolated one-token requests per length, in order, and fit the model. Stopped
-    from outside (cancelled, Ctrl-C, SIGTERM), it tells ``on_interrupt`` the lengths it finished, fitted
-    (``interrupted``), and stops as told.
+    """Send ``requests`` through ``send`` and fit the model. Stopped from outside (cancelled, Ctrl-C,
+    SIGTERM), it tells ``on_interrupt`` the lengths it finished, fitted (``interrupted``), and stops as
+    told.
 
     A length whose every request failed (e.g. longer than the model's context: a 400) is kept in the
     samples with its outcomes and left out of the fit. A request answered without a content token
     (``no_tokens``) is counted and sent once more with a new prompt.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
     samples: list[LengthSample] = []
     try:
-        return await _profile(send, builder, api, lengths, repeats, on_sample, samples)
+        return await _profile(send, requests, on_sample, samples)
     except (asyncio.CancelledError, KeyboardInterrupt):
         if on_interrupt is not None:
             on_interrupt(PrefillProfile(list(samples), fit(samples), interrupted=True))
@@ -105,20 +115,15 @@ async def profile_prefill(
 
 
 async def _profile(
-    send: Send,
-    builder: PromptBuilder,
-    api: Api,
-    lengths: Sequence[int],
-    repeats: int,
-    on_sample: OnSample | None,
-    samples: list[LengthSample],
+    send: Send, requests: ProfileRequests, on_sample: OnSample | None, samples: list[LengthSample]
 ) -> PrefillProfile:
     # Fresh prompt texts per run: a repeated profile must not find its prompts in the engine's prefix
     # cache, or its TTFTs would measure a cache hit instead of a prefill.
     base = secrets.randbits(40)
-    for index, length in enumerate(lengths):
+    builder, api = requests.builder, requests.api
+    for index, length in enumerate(requests.lengths):
         sample = LengthSample(length)
-        for attempt in range(repeats):
+        for attempt in range(requests.repeats):
             key = base + index * 1000 + attempt
             result = await send(first_token_spec(builder, api, length, key, f"profile-{length}-{key}"))
             if result.outcome is Outcome.NO_TOKENS:

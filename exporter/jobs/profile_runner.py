@@ -14,6 +14,7 @@ from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, 
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.prefill_profile import (
     LengthSample,
+    ProfileRequests,
     constant_note,
     fit_ladder,
     left_out_note,
@@ -75,7 +76,7 @@ def profile_runner(env: JobEnvironment) -> Runner:
                 await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
                 profile = await profile_prefill(
                     client.send if pool is None else one_at_a_time(pool, client.settings),
-                    prompt_builder(target), target.api, lengths, params.repeats,
+                    ProfileRequests(prompt_builder(target), target.api, lengths, params.repeats),
                     _sample_reporter(ctx, len(lengths)),
                     lambda stopped: ctx.keep_result({"target": target.name, **stopped.to_dict()}),
                 )  # fmt: skip

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from exporter.cli import main
-from exporter.jobs.prefill_profile import profile_prefill
+from exporter.jobs.prefill_profile import ProfileRequests, profile_prefill
 from exporter.load.prompts import SimPromptBuilder
 from exporter.probe.client import ProbeClient
 from exporter.settings.job_params import geometric_ladder
@@ -35,7 +35,9 @@ async def h100_url(start_sim: StartSim) -> str:
 async def test_profiling_recovers_the_simulators_prefill_curve(h100_url: str) -> None:
     lengths = (128, 512, 1024, 2048, 4096)
     async with ProbeClient(TargetSettings(h100_url, api="completions")) as client:
-        profile = await profile_prefill(client.send, SimPromptBuilder(), "completions", lengths, repeats=3)
+        profile = await profile_prefill(
+            client.send, ProfileRequests(SimPromptBuilder(), "completions", lengths, repeats=3)
+        )
     assert profile.model is not None
     for sample in profile.samples:
         assert sample.outcomes == {"ok": 3} and sample.length == sample.prompt_tokens
@@ -48,9 +50,8 @@ async def test_profiling_recovers_the_simulators_prefill_curve(h100_url: str) ->
 
 async def test_a_length_the_model_refuses_is_reported_and_left_out(h100_url: str) -> None:
     async with ProbeClient(TargetSettings(h100_url, api="completions")) as client:
-        profile = await profile_prefill(
-            client.send, SimPromptBuilder(), "completions", (256, 9000), repeats=1
-        )
+        requests = ProfileRequests(SimPromptBuilder(), "completions", (256, 9000), repeats=1)
+        profile = await profile_prefill(client.send, requests)
     refused = profile.samples[1]
     assert refused.best is None and refused.outcomes == {"http_status": 1}
     assert "maximum context length" in refused.errors[0]
@@ -159,7 +160,9 @@ async def test_every_profiling_run_sends_new_prompt_texts() -> None:
         return send
 
     for run in (0, 1):
-        await profile_prefill(recorder(run), SimPromptBuilder(), "completions", [16, 64], repeats=2)
+        await profile_prefill(
+            recorder(run), ProfileRequests(SimPromptBuilder(), "completions", [16, 64], repeats=2)
+        )
     assert len(set(sent[0])) == len(set(sent[1])) == 4
     assert not set(sent[0]) & set(sent[1])
 
@@ -194,7 +197,9 @@ async def test_a_token_without_text_is_counted_and_its_prompt_redrawn() -> None:
     app.router.add_post("/v1/completions", completions)
     app.router.add_get("/v1/models", models)
     async with serving_app(app) as url, ProbeClient(TargetSettings(url, api="completions")) as client:
-        profile = await profile_prefill(client.send, SimPromptBuilder(), "completions", [64], repeats=2)
+        profile = await profile_prefill(
+            client.send, ProfileRequests(SimPromptBuilder(), "completions", [64], repeats=2)
+        )
     sample = profile.samples[0]
     assert sample.outcomes == {"no_tokens": 1, "ok": 2} and len(sample.ttfts) == 2
     assert len(prompts) == 3 and len(set(prompts)) == 3  # the redrawn prompt is a new one
