@@ -42,7 +42,13 @@ from exporter.jobs.capacity_loop import (
 from exporter.jobs.capacity_report import SearchProgress, result_line
 from exporter.jobs.capacity_result import CapacityResult, FirstLook
 from exporter.jobs.capacity_search import MAX_PARTS, SearchSettings
-from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
+from exporter.jobs.job_environment import (
+    JobEnvironment,
+    ShardsWanted,
+    job_shards,
+    model_of,
+    shards_used,
+)
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.trial import (
     StartedSend,
@@ -184,9 +190,8 @@ def capacity_runner(env: JobEnvironment) -> Runner:
             calibration = await job_calibration(client, target, context, ctx)
             workload = fitted_workload(config.module(module), target, context, ctx, calibration)
             await env.wait_idle(target.name)
-            async with job_shards(
-                remote, config.jobs.api_token, params.workers, env, client, in_process=workload.sessions
-            ) as pool:
+            wanted = ShardsWanted(remote, config.jobs.api_token, params.workers, in_process=workload.sessions)
+            async with job_shards(wanted, env, client) as pool:
                 search = CapacitySearch(
                     params,
                     search_settings(params, limits, slo),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from exporter.evaluation import DeadlinePolicy
@@ -59,31 +60,36 @@ async def model_of(client: ProbeClient) -> str:
         raise JobFailedError(exc.explain()) from None
 
 
+@dataclass(frozen=True)
+class ShardsWanted:
+    """Where a job asks its sends to go: the Indexed Job's pods when ``remote`` (``jobs.shards``) is
+    configured (they present ``token``, ``jobs.shards.token``, else the jobs token), else ``workers``
+    local worker processes (None: ``jobs.workers``) judged by ``local``, else, with ``in_process`` (a
+    workload of sessions, whose turns need one place) and one worker, the daemon's own process."""
+
+    remote: ShardsConfig | None = None
+    token: Secret | None = None
+    workers: int | None = None
+    local: PoolSettings | None = None
+    in_process: bool = False
+
+
 @contextlib.asynccontextmanager
 async def job_shards(
-    remote: ShardsConfig | None,
-    token: Secret | None,
-    asked: int | None,
-    env: JobEnvironment,
-    client: ProbeClient,
-    local: PoolSettings | None = None,
-    *,
-    in_process: bool = False,
+    wanted: ShardsWanted, env: JobEnvironment, client: ProbeClient
 ) -> AsyncIterator[ShardPool | None]:
-    """The shards a job sends through: the Indexed Job's pods when ``jobs.shards`` is configured (they
-    present ``jobs.shards.token``, else the jobs token), else ``asked`` (or ``jobs.workers``) local worker
-    processes, one included, else (``in_process``: a workload of sessions, whose turns need one place, and
-    one worker) none: the daemon's process sends.
+    """The shards a job sends through, as ``wanted`` says (None: the daemon's process sends).
 
     One worker is a process of its own, not the daemon's event loop, where the daemon's probes, engine
     scrapes and ``/metrics`` delayed the trial's reads: 4-8 of a trial's 200 requests were flagged
     unreliable at the trials' ends, so a search's answer was never published, where the same search
     from the CLI had none flagged."""
-    workers = asked or env.job_limits().max_workers
-    credential = remote.credential(token) if remote is not None else None
+    remote, local = wanted.remote, wanted.local
+    workers = wanted.workers or env.job_limits().max_workers
+    credential = remote.credential(wanted.token) if remote is not None else None
     if remote is not None and credential is not None:
         pools = remote_shards(remote.count, credential.reveal(), remote.listen, remote.pool)
-    elif workers > 1 or not in_process:
+    elif workers > 1 or not wanted.in_process:
         pools = local_shards(workers, client.settings.api_key, local if workers > 1 else _standing_in(local))
     else:
         yield None

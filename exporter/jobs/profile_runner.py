@@ -10,7 +10,13 @@ import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from exporter.jobs.job_environment import JobEnvironment, job_shards, model_of, shards_used
+from exporter.jobs.job_environment import (
+    JobEnvironment,
+    ShardsWanted,
+    job_shards,
+    model_of,
+    shards_used,
+)
 from exporter.jobs.manager import JobContext, JobFailedError, Runner
 from exporter.jobs.prefill_profile import (
     LengthSample,
@@ -72,7 +78,8 @@ def profile_runner(env: JobEnvironment) -> Runner:
                 raise JobFailedError(
                     f"the profile would send {planned} prompt tokens; jobs.limits.max_tokens is {limit}"
                 )
-            async with job_shards(None, None, params.workers, env, client, PROFILE_POOL) as pool:
+            wanted = ShardsWanted(workers=params.workers, local=PROFILE_POOL)
+            async with job_shards(wanted, env, client) as pool:
                 await env.wait_idle(target.name)  # in isolation: nothing else of ours in flight
                 profile = await profile_prefill(
                     client.send if pool is None else one_at_a_time(pool, client.settings),
