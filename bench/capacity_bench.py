@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from multiprocessing import Pool
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity_loop import search_capacity
+from exporter.jobs.capacity_loop import TrialAsk, search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialShape, plan_trial
 from exporter.jobs.trial_verdict import TrialReport, TrialSlo
@@ -265,9 +265,8 @@ def ours(bed: Bed, start: float, predict: bool = False) -> Run:
     (``exporter.jobs.capacity_model``) reported beside it, and with ``predict`` placing its trials."""
     parts: dict[float, int] = {}
 
-    async def run_trial(
-        index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
-    ) -> TrialReport:
+    async def run_trial(ask: TrialAsk) -> TrialReport:
+        load, may_stop, settle = ask.load, ask.may_stop, ask.settle
         part = parts.get(load, 0)
         parts[load] = part + 1
         return bed.trial(load, may_stop, part, settle)
@@ -378,10 +377,8 @@ def ours_point(bed: Bed, start: float) -> Run:
     """Our search on point verdicts (no intervals, no repeats), with the same confident early stops:
     what honesty about the sample costs, measured beside it."""
 
-    async def run_trial(
-        index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
-    ) -> TrialReport:
-        return bed.trial(load, may_stop)
+    async def run_trial(ask: TrialAsk) -> TrialReport:
+        return bed.trial(ask.load, ask.may_stop)
 
     result = asyncio.run(search_capacity(SearchSettings(start=start, max_load=MAX_LOAD), run_trial))
     return Run(result.lower_bound, result.trials, str(result.state))

@@ -1,6 +1,6 @@
 """A capacity search: trials at chosen loads until the highest load meeting the SLO is pinned down.
 
-``search_capacity`` knows nothing of HTTP: it asks ``run_trial(index, load)`` for each trial (a live
+``search_capacity`` knows nothing of HTTP: it asks ``run_trial(TrialAsk(index, load, ...))`` for each trial (a live
 trial over the probe client, or one on the simulator's virtual clock in tests and the benchmark) and
 ``capacity_search.next_load`` where to go next; what it asks and tells its caller besides is one value
 (``SearchHooks``). The result (``capacity_result.CapacityResult``) carries what was found (``state``:
@@ -84,9 +84,22 @@ from exporter.load.workloads import Workload
 from exporter.settings.job_params import MIN_TRIAL_S
 
 FIRST_TRIAL = 1  # the index of a search's first trial (a trial's index counts from it, in the order run)
-# (index, load, may stop early, seconds the trial may last at most: None for no bound of the search's,
-# the (successes, requests) seen at the load when the trial runs to settle its pass: ``TrialPlan.settle``)
-RunTrial = Callable[[int, float, bool, float | None, tuple[int, int] | None], Awaitable[TrialReport]]
+
+
+@dataclass(frozen=True)
+class TrialAsk:
+    """What the search asks of its next trial."""
+
+    index: int  # from ``FIRST_TRIAL``, in the order run
+    load: float
+    may_stop: bool  # early, once its verdict is certain
+    time_left_s: float | None = None  # the most it may last (None: no bound of the search's)
+    # The (successes, requests) seen at the load when the trial runs to settle its pass
+    # (``TrialPlan.settle``); None for a first trial at the load.
+    settle: tuple[int, int] | None = None
+
+
+RunTrial = Callable[[TrialAsk], Awaitable[TrialReport]]
 OnTrial = Callable[[TrialReport], None]
 Afford = Callable[[float], str | None]  # a reason not to run a trial at this load, or None
 Drain = Callable[[], Awaitable["Drained"]]  # wait until the engine is idle
@@ -180,7 +193,8 @@ async def _search(
             not seen.passed for seen in history
         )  # set aside: anchors nothing
         settle = settling(settings, history, load)
-        trial = await run_trial(FIRST_TRIAL + len(trials), load, may_stop, record.time_left(settings), settle)
+        ask = TrialAsk(FIRST_TRIAL + len(trials), load, may_stop, record.time_left(settings), settle)
+        trial = await run_trial(ask)
         if drained is not None:
             trial.drain_wait_s, trial.drained_by = drained.waited_s, drained.how
         record.spent_s += trial.duration_s

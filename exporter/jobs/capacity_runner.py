@@ -34,6 +34,7 @@ from exporter.jobs.capacity_loop import (
     OnInterrupt,
     OnTrial,
     SearchHooks,
+    TrialAsk,
     first_look,
     look_start,
     search_capacity,
@@ -365,7 +366,7 @@ async def _first_plan(
     """The first trial's plan; a ``JobFailedError`` naming the context and the workload's lengths when
     none of its requests fit the context (a ``ValueError`` of an unfitted workload is a bug of ours)."""
     try:
-        return await trials.planned(FIRST_TRIAL, start, False, keep=True)
+        return await trials.planned(TrialAsk(FIRST_TRIAL, start, False), keep=True)
     except ValueError as exc:
         if workload.max_total_tokens is None:
             raise
@@ -389,21 +390,13 @@ class _SearchTrials:
     # repeats at that load): its first trial's, taken by it.
     _first: tuple[tuple[int, float, int], TrialPlan] | None = None
 
-    async def planned(
-        self,
-        index: int,
-        load: float,
-        may_stop: bool,
-        time_left: float | None = None,
-        settle: tuple[int, int] | None = None,
-        *,
-        keep: bool = False,
-    ) -> TrialPlan:
+    async def planned(self, ask: TrialAsk, *, keep: bool = False) -> TrialPlan:
         """The plan of trial ``index``, made off the loop: planning takes 14-20 us a request, tens of
         seconds for the ceiling of a million, which would hold the daemon's /metrics, and a Ctrl-C,
         that long; and stopped when its caller is cancelled (a cancelled job). ``keep``: kept for the
         next call for the same trial, which takes it (the first trial's, made for the worst case
         before the search: ``_first_plan``)."""
+        index, load = ask.index, ask.load
         first, self._first = self._first, None  # used once: a plan of a million specs is not kept
         if first is not None and first[0] == (index, load, self.repeats[load]):
             plan = first[1]
@@ -412,8 +405,8 @@ class _SearchTrials:
             plan = await off_the_loop(lambda: self._plan(index, load, stop), stop)
             if keep:
                 self._first = ((index, load, self.repeats[load]), plan)
-        limit = trial_time_limit(plan, self.params, time_left)
-        return dataclasses.replace(plan, early_stop=may_stop, time_limit_s=limit, settle=settle)
+        limit = trial_time_limit(plan, self.params, ask.time_left_s)
+        return dataclasses.replace(plan, early_stop=ask.may_stop, time_limit_s=limit, settle=ask.settle)
 
     def _plan(self, index: int, load: float, stop: threading.Event) -> TrialPlan:
         # A repeat at a load draws new lengths and gaps: the same ones would only replay the same sample.
@@ -429,10 +422,9 @@ class _SearchTrials:
     def send(self) -> StartedSend:
         return client_send(self.target.client)
 
-    async def run(
-        self, index: int, load: float, may_stop: bool, time_left: float | None, settle: tuple[int, int] | None
-    ) -> TrialReport:
-        planned = await self.planned(index, load, may_stop, time_left, settle)
+    async def run(self, ask: TrialAsk) -> TrialReport:
+        index, load = ask.index, ask.load
+        planned = await self.planned(ask)
         self.repeats[load] += 1
         progress = self.progress
         if progress is not None:

@@ -12,7 +12,14 @@ import pytest
 
 from exporter.evaluation import DeadlinePolicy
 from exporter.jobs import capacity_runner
-from exporter.jobs.capacity_loop import FIRST_TRIAL, MAX_SET_ASIDE, SearchHooks, search_capacity, wait_drained
+from exporter.jobs.capacity_loop import (
+    FIRST_TRIAL,
+    MAX_SET_ASIDE,
+    SearchHooks,
+    TrialAsk,
+    search_capacity,
+    wait_drained,
+)
 from exporter.jobs.capacity_report import SearchProgress, capacity_table, figure, result_line
 from exporter.jobs.capacity_result import CapacityResult, stop_kind
 from exporter.jobs.capacity_runner import SearchTarget, default_floor, search_settings, trial_time_limit
@@ -65,9 +72,8 @@ async def test_a_target_failing_at_every_load_ends_at_the_floor_not_met() -> Non
     settings = SearchSettings(start=16.0, max_load=20.0, max_trials=30, floor=0.25)
     loads: list[float] = []
 
-    async def trial(
-        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        load = ask.load
         loads.append(load)
         return counted(load, 0, 120, headroom=0.1)
 
@@ -83,9 +89,8 @@ async def test_an_answer_on_timings_the_client_distrusts_says_so(flagged: int) -
     capacity search whose answer rests on such a trial (at either end) says so, and names it."""
     settings = SearchSettings(start=4.0, max_load=100.0, max_trials=12, floor=0.25)
 
-    async def trial(
-        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        index, load = ask.index, ask.load
         report = counted(load, 200 if load <= 10.0 else 150, 200, headroom=10.0 / load)
         report.index = index
         report.figures["unreliable"] = flagged if 9.0 <= load <= 11.0 else 0
@@ -107,9 +112,8 @@ def shaky_at(loads: set[float] | None, times: int) -> object:
     in flight), the rest none."""
     seen: dict[float, int] = {}
 
-    async def trial(
-        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        index, load = ask.index, ask.load
         report = counted(load, 200 if load <= 10.0 else 150, 200, headroom=10.0 / load)
         report.index = index
         seen[load] = seen.get(load, 0) + 1
@@ -170,11 +174,10 @@ async def test_the_rerun_of_a_set_aside_first_failure_runs_in_full() -> None:
     may_stop: list[bool] = []
     shaky = shaky_at({10.4}, 1)
 
-    async def trial(
-        index: int, load: float, stop: bool, time_left: float | None, settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        stop = ask.may_stop
         may_stop.append(stop)
-        return await shaky(index, load, stop, time_left, settle)  # type: ignore[operator, no-any-return]
+        return await shaky(ask)  # type: ignore[operator, no-any-return]
 
     result = await run(settings, trial)
     assert [t.set_aside is not None for t in result.trials][:2] == [True, False]  # type: ignore[attr-defined]
@@ -320,9 +323,8 @@ async def test_a_trial_that_measured_nothing_ends_the_search_with_no_state() -> 
     (counted as one, it steered the search to the floor and reported "not met", exit 0)."""
     loads: list[float] = []
 
-    async def trial(
-        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        index, load = ask.index, ask.load
         loads.append(load)
         if index == 1:
             return counted(load, 200, 200, headroom=3.0)
@@ -339,9 +341,8 @@ async def test_a_trial_that_measured_nothing_ends_the_search_with_no_state() -> 
     # What the first trial showed still stands; with nothing measured at all there is no state.
     assert result.state is State.LOWER_BOUND and result.lower_bound == 2.0  # type: ignore[attr-defined]
 
-    async def nothing(
-        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
-    ) -> TrialReport:
+    async def nothing(ask: TrialAsk) -> TrialReport:
+        index, load = ask.index, ask.load
         return TrialReport.of(index, load, judge([], SLO), TrialCost(0, 15.0, 0))
 
     empty = await run(SearchSettings(start=2.0, max_load=100.0), nothing)
@@ -355,9 +356,8 @@ async def test_the_time_budget_ends_a_search_and_bounds_each_trial() -> None:
     settings = SearchSettings(start=1.0, max_load=1000.0, max_trials=20)
     given: list[float | None] = []
 
-    async def trial(
-        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        load, time_left = ask.load, ask.time_left_s
         given.append(time_left)
         return counted(load, 200, 200, headroom=50.0)  # passes everywhere: only the budget ends it
 
@@ -519,9 +519,8 @@ async def test_the_search_hands_the_settle_counts_to_the_repeat() -> None:
     settings = SearchSettings(start=10.0, max_load=100.0, required=P99, max_parts=3)
     asked: list[tuple[float, object]] = []
 
-    async def trial(
-        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        load, settle = ask.load, ask.settle
         asked.append((load, settle))
         if load <= 10.0:
             return counted(load, 200, 200, headroom=1.01) if settle is None else counted(load, 29, 30)
@@ -592,9 +591,8 @@ async def test_the_search_reports_each_drain_wait_and_counts_it_against_the_budg
     async def drain() -> Drained:
         return Drained(30.0, "engine_idle")
 
-    async def trial(
-        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        load = ask.load
         return counted(load, 200, 200, headroom=50.0)
 
     settings = SearchSettings(start=1.0, max_load=1000.0, max_trials=20)
@@ -652,10 +650,10 @@ async def test_the_first_trial_is_planned_once_and_a_plan_given_up_stops(
     client = ProbeClient(TargetSettings("http://127.0.0.1:9"))
     trials = capacity_runner._SearchTrials(params, workload, SLO, SearchTarget(lambda: client), None, None)
     first = await capacity_runner._first_plan(trials, 2.0, workload, None)
-    again = await trials.planned(FIRST_TRIAL, 2.0, True, 30.0)  # the index the search gives it
+    again = await trials.planned(TrialAsk(FIRST_TRIAL, 2.0, True, 30.0))  # the index the search gives it
     assert planned == [(2.0, True)]  # once, stoppable
     assert again.specs == first.specs and again.early_stop and again.time_limit_s == 30.0
-    await trials.planned(FIRST_TRIAL, 2.0, True)  # taken: a later call plans afresh
+    await trials.planned(TrialAsk(FIRST_TRIAL, 2.0, True))  # taken: a later call plans afresh
     assert planned == [(2.0, True), (2.0, True)]
     stop = threading.Event()
     stop.set()
@@ -678,9 +676,8 @@ async def test_a_failure_with_the_engine_idle_ends_the_search_not_met(
     settings = SearchSettings(start=4.0, max_load=20.0, max_trials=30, floor=0.25, required=P99)
     missed, requests = alone
 
-    async def trial(
-        index: int, load: float, may_stop: bool, time_left: float | None, settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        load = ask.load
         report = counted(load, 0, 120, headroom=0.5)
         report.figures["alone"] = {
             "requests": requests, "missed": missed,

@@ -80,12 +80,13 @@ def test_engine_sample_from_a_trials_figures() -> None:
 
 @pytest.mark.slow
 async def test_on_the_simulator_the_prediction_lands_near_the_measured_answer() -> None:
+    from exporter.jobs.capacity_loop import TrialAsk, search_capacity
+    from exporter.jobs.trial_verdict import TrialReport
+
     bed = Bed("llama-3.1-8b-h100", "sharegpt", chunked=True)
 
-    async def run_trial(index: int, load: float, may_stop: bool, time_left: float | None, settle: object):  # type: ignore[no-untyped-def]
-        return bed.trial(load, may_stop)
-
-    from exporter.jobs.capacity_loop import search_capacity
+    async def run_trial(ask: TrialAsk) -> TrialReport:
+        return bed.trial(ask.load, ask.may_stop)
 
     result = await search_capacity(SearchSettings(start=2.0, max_load=1000.0), run_trial)
     assert result.converged and result.lower_bound is not None

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from exporter.jobs.capacity_loop import search_capacity
+from exporter.jobs.capacity_loop import TrialAsk, search_capacity
 from exporter.jobs.capacity_search import (
     MIN_RATE,
     Bracket,
@@ -262,9 +262,8 @@ async def test_search_capacity_reports_why_it_stopped(
 ) -> None:
     may_stop: list[bool] = []
 
-    async def run_trial(
-        index: int, load: float, stop: bool, time_left: float | None, settle: object
-    ) -> TrialReport:
+    async def run_trial(ask: TrialAsk) -> TrialReport:
+        index, load, stop = ask.index, ask.load, ask.may_stop
         may_stop.append(stop)
         return report(index, load, curve)
 

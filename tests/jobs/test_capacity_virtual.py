@@ -10,7 +10,7 @@ import pytest
 
 from bench.virtual_engine import engine_for, virtual_trial
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity_loop import search_capacity
+from exporter.jobs.capacity_loop import TrialAsk, search_capacity
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.trial import TrialPlan, TrialShape, plan_trial
 from exporter.jobs.trial_verdict import TrialReport, TrialSlo
@@ -57,10 +57,8 @@ class Bed:
         return self.cache[(load, early_stop)]
 
     async def search(self, start: float) -> float | None:
-        async def run_trial(
-            index: int, load: float, may_stop: bool, time_left: float | None, settle: object
-        ) -> TrialReport:
-            return self.trial(load, may_stop)
+        async def run_trial(ask: TrialAsk) -> TrialReport:
+            return self.trial(ask.load, ask.may_stop)
 
         result = await search_capacity(SearchSettings(start=start, max_load=1000.0), run_trial)
         assert result.converged

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from exporter.evaluation import DeadlinePolicy
-from exporter.jobs.capacity_loop import search_capacity
+from exporter.jobs.capacity_loop import TrialAsk, search_capacity
 from exporter.jobs.capacity_runner import CapacitySearch, SearchTarget, run_capacity_search
 from exporter.jobs.capacity_search import SearchSettings
 from exporter.jobs.manager import JobFailedError
@@ -115,9 +115,8 @@ async def test_a_shard_starting_late_keeps_the_trial_from_passing(sim: SimServer
 async def test_a_search_stops_at_a_trial_with_shard_problems() -> None:
     problems = ["shard 1 died: exit code -9"]
 
-    async def trial(
-        index: int, load: float, _may_stop: bool, _time_left: float | None, _settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        index, load = ask.index, ask.load
         figures = {"shards": {"shards": [], "problems": problems}}
         return TrialReport(index, load, False, SHARDS_REASON, 2.0, figures, 10, 1.0, 100)
 
@@ -132,9 +131,8 @@ async def test_a_shard_problem_after_a_pass_leaves_that_pass_but_no_answer_to_pu
     """What the first trial showed stands (a lower bound), but the search was cut short by us: the
     answer is not published, and the trial that measured nothing is not priced as the highest load."""
 
-    async def trial(
-        index: int, load: float, _may_stop: bool, _time_left: float | None, _settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        index, load = ask.index, ask.load
         if index == 1:
             figures = {"requests": 10, "fluid_requests": 10, "fluid_goodput_tokens_per_s": 30.0}
             return TrialReport(index, load, True, "ok", 3.0, figures, 10, 1.0, 100)
@@ -217,9 +215,8 @@ async def test_a_sharded_search_cut_in_its_warm_up_says_its_duration_ended_it(
     base = plan(24, slow_every=0, warmup=8)
     cut = TrialPlan(base.load, base.specs, base.warmup, base.offsets, None, 0.1, False)
 
-    async def trial(
-        index: int, _load: float, _may_stop: bool, _time_left: float | None, _settle: object
-    ) -> TrialReport:
+    async def trial(ask: TrialAsk) -> TrialReport:
+        index = ask.index
         return await run_sharded_trial(index, cut, SLO, pool, settings_for(sim))
 
     result = await search_capacity(SearchSettings(10.0, 100.0, 0.05, 4), trial)
