@@ -111,9 +111,20 @@ MAX_SET_ASIDE = 2  # distrusted trials a search runs again (each one a trial's t
 # which a few ms of merged reads hardly move, and a rerun costs a whole trial (46 s at 0.5x, seen).
 NEAR_HEADROOM = 1.25
 # The drain before a trial (``wait_drained``)
-SETTLE_S = 2.0  # without engine metrics: a pause for the engine to notice closed connections
-MAX_WAIT_S = 120.0  # a drain wait never takes longer (an engine busy with others' load never drains)
-POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class DrainTimes:
+    """How a drain waits: the engine's counts read every ``poll_s``; without them, a pause of
+    ``settle_s`` for the engine to notice closed connections; never longer than ``max_wait_s`` (an
+    engine busy with others' load never drains)."""
+
+    max_wait_s: float = 120.0
+    settle_s: float = 2.0
+    poll_s: float = 1.0
+
+
+DRAIN_TIMES = DrainTimes()
 # The first look (``first_look``; its size, ``capacity_result.LOOK_REQUESTS``, is said with what it saw)
 LOOK_LIMIT_S = 60.0  # a slow target's look ends here, judged on what finished
 LOOK_SALT = 999_000_000  # prompt texts apart from every trial's (``salt + index * 1_000_000``)
@@ -315,15 +326,13 @@ class Drained:
 
 async def wait_drained(
     busy: Busy | None,
-    *,
-    max_wait_s: float = MAX_WAIT_S,
-    settle_s: float = SETTLE_S,
-    poll_s: float = POLL_S,
+    times: DrainTimes = DRAIN_TIMES,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Drained:
-    """Wait until ``busy()`` reads 0 (polling every ``poll_s``), or for ``settle_s`` when it cannot
-    tell (None), at most ``max_wait_s`` in all."""
+    """Wait until ``busy()`` reads 0 (polling every ``times.poll_s``), or for ``times.settle_s`` when
+    it cannot tell (None), at most ``times.max_wait_s`` in all."""
+    max_wait_s, settle_s, poll_s = times.max_wait_s, times.settle_s, times.poll_s
     began = clock()
     while True:
         load = await busy() if busy is not None else None

@@ -15,6 +15,7 @@ from exporter.jobs import capacity_runner
 from exporter.jobs.capacity_loop import (
     FIRST_TRIAL,
     MAX_SET_ASIDE,
+    DrainTimes,
     SearchHooks,
     TrialAsk,
     search_capacity,
@@ -564,7 +565,7 @@ async def test_a_trial_waits_for_the_engine_to_drain() -> None:
     async def busy() -> float | None:
         return next(readings)
 
-    drained = await wait_drained(busy, poll_s=1.0, sleep=clock.sleep, clock=clock)
+    drained = await wait_drained(busy, DrainTimes(poll_s=1.0), clock.sleep, clock)
     assert (drained.how, drained.waited_s) == ("engine_idle", 3.0)
 
 
@@ -574,14 +575,14 @@ async def test_the_drain_wait_is_bounded_and_falls_back_to_a_pause() -> None:
     async def stuck() -> float | None:
         return 3.0
 
-    drained = await wait_drained(stuck, max_wait_s=10.0, poll_s=1.0, sleep=clock.sleep, clock=clock)
+    drained = await wait_drained(stuck, DrainTimes(max_wait_s=10.0, poll_s=1.0), clock.sleep, clock)
     assert drained.how == "max_wait" and drained.waited_s <= 10.0
 
     async def unknown() -> float | None:
         return None
 
     clock.now = 0.0
-    paused = await wait_drained(unknown, settle_s=2.0, sleep=clock.sleep, clock=clock)
+    paused = await wait_drained(unknown, DrainTimes(settle_s=2.0), clock.sleep, clock)
     assert (paused.how, paused.waited_s) == ("settled", 2.0)
 
 
