@@ -252,14 +252,7 @@ class StreamState:
     def finish(self, *, exact_length: bool | None = None) -> None:
         """Settle a stream that ended normally (``settle``; ``exact_length`` defaults to what the
         request asked for)."""
-        settle(
-            self.result,
-            self.counter,
-            text=self.text,
-            tool_events=self.tool_events,
-            incomplete=self.incomplete,
-            exact_length=self.exact_length if exact_length is None else exact_length,
-        )
+        settle(self, self.exact_length if exact_length is None else exact_length)
 
 
 def overlong(what: str, max_tokens: int | None, limit: float) -> StreamFailureError:
@@ -283,21 +276,14 @@ def stamp_before(result: ProbeResult, now: float, tokens: int, thoughts: int) ->
     return max(stamps, default=-math.inf)
 
 
-def settle(
-    result: ProbeResult,
-    counter: TokenCounter,
-    *,
-    text: list[str] | None,
-    tool_events: list[int],
-    incomplete: str | None,
-    exact_length: bool,
-) -> None:
-    """Settle a stream that ended normally: its text (``text``: the chunks' texts, when kept), token
-    source, reconciliation with the server's usage, the tool-call share (``tool_events``: the indexes
-    of the token events that were tool-call arguments) and its outcome (``incomplete``: why the server
+def settle(state: StreamState, exact_length: bool) -> None:
+    """Settle a stream that ended normally, on its ``result``: its text (the chunks' texts, when
+    kept), token source, reconciliation with the server's usage, the tool-call share (from the indexes
+    of the token events that were tool-call arguments) and its outcome (truncated when the server
     ended the answer incomplete; ``exact_length``: the request asked for exactly ``max_tokens``)."""
-    if text is not None:
-        result.output_text = "".join(text)
+    result, counter = state.result, state.counter
+    if state.text is not None:
+        result.output_text = "".join(state.text)
     result.token_source = counter.source or TokenSource.CHUNKS
     if counter.fallback_chunks:
         result.extra["token_fallback_chunks"] = counter.fallback_chunks
@@ -311,12 +297,12 @@ def settle(
     if held and result.token_counts:
         result.token_counts[-1] += held
         result.extra["held_tokens_at_end"] = held
-    if tool_events:  # the counts may have moved: recount the tool-call share
-        result.tool_call_tokens = sum(result.token_counts[i] for i in tool_events)
+    if state.tool_events:  # the counts may have moved: recount the tool-call share
+        result.tool_call_tokens = sum(result.token_counts[i] for i in state.tool_events)
     result.outcome = completed_outcome(result)
-    if incomplete is not None:
+    if state.incomplete is not None:
         result.outcome = Outcome.TRUNCATED
-        result.error = f"the response ended incomplete ({incomplete})"
+        result.error = f"the response ended incomplete ({state.incomplete})"
     elif exact_length and result.outcome is Outcome.OK and (short := shortfall(result, counter)):
         result.extra["short_of_max_tokens"] = short
 
