@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from exporter.daemon.targets import TargetPool
+from exporter.daemon.target_pool import TargetPool
 from exporter.settings import parse_config
 
 URL = "http://127.0.0.1:8123"

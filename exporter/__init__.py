@@ -27,7 +27,7 @@ otherwise. ``lint-imports`` checks this in CI against the contract in ``pyprojec
 7. ``report``, ``exposition``, ``jobs``: the one-shot report (tables, files, plots); every metric name
    (a new metric goes in ``exposition/names.py``), the ``ResultStore`` that probe runs write and
    scrapes read, and the collectors; capacity search and prefill profiling.
-8. ``daemon``, ``web``: the targets (clients, budgets, health, probes: ``daemon/targets.py``), the
+8. ``daemon``, ``web``: the targets (clients, budgets, health, probes: ``daemon/target_pool.py``), the
    jobs put on the scheduler (``daemon/probe_jobs.py``), the daemon as its jobs see it
    (``daemon/job_host.py``), the scheduler, the loop-lag watcher and what the daemon derives
    from its config; aiohttp routes and the jobs API, written against Protocols

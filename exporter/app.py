@@ -2,7 +2,7 @@
 
 ``Daemon`` owns the current ``Config``, the wall clock (injected) and the scrape session, and builds
 the parts that do the work, each handed what it needs: the targets' clients, budgets and health
-(``daemon.targets.TargetPool``); what the jobs and the jobs API ask for, with the job manager and the
+(``daemon.target_pool.TargetPool``); what the jobs and the jobs API ask for, with the job manager and the
 stored prefill profiles (``daemon.job_host.DaemonJobEnvironment``); what goes on the scheduler,
 one probe job per (target, module), one scrape job per engine or gateway, one per scheduled job, and
 probes on demand (``daemon.probe_jobs.ProbeJobs`` on ``daemon.scheduler.JobScheduler``; a shutdown
@@ -36,8 +36,8 @@ from exporter.daemon.loop_lag import LoopLagWatcher
 from exporter.daemon.on_demand import OnDemandDeadlines
 from exporter.daemon.probe_jobs import ProbeJobs, outcome_recorder
 from exporter.daemon.scheduler import JobScheduler
-from exporter.daemon.targets import TargetPool, TargetState
-from exporter.daemon.traffic import TrafficService
+from exporter.daemon.target_pool import TargetPool, TargetState
+from exporter.daemon.traffic_service import TrafficService
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition import render
 from exporter.exposition.collector import FluidityCollector

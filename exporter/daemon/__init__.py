@@ -1,5 +1,6 @@
 """The long-running exporter's parts, each with one job: the targets (one client, budget and health each:
-``targets``, with ``budget`` and ``health``), what goes on the scheduler and probes on demand
+``target_pool``, with ``budget`` and ``target_health``), the traffic observer as the daemon runs it
+(``traffic_service``), what goes on the scheduler and probes on demand
 (``probe_jobs``; which jobs a config plans, ``planned_jobs``; their tasks in flight, ``running_jobs``;
 on-demand probes' deadlines, which a shutdown cuts short, ``on_demand``), the daemon as its jobs and the
 jobs API see it (``job_host``), the scheduler (``scheduler``), the loop-lag watcher

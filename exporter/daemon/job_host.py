@@ -18,7 +18,7 @@ from collections.abc import Callable
 import aiohttp
 
 from exporter.daemon.job_snapshots import jobs_snapshot
-from exporter.daemon.targets import TargetPool
+from exporter.daemon.target_pool import TargetPool
 from exporter.engine.scrape import Page, scrape
 from exporter.evaluation import DeadlinePolicy
 from exporter.exposition.job_gauges import JobsSnapshot

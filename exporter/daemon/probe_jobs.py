@@ -27,7 +27,7 @@ from exporter.daemon.job_host import ENGINE_SCRAPE_TIMEOUT_S, DaemonJobEnvironme
 from exporter.daemon.planned_jobs import ProbeWork, ScheduledWork, ScrapeWork, Work, planned_jobs
 from exporter.daemon.running_jobs import RunningJobs
 from exporter.daemon.scheduler import JobFunction, JobScheduler
-from exporter.daemon.targets import TargetPool
+from exporter.daemon.target_pool import TargetPool
 from exporter.engine.catalogue import ENGINE_CATALOGUE, GATEWAY_CATALOGUE
 from exporter.engine.scrape import Page, ScrapeResult, scrape
 from exporter.evaluation import EvaluationSpec

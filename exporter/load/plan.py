@@ -1,6 +1,6 @@
 """A load plan: which requests to send, and when (open loop) or how many at once (closed loop).
 
-Every load runs from one: a scheduled probe (``exporter.daemon.targets``), a one-shot run (``load_plan``
+Every load runs from one: a scheduled probe (``exporter.daemon.target_pool``), a one-shot run (``load_plan``
 builds it from the flags), a capacity trial, and a shard's slice. ``runner.run_plan`` sends it; the
 shard pool deals it over processes or pods. The plan is plain data: it says what the load is, never
 how it is driven (the clock, the stop, where results go: ``runner.RunHooks``).

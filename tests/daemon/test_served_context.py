@@ -338,7 +338,7 @@ async def test_a_404_on_models_is_an_answer_that_does_not_say() -> None:
 
 
 async def test_a_target_backing_off_is_not_asked_and_two_probes_of_a_kind_never_overlap() -> None:
-    from exporter.daemon.targets import TargetPool
+    from exporter.daemon.target_pool import TargetPool
 
     async with counting_server(models_status=503, models_delay=0.3) as (url, counts):  # never answers
         config = load_config(CONFIG.format(url=url).replace("simulated: true", "calibrate_prompts: false"))
@@ -369,7 +369,7 @@ async def test_a_module_that_stops_fitting_does_not_hold_its_target_failing() ->
     """The engine restarts with a shorter context: the long module's requests fail (400s), then, asked
     again, it cannot fit and is skipped. Its failures must not pin the target "failing" while the
     other module succeeds (FluidityProbeOverContext says the rest)."""
-    from exporter.daemon.targets import TargetPool
+    from exporter.daemon.target_pool import TargetPool
 
     said: list[int | None] = [4096]
     async with models_server(said) as (url, _asked):

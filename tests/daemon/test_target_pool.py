@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.daemon.targets import TargetPool
+from exporter.daemon.target_pool import TargetPool
 from exporter.settings import load_config
 
 CONFIG = """
