@@ -21,6 +21,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -142,18 +143,24 @@ def listen(address: str) -> list[socket.socket]:
         raise ListenError.of(address, exc) from None
 
 
-async def serve(
-    daemon: Daemon,
-    address: str,
-    sockets: list[socket.socket],
-    *,
-    enable_lifecycle: bool = False,
-    jobs_sockets: list[socket.socket] | None = None,
-    auto_reload_s: float = 0.0,
-) -> None:
-    """Run the daemon and its web app on ``sockets`` (listening on ``address``) until SIGTERM/SIGINT;
-    SIGHUP reloads, and so does a change of the config file's content every ``auto_reload_s`` (> 0).
-    ``jobs_sockets``: the jobs API and ``/-/reload`` there, not on ``sockets``."""
+@dataclass(frozen=True)
+class Serving:
+    """How the daemon is served: its web app on ``sockets`` (bound to ``address``), the jobs API and
+    ``/-/reload`` on ``jobs_sockets`` apart from it when given, the lifecycle endpoints when
+    ``enable_lifecycle``, and a reload whenever the config file's content changes, checked every
+    ``auto_reload_s`` (when > 0)."""
+
+    address: str
+    sockets: list[socket.socket]
+    jobs_sockets: list[socket.socket] | None = None
+    enable_lifecycle: bool = False
+    auto_reload_s: float = 0.0
+
+
+async def serve(daemon: Daemon, serving: Serving) -> None:
+    """Run the daemon and its web app as ``serving`` says until SIGTERM/SIGINT; SIGHUP reloads."""
+    address, sockets, jobs_sockets = serving.address, serving.sockets, serving.jobs_sockets
+    enable_lifecycle = serving.enable_lifecycle
     host, port = split_address(address)
     if port == 0 and sockets:  # the system chose it: say the one bound (the first address's)
         port = sockets[0].getsockname()[1]
@@ -187,7 +194,7 @@ async def serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, lambda: loop.create_task(daemon.reload()))
-        watching = watch_config(daemon, auto_reload_s)
+        watching = watch_config(daemon, serving.auto_reload_s)
         print(f"fluidity-exporter: {startup_line(host, port)}{jobs_line(jobs_sockets)}", flush=True)
         await stop.wait()
     finally:
@@ -277,12 +284,8 @@ def run(args: argparse.Namespace) -> int:
             with embedded_or_file(args, loaded) as config:
                 daemon = Daemon(config, config_path=args.config_file)
                 daemon.listen_flag = args.listen_address is not None
-                event_loop.run(
-                    serve(
-                        daemon, address, sockets, enable_lifecycle=args.enable_lifecycle,
-                        jobs_sockets=jobs_sockets, auto_reload_s=args.auto_reload_s,
-                    )
-                )  # fmt: skip
+                serving = Serving(address, sockets, jobs_sockets, args.enable_lifecycle, args.auto_reload_s)
+                event_loop.run(serve(daemon, serving))
         finally:
             for sock in [*sockets, *(jobs_sockets or [])]:
                 sock.close()
