@@ -26,9 +26,10 @@ sys.path.insert(0, str(ROOT))
 from exporter.evaluation import EvaluationSpec  # noqa: E402
 from exporter.exposition.traffic_agreement import compare  # noqa: E402
 from exporter.probe.client import ProbeClient  # noqa: E402
+from exporter.settings.target import TargetSettings  # noqa: E402
 from exporter.settings.traffic import TrafficConfig  # noqa: E402
 from exporter.sim.process import url_or_simulator  # noqa: E402
-from exporter.streams.request import RequestSpec, TargetSettings  # noqa: E402
+from exporter.streams.request import RequestSpec  # noqa: E402
 from exporter.streams.result import ProbeResult  # noqa: E402
 from exporter.traffic.observer import TrafficObserver  # noqa: E402
 from exporter.traffic.record import Observed  # noqa: E402
