@@ -28,7 +28,7 @@ from exporter.exposition.families import Families, new_family
 from exporter.exposition.names import MetricSpec
 from exporter.exposition.result_store import Clock, ResultStore
 from exporter.exposition.views import EngineView, SeriesView
-from exporter.exposition.window import DEFAULT_QUANTILES_PUBLISHED, ProbeWindow, Quantiles
+from exporter.exposition.window import PUBLISHED_QUANTILES, ProbeWindow, PublishedQuantiles
 
 _HISTOGRAM_SPECS: Mapping[str, MetricSpec] = {
     "ttft": names.PROBE_TTFT,
@@ -165,7 +165,7 @@ class FluidityCollector(Collector):
         store: ResultStore,
         windows: Mapping[str, float],
         clock: Clock = time.time,
-        quantiles: Quantiles = DEFAULT_QUANTILES_PUBLISHED,
+        quantiles: PublishedQuantiles = PUBLISHED_QUANTILES,
     ) -> None:
         _check_windows(windows, store.limits.max_age_s)
         self.store = store

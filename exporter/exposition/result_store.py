@@ -43,9 +43,9 @@ from exporter.exposition.run_rows import good_flags, run_rows
 from exporter.exposition.store_limits import StoreLimits
 from exporter.exposition.views import EngineView, Histogram, RecentResult, SeriesView, Turn, turn_kind
 from exporter.exposition.window import (
-    DEFAULT_QUANTILES_PUBLISHED,
+    PUBLISHED_QUANTILES,
     ProbeWindow,
-    Quantiles,
+    PublishedQuantiles,
     Records,
     probe_window,
 )
@@ -126,7 +126,7 @@ class _Series:
         self,
         duration_s: float,
         now: float,
-        quantiles: Quantiles,
+        quantiles: PublishedQuantiles,
     ) -> ProbeWindow:
         """Figures over the rows of the last ``duration_s`` seconds, cached until those rows change."""
         records = self.current_rows(now)
@@ -306,7 +306,7 @@ class ResultStore:
         module: str,
         duration_s: float,
         now: float | None = None,
-        quantiles: Quantiles = DEFAULT_QUANTILES_PUBLISHED,
+        quantiles: PublishedQuantiles = PUBLISHED_QUANTILES,
     ) -> ProbeWindow | None:
         """Figures over the rows of the last ``duration_s`` seconds (None for an unknown series).
 

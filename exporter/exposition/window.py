@@ -76,7 +76,7 @@ DEFAULT_LATENESS_QUANTILES: Final = (0.5, 0.9, 0.99)
 
 
 @dataclass(frozen=True)
-class Quantiles:
+class PublishedQuantiles:
     """Which quantiles the window gauges publish: of the requests' fluidity (higher is better, so
     0.01 is the level 99% reach), of the client's send lateness, of the engine's own histograms, and
     the client's TTFT quantile set beside the engine's."""
@@ -101,7 +101,7 @@ def check_quantiles(name: str, quantiles: Sequence[float], *, allow_zero: bool) 
             raise ValueError(f"{name} quantiles: {q!r} is not a quantile in {low}, 1]")
 
 
-DEFAULT_QUANTILES_PUBLISHED: Final = Quantiles()
+PUBLISHED_QUANTILES: Final = PublishedQuantiles()
 
 
 def tier_column(kind: str, tier: str) -> str:
@@ -211,7 +211,7 @@ def probe_window(
     policy: DeadlinePolicy,
     slos: Sequence[Objective] = (),
     goodput: GoodputBounds | None = None,
-    quantiles: Quantiles = DEFAULT_QUANTILES_PUBLISHED,
+    quantiles: PublishedQuantiles = PUBLISHED_QUANTILES,
 ) -> ProbeWindow:
     """The figures of a window whose rows are ``records`` (already cut to the window)."""
     counts = np.bincount(records.outcome_codes.astype(np.int64), minlength=len(OUTCOMES))

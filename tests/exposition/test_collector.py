@@ -21,7 +21,7 @@ from exporter.exposition.probe_registry import FinishedProbe, probe_registry
 from exporter.exposition.result_store import ResultStore
 from exporter.exposition.self_metrics import SelfMetrics
 from exporter.exposition.store_limits import StoreLimits
-from exporter.exposition.window import Quantiles
+from exporter.exposition.window import PublishedQuantiles
 from exporter.report.summary import summarize
 from exporter.stats.batch import IntervalBatch
 from exporter.stats.fluidity import evaluate, fluid_token_rate
@@ -406,7 +406,9 @@ def test_describe_does_not_collect() -> None:
 )
 def test_collector_arguments_are_validated(windows: dict[str, float], kwargs: dict, message: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(ValueError, match=message):
-        FluidityCollector(ResultStore(StoreLimits(max_age_s=3_600.0)), windows, quantiles=Quantiles(**kwargs))
+        FluidityCollector(
+            ResultStore(StoreLimits(max_age_s=3_600.0)), windows, quantiles=PublishedQuantiles(**kwargs)
+        )
 
 
 def _parsed(text: str) -> dict[str, list[tuple[str, tuple[tuple[str, str], ...], float]]]:
