@@ -1,14 +1,14 @@
 """Fetching an engine's ``/metrics`` over HTTP: network I/O only, every target failure a result.
 
-``scrape(session, Page(url), timeout)`` GETs the page with the caller's ``aiohttp.ClientSession``, stamps the
-monotonic time the body arrived, and hands the text to the pure ``parse_exposition``. Like the probers,
-it never raises for a failure of the target: a refused connection, a non-200 status, a deadline or a
-body that is not exposition text each come back as a ``ScrapeResult`` with a ``ScrapeFailure`` reason
+``scrape(session, Page(url), timeout)`` GETs the page with the caller's ``aiohttp.ClientSession``, stamps
+the monotonic time the body arrived, and hands the text to the pure ``parse_exposition``. Like the
+probers, it never raises for a failure of the target: a refused connection, a non-200 status, a deadline
+or a body that is not exposition text each come back as a ``ScrapeResult`` with a ``ScrapeFailure`` reason
 and a detail line. What a target sends is bounded: the body (``MAX_BODY_BYTES``), the headers (aiohttp's
-own limits: 128 headers of 8 KiB each at most), and redirects, which are followed only to the same
-scheme, host and port (``MAX_REDIRECTS`` of them): the request's headers may carry a bearer token, and
-the page of another host is not this engine's. ``CancelledError`` propagates; an explicit engine kind that does not exist is a
-configuration error of ours and raises ``UnknownEngineError`` before any I/O.
+own limits: 128 headers of 8 KiB each at most), and redirects, which are followed only to the same scheme,
+host and port (``MAX_REDIRECTS`` of them): the request's headers may carry a bearer token, and the page of
+another host is not this engine's. ``CancelledError`` propagates; an explicit engine kind that does not
+exist is a configuration error of ours and raises ``UnknownEngineError`` before any I/O.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A capacity search: trials at chosen loads until the highest load meeting the SLO is pinned down.
 
-``search_capacity`` knows nothing of HTTP: it asks ``run_trial(TrialAsk(index, load, ...))`` for each trial (a live
-trial over the probe client, or one on the simulator's virtual clock in tests and the benchmark) and
+``search_capacity`` knows nothing of HTTP: it asks ``run_trial`` for each trial with a ``TrialAsk`` (a
+live trial over the probe client, or one on the simulator's virtual clock in tests and the benchmark) and
 ``capacity_search.next_load`` where to go next; what it asks and tells its caller besides is one value
 (``SearchHooks``). The result (``capacity_result.CapacityResult``) carries what was found (``state``:
 found, lower bound, not met or inconclusive), the bracket ``[lower_bound, upper_bound)`` with the pass
@@ -28,7 +28,7 @@ engine measures the previous trial's leftovers (seen in CI: every trial after an
 in its first two requests). So a trial starts on a drained engine: when the engine's own metrics can be
 read, until they show nothing running or waiting (``busy()`` returns running + waiting, None when it
 cannot tell); else, our own requests having ended already (a trial cancels and awaits every send before
-it returns), after a settling pause. Either way the wait is bounded by ``max_wait_s`` and reported.
+it returns), after a settling pause. Either way the wait is bounded (``DrainTimes.max_wait_s``) and reported.
 
 Started where a first look says: when a rate search is given no ``start`` (``first_look``). The first
 trial of a search at 1 req/s (the old default) sends its 220 requests over 224 s, and on the simulator's
