@@ -17,12 +17,13 @@ from pathlib import Path
 
 from exporter.cli.command import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_MEASURED, EXIT_USAGE, Command
 from exporter.cli.flags import add_config_argument, add_target_arguments, error, merged_options
-from exporter.jobs.local_profile import LocalProfile, profile_table, profile_target
+from exporter.jobs.local_profile import profile_table, profile_target
 from exporter.jobs.manager import JobFailedError
 from exporter.jobs.prefill_profile import (
     LengthSample,
     OnSample,
     PrefillProfile,
+    ProfileRequests,
     constant_note,
     fit_ladder,
     left_out_note,
@@ -130,8 +131,8 @@ async def _profile(
         print(line, file=sys.stderr)
     if left_out:
         print(left_out_note(left_out, facts.context), file=sys.stderr)
-    profile = LocalProfile(ladder, options.repeats, options.workers, prompt_builder(facts, simulated))
-    return await profile_target(settings, profile, _progress(options), on_interrupt)
+    requests = ProfileRequests(prompt_builder(facts, simulated), settings.api, ladder, options.repeats)
+    return await profile_target(settings, requests, options.workers, _progress(options), on_interrupt)
 
 
 def _progress(options: ProfileOptions) -> OnSample | None:

@@ -8,43 +8,29 @@ from this process, or from local worker processes taking turns.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from exporter.jobs.prefill_profile import OnSample, PrefillProfile, ProfileRequests, profile_prefill
 from exporter.jobs.profile_runner import PROFILE_POOL, one_at_a_time
 from exporter.load.plan_runner import worker_pool
-from exporter.load.prompts import PromptBuilder
 from exporter.probe.client import ProbeClient
 from exporter.settings.target import TargetSettings
 
 
-@dataclass(frozen=True)
-class LocalProfile:
-    """What the command profiles: ``repeats`` requests per length of ``ladder`` (fitted to the target's
-    context) from this process or from ``workers`` processes taking turns, with prompts built as the
-    target counts them (``exporter.load.workload_options.prompt_builder``)."""
-
-    ladder: tuple[int, ...]
-    repeats: int
-    workers: int
-    builder: PromptBuilder
-
-
 async def profile_target(
     settings: TargetSettings,
-    profile: LocalProfile,
+    requests: ProfileRequests,
+    workers: int,
     on_sample: OnSample | None = None,
     on_interrupt: Callable[[PrefillProfile], None] | None = None,
 ) -> PrefillProfile:
-    """The isolated one-token requests of ``profile`` and the fitted model (``on_interrupt``: what a
-    profile stopped by Ctrl-C or SIGTERM measured)."""
+    """``requests`` sent from this process or from ``workers`` processes taking turns, and the fitted
+    model (``on_interrupt``: what a profile stopped by Ctrl-C or SIGTERM measured)."""
     async with (
         ProbeClient(settings) as client,
-        worker_pool(profile.workers, settings, PROFILE_POOL) as pool,
+        worker_pool(workers, settings, PROFILE_POOL) as pool,
     ):
         await client.resolve_model()
         send = client.send if pool is None else one_at_a_time(pool, settings)
-        requests = ProfileRequests(profile.builder, settings.api, profile.ladder, profile.repeats)
         return await profile_prefill(send, requests, on_sample, on_interrupt)
 
 
