@@ -110,7 +110,6 @@ MAX_SET_ASIDE = 2  # distrusted trials a search runs again (each one a trial's t
 # simulator's engine headroom 1.4 lies at 0.84x the capacity); farther, it steers on its headroom alone,
 # which a few ms of merged reads hardly move, and a rerun costs a whole trial (46 s at 0.5x, seen).
 NEAR_HEADROOM = 1.25
-# The drain before a trial (``wait_drained``)
 
 
 @dataclass(frozen=True)
@@ -204,7 +203,7 @@ async def _search(
             not seen.passed for seen in history
         )  # set aside: anchors nothing
         settle = settling(settings, history, load)
-        ask = TrialAsk(FIRST_TRIAL + len(trials), load, may_stop, record.time_left(settings), settle)
+        ask = TrialAsk(FIRST_TRIAL + len(trials), load, may_stop, left, settle)
         trial = await run_trial(ask)
         if drained is not None:
             trial.drain_wait_s, trial.drained_by = drained.waited_s, drained.how
